@@ -1,0 +1,846 @@
+//! The stage graph and its two dispatch strategies.
+//!
+//! - [`Dispatch::Runs`] (Linux's `list_cut_before`): after a stage, its output is cut into
+//!   consecutive runs with the same next, and each run is carried through the rest of the
+//!   graph before the next run starts. Order over the whole list is kept.
+//! - [`Dispatch::Buckets`] (VPP's pending frames): a stage's output is appended, in order,
+//!   to the pending list of each target; the graph then runs the lowest-numbered stage
+//!   with pending packets. Order within each target is kept, so per-flow order is kept
+//!   whenever a flow's packets take the same path; interleaved flows do not shatter the
+//!   list into runs of one.
+//!
+//! Per-packet mode is not a property of the graph: the caller hands it lists of one.
+//!
+//! Nodes are numbered in the order they are added; add them in pipeline order so that
+//! "lowest pending first" means "upstream first".
+
+use std::fmt;
+
+use crate::counters::{NodeCounters, NodeSnapshot};
+use crate::drop::DropReason;
+use crate::meta::flag;
+use crate::pool::Pkt;
+use crate::stage::{Cx, LIST_MAX, Out, PktList, Stage};
+use crate::trace::{Trace, TraceEvent};
+
+/// How a stage's output reaches the next stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dispatch {
+    /// Consecutive runs with the same next, depth first (Linux).
+    Runs,
+    /// Stable grouping by next, breadth first (VPP).
+    Buckets,
+}
+
+impl Dispatch {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Runs => "runs",
+            Self::Buckets => "buckets",
+        }
+    }
+}
+
+impl std::str::FromStr for Dispatch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "runs" => Ok(Self::Runs),
+            "buckets" => Ok(Self::Buckets),
+            _ => Err(format!("unknown dispatch '{s}' (expected runs or buckets)")),
+        }
+    }
+}
+
+/// Whether packets move through the graph a list at a time or one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Each packet goes through every stage before the next is pulled from the port.
+    Packet,
+    /// Each stage runs over the whole list before the next stage (listified).
+    List,
+}
+
+impl Mode {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Packet => "packet",
+            Self::List => "list",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "packet" => Ok(Self::Packet),
+            "list" => Ok(Self::List),
+            _ => Err(format!("unknown mode '{s}' (expected packet or list)")),
+        }
+    }
+}
+
+/// A node's index in its graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u16);
+
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Node(u16),
+    Drop(DropReason),
+}
+
+struct Node<S> {
+    name: &'static str,
+    stage: Box<dyn Stage<S>>,
+    targets: Vec<Target>,
+}
+
+/// Errors found while assembling a graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GraphError {
+    /// Two nodes with one name.
+    DuplicateNode(String),
+    /// A connection names a node that does not exist.
+    UnknownNode(String),
+    /// A connection names an arc the stage does not have.
+    UnknownArc {
+        /// The node.
+        node: String,
+        /// The arc it does not have.
+        arc: String,
+    },
+    /// An arc left unconnected.
+    Unconnected {
+        /// The node.
+        node: String,
+        /// The arc with no target.
+        arc: String,
+    },
+    /// More nodes than the scheduler's mask can hold.
+    TooManyNodes,
+}
+
+impl fmt::Display for GraphError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DuplicateNode(n) => write!(f, "node '{n}' added twice"),
+            Self::UnknownNode(n) => write!(f, "no node named '{n}'"),
+            Self::UnknownArc { node, arc } => write!(f, "node '{node}' has no arc '{arc}'"),
+            Self::Unconnected { node, arc } => {
+                write!(f, "arc '{arc}' of node '{node}' is not connected")
+            }
+            Self::TooManyNodes => f.write_str("more than 128 nodes"),
+        }
+    }
+}
+
+impl std::error::Error for GraphError {}
+
+type PendingNode<S> = (&'static str, Box<dyn Stage<S>>, Vec<Option<Target>>);
+
+/// Builds a [`Graph`]: add nodes in pipeline order, then connect every arc.
+pub struct GraphBuilder<S> {
+    nodes: Vec<PendingNode<S>>,
+}
+
+impl<S> Default for GraphBuilder<S> {
+    fn default() -> Self {
+        Self { nodes: Vec::new() }
+    }
+}
+
+impl<S> GraphBuilder<S> {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a node; nodes are numbered in the order added.
+    pub fn add(
+        &mut self,
+        name: &'static str,
+        stage: Box<dyn Stage<S>>,
+    ) -> Result<NodeId, GraphError> {
+        if self.nodes.iter().any(|(n, _, _)| *n == name) {
+            return Err(GraphError::DuplicateNode(name.into()));
+        }
+        if self.nodes.len() >= 128 {
+            return Err(GraphError::TooManyNodes);
+        }
+        let arcs = vec![None; stage.arcs().len()];
+        self.nodes.push((name, stage, arcs));
+        Ok(NodeId((self.nodes.len() - 1) as u16))
+    }
+
+    fn find(&self, name: &str) -> Result<usize, GraphError> {
+        self.nodes
+            .iter()
+            .position(|(n, _, _)| *n == name)
+            .ok_or_else(|| GraphError::UnknownNode(name.into()))
+    }
+
+    fn arc_index(&self, node: usize, arc: &str) -> Result<usize, GraphError> {
+        let (name, stage, _) = &self.nodes[node];
+        stage
+            .arcs()
+            .iter()
+            .position(|a| *a == arc)
+            .ok_or_else(|| GraphError::UnknownArc {
+                node: (*name).into(),
+                arc: arc.into(),
+            })
+    }
+
+    /// Connects `node`'s arc `arc` to the node named `to`.
+    pub fn connect(&mut self, node: &str, arc: &str, to: &str) -> Result<(), GraphError> {
+        let n = self.find(node)?;
+        let a = self.arc_index(n, arc)?;
+        let t = self.find(to)?;
+        self.nodes[n].2[a] = Some(Target::Node(t as u16));
+        Ok(())
+    }
+
+    /// Makes `node`'s arc `arc` drop its packets for `reason` (counted against `node`),
+    /// e.g. the IPv6 arc of L2 when IPv6 is off.
+    pub fn connect_drop(
+        &mut self,
+        node: &str,
+        arc: &str,
+        reason: DropReason,
+    ) -> Result<(), GraphError> {
+        let n = self.find(node)?;
+        let a = self.arc_index(n, arc)?;
+        self.nodes[n].2[a] = Some(Target::Drop(reason));
+        Ok(())
+    }
+
+    /// Whether a node of that name was added.
+    pub fn has(&self, name: &str) -> bool {
+        self.find(name).is_ok()
+    }
+
+    /// Checks every arc is connected and builds the graph.
+    pub fn build(self, dispatch: Dispatch) -> Result<Graph<S>, GraphError> {
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (name, stage, arcs) in self.nodes {
+            let mut targets = Vec::with_capacity(arcs.len());
+            for (i, t) in arcs.into_iter().enumerate() {
+                match t {
+                    Some(t) => targets.push(t),
+                    None => {
+                        return Err(GraphError::Unconnected {
+                            node: name.into(),
+                            arc: stage.arcs()[i].into(),
+                        });
+                    }
+                }
+            }
+            nodes.push(Node {
+                name,
+                stage,
+                targets,
+            });
+        }
+        let n = nodes.len();
+        Ok(Graph {
+            counters: (0..n).map(|_| NodeCounters::default()).collect(),
+            pending: (0..n).map(|_| Vec::with_capacity(LIST_MAX)).collect(),
+            pending_mask: 0,
+            nodes,
+            spare_lists: Vec::new(),
+            spare_outs: Vec::new(),
+            dispatch,
+            timing: false,
+            clock: None,
+            trace: Trace::default(),
+        })
+    }
+}
+
+/// A built graph of stages over per-worker state `S`. One per worker.
+pub struct Graph<S> {
+    nodes: Vec<Node<S>>,
+    counters: Vec<NodeCounters>,
+    pending: Vec<PktList>,
+    pending_mask: u128,
+    spare_lists: Vec<PktList>,
+    spare_outs: Vec<Out>,
+    dispatch: Dispatch,
+    timing: bool,
+    clock: Option<quanta::Clock>,
+    trace: Trace,
+}
+
+impl<S> Graph<S> {
+    /// The dispatch strategy in use.
+    pub fn dispatch(&self) -> Dispatch {
+        self.dispatch
+    }
+
+    /// Switches the dispatch strategy (between polls).
+    pub fn set_dispatch(&mut self, d: Dispatch) {
+        self.dispatch = d;
+    }
+
+    /// Turns per-stage TSC timing on or off. Off by default: two TSC reads per stage call
+    /// cost more than a whole stage does per packet in list mode, so throughput runs keep
+    /// it off and a separate profiling run turns it on.
+    pub fn set_timing(&mut self, on: bool) {
+        self.timing = on;
+        if on && self.clock.is_none() {
+            self.clock = Some(crate::time::clock());
+        }
+    }
+
+    /// The node named `name`.
+    pub fn node(&self, name: &str) -> Option<NodeId> {
+        self.nodes
+            .iter()
+            .position(|n| n.name == name)
+            .map(|i| NodeId(i as u16))
+    }
+
+    /// Node names in node order.
+    pub fn node_names(&self) -> Vec<&'static str> {
+        self.nodes.iter().map(|n| n.name).collect()
+    }
+
+    /// Names of a node's arcs.
+    pub fn arc_names(&self, id: NodeId) -> &'static [&'static str] {
+        self.nodes[usize::from(id.0)].stage.arcs()
+    }
+
+    /// The opt-in packet trace.
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// The opt-in packet trace, to arm or clear it.
+    pub fn trace_mut(&mut self) -> &mut Trace {
+        &mut self.trace
+    }
+
+    /// Per-node counters, named.
+    pub fn snapshot(&self) -> Vec<NodeSnapshot> {
+        self.nodes
+            .iter()
+            .zip(&self.counters)
+            .map(|(n, c)| c.snapshot(n.name))
+            .collect()
+    }
+
+    /// Zeroes every node counter.
+    pub fn reset_counters(&mut self) {
+        for c in &mut self.counters {
+            *c = NodeCounters::default();
+        }
+    }
+
+    /// Runs the packets of `list` (emptied) through the graph from `entry`, until every
+    /// one has been transmitted, delivered, held or dropped.
+    pub fn run(&mut self, st: &mut S, cx: &mut Cx<'_>, entry: NodeId, list: &mut PktList) {
+        if list.is_empty() {
+            return;
+        }
+        let mut l = self.take_list();
+        core::mem::swap(&mut l, list);
+        match self.dispatch {
+            Dispatch::Runs => self.run_depth_first(st, cx, entry.0, l),
+            Dispatch::Buckets => {
+                self.enqueue_list(entry.0, l);
+                self.drain_pending(st, cx);
+            }
+        }
+    }
+
+    /// Runs a single packet through the graph from `entry` (per-packet mode).
+    #[inline]
+    pub fn run_one(&mut self, st: &mut S, cx: &mut Cx<'_>, entry: NodeId, p: Pkt) {
+        let mut l = self.take_list();
+        l.push(p);
+        match self.dispatch {
+            Dispatch::Runs => self.run_depth_first(st, cx, entry.0, l),
+            Dispatch::Buckets => {
+                self.enqueue_list(entry.0, l);
+                self.drain_pending(st, cx);
+            }
+        }
+    }
+
+    #[inline]
+    fn take_list(&mut self) -> PktList {
+        self.spare_lists
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(LIST_MAX))
+    }
+
+    #[inline]
+    fn put_list(&mut self, l: PktList) {
+        debug_assert!(l.is_empty());
+        self.spare_lists.push(l);
+    }
+
+    #[inline]
+    fn take_out(&mut self) -> Out {
+        self.spare_outs.pop().unwrap_or_default()
+    }
+
+    /// Calls node `id` on `list` and books its counters, drops and trace.
+    #[inline]
+    fn call(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, list: &mut PktList, out: &mut Out) {
+        let i = usize::from(id);
+        let n = list.len() as u64;
+        let node = &mut self.nodes[i];
+        if self.timing {
+            let clock = self
+                .clock
+                .as_ref()
+                .unwrap_or_else(|| unreachable!("set with timing"));
+            let t0 = clock.raw();
+            node.stage.process(st, cx, list, out);
+            self.counters[i].cycles += clock.raw().wrapping_sub(t0);
+        } else {
+            node.stage.process(st, cx, list, out);
+        }
+        let c = &mut self.counters[i];
+        c.calls += 1;
+        c.packets += n;
+        if !list.is_empty() {
+            self.leftovers(cx, id, list);
+        }
+        if !out.drops.is_empty() || !out.counted_drops.is_empty() {
+            self.book_drops(cx, id, out);
+        }
+        if self.trace.armed() {
+            self.trace_out(cx, id, out);
+        }
+    }
+
+    #[cold]
+    fn leftovers(&mut self, cx: &mut Cx<'_>, id: u16, list: &mut PktList) {
+        debug_assert!(
+            false,
+            "stage {} left packets in its input",
+            self.nodes[usize::from(id)].name
+        );
+        for p in list.drain(..) {
+            self.drop_one(cx, id, p, DropReason::StageLeftover);
+        }
+    }
+
+    fn book_drops(&mut self, cx: &mut Cx<'_>, id: u16, out: &mut Out) {
+        let tracing = self.trace.armed();
+        for (p, r) in out.drops.drain(..) {
+            if tracing {
+                self.trace
+                    .record_if_traced(cx.pool, &p, id, TraceEvent::Drop(r));
+            }
+            let wire = cx.pool.get(&p).meta.wire_packets();
+            self.counters[usize::from(id)].drops[r.index()] += wire;
+            cx.acct.dropped += wire;
+            cx.cache.free(p);
+        }
+        for &(r, wire) in &out.counted_drops {
+            self.counters[usize::from(id)].drops[r.index()] += wire;
+            cx.acct.dropped += wire;
+        }
+        out.clear_counts();
+    }
+
+    fn drop_one(&mut self, cx: &mut Cx<'_>, id: u16, p: Pkt, r: DropReason) {
+        if self.trace.armed() {
+            self.trace
+                .record_if_traced(cx.pool, &p, id, TraceEvent::Drop(r));
+        }
+        let wire = cx.pool.get(&p).meta.wire_packets();
+        self.counters[usize::from(id)].drops[r.index()] += wire;
+        cx.acct.dropped += wire;
+        cx.cache.free(p);
+    }
+
+    #[cold]
+    fn trace_out(&mut self, cx: &mut Cx<'_>, id: u16, out: &Out) {
+        for (p, &a) in out.pkts.iter().zip(&out.arcs) {
+            if cx.pool.get(p).meta.flags & flag::TRACE != 0 {
+                self.trace.record(p.index(), id, TraceEvent::Next(a));
+            }
+        }
+    }
+
+    fn run_depth_first(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, mut list: PktList) {
+        let mut out = self.take_out();
+        self.call(st, cx, id, &mut list, &mut out);
+        self.put_list(list);
+        let Some(&first) = out.arcs.first() else {
+            self.spare_outs.push(out);
+            return;
+        };
+        let node = usize::from(id);
+        if out.arcs.iter().all(|&a| a == first) {
+            // Home run: the whole output goes one way; hand the vector on as is.
+            let mut l = self.take_list();
+            core::mem::swap(&mut l, &mut out.pkts);
+            out.arcs.clear();
+            self.spare_outs.push(out);
+            self.send_depth_first(st, cx, node, first, l);
+            return;
+        }
+        let mut run = self.take_list();
+        let mut cur = first;
+        let mut arcs = core::mem::take(&mut out.arcs);
+        for (p, a) in out.pkts.drain(..).zip(arcs.drain(..)) {
+            if a != cur {
+                let full = core::mem::replace(&mut run, self.take_list());
+                self.send_depth_first(st, cx, node, cur, full);
+                cur = a;
+            }
+            run.push(p);
+        }
+        out.arcs = arcs;
+        self.spare_outs.push(out);
+        self.send_depth_first(st, cx, node, cur, run);
+    }
+
+    fn send_depth_first(
+        &mut self,
+        st: &mut S,
+        cx: &mut Cx<'_>,
+        from: usize,
+        arc: u8,
+        mut l: PktList,
+    ) {
+        match self.nodes[from].targets[usize::from(arc)] {
+            Target::Node(t) => self.run_depth_first(st, cx, t, l),
+            Target::Drop(r) => {
+                for p in l.drain(..) {
+                    self.drop_one(cx, from as u16, p, r);
+                }
+                self.put_list(l);
+            }
+        }
+    }
+
+    fn enqueue_list(&mut self, id: u16, mut l: PktList) {
+        let q = &mut self.pending[usize::from(id)];
+        if q.is_empty() {
+            core::mem::swap(q, &mut l);
+        } else {
+            q.append(&mut l);
+        }
+        self.pending_mask |= 1u128 << id;
+        self.put_list(l);
+    }
+
+    fn drain_pending(&mut self, st: &mut S, cx: &mut Cx<'_>) {
+        while self.pending_mask != 0 {
+            let id = self.pending_mask.trailing_zeros() as u16;
+            self.pending_mask &= !(1u128 << id);
+            let mut list = self.take_list();
+            core::mem::swap(&mut list, &mut self.pending[usize::from(id)]);
+            let mut out = self.take_out();
+            self.call(st, cx, id, &mut list, &mut out);
+            self.put_list(list);
+            self.distribute_buckets(cx, usize::from(id), &mut out);
+            self.spare_outs.push(out);
+        }
+    }
+
+    fn distribute_buckets(&mut self, cx: &mut Cx<'_>, from: usize, out: &mut Out) {
+        let Some(&first) = out.arcs.first() else {
+            return;
+        };
+        if out.arcs.iter().all(|&a| a == first) {
+            out.arcs.clear();
+            match self.nodes[from].targets[usize::from(first)] {
+                Target::Node(t) => {
+                    let l = core::mem::replace(&mut out.pkts, self.take_list());
+                    self.enqueue_list(t, l);
+                }
+                Target::Drop(r) => {
+                    let mut l = core::mem::take(&mut out.pkts);
+                    for p in l.drain(..) {
+                        self.drop_one(cx, from as u16, p, r);
+                    }
+                    out.pkts = l;
+                }
+            }
+            return;
+        }
+        let mut arcs = core::mem::take(&mut out.arcs);
+        for (p, a) in out.pkts.drain(..).zip(arcs.drain(..)) {
+            match self.nodes[from].targets[usize::from(a)] {
+                Target::Node(t) => {
+                    self.pending[usize::from(t)].push(p);
+                    self.pending_mask |= 1u128 << t;
+                }
+                Target::Drop(r) => self.drop_one(cx, from as u16, p, r),
+            }
+        }
+        out.arcs = arcs;
+    }
+}
+
+impl<S> fmt::Debug for Graph<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Graph")
+            .field("nodes", &self.node_names())
+            .field("dispatch", &self.dispatch)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::{Pool, PoolConfig};
+    use crate::stage::{Accounting, Next, PacketStage, PerPacket};
+
+    /// Shared state of the toy graph: what each sink saw, in order.
+    #[derive(Default)]
+    struct Seen {
+        log: Vec<(&'static str, u8, u8)>,
+    }
+
+    /// Sends packets by their first byte: 0 → "a", 1 → "b", 2 → drop arc, 3 → explicit
+    /// drop, anything else → "a".
+    struct Classify;
+    impl Stage<Seen> for Classify {
+        fn arcs(&self) -> &'static [&'static str] {
+            &["a", "b", "nowhere"]
+        }
+        fn process(&mut self, _: &mut Seen, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+            for p in list.drain(..) {
+                match cx.pool.get(&p).data()[0] {
+                    1 => out.push(Next(1), p),
+                    2 => out.push(Next(2), p),
+                    3 => out.drop(p, DropReason::Ip4Checksum),
+                    _ => out.push(Next(0), p),
+                }
+            }
+        }
+    }
+
+    /// A per-packet-only sink that records (sink, flow, seq) and frees.
+    struct Sink(&'static str);
+    impl PacketStage<Seen> for Sink {
+        fn arcs(&self) -> &'static [&'static str] {
+            &[]
+        }
+        fn packet(&mut self, st: &mut Seen, cx: &mut Cx<'_>, p: Pkt, _: &mut Out) {
+            let d = cx.pool.get(&p).data();
+            st.log.push((self.0, d[1], d[2]));
+            cx.deliver(1);
+            cx.cache.free(p);
+        }
+    }
+
+    fn graph(d: Dispatch) -> Graph<Seen> {
+        let mut b = GraphBuilder::new();
+        b.add("classify", Box::new(Classify)).unwrap();
+        b.add("a", Box::new(PerPacket(Sink("a")))).unwrap();
+        b.add("b", Box::new(PerPacket(Sink("b")))).unwrap();
+        b.connect("classify", "a", "a").unwrap();
+        b.connect("classify", "b", "b").unwrap();
+        b.connect_drop("classify", "nowhere", DropReason::L2UnknownEtherType)
+            .unwrap();
+        b.build(d).unwrap()
+    }
+
+    type RunResult = (Vec<(&'static str, u8, u8)>, Accounting, Vec<NodeSnapshot>);
+
+    /// (kind, flow, seq) triples.
+    fn packets() -> Vec<[u8; 3]> {
+        let kinds = [0u8, 1, 0, 1, 1, 2, 0, 3, 1, 0, 0, 0, 1, 2, 3, 1];
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| [k, k, i as u8])
+            .collect()
+    }
+
+    fn run(
+        d: Dispatch,
+        per_packet: bool,
+    ) -> RunResult {
+        let pool = Pool::new(PoolConfig {
+            buffers: 64,
+            cache_size: 8,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        let mut cache = pool.cache();
+        let mut g = graph(d);
+        let mut st = Seen::default();
+        let mut acct = Accounting::default();
+        let mut list = Vec::new();
+        for bytes in packets() {
+            let mut p = cache.alloc().unwrap();
+            pool.get_mut(&mut p)
+                .append(3)
+                .unwrap()
+                .copy_from_slice(&bytes);
+            list.push(p);
+        }
+        acct.rx = list.len() as u64;
+        let entry = g.node("classify").unwrap();
+        {
+            let mut cx = Cx {
+                pool: &pool,
+                cache: &mut cache,
+                now_ns: 0,
+                acct: &mut acct,
+            };
+            if per_packet {
+                for p in list.drain(..) {
+                    g.run_one(&mut st, &mut cx, entry, p);
+                }
+            } else {
+                g.run(&mut st, &mut cx, entry, &mut list);
+            }
+        }
+        assert!(list.is_empty());
+        drop(cache);
+        assert_eq!(pool.free_in_pool(), 64, "every buffer back");
+        (st.log, acct, g.snapshot())
+    }
+
+    #[test]
+    fn runs_keep_global_order_and_buckets_keep_per_target_order() {
+        let input = packets();
+        let want_global: Vec<_> = input
+            .iter()
+            .filter(|b| b[0] == 0 || b[0] == 1 || b[0] > 3)
+            .map(|b| (if b[0] == 1 { "b" } else { "a" }, b[1], b[2]))
+            .collect();
+        let (runs, _, _) = run(Dispatch::Runs, false);
+        assert_eq!(
+            runs, want_global,
+            "runs dispatch keeps the order of the whole list"
+        );
+
+        let (buckets, _, _) = run(Dispatch::Buckets, false);
+        let mut want_grouped: Vec<_> = want_global.iter().filter(|x| x.0 == "a").cloned().collect();
+        want_grouped.extend(want_global.iter().filter(|x| x.0 == "b").cloned());
+        assert_eq!(
+            buckets, want_grouped,
+            "buckets group by next, stable inside each"
+        );
+
+        for d in [Dispatch::Runs, Dispatch::Buckets] {
+            let (pp, _, _) = run(d, true);
+            assert_eq!(pp, want_global, "per-packet mode is arrival order");
+        }
+    }
+
+    #[test]
+    fn counters_and_accounting_balance() {
+        for d in [Dispatch::Runs, Dispatch::Buckets] {
+            for per_packet in [false, true] {
+                let (log, acct, snap) = run(d, per_packet);
+                let n = packets().len() as u64;
+                assert_eq!(acct.rx, n);
+                assert_eq!(acct.delivered, log.len() as u64);
+                assert_eq!(acct.rx, acct.delivered + acct.dropped, "{d:?} {per_packet}");
+                let c = &snap[0];
+                assert_eq!(c.packets, n);
+                assert_eq!(c.drops_for(DropReason::Ip4Checksum), 2);
+                assert_eq!(c.drops_for(DropReason::L2UnknownEtherType), 2);
+                let a = &snap[1];
+                let b = &snap[2];
+                assert_eq!(a.packets + b.packets, log.len() as u64);
+                if per_packet {
+                    assert_eq!(c.calls, n, "one call per packet");
+                } else if d == Dispatch::Buckets {
+                    assert_eq!((c.calls, a.calls, b.calls), (1, 1, 1), "one call per node");
+                } else {
+                    // a/b alternate in the input: runs of one or more, more calls than buckets.
+                    assert!(a.calls + b.calls > 2);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn unconnected_and_unknown_arcs_are_refused() {
+        let mut b: GraphBuilder<Seen> = GraphBuilder::new();
+        b.add("classify", Box::new(Classify)).unwrap();
+        b.add("a", Box::new(PerPacket(Sink("a")))).unwrap();
+        assert_eq!(
+            b.connect("classify", "c", "a"),
+            Err(GraphError::UnknownArc {
+                node: "classify".into(),
+                arc: "c".into()
+            })
+        );
+        assert_eq!(
+            b.connect("classify", "a", "zz"),
+            Err(GraphError::UnknownNode("zz".into()))
+        );
+        assert!(b.add("a", Box::new(PerPacket(Sink("a")))).is_err());
+        b.connect("classify", "a", "a").unwrap();
+        let e = b.build(Dispatch::Runs).unwrap_err();
+        assert_eq!(
+            e,
+            GraphError::Unconnected {
+                node: "classify".into(),
+                arc: "b".into()
+            }
+        );
+    }
+
+    #[test]
+    fn trace_records_each_decision_of_marked_packets() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 16,
+            cache_size: 4,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        let mut cache = pool.cache();
+        let mut g = graph(Dispatch::Buckets);
+        g.trace_mut().arm(2, 16);
+        let mut st = Seen::default();
+        let mut acct = Accounting::default();
+        let mut list = Vec::new();
+        for k in [1u8, 3, 0] {
+            let mut p = cache.alloc().unwrap();
+            pool.get_mut(&mut p)
+                .append(3)
+                .unwrap()
+                .copy_from_slice(&[k, 0, 0]);
+            g.trace_mut().maybe_mark(&pool, &mut p);
+            list.push(p);
+        }
+        let idx: Vec<u32> = list.iter().map(|p| p.index()).collect();
+        let entry = g.node("classify").unwrap();
+        let mut cx = Cx {
+            pool: &pool,
+            cache: &mut cache,
+            now_ns: 0,
+            acct: &mut acct,
+        };
+        g.run(&mut st, &mut cx, entry, &mut list);
+        let mut recs = g.trace().records().to_vec();
+        recs.sort_by_key(|r| idx.iter().position(|&i| i == r.pkt));
+        assert_eq!(
+            recs,
+            [
+                crate::trace::TraceRecord {
+                    pkt: idx[0],
+                    node: 0,
+                    event: TraceEvent::Next(1)
+                },
+                crate::trace::TraceRecord {
+                    pkt: idx[1],
+                    node: 0,
+                    event: TraceEvent::Drop(DropReason::Ip4Checksum)
+                },
+            ],
+            "only the first two packets were marked"
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! The netbatch engine: packet buffers, lists, the stage graph and its dispatch, and the
+//! per-worker counters. It knows nothing about protocols.
+//!
+//! - [`pool`]: buffers allocated once, handles that own them, per-worker caches.
+//! - [`meta`]: the hot metadata block of each buffer.
+//! - [`stage`]: the stage interface (a list in, a next per packet out).
+//! - [`graph`]: nodes, arcs, `runs` and `buckets` dispatch.
+//! - [`counters`], [`drop`], [`trace`], [`time`].
+#![deny(unsafe_code)]
+
+pub mod counters;
+pub mod drop;
+pub mod graph;
+pub mod meta;
+pub mod offload;
+pub mod pool;
+pub mod stage;
+pub mod time;
+pub mod trace;
+
+pub use counters::{NodeCounters, NodeSnapshot};
+pub use drop::DropReason;
+pub use graph::{Dispatch, Graph, GraphBuilder, GraphError, Mode, NodeId};
+pub use meta::Meta;
+pub use pool::{BufCache, Pkt, PktMut, PktRef, Pool, PoolConfig, PoolError};
+pub use stage::{Accounting, Cx, LIST_MAX, Next, Out, PacketStage, PerPacket, PktList, Stage};

@@ -1,0 +1,50 @@
+//! Device offload features, named as ethtool names them. Ports declare them; the stack
+//! reads them to decide GRO at receive and GSO at transmit.
+
+/// Offloads a port accepts on transmit / performs on receive (ethtool feature names).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Features {
+    /// `rx-gro`: standard TCP GRO.
+    pub rx_gro: bool,
+    /// `rx-udp-gro-forwarding`: standard UDP GRO for forwarded traffic.
+    pub rx_udp_gro_forwarding: bool,
+    /// `rx-gro-list`: fraglist GRO.
+    pub rx_gro_list: bool,
+    /// `tx-tcp-segmentation`: takes TCP super-packets whole (TSO).
+    pub tx_tcp_segmentation: bool,
+    /// `tx-udp-segmentation`: takes UDP super-packets whole (USO).
+    pub tx_udp_segmentation: bool,
+    /// `tx-gso-list`: takes fraglist chains whole.
+    pub tx_gso_list: bool,
+    /// The device completes partial L4 checksums on transmit.
+    pub tx_checksum: bool,
+}
+
+impl Features {
+    /// Parses an ethtool feature name and sets it; `false` for an unknown name.
+    pub fn set(&mut self, name: &str, on: bool) -> bool {
+        let f = match name {
+            "rx-gro" => &mut self.rx_gro,
+            "rx-udp-gro-forwarding" => &mut self.rx_udp_gro_forwarding,
+            "rx-gro-list" => &mut self.rx_gro_list,
+            "tx-tcp-segmentation" => &mut self.tx_tcp_segmentation,
+            "tx-udp-segmentation" => &mut self.tx_udp_segmentation,
+            "tx-gso-list" => &mut self.tx_gso_list,
+            "tx-checksum" => &mut self.tx_checksum,
+            _ => return false,
+        };
+        *f = on;
+        true
+    }
+
+    /// The names [`Features::set`] knows.
+    pub const NAMES: &'static [&'static str] = &[
+        "rx-gro",
+        "rx-udp-gro-forwarding",
+        "rx-gro-list",
+        "tx-tcp-segmentation",
+        "tx-udp-segmentation",
+        "tx-gso-list",
+        "tx-checksum",
+    ];
+}

@@ -1,0 +1,824 @@
+//! The packet buffer pool: one region allocated at start, fixed-size buffers, a hot
+//! metadata block per buffer, and per-worker caches in front of a lock-free free list.
+//!
+//! Invariants (the reason this module may hold `unsafe`):
+//! - A buffer is named by a [`Pkt`] handle. `Pkt` is neither `Copy` nor `Clone` and only
+//!   this module constructs one, when it takes an index off a free list; freeing consumes
+//!   it. So at any instant at most one `Pkt` exists per buffer, and whoever holds it owns
+//!   the buffer: `&Pkt` gives shared access to its bytes and metadata, `&mut Pkt` exclusive
+//!   access. That is what makes handing buffers between worker threads sound.
+//! - A `Pkt` carries the id of the pool that made it, checked on every access, so a
+//!   handle cannot reach another pool's memory. Pool ids are reused only after a pool was
+//!   dropped with every buffer back on its free list; a pool dropped with buffers still out
+//!   retires its id for the life of the process.
+//! - Nothing here allocates after [`Pool::new`]: the free list, the caches and the metadata
+//!   array are sized once. Exhaustion is a counted `None`, never a panic.
+#![allow(unsafe_code)]
+
+use core::cell::UnsafeCell;
+use core::fmt;
+use core::num::NonZeroU32;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::meta::Meta;
+
+/// Highest buffer count a pool may have: indices use the low 24 bits of a handle.
+pub const MAX_BUFFERS: u32 = (1 << 24) - 1;
+/// Smallest headroom a pool accepts: enough to push an outer Ethernet + IPv4 + tunnel
+/// header in front of a received frame.
+pub const MIN_HEADROOM: u16 = 128;
+
+/// Why a pool could not be created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PoolError {
+    /// A configuration field is out of range; the string names it and says why.
+    Config(&'static str),
+    /// The operating system refused the memory.
+    NoMemory(String),
+    /// Every pool id is in use (255 live pools, or ids retired by leaky pools).
+    NoPoolId,
+}
+
+impl fmt::Display for PoolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(why) => write!(f, "bad pool configuration: {why}"),
+            Self::NoMemory(why) => write!(f, "cannot allocate packet buffers: {why}"),
+            Self::NoPoolId => f.write_str("too many packet pools in this process"),
+        }
+    }
+}
+
+impl std::error::Error for PoolError {}
+
+/// Sizes of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Number of buffers (1 ..= [`MAX_BUFFERS`]).
+    pub buffers: u32,
+    /// Bytes per buffer, headroom included; a power of two from 1024 to 65536.
+    pub buf_size: u32,
+    /// Bytes kept free in front of received data so headers can be pushed (≥ 128).
+    pub headroom: u16,
+    /// Buffers each worker keeps in its private cache (bulk refill/spill at the edges).
+    pub cache_size: u32,
+    /// Back the region with 2 MiB huge pages when the system has them (falls back).
+    pub huge_pages: bool,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            buffers: 16384,
+            buf_size: 2048,
+            headroom: 128,
+            cache_size: 512,
+            huge_pages: false,
+        }
+    }
+}
+
+impl PoolConfig {
+    fn validate(&self) -> Result<(), PoolError> {
+        if self.buffers == 0 || self.buffers > MAX_BUFFERS {
+            return Err(PoolError::Config("buffers must be between 1 and 16777215"));
+        }
+        if !self.buf_size.is_power_of_two() || !(1024..=65536).contains(&self.buf_size) {
+            return Err(PoolError::Config(
+                "buf_size must be a power of two from 1024 to 65536",
+            ));
+        }
+        if self.headroom < MIN_HEADROOM || u32::from(self.headroom) + 256 > self.buf_size {
+            return Err(PoolError::Config(
+                "headroom must be at least 128 and leave 256 bytes of data room",
+            ));
+        }
+        if self.cache_size == 0 || self.cache_size > 8192 {
+            return Err(PoolError::Config("cache_size must be between 1 and 8192"));
+        }
+        Ok(())
+    }
+}
+
+/// A handle to one packet buffer: owning it means owning the buffer.
+///
+/// Four bytes: the pool id in the top 8 bits, the buffer index below. Not `Copy`, not
+/// `Clone`: move it to hand the buffer on, give it back with [`BufCache::free`].
+#[derive(PartialEq, Eq)]
+#[must_use = "a packet handle owns a buffer: free it, queue it or pass it on"]
+pub struct Pkt(NonZeroU32);
+
+impl Pkt {
+    #[inline(always)]
+    fn new(pool: u8, index: u32) -> Self {
+        debug_assert!(pool != 0 && index <= MAX_BUFFERS);
+        // The pool id is never 0, so the value is never 0.
+        match NonZeroU32::new((u32::from(pool) << 24) | index) {
+            Some(v) => Self(v),
+            None => unreachable!("pool ids start at 1"),
+        }
+    }
+
+    /// The buffer's index inside its pool (stable for the handle's life; for traces and
+    /// for ports that map buffers to device descriptors).
+    #[inline(always)]
+    pub fn index(&self) -> u32 {
+        self.0.get() & MAX_BUFFERS
+    }
+
+    #[inline(always)]
+    fn pool(&self) -> u8 {
+        (self.0.get() >> 24) as u8
+    }
+}
+
+impl fmt::Debug for Pkt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Pkt({}:{})", self.pool(), self.index())
+    }
+}
+
+/// Pool ids in use; index 0 is never handed out. `true` = taken or retired.
+static POOL_IDS: Mutex<[bool; 256]> = Mutex::new([false; 256]);
+
+fn take_pool_id() -> Option<u8> {
+    let mut ids = POOL_IDS.lock().unwrap_or_else(|e| e.into_inner());
+    let id = (1..256).find(|&i| !ids[i])?;
+    ids[id] = true;
+    u8::try_from(id).ok()
+}
+
+fn release_pool_id(id: u8) {
+    let mut ids = POOL_IDS.lock().unwrap_or_else(|e| e.into_inner());
+    ids[usize::from(id)] = false;
+}
+
+/// The memory region holding every buffer, page aligned (a valid AF_XDP UMEM).
+struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Region {
+    fn map(len: usize, huge: bool) -> Result<Self, PoolError> {
+        let base_flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
+        let attempts: &[i32] = if huge {
+            &[base_flags | libc::MAP_HUGETLB, base_flags]
+        } else {
+            &[base_flags]
+        };
+        let mut last = String::new();
+        for &flags in attempts {
+            // SAFETY: an anonymous private mapping with a null hint has no preconditions;
+            // the result is checked against MAP_FAILED before use.
+            let p = unsafe {
+                libc::mmap(
+                    core::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    flags,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED
+                && let Some(ptr) = NonNull::new(p.cast::<u8>())
+            {
+                return Ok(Self { ptr, len });
+            }
+            last = std::io::Error::last_os_error().to_string();
+        }
+        Err(PoolError::NoMemory(format!("mmap of {len} bytes: {last}")))
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned, and no reference into the
+        // region outlives the pool (every accessor borrows the pool).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+struct Shared {
+    id: u8,
+    region: Region,
+    meta: Box<[UnsafeCell<Meta>]>,
+    free: ArrayQueue<u32>,
+    cfg: PoolConfig,
+    shift: u32,
+    alloc_failures: AtomicU64,
+}
+
+// SAFETY: the only interior mutability is through `UnsafeCell<Meta>` and the region's
+// bytes; access to buffer `i` requires a `Pkt` for `i` (by `&` for reads, `&mut` for
+// writes) and at most one `Pkt` per buffer exists (module invariant), so two threads can
+// never touch the same buffer without that handle having moved between them, which is a
+// synchronising hand-off (channel, ring) in safe code.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the raw region pointer is owned by `Shared` and freed once in Drop.
+unsafe impl Send for Shared {}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Caches give their buffers back when dropped, so a full free list means no
+        // handle of this pool exists any more and the id can be reused safely.
+        if self.free.len() == self.cfg.buffers as usize {
+            release_pool_id(self.id);
+        }
+    }
+}
+
+/// A packet buffer pool, shared by every worker (clone it to share).
+#[derive(Clone)]
+pub struct Pool {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("id", &self.shared.id)
+            .field("buffers", &self.shared.cfg.buffers)
+            .field("free", &self.shared.free.len())
+            .finish()
+    }
+}
+
+impl Pool {
+    /// Allocates the region and metadata once; every buffer starts on the free list.
+    pub fn new(cfg: PoolConfig) -> Result<Self, PoolError> {
+        cfg.validate()?;
+        let len = cfg.buffers as usize * cfg.buf_size as usize;
+        let region = Region::map(len, cfg.huge_pages)?;
+        let id = take_pool_id().ok_or(PoolError::NoPoolId)?;
+        let meta = (0..cfg.buffers)
+            .map(|_| UnsafeCell::new(Meta::new(cfg.headroom)))
+            .collect();
+        let free = ArrayQueue::new(cfg.buffers as usize);
+        for i in 0..cfg.buffers {
+            // Capacity equals the buffer count, so this cannot fail.
+            let _ = free.push(i);
+        }
+        let shared = Shared {
+            id,
+            region,
+            meta,
+            free,
+            shift: cfg.buf_size.trailing_zeros(),
+            cfg,
+            alloc_failures: AtomicU64::new(0),
+        };
+        Ok(Self {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// The configuration the pool was made with.
+    pub fn config(&self) -> &PoolConfig {
+        &self.shared.cfg
+    }
+
+    /// A new per-worker cache in front of this pool.
+    pub fn cache(&self) -> BufCache {
+        BufCache {
+            pool: self.clone(),
+            stack: Vec::with_capacity(self.shared.cfg.cache_size as usize * 2),
+            cap: self.shared.cfg.cache_size as usize,
+            alloc_failures: 0,
+        }
+    }
+
+    /// Buffers on the shared free list (not counting those in worker caches).
+    pub fn free_in_pool(&self) -> usize {
+        self.shared.free.len()
+    }
+
+    /// Allocation attempts that found no buffer, over all caches that have flushed their
+    /// counts (see [`BufCache::alloc_failures`] for a cache's own count).
+    pub fn alloc_failures(&self) -> u64 {
+        self.shared.alloc_failures.load(Ordering::Relaxed)
+    }
+
+    /// Base address and length of the region (for registering it with a device, e.g. as
+    /// an AF_XDP UMEM). The pool keeps ownership; the pointer is only valid while it lives.
+    pub fn region(&self) -> (*mut u8, usize) {
+        (self.shared.region.ptr.as_ptr(), self.shared.region.len)
+    }
+
+    /// Byte offset of a buffer inside the region.
+    #[inline(always)]
+    pub fn offset_of(&self, p: &Pkt) -> u64 {
+        u64::from(self.check(p)) << self.shared.shift
+    }
+
+    #[inline(always)]
+    fn check(&self, p: &Pkt) -> u32 {
+        // A handle from another pool would alias that pool's owner: refuse it.
+        assert!(
+            p.pool() == self.shared.id,
+            "packet handle used with a foreign pool"
+        );
+        p.index()
+    }
+
+    #[inline(always)]
+    fn buf_ptr(&self, index: u32) -> *mut u8 {
+        // In bounds: index < buffers, so the offset is inside the region.
+        self.shared
+            .region
+            .ptr
+            .as_ptr()
+            .wrapping_add((index as usize) << self.shared.shift)
+    }
+
+    /// Read access to a packet: its metadata and its whole buffer.
+    #[inline(always)]
+    pub fn get<'a>(&'a self, p: &'a Pkt) -> PktRef<'a> {
+        let i = self.check(p);
+        // SAFETY: `p` is the unique handle for buffer `i` and we hold `&p`, so no `&mut`
+        // to this buffer or its metadata can exist for 'a; the slice lies inside the
+        // region (i < buffers) which lives as long as `self`.
+        unsafe {
+            PktRef {
+                meta: &*self.shared.meta[i as usize].get(),
+                buf: core::slice::from_raw_parts(
+                    self.buf_ptr(i),
+                    self.shared.cfg.buf_size as usize,
+                ),
+            }
+        }
+    }
+
+    /// Exclusive access to a packet: its metadata and its whole buffer.
+    #[inline(always)]
+    pub fn get_mut<'a>(&'a self, p: &'a mut Pkt) -> PktMut<'a> {
+        let i = self.check(p);
+        // SAFETY: `p` is the unique handle for buffer `i` and we hold `&mut p`, so this is
+        // the only reference to the buffer and its metadata for 'a; bounds as in `get`.
+        unsafe {
+            PktMut {
+                meta: &mut *self.shared.meta[i as usize].get(),
+                buf: core::slice::from_raw_parts_mut(
+                    self.buf_ptr(i),
+                    self.shared.cfg.buf_size as usize,
+                ),
+            }
+        }
+    }
+
+    /// Hints the CPU to bring a packet's metadata and first data line into cache.
+    #[inline(always)]
+    pub fn prefetch(&self, p: &Pkt) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let i = self.check(p);
+            let meta = self.shared.meta[i as usize].get().cast::<i8>().cast_const();
+            let data = self
+                .buf_ptr(i)
+                .wrapping_add(usize::from(self.shared.cfg.headroom));
+            // SAFETY: prefetch never faults and has no effect on program state; both
+            // addresses are inside live allocations anyway. SSE is part of x86_64.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(meta);
+                _mm_prefetch::<_MM_HINT_T0>(data.cast::<i8>().cast_const());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+}
+
+/// A worker's private stack of free buffers in front of the shared free list.
+///
+/// Allocation and free touch only this stack in the steady state; the shared list is
+/// visited in bulk when the stack runs dry or overflows.
+pub struct BufCache {
+    pool: Pool,
+    stack: Vec<u32>,
+    cap: usize,
+    alloc_failures: u64,
+}
+
+impl fmt::Debug for BufCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufCache")
+            .field("cached", &self.stack.len())
+            .finish()
+    }
+}
+
+impl BufCache {
+    /// The pool behind this cache.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Takes a free buffer, reset to empty with the pool's headroom; `None` (counted)
+    /// when the pool is exhausted.
+    #[inline]
+    pub fn alloc(&mut self) -> Option<Pkt> {
+        if self.stack.is_empty() {
+            self.refill();
+        }
+        match self.stack.pop() {
+            Some(i) => {
+                let mut p = Pkt::new(self.pool.shared.id, i);
+                self.pool
+                    .get_mut(&mut p)
+                    .meta
+                    .reset(self.pool.shared.cfg.headroom);
+                Some(p)
+            }
+            None => {
+                self.alloc_failures += 1;
+                None
+            }
+        }
+    }
+
+    #[cold]
+    fn refill(&mut self) {
+        let want = self.cap.div_ceil(2).max(1);
+        while self.stack.len() < want {
+            match self.pool.shared.free.pop() {
+                Some(i) => self.stack.push(i),
+                None => break,
+            }
+        }
+    }
+
+    /// Gives a buffer back (and every buffer chained behind it).
+    #[inline]
+    pub fn free(&mut self, mut p: Pkt) {
+        loop {
+            let next = self.pool.get_mut(&mut p).meta.chain.take();
+            // The handle dies here; its index goes back on the free stack.
+            let i = self.pool.check(&p);
+            if self.stack.len() >= self.cap * 2 {
+                self.spill();
+            }
+            self.stack.push(i);
+            match next {
+                Some(n) => p = n,
+                None => break,
+            }
+        }
+    }
+
+    /// Gives back every buffer of `list`, leaving it empty.
+    pub fn free_all(&mut self, list: &mut Vec<Pkt>) {
+        for p in list.drain(..) {
+            self.free(p);
+        }
+    }
+
+    #[cold]
+    fn spill(&mut self) {
+        while self.stack.len() > self.cap {
+            match self.stack.pop() {
+                // The shared list has room for every buffer, so this cannot fail.
+                Some(i) => {
+                    let _ = self.pool.shared.free.push(i);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Allocation attempts this cache could not serve.
+    pub fn alloc_failures(&self) -> u64 {
+        self.alloc_failures
+    }
+
+    /// Buffers currently parked in this cache.
+    pub fn cached(&self) -> usize {
+        self.stack.len()
+    }
+
+    /// Returns every cached buffer to the shared list (a stopping worker calls this; Drop
+    /// does it too).
+    pub fn flush(&mut self) {
+        for i in self.stack.drain(..) {
+            let _ = self.pool.shared.free.push(i);
+        }
+        self.pool
+            .shared
+            .alloc_failures
+            .fetch_add(self.alloc_failures, Ordering::Relaxed);
+        self.alloc_failures = 0;
+    }
+}
+
+impl Drop for BufCache {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Read view of one packet: metadata plus the whole buffer (headroom included).
+pub struct PktRef<'a> {
+    /// The packet's metadata.
+    pub meta: &'a Meta,
+    /// The whole buffer; the frame is `buf[meta.data .. meta.data + meta.len]`.
+    pub buf: &'a [u8],
+}
+
+impl<'a> PktRef<'a> {
+    /// The bytes of the packet in this buffer, from the current start.
+    #[inline(always)]
+    pub fn data(&self) -> &'a [u8] {
+        let start = usize::from(self.meta.data);
+        self.buf
+            .get(start..start + usize::from(self.meta.len))
+            .unwrap_or(&[])
+    }
+}
+
+/// Exclusive view of one packet: metadata plus the whole buffer (headroom included).
+pub struct PktMut<'a> {
+    /// The packet's metadata.
+    pub meta: &'a mut Meta,
+    /// The whole buffer; the frame is `buf[meta.data .. meta.data + meta.len]`.
+    pub buf: &'a mut [u8],
+}
+
+impl PktMut<'_> {
+    /// The bytes of the packet in this buffer, from the current start.
+    #[inline(always)]
+    pub fn data(&self) -> &[u8] {
+        let start = usize::from(self.meta.data);
+        self.buf
+            .get(start..start + usize::from(self.meta.len))
+            .unwrap_or(&[])
+    }
+
+    /// The bytes of the packet in this buffer, writable.
+    #[inline(always)]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let start = usize::from(self.meta.data);
+        self.buf
+            .get_mut(start..start + usize::from(self.meta.len))
+            .unwrap_or(&mut [])
+    }
+
+    /// Bytes free in front of the data.
+    #[inline(always)]
+    pub fn headroom(&self) -> usize {
+        usize::from(self.meta.data)
+    }
+
+    /// Bytes free after the data.
+    #[inline(always)]
+    pub fn tailroom(&self) -> usize {
+        self.buf.len() - usize::from(self.meta.data) - usize::from(self.meta.len)
+    }
+
+    /// Grows the packet at the front by `n` bytes (into the headroom) and returns them;
+    /// `None` if the headroom is too small.
+    #[inline]
+    pub fn push(&mut self, n: usize) -> Option<&mut [u8]> {
+        let n16 = u16::try_from(n).ok()?;
+        if n > self.headroom() {
+            return None;
+        }
+        self.meta.data -= n16;
+        self.meta.len += n16;
+        self.meta.total_len += u32::from(n16);
+        let start = usize::from(self.meta.data);
+        self.buf.get_mut(start..start + n)
+    }
+
+    /// Removes `n` bytes from the front; `false` (nothing changed) if the packet is
+    /// shorter than `n`.
+    #[inline]
+    pub fn pull(&mut self, n: usize) -> bool {
+        match u16::try_from(n) {
+            Ok(n16) if n16 <= self.meta.len => {
+                self.meta.data += n16;
+                self.meta.len -= n16;
+                self.meta.total_len -= u32::from(n16);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Cuts the packet (in this buffer) to `len` bytes; a no-op if already shorter.
+    #[inline]
+    pub fn truncate(&mut self, len: usize) {
+        if let Ok(l) = u16::try_from(len)
+            && l < self.meta.len
+        {
+            self.meta.total_len -= u32::from(self.meta.len - l);
+            self.meta.len = l;
+        }
+    }
+
+    /// Grows the packet at the tail by `n` bytes and returns them; `None` without room.
+    #[inline]
+    pub fn append(&mut self, n: usize) -> Option<&mut [u8]> {
+        let n16 = u16::try_from(n).ok()?;
+        if n > self.tailroom() {
+            return None;
+        }
+        let start = usize::from(self.meta.data) + usize::from(self.meta.len);
+        self.meta.len += n16;
+        self.meta.total_len += u32::from(n16);
+        self.buf.get_mut(start..start + n)
+    }
+
+    /// Replaces the packet's bytes with `bytes`, starting at the configured headroom.
+    /// Returns `false` (nothing changed) if they do not fit.
+    pub fn set_data(&mut self, headroom: usize, bytes: &[u8]) -> bool {
+        let Some(dst) = self.buf.get_mut(headroom..headroom + bytes.len()) else {
+            return false;
+        };
+        let (Ok(h), Ok(l)) = (u16::try_from(headroom), u16::try_from(bytes.len())) else {
+            return false;
+        };
+        dst.copy_from_slice(bytes);
+        self.meta.data = h;
+        self.meta.len = l;
+        self.meta.total_len = u32::from(l);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small(buffers: u32, cache: u32) -> Pool {
+        Pool::new(PoolConfig {
+            buffers,
+            cache_size: cache,
+            ..PoolConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn rejects_bad_config_naming_the_field() {
+        let e = Pool::new(PoolConfig {
+            buf_size: 3000,
+            ..PoolConfig::default()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("buf_size"), "{e}");
+        let e = Pool::new(PoolConfig {
+            headroom: 64,
+            ..PoolConfig::default()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("headroom"), "{e}");
+        let e = Pool::new(PoolConfig {
+            buffers: 0,
+            ..PoolConfig::default()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("buffers"), "{e}");
+    }
+
+    #[test]
+    fn exhaustion_is_counted_not_fatal() {
+        let pool = small(8, 4);
+        let mut c = pool.cache();
+        let got: Vec<Pkt> = (0..8).map(|_| c.alloc().unwrap()).collect();
+        assert!(c.alloc().is_none());
+        assert!(c.alloc().is_none());
+        assert_eq!(c.alloc_failures(), 2);
+        let mut got = got;
+        c.free_all(&mut got);
+        assert!(c.alloc().is_some_and(|p| {
+            c.free(p);
+            true
+        }));
+        drop(c);
+        assert_eq!(pool.free_in_pool(), 8);
+        assert_eq!(pool.alloc_failures(), 2);
+    }
+
+    #[test]
+    fn handles_are_unique_and_buffers_do_not_overlap() {
+        let pool = small(64, 16);
+        let mut c = pool.cache();
+        let mut ps: Vec<Pkt> = (0..64).map(|_| c.alloc().unwrap()).collect();
+        let mut seen = std::collections::HashSet::new();
+        for (n, p) in ps.iter_mut().enumerate() {
+            assert!(seen.insert(p.index()));
+            let mut v = pool.get_mut(p);
+            assert_eq!(v.meta.data, 128);
+            assert_eq!(v.meta.len, 0);
+            v.append(4)
+                .unwrap()
+                .copy_from_slice(&(n as u32).to_be_bytes());
+        }
+        for (n, p) in ps.iter().enumerate() {
+            assert_eq!(pool.get(p).data(), &(n as u32).to_be_bytes());
+        }
+        c.free_all(&mut ps);
+    }
+
+    #[test]
+    fn metadata_is_reset_on_alloc() {
+        let pool = small(1, 1);
+        let mut c = pool.cache();
+        let mut p = c.alloc().unwrap();
+        {
+            let mut v = pool.get_mut(&mut p);
+            v.meta.mark = 7;
+            v.meta.in_port = 3;
+            assert!(v.append(60).is_some());
+        }
+        c.free(p);
+        let mut p = c.alloc().unwrap();
+        let v = pool.get_mut(&mut p);
+        assert_eq!((v.meta.mark, v.meta.in_port, v.meta.len), (0, 0, 0));
+        c.free(p);
+    }
+
+    #[test]
+    fn push_pull_truncate_respect_bounds() {
+        let pool = small(2, 2);
+        let mut c = pool.cache();
+        let mut p = c.alloc().unwrap();
+        let mut v = pool.get_mut(&mut p);
+        assert!(v.append(100).is_some());
+        assert!(v.push(129).is_none(), "headroom is 128");
+        assert!(v.push(14).is_some());
+        assert_eq!((v.meta.data, v.meta.len, v.meta.total_len), (114, 114, 114));
+        assert!(v.pull(14));
+        assert!(!v.pull(101));
+        v.truncate(10);
+        assert_eq!(v.data().len(), 10);
+        assert!(v.append(2048).is_none());
+        c.free(p);
+    }
+
+    #[test]
+    fn chained_buffers_are_freed_with_their_head() {
+        let pool = small(4, 1);
+        let mut c = pool.cache();
+        let mut head = c.alloc().unwrap();
+        let mut mid = c.alloc().unwrap();
+        let tail = c.alloc().unwrap();
+        pool.get_mut(&mut mid).meta.chain = Some(tail);
+        pool.get_mut(&mut head).meta.chain = Some(mid);
+        c.free(head);
+        drop(c);
+        assert_eq!(pool.free_in_pool(), 4);
+    }
+
+    #[test]
+    #[should_panic(expected = "foreign pool")]
+    fn foreign_handle_is_refused() {
+        let a = small(1, 1);
+        let b = small(1, 1);
+        let mut ca = a.cache();
+        let p = ca.alloc().unwrap();
+        let _ = b.get(&p).data().len();
+    }
+
+    #[test]
+    fn buffers_cross_threads_and_come_back() {
+        let pool = small(1024, 64);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Pkt>>(4);
+        let p2 = pool.clone();
+        let consumer = std::thread::spawn(move || {
+            let mut c = p2.cache();
+            let mut n = 0u64;
+            for mut batch in rx {
+                for p in &batch {
+                    n += u64::from(p2.get(p).data()[0]);
+                }
+                c.free_all(&mut batch);
+            }
+            n
+        });
+        let mut c = pool.cache();
+        let mut sent = 0u64;
+        for round in 0..200u32 {
+            let mut batch = Vec::new();
+            for _ in 0..32 {
+                let Some(mut p) = c.alloc() else { break };
+                let b = (round % 7) as u8 + 1;
+                pool.get_mut(&mut p).append(1).unwrap()[0] = b;
+                sent += u64::from(b);
+                batch.push(p);
+            }
+            tx.send(batch).unwrap();
+        }
+        drop(tx);
+        assert_eq!(consumer.join().unwrap(), sent);
+        drop(c);
+        assert_eq!(pool.free_in_pool(), 1024);
+    }
+}

@@ -1,0 +1,175 @@
+//! The stage interface: a stage takes a list, gives every packet a next.
+//!
+//! A stage receives a [`PktList`] and must empty it: each packet is either pushed to
+//! [`Out`] with one of the stage's named arcs, dropped with a reason, or taken over by the
+//! stage (queued in a socket, held in a table). The engine then moves packets to their
+//! next stage. A stage that only knows single packets implements [`PacketStage`] and still
+//! works inside a list: the engine loops it ("creeping listification").
+
+use crate::drop::DropReason;
+use crate::pool::{BufCache, Pkt, Pool};
+
+/// A list of packet handles: at most [`LIST_MAX`] from a port per poll, in arrival order.
+pub type PktList = Vec<Pkt>;
+
+/// The longest list a port hands to the graph in one go (VPP's frame size).
+pub const LIST_MAX: usize = 256;
+
+/// Index of one of a stage's outgoing arcs (its position in [`Stage::arcs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Next(pub u8);
+
+/// Where a stage's packets go: `(packet, arc)` pairs in the stage's output order, plus
+/// the packets it dropped.
+#[derive(Debug)]
+pub struct Out {
+    pub(crate) pkts: Vec<Pkt>,
+    pub(crate) arcs: Vec<u8>,
+    pub(crate) drops: Vec<(Pkt, DropReason)>,
+    /// Drops counted without freeing the buffer (the buffer was reused, e.g. turned into
+    /// an ICMP error): `(reason, wire packets)`.
+    pub(crate) counted_drops: Vec<(DropReason, u64)>,
+}
+
+impl Default for Out {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Out {
+    /// An empty output with room for a full list.
+    pub fn new() -> Self {
+        Self {
+            pkts: Vec::with_capacity(LIST_MAX),
+            arcs: Vec::with_capacity(LIST_MAX),
+            drops: Vec::with_capacity(LIST_MAX),
+            counted_drops: Vec::new(),
+        }
+    }
+
+    /// Sends `p` along arc `a`.
+    #[inline(always)]
+    pub fn push(&mut self, a: Next, p: Pkt) {
+        self.pkts.push(p);
+        self.arcs.push(a.0);
+    }
+
+    /// Drops `p` for `reason` (counted against this stage; the engine frees the buffer).
+    #[inline(always)]
+    pub fn drop(&mut self, p: Pkt, reason: DropReason) {
+        self.drops.push((p, reason));
+    }
+
+    /// Counts `wire_packets` packets as dropped for `reason` without a buffer to free:
+    /// the stage reused the buffer for a packet it originates (an ICMP error built in
+    /// place of the offending packet), which it must also count with
+    /// [`Cx::originate`].
+    #[inline]
+    pub fn count_drop(&mut self, reason: DropReason, wire_packets: u64) {
+        self.counted_drops.push((reason, wire_packets));
+    }
+
+    /// Packets pushed so far (not counting drops).
+    pub fn len(&self) -> usize {
+        self.pkts.len()
+    }
+
+    /// Whether nothing was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.pkts.is_empty()
+    }
+
+    pub(crate) fn clear_counts(&mut self) {
+        self.counted_drops.clear();
+    }
+}
+
+/// Packet fates over a worker's life, in wire packets (a GSO super-packet of n segments
+/// counts n). The conservation law the tests check:
+/// `rx + originated = tx + delivered + dropped + held`, where `held` is what sits in
+/// queues and tables right now.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Accounting {
+    /// Received from ports.
+    pub rx: u64,
+    /// Created by the datapath itself (ARP requests and replies, ICMP messages, UDP sends).
+    pub originated: u64,
+    /// Handed to a port for transmission.
+    pub tx: u64,
+    /// Consumed locally (read by an application, or answered by ARP/ICMP).
+    pub delivered: u64,
+    /// Dropped, each with a reason.
+    pub dropped: u64,
+}
+
+impl Accounting {
+    /// Adds another worker's counts.
+    pub fn add(&mut self, o: &Self) {
+        self.rx += o.rx;
+        self.originated += o.originated;
+        self.tx += o.tx;
+        self.delivered += o.delivered;
+        self.dropped += o.dropped;
+    }
+}
+
+/// What a stage may use besides its own state: buffers, time and the fate counters.
+pub struct Cx<'a> {
+    /// The buffer pool (packet bytes and metadata).
+    pub pool: &'a Pool,
+    /// This worker's buffer cache (to allocate or free).
+    pub cache: &'a mut BufCache,
+    /// Monotonic time in nanoseconds, read once per poll (timers, rate limits, ageing).
+    pub now_ns: u64,
+    /// Fate counters of this worker.
+    pub acct: &'a mut Accounting,
+}
+
+impl Cx<'_> {
+    /// Counts `n` wire packets as consumed locally.
+    #[inline(always)]
+    pub fn deliver(&mut self, n: u64) {
+        self.acct.delivered += n;
+    }
+
+    /// Counts `n` wire packets as originated here.
+    #[inline(always)]
+    pub fn originate(&mut self, n: u64) {
+        self.acct.originated += n;
+    }
+}
+
+/// A list-aware stage over per-worker shared state `S`.
+pub trait Stage<S>: Send {
+    /// Names of the outgoing arcs, in [`Next`] index order.
+    fn arcs(&self) -> &'static [&'static str];
+
+    /// Processes every packet of `list` (leaving it empty), in order.
+    fn process(&mut self, st: &mut S, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out);
+}
+
+/// A stage that only knows single packets. Wrap it in [`PerPacket`] to put it in a graph:
+/// the engine then calls it once per packet of each list it receives.
+pub trait PacketStage<S>: Send {
+    /// Names of the outgoing arcs, in [`Next`] index order.
+    fn arcs(&self) -> &'static [&'static str];
+
+    /// Handles one packet: push it to `out`, drop it, or keep it.
+    fn packet(&mut self, st: &mut S, cx: &mut Cx<'_>, p: Pkt, out: &mut Out);
+}
+
+/// Adapter running a [`PacketStage`] inside a list-based graph.
+pub struct PerPacket<T>(pub T);
+
+impl<S, T: PacketStage<S>> Stage<S> for PerPacket<T> {
+    fn arcs(&self) -> &'static [&'static str] {
+        self.0.arcs()
+    }
+
+    fn process(&mut self, st: &mut S, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        for p in list.drain(..) {
+            self.0.packet(st, cx, p, out);
+        }
+    }
+}

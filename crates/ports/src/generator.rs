@@ -1,0 +1,608 @@
+//! `gen`: the in-memory traffic generator, the default port for benchmarks.
+//!
+//! Each flow has a frame template built once (Ethernet, optional VLAN tag, IPv4, UDP or
+//! TCP, payload). Receiving a frame copies the template into a fresh pool buffer and
+//! patches what changes per packet, updating checksums incrementally (RFC 1624):
+//!
+//! - IPv4 identification = the flow's sequence number (low 16 bits);
+//! - the first `min(8, payload)` payload bytes = the sequence number, big-endian, low
+//!   bytes last (a 1-byte payload carries `seq as u8`), so sinks can check per-flow order;
+//! - TCP sequence number advances by the payload length per segment.
+//!
+//! Flow order is `bursty` (N consecutive packets of one flow, then the next flow) or
+//! `interleaved` (round-robin, one packet per flow). Transmit counts and frees, like a
+//! wire that always has room; it can also keep the last frames for tests.
+
+use core::net::Ipv4Addr;
+use std::collections::VecDeque;
+
+use netbatch_engine::{PktList, time};
+use netbatch_wire::checksum;
+use netbatch_wire::ethernet::MacAddr;
+
+use crate::{Port, PortCx, PortStats};
+
+/// Transport of a generated flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L4 {
+    /// UDP datagrams.
+    Udp,
+    /// TCP segments with ACK set (and PSH on none).
+    Tcp,
+}
+
+/// One generated flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowSpec {
+    /// Ethernet source.
+    pub src_mac: MacAddr,
+    /// Ethernet destination (the receiving port's MAC for traffic to the datapath).
+    pub dst_mac: MacAddr,
+    /// 802.1Q tag.
+    pub vlan: Option<u16>,
+    /// IPv4 source.
+    pub src: Ipv4Addr,
+    /// IPv4 destination.
+    pub dst: Ipv4Addr,
+    /// Transport.
+    pub l4: L4,
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+    /// Payload bytes per packet.
+    pub payload_len: usize,
+    /// IPv4 TTL.
+    pub ttl: u8,
+    /// Set the don't-fragment bit.
+    pub dont_frag: bool,
+}
+
+/// How flows follow each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlowOrder {
+    /// `burst` packets of a flow, then the next flow.
+    Bursty {
+        /// Packets per flow before switching.
+        burst: u32,
+    },
+    /// One packet per flow, round-robin.
+    Interleaved,
+}
+
+impl core::str::FromStr for FlowOrder {
+    type Err = String;
+    /// `bursty` (bursts of 64), `bursty:N`, or `interleaved`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "interleaved" => Ok(Self::Interleaved),
+            "bursty" => Ok(Self::Bursty { burst: 64 }),
+            _ => match s.strip_prefix("bursty:").map(str::parse::<u32>) {
+                Some(Ok(n)) if n > 0 => Ok(Self::Bursty { burst: n }),
+                _ => Err(format!(
+                    "unknown flow order '{s}' (expected bursty, bursty:N or interleaved)"
+                )),
+            },
+        }
+    }
+}
+
+/// Generator configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenConfig {
+    /// Flows (at least one).
+    pub flows: Vec<FlowSpec>,
+    /// Flow order.
+    pub order: FlowOrder,
+    /// Stop after this many frames (None: endless).
+    pub limit: Option<u64>,
+    /// Stamp `Meta::rx_tsc` with the TSC at generation (for latency measurement).
+    pub timestamps: bool,
+    /// Keep up to this many transmitted frames for inspection.
+    pub capture: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Flow {
+    frame: Vec<u8>,
+    ip: usize,
+    l4: usize,
+    payload: usize,
+    seq_bytes: usize,
+    tcp: bool,
+    payload_len: u32,
+    /// IPv4 checksum of the template (ident 0).
+    ip_csum: u16,
+    /// L4 checksum of the template (sequence bytes 0, TCP seq 0).
+    l4_csum: u16,
+    seq: u64,
+}
+
+/// Errors in a generator configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GenError {
+    /// No flows.
+    NoFlows,
+    /// A frame would not fit a buffer.
+    TooLarge(usize),
+}
+
+impl core::fmt::Display for GenError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NoFlows => f.write_str("the generator needs at least one flow"),
+            Self::TooLarge(n) => write!(f, "a {n}-byte frame does not fit a packet buffer"),
+        }
+    }
+}
+
+impl std::error::Error for GenError {}
+
+fn template(f: &FlowSpec) -> Flow {
+    let l4_hdr = match f.l4 {
+        L4::Udp => 8,
+        L4::Tcp => 20,
+    };
+    let vlan = if f.vlan.is_some() { 4 } else { 0 };
+    let ip = 14 + vlan;
+    let l4 = ip + 20;
+    let payload = l4 + l4_hdr;
+    let mut b = vec![0u8; payload + f.payload_len];
+    b[0..6].copy_from_slice(&f.dst_mac.0);
+    b[6..12].copy_from_slice(&f.src_mac.0);
+    if let Some(v) = f.vlan {
+        b[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+        b[14..16].copy_from_slice(&(v & 0x0fff).to_be_bytes());
+    }
+    b[ip - 2..ip].copy_from_slice(&0x0800u16.to_be_bytes());
+    let total = (20 + l4_hdr + f.payload_len) as u16;
+    b[ip] = 0x45;
+    b[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
+    if f.dont_frag {
+        b[ip + 6] = 0x40;
+    }
+    b[ip + 8] = f.ttl;
+    b[ip + 9] = match f.l4 {
+        L4::Udp => 17,
+        L4::Tcp => 6,
+    };
+    b[ip + 12..ip + 16].copy_from_slice(&f.src.octets());
+    b[ip + 16..ip + 20].copy_from_slice(&f.dst.octets());
+    let ip_csum = checksum::checksum(&b[ip..ip + 20]);
+    b[ip + 10..ip + 12].copy_from_slice(&ip_csum.to_be_bytes());
+    b[l4..l4 + 2].copy_from_slice(&f.sport.to_be_bytes());
+    b[l4 + 2..l4 + 4].copy_from_slice(&f.dport.to_be_bytes());
+    let seq_bytes = f.payload_len.min(8);
+    // A fixed pattern after the sequence bytes, different per flow.
+    for (j, x) in b[payload + seq_bytes..].iter_mut().enumerate() {
+        *x = (j as u8).wrapping_add(f.sport as u8);
+    }
+    let l4_len = (l4_hdr + f.payload_len) as u16;
+    let csum_at = match f.l4 {
+        L4::Udp => {
+            b[l4 + 4..l4 + 6].copy_from_slice(&l4_len.to_be_bytes());
+            l4 + 6
+        }
+        L4::Tcp => {
+            b[l4 + 8..l4 + 12].copy_from_slice(&1u32.to_be_bytes()); // ack
+            b[l4 + 12] = 5 << 4;
+            b[l4 + 13] = 0x10; // ACK
+            b[l4 + 14..l4 + 16].copy_from_slice(&0xffffu16.to_be_bytes());
+            l4 + 16
+        }
+    };
+    let acc = checksum::pseudo_header_v4(f.src, f.dst, b[ip + 9], l4_len);
+    let mut l4_csum = checksum::finish(checksum::sum(&b[l4..], acc));
+    if f.l4 == L4::Udp && l4_csum == 0 {
+        l4_csum = 0xffff;
+    }
+    b[csum_at..csum_at + 2].copy_from_slice(&l4_csum.to_be_bytes());
+    Flow {
+        frame: b,
+        ip,
+        l4,
+        payload,
+        seq_bytes,
+        tcp: f.l4 == L4::Tcp,
+        payload_len: f.payload_len as u32,
+        ip_csum,
+        l4_csum,
+        seq: 0,
+    }
+}
+
+/// The generator port.
+pub struct GenPort {
+    name: String,
+    index: u16,
+    flows: Vec<Flow>,
+    order: FlowOrder,
+    cur: usize,
+    left_in_burst: u32,
+    limit: Option<u64>,
+    timestamps: bool,
+    clock: Option<quanta::Clock>,
+    capture_cap: usize,
+    captured: VecDeque<Vec<u8>>,
+    stats: PortStats,
+}
+
+impl core::fmt::Debug for GenPort {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("GenPort")
+            .field("name", &self.name)
+            .field("flows", &self.flows.len())
+            .finish()
+    }
+}
+
+impl GenPort {
+    /// A generator named `name` that stamps `Meta::in_port = index`. `buf_room` is the
+    /// bytes a buffer holds after its headroom.
+    pub fn new(name: &str, index: u16, cfg: &GenConfig, buf_room: usize) -> Result<Self, GenError> {
+        if cfg.flows.is_empty() {
+            return Err(GenError::NoFlows);
+        }
+        let flows: Vec<Flow> = cfg.flows.iter().map(template).collect();
+        if let Some(f) = flows.iter().find(|f| f.frame.len() > buf_room) {
+            return Err(GenError::TooLarge(f.frame.len()));
+        }
+        let burst = match cfg.order {
+            FlowOrder::Bursty { burst } => burst,
+            FlowOrder::Interleaved => 1,
+        };
+        Ok(Self {
+            name: name.into(),
+            index,
+            flows,
+            order: cfg.order,
+            cur: 0,
+            left_in_burst: burst,
+            limit: cfg.limit,
+            timestamps: cfg.timestamps,
+            clock: cfg.timestamps.then(time::clock),
+            capture_cap: cfg.capture,
+            captured: VecDeque::new(),
+            stats: PortStats::default(),
+        })
+    }
+
+    /// The template frame of flow `i` with sequence number `seq` (what `rx` produces), for
+    /// tests and for feeding the same frames to another stack.
+    pub fn frame_for(&self, i: usize, seq: u64) -> Option<Vec<u8>> {
+        let f = self.flows.get(i)?;
+        let mut b = f.frame.clone();
+        patch(f, &mut b, seq);
+        Some(b)
+    }
+
+    /// Frames kept from transmission (oldest first).
+    pub fn captured(&mut self) -> &mut VecDeque<Vec<u8>> {
+        &mut self.captured
+    }
+
+    /// Sets the remaining frame budget (None: endless).
+    pub fn set_limit(&mut self, limit: Option<u64>) {
+        self.limit = limit;
+    }
+
+    /// Number of flows.
+    pub fn flows(&self) -> usize {
+        self.flows.len()
+    }
+
+    #[inline]
+    fn next_flow(&mut self) -> usize {
+        let i = self.cur;
+        self.left_in_burst -= 1;
+        if self.left_in_burst == 0 {
+            self.cur += 1;
+            if self.cur == self.flows.len() {
+                self.cur = 0;
+            }
+            self.left_in_burst = match self.order {
+                FlowOrder::Bursty { burst } => burst,
+                FlowOrder::Interleaved => 1,
+            };
+        }
+        i
+    }
+}
+
+/// Writes the per-packet fields of `seq` into `b` (a copy of `f.frame`) and fixes the
+/// checksums incrementally.
+#[inline(always)]
+fn patch(f: &Flow, b: &mut [u8], seq: u64) {
+    let ident = seq as u16;
+    b[f.ip + 4..f.ip + 6].copy_from_slice(&ident.to_be_bytes());
+    let ipc = checksum::update16(f.ip_csum, 0, ident);
+    b[f.ip + 10..f.ip + 12].copy_from_slice(&ipc.to_be_bytes());
+    // Sequence bytes: the low `seq_bytes` bytes of `seq`, big-endian.
+    let sb = seq.to_be_bytes();
+    let n = f.seq_bytes;
+    b[f.payload..f.payload + n].copy_from_slice(&sb[8 - n..]);
+    let mut acc = u64::from(!f.l4_csum);
+    acc += checksum::sum(&b[f.payload..f.payload + n], 0);
+    let at = if f.tcp {
+        let tseq = (seq as u32).wrapping_mul(f.payload_len);
+        b[f.l4 + 4..f.l4 + 8].copy_from_slice(&tseq.to_be_bytes());
+        acc += u64::from(tseq >> 16) + u64::from(tseq & 0xffff);
+        f.l4 + 16
+    } else {
+        f.l4 + 6
+    };
+    let mut c = !checksum::fold(acc);
+    if !f.tcp && c == 0 {
+        c = 0xffff;
+    }
+    b[at..at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+impl Port for GenPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
+        let mut n = max;
+        if let Some(l) = self.limit {
+            n = n.min(usize::try_from(l).unwrap_or(usize::MAX));
+        }
+        let stamp = self
+            .clock
+            .as_ref()
+            .filter(|_| self.timestamps)
+            .map(|c| c.raw())
+            .unwrap_or(0);
+        let mut got = 0;
+        let mut bytes = 0u64;
+        for _ in 0..n {
+            let Some(mut p) = cx.cache.alloc() else {
+                self.stats.rx_nobuf += 1;
+                break;
+            };
+            let i = self.next_flow();
+            let f = &mut self.flows[i];
+            let seq = f.seq;
+            f.seq += 1;
+            let mut v = cx.pool.get_mut(&mut p);
+            let len = f.frame.len();
+            // The template fits (checked at construction), so append cannot fail.
+            if let Some(b) = v.append(len) {
+                b.copy_from_slice(&f.frame);
+                patch(f, b, seq);
+            }
+            v.meta.in_port = self.index;
+            v.meta.rx_tsc = stamp;
+            bytes += len as u64;
+            out.push(p);
+            got += 1;
+        }
+        if let Some(l) = self.limit.as_mut() {
+            *l -= got as u64;
+        }
+        self.stats.rx_packets += got as u64;
+        self.stats.rx_bytes += bytes;
+        got
+    }
+
+    fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) {
+        for p in pkts.drain(..) {
+            let v = cx.pool.get(&p);
+            self.stats.tx_packets += v.meta.wire_packets();
+            self.stats.tx_bytes += u64::from(v.meta.total_len);
+            if self.capture_cap > 0 {
+                if self.captured.len() == self.capture_cap {
+                    self.captured.pop_front();
+                }
+                self.captured.push_back(crate::frame_bytes(cx.pool, &p));
+            }
+            cx.cache.free(p);
+        }
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netbatch_engine::{Pool, PoolConfig};
+
+    fn flow(l4: L4, payload_len: usize, sport: u16) -> FlowSpec {
+        FlowSpec {
+            src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+            vlan: None,
+            src: Ipv4Addr::new(192, 0, 2, 1),
+            dst: Ipv4Addr::new(198, 51, 100, 7),
+            l4,
+            sport,
+            dport: 5001,
+            payload_len,
+            ttl: 64,
+            dont_frag: false,
+        }
+    }
+
+    fn make(flows: Vec<FlowSpec>, order: FlowOrder) -> (Pool, GenPort) {
+        let pool = Pool::new(PoolConfig {
+            buffers: 512,
+            cache_size: 64,
+            ..Default::default()
+        })
+        .unwrap();
+        let cfg = GenConfig {
+            flows,
+            order,
+            limit: None,
+            timestamps: false,
+            capture: 0,
+        };
+        let g = GenPort::new("gen0", 3, &cfg, 1900).unwrap();
+        (pool, g)
+    }
+
+    /// Every generated frame parses and checksums correctly under etherparse, an
+    /// independent implementation, across sequence numbers that exercise carries.
+    #[test]
+    fn frames_are_valid_under_an_independent_parser() {
+        for (l4, len) in [
+            (L4::Udp, 1),
+            (L4::Udp, 0),
+            (L4::Udp, 1458),
+            (L4::Tcp, 1),
+            (L4::Tcp, 1448),
+            (L4::Udp, 5),
+        ] {
+            let (pool, mut g) = make(
+                vec![flow(l4, len, 1000), flow(l4, len, 1001)],
+                FlowOrder::Interleaved,
+            );
+            let mut c = pool.cache();
+            for seq in [0u64, 1, 255, 256, 65535, 65536, 0x1234_5678_9abc] {
+                g.flows[0].seq = seq;
+                let mut out = Vec::new();
+                assert_eq!(
+                    g.rx(
+                        &mut PortCx {
+                            pool: &pool,
+                            cache: &mut c,
+                            now_ns: 0
+                        },
+                        &mut out,
+                        1
+                    ),
+                    1
+                );
+                let bytes = pool.get(&out[0]).data().to_vec();
+                assert_eq!(pool.get(&out[0]).meta.in_port, 3);
+                c.free_all(&mut out);
+                let pkt = etherparse::SlicedPacket::from_ethernet(&bytes).unwrap();
+                let Some(etherparse::NetSlice::Ipv4(ip)) = pkt.net else {
+                    panic!("not IPv4")
+                };
+                let h = ip.header().to_header();
+                assert_eq!(
+                    h.header_checksum,
+                    h.calc_header_checksum(),
+                    "{l4:?} {len} {seq}"
+                );
+                assert_eq!(h.identification, seq as u16);
+                let payload = ip.payload().payload;
+                match pkt.transport {
+                    Some(etherparse::TransportSlice::Udp(u)) => {
+                        let want = u.to_header().calc_checksum_ipv4(&h, u.payload()).unwrap();
+                        assert_eq!(u.checksum(), want, "{len} {seq}");
+                        let n = len.min(8);
+                        assert_eq!(u.payload()[..n], seq.to_be_bytes()[8 - n..]);
+                    }
+                    Some(etherparse::TransportSlice::Tcp(t)) => {
+                        let want = t.to_header().calc_checksum_ipv4(&h, t.payload()).unwrap();
+                        assert_eq!(t.checksum(), want, "{len} {seq}");
+                        assert_eq!(t.sequence_number(), (seq as u32).wrapping_mul(len as u32));
+                        assert!(t.ack());
+                    }
+                    other => panic!("unexpected transport {other:?} ({} bytes)", payload.len()),
+                }
+                g.flows[0].seq = seq;
+                g.cur = 0;
+                g.left_in_burst = 1;
+            }
+        }
+    }
+
+    #[test]
+    fn flow_orders() {
+        let sports = |g: &mut GenPort, pool: &Pool, n: usize| {
+            let mut c = pool.cache();
+            let mut out = Vec::new();
+            g.rx(
+                &mut PortCx {
+                    pool,
+                    cache: &mut c,
+                    now_ns: 0,
+                },
+                &mut out,
+                n,
+            );
+            let v: Vec<u16> = out
+                .iter()
+                .map(|p| u16::from_be_bytes([pool.get(p).data()[34], pool.get(p).data()[35]]))
+                .collect();
+            c.free_all(&mut out);
+            v
+        };
+        let fl = vec![
+            flow(L4::Udp, 1, 1),
+            flow(L4::Udp, 1, 2),
+            flow(L4::Udp, 1, 3),
+        ];
+        let (pool, mut g) = make(fl.clone(), FlowOrder::Interleaved);
+        assert_eq!(sports(&mut g, &pool, 7), vec![1, 2, 3, 1, 2, 3, 1]);
+        let (pool, mut g) = make(fl, FlowOrder::Bursty { burst: 2 });
+        assert_eq!(sports(&mut g, &pool, 7), vec![1, 1, 2, 2, 3, 3, 1]);
+        assert_eq!(
+            "bursty:8".parse::<FlowOrder>(),
+            Ok(FlowOrder::Bursty { burst: 8 })
+        );
+        assert!("bursty:0".parse::<FlowOrder>().is_err());
+    }
+
+    #[test]
+    fn limit_and_exhaustion_are_respected() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 4,
+            cache_size: 4,
+            ..Default::default()
+        })
+        .unwrap();
+        let cfg = GenConfig {
+            flows: vec![flow(L4::Udp, 1, 1)],
+            order: FlowOrder::Interleaved,
+            limit: Some(10),
+            timestamps: false,
+            capture: 2,
+        };
+        let mut g = GenPort::new("g", 0, &cfg, 1900).unwrap();
+        let mut c = pool.cache();
+        let mut out = Vec::new();
+        let mut cx = PortCx {
+            pool: &pool,
+            cache: &mut c,
+            now_ns: 0,
+        };
+        assert_eq!(g.rx(&mut cx, &mut out, 64), 4, "pool of 4");
+        assert_eq!(g.stats().rx_nobuf, 1);
+        g.tx(&mut cx, &mut out);
+        assert_eq!(g.stats().tx_packets, 4);
+        assert_eq!(g.captured().len(), 2);
+        assert_eq!(g.rx(&mut cx, &mut out, 64), 4);
+        g.tx(&mut cx, &mut out);
+        assert_eq!(g.rx(&mut cx, &mut out, 64), 2, "limit of 10");
+        assert_eq!(g.rx(&mut cx, &mut out, 64), 0);
+        g.tx(&mut cx, &mut out);
+        assert!(
+            GenPort::new(
+                "g",
+                0,
+                &GenConfig {
+                    flows: vec![],
+                    ..cfg.clone()
+                },
+                1900
+            )
+            .is_err()
+        );
+        let big = GenConfig {
+            flows: vec![flow(L4::Udp, 2000, 1)],
+            ..cfg
+        };
+        assert_eq!(
+            GenPort::new("g", 0, &big, 1900).unwrap_err(),
+            GenError::TooLarge(2042)
+        );
+    }
+}

@@ -1,0 +1,18 @@
+//! Built-in applications, run by the worker after each poll (sans-IO: they see the
+//! host's sockets and the worker's buffers, never a system call).
+
+pub mod sink;
+
+use netbatch_engine::Cx;
+use netbatch_stack::Host;
+
+/// An application polled by a worker.
+pub trait App: Send {
+    /// Name for reports.
+    fn name(&self) -> &str;
+    /// Does a round of work (reads sockets, queues sends in `host.injected`); returns
+    /// datagrams handled.
+    fn poll(&mut self, host: &mut Host, cx: &mut Cx<'_>) -> usize;
+    /// Counters for reports.
+    fn counters(&self) -> Vec<(&'static str, u64)>;
+}

@@ -1,0 +1,206 @@
+//! Turns a description of ports, addresses and routes into a [`Host`]: interfaces (native
+//! and VLAN sub-interfaces), connected routes, local and broadcast host routes, the
+//! configured routes, and static neighbours.
+
+use core::net::Ipv4Addr;
+use std::sync::Arc;
+
+use netbatch_engine::offload::Features;
+use netbatch_stack::host::{Host, HostParams};
+use netbatch_stack::iface::{Iface, Port, Tags};
+use netbatch_stack::prefix::{IfAddr, Ipv4Prefix};
+use netbatch_stack::route::{Route, RouteError, RouteKind, Routes};
+use netbatch_wire::ethernet::MacAddr;
+
+/// A (sub-)interface on a port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfaceSetup {
+    /// Name.
+    pub name: String,
+    /// Tags that select it.
+    pub tags: Tags,
+    /// Addresses.
+    pub addrs: Vec<IfAddr>,
+}
+
+/// A port with its interfaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortSetup {
+    /// Name.
+    pub name: String,
+    /// MAC address.
+    pub mac: MacAddr,
+    /// L3 MTU.
+    pub mtu: u16,
+    /// Offloads.
+    pub features: Features,
+    /// Addresses of the untagged interface (`None`: untagged frames are refused).
+    pub addrs: Option<Vec<IfAddr>>,
+    /// VLAN sub-interfaces.
+    pub vlans: Vec<IfaceSetup>,
+}
+
+impl PortSetup {
+    /// A plain port with one address and default MTU.
+    pub fn simple(name: &str, mac: MacAddr, addr: IfAddr) -> Self {
+        Self {
+            name: name.into(),
+            mac,
+            mtu: 1500,
+            features: Features::default(),
+            addrs: Some(vec![addr]),
+            vlans: Vec::new(),
+        }
+    }
+}
+
+/// A static neighbour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticNeighbour {
+    /// Interface index.
+    pub iface: u16,
+    /// Address.
+    pub ip: Ipv4Addr,
+    /// MAC.
+    pub mac: MacAddr,
+}
+
+/// Why a host could not be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SetupError {
+    /// Routes refused.
+    #[error("routes: {0}")]
+    Route(#[from] RouteError),
+    /// Too many interfaces.
+    #[error("more than 65535 interfaces")]
+    TooManyIfaces,
+    /// A static neighbour table entry could not be added.
+    #[error("static neighbour {0} could not be added (table full)")]
+    Neighbour(Ipv4Addr),
+}
+
+/// The interfaces of `ports`, in order: each port's untagged interface, then its VLANs.
+pub fn interfaces(ports: &[PortSetup]) -> Result<(Vec<Port>, Vec<Iface>), SetupError> {
+    let mut out_ports = Vec::new();
+    let mut ifaces = Vec::new();
+    for (pi, ps) in ports.iter().enumerate() {
+        let pi = u16::try_from(pi).map_err(|_| SetupError::TooManyIfaces)?;
+        let mut port = Port {
+            name: ps.name.clone(),
+            mac: ps.mac,
+            mtu: ps.mtu,
+            native_if: None,
+            vlans: Vec::new(),
+            features: ps.features,
+        };
+        if let Some(addrs) = &ps.addrs {
+            port.native_if =
+                Some(u16::try_from(ifaces.len()).map_err(|_| SetupError::TooManyIfaces)?);
+            ifaces.push(Iface {
+                name: ps.name.clone(),
+                port: pi,
+                tags: Tags::None,
+                mac: ps.mac,
+                mtu: ps.mtu,
+                addrs: addrs.clone(),
+            });
+        }
+        for v in &ps.vlans {
+            let idx = u16::try_from(ifaces.len()).map_err(|_| SetupError::TooManyIfaces)?;
+            port.vlans.push((v.tags, idx));
+            ifaces.push(Iface {
+                name: v.name.clone(),
+                port: pi,
+                tags: v.tags,
+                mac: ps.mac,
+                mtu: ps.mtu.saturating_sub(0),
+                addrs: v.addrs.clone(),
+            });
+        }
+        out_ports.push(port);
+    }
+    Ok((out_ports, ifaces))
+}
+
+/// The routes implied by interface addresses: connected subnets, our addresses (local),
+/// subnet broadcasts and the limited broadcast.
+pub fn implied_routes(ifaces: &[Iface]) -> Vec<Route> {
+    let mut r = Vec::new();
+    for (i, f) in ifaces.iter().enumerate() {
+        let i = i as u16;
+        for a in &f.addrs {
+            if a.len < 32 {
+                r.push(Route {
+                    prefix: a.subnet(),
+                    kind: RouteKind::Unicast,
+                    out_if: Some(i),
+                    gateway: None,
+                });
+            }
+            if let Some(b) = a.subnet().broadcast() {
+                r.push(Route {
+                    prefix: Ipv4Prefix::host(b),
+                    kind: RouteKind::Broadcast,
+                    out_if: Some(i),
+                    gateway: None,
+                });
+            }
+        }
+    }
+    // Local routes last so they win over a broadcast of the same address.
+    for (i, f) in ifaces.iter().enumerate() {
+        for a in &f.addrs {
+            r.push(Route {
+                prefix: Ipv4Prefix::host(a.addr),
+                kind: RouteKind::Local,
+                out_if: Some(i as u16),
+                gateway: None,
+            });
+        }
+    }
+    r.push(Route {
+        prefix: Ipv4Prefix::host(Ipv4Addr::BROADCAST),
+        kind: RouteKind::Broadcast,
+        out_if: None,
+        gateway: None,
+    });
+    r
+}
+
+/// Builds the route table: implied routes, then `routes` (a configured route for the same
+/// prefix as an implied one replaces it, except local routes, which always win).
+pub fn build_routes(ifaces: &[Iface], routes: &[Route]) -> Result<Routes, SetupError> {
+    let implied = implied_routes(ifaces);
+    let locals: Vec<Route> = implied
+        .iter()
+        .filter(|r| r.kind == RouteKind::Local)
+        .copied()
+        .collect();
+    let mut all: Vec<Route> = implied
+        .into_iter()
+        .filter(|r| r.kind != RouteKind::Local)
+        .collect();
+    all.extend_from_slice(routes);
+    all.extend(locals);
+    let mut t = Routes::new();
+    t.load(all)?;
+    Ok(t)
+}
+
+/// Builds a host.
+pub fn build_host(
+    ports: &[PortSetup],
+    routes: &[Route],
+    neighbours: &[StaticNeighbour],
+    params: HostParams,
+) -> Result<Host, SetupError> {
+    let (ports, ifaces) = interfaces(ports)?;
+    let table = build_routes(&ifaces, routes)?;
+    let mut host = Host::new(ports, ifaces, Arc::new(table), params);
+    for n in neighbours {
+        if !host.neigh.add_static(n.iface, n.ip, n.mac) {
+            return Err(SetupError::Neighbour(n.ip));
+        }
+    }
+    Ok(host)
+}

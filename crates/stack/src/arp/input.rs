@@ -1,0 +1,113 @@
+//! `arp-input`: answers requests for our addresses and learns neighbours (RFC 826).
+//!
+//! Checks: 28 bytes and a known operation (`ArpMalformed`), Ethernet/IPv4 only
+//! (`ArpUnsupported`), a unicast sender MAC and a sender address that is not ours
+//! (`ArpBadSender`; someone claiming our address is a conflict, not a neighbour). A
+//! sender address of 0.0.0.0 (an RFC 5227 probe) is answered but not learned.
+//!
+//! Learning follows RFC 826's merge rule: an existing entry for the sender is updated
+//! from any ARP packet (this covers gratuitous ARP); a new entry is made only when the
+//! packet was for one of our addresses. Packets that were waiting for the sender leave
+//! on the `neighbour` arc, in order. A request for us is turned into the reply in place.
+
+use core::net::Ipv4Addr;
+
+use netbatch_engine::meta::flag;
+use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use netbatch_wire::ethernet::{EtherType, MacAddr};
+
+use super::write_body;
+use crate::host::Host;
+use crate::ip4::be16;
+use crate::l2::output::push_header;
+use crate::prefix::class;
+
+/// Arc to transmit (replies).
+pub const TX: Next = Next(0);
+/// Arc back to the neighbour stage (packets released by a resolution).
+pub const NEIGHBOUR: Next = Next(1);
+
+/// The ARP input stage.
+#[derive(Debug, Default)]
+pub struct ArpInput {
+    waiting: Vec<netbatch_engine::Pkt>,
+}
+
+impl Stage<Host> for ArpInput {
+    fn arcs(&self) -> &'static [&'static str] {
+        &["tx", "neighbour"]
+    }
+
+    fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        for mut p in list.drain(..) {
+            let mut v = cx.pool.get_mut(&mut p);
+            let d = v.data();
+            if d.len() < 28 {
+                out.drop(p, DropReason::ArpMalformed);
+                continue;
+            }
+            if be16(d, 0) != 1 || be16(d, 2) != EtherType::IPV4.0 || d[4] != 6 || d[5] != 4 {
+                out.drop(p, DropReason::ArpUnsupported);
+                continue;
+            }
+            let oper = be16(d, 6);
+            if oper != 1 && oper != 2 {
+                out.drop(p, DropReason::ArpMalformed);
+                continue;
+            }
+            let sha = MacAddr::from_bytes(&d[8..14]);
+            let spa = Ipv4Addr::new(d[14], d[15], d[16], d[17]);
+            let tpa = Ipv4Addr::new(d[24], d[25], d[26], d[27]);
+            let ifx = v.meta.in_if;
+            let Some(iface) = host.ifaces.get(usize::from(ifx)) else {
+                out.drop(p, DropReason::PortDown);
+                continue;
+            };
+            let spa_bits = u32::from(spa);
+            if sha.is_multicast()
+                || (spa_bits != 0 && (class::is_martian_source(spa_bits)))
+                || iface.has_addr(spa)
+            {
+                out.drop(p, DropReason::ArpBadSender);
+                continue;
+            }
+            let for_us = iface.has_addr(tpa);
+            let learned = spa_bits != 0
+                && host
+                    .neigh
+                    .learn(ifx, spa, sha, cx.now_ns, for_us, &mut self.waiting);
+            for w in self.waiting.drain(..) {
+                out.push(NEIGHBOUR, w);
+            }
+            if !for_us {
+                if learned {
+                    cx.deliver(1);
+                    cx.cache.free(p);
+                } else {
+                    out.drop(p, DropReason::ArpNotForUs);
+                }
+                continue;
+            }
+            if oper == 2 {
+                cx.deliver(1);
+                cx.cache.free(p);
+                continue;
+            }
+            // A request for us: answer in place.
+            let our_mac = iface.mac;
+            let b = v.data_mut();
+            write_body(&mut b[..28], 2, our_mac, tpa, sha, spa);
+            let iface = &host.ifaces[usize::from(ifx)];
+            if !push_header(&mut v, iface, sha, EtherType::ARP) {
+                out.drop(p, DropReason::NoHeadroom);
+                continue;
+            }
+            v.meta.out_if = ifx;
+            v.meta.flags = (v.meta.flags & flag::TRACE) | flag::ORIGINATED;
+            host.stats.arp_replies_out += 1;
+            cx.deliver(1);
+            cx.originate(1);
+            out.push(TX, p);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Assembles the stage graph for a host configuration.
+//!
+//! Nodes are added in pipeline order (the `buckets` scheduler runs the lowest-numbered
+//! pending node first, so upstream stages run before downstream ones). A hook whose
+//! chain accepts everything is not added at all: its upstream arc is wired straight to
+//! the next stage, so an empty hook costs nothing.
+
+use netbatch_engine::{Dispatch, DropReason, Graph, GraphBuilder, GraphError};
+
+use crate::arp::input::ArpInput;
+use crate::filter::hook::HookStage;
+use crate::filter::{Chain, HookPoint};
+use crate::host::Host;
+use crate::icmp::input::IcmpInput;
+use crate::ip4::forward::Ip4Forward;
+use crate::ip4::icmp_error::Ip4IcmpError;
+use crate::ip4::input::Ip4Input;
+use crate::ip4::local::Ip4Local;
+use crate::ip4::local_out::Ip4LocalOut;
+use crate::ip4::route::Ip4Route;
+use crate::l2::input::EthInput;
+use crate::neigh::resolve::Neighbour;
+use crate::tcp::TcpInput;
+use crate::tx::Tx;
+use crate::udp::input::UdpInput;
+
+/// Node names, the graph's public entry points among them.
+pub mod node {
+    /// L2 input: where received frames enter.
+    pub const ETH_INPUT: &str = "eth-input";
+    /// ARP input.
+    pub const ARP_INPUT: &str = "arp-input";
+    /// IPv4 input checks.
+    pub const IP4_INPUT: &str = "ip4-input";
+    /// Routing decision.
+    pub const IP4_ROUTE: &str = "ip4-route";
+    /// Local protocol demux.
+    pub const IP4_LOCAL: &str = "ip4-local";
+    /// UDP input.
+    pub const UDP_INPUT: &str = "udp-input";
+    /// ICMP input.
+    pub const ICMP_INPUT: &str = "icmp-input";
+    /// Local TCP.
+    pub const TCP_INPUT: &str = "tcp-input";
+    /// Forwarding.
+    pub const IP4_FORWARD: &str = "ip4-forward";
+    /// ICMP error generation: entry for packets that failed outside the graph.
+    pub const IP4_ICMP_ERROR: &str = "ip4-icmp-error";
+    /// Local output: entry for packets applications send.
+    pub const IP4_LOCAL_OUT: &str = "ip4-local-out";
+    /// Neighbour resolution and L2 header.
+    pub const NEIGHBOUR: &str = "neighbour";
+    /// Transmit queues: entry for complete frames.
+    pub const TX: &str = "tx";
+}
+
+/// What varies between graphs.
+#[derive(Debug, Clone, Default)]
+pub struct GraphOptions {
+    /// Rule chains per hook (missing hooks accept everything).
+    pub chains: Vec<(HookPoint, Chain)>,
+    /// Name of the node local TCP goes to; `None` drops it (`TcpNoHandler`).
+    pub tcp_to: Option<&'static str>,
+}
+
+impl GraphOptions {
+    fn chain(&self, h: HookPoint) -> Option<&Chain> {
+        self.chains
+            .iter()
+            .rev()
+            .find(|(p, _)| *p == h)
+            .map(|(_, c)| c)
+            .filter(|c| !c.is_noop())
+    }
+}
+
+/// Builds the IPv4 graph.
+pub fn build(opts: &GraphOptions, dispatch: Dispatch) -> Result<Graph<Host>, GraphError> {
+    use node::*;
+    let mut b: GraphBuilder<Host> = GraphBuilder::new();
+    let hook =
+        |b: &mut GraphBuilder<Host>, h: HookPoint| -> Result<Option<&'static str>, GraphError> {
+            match opts.chain(h) {
+                Some(c) => {
+                    b.add(h.node(), Box::new(HookStage::new(h, c.clone())))?;
+                    Ok(Some(h.node()))
+                }
+                None => Ok(None),
+            }
+        };
+    b.add(ETH_INPUT, Box::new(EthInput))?;
+    b.add(ARP_INPUT, Box::new(ArpInput::default()))?;
+    b.add(IP4_INPUT, Box::new(Ip4Input))?;
+    let pre = hook(&mut b, HookPoint::Prerouting)?;
+    b.add(IP4_ROUTE, Box::new(Ip4Route::default()))?;
+    let input = hook(&mut b, HookPoint::Input)?;
+    b.add(IP4_LOCAL, Box::new(Ip4Local))?;
+    b.add(UDP_INPUT, Box::new(UdpInput))?;
+    b.add(ICMP_INPUT, Box::new(IcmpInput))?;
+    b.add(TCP_INPUT, Box::new(TcpInput))?;
+    b.add(IP4_FORWARD, Box::new(Ip4Forward))?;
+    let fwd = hook(&mut b, HookPoint::Forward)?;
+    b.add(IP4_ICMP_ERROR, Box::new(Ip4IcmpError))?;
+    b.add(IP4_LOCAL_OUT, Box::new(Ip4LocalOut))?;
+    let output = hook(&mut b, HookPoint::Output)?;
+    let post = hook(&mut b, HookPoint::Postrouting)?;
+    b.add(NEIGHBOUR, Box::new(Neighbour))?;
+    b.add(TX, Box::new(Tx))?;
+
+    b.connect(ETH_INPUT, "arp", ARP_INPUT)?;
+    b.connect(ETH_INPUT, "ip4", IP4_INPUT)?;
+    b.connect_drop(ETH_INPUT, "ip6", DropReason::Ip6Unsupported)?;
+    b.connect(ARP_INPUT, "tx", TX)?;
+    b.connect(ARP_INPUT, "neighbour", NEIGHBOUR)?;
+
+    let to_route = pre.unwrap_or(IP4_ROUTE);
+    b.connect(IP4_INPUT, "ok", to_route)?;
+    if let Some(h) = pre {
+        b.connect(h, "accept", IP4_ROUTE)?;
+    }
+    let to_local = input.unwrap_or(IP4_LOCAL);
+    b.connect(IP4_ROUTE, "local", to_local)?;
+    if let Some(h) = input {
+        b.connect(h, "accept", IP4_LOCAL)?;
+    }
+    b.connect(IP4_ROUTE, "forward", IP4_FORWARD)?;
+    b.connect(IP4_ROUTE, "error", IP4_ICMP_ERROR)?;
+
+    b.connect(IP4_LOCAL, "udp", UDP_INPUT)?;
+    b.connect(IP4_LOCAL, "icmp", ICMP_INPUT)?;
+    b.connect(IP4_LOCAL, "tcp", TCP_INPUT)?;
+    b.connect(IP4_LOCAL, "error", IP4_ICMP_ERROR)?;
+    b.connect(UDP_INPUT, "error", IP4_ICMP_ERROR)?;
+    b.connect(ICMP_INPUT, "reply", IP4_LOCAL_OUT)?;
+    match opts.tcp_to {
+        Some(n) => b.connect(TCP_INPUT, "host", n)?,
+        None => b.connect_drop(TCP_INPUT, "host", DropReason::TcpNoHandler)?,
+    }
+
+    // Forwarded: FORWARD hook, then POSTROUTING, then the neighbour stage.
+    let to_post = post.unwrap_or(NEIGHBOUR);
+    b.connect(IP4_FORWARD, "ok", fwd.unwrap_or(to_post))?;
+    b.connect(IP4_FORWARD, "error", IP4_ICMP_ERROR)?;
+    if let Some(h) = fwd {
+        b.connect(h, "accept", to_post)?;
+    }
+    b.connect(IP4_ICMP_ERROR, "out", IP4_LOCAL_OUT)?;
+    // Local: OUTPUT hook, then POSTROUTING.
+    b.connect(IP4_LOCAL_OUT, "ok", output.unwrap_or(to_post))?;
+    b.connect(IP4_LOCAL_OUT, "local", IP4_LOCAL)?;
+    if let Some(h) = output {
+        b.connect(h, "accept", to_post)?;
+    }
+    if let Some(h) = post {
+        b.connect(h, "accept", NEIGHBOUR)?;
+    }
+    b.connect(NEIGHBOUR, "tx", TX)?;
+    b.build(dispatch)
+}

@@ -1,0 +1,87 @@
+//! `hook-*`: one stage per hook point, evaluating its chain over the list.
+
+use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+
+use super::{Chain, HookPoint, Key, Verdict};
+use crate::host::Host;
+use crate::ip4::{be16, be32};
+
+/// Arc for accepted packets.
+pub const ACCEPT: Next = Next(0);
+
+/// A hook stage.
+#[derive(Debug)]
+pub struct HookStage {
+    hook: HookPoint,
+    chain: Chain,
+    reason: DropReason,
+    /// Packets matched per rule (policy hits in the last slot).
+    pub hits: Vec<u64>,
+}
+
+impl HookStage {
+    /// The stage for `hook` with `chain`.
+    pub fn new(hook: HookPoint, chain: Chain) -> Self {
+        let reason = match hook {
+            HookPoint::Prerouting => DropReason::FilterPrerouting,
+            HookPoint::Input => DropReason::FilterInput,
+            HookPoint::Forward => DropReason::FilterForward,
+            HookPoint::Output => DropReason::FilterOutput,
+            HookPoint::Postrouting => DropReason::FilterPostrouting,
+        };
+        let hits = vec![0; chain.rules.len() + 1];
+        Self {
+            hook,
+            chain,
+            reason,
+            hits,
+        }
+    }
+}
+
+/// Reads the match key of the IPv4 packet in `d` (starting at its header).
+#[inline(always)]
+pub fn key_of(d: &[u8], in_if: u16, out_if: u16) -> Key {
+    let proto = d[9];
+    let ihl = usize::from(d[0] & 0x0f) * 4;
+    let first = be16(d, 6) & 0x1fff == 0;
+    let ports = if (proto == 6 || proto == 17) && first && d.len() >= ihl + 4 {
+        Some((be16(d, ihl), be16(d, ihl + 2)))
+    } else {
+        None
+    };
+    Key {
+        proto,
+        src: be32(d, 12),
+        dst: be32(d, 16),
+        ports,
+        in_if,
+        out_if,
+    }
+}
+
+impl Stage<Host> for HookStage {
+    fn arcs(&self) -> &'static [&'static str] {
+        &["accept"]
+    }
+
+    fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        let in_ok = self.hook.has_in_if();
+        let out_ok = self.hook.has_out_if();
+        let policy_slot = self.chain.rules.len();
+        for p in list.drain(..) {
+            let v = cx.pool.get(&p);
+            let k = key_of(
+                v.data(),
+                if in_ok { v.meta.in_if } else { u16::MAX },
+                if out_ok { v.meta.out_if } else { u16::MAX },
+            );
+            let (verdict, rule) = self.chain.eval(&k);
+            self.hits[rule.unwrap_or(policy_slot)] += 1;
+            match verdict {
+                Verdict::Accept => out.push(ACCEPT, p),
+                Verdict::Drop => out.drop(p, self.reason),
+            }
+        }
+    }
+}

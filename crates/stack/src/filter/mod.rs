@@ -1,0 +1,325 @@
+//! Netfilter-like hooks: an ordered rule chain per hook point, first match wins, then
+//! the chain's policy.
+//!
+//! Hook points follow the kernel's: PREROUTING (after IPv4 input checks), INPUT (local
+//! delivery), FORWARD (after the TTL decrement), OUTPUT (locally originated),
+//! POSTROUTING (everything leaving). A hook with no rules and an accept policy is left
+//! out of the graph altogether, so it costs nothing (the kernel's static key).
+//!
+//! Matching reads the IPv4 header at `Meta::l3`; ports are matched only for TCP and UDP
+//! first fragments whose header holds them (a rule with a port match never matches a
+//! packet whose ports are unknown).
+
+use core::fmt;
+
+use crate::prefix::Ipv4Prefix;
+
+pub mod hook;
+
+/// A hook point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HookPoint {
+    /// Before routing.
+    Prerouting,
+    /// Before local delivery.
+    Input,
+    /// Before forwarding.
+    Forward,
+    /// Locally originated, after routing.
+    Output,
+    /// Before the neighbour stage, for everything leaving.
+    Postrouting,
+}
+
+impl HookPoint {
+    /// Every hook, in packet-path order.
+    pub const ALL: [Self; 5] = [
+        Self::Prerouting,
+        Self::Input,
+        Self::Forward,
+        Self::Output,
+        Self::Postrouting,
+    ];
+
+    /// Lower-case name (`prerouting`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Prerouting => "prerouting",
+            Self::Input => "input",
+            Self::Forward => "forward",
+            Self::Output => "output",
+            Self::Postrouting => "postrouting",
+        }
+    }
+
+    /// The graph node name of this hook's stage.
+    pub fn node(self) -> &'static str {
+        match self {
+            Self::Prerouting => "hook-prerouting",
+            Self::Input => "hook-input",
+            Self::Forward => "hook-forward",
+            Self::Output => "hook-output",
+            Self::Postrouting => "hook-postrouting",
+        }
+    }
+
+    /// Whether packets at this hook have an input interface.
+    pub fn has_in_if(self) -> bool {
+        matches!(self, Self::Prerouting | Self::Input | Self::Forward)
+    }
+
+    /// Whether packets at this hook have an output interface.
+    pub fn has_out_if(self) -> bool {
+        matches!(self, Self::Forward | Self::Output | Self::Postrouting)
+    }
+}
+
+impl fmt::Display for HookPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a matching rule (or the policy) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Let the packet continue.
+    Accept,
+    /// Drop it (counted with the hook's drop reason).
+    Drop,
+}
+
+/// An inclusive port range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortRange {
+    /// Lowest port.
+    pub lo: u16,
+    /// Highest port.
+    pub hi: u16,
+}
+
+impl PortRange {
+    /// Whether `p` is in the range.
+    #[inline(always)]
+    pub fn contains(&self, p: u16) -> bool {
+        self.lo <= p && p <= self.hi
+    }
+}
+
+impl core::str::FromStr for PortRange {
+    type Err = String;
+    /// `80` or `1000-2000`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}' is not a port or a port range (e.g. 80 or 1000-2000)");
+        let (lo, hi) = match s.split_once('-') {
+            Some((a, b)) => (
+                a.trim().parse().map_err(|_| bad())?,
+                b.trim().parse().map_err(|_| bad())?,
+            ),
+            None => {
+                let p = s.trim().parse().map_err(|_| bad())?;
+                (p, p)
+            }
+        };
+        if lo > hi {
+            return Err(format!("port range '{s}' is empty (low above high)"));
+        }
+        Ok(Self { lo, hi })
+    }
+}
+
+/// One rule: every field that is set must match.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Rule {
+    /// IP protocol number.
+    pub proto: Option<u8>,
+    /// Source prefix.
+    pub src: Option<Ipv4Prefix>,
+    /// Destination prefix.
+    pub dst: Option<Ipv4Prefix>,
+    /// Source port range (TCP/UDP).
+    pub sport: Option<PortRange>,
+    /// Destination port range (TCP/UDP).
+    pub dport: Option<PortRange>,
+    /// Input interface.
+    pub in_if: Option<u16>,
+    /// Output interface.
+    pub out_if: Option<u16>,
+    /// What to do on a match.
+    pub verdict: Verdict,
+}
+
+impl Rule {
+    /// A rule that matches everything.
+    pub fn any(verdict: Verdict) -> Self {
+        Self {
+            proto: None,
+            src: None,
+            dst: None,
+            sport: None,
+            dport: None,
+            in_if: None,
+            out_if: None,
+            verdict,
+        }
+    }
+}
+
+/// The fields rules look at, read once per packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    /// IP protocol.
+    pub proto: u8,
+    /// Source address bits.
+    pub src: u32,
+    /// Destination address bits.
+    pub dst: u32,
+    /// TCP/UDP ports, when known.
+    pub ports: Option<(u16, u16)>,
+    /// Input interface (`u16::MAX` if none).
+    pub in_if: u16,
+    /// Output interface (`u16::MAX` if none).
+    pub out_if: u16,
+}
+
+impl Rule {
+    /// Whether the rule matches `k`.
+    #[inline]
+    pub fn matches(&self, k: &Key) -> bool {
+        if let Some(p) = self.proto
+            && p != k.proto
+        {
+            return false;
+        }
+        if let Some(p) = &self.src
+            && !p.contains_bits(k.src)
+        {
+            return false;
+        }
+        if let Some(p) = &self.dst
+            && !p.contains_bits(k.dst)
+        {
+            return false;
+        }
+        if self.sport.is_some() || self.dport.is_some() {
+            let Some((sp, dp)) = k.ports else {
+                return false;
+            };
+            if self.sport.is_some_and(|r| !r.contains(sp))
+                || self.dport.is_some_and(|r| !r.contains(dp))
+            {
+                return false;
+            }
+        }
+        if self.in_if.is_some_and(|i| i != k.in_if) || self.out_if.is_some_and(|i| i != k.out_if) {
+            return false;
+        }
+        true
+    }
+}
+
+/// A hook's rules and policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    /// Rules in order.
+    pub rules: Vec<Rule>,
+    /// Verdict when no rule matches.
+    pub policy: Verdict,
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Self {
+            rules: Vec::new(),
+            policy: Verdict::Accept,
+        }
+    }
+}
+
+impl Chain {
+    /// Whether the hook would accept everything (so the stage can be left out).
+    pub fn is_noop(&self) -> bool {
+        self.policy == Verdict::Accept && self.rules.iter().all(|r| r.verdict == Verdict::Accept)
+    }
+
+    /// The verdict for `k` and the index of the rule that decided (None: the policy).
+    #[inline]
+    pub fn eval(&self, k: &Key) -> (Verdict, Option<usize>) {
+        for (i, r) in self.rules.iter().enumerate() {
+            if r.matches(k) {
+                return (r.verdict, Some(i));
+            }
+        }
+        (self.policy, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(proto: u8, src: &str, dst: &str, ports: Option<(u16, u16)>) -> Key {
+        Key {
+            proto,
+            src: u32::from(src.parse::<core::net::Ipv4Addr>().unwrap()),
+            dst: u32::from(dst.parse::<core::net::Ipv4Addr>().unwrap()),
+            ports,
+            in_if: 0,
+            out_if: 1,
+        }
+    }
+
+    #[test]
+    fn first_match_wins_then_policy() {
+        let mut drop_udp_range = Rule::any(Verdict::Drop);
+        drop_udp_range.proto = Some(17);
+        drop_udp_range.dport = Some("9000-9100".parse().unwrap());
+        let mut allow_admin = Rule::any(Verdict::Accept);
+        allow_admin.src = Some("192.0.2.0/24".parse().unwrap());
+        let c = Chain {
+            rules: vec![allow_admin, drop_udp_range],
+            policy: Verdict::Accept,
+        };
+        assert_eq!(
+            c.eval(&key(17, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
+            (Verdict::Drop, Some(1))
+        );
+        assert_eq!(
+            c.eval(&key(17, "192.0.2.7", "10.0.0.1", Some((1, 9050)))),
+            (Verdict::Accept, Some(0))
+        );
+        assert_eq!(
+            c.eval(&key(17, "198.51.100.1", "10.0.0.1", Some((1, 8999)))),
+            (Verdict::Accept, None)
+        );
+        assert_eq!(
+            c.eval(&key(6, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
+            (Verdict::Accept, None)
+        );
+        // Unknown ports (a non-first fragment) never match a port rule.
+        assert_eq!(
+            c.eval(&key(17, "198.51.100.1", "10.0.0.1", None)),
+            (Verdict::Accept, None)
+        );
+        assert!(!c.is_noop());
+        assert!(Chain::default().is_noop());
+    }
+
+    #[test]
+    fn interface_matches() {
+        let mut r = Rule::any(Verdict::Drop);
+        r.out_if = Some(1);
+        assert!(r.matches(&key(1, "1.1.1.1", "2.2.2.2", None)));
+        r.in_if = Some(3);
+        assert!(!r.matches(&key(1, "1.1.1.1", "2.2.2.2", None)));
+    }
+
+    #[test]
+    fn port_ranges_parse() {
+        assert_eq!("80".parse::<PortRange>(), Ok(PortRange { lo: 80, hi: 80 }));
+        assert_eq!("1-2".parse::<PortRange>(), Ok(PortRange { lo: 1, hi: 2 }));
+        assert!("2-1".parse::<PortRange>().unwrap_err().contains("empty"));
+        assert!("x".parse::<PortRange>().is_err());
+        assert!("70000".parse::<PortRange>().is_err());
+    }
+}

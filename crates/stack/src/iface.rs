@@ -1,0 +1,108 @@
+//! Ports (physical) and interfaces (logical: a port, or a VLAN sub-interface of it).
+//!
+//! Interface indices are dense (`0..ifaces.len()`); `Meta::in_if`/`out_if` hold them.
+//! A port maps untagged frames to its native interface (if it has one) and tagged frames
+//! to sub-interfaces by VLAN key.
+
+use core::net::Ipv4Addr;
+
+use netbatch_wire::ethernet::MacAddr;
+
+use netbatch_engine::offload::Features;
+
+use crate::prefix::IfAddr;
+
+/// A VLAN tag stack on an interface: none, one 802.1Q tag, or 802.1ad + 802.1Q.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Tags {
+    /// Untagged.
+    #[default]
+    None,
+    /// One 802.1Q tag.
+    Dot1q(u16),
+    /// An 802.1ad service tag, then an 802.1Q customer tag.
+    QinQ(u16, u16),
+}
+
+impl Tags {
+    /// Bytes these tags add to an Ethernet header.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::None => 0,
+            Self::Dot1q(_) => 4,
+            Self::QinQ(..) => 8,
+        }
+    }
+
+    /// Whether there are no tags.
+    pub fn is_empty(&self) -> bool {
+        matches!(self, Self::None)
+    }
+}
+
+/// A physical port as the stack sees it.
+#[derive(Debug, Clone)]
+pub struct Port {
+    /// Name from the configuration.
+    pub name: String,
+    /// MAC address.
+    pub mac: MacAddr,
+    /// L3 MTU (bytes of IP packet).
+    pub mtu: u16,
+    /// Interface for untagged frames.
+    pub native_if: Option<u16>,
+    /// Sub-interfaces by tag stack.
+    pub vlans: Vec<(Tags, u16)>,
+    /// Offloads.
+    pub features: Features,
+}
+
+impl Port {
+    /// The interface for a tag stack received on this port.
+    #[inline]
+    pub fn iface_for(&self, tags: Tags) -> Option<u16> {
+        match tags {
+            Tags::None => self.native_if,
+            t => self.vlans.iter().find(|(k, _)| *k == t).map(|(_, i)| *i),
+        }
+    }
+}
+
+/// A logical interface.
+#[derive(Debug, Clone)]
+pub struct Iface {
+    /// Name (`eth0`, `eth0.100`).
+    pub name: String,
+    /// Port it sits on.
+    pub port: u16,
+    /// Tags pushed on transmit and expected on receive.
+    pub tags: Tags,
+    /// MAC address (the port's).
+    pub mac: MacAddr,
+    /// L3 MTU.
+    pub mtu: u16,
+    /// Addresses; the first is the primary (source of ICMP errors and ARP requests).
+    pub addrs: Vec<IfAddr>,
+}
+
+impl Iface {
+    /// The primary address, if any.
+    pub fn primary(&self) -> Option<Ipv4Addr> {
+        self.addrs.first().map(|a| a.addr)
+    }
+
+    /// The address to use as source toward `dst`: one whose subnet holds `dst`, else
+    /// the primary.
+    pub fn source_for(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        self.addrs
+            .iter()
+            .find(|a| a.subnet().contains(dst))
+            .map(|a| a.addr)
+            .or_else(|| self.primary())
+    }
+
+    /// Whether `a` is one of this interface's addresses.
+    pub fn has_addr(&self, a: Ipv4Addr) -> bool {
+        self.addrs.iter().any(|x| x.addr == a)
+    }
+}

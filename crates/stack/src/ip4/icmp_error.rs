@@ -1,0 +1,229 @@
+//! `ip4-icmp-error`: turns a packet whose `Meta::reason` names an ICMP-worthy failure
+//! into that ICMP error, in its own buffer, and sends it to `ip4-local-out`.
+//!
+//! The offending packet counts as dropped for its reason and the error as originated,
+//! as in the kernel (the buffer is reused, nothing is allocated).
+//!
+//! No error is sent (RFC 1122 3.2.2, RFC 1812 4.3.2.7) about: an ICMP error message; a
+//! datagram sent to a link-layer broadcast or multicast, or to an IP broadcast or
+//! multicast address; a non-first fragment; a datagram whose source is not a unicast
+//! address (this-network, loopback, multicast, class E); a packet we originated. Errors
+//! are rate limited by a token bucket (RFC 1812 4.3.2.8). The error quotes as much of the
+//! original as fits in 576 bytes (RFC 1812 4.3.2.3) and is sourced from the primary
+//! address of the interface the packet arrived on.
+
+use netbatch_engine::meta::flag;
+use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use netbatch_wire::checksum;
+
+use super::{be16, be32};
+use crate::host::Host;
+use crate::icmp::is_error_type;
+use crate::prefix::class;
+
+/// Arc to `ip4-local-out`.
+pub const OUT: Next = Next(0);
+
+/// Largest ICMP error datagram (RFC 1812 4.3.2.3).
+const MAX_ERROR_LEN: usize = 576;
+
+/// The ICMP error generator.
+#[derive(Debug, Default)]
+pub struct Ip4IcmpError;
+
+/// The (type, code) an error reason maps to.
+pub fn icmp_for(r: DropReason) -> Option<(u8, u8)> {
+    Some(match r {
+        DropReason::TtlExpired => (11, 0),
+        DropReason::NoRoute => (3, 0),
+        DropReason::RouteUnreachable | DropReason::NeighFailed => (3, 1),
+        DropReason::UnknownProtocol => (3, 2),
+        DropReason::NoSocket => (3, 3),
+        DropReason::FragNeeded => (3, 4),
+        DropReason::RouteProhibit => (3, 13),
+        _ => return None,
+    })
+}
+
+/// Whether an error may be sent about the datagram `d` (starting at its IP header) with
+/// metadata flags `flags`.
+fn may_answer(d: &[u8], flags: u32) -> bool {
+    if flags
+        & (flag::L2_BROADCAST
+            | flag::L2_MULTICAST
+            | flag::L3_BROADCAST
+            | flag::L3_MULTICAST
+            | flag::ORIGINATED)
+        != 0
+    {
+        return false;
+    }
+    if d.len() < 20 {
+        return false;
+    }
+    let ihl = usize::from(d[0] & 0x0f) * 4;
+    if be16(d, 6) & 0x1fff != 0 {
+        return false;
+    }
+    let src = be32(d, 12);
+    let dst = be32(d, 16);
+    if class::is_martian_source(src) || class::is_multicast(dst) || class::is_limited_broadcast(dst)
+    {
+        return false;
+    }
+    if d[9] == 1 {
+        // An ICMP error (or an ICMP message too short to tell) is never answered.
+        match d.get(ihl) {
+            Some(&t) if !is_error_type(t) => {}
+            _ => return false,
+        }
+    }
+    true
+}
+
+impl Stage<Host> for Ip4IcmpError {
+    fn arcs(&self) -> &'static [&'static str] {
+        &["out"]
+    }
+
+    fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        for mut p in list.drain(..) {
+            let mut v = cx.pool.get_mut(&mut p);
+            let reason = DropReason::from_u16(v.meta.reason).unwrap_or(DropReason::Unspecified);
+            let Some((ty, code)) = icmp_for(reason) else {
+                out.drop(p, reason);
+                continue;
+            };
+            if !may_answer(v.data(), v.meta.flags) {
+                host.stats.icmp_errors_suppressed += 1;
+                out.drop(p, reason);
+                continue;
+            }
+            let src = host
+                .ifaces
+                .get(usize::from(v.meta.in_if))
+                .and_then(|i| i.primary());
+            let Some(src) = src.or_else(|| host.ifaces.iter().find_map(|i| i.primary())) else {
+                host.stats.icmp_errors_suppressed += 1;
+                out.drop(p, reason);
+                continue;
+            };
+            if !host.icmp_limit.allow(cx.now_ns) {
+                host.stats.icmp_errors_rate_limited += 1;
+                out.drop(p, reason);
+                continue;
+            }
+            let wire = v.meta.wire_packets();
+            if let Some(chain) = v.meta.chain.take() {
+                cx.cache.free(chain);
+            }
+            let orig_src = [v.data()[12], v.data()[13], v.data()[14], v.data()[15]];
+            let quote = (v.meta.len as usize).min(MAX_ERROR_LEN - 28);
+            v.truncate(quote);
+            let ident = host.next_ident();
+            let mtu = v.meta.scratch as u16;
+            let Some(h) = v.push(28) else {
+                out.drop(p, reason);
+                continue;
+            };
+            h[0] = 0x45;
+            h[1] = 0xc0; // precedence "internetwork control", as Linux marks ICMP errors
+            h[2..4].copy_from_slice(&((28 + quote) as u16).to_be_bytes());
+            h[4..6].copy_from_slice(&ident.to_be_bytes());
+            h[6..8].copy_from_slice(&[0, 0]);
+            h[8] = 64;
+            h[9] = 1;
+            h[10..12].copy_from_slice(&[0, 0]);
+            h[12..16].copy_from_slice(&src.octets());
+            h[16..20].copy_from_slice(&orig_src);
+            let c = checksum::checksum(&h[..20]);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            h[20] = ty;
+            h[21] = code;
+            h[22..28].copy_from_slice(&[0, 0, 0, 0, 0, 0]);
+            if reason == DropReason::FragNeeded {
+                // RFC 1191: next-hop MTU in the low 16 bits of the unused word.
+                h[26..28].copy_from_slice(&mtu.to_be_bytes());
+            }
+            let c = checksum::checksum(&v.data()[20..]);
+            v.data_mut()[22..24].copy_from_slice(&c.to_be_bytes());
+            v.meta.l3 = v.meta.data;
+            v.meta.l4 = v.meta.data + 20;
+            v.meta.flags = (v.meta.flags & flag::TRACE) | flag::ORIGINATED | flag::IP_CSUM_OK;
+            v.meta.reason = 0;
+            v.meta.out_if = u16::MAX;
+            v.meta.gso_size = 0;
+            v.meta.gso_type = 0;
+            v.meta.segs = 1;
+            host.stats.icmp_errors_out += 1;
+            out.count_drop(reason, wire);
+            cx.originate(1);
+            out.push(OUT, p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn udp_to(src: [u8; 4], dst: [u8; 4], frag: u16) -> Vec<u8> {
+        let mut d = vec![0x45, 0, 0, 28, 0, 1, 0, 0, 64, 17, 0, 0];
+        d.extend_from_slice(&src);
+        d.extend_from_slice(&dst);
+        d[6..8].copy_from_slice(&frag.to_be_bytes());
+        d.extend_from_slice(&[0, 1, 0, 2, 0, 8, 0, 0]);
+        d
+    }
+
+    #[test]
+    fn rfc1812_suppression_rules() {
+        let ok = udp_to([192, 0, 2, 1], [198, 51, 100, 1], 0);
+        assert!(may_answer(&ok, flag::L2_HOST));
+        assert!(!may_answer(&ok, flag::L2_BROADCAST), "link-layer broadcast");
+        assert!(!may_answer(&ok, flag::L3_BROADCAST), "IP broadcast");
+        assert!(!may_answer(&ok, flag::ORIGINATED), "our own packet");
+        assert!(
+            !may_answer(&udp_to([192, 0, 2, 1], [224, 0, 0, 9], 0), 0),
+            "multicast destination"
+        );
+        assert!(
+            !may_answer(&udp_to([192, 0, 2, 1], [255, 255, 255, 255], 0), 0),
+            "limited broadcast"
+        );
+        assert!(
+            !may_answer(&udp_to([0, 0, 0, 0], [198, 51, 100, 1], 0), 0),
+            "this-network source"
+        );
+        assert!(
+            !may_answer(&udp_to([127, 0, 0, 1], [198, 51, 100, 1], 0), 0),
+            "loopback source"
+        );
+        assert!(
+            !may_answer(&udp_to([192, 0, 2, 1], [198, 51, 100, 1], 185), 0),
+            "non-first fragment"
+        );
+        assert!(
+            may_answer(&udp_to([192, 0, 2, 1], [198, 51, 100, 1], 0x2000), 0),
+            "first fragment is fine"
+        );
+        let mut icmp_err = udp_to([192, 0, 2, 1], [198, 51, 100, 1], 0);
+        icmp_err[9] = 1;
+        icmp_err[20] = 11;
+        assert!(!may_answer(&icmp_err, 0), "ICMP error");
+        icmp_err[20] = 8;
+        assert!(may_answer(&icmp_err, 0), "ICMP echo may get an error");
+    }
+
+    #[test]
+    fn reasons_map_to_rfc792_codes() {
+        assert_eq!(icmp_for(DropReason::TtlExpired), Some((11, 0)));
+        assert_eq!(icmp_for(DropReason::NoSocket), Some((3, 3)));
+        assert_eq!(icmp_for(DropReason::UnknownProtocol), Some((3, 2)));
+        assert_eq!(icmp_for(DropReason::NoRoute), Some((3, 0)));
+        assert_eq!(icmp_for(DropReason::RouteUnreachable), Some((3, 1)));
+        assert_eq!(icmp_for(DropReason::RouteProhibit), Some((3, 13)));
+        assert_eq!(icmp_for(DropReason::FragNeeded), Some((3, 4)));
+        assert_eq!(icmp_for(DropReason::Ip4Checksum), None);
+    }
+}

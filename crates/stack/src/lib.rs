@@ -1,0 +1,31 @@
+//! The stages of netbatch, one module per protocol and one stage per file, named after
+//! the packet's path: `l2::input` (`eth-input`), `arp::input`, `ip4::input`,
+//! `filter::hook` (`hook-prerouting` …), `ip4::route`, `ip4::local`, `udp::input`,
+//! `icmp::input`, `ip4::forward`, `ip4::icmp_error`, `ip4::local_out`,
+//! `neigh::resolve` (`neighbour`), `tx`.
+//!
+//! Every stage is list-aware and keeps per-list state (route hint, last socket, last
+//! neighbour) hoisted out of its packet loop. Every packet leaves a stage on an arc or
+//! with a drop reason; none is lost.
+#![forbid(unsafe_code)]
+
+pub mod arp;
+pub mod assemble;
+pub mod fib;
+pub mod filter;
+pub mod host;
+pub mod icmp;
+pub mod iface;
+pub mod ip4;
+pub mod l2;
+pub mod neigh;
+pub mod prefix;
+pub mod ratelimit;
+pub mod route;
+pub mod tcp;
+pub mod timers;
+pub mod tx;
+pub mod udp;
+
+pub use assemble::{GraphOptions, build, node};
+pub use host::{Host, HostParams, HostStats};

@@ -1,0 +1,561 @@
+//! The neighbour table: IPv4 → MAC per interface, with bounded queues of packets waiting
+//! for resolution, ageing and a bounded size (RFC 826, RFC 1122 2.3.2.1-2.3.2.2).
+//!
+//! States: `Incomplete` (request sent, packets may queue), `Reachable` (confirmed within
+//! `reachable_ms`), `Stale` (usable; the next use sends a unicast probe), `Permanent`
+//! (static). An incomplete entry that gets no answer after `max_probes` requests fails:
+//! its queue is released for ICMP host unreachable (RFC 1122 2.3.2.2 allows dropping;
+//! Linux reports unreachable). Full table: stale and failed entries are evicted oldest
+//! first; if none can go, the new neighbour is refused and counted.
+
+use core::net::Ipv4Addr;
+use std::collections::VecDeque;
+
+use netbatch_engine::{BufCache, Pkt};
+use netbatch_wire::ethernet::MacAddr;
+
+pub mod resolve;
+
+/// Tunables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeighParams {
+    /// Most entries.
+    pub max_entries: usize,
+    /// Most packets waiting per unresolved neighbour.
+    pub queue_len: usize,
+    /// How long a confirmation keeps an entry reachable.
+    pub reachable_ms: u64,
+    /// Interval between requests for an unresolved (or probed) neighbour.
+    pub retrans_ms: u64,
+    /// Requests before giving up.
+    pub max_probes: u32,
+    /// Stale entries unused for this long are removed.
+    pub gc_stale_ms: u64,
+}
+
+impl Default for NeighParams {
+    fn default() -> Self {
+        Self {
+            max_entries: 4096,
+            queue_len: 16,
+            reachable_ms: 30_000,
+            retrans_ms: 1000,
+            max_probes: 3,
+            gc_stale_ms: 60_000,
+        }
+    }
+}
+
+/// Entry state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    /// Resolution under way.
+    Incomplete,
+    /// Recently confirmed.
+    Reachable,
+    /// Not confirmed lately; still used.
+    Stale,
+    /// Static, never ages.
+    Permanent,
+}
+
+#[derive(Debug)]
+struct Entry {
+    ip: u32,
+    iface: u16,
+    mac: MacAddr,
+    state: State,
+    /// Last confirmation (reply or request from it).
+    confirmed_ns: u64,
+    /// Last time a packet used it.
+    used_ns: u64,
+    probes: u32,
+    next_probe_ns: u64,
+    queue: VecDeque<Pkt>,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NeighStats {
+    /// Entries created.
+    pub created: u64,
+    /// Resolutions that failed.
+    pub failed: u64,
+    /// Entries evicted to make room.
+    pub evicted: u64,
+    /// Entries refused because the table was full.
+    pub table_full: u64,
+    /// Packets queued while resolving.
+    pub queued: u64,
+    /// Packets dropped from a full resolution queue.
+    pub queue_overflow: u64,
+    /// Requests asked for (first resolution and retries).
+    pub requests: u64,
+}
+
+/// What a lookup found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// Resolved: send to this MAC.
+    Mac(MacAddr),
+    /// Resolved but stale: send, and probe (the caller asks for a unicast request).
+    StaleMac(MacAddr),
+    /// Resolution under way (slot index).
+    Pending(u32),
+    /// Unknown.
+    Miss,
+}
+
+/// A request the table wants sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    /// Interface to send on.
+    pub iface: u16,
+    /// Address asked for.
+    pub target: Ipv4Addr,
+    /// Unicast to this MAC (refreshing a stale entry) or broadcast.
+    pub unicast: Option<MacAddr>,
+}
+
+fn key(iface: u16, ip: u32) -> u64 {
+    (u64::from(iface) << 32) | u64::from(ip)
+}
+
+/// The neighbour table of one worker.
+#[derive(Debug)]
+pub struct NeighTable {
+    params: NeighParams,
+    map: hashbrown::HashMap<u64, u32, foldhash::fast::FixedState>,
+    slots: Vec<Option<Entry>>,
+    free: Vec<u32>,
+    /// Counters.
+    pub stats: NeighStats,
+}
+
+impl NeighTable {
+    /// An empty table.
+    pub fn new(params: NeighParams) -> Self {
+        Self {
+            params,
+            map: hashbrown::HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            stats: NeighStats::default(),
+        }
+    }
+
+    /// The tunables.
+    pub fn params(&self) -> &NeighParams {
+        &self.params
+    }
+
+    /// Adds a static entry (never ages, never evicted).
+    pub fn add_static(&mut self, iface: u16, ip: Ipv4Addr, mac: MacAddr) -> bool {
+        let ip = u32::from(ip);
+        match self.slot_for(iface, ip, 0, true) {
+            Some(i) => {
+                if let Some(e) = self.slots[i as usize].as_mut() {
+                    e.mac = mac;
+                    e.state = State::Permanent;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Looks up `ip` on `iface` at time `now_ns`.
+    #[inline]
+    pub fn lookup(&mut self, iface: u16, ip: u32, now_ns: u64) -> Lookup {
+        let Some(&i) = self.map.get(&key(iface, ip)) else {
+            return Lookup::Miss;
+        };
+        let Some(e) = self.slots[i as usize].as_mut() else {
+            return Lookup::Miss;
+        };
+        e.used_ns = now_ns;
+        match e.state {
+            State::Permanent => Lookup::Mac(e.mac),
+            State::Reachable
+                if now_ns.saturating_sub(e.confirmed_ns) < self.params.reachable_ms * 1_000_000 =>
+            {
+                Lookup::Mac(e.mac)
+            }
+            State::Reachable | State::Stale => {
+                e.state = State::Stale;
+                Lookup::StaleMac(e.mac)
+            }
+            State::Incomplete => Lookup::Pending(i),
+        }
+    }
+
+    /// Whether a stale entry is due for a unicast probe now (and marks it sent).
+    pub fn want_refresh(&mut self, iface: u16, ip: u32, now_ns: u64) -> bool {
+        let Some(&i) = self.map.get(&key(iface, ip)) else {
+            return false;
+        };
+        let Some(e) = self.slots[i as usize].as_mut() else {
+            return false;
+        };
+        if e.state == State::Stale && now_ns >= e.next_probe_ns {
+            e.next_probe_ns = now_ns + self.params.retrans_ms * 1_000_000;
+            e.probes += 1;
+            self.stats.requests += 1;
+            return true;
+        }
+        false
+    }
+
+    fn evict_one(&mut self, now_ns: u64) -> bool {
+        // Oldest-used stale entry with nothing queued.
+        let victim = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+            .filter(|(_, e)| {
+                e.state == State::Stale
+                    || (e.state == State::Reachable
+                        && now_ns.saturating_sub(e.confirmed_ns)
+                            >= self.params.reachable_ms * 1_000_000)
+            })
+            .min_by_key(|(_, e)| e.used_ns)
+            .map(|(i, _)| i);
+        match victim {
+            Some(i) => {
+                if let Some(e) = self.slots[i].take() {
+                    self.map.remove(&key(e.iface, e.ip));
+                }
+                self.free.push(i as u32);
+                self.stats.evicted += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn slot_for(&mut self, iface: u16, ip: u32, now_ns: u64, create: bool) -> Option<u32> {
+        if let Some(&i) = self.map.get(&key(iface, ip)) {
+            return Some(i);
+        }
+        if !create {
+            return None;
+        }
+        if self.map.len() >= self.params.max_entries && !self.evict_one(now_ns) {
+            self.stats.table_full += 1;
+            return None;
+        }
+        let e = Entry {
+            ip,
+            iface,
+            mac: MacAddr([0; 6]),
+            state: State::Incomplete,
+            confirmed_ns: 0,
+            used_ns: now_ns,
+            probes: 0,
+            next_probe_ns: now_ns,
+            queue: VecDeque::new(),
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(e);
+                i
+            }
+            None => {
+                self.slots.push(Some(e));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.map.insert(key(iface, ip), i);
+        self.stats.created += 1;
+        Some(i)
+    }
+
+    /// Starts resolving `ip` on `iface` (or finds the resolution under way) and queues
+    /// `p` behind it. Returns the probe to send if one is due now, and any packet pushed
+    /// out of a full queue (the oldest, as Linux does) or `p` itself if the table is full.
+    pub fn queue(
+        &mut self,
+        iface: u16,
+        ip: u32,
+        p: Pkt,
+        now_ns: u64,
+    ) -> (Option<Probe>, Option<Pkt>, bool) {
+        let Some(i) = self.slot_for(iface, ip, now_ns, true) else {
+            return (None, Some(p), true);
+        };
+        let cap = self.params.queue_len;
+        let retrans = self.params.retrans_ms * 1_000_000;
+        let Some(e) = self.slots[i as usize].as_mut() else {
+            return (None, Some(p), true);
+        };
+        let mut overflow = None;
+        if cap == 0 {
+            overflow = Some(p);
+        } else {
+            if e.queue.len() >= cap {
+                overflow = e.queue.pop_front();
+                self.stats.queue_overflow += 1;
+            }
+            e.queue.push_back(p);
+            self.stats.queued += 1;
+        }
+        let mut probe = None;
+        if e.state == State::Incomplete && e.probes == 0 {
+            e.probes = 1;
+            e.next_probe_ns = now_ns + retrans;
+            self.stats.requests += 1;
+            probe = Some(Probe {
+                iface,
+                target: Ipv4Addr::from(ip),
+                unicast: None,
+            });
+        }
+        (probe, overflow, false)
+    }
+
+    /// Records that `ip` on `iface` is at `mac` (from an ARP reply, or a request whose
+    /// sender we keep). `create`: make an entry if there is none (RFC 826: only when the
+    /// packet was for us). Returns the packets that were waiting, in order.
+    pub fn learn(
+        &mut self,
+        iface: u16,
+        ip: Ipv4Addr,
+        mac: MacAddr,
+        now_ns: u64,
+        create: bool,
+        waiting: &mut Vec<Pkt>,
+    ) -> bool {
+        let ip = u32::from(ip);
+        let Some(i) = self.slot_for(iface, ip, now_ns, create) else {
+            return false;
+        };
+        let Some(e) = self.slots[i as usize].as_mut() else {
+            return false;
+        };
+        if e.state == State::Permanent {
+            return true;
+        }
+        e.mac = mac;
+        e.state = State::Reachable;
+        e.confirmed_ns = now_ns;
+        e.probes = 0;
+        waiting.extend(e.queue.drain(..));
+        true
+    }
+
+    /// Advances timers: retries due requests, fails exhausted resolutions (their queued
+    /// packets go to `failed`), removes long-unused stale entries.
+    pub fn tick(&mut self, now_ns: u64, probes: &mut Vec<Probe>, failed: &mut Vec<Pkt>) {
+        let p = self.params;
+        let mut remove = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(e) = slot.as_mut() else { continue };
+            match e.state {
+                State::Incomplete if now_ns >= e.next_probe_ns && e.probes > 0 => {
+                    if e.probes >= p.max_probes {
+                        failed.extend(e.queue.drain(..));
+                        self.stats.failed += 1;
+                        remove.push(i);
+                    } else {
+                        e.probes += 1;
+                        e.next_probe_ns = now_ns + p.retrans_ms * 1_000_000;
+                        self.stats.requests += 1;
+                        probes.push(Probe {
+                            iface: e.iface,
+                            target: Ipv4Addr::from(e.ip),
+                            unicast: None,
+                        });
+                    }
+                }
+                State::Stale if e.probes >= p.max_probes && now_ns >= e.next_probe_ns => {
+                    // Probed and never confirmed: the neighbour is gone.
+                    self.stats.failed += 1;
+                    remove.push(i);
+                }
+                State::Stale | State::Reachable
+                    if now_ns.saturating_sub(e.used_ns.max(e.confirmed_ns))
+                        >= p.gc_stale_ms * 1_000_000 =>
+                {
+                    remove.push(i);
+                }
+                _ => {}
+            }
+        }
+        for i in remove {
+            if let Some(e) = self.slots[i].take() {
+                self.map.remove(&key(e.iface, e.ip));
+                debug_assert!(e.queue.is_empty());
+            }
+            self.free.push(i as u32);
+        }
+    }
+
+    /// The MAC of `ip` on `iface`, if resolved (for tests and reports).
+    pub fn mac_of(&self, iface: u16, ip: Ipv4Addr) -> Option<(MacAddr, State)> {
+        let i = *self.map.get(&key(iface, u32::from(ip)))?;
+        let e = self.slots[i as usize].as_ref()?;
+        (e.state != State::Incomplete).then_some((e.mac, e.state))
+    }
+
+    /// Entries in the table.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Packets waiting in resolution queues.
+    pub fn held(&self) -> u64 {
+        self.slots
+            .iter()
+            .flatten()
+            .map(|e| e.queue.len() as u64)
+            .sum()
+    }
+
+    /// Frees every queued packet (at shutdown).
+    pub fn drain_all(&mut self, cache: &mut BufCache) {
+        for e in self.slots.iter_mut().flatten() {
+            for p in e.queue.drain(..) {
+                cache.free(p);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netbatch_engine::{Pool, PoolConfig};
+
+    const MS: u64 = 1_000_000;
+
+    fn pool() -> Pool {
+        Pool::new(PoolConfig {
+            buffers: 64,
+            cache_size: 8,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn queue_then_learn_releases_in_order() {
+        let pool = pool();
+        let mut c = pool.cache();
+        let mut t = NeighTable::new(NeighParams {
+            queue_len: 2,
+            ..Default::default()
+        });
+        let ip = u32::from(Ipv4Addr::new(192, 0, 2, 9));
+        let ids: Vec<u32> = (0..3).map(|_| 0).collect::<Vec<_>>();
+        let _ = ids;
+        let (a, b, d) = (c.alloc().unwrap(), c.alloc().unwrap(), c.alloc().unwrap());
+        let (ai, bi, di) = (a.index(), b.index(), d.index());
+        let (probe, over, full) = t.queue(1, ip, a, 0);
+        assert_eq!(
+            probe,
+            Some(Probe {
+                iface: 1,
+                target: Ipv4Addr::from(ip),
+                unicast: None
+            })
+        );
+        assert!(over.is_none() && !full);
+        let (probe, over, _) = t.queue(1, ip, b, MS);
+        assert!(probe.is_none(), "one request per retransmit interval");
+        assert!(over.is_none());
+        let (_, over, _) = t.queue(1, ip, d, 2 * MS);
+        let over = over.unwrap();
+        assert_eq!(over.index(), ai, "the oldest waiting packet makes room");
+        c.free(over);
+        assert_eq!(t.lookup(1, ip, 3 * MS), Lookup::Pending(0));
+        let mut w = Vec::new();
+        assert!(t.learn(
+            1,
+            Ipv4Addr::from(ip),
+            MacAddr([2, 0, 0, 0, 0, 9]),
+            4 * MS,
+            false,
+            &mut w
+        ));
+        assert_eq!(w.iter().map(Pkt::index).collect::<Vec<_>>(), vec![bi, di]);
+        c.free_all(&mut w);
+        assert_eq!(
+            t.lookup(1, ip, 5 * MS),
+            Lookup::Mac(MacAddr([2, 0, 0, 0, 0, 9]))
+        );
+        assert_eq!(t.stats.queue_overflow, 1);
+    }
+
+    #[test]
+    fn unanswered_requests_fail_and_release_the_queue() {
+        let pool = pool();
+        let mut c = pool.cache();
+        let mut t = NeighTable::new(NeighParams::default());
+        let ip = 0xc000_0209;
+        let p = c.alloc().unwrap();
+        let _ = t.queue(0, ip, p, 0);
+        let (mut probes, mut failed) = (Vec::new(), Vec::new());
+        t.tick(500 * MS, &mut probes, &mut failed);
+        assert!(probes.is_empty());
+        t.tick(1000 * MS, &mut probes, &mut failed);
+        t.tick(2000 * MS, &mut probes, &mut failed);
+        assert_eq!(probes.len(), 2, "retries 2 and 3");
+        assert!(failed.is_empty());
+        t.tick(3000 * MS, &mut probes, &mut failed);
+        assert_eq!(failed.len(), 1);
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.stats.failed, 1);
+        c.free_all(&mut failed);
+    }
+
+    #[test]
+    fn entries_go_stale_and_table_is_bounded() {
+        let mut t = NeighTable::new(NeighParams {
+            max_entries: 2,
+            ..Default::default()
+        });
+        let mut w = Vec::new();
+        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
+        assert!(t.learn(0, Ipv4Addr::new(10, 0, 0, 1), mac, 0, true, &mut w));
+        assert!(t.learn(0, Ipv4Addr::new(10, 0, 0, 2), mac, 10 * MS, true, &mut w));
+        assert!(
+            !t.learn(0, Ipv4Addr::new(10, 0, 0, 3), mac, 20 * MS, true, &mut w),
+            "full, nothing stale"
+        );
+        assert_eq!(t.stats.table_full, 1);
+        assert_eq!(t.lookup(0, 0x0a00_0001, 31_000 * MS), Lookup::StaleMac(mac));
+        assert!(t.want_refresh(0, 0x0a00_0001, 31_000 * MS));
+        assert!(!t.want_refresh(0, 0x0a00_0001, 31_001 * MS));
+        assert!(
+            t.learn(
+                0,
+                Ipv4Addr::new(10, 0, 0, 3),
+                mac,
+                40_000 * MS,
+                true,
+                &mut w
+            ),
+            "evicts a stale entry"
+        );
+        assert_eq!(t.stats.evicted, 1);
+        assert!(
+            !t.learn(
+                0,
+                Ipv4Addr::new(10, 0, 0, 4),
+                mac,
+                40_000 * MS,
+                false,
+                &mut w
+            ),
+            "no create"
+        );
+        assert!(t.add_static(0, Ipv4Addr::new(10, 0, 0, 3), mac));
+        assert_eq!(t.lookup(0, 0x0a00_0003, u64::MAX / 2), Lookup::Mac(mac));
+    }
+}

@@ -1,0 +1,271 @@
+//! IPv4 prefixes (`10.0.0.0/8`) as used by routes, rules and interface addresses.
+
+use core::fmt;
+use core::net::Ipv4Addr;
+use core::str::FromStr;
+
+/// An IPv4 prefix: address bits and a length; host bits beyond the length are zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ipv4Prefix {
+    addr: u32,
+    len: u8,
+}
+
+/// Why a prefix string was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrefixError {
+    /// Not `a.b.c.d/len` or `a.b.c.d`.
+    Syntax(String),
+    /// Length above 32.
+    Length(u8),
+    /// Bits set beyond the length (e.g. `10.0.0.1/8`).
+    HostBits(String),
+}
+
+impl fmt::Display for PrefixError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Syntax(s) => write!(f, "'{s}' is not an IPv4 prefix (a.b.c.d/len)"),
+            Self::Length(l) => write!(f, "prefix length {l} is above 32"),
+            Self::HostBits(s) => write!(f, "'{s}' has host bits set beyond its length"),
+        }
+    }
+}
+
+impl std::error::Error for PrefixError {}
+
+/// The netmask of a prefix length (`len` ≤ 32).
+#[inline(always)]
+pub const fn mask(len: u8) -> u32 {
+    if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - len as u32)
+    }
+}
+
+impl Ipv4Prefix {
+    /// The prefix `addr/len`, refusing host bits.
+    pub fn new(addr: Ipv4Addr, len: u8) -> Result<Self, PrefixError> {
+        if len > 32 {
+            return Err(PrefixError::Length(len));
+        }
+        let a = u32::from(addr);
+        if a & !mask(len) != 0 {
+            return Err(PrefixError::HostBits(format!("{addr}/{len}")));
+        }
+        Ok(Self { addr: a, len })
+    }
+
+    /// The prefix of `addr/len` with host bits cleared (for interface addresses).
+    pub fn truncating(addr: Ipv4Addr, len: u8) -> Self {
+        let len = len.min(32);
+        Self {
+            addr: u32::from(addr) & mask(len),
+            len,
+        }
+    }
+
+    /// A host route.
+    pub fn host(addr: Ipv4Addr) -> Self {
+        Self {
+            addr: u32::from(addr),
+            len: 32,
+        }
+    }
+
+    /// Network address bits.
+    #[inline(always)]
+    pub fn bits(&self) -> u32 {
+        self.addr
+    }
+
+    /// Network address.
+    pub fn addr(&self) -> Ipv4Addr {
+        Ipv4Addr::from(self.addr)
+    }
+
+    /// Prefix length.
+    #[inline(always)]
+    pub fn prefix_len(&self) -> u8 {
+        self.len
+    }
+
+    /// Whether this is the default route `0.0.0.0/0` (the prefix covering everything).
+    pub fn is_default(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `a` (address bits) is inside the prefix.
+    #[inline(always)]
+    pub fn contains_bits(&self, a: u32) -> bool {
+        a & mask(self.len) == self.addr
+    }
+
+    /// Whether `a` is inside the prefix.
+    pub fn contains(&self, a: Ipv4Addr) -> bool {
+        self.contains_bits(u32::from(a))
+    }
+
+    /// The subnet's directed broadcast address (for lengths below 31).
+    pub fn broadcast(&self) -> Option<Ipv4Addr> {
+        (self.len < 31).then(|| Ipv4Addr::from(self.addr | !mask(self.len)))
+    }
+}
+
+impl fmt::Display for Ipv4Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr(), self.len)
+    }
+}
+
+impl FromStr for Ipv4Prefix {
+    type Err = PrefixError;
+    /// Parses `a.b.c.d/len`, or `a.b.c.d` as a /32; refuses host bits.
+    fn from_str(s: &str) -> Result<Self, PrefixError> {
+        let (a, l) = match s.split_once('/') {
+            Some((a, l)) => (
+                a,
+                l.parse::<u8>().map_err(|_| PrefixError::Syntax(s.into()))?,
+            ),
+            None => (s, 32),
+        };
+        let addr: Ipv4Addr = a.parse().map_err(|_| PrefixError::Syntax(s.into()))?;
+        Self::new(addr, l)
+    }
+}
+
+/// An interface address: `a.b.c.d/len`, host bits allowed (`10.0.0.1/24`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IfAddr {
+    /// The address.
+    pub addr: Ipv4Addr,
+    /// The length of the connected subnet.
+    pub len: u8,
+}
+
+impl IfAddr {
+    /// The connected subnet.
+    pub fn subnet(&self) -> Ipv4Prefix {
+        Ipv4Prefix::truncating(self.addr, self.len)
+    }
+}
+
+impl fmt::Display for IfAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl FromStr for IfAddr {
+    type Err = PrefixError;
+    fn from_str(s: &str) -> Result<Self, PrefixError> {
+        let (a, l) = s
+            .split_once('/')
+            .ok_or_else(|| PrefixError::Syntax(s.into()))?;
+        let addr: Ipv4Addr = a.parse().map_err(|_| PrefixError::Syntax(s.into()))?;
+        let len: u8 = l.parse().map_err(|_| PrefixError::Syntax(s.into()))?;
+        if len > 32 {
+            return Err(PrefixError::Length(len));
+        }
+        Ok(Self { addr, len })
+    }
+}
+
+/// Address classes that matter to input checks (RFC 1122 3.2.1.3, RFC 1812 5.3.7).
+pub mod class {
+    /// `0.0.0.0/8`: "this network".
+    #[inline(always)]
+    pub const fn is_this_network(a: u32) -> bool {
+        a >> 24 == 0
+    }
+    /// `127.0.0.0/8`: loopback.
+    #[inline(always)]
+    pub const fn is_loopback(a: u32) -> bool {
+        a >> 24 == 127
+    }
+    /// `224.0.0.0/4`: multicast.
+    #[inline(always)]
+    pub const fn is_multicast(a: u32) -> bool {
+        a >> 28 == 0xe
+    }
+    /// `240.0.0.0/4`: reserved class E, which includes the limited broadcast.
+    #[inline(always)]
+    pub const fn is_class_e(a: u32) -> bool {
+        a >> 28 == 0xf
+    }
+    /// `255.255.255.255`: limited broadcast.
+    #[inline(always)]
+    pub const fn is_limited_broadcast(a: u32) -> bool {
+        a == u32::MAX
+    }
+    /// Not usable as the source of a datagram from the wire: this-network, loopback,
+    /// multicast, class E and broadcast (RFC 1122 3.2.1.3 (a)-(e), RFC 1812 5.3.7).
+    #[inline(always)]
+    pub const fn is_martian_source(a: u32) -> bool {
+        is_this_network(a) || is_loopback(a) || a >> 28 >= 0xe
+    }
+    /// Not usable as a destination from the wire: this-network, loopback, and class E
+    /// other than the limited broadcast.
+    #[inline(always)]
+    pub const fn is_martian_dest(a: u32) -> bool {
+        is_this_network(a) || is_loopback(a) || (is_class_e(a) && !is_limited_broadcast(a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_refuses_host_bits() {
+        let p: Ipv4Prefix = "10.1.0.0/16".parse().unwrap();
+        assert_eq!((p.bits(), p.prefix_len()), (0x0a01_0000, 16));
+        assert!(p.contains("10.1.255.3".parse().unwrap()));
+        assert!(!p.contains("10.2.0.0".parse().unwrap()));
+        assert_eq!(
+            "10.1.0.1/16".parse::<Ipv4Prefix>(),
+            Err(PrefixError::HostBits("10.1.0.1/16".into()))
+        );
+        assert_eq!(
+            "10.0.0.0/33".parse::<Ipv4Prefix>(),
+            Err(PrefixError::Length(33))
+        );
+        assert!(matches!(
+            "10.0.0/8".parse::<Ipv4Prefix>(),
+            Err(PrefixError::Syntax(_))
+        ));
+        assert_eq!("0.0.0.0/0".parse::<Ipv4Prefix>().unwrap().bits(), 0);
+        assert_eq!("1.2.3.4".parse::<Ipv4Prefix>().unwrap().prefix_len(), 32);
+        assert_eq!(p.broadcast(), Some("10.1.255.255".parse().unwrap()));
+    }
+
+    #[test]
+    fn interface_address_keeps_host_bits() {
+        let a: IfAddr = "192.0.2.1/24".parse().unwrap();
+        assert_eq!(a.subnet().to_string(), "192.0.2.0/24");
+    }
+
+    #[test]
+    fn martians_follow_rfc1122() {
+        use class::*;
+        let a = |s: &str| u32::from(s.parse::<Ipv4Addr>().unwrap());
+        for m in [
+            "0.0.0.0",
+            "0.1.2.3",
+            "127.0.0.1",
+            "224.0.0.1",
+            "240.0.0.1",
+            "255.255.255.255",
+        ] {
+            assert!(is_martian_source(a(m)), "{m}");
+        }
+        for ok in ["1.0.0.1", "192.0.2.1", "223.255.255.255", "126.255.255.255"] {
+            assert!(!is_martian_source(a(ok)), "{ok}");
+        }
+        assert!(!is_martian_dest(a("255.255.255.255")));
+        assert!(!is_martian_dest(a("224.0.0.5")));
+        assert!(is_martian_dest(a("240.0.0.1")));
+        assert!(is_martian_dest(a("0.0.0.0")));
+    }
+}

@@ -1,0 +1,198 @@
+//! Routes: the control-plane table (what the configuration and route files say) and the
+//! data-plane view the stages use (an LPM table whose values index a dense array of
+//! [`Hop`]s).
+//!
+//! Route kinds follow `ip route`: unicast (connected when it has no gateway), local (our
+//! own addresses, /32), broadcast (directed subnet broadcasts and 255.255.255.255),
+//! blackhole, unreachable, prohibit.
+
+use core::fmt;
+use core::net::Ipv4Addr;
+
+use crate::fib::{FibError, Table};
+use crate::prefix::Ipv4Prefix;
+
+pub mod file;
+
+/// What a route does with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RouteKind {
+    /// Deliver locally: the destination is one of our addresses.
+    Local,
+    /// Deliver locally as broadcast.
+    Broadcast,
+    /// Forward out of `out_if`, to `gateway` or (when none) straight to the destination.
+    Unicast,
+    /// Discard silently.
+    Blackhole,
+    /// Discard with ICMP host unreachable.
+    Unreachable,
+    /// Discard with ICMP administratively prohibited.
+    Prohibit,
+}
+
+/// A route as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Route {
+    /// Destination prefix.
+    pub prefix: Ipv4Prefix,
+    /// Kind.
+    pub kind: RouteKind,
+    /// Output interface (unicast, local and broadcast routes).
+    pub out_if: Option<u16>,
+    /// Next-hop router (unicast routes via a gateway).
+    pub gateway: Option<Ipv4Addr>,
+}
+
+/// The fast-path form of a route: what the routing stage needs, 8 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hop {
+    /// [`RouteKind`] as a byte.
+    pub kind: RouteKind,
+    /// Output interface (`u16::MAX` if none).
+    pub out_if: u16,
+    /// Gateway address bits, or 0 for "the destination itself".
+    pub gateway: u32,
+}
+
+/// Why a route was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteError {
+    /// The LPM table refused it (table full).
+    Fib(String),
+    /// More distinct next hops than the table can index.
+    TooManyHops,
+}
+
+impl fmt::Display for RouteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Fib(e) => write!(f, "forwarding table: {e}"),
+            Self::TooManyHops => f.write_str("more than 16 million distinct next hops"),
+        }
+    }
+}
+
+impl std::error::Error for RouteError {}
+
+impl From<FibError> for RouteError {
+    fn from(e: FibError) -> Self {
+        Self::Fib(e.to_string())
+    }
+}
+
+/// Routes plus their LPM index. Shared read-only by the workers.
+pub struct Routes {
+    fib: Table,
+    hops: Vec<Hop>,
+    hop_index: hashbrown::HashMap<Hop, u32, foldhash::fast::RandomState>,
+    routes: hashbrown::HashMap<Ipv4Prefix, Route, foldhash::fast::RandomState>,
+}
+
+impl fmt::Debug for Routes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Routes")
+            .field("routes", &self.routes.len())
+            .field("hops", &self.hops.len())
+            .finish()
+    }
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Routes {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self {
+            fib: Table::new(),
+            hops: Vec::new(),
+            hop_index: hashbrown::HashMap::default(),
+            routes: hashbrown::HashMap::default(),
+        }
+    }
+
+    fn hop_of(&mut self, r: &Route) -> Result<u32, RouteError> {
+        let hop = Hop {
+            kind: r.kind,
+            out_if: r.out_if.unwrap_or(u16::MAX),
+            gateway: r.gateway.map_or(0, u32::from),
+        };
+        if let Some(&i) = self.hop_index.get(&hop) {
+            return Ok(i);
+        }
+        let i = u32::try_from(self.hops.len()).map_err(|_| RouteError::TooManyHops)?;
+        if i >= (1 << 24) - 1 {
+            return Err(RouteError::TooManyHops);
+        }
+        self.hops.push(hop);
+        self.hop_index.insert(hop, i);
+        Ok(i)
+    }
+
+    /// Adds or replaces the route for `r.prefix`.
+    pub fn insert(&mut self, r: Route) -> Result<(), RouteError> {
+        let h = self.hop_of(&r)?;
+        self.fib.insert(r.prefix.bits(), r.prefix.prefix_len(), h)?;
+        self.routes.insert(r.prefix, r);
+        Ok(())
+    }
+
+    /// Replaces every route, rebuilding the LPM table in bulk (fast for large tables).
+    pub fn load(&mut self, routes: impl IntoIterator<Item = Route>) -> Result<(), RouteError> {
+        self.routes.clear();
+        for r in routes {
+            // A later line for the same prefix replaces the earlier one, as `ip route replace`.
+            self.routes.insert(r.prefix, r);
+        }
+        let all: Vec<Route> = self.routes.values().copied().collect();
+        let mut entries = Vec::with_capacity(all.len());
+        for r in &all {
+            entries.push((r.prefix.bits(), r.prefix.prefix_len(), self.hop_of(r)?));
+        }
+        self.fib.bulk_load(entries)?;
+        Ok(())
+    }
+
+    /// Removes the route for exactly `p`.
+    pub fn remove(&mut self, p: Ipv4Prefix) -> Option<Route> {
+        let r = self.routes.remove(&p)?;
+        self.fib.remove(p.bits(), p.prefix_len());
+        Some(r)
+    }
+
+    /// The route configured for exactly `p`.
+    pub fn get(&self, p: &Ipv4Prefix) -> Option<&Route> {
+        self.routes.get(p)
+    }
+
+    /// Longest-prefix match: the hop for destination bits `dst`.
+    #[inline(always)]
+    pub fn lookup(&self, dst: u32) -> Option<Hop> {
+        let i = self.fib.lookup(dst)?;
+        self.hops.get(i as usize).copied()
+    }
+
+    /// Number of routes.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Whether there are no routes.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    /// All routes (unordered).
+    pub fn iter(&self) -> impl Iterator<Item = &Route> {
+        self.routes.values()
+    }
+
+    /// Bytes used by the LPM table.
+    pub fn fib_bytes(&self) -> usize {
+        self.fib.memory_bytes()
+    }
+}

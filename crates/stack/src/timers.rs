@@ -1,0 +1,31 @@
+//! Timer work of a worker, run between polls: neighbour retries, failures and ageing.
+//! What it produces waits in `Host::injected` until the worker runs it through the graph.
+
+use netbatch_engine::{BufCache, DropReason, Pool};
+
+use crate::arp::build_request;
+use crate::host::Host;
+
+/// Advances the host's timers to `now_ns`.
+pub fn run(host: &mut Host, pool: &Pool, cache: &mut BufCache, now_ns: u64) {
+    let mut probes = Vec::new();
+    let mut failed = Vec::new();
+    host.neigh.tick(now_ns, &mut probes, &mut failed);
+    for pr in probes {
+        let Some(iface) = host.ifaces.get(usize::from(pr.iface)) else {
+            continue;
+        };
+        match build_request(pool, cache, iface, pr.iface, pr.target, pr.unicast) {
+            Some(r) => {
+                host.stats.arp_requests_out += 1;
+                host.injected.to_tx.push(r);
+                host.injected.originated += 1;
+            }
+            None => host.stats.alloc_failures += 1,
+        }
+    }
+    for mut p in failed {
+        pool.get_mut(&mut p).meta.reason = DropReason::NeighFailed as u16;
+        host.injected.to_icmp_error.push(p);
+    }
+}

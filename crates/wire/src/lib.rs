@@ -1,0 +1,136 @@
+//! Packet header views and Internet checksums for netbatch.
+//!
+//! Every protocol module follows the same pattern:
+//!
+//! * a *view* (`EthernetFrame<T>`, `Ipv4Packet<T>`, ...) wraps any buffer `T: AsRef<[u8]>` and
+//!   reads or writes header fields in place, without copying;
+//! * a *repr* (`EthernetRepr`, `Ipv4Repr`, ...) is a plain struct of decoded fields with
+//!   `parse` (view → repr, validating) and `emit` (repr → view, writing every header byte).
+//!
+//! # The length rule
+//!
+//! A view is created either with `new_unchecked(buf)`, which does no checking at all, or with
+//! `new_checked(buf)`, which is `new_unchecked` followed by `check_len()`.
+//!
+//! **After `check_len()` succeeds, no accessor may panic.** `check_len` verifies every length
+//! that any getter, `payload()` or checksum method relies on (for IPv4: at least 20 bytes,
+//! `IHL >= 5`, and at least `IHL * 4` bytes). Accessors that depend on a length field which may
+//! disagree with the buffer (the IPv4 total length, the UDP length) clamp to the buffer instead
+//! of panicking. Two caveats:
+//!
+//! * setters that change a length field (`set_header_len`, ...) can break the guarantee; call
+//!   `check_len()` again after changing them;
+//! * the guarantee assumes the buffer's `AsRef` returns the same slice every time.
+//!
+//! With `new_unchecked` the accessors index the buffer directly and panic when it is too short.
+//!
+//! # Emitting
+//!
+//! `Repr::emit` writes every header field, so the buffer may hold stale data from an earlier
+//! packet. **Wrap a reused buffer with `new_unchecked` before emitting**, never `new_checked`:
+//! the old bytes may fail the check (or pass it by accident), and `emit` does not need it.
+//! `emit` panics if the buffer is shorter than the repr's `buffer_len()` / `header_len()`.
+//!
+//! # Checksums
+//!
+//! [`checksum`] holds the RFC 1071 sum, folding and the RFC 1624 incremental update. Views offer
+//! `verify_checksum` / `fill_checksum`; transport views take the IPv4 addresses for the
+//! pseudo-header and expect their buffer to span exactly the segment (pass
+//! [`Ipv4Packet::payload`], which is already trimmed to the IPv4 total length).
+#![no_std]
+#![forbid(unsafe_code)]
+
+pub mod arp;
+pub mod checksum;
+pub mod ethernet;
+pub mod icmpv4;
+pub mod ipv4;
+pub mod tcp;
+pub mod udp;
+pub mod vlan;
+
+pub use arp::{ArpOperation, ArpPacket, ArpRepr};
+pub use ethernet::{EtherType, EthernetFrame, EthernetRepr, MacAddr};
+pub use icmpv4::{Icmpv4Packet, Icmpv4Repr, Icmpv4Type};
+pub use ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+pub use tcp::{TcpFlags, TcpOption, TcpOptionIter, TcpPacket, TcpRepr, TcpTimestamp};
+pub use udp::{UdpPacket, UdpRepr};
+pub use vlan::{VlanHeader, VlanRepr};
+
+use core::fmt;
+
+/// Why a buffer could not be viewed or parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Error {
+    /// The buffer is shorter than the header (or a length field) requires.
+    Truncated,
+    /// A field holds a value the format does not allow.
+    Malformed,
+    /// A checksum does not verify.
+    Checksum,
+    /// The packet is well formed but uses a variant this crate does not handle.
+    Unsupported,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Truncated => "buffer too short for the header",
+            Self::Malformed => "header field holds an invalid value",
+            Self::Checksum => "checksum does not verify",
+            Self::Unsupported => "unsupported packet variant",
+        })
+    }
+}
+
+impl core::error::Error for Error {}
+
+/// Result type of this crate.
+pub type Result<T> = core::result::Result<T, Error>;
+
+/// A byte range of a header field.
+pub(crate) type Field = core::ops::Range<usize>;
+
+/// Reads a big-endian `u16` at `at`.
+#[inline(always)]
+pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// Reads a big-endian `u32` at `at`.
+#[inline(always)]
+pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Writes a big-endian `u16` at `at`.
+#[inline(always)]
+pub(crate) fn put_u16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Writes a big-endian `u32` at `at`.
+#[inline(always)]
+pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::string::ToString;
+
+    #[test]
+    fn error_display_is_one_line() {
+        for e in [
+            Error::Truncated,
+            Error::Malformed,
+            Error::Checksum,
+            Error::Unsupported,
+        ] {
+            let s = e.to_string();
+            assert!(!s.is_empty() && !s.contains('\n'));
+        }
+    }
+}

@@ -97,6 +97,14 @@ struct Node<S> {
     name: &'static str,
     stage: Box<dyn Stage<S>>,
     targets: Vec<Target>,
+    /// Packets waiting for this node (`buckets`).
+    pending: PktList,
+    /// Set while the node's output is being carried on under `runs` (a back edge that
+    /// re-enters the node then uses a spare output).
+    busy: bool,
+    packets: u64,
+    calls: u64,
+    cycles: u64,
 }
 
 /// Errors found while assembling a graph.
@@ -133,7 +141,7 @@ impl fmt::Display for GraphError {
             Self::Unconnected { node, arc } => {
                 write!(f, "arc '{arc}' of node '{node}' is not connected")
             }
-            Self::TooManyNodes => f.write_str("more than 128 nodes"),
+            Self::TooManyNodes => f.write_str("more than 64 nodes"),
         }
     }
 }
@@ -168,7 +176,7 @@ impl<S> GraphBuilder<S> {
         if self.nodes.iter().any(|(n, _, _)| *n == name) {
             return Err(GraphError::DuplicateNode(name.into()));
         }
-        if self.nodes.len() >= 128 {
+        if self.nodes.len() >= 64 {
             return Err(GraphError::TooManyNodes);
         }
         let arcs = vec![None; stage.arcs().len()];
@@ -243,16 +251,22 @@ impl<S> GraphBuilder<S> {
                 name,
                 stage,
                 targets,
+                pending: Vec::with_capacity(LIST_MAX),
+                busy: false,
+                packets: 0,
+                calls: 0,
+                cycles: 0,
             });
         }
         let n = nodes.len();
         Ok(Graph {
-            counters: (0..n).map(|_| NodeCounters::default()).collect(),
-            pending: (0..n).map(|_| Vec::with_capacity(LIST_MAX)).collect(),
+            outs: (0..n).map(|_| Out::for_list()).collect(),
+            drops: vec![[0; DropReason::COUNT]; n],
             pending_mask: 0,
             nodes,
             spare_lists: Vec::new(),
             spare_outs: Vec::new(),
+            one: Vec::with_capacity(LIST_MAX),
             dispatch,
             timing: false,
             clock: None,
@@ -264,15 +278,113 @@ impl<S> GraphBuilder<S> {
 /// A built graph of stages over per-worker state `S`. One per worker.
 pub struct Graph<S> {
     nodes: Vec<Node<S>>,
-    counters: Vec<NodeCounters>,
-    pending: Vec<PktList>,
-    pending_mask: u128,
+    /// Each node's output, reused call after call (indexed like `nodes`).
+    outs: Vec<Out>,
+    drops: Vec<[u64; DropReason::COUNT]>,
+    pending_mask: u64,
     spare_lists: Vec<PktList>,
     spare_outs: Vec<Out>,
+    one: PktList,
     dispatch: Dispatch,
     timing: bool,
     clock: Option<quanta::Clock>,
     trace: Trace,
+}
+
+/// Calls one node and books its counters, drops and trace. A free function over the
+/// graph's fields so the node's output can stay where it lives.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn call_node<S>(
+    node: &mut Node<S>,
+    out: &mut Out,
+    drops: &mut [u64; DropReason::COUNT],
+    trace: &mut Trace,
+    clock: Option<&quanta::Clock>,
+    st: &mut S,
+    cx: &mut Cx<'_>,
+    id: u16,
+    list: &mut PktList,
+) {
+    let n = list.len() as u64;
+    match clock {
+        Some(c) => {
+            let t0 = c.raw();
+            node.stage.process(st, cx, list, out);
+            node.cycles += c.raw().wrapping_sub(t0);
+        }
+        None => node.stage.process(st, cx, list, out),
+    }
+    node.calls += 1;
+    node.packets += n;
+    if !list.is_empty() {
+        leftovers(node.name, drops, trace, cx, id, list);
+    }
+    if !out.drops.is_empty() || !out.counted_drops.is_empty() {
+        book_drops(out, drops, trace, cx, id);
+    }
+    if trace.armed() {
+        trace_out(trace, cx, id, out);
+    }
+}
+
+#[cold]
+fn leftovers(
+    name: &str,
+    drops: &mut [u64; DropReason::COUNT],
+    trace: &mut Trace,
+    cx: &mut Cx<'_>,
+    id: u16,
+    list: &mut PktList,
+) {
+    debug_assert!(false, "stage {name} left packets in its input");
+    for p in list.drain(..) {
+        drop_one(drops, trace, cx, id, p, DropReason::StageLeftover);
+    }
+}
+
+fn book_drops(
+    out: &mut Out,
+    drops: &mut [u64; DropReason::COUNT],
+    trace: &mut Trace,
+    cx: &mut Cx<'_>,
+    id: u16,
+) {
+    for (p, r) in out.drops.drain(..) {
+        drop_one(drops, trace, cx, id, p, r);
+    }
+    for &(r, wire) in &out.counted_drops {
+        drops[r.index()] += wire;
+        cx.acct.dropped += wire;
+    }
+    out.clear_counts();
+}
+
+#[inline]
+fn drop_one(
+    drops: &mut [u64; DropReason::COUNT],
+    trace: &mut Trace,
+    cx: &mut Cx<'_>,
+    id: u16,
+    p: Pkt,
+    r: DropReason,
+) {
+    if trace.armed() {
+        trace.record_if_traced(cx.pool, &p, id, TraceEvent::Drop(r));
+    }
+    let wire = cx.pool.get(&p).meta.wire_packets();
+    drops[r.index()] += wire;
+    cx.acct.dropped += wire;
+    cx.cache.free(p);
+}
+
+#[cold]
+fn trace_out(trace: &mut Trace, cx: &mut Cx<'_>, id: u16, out: &Out) {
+    for (p, &a) in out.pkts.iter().zip(&out.arcs) {
+        if cx.pool.get(p).meta.flags & flag::TRACE != 0 {
+            trace.record(p.index(), id, TraceEvent::Next(a));
+        }
+    }
 }
 
 impl<S> Graph<S> {
@@ -328,15 +440,28 @@ impl<S> Graph<S> {
     pub fn snapshot(&self) -> Vec<NodeSnapshot> {
         self.nodes
             .iter()
-            .zip(&self.counters)
-            .map(|(n, c)| c.snapshot(n.name))
+            .zip(&self.drops)
+            .map(|(n, d)| {
+                NodeCounters {
+                    packets: n.packets,
+                    calls: n.calls,
+                    cycles: n.cycles,
+                    drops: *d,
+                }
+                .snapshot(n.name)
+            })
             .collect()
     }
 
     /// Zeroes every node counter.
     pub fn reset_counters(&mut self) {
-        for c in &mut self.counters {
-            *c = NodeCounters::default();
+        for n in &mut self.nodes {
+            n.packets = 0;
+            n.calls = 0;
+            n.cycles = 0;
+        }
+        for d in &mut self.drops {
+            *d = [0; DropReason::COUNT];
         }
     }
 
@@ -346,12 +471,10 @@ impl<S> Graph<S> {
         if list.is_empty() {
             return;
         }
-        let mut l = self.take_list();
-        core::mem::swap(&mut l, list);
         match self.dispatch {
-            Dispatch::Runs => self.run_depth_first(st, cx, entry.0, l),
+            Dispatch::Runs => self.run_depth_first(st, cx, entry.0, list),
             Dispatch::Buckets => {
-                self.enqueue_list(entry.0, l);
+                self.enqueue(entry.0, list);
                 self.drain_pending(st, cx);
             }
         }
@@ -360,15 +483,10 @@ impl<S> Graph<S> {
     /// Runs a single packet through the graph from `entry` (per-packet mode).
     #[inline]
     pub fn run_one(&mut self, st: &mut S, cx: &mut Cx<'_>, entry: NodeId, p: Pkt) {
-        let mut l = self.take_list();
+        let mut l = core::mem::take(&mut self.one);
         l.push(p);
-        match self.dispatch {
-            Dispatch::Runs => self.run_depth_first(st, cx, entry.0, l),
-            Dispatch::Buckets => {
-                self.enqueue_list(entry.0, l);
-                self.drain_pending(st, cx);
-            }
-        }
+        self.run(st, cx, entry, &mut l);
+        self.one = l;
     }
 
     #[inline]
@@ -384,203 +502,195 @@ impl<S> Graph<S> {
         self.spare_lists.push(l);
     }
 
-    #[inline]
-    fn take_out(&mut self) -> Out {
-        self.spare_outs.pop().unwrap_or_default()
-    }
-
-    /// Calls node `id` on `list` and books its counters, drops and trace.
-    #[inline]
-    fn call(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, list: &mut PktList, out: &mut Out) {
+    /// `runs`: processes `list` (left empty) at node `id`, then carries each run of equal
+    /// next through the rest of the graph before the next run starts.
+    fn run_depth_first(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, list: &mut PktList) {
         let i = usize::from(id);
-        let n = list.len() as u64;
-        let node = &mut self.nodes[i];
-        if self.timing {
-            let clock = self
-                .clock
-                .as_ref()
-                .unwrap_or_else(|| unreachable!("set with timing"));
-            let t0 = clock.raw();
-            node.stage.process(st, cx, list, out);
-            self.counters[i].cycles += clock.raw().wrapping_sub(t0);
-        } else {
-            node.stage.process(st, cx, list, out);
-        }
-        let c = &mut self.counters[i];
-        c.calls += 1;
-        c.packets += n;
-        if !list.is_empty() {
-            self.leftovers(cx, id, list);
-        }
-        if !out.drops.is_empty() || !out.counted_drops.is_empty() {
-            self.book_drops(cx, id, out);
-        }
-        if self.trace.armed() {
-            self.trace_out(cx, id, out);
-        }
-    }
-
-    #[cold]
-    fn leftovers(&mut self, cx: &mut Cx<'_>, id: u16, list: &mut PktList) {
-        debug_assert!(
-            false,
-            "stage {} left packets in its input",
-            self.nodes[usize::from(id)].name
-        );
-        for p in list.drain(..) {
-            self.drop_one(cx, id, p, DropReason::StageLeftover);
-        }
-    }
-
-    fn book_drops(&mut self, cx: &mut Cx<'_>, id: u16, out: &mut Out) {
-        let tracing = self.trace.armed();
-        for (p, r) in out.drops.drain(..) {
-            if tracing {
-                self.trace
-                    .record_if_traced(cx.pool, &p, id, TraceEvent::Drop(r));
-            }
-            let wire = cx.pool.get(&p).meta.wire_packets();
-            self.counters[usize::from(id)].drops[r.index()] += wire;
-            cx.acct.dropped += wire;
-            cx.cache.free(p);
-        }
-        for &(r, wire) in &out.counted_drops {
-            self.counters[usize::from(id)].drops[r.index()] += wire;
-            cx.acct.dropped += wire;
-        }
-        out.clear_counts();
-    }
-
-    fn drop_one(&mut self, cx: &mut Cx<'_>, id: u16, p: Pkt, r: DropReason) {
-        if self.trace.armed() {
-            self.trace
-                .record_if_traced(cx.pool, &p, id, TraceEvent::Drop(r));
-        }
-        let wire = cx.pool.get(&p).meta.wire_packets();
-        self.counters[usize::from(id)].drops[r.index()] += wire;
-        cx.acct.dropped += wire;
-        cx.cache.free(p);
-    }
-
-    #[cold]
-    fn trace_out(&mut self, cx: &mut Cx<'_>, id: u16, out: &Out) {
-        for (p, &a) in out.pkts.iter().zip(&out.arcs) {
-            if cx.pool.get(p).meta.flags & flag::TRACE != 0 {
-                self.trace.record(p.index(), id, TraceEvent::Next(a));
-            }
-        }
-    }
-
-    fn run_depth_first(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, mut list: PktList) {
-        let mut out = self.take_out();
-        self.call(st, cx, id, &mut list, &mut out);
-        self.put_list(list);
-        let Some(&first) = out.arcs.first() else {
-            self.spare_outs.push(out);
+        if self.nodes[i].busy {
+            // Re-entered through a back edge while its own output is in flight.
+            let mut o = self.spare_outs.pop().unwrap_or_else(Out::for_list);
+            let clock = if self.timing {
+                self.clock.as_ref()
+            } else {
+                None
+            };
+            call_node(
+                &mut self.nodes[i],
+                &mut o,
+                &mut self.drops[i],
+                &mut self.trace,
+                clock,
+                st,
+                cx,
+                id,
+                list,
+            );
+            let (mut pk, mut arcs) = (core::mem::take(&mut o.pkts), core::mem::take(&mut o.arcs));
+            self.fan_out_depth_first(st, cx, id, &mut pk, &mut arcs);
+            (o.pkts, o.arcs) = (pk, arcs);
+            self.spare_outs.push(o);
             return;
+        }
+        self.nodes[i].busy = true;
+        let clock = if self.timing {
+            self.clock.as_ref()
+        } else {
+            None
         };
-        let node = usize::from(id);
-        if out.arcs.iter().all(|&a| a == first) {
+        call_node(
+            &mut self.nodes[i],
+            &mut self.outs[i],
+            &mut self.drops[i],
+            &mut self.trace,
+            clock,
+            st,
+            cx,
+            id,
+            list,
+        );
+        let out = &mut self.outs[i];
+        if !out.pkts.is_empty() {
+            let (mut pk, mut arcs) = (
+                core::mem::take(&mut out.pkts),
+                core::mem::take(&mut out.arcs),
+            );
+            self.fan_out_depth_first(st, cx, id, &mut pk, &mut arcs);
+            let out = &mut self.outs[i];
+            (out.pkts, out.arcs) = (pk, arcs);
+        }
+        self.nodes[i].busy = false;
+    }
+
+    /// Carries `pk` (with their `arcs`; both left empty) on from node `from`, run by run.
+    #[inline]
+    fn fan_out_depth_first(
+        &mut self,
+        st: &mut S,
+        cx: &mut Cx<'_>,
+        from: u16,
+        pk: &mut PktList,
+        arcs: &mut Vec<u8>,
+    ) {
+        let Some(&first) = arcs.first() else { return };
+        if arcs.iter().all(|&a| a == first) {
             // Home run: the whole output goes one way; hand the vector on as is.
-            let mut l = self.take_list();
-            core::mem::swap(&mut l, &mut out.pkts);
-            out.arcs.clear();
-            self.spare_outs.push(out);
-            self.send_depth_first(st, cx, node, first, l);
+            arcs.clear();
+            self.send_depth_first(st, cx, from, first, pk);
             return;
         }
         let mut run = self.take_list();
         let mut cur = first;
-        let mut arcs = core::mem::take(&mut out.arcs);
-        for (p, a) in out.pkts.drain(..).zip(arcs.drain(..)) {
+        for (p, a) in pk.drain(..).zip(arcs.drain(..)) {
             if a != cur {
-                let full = core::mem::replace(&mut run, self.take_list());
-                self.send_depth_first(st, cx, node, cur, full);
+                self.send_depth_first(st, cx, from, cur, &mut run);
                 cur = a;
             }
             run.push(p);
         }
-        out.arcs = arcs;
-        self.spare_outs.push(out);
-        self.send_depth_first(st, cx, node, cur, run);
+        self.send_depth_first(st, cx, from, cur, &mut run);
+        self.put_list(run);
     }
 
+    #[inline]
     fn send_depth_first(
         &mut self,
         st: &mut S,
         cx: &mut Cx<'_>,
-        from: usize,
+        from: u16,
         arc: u8,
-        mut l: PktList,
+        l: &mut PktList,
     ) {
-        match self.nodes[from].targets[usize::from(arc)] {
+        match self.nodes[usize::from(from)].targets[usize::from(arc)] {
             Target::Node(t) => self.run_depth_first(st, cx, t, l),
             Target::Drop(r) => {
+                let d = &mut self.drops[usize::from(from)];
                 for p in l.drain(..) {
-                    self.drop_one(cx, from as u16, p, r);
+                    drop_one(d, &mut self.trace, cx, from, p, r);
                 }
-                self.put_list(l);
             }
         }
     }
 
-    fn enqueue_list(&mut self, id: u16, mut l: PktList) {
-        let q = &mut self.pending[usize::from(id)];
+    /// Appends `l` (left empty) to node `id`'s pending list.
+    #[inline]
+    fn enqueue(&mut self, id: u16, l: &mut PktList) {
+        let q = &mut self.nodes[usize::from(id)].pending;
         if q.is_empty() {
-            core::mem::swap(q, &mut l);
+            core::mem::swap(q, l);
         } else {
-            q.append(&mut l);
+            q.append(l);
         }
-        self.pending_mask |= 1u128 << id;
-        self.put_list(l);
+        self.pending_mask |= 1u64 << id;
     }
 
+    /// `buckets`: runs the lowest-numbered node with pending packets until none has any.
     fn drain_pending(&mut self, st: &mut S, cx: &mut Cx<'_>) {
         while self.pending_mask != 0 {
             let id = self.pending_mask.trailing_zeros() as u16;
-            self.pending_mask &= !(1u128 << id);
-            let mut list = self.take_list();
-            core::mem::swap(&mut list, &mut self.pending[usize::from(id)]);
-            let mut out = self.take_out();
-            self.call(st, cx, id, &mut list, &mut out);
-            self.put_list(list);
-            self.distribute_buckets(cx, usize::from(id), &mut out);
-            self.spare_outs.push(out);
+            self.pending_mask &= self.pending_mask - 1;
+            let i = usize::from(id);
+            let mut list = core::mem::take(&mut self.nodes[i].pending);
+            let clock = if self.timing {
+                self.clock.as_ref()
+            } else {
+                None
+            };
+            call_node(
+                &mut self.nodes[i],
+                &mut self.outs[i],
+                &mut self.drops[i],
+                &mut self.trace,
+                clock,
+                st,
+                cx,
+                id,
+                &mut list,
+            );
+            self.nodes[i].pending = list;
+            self.distribute(cx, i);
         }
     }
 
-    fn distribute_buckets(&mut self, cx: &mut Cx<'_>, from: usize, out: &mut Out) {
+    /// Moves node `i`'s output to its targets' pending lists, order kept per target.
+    #[inline]
+    fn distribute(&mut self, cx: &mut Cx<'_>, i: usize) {
+        let nodes = &mut self.nodes;
+        let out = &mut self.outs[i];
         let Some(&first) = out.arcs.first() else {
             return;
         };
         if out.arcs.iter().all(|&a| a == first) {
             out.arcs.clear();
-            match self.nodes[from].targets[usize::from(first)] {
+            match nodes[i].targets[usize::from(first)] {
                 Target::Node(t) => {
-                    let l = core::mem::replace(&mut out.pkts, self.take_list());
-                    self.enqueue_list(t, l);
+                    let q = &mut nodes[usize::from(t)].pending;
+                    if q.is_empty() {
+                        core::mem::swap(q, &mut out.pkts);
+                    } else {
+                        q.append(&mut out.pkts);
+                    }
+                    self.pending_mask |= 1u64 << t;
                 }
                 Target::Drop(r) => {
-                    let mut l = core::mem::take(&mut out.pkts);
-                    for p in l.drain(..) {
-                        self.drop_one(cx, from as u16, p, r);
+                    for p in out.pkts.drain(..) {
+                        drop_one(&mut self.drops[i], &mut self.trace, cx, i as u16, p, r);
                     }
-                    out.pkts = l;
                 }
             }
             return;
         }
-        let mut arcs = core::mem::take(&mut out.arcs);
-        for (p, a) in out.pkts.drain(..).zip(arcs.drain(..)) {
-            match self.nodes[from].targets[usize::from(a)] {
+        for (p, &a) in out.pkts.drain(..).zip(out.arcs.iter()) {
+            match nodes[i].targets[usize::from(a)] {
                 Target::Node(t) => {
-                    self.pending[usize::from(t)].push(p);
-                    self.pending_mask |= 1u128 << t;
+                    nodes[usize::from(t)].pending.push(p);
+                    self.pending_mask |= 1u64 << t;
                 }
-                Target::Drop(r) => self.drop_one(cx, from as u16, p, r),
+                Target::Drop(r) => {
+                    drop_one(&mut self.drops[i], &mut self.trace, cx, i as u16, p, r)
+                }
             }
         }
-        out.arcs = arcs;
+        out.arcs.clear();
     }
 }
 
@@ -662,10 +772,7 @@ mod tests {
             .collect()
     }
 
-    fn run(
-        d: Dispatch,
-        per_packet: bool,
-    ) -> RunResult {
+    fn run(d: Dispatch, per_packet: bool) -> RunResult {
         let pool = Pool::new(PoolConfig {
             buffers: 64,
             cache_size: 8,

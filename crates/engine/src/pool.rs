@@ -142,6 +142,12 @@ impl fmt::Debug for Pkt {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn foreign_handle() -> ! {
+    panic!("packet handle used with a foreign pool")
+}
+
 /// Pool ids in use; index 0 is never handed out. `true` = taken or retired.
 static POOL_IDS: Mutex<[bool; 256]> = Mutex::new([false; 256]);
 
@@ -236,10 +242,26 @@ impl Drop for Shared {
 }
 
 /// A packet buffer pool, shared by every worker (clone it to share).
+///
+/// Besides the shared state, each `Pool` value carries copies of the few fields every
+/// access needs (ids, base addresses, sizes), so an access is two multiplies and a
+/// compare with no pointer chasing.
 #[derive(Clone)]
 pub struct Pool {
     shared: Arc<Shared>,
+    id: u8,
+    shift: u32,
+    buf_size: usize,
+    meta_base: *mut Meta,
+    buf_base: *mut u8,
 }
+
+// SAFETY: the raw pointers are copies of `shared`'s region and metadata array, which
+// live as long as `shared` (held by this value); access through them follows the same
+// handle discipline as `Shared` (see its Sync impl).
+unsafe impl Send for Pool {}
+// SAFETY: as for Send: shared access only hands out references tied to a `Pkt` borrow.
+unsafe impl Sync for Pool {}
 
 impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -275,8 +297,15 @@ impl Pool {
             cfg,
             alloc_failures: AtomicU64::new(0),
         };
+        let shared = Arc::new(shared);
         Ok(Self {
-            shared: Arc::new(shared),
+            id,
+            shift: shared.shift,
+            buf_size: shared.cfg.buf_size as usize,
+            // `UnsafeCell<Meta>` has the layout of `Meta`.
+            meta_base: UnsafeCell::raw_get(shared.meta.as_ptr()),
+            buf_base: shared.region.ptr.as_ptr(),
+            shared,
         })
     }
 
@@ -315,43 +344,43 @@ impl Pool {
     /// Byte offset of a buffer inside the region.
     #[inline(always)]
     pub fn offset_of(&self, p: &Pkt) -> u64 {
-        u64::from(self.check(p)) << self.shared.shift
+        u64::from(self.check(p)) << self.shift
     }
 
     #[inline(always)]
     fn check(&self, p: &Pkt) -> u32 {
         // A handle from another pool would alias that pool's owner: refuse it.
-        assert!(
-            p.pool() == self.shared.id,
-            "packet handle used with a foreign pool"
-        );
+        if p.pool() != self.id {
+            foreign_handle();
+        }
         p.index()
     }
 
     #[inline(always)]
     fn buf_ptr(&self, index: u32) -> *mut u8 {
         // In bounds: index < buffers, so the offset is inside the region.
-        self.shared
-            .region
-            .ptr
-            .as_ptr()
-            .wrapping_add((index as usize) << self.shared.shift)
+        self.buf_base.wrapping_add((index as usize) << self.shift)
+    }
+
+    #[inline(always)]
+    fn meta_ptr(&self, index: u32) -> *mut Meta {
+        // In bounds: index < buffers, the metadata array's length.
+        self.meta_base.wrapping_add(index as usize)
     }
 
     /// Read access to a packet: its metadata and its whole buffer.
     #[inline(always)]
     pub fn get<'a>(&'a self, p: &'a Pkt) -> PktRef<'a> {
         let i = self.check(p);
-        // SAFETY: `p` is the unique handle for buffer `i` and we hold `&p`, so no `&mut`
-        // to this buffer or its metadata can exist for 'a; the slice lies inside the
-        // region (i < buffers) which lives as long as `self`.
+        // SAFETY: `p` passed the pool check, so it is the unique handle for buffer `i` of
+        // this pool (only this pool makes handles with its id, one per free index taken),
+        // and we hold `&p`, so no `&mut` to this buffer or its metadata exists for 'a.
+        // i < buffers, so both pointers are inside allocations kept alive by `self.shared`
+        // for as long as `self` is borrowed.
         unsafe {
             PktRef {
-                meta: &*self.shared.meta[i as usize].get(),
-                buf: core::slice::from_raw_parts(
-                    self.buf_ptr(i),
-                    self.shared.cfg.buf_size as usize,
-                ),
+                meta: &*self.meta_ptr(i),
+                buf: core::slice::from_raw_parts(self.buf_ptr(i), self.buf_size),
             }
         }
     }
@@ -360,15 +389,12 @@ impl Pool {
     #[inline(always)]
     pub fn get_mut<'a>(&'a self, p: &'a mut Pkt) -> PktMut<'a> {
         let i = self.check(p);
-        // SAFETY: `p` is the unique handle for buffer `i` and we hold `&mut p`, so this is
-        // the only reference to the buffer and its metadata for 'a; bounds as in `get`.
+        // SAFETY: as in `get`, and we hold `&mut p`, so this is the only reference to the
+        // buffer and its metadata for 'a.
         unsafe {
             PktMut {
-                meta: &mut *self.shared.meta[i as usize].get(),
-                buf: core::slice::from_raw_parts_mut(
-                    self.buf_ptr(i),
-                    self.shared.cfg.buf_size as usize,
-                ),
+                meta: &mut *self.meta_ptr(i),
+                buf: core::slice::from_raw_parts_mut(self.buf_ptr(i), self.buf_size),
             }
         }
     }
@@ -380,7 +406,7 @@ impl Pool {
         {
             use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
             let i = self.check(p);
-            let meta = self.shared.meta[i as usize].get().cast::<i8>().cast_const();
+            let meta = self.meta_ptr(i).cast::<i8>().cast_const();
             let data = self
                 .buf_ptr(i)
                 .wrapping_add(usize::from(self.shared.cfg.headroom));
@@ -430,7 +456,7 @@ impl BufCache {
         }
         match self.stack.pop() {
             Some(i) => {
-                let mut p = Pkt::new(self.pool.shared.id, i);
+                let mut p = Pkt::new(self.pool.id, i);
                 self.pool
                     .get_mut(&mut p)
                     .meta

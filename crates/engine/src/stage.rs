@@ -32,14 +32,20 @@ pub struct Out {
 }
 
 impl Default for Out {
+    /// An empty output that has not allocated (a placeholder while one is lent out).
     fn default() -> Self {
-        Self::new()
+        Self {
+            pkts: Vec::new(),
+            arcs: Vec::new(),
+            drops: Vec::new(),
+            counted_drops: Vec::new(),
+        }
     }
 }
 
 impl Out {
     /// An empty output with room for a full list.
-    pub fn new() -> Self {
+    pub fn for_list() -> Self {
         Self {
             pkts: Vec::with_capacity(LIST_MAX),
             arcs: Vec::with_capacity(LIST_MAX),

@@ -13,7 +13,6 @@ use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
-use super::{be16, be32};
 use crate::host::Host;
 use crate::prefix::class;
 
@@ -27,27 +26,33 @@ pub struct Ip4Input;
 /// Validates one header; `Ok(total_len, ihl)` or the drop reason.
 #[inline(always)]
 fn check(d: &[u8]) -> Result<(usize, usize), DropReason> {
-    if d.len() < 20 {
+    let Some(h) = d.first_chunk::<20>() else {
         return Err(DropReason::Ip4Truncated);
-    }
-    if d[0] >> 4 != 4 {
+    };
+    if h[0] >> 4 != 4 {
         return Err(DropReason::Ip4Version);
     }
-    let ihl = usize::from(d[0] & 0x0f) * 4;
+    let ihl = usize::from(h[0] & 0x0f) * 4;
     if ihl < 20 {
         return Err(DropReason::Ip4HeaderLen);
     }
     if d.len() < ihl {
         return Err(DropReason::Ip4Truncated);
     }
-    let total = usize::from(be16(d, 2));
+    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
     if total < ihl {
         return Err(DropReason::Ip4TotalLenShort);
     }
     if total > d.len() {
         return Err(DropReason::Ip4TotalLenLong);
     }
-    if checksum::fold(checksum::sum(&d[..ihl], 0)) != 0xffff {
+    // The common header without options is summed as five 32-bit words.
+    let sum = if ihl == 20 {
+        checksum::sum_words(h)
+    } else {
+        checksum::sum(&d[..ihl], 0)
+    };
+    if checksum::fold(sum) != 0xffff {
         return Err(DropReason::Ip4Checksum);
     }
     if ihl > 20
@@ -57,10 +62,10 @@ fn check(d: &[u8]) -> Result<(usize, usize), DropReason> {
     {
         return Err(DropReason::Ip4BadOptions);
     }
-    if class::is_martian_source(be32(d, 12)) {
+    if class::is_martian_source(u32::from_be_bytes([h[12], h[13], h[14], h[15]])) {
         return Err(DropReason::Ip4MartianSource);
     }
-    if class::is_martian_dest(be32(d, 16)) {
+    if class::is_martian_dest(u32::from_be_bytes([h[16], h[17], h[18], h[19]])) {
         return Err(DropReason::Ip4MartianDest);
     }
     Ok((total, ihl))

@@ -16,14 +16,20 @@ pub mod local;
 pub mod local_out;
 pub mod route;
 
-/// Reads a big-endian u16.
+/// Reads a big-endian u16 (one bounds check; callers have checked the length).
 #[inline(always)]
 pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+    match b[at..at + 2] {
+        [x, y] => u16::from_be_bytes([x, y]),
+        _ => unreachable!("a two-byte range has two bytes"),
+    }
 }
 
-/// Reads a big-endian u32.
+/// Reads a big-endian u32 (one bounds check; callers have checked the length).
 #[inline(always)]
 pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    match b[at..at + 4] {
+        [w, x, y, z] => u32::from_be_bytes([w, x, y, z]),
+        _ => unreachable!("a four-byte range has four bytes"),
+    }
 }

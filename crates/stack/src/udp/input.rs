@@ -15,7 +15,6 @@ use netbatch_wire::checksum;
 
 use super::socket::SocketId;
 use crate::host::Host;
-use crate::ip4::{be16, be32};
 
 /// Arc to the ICMP error stage (no socket).
 pub const ERROR: Next = Next(0);
@@ -34,22 +33,25 @@ impl Stage<Host> for UdpInput {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
             let d = v.data();
-            let ihl = usize::from(v.meta.l4 - v.meta.l3);
-            let ulen_avail = d.len() - ihl;
-            if ulen_avail < 8 {
+            let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
+            let (Some(ip), Some(u)) = (d.first_chunk::<20>(), d.get(ihl..)) else {
                 out.drop(p, DropReason::UdpTruncated);
                 continue;
-            }
-            let u = &d[ihl..];
-            let ulen = usize::from(be16(u, 4));
+            };
+            let Some(uh) = u.first_chunk::<8>() else {
+                out.drop(p, DropReason::UdpTruncated);
+                continue;
+            };
+            let ulen_avail = u.len();
+            let ulen = usize::from(u16::from_be_bytes([uh[4], uh[5]]));
             if ulen < 8 || ulen > ulen_avail {
                 out.drop(p, DropReason::UdpBadLength);
                 continue;
             }
-            let src = be32(d, 12);
-            let dst = be32(d, 16);
-            let dport = be16(u, 2);
-            let csum = be16(u, 6);
+            let src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
+            let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+            let dport = u16::from_be_bytes([uh[2], uh[3]]);
+            let csum = u16::from_be_bytes([uh[6], uh[7]]);
             if csum != 0 && v.meta.flags & flag::L4_CSUM_OK == 0 {
                 let acc = checksum::pseudo_header_v4(
                     Ipv4Addr::from(src),

@@ -11,8 +11,6 @@ use core::net::Ipv4Addr;
 
 use netbatch_engine::PktRef;
 
-use crate::ip4::{be16, be32};
-
 /// A received datagram as an application sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Datagram<'a> {
@@ -38,15 +36,15 @@ pub fn datagram<'a>(v: &PktRef<'a>) -> Option<Datagram<'a>> {
     let l4 = usize::from(v.meta.l4);
     let end = usize::from(v.meta.data) + usize::from(v.meta.len);
     let b: &'a [u8] = v.buf;
-    if l4 + 8 > end || l3 + 20 > l4 {
-        return None;
-    }
+    let ip = b.get(l3..)?.first_chunk::<20>()?;
+    let u = b.get(l4..)?.first_chunk::<8>()?;
+    let payload = b.get(l4 + 8..end)?;
     Some(Datagram {
-        src: Ipv4Addr::from(be32(b, l3 + 12)),
-        dst: Ipv4Addr::from(be32(b, l3 + 16)),
-        src_port: be16(b, l4),
-        dst_port: be16(b, l4 + 2),
-        payload: &b[l4 + 8..end],
+        src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+        dst: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+        src_port: u16::from_be_bytes([u[0], u[1]]),
+        dst_port: u16::from_be_bytes([u[2], u[3]]),
+        payload,
         segment_size: v.meta.gso_size,
     })
 }

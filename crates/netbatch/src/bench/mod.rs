@@ -1,0 +1,319 @@
+//! `netbatch bench`: the seeds' experiments side by side in one process.
+//!
+//! Every variant (scenario × mode × dispatch) is built once and warmed up; then the
+//! variants run in turn, repetition after repetition (alternating, so slow drifts of the
+//! machine hit every variant alike). Each run receives a fixed number of frames
+//! (`--packets`) or runs for a time (`--seconds`); throughput is timed with the TSC and
+//! the OS clock. Medians are reported. A last pass per variant turns per-stage TSC timing
+//! on (it costs two TSC reads per stage call, so it stays off while throughput is
+//! measured) to fill in the per-stage cycle counts.
+
+mod scenarios;
+mod smol;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use netbatch_engine::{Dispatch, Mode, NodeSnapshot};
+use netbatch_ports::generator::FlowOrder;
+use serde_json::{Value, json};
+
+use scenarios::{Common, Variant};
+
+/// Arguments of `netbatch bench`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Scenarios to run (comma-separated): null, udp-local-1b, udp-local-1b-nf1, smoltcp-udp-1b.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "null,udp-local-1b,udp-local-1b-nf1,smoltcp-udp-1b"
+    )]
+    pub(crate) scenario: Vec<String>,
+    /// Batch modes to compare.
+    #[arg(long, value_delimiter = ',', default_value = "packet,list")]
+    pub(crate) modes: Vec<Mode>,
+    /// Dispatch strategies to compare.
+    #[arg(long, value_delimiter = ',', default_value = "runs,buckets")]
+    pub(crate) dispatch: Vec<Dispatch>,
+    /// Frames per run (fixed count: repeatable under instruction counters).
+    #[arg(long, conflicts_with = "seconds")]
+    pub(crate) packets: Option<u64>,
+    /// Seconds per run (used when --packets is not given).
+    #[arg(long, default_value_t = 0.5)]
+    pub(crate) seconds: f64,
+    /// Repetitions per variant, alternating between variants.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) repeat: u32,
+    /// Frames per poll (the NAPI weight).
+    #[arg(long, default_value_t = 64)]
+    pub(crate) burst: usize,
+    /// Generator flow order: bursty, bursty:N or interleaved.
+    #[arg(long, default_value = "bursty")]
+    pub(crate) flow_order: FlowOrder,
+    /// Skip the per-stage timing pass.
+    #[arg(long)]
+    pub(crate) no_profile: bool,
+    /// Write results as JSON here.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+}
+
+/// One measured run.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    packets: u64,
+    secs: f64,
+    ticks: u64,
+}
+
+struct Entry {
+    v: Variant,
+    bench: Box<dyn scenarios::Bench>,
+    samples: Vec<Sample>,
+    stages: Vec<NodeSnapshot>,
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+fn run_for(b: &mut dyn scenarios::Bench, clock: &quanta::Clock, args: &Args) -> Sample {
+    let chunk = 1 << 16;
+    let t0 = Instant::now();
+    let r0 = clock.raw();
+    let mut packets = 0u64;
+    match args.packets {
+        Some(n) => {
+            b.run(n);
+            packets = n;
+        }
+        None => {
+            while t0.elapsed().as_secs_f64() < args.seconds {
+                b.run(chunk);
+                packets += chunk;
+            }
+        }
+    }
+    let ticks = clock.raw().wrapping_sub(r0);
+    Sample {
+        packets,
+        secs: t0.elapsed().as_secs_f64(),
+        ticks,
+    }
+}
+
+/// Runs `netbatch bench`.
+pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
+    let common = Common {
+        burst: args.burst.clamp(1, netbatch_engine::LIST_MAX),
+        flow_order: args.flow_order,
+    };
+    let mut entries = Vec::new();
+    for s in &args.scenario {
+        for v in scenarios::variants(s, &args.modes, &args.dispatch)? {
+            let bench = scenarios::build_variant(&v, &common)
+                .with_context(|| format!("building {}", v.scenario))?;
+            entries.push(Entry {
+                v,
+                bench,
+                samples: Vec::new(),
+                stages: Vec::new(),
+            });
+        }
+    }
+    let clock = netbatch_engine::time::clock();
+    let tsc_hz = netbatch_engine::time::tsc_hz(50);
+    eprintln!(
+        "netbatch bench: {} variants, {} repetitions, {} per run, TSC {:.3} GHz",
+        entries.len(),
+        args.repeat,
+        args.packets
+            .map_or(format!("{} s", args.seconds), |n| format!("{n} frames")),
+        tsc_hz / 1e9
+    );
+    // Warm-up: caches, branch predictors, socket queues at steady state.
+    for e in &mut entries {
+        e.bench.run(args.packets.unwrap_or(200_000).min(200_000));
+    }
+    for rep in 0..args.repeat {
+        for e in &mut entries {
+            let s = run_for(e.bench.as_mut(), &clock, args);
+            e.samples.push(s);
+            eprintln!(
+                "  rep {} {:<18} {:<6} {:<7} {:>8.3} Mpps",
+                rep + 1,
+                e.v.scenario,
+                e.v.mode_name(),
+                e.v.dispatch_name(),
+                s.packets as f64 / s.secs / 1e6
+            );
+        }
+    }
+    if !args.no_profile {
+        for e in &mut entries {
+            e.bench.reset();
+            e.bench.set_timing(true);
+            e.bench
+                .run(args.packets.unwrap_or(1_000_000).min(1_000_000));
+            e.bench.set_timing(false);
+            e.stages = e.bench.stages();
+        }
+    }
+    let mut failures = Vec::new();
+    for e in &entries {
+        if let Err(err) = e.bench.verify() {
+            failures.push(format!(
+                "{} {} {}: {err:#}",
+                e.v.scenario,
+                e.v.mode_name(),
+                e.v.dispatch_name()
+            ));
+        }
+    }
+    let results: Vec<Value> = entries.iter().map(|e| result_json(e, tsc_hz)).collect();
+    print!("{}", table(&entries));
+    if let Some(path) = &args.json {
+        let doc = json!({
+            "tool": "netbatch bench",
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "tsc_hz": tsc_hz,
+            "burst": common.burst,
+            "flow_order": format!("{:?}", common.flow_order),
+            "repeat": args.repeat,
+            "results": results,
+            "failures": failures,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if !failures.is_empty() {
+        anyhow::bail!("verification failed:\n  {}", failures.join("\n  "));
+    }
+    Ok(())
+}
+
+fn mpps(s: &Sample) -> f64 {
+    s.packets as f64 / s.secs / 1e6
+}
+
+fn result_json(e: &Entry, tsc_hz: f64) -> Value {
+    let m = median(e.samples.iter().map(mpps).collect());
+    let ns = median(
+        e.samples
+            .iter()
+            .map(|s| s.secs * 1e9 / s.packets as f64)
+            .collect(),
+    );
+    let cyc = median(
+        e.samples
+            .iter()
+            .map(|s| s.ticks as f64 / s.packets as f64)
+            .collect(),
+    );
+    let stages: Vec<Value> = e
+        .stages
+        .iter()
+        .map(|n| {
+            json!({
+                "name": n.name,
+                "packets": n.packets,
+                "calls": n.calls,
+                "packets_per_call": n.packets_per_call(),
+                "cycles_per_packet": n.cycles_per_packet(),
+                "drops": n.drops.iter().map(|(r, c)| (r.name().to_string(), json!(c))).collect::<serde_json::Map<_, _>>(),
+            })
+        })
+        .collect();
+    let extra: serde_json::Map<String, Value> = e
+        .bench
+        .extra()
+        .into_iter()
+        .map(|(k, v)| (k, json!(v)))
+        .collect();
+    json!({
+        "scenario": e.v.scenario,
+        "mode": e.v.mode_name(),
+        "dispatch": e.v.dispatch_name(),
+        "packets": e.samples.first().map_or(0, |s| s.packets),
+        "mpps": m,
+        "ns_per_packet": ns,
+        "cycles_per_packet": cyc,
+        "tsc_hz": tsc_hz,
+        "samples_mpps": e.samples.iter().map(mpps).collect::<Vec<_>>(),
+        "stages": stages,
+        "extra": extra,
+    })
+}
+
+fn table(entries: &[Entry]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n{:<18} {:<6} {:<8} {:>9} {:>9} {:>10} {:>12}",
+        "scenario", "mode", "dispatch", "Mpps", "ns/pkt", "cycles/pkt", "list/packet"
+    );
+    let med = |e: &Entry| median(e.samples.iter().map(mpps).collect());
+    for e in entries {
+        let ratio = if e.v.mode == Some(Mode::List) {
+            entries
+                .iter()
+                .find(|o| {
+                    o.v.scenario == e.v.scenario
+                        && o.v.dispatch == e.v.dispatch
+                        && o.v.mode == Some(Mode::Packet)
+                })
+                .map(|o| format!("{:.2}x", med(e) / med(o)))
+                .unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let ns = median(
+            e.samples
+                .iter()
+                .map(|s| s.secs * 1e9 / s.packets as f64)
+                .collect(),
+        );
+        let cyc = median(
+            e.samples
+                .iter()
+                .map(|s| s.ticks as f64 / s.packets as f64)
+                .collect(),
+        );
+        let _ = writeln!(
+            s,
+            "{:<18} {:<6} {:<8} {:>9.3} {:>9.1} {:>10.1} {:>12}",
+            e.v.scenario,
+            e.v.mode_name(),
+            e.v.dispatch_name(),
+            med(e),
+            ns,
+            cyc,
+            ratio
+        );
+    }
+    // netbatch vs smoltcp, same frames.
+    if let Some(sm) = entries.iter().find(|e| e.v.scenario == "smoltcp-udp-1b") {
+        for e in entries.iter().filter(|e| e.v.scenario == "udp-local-1b") {
+            let _ = writeln!(
+                s,
+                "udp-local-1b {} {} / smoltcp-udp-1b: {:.2}x",
+                e.v.mode_name(),
+                e.v.dispatch_name(),
+                med(e) / med(sm)
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,346 @@
+//! Benchmark scenarios. Each builds, for one variant, something that can receive a given
+//! number of frames from an in-memory generator and report what happened to them.
+
+use core::net::Ipv4Addr;
+
+use anyhow::{Context, bail};
+use netbatch_engine::{Dispatch, Mode, NodeSnapshot, Pool, PoolConfig};
+use netbatch_ports::generator::{FlowOrder, FlowSpec, GenConfig, GenPort, L4};
+use netbatch_ports::{Port, PortCx};
+use netbatch_runtime::apps::App;
+use netbatch_runtime::apps::sink::UdpSink;
+use netbatch_runtime::setup::{PortSetup, build_host};
+use netbatch_runtime::{PollParams, Worker};
+use netbatch_stack::filter::{Chain, HookPoint, Rule, Verdict};
+use netbatch_stack::host::HostParams;
+use netbatch_stack::{GraphOptions, build};
+use netbatch_wire::ethernet::MacAddr;
+
+use super::smol::SmolBench;
+
+/// Scenario names `--scenario` accepts.
+pub(crate) const NAMES: &[&str] = &["null", "udp-local-1b", "udp-local-1b-nf1", "smoltcp-udp-1b"];
+
+/// What a variant is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Variant {
+    pub(crate) scenario: String,
+    /// `None` when the scenario has no listified/per-packet distinction (smoltcp).
+    pub(crate) mode: Option<Mode>,
+    /// `None` when dispatch does not apply.
+    pub(crate) dispatch: Option<Dispatch>,
+}
+
+impl Variant {
+    pub(crate) fn mode_name(&self) -> &'static str {
+        self.mode.map_or("-", Mode::name)
+    }
+    pub(crate) fn dispatch_name(&self) -> &'static str {
+        self.dispatch.map_or("-", Dispatch::name)
+    }
+}
+
+/// Options shared by every scenario.
+#[derive(Debug, Clone)]
+pub(crate) struct Common {
+    pub(crate) burst: usize,
+    pub(crate) flow_order: FlowOrder,
+}
+
+/// Something to measure.
+pub(crate) trait Bench {
+    /// Receives `n` more frames and takes them as far as they go.
+    fn run(&mut self, n: u64);
+    /// Per-stage counters since the last reset.
+    fn stages(&self) -> Vec<NodeSnapshot> {
+        Vec::new()
+    }
+    /// Turns per-stage TSC timing on or off.
+    fn set_timing(&mut self, _on: bool) {}
+    /// Zeroes per-stage counters.
+    fn reset(&mut self) {}
+    /// Checks nothing went wrong so far (e.g. the sink got every datagram).
+    fn verify(&self) -> anyhow::Result<()>;
+    /// Scenario-specific counters for the JSON.
+    fn extra(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+}
+
+pub(crate) const DUT_MAC: MacAddr = MacAddr([0x02, 0x00, 0x00, 0x00, 0x00, 0x01]);
+pub(crate) const PEER_MAC: MacAddr = MacAddr([0x02, 0x00, 0x00, 0x00, 0x00, 0xfe]);
+/// The datapath's address (TEST-NET-2, RFC 5737).
+pub(crate) const DUT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+/// UDP ports of the four streams.
+pub(crate) const UDP_PORTS: [u16; 4] = [5001, 5002, 5003, 5004];
+
+fn pool(buffers: u32) -> anyhow::Result<Pool> {
+    Pool::new(PoolConfig {
+        buffers,
+        ..PoolConfig::default()
+    })
+    .context("packet pool")
+}
+
+/// Four 1-byte UDP streams, as the seeds' netperf run: sender 192.0.2.10 (TEST-NET-1).
+fn udp_1b_flows() -> Vec<FlowSpec> {
+    UDP_PORTS
+        .iter()
+        .enumerate()
+        .map(|(i, &dport)| FlowSpec {
+            src_mac: PEER_MAC,
+            dst_mac: DUT_MAC,
+            vlan: None,
+            src: Ipv4Addr::new(192, 0, 2, 10),
+            dst: DUT_ADDR,
+            l4: L4::Udp,
+            sport: 40000 + i as u16,
+            dport,
+            payload_len: 1,
+            ttl: 64,
+            dont_frag: true,
+        })
+        .collect()
+}
+
+fn gen_port(pool: &Pool, flows: Vec<FlowSpec>, order: FlowOrder) -> anyhow::Result<GenPort> {
+    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let cfg = GenConfig {
+        flows,
+        order,
+        limit: None,
+        timestamps: false,
+        capture: 0,
+    };
+    Ok(GenPort::new("gen0", 0, &cfg, room)?)
+}
+
+/// `null`: the harness alone, generator straight to free.
+struct Null {
+    source: GenPort,
+    pool: Pool,
+    cache: netbatch_engine::BufCache,
+    burst: usize,
+    list: Vec<netbatch_engine::Pkt>,
+    freed: u64,
+}
+
+impl Bench for Null {
+    fn run(&mut self, n: u64) {
+        let mut left = n;
+        while left > 0 {
+            let want = self.burst.min(left as usize);
+            let got = self.source.rx(
+                &mut PortCx {
+                    pool: &self.pool,
+                    cache: &mut self.cache,
+                    now_ns: 0,
+                },
+                &mut self.list,
+                want,
+            );
+            self.freed += got as u64;
+            self.cache.free_all(&mut self.list);
+            left -= got as u64;
+        }
+    }
+    fn verify(&self) -> anyhow::Result<()> {
+        if self.source.stats().rx_packets != self.freed {
+            bail!(
+                "null: generated {} freed {}",
+                self.source.stats().rx_packets,
+                self.freed
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A worker receiving from one `gen` port, with a UDP sink.
+pub(crate) struct WorkerBench {
+    pub(crate) w: Worker,
+    expect_all_delivered: bool,
+}
+
+impl WorkerBench {
+    fn sink_datagrams(&self) -> u64 {
+        self.w
+            .apps
+            .iter()
+            .flat_map(|a| a.counters())
+            .filter(|(k, _)| *k == "datagrams")
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+impl Bench for WorkerBench {
+    fn run(&mut self, n: u64) {
+        let target = self.w.acct.rx + n;
+        while self.w.acct.rx < target {
+            let now = netbatch_engine::time::mono_ns();
+            self.w.poll(now);
+        }
+    }
+    fn stages(&self) -> Vec<NodeSnapshot> {
+        self.w.snapshot()
+    }
+    fn set_timing(&mut self, on: bool) {
+        self.w.graph.set_timing(on);
+    }
+    fn reset(&mut self) {
+        self.w.graph.reset_counters();
+    }
+    fn verify(&self) -> anyhow::Result<()> {
+        let a = self.w.acct;
+        let held = self.w.held();
+        if a.rx + a.originated != a.tx + a.delivered + a.dropped + held {
+            bail!("packets unaccounted: {a:?} held {held}");
+        }
+        if self.expect_all_delivered {
+            let got = self.sink_datagrams();
+            // The last poll may have left datagrams queued: they are held, not lost.
+            if got + held != a.rx || a.dropped != 0 {
+                bail!(
+                    "sink got {got} of {} datagrams ({} dropped, {held} held)",
+                    a.rx,
+                    a.dropped
+                );
+            }
+        }
+        Ok(())
+    }
+    fn extra(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = self
+            .w
+            .apps
+            .iter()
+            .flat_map(|a| a.counters())
+            .map(|(k, v)| (format!("sink_{k}"), v))
+            .collect();
+        v.push(("rounds".into(), self.w.stats.rounds));
+        v
+    }
+}
+
+fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench>> {
+    let pool = pool(8192)?;
+    let ports = vec![PortSetup::simple(
+        "gen0",
+        DUT_MAC,
+        format!("{DUT_ADDR}/24").parse()?,
+    )];
+    let mut host = build_host(&ports, &[], &[], HostParams::default())?;
+    let mut socks = Vec::new();
+    for p in UDP_PORTS {
+        socks.push(host.sockets.bind(Ipv4Addr::UNSPECIFIED, p, 1024)?);
+    }
+    let mut opts = GraphOptions::default();
+    if nf1 {
+        // Seed 001: one iptables rule that matches nothing of the test traffic.
+        let mut r = Rule::any(Verdict::Drop);
+        r.proto = Some(17);
+        r.dport = Some("9000-9100".parse().map_err(anyhow::Error::msg)?);
+        opts.chains.push((
+            HookPoint::Prerouting,
+            Chain {
+                rules: vec![r],
+                policy: Verdict::Accept,
+            },
+        ));
+    }
+    let graph = build(&opts, v.dispatch.unwrap_or(Dispatch::Runs))?;
+    let source = gen_port(&pool, udp_1b_flows(), c.flow_order)?;
+    let params = PollParams {
+        weight: c.burst,
+        budget: c.burst.max(300),
+        mode: v.mode.unwrap_or(Mode::List),
+    };
+    let mut w = Worker::new(graph, host, vec![Box::new(source)], pool, params)?;
+    let sink: Box<dyn App> = Box::new(UdpSink::new(socks, 256, false));
+    w.apps.push(sink);
+    Ok(Box::new(WorkerBench {
+        w,
+        expect_all_delivered: true,
+    }))
+}
+
+fn smoltcp_udp(c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    let pool = pool(8192)?;
+    let source = gen_port(&pool, udp_1b_flows(), c.flow_order)?;
+    let b = SmolBench::new(source, pool, DUT_MAC.0, DUT_ADDR, 24, &UDP_PORTS, c.burst)?;
+    Ok(Box::new(b))
+}
+
+impl Bench for SmolBench {
+    fn run(&mut self, n: u64) {
+        Self::run(self, n);
+    }
+    fn verify(&self) -> anyhow::Result<()> {
+        if self.received != self.rx {
+            bail!(
+                "smoltcp delivered {} of {} datagrams",
+                self.received,
+                self.rx
+            );
+        }
+        Ok(())
+    }
+    fn extra(&self) -> Vec<(String, u64)> {
+        vec![("sink_datagrams".into(), self.received)]
+    }
+}
+
+/// The variants of scenario `name` for the requested modes and dispatch strategies.
+pub(crate) fn variants(
+    name: &str,
+    modes: &[Mode],
+    dispatch: &[Dispatch],
+) -> anyhow::Result<Vec<Variant>> {
+    let mk = |mode, dispatch| Variant {
+        scenario: name.to_string(),
+        mode,
+        dispatch,
+    };
+    Ok(match name {
+        "null" => modes.iter().map(|&m| mk(Some(m), None)).collect(),
+        "smoltcp-udp-1b" => vec![mk(None, None)],
+        "udp-local-1b" | "udp-local-1b-nf1" => {
+            let mut v = Vec::new();
+            for &d in dispatch {
+                for &m in modes {
+                    v.push(mk(Some(m), Some(d)));
+                }
+            }
+            v
+        }
+        other => bail!("unknown scenario '{other}' (known: {})", NAMES.join(", ")),
+    })
+}
+
+/// Builds the bench for a variant.
+pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    match v.scenario.as_str() {
+        "null" => {
+            let pool = pool(4096)?;
+            let source = gen_port(&pool, udp_1b_flows(), c.flow_order)?;
+            let burst = if v.mode == Some(Mode::Packet) {
+                1
+            } else {
+                c.burst
+            };
+            Ok(Box::new(Null {
+                cache: pool.cache(),
+                source,
+                pool,
+                burst,
+                list: Vec::with_capacity(256),
+                freed: 0,
+            }))
+        }
+        "udp-local-1b" => udp_local(v, c, false),
+        "udp-local-1b-nf1" => udp_local(v, c, true),
+        "smoltcp-udp-1b" => smoltcp_udp(c),
+        other => bail!("unknown scenario '{other}'"),
+    }
+}

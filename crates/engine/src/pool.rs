@@ -26,6 +26,9 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::meta::Meta;
 
+/// Bytes of one cache line (the stride padding between buffers).
+const CACHE_LINE: usize = 64;
+
 /// Highest buffer count a pool may have: indices use the low 24 bits of a handle.
 pub const MAX_BUFFERS: u32 = (1 << 24) - 1;
 /// Smallest headroom a pool accepts: enough to push an outer Ethernet + IPv4 + tunnel
@@ -218,7 +221,7 @@ struct Shared {
     meta: Box<[UnsafeCell<Meta>]>,
     free: ArrayQueue<u32>,
     cfg: PoolConfig,
-    shift: u32,
+    stride: usize,
     alloc_failures: AtomicU64,
 }
 
@@ -250,7 +253,7 @@ impl Drop for Shared {
 pub struct Pool {
     shared: Arc<Shared>,
     id: u8,
-    shift: u32,
+    stride: usize,
     buf_size: usize,
     meta_base: *mut Meta,
     buf_base: *mut u8,
@@ -277,7 +280,11 @@ impl Pool {
     /// Allocates the region and metadata once; every buffer starts on the free list.
     pub fn new(cfg: PoolConfig) -> Result<Self, PoolError> {
         cfg.validate()?;
-        let len = cfg.buffers as usize * cfg.buf_size as usize;
+        // Buffers are a cache line apart beyond their size: with a power-of-two stride the
+        // first data line of every buffer would fall in the same one or two L1 sets (the
+        // way size is 4 KiB), and a list of 64 packets would thrash them.
+        let stride = cfg.buf_size as usize + CACHE_LINE;
+        let len = cfg.buffers as usize * stride;
         let region = Region::map(len, cfg.huge_pages)?;
         let id = take_pool_id().ok_or(PoolError::NoPoolId)?;
         let meta = (0..cfg.buffers)
@@ -293,14 +300,14 @@ impl Pool {
             region,
             meta,
             free,
-            shift: cfg.buf_size.trailing_zeros(),
+            stride,
             cfg,
             alloc_failures: AtomicU64::new(0),
         };
         let shared = Arc::new(shared);
         Ok(Self {
             id,
-            shift: shared.shift,
+            stride: shared.stride,
             buf_size: shared.cfg.buf_size as usize,
             // `UnsafeCell<Meta>` has the layout of `Meta`.
             meta_base: UnsafeCell::raw_get(shared.meta.as_ptr()),
@@ -344,7 +351,7 @@ impl Pool {
     /// Byte offset of a buffer inside the region.
     #[inline(always)]
     pub fn offset_of(&self, p: &Pkt) -> u64 {
-        u64::from(self.check(p)) << self.shift
+        (self.check(p) as u64) * self.stride as u64
     }
 
     #[inline(always)]
@@ -359,7 +366,7 @@ impl Pool {
     #[inline(always)]
     fn buf_ptr(&self, index: u32) -> *mut u8 {
         // In bounds: index < buffers, so the offset is inside the region.
-        self.buf_base.wrapping_add((index as usize) << self.shift)
+        self.buf_base.wrapping_add(index as usize * self.stride)
     }
 
     #[inline(always)]

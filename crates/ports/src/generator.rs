@@ -404,6 +404,10 @@ impl Port for GenPort {
     fn stats(&self) -> PortStats {
         self.stats
     }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
 }
 
 #[cfg(test)]

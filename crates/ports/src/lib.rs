@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 pub mod generator;
+pub mod mem;
 
 use netbatch_engine::offload::Features;
 use netbatch_engine::{BufCache, PktList, Pool};
@@ -59,6 +60,10 @@ pub trait Port: Send {
 
     /// Counters.
     fn stats(&self) -> PortStats;
+
+    /// The concrete port, for tools and tests that need its own API (captured frames of
+    /// a `mem` port, for instance).
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }
 
 /// The bytes of a frame, following its buffer chain (payload continuation of a standard

@@ -1,0 +1,129 @@
+//! Frames for the tests, built with etherparse (IPv4/UDP/TCP/ICMP) or by hand (ARP), so
+//! what the datapath is fed does not come from its own code.
+
+use etherparse::PacketBuilder;
+use netbatch_wire::ethernet::MacAddr;
+
+use crate::ip;
+
+/// A UDP datagram in an Ethernet frame.
+#[allow(clippy::too_many_arguments)]
+pub fn udp(
+    src_mac: MacAddr,
+    dst_mac: MacAddr,
+    src: &str,
+    dst: &str,
+    sport: u16,
+    dport: u16,
+    ttl: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(src_mac.0, dst_mac.0)
+        .ipv4(ip(src).octets(), ip(dst).octets(), ttl)
+        .udp(sport, dport);
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut v, payload).expect("udp frame");
+    v
+}
+
+/// A UDP datagram in an 802.1Q-tagged frame.
+#[allow(clippy::too_many_arguments)]
+pub fn udp_vlan(
+    src_mac: MacAddr,
+    dst_mac: MacAddr,
+    vid: u16,
+    src: &str,
+    dst: &str,
+    sport: u16,
+    dport: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(src_mac.0, dst_mac.0)
+        .single_vlan(etherparse::VlanId::try_new(vid).expect("vid"))
+        .ipv4(ip(src).octets(), ip(dst).octets(), 64)
+        .udp(sport, dport);
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut v, payload).expect("udp frame");
+    v
+}
+
+/// A TCP segment (ACK set) in an Ethernet frame.
+#[allow(clippy::too_many_arguments)]
+pub fn tcp(
+    src_mac: MacAddr,
+    dst_mac: MacAddr,
+    src: &str,
+    dst: &str,
+    sport: u16,
+    dport: u16,
+    seq: u32,
+    ttl: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(src_mac.0, dst_mac.0)
+        .ipv4(ip(src).octets(), ip(dst).octets(), ttl)
+        .tcp(sport, dport, seq, 65535)
+        .ack(1);
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut v, payload).expect("tcp frame");
+    v
+}
+
+/// An ICMP echo request in an Ethernet frame.
+#[allow(clippy::too_many_arguments)]
+pub fn echo_request(
+    src_mac: MacAddr,
+    dst_mac: MacAddr,
+    src: &str,
+    dst: &str,
+    id: u16,
+    seq: u16,
+    ttl: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(src_mac.0, dst_mac.0)
+        .ipv4(ip(src).octets(), ip(dst).octets(), ttl)
+        .icmpv4_echo_request(id, seq);
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut v, payload).expect("icmp frame");
+    v
+}
+
+/// An ARP packet (RFC 826 layout, written by hand) in an Ethernet frame padded to 60
+/// bytes.
+pub fn arp(
+    oper: u16,
+    sha: MacAddr,
+    spa: &str,
+    tha: MacAddr,
+    tpa: &str,
+    dst_mac: MacAddr,
+) -> Vec<u8> {
+    let mut v = Vec::with_capacity(60);
+    v.extend_from_slice(&dst_mac.0);
+    v.extend_from_slice(&sha.0);
+    v.extend_from_slice(&[0x08, 0x06, 0x00, 0x01, 0x08, 0x00, 6, 4]);
+    v.extend_from_slice(&oper.to_be_bytes());
+    v.extend_from_slice(&sha.0);
+    v.extend_from_slice(&ip(spa).octets());
+    v.extend_from_slice(&tha.0);
+    v.extend_from_slice(&ip(tpa).octets());
+    v.resize(60, 0);
+    v
+}
+
+/// Recomputes the IPv4 header checksum of an Ethernet II frame (after a test edits the
+/// header on purpose), with etherparse.
+pub fn refresh_ip_checksum(frame: &mut [u8]) {
+    let ihl = usize::from(frame[14] & 0x0f) * 4;
+    frame[24] = 0;
+    frame[25] = 0;
+    let (h, _) = etherparse::Ipv4Header::from_slice(&frame[14..14 + ihl]).expect("ipv4 header");
+    let c = h.calc_header_checksum();
+    frame[24..26].copy_from_slice(&c.to_be_bytes());
+}
+
+/// A parsed frame for assertions (etherparse's view).
+pub fn parse(frame: &[u8]) -> etherparse::SlicedPacket<'_> {
+    etherparse::SlicedPacket::from_ethernet(frame).expect("a frame etherparse can parse")
+}

@@ -1,0 +1,183 @@
+//! Support for the scenario tests: a "lab" of one worker whose ports are in-memory, frames
+//! built with etherparse (an implementation independent of ours), and the checks every
+//! scenario makes (conservation of packets, a full pool after stop).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use netbatch_engine::{Dispatch, DropReason, Mode, Pool, PoolConfig};
+use netbatch_ports::Port;
+use netbatch_ports::mem::{MemPort, TxFrame};
+use netbatch_runtime::setup::{PortSetup, StaticNeighbour, build_host};
+use netbatch_runtime::{PollParams, Worker};
+use netbatch_stack::host::HostParams;
+use netbatch_stack::route::Route;
+use netbatch_stack::{GraphOptions, build};
+use netbatch_wire::ethernet::MacAddr;
+
+pub mod frames;
+
+/// Every combination of batch mode and dispatch strategy.
+pub const VARIANTS: [(Mode, Dispatch); 4] = [
+    (Mode::Packet, Dispatch::Runs),
+    (Mode::Packet, Dispatch::Buckets),
+    (Mode::List, Dispatch::Runs),
+    (Mode::List, Dispatch::Buckets),
+];
+
+/// What a lab is made of.
+#[derive(Debug, Clone)]
+pub struct LabSpec {
+    /// Ports (each backed by a `mem` port).
+    pub ports: Vec<PortSetup>,
+    /// Routes beyond the connected ones.
+    pub routes: Vec<Route>,
+    /// Static neighbours.
+    pub neighbours: Vec<StaticNeighbour>,
+    /// Host settings.
+    pub params: HostParams,
+    /// Hooks and hand-offs.
+    pub graph: GraphOptions,
+}
+
+/// One worker over in-memory ports.
+pub struct Lab {
+    /// The worker under test.
+    pub w: Worker,
+    pool: Pool,
+    now_ns: u64,
+}
+
+impl Lab {
+    /// Builds the lab in the given mode and dispatch.
+    pub fn new(spec: &LabSpec, mode: Mode, dispatch: Dispatch) -> Self {
+        let pool = Pool::new(PoolConfig {
+            buffers: 4096,
+            cache_size: 64,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let host =
+            build_host(&spec.ports, &spec.routes, &spec.neighbours, spec.params).expect("host");
+        let graph = build(&spec.graph, dispatch).expect("graph");
+        let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+        let ports: Vec<Box<dyn Port>> = spec
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                Box::new(MemPort::new(&p.name, i as u16, room).with_features(p.features))
+                    as Box<dyn Port>
+            })
+            .collect();
+        let w = Worker::new(
+            graph,
+            host,
+            ports,
+            pool.clone(),
+            PollParams {
+                mode,
+                ..PollParams::default()
+            },
+        )
+        .expect("worker");
+        Self {
+            w,
+            pool,
+            now_ns: 1_000_000_000,
+        }
+    }
+
+    /// The in-memory port `i`.
+    pub fn port(&mut self, i: usize) -> &mut MemPort {
+        self.w.ports[i]
+            .as_any_mut()
+            .downcast_mut::<MemPort>()
+            .expect("a mem port")
+    }
+
+    /// Queues frames for reception on port `i`.
+    pub fn feed(&mut self, i: usize, frames: impl IntoIterator<Item = Vec<u8>>) {
+        let t = self.now_ns;
+        for f in frames {
+            self.port(i).push_rx(t, f);
+        }
+    }
+
+    /// Current lab time.
+    pub fn now(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Advances lab time by `ns` and runs a round (timers fire on it).
+    pub fn advance(&mut self, ns: u64) {
+        self.now_ns += ns;
+        self.w.poll(self.now_ns);
+    }
+
+    /// Polls until every port's receive queue is empty, plus one more round; bounded.
+    pub fn run(&mut self) {
+        for _ in 0..100_000 {
+            let pending: usize = (0..self.w.ports.len())
+                .map(|i| self.port(i).rx_pending())
+                .sum();
+            self.w.poll(self.now_ns);
+            if pending == 0 {
+                return;
+            }
+        }
+        panic!("lab did not drain its input within the round limit");
+    }
+
+    /// Takes the frames transmitted on port `i`.
+    pub fn tx(&mut self, i: usize) -> Vec<TxFrame> {
+        self.port(i).take_tx()
+    }
+
+    /// Drops by reason name, over every stage.
+    pub fn drops(&self) -> BTreeMap<&'static str, u64> {
+        let mut m = BTreeMap::new();
+        for n in self.w.snapshot() {
+            for (r, c) in n.drops {
+                *m.entry(r.name()).or_insert(0) += c;
+            }
+        }
+        m
+    }
+
+    /// Drops of one reason.
+    pub fn dropped(&self, r: DropReason) -> u64 {
+        self.drops().get(r.name()).copied().unwrap_or(0)
+    }
+
+    /// Asserts `rx + originated = tx + delivered + dropped + held` with `held` counted
+    /// from the queues themselves.
+    pub fn assert_conserved(&self) {
+        let a = self.w.acct;
+        let held = self.w.held();
+        assert_eq!(
+            a.rx + a.originated,
+            a.tx + a.delivered + a.dropped + held,
+            "packets unaccounted: {a:?}, held {held}"
+        );
+    }
+
+    /// Stops the worker and asserts every buffer is back in the pool.
+    pub fn stop_and_check_pool(mut self) {
+        self.w.shutdown();
+        let total = self.pool.config().buffers as usize;
+        let pool = self.pool.clone();
+        drop(self.w);
+        assert_eq!(pool.free_in_pool(), total, "buffers leaked");
+    }
+}
+
+/// A plain port with one address.
+pub fn port(name: &str, mac: MacAddr, addr: &str) -> PortSetup {
+    PortSetup::simple(name, mac, addr.parse().expect("address"))
+}
+
+/// Parses an IPv4 address literal.
+pub fn ip(s: &str) -> Ipv4Addr {
+    s.parse().expect("IPv4 address")
+}

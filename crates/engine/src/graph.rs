@@ -23,63 +23,57 @@ use crate::pool::Pkt;
 use crate::stage::{Cx, LIST_MAX, Out, PktList, Stage};
 use crate::trace::{Trace, TraceEvent};
 
-/// How a stage's output reaches the next stages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Dispatch {
-    /// Consecutive runs with the same next, depth first (Linux).
-    Runs,
-    /// Stable grouping by next, breadth first (VPP).
-    Buckets,
+/// An enum of unit variants with a command-line name each: `name()` and `FromStr`.
+macro_rules! named_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vm])* $v,)+
+        }
+
+        impl $name {
+            /// The name used on the command line and in reports.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$v => $s,)+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($s => Ok(Self::$v),)+
+                    _ => Err(format!(
+                        concat!("unknown ", stringify!($name), " '{}' (expected {})"),
+                        s,
+                        [$($s),+].join(" or ")
+                    )),
+                }
+            }
+        }
+    };
 }
 
-impl Dispatch {
-    /// The name used on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Runs => "runs",
-            Self::Buckets => "buckets",
-        }
+named_enum! {
+    /// How a stage's output reaches the next stages.
+    Dispatch {
+        /// Consecutive runs with the same next, depth first (Linux).
+        Runs = "runs",
+        /// Stable grouping by next, breadth first (VPP).
+        Buckets = "buckets",
     }
 }
 
-impl std::str::FromStr for Dispatch {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "runs" => Ok(Self::Runs),
-            "buckets" => Ok(Self::Buckets),
-            _ => Err(format!("unknown dispatch '{s}' (expected runs or buckets)")),
-        }
-    }
-}
-
-/// Whether packets move through the graph a list at a time or one at a time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// Each packet goes through every stage before the next is pulled from the port.
-    Packet,
-    /// Each stage runs over the whole list before the next stage (listified).
-    List,
-}
-
-impl Mode {
-    /// The name used on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Packet => "packet",
-            Self::List => "list",
-        }
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "packet" => Ok(Self::Packet),
-            "list" => Ok(Self::List),
-            _ => Err(format!("unknown mode '{s}' (expected packet or list)")),
-        }
+named_enum! {
+    /// Whether packets move through the graph a list at a time or one at a time.
+    Mode {
+        /// Each packet goes through every stage before the next is pulled from the port.
+        Packet = "packet",
+        /// Each stage runs over the whole list before the next stage (listified).
+        List = "list",
     }
 }
 

@@ -70,19 +70,7 @@ pub struct ArpPacket<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> ArpPacket<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps a buffer and runs [`Self::check_len`].
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
+    view_constructors!();
 
     /// Checks that the buffer holds 28 bytes ([`Error::Truncated`] otherwise).
     #[inline]
@@ -92,12 +80,6 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
         } else {
             Ok(())
         }
-    }
-
-    /// Returns the wrapped buffer.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// Hardware type (1 for Ethernet).

@@ -146,19 +146,7 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps a buffer and runs [`Self::check_len`].
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let frame = Self::new_unchecked(buffer);
-        frame.check_len()?;
-        Ok(frame)
-    }
+    view_constructors!();
 
     /// Checks that the buffer holds the 14-byte header ([`Error::Truncated`] otherwise).
     #[inline]
@@ -168,12 +156,6 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         } else {
             Ok(())
         }
-    }
-
-    /// Returns the wrapped buffer.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// Length of the header (14).

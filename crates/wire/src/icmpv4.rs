@@ -102,19 +102,7 @@ pub struct Icmpv4Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps a buffer and runs [`Self::check_len`].
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
+    view_constructors!();
 
     /// Checks that the buffer holds the 8-byte header ([`Error::Truncated`] otherwise).
     #[inline]
@@ -124,12 +112,6 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
         } else {
             Ok(())
         }
-    }
-
-    /// Returns the wrapped buffer.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// Length of the header (8).

@@ -82,19 +82,7 @@ pub struct Ipv4Packet<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
-    /// Wraps a buffer without checking it.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps a buffer and runs [`Self::check_len`].
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
+    view_constructors!();
 
     /// Checks the header length: [`Error::Truncated`] below 20 bytes, [`Error::Malformed`] if
     /// `IHL < 5`, [`Error::Truncated`] if the buffer is shorter than `IHL * 4`.
@@ -112,12 +100,6 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         } else {
             Ok(())
         }
-    }
-
-    /// Returns the wrapped buffer.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// IP version (4 for a valid packet).

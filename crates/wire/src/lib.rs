@@ -40,6 +40,35 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+/// The constructors every view shares: `new_unchecked`, `new_checked` (which runs the
+/// view's own `check_len`) and `into_inner`. Used inside each view's
+/// `impl<T: AsRef<[u8]>>` block.
+macro_rules! view_constructors {
+    () => {
+        /// Wraps a buffer without checking its length. Use it when emitting into a buffer
+        /// sized for the header; never on received bytes.
+        #[inline]
+        pub const fn new_unchecked(buffer: T) -> Self {
+            Self { buffer }
+        }
+
+        /// Wraps a buffer and runs [`Self::check_len`]: once it succeeds, no accessor
+        /// panics.
+        #[inline]
+        pub fn new_checked(buffer: T) -> Result<Self> {
+            let p = Self::new_unchecked(buffer);
+            p.check_len()?;
+            Ok(p)
+        }
+
+        /// Returns the wrapped buffer.
+        #[inline]
+        pub fn into_inner(self) -> T {
+            self.buffer
+        }
+    };
+}
+
 pub mod arp;
 pub mod checksum;
 pub mod ethernet;

@@ -243,19 +243,7 @@ pub struct TcpPacket<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> TcpPacket<T> {
-    /// Wraps a buffer without checking it.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps a buffer and runs [`Self::check_len`].
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
+    view_constructors!();
 
     /// Checks the header length: [`Error::Truncated`] below 20 bytes, [`Error::Malformed`] if
     /// the data offset is below 5, [`Error::Truncated`] if the buffer is shorter than the
@@ -272,12 +260,6 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
         } else {
             Ok(())
         }
-    }
-
-    /// Returns the wrapped buffer.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// Source port.

@@ -68,19 +68,7 @@ pub struct UdpPacket<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> UdpPacket<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps a buffer and runs [`Self::check_len`].
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
+    view_constructors!();
 
     /// Checks that the buffer holds the 8-byte header ([`Error::Truncated`] otherwise). The
     /// length field is not checked (see the module docs).
@@ -91,12 +79,6 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         } else {
             Ok(())
         }
-    }
-
-    /// Returns the wrapped buffer.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// Source port.

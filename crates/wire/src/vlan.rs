@@ -26,19 +26,7 @@ pub struct VlanHeader<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> VlanHeader<T> {
-    /// Wraps a buffer without checking its length.
-    #[inline]
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// Wraps a buffer and runs [`Self::check_len`].
-    #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let tag = Self::new_unchecked(buffer);
-        tag.check_len()?;
-        Ok(tag)
-    }
+    view_constructors!();
 
     /// Checks that the buffer holds the 4-byte tag ([`Error::Truncated`] otherwise).
     #[inline]
@@ -48,12 +36,6 @@ impl<T: AsRef<[u8]>> VlanHeader<T> {
         } else {
             Ok(())
         }
-    }
-
-    /// Returns the wrapped buffer.
-    #[inline]
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     /// The raw 16-bit tag control information.

@@ -103,10 +103,11 @@ fn traffic() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
     let mut f = good(9, 5001, 0);
     f[38..40].copy_from_slice(&100u16.to_be_bytes());
     bad.push((f, Some(DropReason::UdpBadLength)));
-    bad.push((good(9, 6000, 0), Some(DropReason::NoSocket)));
+    // Answered with ICMP errors in their own buffers: not drops.
+    bad.push((good(9, 6000, 0), None));
     bad.push((
         frames::udp(PEER, US, "198.51.100.7", "203.0.113.9", 9, 5001, 64, b"x"),
-        Some(DropReason::NoRoute),
+        None,
     ));
     bad.push((
         frames::udp(PEER, US, "127.0.0.1", "198.51.100.1", 9, 5001, 64, b"x"),
@@ -130,9 +131,9 @@ fn traffic() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
     frames::refresh_ip_checksum(&mut f);
     bad.push((f, Some(DropReason::Ip4FragReassembly)));
     let mut f = good(9, 5001, 0);
-    f[23] = 47; // GRE: no handler
+    f[23] = 47; // GRE: no handler, answered with protocol unreachable
     frames::refresh_ip_checksum(&mut f);
-    bad.push((f, Some(DropReason::UnknownProtocol)));
+    bad.push((f, None));
     bad.push((
         frames::echo_request(PEER, US, "198.51.100.7", "198.51.100.1", 7, 1, 64, b"ping"),
         None,
@@ -207,15 +208,38 @@ fn every_packet_is_accounted_for_in_every_mode() {
         assert_eq!(lab.w.acct.rx, input.len() as u64, "{what}");
         assert_eq!(lab.drops(), want_drops, "{what}: drop reasons");
         lab.assert_conserved();
-        // 60 + 3 datagrams wait in sockets; the echo request was consumed.
+        // 60 + 3 datagrams wait in sockets; four packets left as their own answers.
         assert_eq!(lab.w.held(), 63, "{what}");
-        assert_eq!(lab.w.acct.delivered, 1, "{what}");
+        assert_eq!(lab.w.acct.delivered, 0, "{what}");
+        assert_eq!(lab.w.acct.originated, 0, "{what}");
+        let acct = lab.w.acct;
+        assert_eq!(
+            acct.rx,
+            acct.tx + acct.delivered + acct.dropped + lab.w.held(),
+            "{what}: with nothing originated, rx = tx + delivered + dropped + held"
+        );
 
-        // Four packets left: port unreachable, net unreachable, protocol unreachable and
-        // the echo reply, all to the peer.
+        // Port unreachable, net unreachable, protocol unreachable and the echo reply, all
+        // to the peer, and counted by the ICMP error stage per cause.
         let tx = lab.tx(0);
-        assert_eq!(lab.w.acct.originated, 4, "{what}");
         assert_eq!(lab.w.acct.tx, 4, "{what}");
+        let sent: Vec<(&str, u64)> = lab
+            .w
+            .snapshot()
+            .iter()
+            .find(|n| n.name == "ip4-icmp-error")
+            .unwrap()
+            .events
+            .clone();
+        assert_eq!(
+            sent,
+            vec![
+                ("sent_no_route", 1),
+                ("sent_unknown_protocol", 1),
+                ("sent_no_socket", 1)
+            ],
+            "{what}"
+        );
         let mut kinds: Vec<(u8, u8)> = tx
             .iter()
             .map(|f| {

@@ -59,7 +59,8 @@ impl Lab {
         .expect("pool");
         let host =
             build_host(&spec.ports, &spec.routes, &spec.neighbours, spec.params).expect("host");
-        let graph = build(&spec.graph, dispatch).expect("graph");
+        let names: Vec<&str> = spec.ports.iter().map(|p| p.name.as_str()).collect();
+        let graph = build(&spec.graph, &names, dispatch).expect("graph");
         let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
         let ports: Vec<Box<dyn Port>> = spec
             .ports

@@ -30,9 +30,14 @@ impl Default for NodeCounters {
 }
 
 impl NodeCounters {
-    pub(crate) fn snapshot(&self, name: &'static str) -> NodeSnapshot {
+    pub(crate) fn snapshot(
+        &self,
+        name: &'static str,
+        events: Vec<(&'static str, u64)>,
+    ) -> NodeSnapshot {
         NodeSnapshot {
             name,
+            events,
             packets: self.packets,
             calls: self.calls,
             cycles: self.cycles,
@@ -58,6 +63,8 @@ pub struct NodeSnapshot {
     pub cycles: u64,
     /// Non-zero drop counts.
     pub drops: Vec<(DropReason, u64)>,
+    /// The stage's own event counters (see `Stage::counters`).
+    pub events: Vec<(&'static str, u64)>,
 }
 
 impl NodeSnapshot {
@@ -104,6 +111,12 @@ impl NodeSnapshot {
             }
         }
         self.drops.sort();
+        for &(k, n) in &o.events {
+            match self.events.iter_mut().find(|(x, _)| *x == k) {
+                Some((_, m)) => *m += n,
+                None => self.events.push((k, n)),
+            }
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use crate::counters::{NodeCounters, NodeSnapshot};
 use crate::drop::DropReason;
 use crate::meta::flag;
 use crate::pool::Pkt;
-use crate::stage::{Cx, LIST_MAX, Out, PktList, Stage};
+use crate::stage::{Cx, LIST_MAX, MIXED, Out, PktList, Stage};
 use crate::trace::{Trace, TraceEvent};
 
 /// An enum of unit variants with a command-line name each: `name()` and `FromStr`.
@@ -77,6 +77,25 @@ named_enum! {
     }
 }
 
+/// Returns a `'static` copy of `s`, made once per distinct string for the life of the
+/// process: node and arc names that depend on the configuration (one transmit node per
+/// port) are interned here, so rebuilding graphs does not grow memory.
+pub fn intern(s: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut set = NAMES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(&n) = set.get(s) {
+        return n;
+    }
+    let n: &'static str = Box::leak(s.to_owned().into_boxed_str());
+    set.insert(n);
+    n
+}
+
 /// A node's index in its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub u16);
@@ -124,6 +143,8 @@ pub enum GraphError {
     },
     /// More nodes than the scheduler's mask can hold.
     TooManyNodes,
+    /// A stage with 255 or more arcs.
+    TooManyArcs(String),
 }
 
 impl fmt::Display for GraphError {
@@ -136,6 +157,7 @@ impl fmt::Display for GraphError {
                 write!(f, "arc '{arc}' of node '{node}' is not connected")
             }
             Self::TooManyNodes => f.write_str("more than 64 nodes"),
+            Self::TooManyArcs(n) => write!(f, "node '{n}' has more than 254 arcs"),
         }
     }
 }
@@ -172,6 +194,9 @@ impl<S> GraphBuilder<S> {
         }
         if self.nodes.len() >= 64 {
             return Err(GraphError::TooManyNodes);
+        }
+        if stage.arcs().len() >= usize::from(MIXED) {
+            return Err(GraphError::TooManyArcs(name.into()));
         }
         let arcs = vec![None; stage.arcs().len()];
         self.nodes.push((name, stage, arcs));
@@ -374,9 +399,9 @@ fn drop_one(
 
 #[cold]
 fn trace_out(trace: &mut Trace, cx: &mut Cx<'_>, id: u16, out: &Out) {
-    for (p, &a) in out.pkts.iter().zip(&out.arcs) {
+    for (i, p) in out.pkts.iter().enumerate() {
         if cx.pool.get(p).meta.flags & flag::TRACE != 0 {
-            trace.record(p.index(), id, TraceEvent::Next(a));
+            trace.record(p.index(), id, TraceEvent::Next(out.arc_of(i)));
         }
     }
 }
@@ -416,7 +441,7 @@ impl<S> Graph<S> {
     }
 
     /// Names of a node's arcs.
-    pub fn arc_names(&self, id: NodeId) -> &'static [&'static str] {
+    pub fn arc_names(&self, id: NodeId) -> &[&'static str] {
         self.nodes[usize::from(id.0)].stage.arcs()
     }
 
@@ -442,7 +467,7 @@ impl<S> Graph<S> {
                     cycles: n.cycles,
                     drops: *d,
                 }
-                .snapshot(n.name)
+                .snapshot(n.name, n.stage.counters())
             })
             .collect()
     }
@@ -519,9 +544,14 @@ impl<S> Graph<S> {
                 id,
                 list,
             );
-            let (mut pk, mut arcs) = (core::mem::take(&mut o.pkts), core::mem::take(&mut o.arcs));
-            self.fan_out_depth_first(st, cx, id, &mut pk, &mut arcs);
+            let (mut pk, mut arcs, uniform) = (
+                core::mem::take(&mut o.pkts),
+                core::mem::take(&mut o.arcs),
+                o.uniform,
+            );
+            self.fan_out_depth_first(st, cx, id, &mut pk, &mut arcs, uniform);
             (o.pkts, o.arcs) = (pk, arcs);
+            o.reset_arcs();
             self.spare_outs.push(o);
             return;
         }
@@ -544,18 +574,21 @@ impl<S> Graph<S> {
         );
         let out = &mut self.outs[i];
         if !out.pkts.is_empty() {
-            let (mut pk, mut arcs) = (
+            let (mut pk, mut arcs, uniform) = (
                 core::mem::take(&mut out.pkts),
                 core::mem::take(&mut out.arcs),
+                out.uniform,
             );
-            self.fan_out_depth_first(st, cx, id, &mut pk, &mut arcs);
+            self.fan_out_depth_first(st, cx, id, &mut pk, &mut arcs, uniform);
             let out = &mut self.outs[i];
             (out.pkts, out.arcs) = (pk, arcs);
+            out.reset_arcs();
         }
         self.nodes[i].busy = false;
     }
 
-    /// Carries `pk` (with their `arcs`; both left empty) on from node `from`, run by run.
+    /// Carries `pk` on from node `from`, run by run: all along `uniform` unless that is
+    /// `MIXED`, else each along its entry of `arcs`. Both are left empty.
     #[inline]
     fn fan_out_depth_first(
         &mut self,
@@ -564,14 +597,14 @@ impl<S> Graph<S> {
         from: u16,
         pk: &mut PktList,
         arcs: &mut Vec<u8>,
+        uniform: u8,
     ) {
-        let Some(&first) = arcs.first() else { return };
-        if arcs.iter().all(|&a| a == first) {
+        if uniform != MIXED {
             // Home run: the whole output goes one way; hand the vector on as is.
-            arcs.clear();
-            self.send_depth_first(st, cx, from, first, pk);
+            self.send_depth_first(st, cx, from, uniform, pk);
             return;
         }
+        let Some(&first) = arcs.first() else { return };
         let mut run = self.take_list();
         let mut cur = first;
         for (p, a) in pk.drain(..).zip(arcs.drain(..)) {
@@ -650,11 +683,13 @@ impl<S> Graph<S> {
     fn distribute(&mut self, cx: &mut Cx<'_>, i: usize) {
         let nodes = &mut self.nodes;
         let out = &mut self.outs[i];
-        let Some(&first) = out.arcs.first() else {
+        if out.pkts.is_empty() {
+            out.reset_arcs();
             return;
-        };
-        if out.arcs.iter().all(|&a| a == first) {
-            out.arcs.clear();
+        }
+        if out.uniform != MIXED {
+            let first = out.uniform;
+            out.reset_arcs();
             match nodes[i].targets[usize::from(first)] {
                 Target::Node(t) => {
                     let q = &mut nodes[usize::from(t)].pending;
@@ -684,7 +719,7 @@ impl<S> Graph<S> {
                 }
             }
         }
-        out.arcs.clear();
+        out.reset_arcs();
     }
 }
 
@@ -713,7 +748,7 @@ mod tests {
     /// drop, anything else → "a".
     struct Classify;
     impl Stage<Seen> for Classify {
-        fn arcs(&self) -> &'static [&'static str] {
+        fn arcs(&self) -> &[&'static str] {
             &["a", "b", "nowhere"]
         }
         fn process(&mut self, _: &mut Seen, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
@@ -731,7 +766,7 @@ mod tests {
     /// A per-packet-only sink that records (sink, flow, seq) and frees.
     struct Sink(&'static str);
     impl PacketStage<Seen> for Sink {
-        fn arcs(&self) -> &'static [&'static str] {
+        fn arcs(&self) -> &[&'static str] {
             &[]
         }
         fn packet(&mut self, st: &mut Seen, cx: &mut Cx<'_>, p: Pkt, _: &mut Out) {

@@ -20,7 +20,7 @@ pub mod trace;
 
 pub use counters::{NodeCounters, NodeSnapshot};
 pub use drop::DropReason;
-pub use graph::{Dispatch, Graph, GraphBuilder, GraphError, Mode, NodeId};
+pub use graph::{Dispatch, Graph, GraphBuilder, GraphError, Mode, NodeId, intern};
 pub use meta::Meta;
 pub use pool::{BufCache, Pkt, PktMut, PktRef, Pool, PoolConfig, PoolError};
 pub use stage::{Accounting, Cx, LIST_MAX, Next, Out, PacketStage, PerPacket, PktList, Stage};

@@ -86,7 +86,8 @@ impl Default for PoolConfig {
 }
 
 impl PoolConfig {
-    fn validate(&self) -> Result<(), PoolError> {
+    /// Checks every field is in range.
+    pub fn validate(&self) -> Result<(), PoolError> {
         if self.buffers == 0 || self.buffers > MAX_BUFFERS {
             return Err(PoolError::Config("buffers must be between 1 and 16777215"));
         }
@@ -463,12 +464,11 @@ impl BufCache {
         }
         match self.stack.pop() {
             Some(i) => {
-                let mut p = Pkt::new(self.pool.id, i);
-                self.pool
-                    .get_mut(&mut p)
-                    .meta
-                    .reset(self.pool.shared.cfg.headroom);
-                Some(p)
+                // SAFETY: `i` came off this pool's free stack, so no handle for it exists
+                // and nothing else can reach its metadata; i < buffers keeps the pointer
+                // inside the metadata array, which `self.pool` keeps alive.
+                unsafe { (*self.pool.meta_ptr(i)).reset(self.pool.shared.cfg.headroom) };
+                Some(Pkt::new(self.pool.id, i))
             }
             None => {
                 self.alloc_failures += 1;
@@ -492,9 +492,11 @@ impl BufCache {
     #[inline]
     pub fn free(&mut self, mut p: Pkt) {
         loop {
-            let next = self.pool.get_mut(&mut p).meta.chain.take();
-            // The handle dies here; its index goes back on the free stack.
             let i = self.pool.check(&p);
+            // SAFETY: `p` passed the pool check and is owned here (moved in), so it is
+            // the only handle for buffer `i`; nothing else reaches its metadata.
+            let next = unsafe { (*self.pool.meta_ptr(i)).chain.take() };
+            // The handle dies here; its index goes back on the free stack.
             if self.stack.len() >= self.cap * 2 {
                 self.spill();
             }

@@ -15,6 +15,9 @@ pub type PktList = Vec<Pkt>;
 /// The longest list a port hands to the graph in one go (VPP's frame size).
 pub const LIST_MAX: usize = 256;
 
+/// Marks an output whose packets go to different arcs (no stage has 255 arcs).
+pub(crate) const MIXED: u8 = u8::MAX;
+
 /// Index of one of a stage's outgoing arcs (its position in [`Stage::arcs`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Next(pub u8);
@@ -24,6 +27,10 @@ pub struct Next(pub u8);
 #[derive(Debug)]
 pub struct Out {
     pub(crate) pkts: Vec<Pkt>,
+    /// The arc every packet pushed so far shares, or [`MIXED`] once they differ (then
+    /// `arcs` holds one arc per packet). The common case, one arc for the whole list,
+    /// costs one vector push per packet and needs no scan to be recognised.
+    pub(crate) uniform: u8,
     pub(crate) arcs: Vec<u8>,
     pub(crate) drops: Vec<(Pkt, DropReason)>,
     /// Drops counted without freeing the buffer (the buffer was reused, e.g. turned into
@@ -36,6 +43,7 @@ impl Default for Out {
     fn default() -> Self {
         Self {
             pkts: Vec::new(),
+            uniform: MIXED,
             arcs: Vec::new(),
             drops: Vec::new(),
             counted_drops: Vec::new(),
@@ -48,6 +56,7 @@ impl Out {
     pub fn for_list() -> Self {
         Self {
             pkts: Vec::with_capacity(LIST_MAX),
+            uniform: MIXED,
             arcs: Vec::with_capacity(LIST_MAX),
             drops: Vec::with_capacity(LIST_MAX),
             counted_drops: Vec::new(),
@@ -57,8 +66,44 @@ impl Out {
     /// Sends `p` along arc `a`.
     #[inline(always)]
     pub fn push(&mut self, a: Next, p: Pkt) {
+        if a.0 == self.uniform {
+            self.pkts.push(p);
+        } else if self.pkts.is_empty() {
+            self.uniform = a.0;
+            self.pkts.push(p);
+        } else {
+            self.push_mixed(a, p);
+        }
+    }
+
+    /// A packet whose arc differs from the ones before it (or any packet once they do).
+    #[inline]
+    fn push_mixed(&mut self, a: Next, p: Pkt) {
+        if self.uniform != MIXED {
+            // Spell out the arcs of the uniform run so far.
+            self.arcs.clear();
+            self.arcs.resize(self.pkts.len(), self.uniform);
+            self.uniform = MIXED;
+        }
         self.pkts.push(p);
         self.arcs.push(a.0);
+    }
+
+    /// The arc of the `i`th packet pushed.
+    #[inline(always)]
+    pub(crate) fn arc_of(&self, i: usize) -> u8 {
+        if self.uniform == MIXED {
+            self.arcs[i]
+        } else {
+            self.uniform
+        }
+    }
+
+    /// Forgets the arcs (after the packets have been taken).
+    #[inline(always)]
+    pub(crate) fn reset_arcs(&mut self) {
+        self.uniform = MIXED;
+        self.arcs.clear();
     }
 
     /// Drops `p` for `reason` (counted against this stage; the engine frees the buffer).
@@ -68,9 +113,8 @@ impl Out {
     }
 
     /// Counts `wire_packets` packets as dropped for `reason` without a buffer to free:
-    /// the stage reused the buffer for a packet it originates (an ICMP error built in
-    /// place of the offending packet), which it must also count with
-    /// [`Cx::originate`].
+    /// a GSO super-packet standing for several wire packets was turned into one answer
+    /// (an ICMP error) in place, so all but one of its packets end here.
     #[inline]
     pub fn count_drop(&mut self, reason: DropReason, wire_packets: u64) {
         self.counted_drops.push((reason, wire_packets));
@@ -95,15 +139,22 @@ impl Out {
 /// counts n). The conservation law the tests check:
 /// `rx + originated = tx + delivered + dropped + held`, where `held` is what sits in
 /// queues and tables right now.
+///
+/// A packet answered in its own buffer (an echo request turned into its reply, an ARP
+/// request into its reply, an offending datagram into an ICMP error) is the same packet
+/// continuing: it ends as `tx` (or `dropped` if the answer cannot leave). Only packets in
+/// new buffers (ARP requests, application sends) are `originated`, so with none of those
+/// `rx = tx + delivered + dropped + held`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Accounting {
     /// Received from ports.
     pub rx: u64,
-    /// Created by the datapath itself (ARP requests and replies, ICMP messages, UDP sends).
+    /// Created in new buffers by the datapath itself (ARP requests, application sends).
     pub originated: u64,
     /// Handed to a port for transmission.
     pub tx: u64,
-    /// Consumed locally (read by an application, or answered by ARP/ICMP).
+    /// Consumed locally (read by an application, or a message for us that needs no
+    /// answer: an ARP reply, an ICMP error).
     pub delivered: u64,
     /// Dropped, each with a reason.
     pub dropped: u64,
@@ -149,17 +200,23 @@ impl Cx<'_> {
 /// A list-aware stage over per-worker shared state `S`.
 pub trait Stage<S>: Send {
     /// Names of the outgoing arcs, in [`Next`] index order.
-    fn arcs(&self) -> &'static [&'static str];
+    fn arcs(&self) -> &[&'static str];
 
     /// Processes every packet of `list` (leaving it empty), in order.
     fn process(&mut self, st: &mut S, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out);
+
+    /// Stage-specific event counters (rule hits, route-hint hits, ICMP errors sent by
+    /// reason …), for reports. Not drops: drops are counted by the engine.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// A stage that only knows single packets. Wrap it in [`PerPacket`] to put it in a graph:
 /// the engine then calls it once per packet of each list it receives.
 pub trait PacketStage<S>: Send {
     /// Names of the outgoing arcs, in [`Next`] index order.
-    fn arcs(&self) -> &'static [&'static str];
+    fn arcs(&self) -> &[&'static str];
 
     /// Handles one packet: push it to `out`, drop it, or keep it.
     fn packet(&mut self, st: &mut S, cx: &mut Cx<'_>, p: Pkt, out: &mut Out);
@@ -169,7 +226,7 @@ pub trait PacketStage<S>: Send {
 pub struct PerPacket<T>(pub T);
 
 impl<S, T: PacketStage<S>> Stage<S> for PerPacket<T> {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         self.0.arcs()
     }
 

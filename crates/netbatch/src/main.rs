@@ -2,6 +2,8 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod check_config;
+mod replay;
 
 use clap::{Parser, Subcommand};
 
@@ -17,11 +19,17 @@ struct Cli {
 enum Cmd {
     /// Run the benchmark scenarios (in-memory generator, no privileges needed).
     Bench(bench::Args),
+    /// Receive every frame of a capture, write what is transmitted to a pcapng file.
+    Replay(replay::Args),
+    /// Validate a configuration file and explain each error with its key.
+    CheckConfig(check_config::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Bench(a) => bench::main(&a),
+        Cmd::Replay(a) => replay::main(&a),
+        Cmd::CheckConfig(a) => check_config::main(&a),
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod generator;
 pub mod mem;
+pub mod pcap;
 
 use netbatch_engine::offload::Features;
 use netbatch_engine::{BufCache, PktList, Pool};
@@ -54,9 +55,11 @@ pub trait Port: Send {
     /// Receives up to `max` frames into `out` (appending); returns how many.
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize;
 
-    /// Takes frames from the front of `pkts` for transmission, in order. Frames it cannot
-    /// take now (ring full) stay in `pkts` for the caller to drop or retry.
-    fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList);
+    /// Takes frames from the front of `pkts` for transmission, in order, and returns the
+    /// wire packets they stand for (a super-packet taken whole counts its segments).
+    /// Frames it cannot take now (ring full) stay in `pkts` for the caller to drop or
+    /// retry.
+    fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64;
 
     /// Counters.
     fn stats(&self) -> PortStats;

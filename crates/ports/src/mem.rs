@@ -1,5 +1,5 @@
-//! `mem`: a port over in-memory frames. Receive takes frames from a queue (each with a
-//! timestamp); transmit records what leaves. The pcap port and the scenario tests are
+//! `mem`: a port over in-memory frames. Receive takes frames from a queue, each once the
+//! worker's clock has reached its timestamp; transmit records what leaves. The pcap port and the scenario tests are
 //! built on it.
 //!
 //! A frame larger than a buffer's room is dropped at receive and counted
@@ -124,7 +124,8 @@ impl Port for MemPort {
         n
     }
 
-    fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) {
+    fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
+        let mut wire = 0;
         for p in pkts.drain(..) {
             let v = cx.pool.get(&p);
             let (segs, gso_size) = (
@@ -144,8 +145,10 @@ impl Port for MemPort {
                 segs,
                 gso_size,
             });
+            wire += u64::from(segs);
             cx.cache.free(p);
         }
+        wire
     }
 
     fn stats(&self) -> PortStats {

@@ -3,6 +3,9 @@
 #![forbid(unsafe_code)]
 
 pub mod apps;
+pub mod build;
+pub mod config;
+pub mod replay;
 pub mod setup;
 pub mod worker;
 

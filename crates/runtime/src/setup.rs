@@ -194,9 +194,31 @@ pub fn build_host(
     neighbours: &[StaticNeighbour],
     params: HostParams,
 ) -> Result<Host, SetupError> {
-    let (ports, ifaces) = interfaces(ports)?;
-    let table = build_routes(&ifaces, routes)?;
-    let mut host = Host::new(ports, ifaces, Arc::new(table), params);
+    let (p, ifaces) = interfaces(ports)?;
+    let table = Arc::new(build_routes(&ifaces, routes)?);
+    build_host_with(p, ifaces, table, neighbours, params)
+}
+
+/// Builds a host over a route table built beforehand (shared by several hosts with the
+/// same interfaces, e.g. the workers of one datapath).
+pub fn build_host_shared(
+    ports: &[PortSetup],
+    table: Arc<Routes>,
+    neighbours: &[StaticNeighbour],
+    params: HostParams,
+) -> Result<Host, SetupError> {
+    let (p, ifaces) = interfaces(ports)?;
+    build_host_with(p, ifaces, table, neighbours, params)
+}
+
+fn build_host_with(
+    ports: Vec<Port>,
+    ifaces: Vec<Iface>,
+    table: Arc<Routes>,
+    neighbours: &[StaticNeighbour],
+    params: HostParams,
+) -> Result<Host, SetupError> {
+    let mut host = Host::new(ports, ifaces, table, params);
     for n in neighbours {
         if !host.neigh.add_static(n.iface, n.ip, n.mac) {
             return Err(SetupError::Neighbour(n.ip));

@@ -309,9 +309,8 @@ impl Worker {
             if q.is_empty() {
                 continue;
             }
-            let before: u64 = q.iter().map(|p| self.pool.get(p).meta.wire_packets()).sum();
             if let Some(port) = self.ports.get_mut(i) {
-                port.tx(
+                self.acct.tx += port.tx(
                     &mut PortCx {
                         pool: &self.pool,
                         cache: &mut self.cache,
@@ -320,9 +319,8 @@ impl Worker {
                     q,
                 );
             }
-            let left: u64 = q.iter().map(|p| self.pool.get(p).meta.wire_packets()).sum();
-            self.acct.tx += before - left;
-            if left > 0 {
+            if !q.is_empty() {
+                let left: u64 = q.iter().map(|p| self.pool.get(p).meta.wire_packets()).sum();
                 self.acct.dropped += left;
                 self.tx_drops[DropReason::TxRingFull.index()] += left;
                 self.cache.free_all(q);
@@ -345,6 +343,7 @@ impl Worker {
                 calls: 0,
                 cycles: 0,
                 drops,
+                events: Vec::new(),
             });
         }
         s

@@ -13,6 +13,7 @@ use crate::filter::{Chain, HookPoint};
 use crate::host::Host;
 use crate::icmp::input::IcmpInput;
 use crate::ip4::forward::Ip4Forward;
+use crate::ip4::fragment::Ip4Fragment;
 use crate::ip4::icmp_error::Ip4IcmpError;
 use crate::ip4::input::Ip4Input;
 use crate::ip4::local::Ip4Local;
@@ -21,7 +22,7 @@ use crate::ip4::route::Ip4Route;
 use crate::l2::input::EthInput;
 use crate::neigh::resolve::Neighbour;
 use crate::tcp::TcpInput;
-use crate::tx::Tx;
+use crate::tx::{Tx, TxPort};
 use crate::udp::input::UdpInput;
 
 /// Node names, the graph's public entry points among them.
@@ -48,6 +49,8 @@ pub mod node {
     pub const IP4_ICMP_ERROR: &str = "ip4-icmp-error";
     /// Local output: entry for packets applications send.
     pub const IP4_LOCAL_OUT: &str = "ip4-local-out";
+    /// Fragmentation (off the fast path: the neighbour stage sends what is too large).
+    pub const IP4_FRAGMENT: &str = "ip4-fragment";
     /// Neighbour resolution and L2 header.
     pub const NEIGHBOUR: &str = "neighbour";
     /// Transmit queues: entry for complete frames.
@@ -74,8 +77,12 @@ impl GraphOptions {
     }
 }
 
-/// Builds the IPv4 graph.
-pub fn build(opts: &GraphOptions, dispatch: Dispatch) -> Result<Graph<Host>, GraphError> {
+/// Builds the IPv4 graph for a host with these ports (in port order).
+pub fn build(
+    opts: &GraphOptions,
+    ports: &[&str],
+    dispatch: Dispatch,
+) -> Result<Graph<Host>, GraphError> {
     use node::*;
     let mut b: GraphBuilder<Host> = GraphBuilder::new();
     let hook =
@@ -100,12 +107,20 @@ pub fn build(opts: &GraphOptions, dispatch: Dispatch) -> Result<Graph<Host>, Gra
     b.add(TCP_INPUT, Box::new(TcpInput))?;
     b.add(IP4_FORWARD, Box::new(Ip4Forward))?;
     let fwd = hook(&mut b, HookPoint::Forward)?;
-    b.add(IP4_ICMP_ERROR, Box::new(Ip4IcmpError))?;
+    b.add(IP4_ICMP_ERROR, Box::new(Ip4IcmpError::default()))?;
     b.add(IP4_LOCAL_OUT, Box::new(Ip4LocalOut))?;
     let output = hook(&mut b, HookPoint::Output)?;
     let post = hook(&mut b, HookPoint::Postrouting)?;
-    b.add(NEIGHBOUR, Box::new(Neighbour))?;
+    b.add(IP4_FRAGMENT, Box::new(Ip4Fragment::default()))?;
+    b.add(NEIGHBOUR, Box::new(Neighbour::new(ports)))?;
     b.add(TX, Box::new(Tx))?;
+    let tx_ports: Vec<&'static str> = ports
+        .iter()
+        .map(|p| netbatch_engine::intern(&format!("tx-{p}")))
+        .collect();
+    for (i, &name) in tx_ports.iter().enumerate() {
+        b.add(name, Box::new(TxPort::new(i as u16)))?;
+    }
 
     b.connect(ETH_INPUT, "arp", ARP_INPUT)?;
     b.connect(ETH_INPUT, "ip4", IP4_INPUT)?;
@@ -137,7 +152,7 @@ pub fn build(opts: &GraphOptions, dispatch: Dispatch) -> Result<Graph<Host>, Gra
         None => b.connect_drop(TCP_INPUT, "host", DropReason::TcpNoHandler)?,
     }
 
-    // Forwarded: FORWARD hook, then POSTROUTING, then the neighbour stage.
+    // Forwarded: FORWARD hook, then POSTROUTING, the neighbour stage.
     let to_post = post.unwrap_or(NEIGHBOUR);
     b.connect(IP4_FORWARD, "ok", fwd.unwrap_or(to_post))?;
     b.connect(IP4_FORWARD, "error", IP4_ICMP_ERROR)?;
@@ -154,6 +169,12 @@ pub fn build(opts: &GraphOptions, dispatch: Dispatch) -> Result<Graph<Host>, Gra
     if let Some(h) = post {
         b.connect(h, "accept", NEIGHBOUR)?;
     }
+    b.connect(IP4_FRAGMENT, "ok", NEIGHBOUR)?;
+    b.connect(IP4_FRAGMENT, "error", IP4_ICMP_ERROR)?;
+    b.connect(NEIGHBOUR, "frag", IP4_FRAGMENT)?;
     b.connect(NEIGHBOUR, "tx", TX)?;
+    for &name in &tx_ports {
+        b.connect(NEIGHBOUR, name, name)?;
+    }
     b.build(dispatch)
 }

@@ -199,17 +199,42 @@ pub mod class {
     pub const fn is_limited_broadcast(a: u32) -> bool {
         a == u32::MAX
     }
+    /// Per first octet: not a valid source (0, 127, 224-255).
+    const MARTIAN_SRC: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = i == 0 || i == 127 || i >= 224;
+            i += 1;
+        }
+        t
+    };
+
+    /// Per first octet: not a valid destination, except the limited broadcast (0, 127,
+    /// 240-255).
+    const MARTIAN_DST: [bool; 256] = {
+        let mut t = [false; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = i == 0 || i == 127 || i >= 240;
+            i += 1;
+        }
+        t
+    };
+
     /// Not usable as the source of a datagram from the wire: this-network, loopback,
-    /// multicast, class E and broadcast (RFC 1122 3.2.1.3 (a)-(e), RFC 1812 5.3.7).
+    /// multicast, class E and broadcast (RFC 1122 3.2.1.3 (a)-(e), RFC 1812 5.3.7). One
+    /// table lookup by first octet.
     #[inline(always)]
     pub const fn is_martian_source(a: u32) -> bool {
-        is_this_network(a) || is_loopback(a) || a >> 28 >= 0xe
+        MARTIAN_SRC[(a >> 24) as usize]
     }
+
     /// Not usable as a destination from the wire: this-network, loopback, and class E
     /// other than the limited broadcast.
     #[inline(always)]
     pub const fn is_martian_dest(a: u32) -> bool {
-        is_this_network(a) || is_loopback(a) || (is_class_e(a) && !is_limited_broadcast(a))
+        MARTIAN_DST[(a >> 24) as usize] && !is_limited_broadcast(a)
     }
 }
 
@@ -267,5 +292,16 @@ mod tests {
         assert!(!is_martian_dest(a("224.0.0.5")));
         assert!(is_martian_dest(a("240.0.0.1")));
         assert!(is_martian_dest(a("0.0.0.0")));
+        // The tables agree with the class definitions for every first octet.
+        for o in 0u32..=255 {
+            let x = (o << 24) | 0x0001_0203;
+            let by_class = is_this_network(x) || is_loopback(x) || is_multicast(x) || is_class_e(x);
+            assert_eq!(is_martian_source(x), by_class, "{o}");
+            assert_eq!(
+                is_martian_dest(x),
+                is_this_network(x) || is_loopback(x) || is_class_e(x),
+                "{o}"
+            );
+        }
     }
 }

@@ -10,7 +10,7 @@ use crate::host::Host;
 pub struct Tx;
 
 impl Stage<Host> for Tx {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &[]
     }
 
@@ -34,6 +34,41 @@ impl Stage<Host> for Tx {
             match host.tx.get_mut(port) {
                 Some(q) => q.push(p),
                 None => out.drop(p, DropReason::PortDown),
+            }
+        }
+    }
+}
+
+/// `tx-<port>`: the transmit node of one port. The neighbour stage already knows each
+/// packet's port, so its packets arrive here grouped by port and the whole list is
+/// appended to the port's queue without reading a single packet.
+#[derive(Debug)]
+pub struct TxPort {
+    port: usize,
+}
+
+impl TxPort {
+    /// The transmit node of port `port`.
+    pub fn new(port: u16) -> Self {
+        Self {
+            port: usize::from(port),
+        }
+    }
+}
+
+impl Stage<Host> for TxPort {
+    fn arcs(&self) -> &[&'static str] {
+        &[]
+    }
+
+    fn process(&mut self, host: &mut Host, _: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        match host.tx.get_mut(self.port) {
+            Some(q) if q.is_empty() => core::mem::swap(q, list),
+            Some(q) => q.append(list),
+            None => {
+                for p in list.drain(..) {
+                    out.drop(p, DropReason::PortDown);
+                }
             }
         }
     }

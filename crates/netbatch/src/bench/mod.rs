@@ -8,6 +8,7 @@
 //! on (it costs two TSC reads per stage call, so it stays off while throughput is
 //! measured) to fill in the per-stage cycle counts.
 
+mod forward;
 mod scenarios;
 mod smol;
 
@@ -25,7 +26,8 @@ use scenarios::{Common, Variant};
 /// Arguments of `netbatch bench`.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Scenarios to run (comma-separated): null, udp-local-1b, udp-local-1b-nf1, smoltcp-udp-1b.
+    /// Scenarios to run (comma-separated): null, udp-local-1b, udp-local-1b-nf1,
+    /// smoltcp-udp-1b, ip4-forward.
     #[arg(
         long,
         value_delimiter = ',',
@@ -53,6 +55,9 @@ pub(crate) struct Args {
     /// Generator flow order: bursty, bursty:N or interleaved.
     #[arg(long, default_value = "bursty")]
     pub(crate) flow_order: FlowOrder,
+    /// Routes in the FIB of the forwarding scenarios (up to 1,000,000).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) routes: u32,
     /// Skip the per-stage timing pass.
     #[arg(long)]
     pub(crate) no_profile: bool,
@@ -119,6 +124,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
     let common = Common {
         burst: args.burst.clamp(1, netbatch_engine::LIST_MAX),
         flow_order: args.flow_order,
+        routes: args.routes as usize,
     };
     let mut entries = Vec::new();
     for s in &args.scenario {
@@ -191,6 +197,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
             "tsc_hz": tsc_hz,
             "burst": common.burst,
             "flow_order": format!("{:?}", common.flow_order),
+            "routes": common.routes,
             "repeat": args.repeat,
             "results": results,
             "failures": failures,

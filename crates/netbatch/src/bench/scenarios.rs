@@ -19,7 +19,13 @@ use netbatch_wire::ethernet::MacAddr;
 use super::smol::SmolBench;
 
 /// Scenario names `--scenario` accepts.
-pub(crate) const NAMES: &[&str] = &["null", "udp-local-1b", "udp-local-1b-nf1", "smoltcp-udp-1b"];
+pub(crate) const NAMES: &[&str] = &[
+    "null",
+    "udp-local-1b",
+    "udp-local-1b-nf1",
+    "smoltcp-udp-1b",
+    "ip4-forward",
+];
 
 /// What a variant is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +51,7 @@ impl Variant {
 pub(crate) struct Common {
     pub(crate) burst: usize,
     pub(crate) flow_order: FlowOrder,
+    pub(crate) routes: usize,
 }
 
 /// Something to measure.
@@ -111,6 +118,7 @@ fn gen_port(pool: &Pool, flows: Vec<FlowSpec>, order: FlowOrder) -> anyhow::Resu
         limit: None,
         timestamps: false,
         capture: 0,
+        sequence: true,
     };
     Ok(GenPort::new("gen0", 0, &cfg, room)?)
 }
@@ -249,7 +257,7 @@ fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench
             },
         ));
     }
-    let graph = build(&opts, v.dispatch.unwrap_or(Dispatch::Runs))?;
+    let graph = build(&opts, &["gen0"], v.dispatch.unwrap_or(Dispatch::Runs))?;
     let source = gen_port(&pool, udp_1b_flows(), c.flow_order)?;
     let params = PollParams {
         weight: c.burst,
@@ -305,7 +313,7 @@ pub(crate) fn variants(
     Ok(match name {
         "null" => modes.iter().map(|&m| mk(Some(m), None)).collect(),
         "smoltcp-udp-1b" => vec![mk(None, None)],
-        "udp-local-1b" | "udp-local-1b-nf1" => {
+        "udp-local-1b" | "udp-local-1b-nf1" | "ip4-forward" => {
             let mut v = Vec::new();
             for &d in dispatch {
                 for &m in modes {
@@ -341,6 +349,7 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "udp-local-1b" => udp_local(v, c, false),
         "udp-local-1b-nf1" => udp_local(v, c, true),
         "smoltcp-udp-1b" => smoltcp_udp(c),
+        "ip4-forward" => super::forward::build_forward(v, c),
         other => bail!("unknown scenario '{other}'"),
     }
 }

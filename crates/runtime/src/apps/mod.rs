@@ -1,6 +1,7 @@
 //! Built-in applications, run by the worker after each poll (sans-IO: they see the
 //! host's sockets and the worker's buffers, never a system call).
 
+pub mod echo;
 pub mod sink;
 
 use netbatch_engine::Cx;

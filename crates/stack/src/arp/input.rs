@@ -34,7 +34,7 @@ pub struct ArpInput {
 }
 
 impl Stage<Host> for ArpInput {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["tx", "neighbour"]
     }
 
@@ -105,8 +105,6 @@ impl Stage<Host> for ArpInput {
             v.meta.out_if = ifx;
             v.meta.flags = (v.meta.flags & flag::TRACE) | flag::ORIGINATED;
             host.stats.arp_replies_out += 1;
-            cx.deliver(1);
-            cx.originate(1);
             out.push(TX, p);
         }
     }

@@ -61,8 +61,28 @@ pub fn key_of(d: &[u8], in_if: u16, out_if: u16) -> Key {
 }
 
 impl Stage<Host> for HookStage {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["accept"]
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        // Rule hits by position; names must be 'static, so the first 16 rules are named
+        // and the rest are summed.
+        const NAMES: [&str; 16] = [
+            "rule_0", "rule_1", "rule_2", "rule_3", "rule_4", "rule_5", "rule_6", "rule_7",
+            "rule_8", "rule_9", "rule_10", "rule_11", "rule_12", "rule_13", "rule_14", "rule_15",
+        ];
+        let n = self.chain.rules.len();
+        let mut v: Vec<(&'static str, u64)> = self.hits[..n.min(16)]
+            .iter()
+            .enumerate()
+            .map(|(i, &h)| (NAMES[i], h))
+            .collect();
+        if n > 16 {
+            v.push(("rules_16_and_above", self.hits[16..n].iter().sum()));
+        }
+        v.push(("policy", self.hits[n]));
+        v
     }
 
     fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {

@@ -22,7 +22,7 @@ pub const REPLY: Next = Next(0);
 pub struct IcmpInput;
 
 impl Stage<Host> for IcmpInput {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["reply"]
     }
 
@@ -83,8 +83,6 @@ impl Stage<Host> for IcmpInput {
             v.meta.flags = (v.meta.flags & flag::TRACE) | flag::ORIGINATED | flag::IP_CSUM_OK;
             v.meta.out_if = u16::MAX;
             host.stats.icmp_echo_replies += 1;
-            cx.deliver(1);
-            cx.originate(1);
             out.push(REPLY, p);
         }
     }

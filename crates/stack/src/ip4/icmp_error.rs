@@ -1,8 +1,10 @@
 //! `ip4-icmp-error`: turns a packet whose `Meta::reason` names an ICMP-worthy failure
 //! into that ICMP error, in its own buffer, and sends it to `ip4-local-out`.
 //!
-//! The offending packet counts as dropped for its reason and the error as originated,
-//! as in the kernel (the buffer is reused, nothing is allocated).
+//! The error is built in the offending packet's own buffer (nothing is allocated), so
+//! the packet continues as its answer; what caused it is counted per reason as an event
+//! of this stage (`sent_<reason>`). A super-packet standing for several wire packets
+//! becomes one error; the others are counted as dropped for the reason.
 //!
 //! No error is sent (RFC 1122 3.2.2, RFC 1812 4.3.2.7) about: an ICMP error message; a
 //! datagram sent to a link-layer broadcast or multicast, or to an IP broadcast or
@@ -27,9 +29,23 @@ pub const OUT: Next = Next(0);
 /// Largest ICMP error datagram (RFC 1812 4.3.2.3).
 const MAX_ERROR_LEN: usize = 576;
 
+/// Reasons that have an ICMP error, in counter order.
+const REASONS: [DropReason; 8] = [
+    DropReason::TtlExpired,
+    DropReason::NoRoute,
+    DropReason::RouteUnreachable,
+    DropReason::NeighFailed,
+    DropReason::UnknownProtocol,
+    DropReason::NoSocket,
+    DropReason::FragNeeded,
+    DropReason::RouteProhibit,
+];
+
 /// The ICMP error generator.
 #[derive(Debug, Default)]
-pub struct Ip4IcmpError;
+pub struct Ip4IcmpError {
+    sent: [u64; REASONS.len()],
+}
 
 /// The (type, code) an error reason maps to.
 pub fn icmp_for(r: DropReason) -> Option<(u8, u8)> {
@@ -82,8 +98,27 @@ fn may_answer(d: &[u8], flags: u32) -> bool {
 }
 
 impl Stage<Host> for Ip4IcmpError {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["out"]
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        const NAMES: [&str; REASONS.len()] = [
+            "sent_ttl_expired",
+            "sent_no_route",
+            "sent_route_unreachable",
+            "sent_neigh_failed",
+            "sent_unknown_protocol",
+            "sent_no_socket",
+            "sent_frag_needed",
+            "sent_route_prohibit",
+        ];
+        NAMES
+            .iter()
+            .zip(self.sent)
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| (*k, n))
+            .collect()
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
@@ -116,6 +151,19 @@ impl Stage<Host> for Ip4IcmpError {
             let wire = v.meta.wire_packets();
             if let Some(chain) = v.meta.chain.take() {
                 cx.cache.free(chain);
+            }
+            if v.meta.flags & flag::FORWARDED != 0 {
+                // Quote the header as it was received: undo the TTL decrement (and its
+                // checksum update) that forwarding made before the error was found.
+                let h = v.data_mut();
+                let old = u16::from_be_bytes([h[8], h[9]]);
+                h[8] = h[8].wrapping_add(1);
+                let hc = checksum::update16(
+                    u16::from_be_bytes([h[10], h[11]]),
+                    old,
+                    old.wrapping_add(0x0100),
+                );
+                h[10..12].copy_from_slice(&hc.to_be_bytes());
             }
             let orig_src = [v.data()[12], v.data()[13], v.data()[14], v.data()[15]];
             let quote = (v.meta.len as usize).min(MAX_ERROR_LEN - 28);
@@ -156,8 +204,12 @@ impl Stage<Host> for Ip4IcmpError {
             v.meta.gso_type = 0;
             v.meta.segs = 1;
             host.stats.icmp_errors_out += 1;
-            out.count_drop(reason, wire);
-            cx.originate(1);
+            if let Some(i) = REASONS.iter().position(|&r| r == reason) {
+                self.sent[i] += 1;
+            }
+            if wire > 1 {
+                out.count_drop(reason, wire - 1);
+            }
             out.push(OUT, p);
         }
     }

@@ -46,13 +46,13 @@ fn check(d: &[u8]) -> Result<(usize, usize), DropReason> {
     if total > d.len() {
         return Err(DropReason::Ip4TotalLenLong);
     }
-    // The common header without options is summed as five 32-bit words.
-    let sum = if ihl == 20 {
-        checksum::sum_words(h)
+    // The common header without options is verified as five 32-bit words.
+    let ok = if ihl == 20 {
+        checksum::verify_words(h)
     } else {
-        checksum::sum(&d[..ihl], 0)
+        checksum::fold(checksum::sum(&d[..ihl], 0)) == 0xffff
     };
-    if checksum::fold(sum) != 0xffff {
+    if !ok {
         return Err(DropReason::Ip4Checksum);
     }
     if ihl > 20
@@ -72,7 +72,7 @@ fn check(d: &[u8]) -> Result<(usize, usize), DropReason> {
 }
 
 impl Stage<Host> for Ip4Input {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["ok"]
     }
 

@@ -23,7 +23,7 @@ pub const ERROR: Next = Next(3);
 pub struct Ip4Local;
 
 impl Stage<Host> for Ip4Local {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["udp", "icmp", "tcp", "error"]
     }
 

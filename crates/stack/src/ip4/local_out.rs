@@ -26,7 +26,7 @@ pub const LOCAL: Next = Next(1);
 pub struct Ip4LocalOut;
 
 impl Stage<Host> for Ip4LocalOut {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["ok", "local"]
     }
 
@@ -62,10 +62,6 @@ impl Stage<Host> for Ip4LocalOut {
                         out.drop(p, DropReason::PortDown);
                         continue;
                     };
-                    if usize::from(v.meta.len) > usize::from(iface.mtu) && v.meta.gso_size == 0 {
-                        out.drop(p, DropReason::FragUnsupported);
-                        continue;
-                    }
                     if be32(v.data(), 12) == 0 {
                         let Some(src) = iface.source_for(Ipv4Addr::from(dst)) else {
                             out.drop(p, DropReason::NoRoute);

@@ -2,7 +2,8 @@
 //!
 //! `ip4-input` (validation) → `ip4-route` (local or forward) → `ip4-local` (protocol
 //! demux) | `ip4-forward` (TTL, MTU) → … and, for packets this host originates,
-//! `ip4-local-out` (route and finish the header). `ip4-icmp-error` turns a packet whose
+//! `ip4-local-out` (route and finish the header). `ip4-fragment` takes what the
+//! neighbour stage finds too large for its output MTU. `ip4-icmp-error` turns a packet whose
 //! `Meta::reason` names an ICMP-worthy failure into that ICMP error, in place.
 //!
 //! Invariant after `ip4-input`: the packet starts at a valid IPv4 header
@@ -10,6 +11,7 @@
 //! checksum has been verified, and `Meta::l4` points past the header.
 
 pub mod forward;
+pub mod fragment;
 pub mod icmp_error;
 pub mod input;
 pub mod local;

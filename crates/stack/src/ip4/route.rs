@@ -32,8 +32,12 @@ pub struct Ip4Route {
 }
 
 impl Stage<Host> for Ip4Route {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["local", "forward", "error"]
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("route_hint_hits", self.hint_hits)]
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {

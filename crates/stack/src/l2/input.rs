@@ -32,7 +32,7 @@ fn be16(b: &[u8], at: usize) -> u16 {
 }
 
 impl Stage<Host> for EthInput {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["arp", "ip4", "ip6"]
     }
 

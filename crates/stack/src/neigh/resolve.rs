@@ -1,11 +1,15 @@
 //! `neighbour`: resolves the next hop's MAC and pushes the Ethernet header.
 //!
-//! Resolved → header pushed, on to `tx`. Stale → sent, and a unicast ARP probe is due
+//! First, the output MTU (the one place it is checked): a packet longer than it (a
+//! super-packet whose segments are) goes to `ip4-fragment`, which fragments it and sends
+//! the fragments back, or answers ICMP fragmentation needed.
+//!
+//! Resolved → header pushed, on to the port's `tx-<port>` node. Stale → sent, and a unicast ARP probe is due
 //! once per retransmit interval. Unresolved → the packet waits in the neighbour's bounded
 //! queue (the oldest is dropped when it is full, `NeighQueueFull`) and a broadcast ARP
 //! request goes out (originated). Broadcast and multicast next hops map to their MACs
-//! without ARP (RFC 1112 6.4). The previous packet's answer is reused when the interface
-//! and next hop repeat (hoisted per list).
+//! without ARP (RFC 1112 6.4). Within a list, each next hop is resolved once: its L2
+//! header is kept in a small direct-mapped cache for the rest of the list.
 
 use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
 use netbatch_wire::ethernet::{EtherType, MacAddr};
@@ -13,15 +17,47 @@ use netbatch_wire::ethernet::{EtherType, MacAddr};
 use super::Lookup;
 use crate::arp::build_request;
 use crate::host::Host;
-use crate::l2::output::push_header;
+use crate::iface::{Iface, Tags};
 use crate::prefix::class;
 
 /// Arc to transmit.
 pub const TX: Next = Next(0);
+/// Arc to fragmentation (larger than the output MTU).
+pub const FRAG: Next = Next(1);
+
+/// Bits of the per-list rewrite cache index.
+const CACHE_BITS: u32 = 3;
+/// Slots of the per-list rewrite cache.
+const CACHE: usize = 1 << CACHE_BITS;
 
 /// The neighbour stage.
-#[derive(Debug, Default)]
-pub struct Neighbour;
+#[derive(Debug)]
+pub struct Neighbour {
+    /// `tx`, `frag`, then one `tx-<port>` arc per port.
+    arcs: Vec<&'static str>,
+}
+
+impl Neighbour {
+    /// A neighbour stage for a host with these ports, with one transmit arc per port
+    /// (`tx-<name>`, see [`crate::tx::TxPort`]).
+    pub fn new(ports: &[&str]) -> Self {
+        let mut arcs = vec!["tx", "frag"];
+        arcs.extend(
+            ports
+                .iter()
+                .map(|p| netbatch_engine::intern(&format!("tx-{p}"))),
+        );
+        Self { arcs }
+    }
+
+    /// The arc to `port`'s transmit node (the generic `tx` if there is none).
+    fn port_arc(&self, port: u16) -> Next {
+        match u8::try_from(usize::from(port) + 2) {
+            Ok(a) if usize::from(a) < self.arcs.len() => Next(a),
+            _ => TX,
+        }
+    }
+}
 
 /// The MAC of a broadcast or multicast next hop on an interface, if it is one.
 fn group_mac(nh: u32, host: &Host, out_if: u16) -> Option<MacAddr> {
@@ -40,83 +76,172 @@ fn group_mac(nh: u32, host: &Host, out_if: u16) -> Option<MacAddr> {
         .then_some(MacAddr::BROADCAST)
 }
 
+/// The L2 header for one (interface, next hop): destination and source MAC, the
+/// interface's VLAN tags, the IPv4 ethertype. Built once per list (or per change of next
+/// hop) and copied in front of every packet that follows (VPP's adjacency rewrite).
+#[derive(Clone, Copy)]
+struct Rewrite {
+    out_if: u16,
+    nh: u32,
+    len: u8,
+    arc: Next,
+    bytes: [u8; 22],
+}
+
+impl Rewrite {
+    fn new(iface: &Iface, out_if: u16, nh: u32, dst: MacAddr, arc: Next) -> Self {
+        let mut bytes = [0u8; 22];
+        bytes[0..6].copy_from_slice(&dst.0);
+        bytes[6..12].copy_from_slice(&iface.mac.0);
+        let mut at = 12;
+        for (tpid, vid) in match iface.tags {
+            Tags::None => [None, None],
+            Tags::Dot1q(v) => [Some((EtherType::VLAN.0, v)), None],
+            Tags::QinQ(s, c) => [Some((EtherType::QINQ.0, s)), Some((EtherType::VLAN.0, c))],
+        }
+        .into_iter()
+        .flatten()
+        {
+            bytes[at..at + 2].copy_from_slice(&tpid.to_be_bytes());
+            bytes[at + 2..at + 4].copy_from_slice(&vid.to_be_bytes());
+            at += 4;
+        }
+        bytes[at..at + 2].copy_from_slice(&EtherType::IPV4.0.to_be_bytes());
+        Self {
+            out_if,
+            nh,
+            len: (at + 2) as u8,
+            arc,
+            bytes,
+        }
+    }
+}
+
+impl Neighbour {
+    /// Asks the table for the MAC of `nh` on `out_if` (sending a unicast refresh probe if
+    /// the entry is stale and one is due); broadcast and multicast next hops map directly.
+    fn resolve(
+        host: &mut Host,
+        cx: &mut Cx<'_>,
+        out_if: u16,
+        nh: u32,
+        out: &mut Out,
+    ) -> Option<MacAddr> {
+        match host.neigh.lookup(out_if, nh, cx.now_ns) {
+            Lookup::Mac(m) => Some(m),
+            Lookup::StaleMac(m) => {
+                if host.neigh.want_refresh(out_if, nh, cx.now_ns) {
+                    let iface = &host.ifaces[usize::from(out_if)];
+                    match build_request(cx.pool, cx.cache, iface, out_if, nh.into(), Some(m)) {
+                        Some(r) => {
+                            host.stats.arp_requests_out += 1;
+                            cx.originate(1);
+                            out.push(TX, r);
+                        }
+                        None => host.stats.alloc_failures += 1,
+                    }
+                }
+                Some(m)
+            }
+            Lookup::Pending(_) | Lookup::Miss => group_mac(nh, host, out_if),
+        }
+    }
+
+    /// Queues `p` behind the resolution of `nh` and sends a request if one is due.
+    fn wait(
+        host: &mut Host,
+        cx: &mut Cx<'_>,
+        out_if: u16,
+        nh: u32,
+        p: netbatch_engine::Pkt,
+        out: &mut Out,
+    ) {
+        let (probe, evicted, refused) = host.neigh.queue(out_if, nh, p, cx.now_ns);
+        if let Some(e) = evicted {
+            out.drop(
+                e,
+                if refused {
+                    DropReason::NeighTableFull
+                } else {
+                    DropReason::NeighQueueFull
+                },
+            );
+        }
+        if let Some(pr) = probe {
+            let iface = &host.ifaces[usize::from(pr.iface)];
+            match build_request(cx.pool, cx.cache, iface, pr.iface, pr.target, pr.unicast) {
+                Some(r) => {
+                    host.stats.arp_requests_out += 1;
+                    cx.originate(1);
+                    out.push(TX, r);
+                }
+                None => host.stats.alloc_failures += 1,
+            }
+        }
+    }
+}
+
 impl Stage<Host> for Neighbour {
-    fn arcs(&self) -> &'static [&'static str] {
-        &["tx"]
+    fn arcs(&self) -> &[&'static str] {
+        &self.arcs
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
-        let mut hint: Option<(u16, u32, MacAddr)> = None;
+        // Rewrites resolved in this list, direct-mapped by next hop: interleaved flows to
+        // a few next hops resolve each once per list. Only valid within the list (the
+        // table may change between lists), so it starts empty every call.
+        let mut cache: [Option<Rewrite>; CACHE] = [None; CACHE];
+        let mut mtu_if = (u16::MAX, 0u16);
+        // Borrowing the pool through its own reference leaves `cx` free for the slow paths.
+        let pool = cx.pool;
         for mut p in list.drain(..) {
-            let (out_if, nh) = {
-                let m = cx.pool.get(&p).meta;
-                (m.out_if, m.next_hop)
-            };
-            if usize::from(out_if) >= host.ifaces.len() {
-                out.drop(p, DropReason::PortDown);
+            let mut v = pool.get_mut(&mut p);
+            let (out_if, nh, len, gso) =
+                (v.meta.out_if, v.meta.next_hop, v.meta.len, v.meta.gso_size);
+            if out_if != mtu_if.0 {
+                let Some(i) = host.ifaces.get(usize::from(out_if)) else {
+                    out.drop(p, DropReason::PortDown);
+                    continue;
+                };
+                mtu_if = (out_if, i.mtu);
+            }
+            // The packet starts at its IP header: its length (a super-packet's segment
+            // length) is what the MTU bounds.
+            if len > mtu_if.1
+                && (gso == 0
+                    || crate::ip4::fragment::wire_len(v.data(), gso) > usize::from(mtu_if.1))
+            {
+                out.push(FRAG, p);
                 continue;
             }
-            let mac = match hint {
-                Some((i, n, mac)) if i == out_if && n == nh => Some(mac),
-                _ => match host.neigh.lookup(out_if, nh, cx.now_ns) {
-                    Lookup::Mac(m) => Some(m),
-                    Lookup::StaleMac(m) => {
-                        if host.neigh.want_refresh(out_if, nh, cx.now_ns) {
-                            let iface = &host.ifaces[usize::from(out_if)];
-                            match build_request(
-                                cx.pool,
-                                cx.cache,
-                                iface,
-                                out_if,
-                                nh.into(),
-                                Some(m),
-                            ) {
-                                Some(r) => {
-                                    host.stats.arp_requests_out += 1;
-                                    cx.originate(1);
-                                    out.push(TX, r);
-                                }
-                                None => host.stats.alloc_failures += 1,
-                            }
-                        }
-                        Some(m)
+            let slot =
+                (nh ^ u32::from(out_if)).wrapping_mul(0x9e37_79b9) as usize >> (32 - CACHE_BITS);
+            let rw = match cache[slot] {
+                Some(r) if r.out_if == out_if && r.nh == nh => r,
+                _ => match Self::resolve(host, cx, out_if, nh, out) {
+                    Some(mac) => {
+                        let iface = &host.ifaces[usize::from(out_if)];
+                        let r = Rewrite::new(iface, out_if, nh, mac, self.port_arc(iface.port));
+                        cache[slot] = Some(r);
+                        r
                     }
-                    Lookup::Pending(_) | Lookup::Miss => group_mac(nh, host, out_if),
+                    None => {
+                        Self::wait(host, cx, out_if, nh, p, out);
+                        continue;
+                    }
                 },
             };
-            if let Some(mac) = mac {
-                hint = Some((out_if, nh, mac));
-                let iface = &host.ifaces[usize::from(out_if)];
-                let mut v = cx.pool.get_mut(&mut p);
-                if push_header(&mut v, iface, mac, EtherType::IPV4) {
-                    out.push(TX, p);
-                } else {
+            let n = usize::from(rw.len);
+            match v.push(n) {
+                // The untagged header is by far the most common: a fixed-size copy.
+                Some(h) if n == 14 => h[..14].copy_from_slice(&rw.bytes[..14]),
+                Some(h) => h.copy_from_slice(&rw.bytes[..n]),
+                None => {
                     out.drop(p, DropReason::NoHeadroom);
-                }
-                continue;
-            }
-            let (probe, evicted, refused) = host.neigh.queue(out_if, nh, p, cx.now_ns);
-            if let Some(e) = evicted {
-                out.drop(
-                    e,
-                    if refused {
-                        DropReason::NeighTableFull
-                    } else {
-                        DropReason::NeighQueueFull
-                    },
-                );
-            }
-            if let Some(pr) = probe {
-                let iface = &host.ifaces[usize::from(pr.iface)];
-                match build_request(cx.pool, cx.cache, iface, pr.iface, pr.target, pr.unicast) {
-                    Some(r) => {
-                        host.stats.arp_requests_out += 1;
-                        cx.originate(1);
-                        out.push(TX, r);
-                    }
-                    None => host.stats.alloc_failures += 1,
+                    continue;
                 }
             }
+            out.push(rw.arc, p);
         }
     }
 }

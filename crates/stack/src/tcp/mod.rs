@@ -14,7 +14,7 @@ pub const HOST: Next = Next(0);
 pub struct TcpInput;
 
 impl Stage<Host> for TcpInput {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["host"]
     }
 

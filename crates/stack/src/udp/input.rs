@@ -24,7 +24,7 @@ pub const ERROR: Next = Next(0);
 pub struct UdpInput;
 
 impl Stage<Host> for UdpInput {
-    fn arcs(&self) -> &'static [&'static str] {
+    fn arcs(&self) -> &[&'static str] {
         &["error"]
     }
 

@@ -1,0 +1,336 @@
+//! `ip4-forward`: 64-byte frames of 1024 flows received on `gen0`, routed by a FIB of
+//! realistic prefix lengths, forwarded out of `gen1` to one of four next hops.
+//!
+//! The FIB (`--routes`, 10,000 by default, up to a million) is generated once with a
+//! fixed seed and shared by every variant. Its length mix follows today's Internet table
+//! roughly: mostly /24, many /16–/23, few shorter, a few longer. Flow destinations are
+//! drawn inside the generated routes, so lookups hit many different entries.
+
+use core::net::Ipv4Addr;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use netbatch_engine::{Dispatch, Mode, NodeSnapshot, Pool, PoolConfig};
+use netbatch_ports::Port;
+use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
+use netbatch_runtime::setup::{
+    PortSetup, StaticNeighbour, build_host_shared, build_routes, interfaces,
+};
+use netbatch_runtime::{PollParams, Worker};
+use netbatch_stack::host::HostParams;
+use netbatch_stack::prefix::Ipv4Prefix;
+use netbatch_stack::route::{Route, RouteKind, Routes};
+use netbatch_stack::{GraphOptions, build};
+use netbatch_wire::ethernet::MacAddr;
+
+use super::scenarios::{Bench, Common, Variant};
+
+/// Routes per prefix length per million, /8 to /32 (/24 takes what is left).
+const MIX: [(u8, u32); 24] = [
+    (8, 16),
+    (9, 13),
+    (10, 37),
+    (11, 100),
+    (12, 300),
+    (13, 600),
+    (14, 1_100),
+    (15, 2_000),
+    (16, 13_000),
+    (17, 8_000),
+    (18, 14_000),
+    (19, 25_000),
+    (20, 45_000),
+    (21, 50_000),
+    (22, 110_000),
+    (23, 100_000),
+    (25, 4_000),
+    (26, 4_000),
+    (27, 3_000),
+    (28, 3_000),
+    (29, 3_000),
+    (30, 2_000),
+    (31, 500),
+    (32, 3_000),
+];
+
+const GEN0_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 0]);
+const GEN1_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 1]);
+const SENDER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 9, 9]);
+/// Next hops on gen1's subnet (TEST-NET-1).
+const GATEWAYS: [Ipv4Addr; 4] = [
+    Ipv4Addr::new(192, 0, 2, 10),
+    Ipv4Addr::new(192, 0, 2, 11),
+    Ipv4Addr::new(192, 0, 2, 12),
+    Ipv4Addr::new(192, 0, 2, 13),
+];
+
+/// SplitMix64: a small, good, seedable generator (no dependency needed for test data).
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+fn ports() -> Vec<PortSetup> {
+    vec![
+        PortSetup::simple(
+            "gen0",
+            GEN0_MAC,
+            "198.51.100.1/24".parse().unwrap_or_else(|_| unreachable!()),
+        ),
+        PortSetup::simple(
+            "gen1",
+            GEN1_MAC,
+            "192.0.2.1/24".parse().unwrap_or_else(|_| unreachable!()),
+        ),
+    ]
+}
+
+/// Generates `n` distinct unicast routes via the four gateways, outside the connected
+/// and reserved ranges.
+pub(crate) fn generate_routes(n: usize, seed: u64) -> Vec<Route> {
+    let mut rng = Rng(seed);
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    let mut out = Vec::with_capacity(n);
+    let total: u32 = MIX.iter().map(|(_, c)| c).sum();
+    let mut quota: Vec<(u8, usize)> = MIX
+        .iter()
+        .map(|&(l, c)| (l, (u64::from(c) * n as u64 / 1_000_000) as usize))
+        .collect();
+    let assigned: usize = quota.iter().map(|(_, q)| q).sum();
+    let _ = total;
+    quota.push((24, n.saturating_sub(assigned)));
+    for (len, count) in quota {
+        let mut made = 0;
+        let mut tries = 0;
+        while made < count && tries < count * 20 + 1000 {
+            tries += 1;
+            let a = rng.next() as u32;
+            // Public unicast space only: 1.0.0.0 – 223.255.255.255, not 127/8, not the
+            // documentation nets we use for interfaces.
+            let first = a >> 24;
+            if first == 0
+                || first == 127
+                || first >= 224
+                || first == 10
+                || first == 192
+                || first == 198
+            {
+                continue;
+            }
+            let Ok(p) = Ipv4Prefix::new(Ipv4Addr::from(a & netbatch_stack::prefix::mask(len)), len)
+            else {
+                continue;
+            };
+            if !seen.insert(p) {
+                continue;
+            }
+            let gw = GATEWAYS[(rng.next() % GATEWAYS.len() as u64) as usize];
+            out.push(Route {
+                prefix: p,
+                kind: RouteKind::Unicast,
+                out_if: Some(1),
+                gateway: Some(gw),
+            });
+            made += 1;
+        }
+    }
+    out
+}
+
+/// A generated route table: the routes, the table built from them, its load time.
+#[derive(Clone)]
+struct Table {
+    routes: Vec<Route>,
+    table: Arc<Routes>,
+    load_ms: f64,
+}
+
+/// One route table per route count for the whole process (variants share it).
+fn shared_table(n: usize) -> anyhow::Result<Table> {
+    static TABLES: OnceLock<std::sync::Mutex<Vec<(usize, Table)>>> = OnceLock::new();
+    let tables = TABLES.get_or_init(Default::default);
+    let mut t = tables.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, tab)) = t.iter().find(|(k, _)| *k == n) {
+        return Ok(tab.clone());
+    }
+    let routes = generate_routes(n, 0x6e65_7462_6174_6368);
+    let (_, ifaces) = interfaces(&ports())?;
+    let t0 = Instant::now();
+    let table = Arc::new(build_routes(&ifaces, &routes)?);
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    eprintln!(
+        "ip4-forward: {} routes loaded in {load_ms:.0} ms ({} MiB FIB)",
+        table.len(),
+        table.fib_bytes() >> 20
+    );
+    let tab = Table {
+        routes,
+        table,
+        load_ms,
+    };
+    t.push((n, tab.clone()));
+    Ok(tab)
+}
+
+/// 1024 flows whose destinations lie inside the generated routes.
+fn flows(routes: &[Route], count: usize) -> Vec<FlowSpec> {
+    let mut rng = Rng(42);
+    (0..count)
+        .map(|i| {
+            let r = &routes[(rng.next() % routes.len() as u64) as usize];
+            let host_bits = !netbatch_stack::prefix::mask(r.prefix.prefix_len());
+            let dst = r.prefix.bits() | (rng.next() as u32 & host_bits);
+            FlowSpec {
+                src_mac: SENDER_MAC,
+                dst_mac: GEN0_MAC,
+                vlan: None,
+                src: Ipv4Addr::new(198, 51, 100, 2 + (i % 200) as u8),
+                dst: Ipv4Addr::from(dst),
+                l4: L4::Udp,
+                sport: 1024 + i as u16,
+                dport: 9,
+                payload_len: 18, // 14 + 20 + 8 + 18 = 60 bytes, 64 on the wire with the FCS
+                ttl: 64,
+                dont_frag: false,
+            }
+        })
+        .collect()
+}
+
+struct Forward {
+    w: Worker,
+    load_ms: f64,
+    routes: usize,
+}
+
+impl Bench for Forward {
+    fn run(&mut self, n: u64) {
+        let target = self.w.acct.rx + n;
+        while self.w.acct.rx < target {
+            let now = netbatch_engine::time::mono_ns();
+            self.w.poll(now);
+        }
+    }
+    fn stages(&self) -> Vec<NodeSnapshot> {
+        self.w.snapshot()
+    }
+    fn set_timing(&mut self, on: bool) {
+        self.w.graph.set_timing(on);
+    }
+    fn reset(&mut self) {
+        self.w.graph.reset_counters();
+    }
+    fn verify(&self) -> anyhow::Result<()> {
+        let a = self.w.acct;
+        let held = self.w.held();
+        if a.rx + a.originated != a.tx + a.delivered + a.dropped + held {
+            bail!("packets unaccounted: {a:?} held {held}");
+        }
+        if a.dropped != 0 || a.tx + held != a.rx {
+            bail!(
+                "forwarded {} of {} frames ({} dropped)",
+                a.tx,
+                a.rx,
+                a.dropped
+            );
+        }
+        Ok(())
+    }
+    fn extra(&self) -> Vec<(String, u64)> {
+        vec![
+            ("routes".into(), self.routes as u64),
+            ("route_load_us".into(), (self.load_ms * 1e3) as u64),
+            ("rounds".into(), self.w.stats.rounds),
+        ]
+    }
+}
+
+/// Builds an `ip4-forward` variant.
+pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    let Table {
+        routes,
+        table,
+        load_ms,
+    } = shared_table(c.routes)?;
+    let pool = Pool::new(PoolConfig {
+        buffers: 8192,
+        ..PoolConfig::default()
+    })
+    .context("pool")?;
+    let neighbours: Vec<StaticNeighbour> = GATEWAYS
+        .iter()
+        .enumerate()
+        .map(|(i, &ip)| StaticNeighbour {
+            iface: 1,
+            ip,
+            mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
+        })
+        .collect();
+    let host = build_host_shared(&ports(), table, &neighbours, HostParams::default())?;
+    let graph = build(
+        &GraphOptions::default(),
+        &["gen0", "gen1"],
+        v.dispatch.unwrap_or(Dispatch::Buckets),
+    )?;
+    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let cfg = GenConfig {
+        flows: flows(&routes, 1024),
+        order: c.flow_order,
+        limit: None,
+        timestamps: false,
+        capture: 0,
+        sequence: false,
+    };
+    let gen0 = GenPort::new("gen0", 0, &cfg, room)?;
+    // gen1 only transmits (it is never polled for receive).
+    let gen1 = GenPort::new(
+        "gen1",
+        1,
+        &GenConfig {
+            flows: cfg.flows[..1].to_vec(),
+            ..cfg.clone()
+        },
+        room,
+    )?;
+    let ports: Vec<Box<dyn Port>> = vec![Box::new(gen0), Box::new(gen1)];
+    let params = PollParams {
+        weight: c.burst,
+        budget: c.burst.max(300),
+        mode: v.mode.unwrap_or(Mode::List),
+    };
+    let mut w = Worker::new(graph, host, ports, pool, params)?;
+    w.rx_ports = vec![0];
+    Ok(Box::new(Forward {
+        w,
+        load_ms,
+        routes: c.routes,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_routes_are_distinct_and_follow_the_mix() {
+        let r = generate_routes(10_000, 1);
+        assert_eq!(r.len(), 10_000);
+        let distinct: std::collections::HashSet<_> = r.iter().map(|x| x.prefix).collect();
+        assert_eq!(distinct.len(), r.len());
+        let l24 = r.iter().filter(|x| x.prefix.prefix_len() == 24).count();
+        assert!(l24 > 5_000, "mostly /24: {l24}");
+        assert!(r.iter().any(|x| x.prefix.prefix_len() == 32));
+        assert!(
+            r.iter()
+                .all(|x| !x.prefix.contains(Ipv4Addr::new(192, 0, 2, 1)))
+        );
+    }
+}

@@ -1,0 +1,94 @@
+//! `netbatch check-config`: validates a configuration and explains each error with its key.
+
+use std::path::PathBuf;
+
+use netbatch_runtime::config::{Config, PortKind};
+use netbatch_runtime::setup::build_host;
+use netbatch_stack::route::RouteKind;
+
+/// Arguments of `netbatch check-config`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Configuration file.
+    file: PathBuf,
+}
+
+pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
+    let cfg = match Config::load(&a.file) {
+        Ok(c) => c,
+        Err(e) => {
+            eprint!("{e}");
+            std::process::exit(1);
+        }
+    };
+    // Build the host too: route table limits and static neighbours are checked there.
+    let setups: Vec<_> = cfg.ports.iter().map(|p| p.setup.clone()).collect();
+    let host = match build_host(&setups, &cfg.routes, &cfg.neighbours, cfg.host) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("{}: routes and neighbours: {e}", a.file.display());
+            std::process::exit(1);
+        }
+    };
+    println!("{}: ok", a.file.display());
+    println!(
+        "  datapath: {} mode, {} dispatch, burst {}, forwarding {}",
+        cfg.mode.name(),
+        cfg.dispatch.name(),
+        cfg.burst,
+        if cfg.host.forwarding { "on" } else { "off" }
+    );
+    for p in &cfg.ports {
+        let kind = match &p.kind {
+            PortKind::Pcap => "pcap".to_string(),
+            PortKind::Gen(_) => "gen".to_string(),
+            PortKind::AfPacket(i) => format!("af_packet on {i}"),
+            PortKind::AfXdp(i) => format!("af_xdp on {i}"),
+            PortKind::Tap(i) => format!("tap {i}"),
+        };
+        println!(
+            "  port {} ({kind}), mac {}, mtu {}",
+            p.setup.name, p.setup.mac, p.setup.mtu
+        );
+    }
+    for i in &host.ifaces {
+        let addrs: Vec<String> = i.addrs.iter().map(ToString::to_string).collect();
+        println!(
+            "  interface {}: {}",
+            i.name,
+            if addrs.is_empty() {
+                "no address".into()
+            } else {
+                addrs.join(", ")
+            }
+        );
+    }
+    let mut kinds = [0usize; 6];
+    for r in host.routes.iter() {
+        kinds[r.kind as usize] += 1;
+    }
+    println!(
+        "  routes: {} ({} unicast, {} local, {} broadcast, {} blackhole, {} unreachable, {} prohibit); FIB {} MiB",
+        host.routes.len(),
+        kinds[RouteKind::Unicast as usize],
+        kinds[RouteKind::Local as usize],
+        kinds[RouteKind::Broadcast as usize],
+        kinds[RouteKind::Blackhole as usize],
+        kinds[RouteKind::Unreachable as usize],
+        kinds[RouteKind::Prohibit as usize],
+        host.routes.fib_bytes() >> 20
+    );
+    for (hook, chain) in &cfg.graph.chains {
+        println!(
+            "  filter {hook}: {} rule(s), policy {:?}",
+            chain.rules.len(),
+            chain.policy
+        );
+    }
+    println!(
+        "  static neighbours: {}, apps: {}",
+        cfg.neighbours.len(),
+        cfg.apps.len()
+    );
+    Ok(())
+}

@@ -96,9 +96,13 @@ impl Port for MemPort {
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
         let mut n = 0;
         while n < max {
-            let Some((_, frame)) = self.rx.front() else {
+            let Some((ts, frame)) = self.rx.front() else {
                 break;
             };
+            if *ts > cx.now_ns {
+                // Not yet: frames arrive at their timestamps.
+                break;
+            }
             if frame.len() > self.room {
                 self.stats.rx_dropped += 1;
                 self.rx.pop_front();

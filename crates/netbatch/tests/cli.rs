@@ -1,0 +1,179 @@
+//! The command line, run as users run it: `check-config` on the shipped examples and
+//! `replay` end to end.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn netbatch() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_netbatch"))
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+#[test]
+fn shipped_examples_validate() {
+    let out = netbatch()
+        .arg("check-config")
+        .arg(examples().join("router.toml"))
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("ok"));
+    assert!(text.contains("interface eth1: 198.51.100.1/24"), "{text}");
+    assert!(text.contains("filter forward: 2 rule(s)"), "{text}");
+}
+
+#[test]
+fn bad_config_is_refused_with_each_key_and_reason() {
+    let out = netbatch()
+        .arg("check-config")
+        .arg(examples().join("bad.toml"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "datapath.mode: 'batch' is not a batch mode",
+        "port[0].features[0]: unknown feature 'tso'",
+        "port[0].addresses[0]: '192.0.2.1/33'",
+        "route[0].prefix: '10.0.0.1/8'",
+        "filter.forward.rule[0].action: unknown verdict 'deny'",
+        "filter.forward.rule[0]: port matches need proto",
+    ] {
+        assert!(err.contains(want), "missing «{want}» in:\n{err}");
+    }
+}
+
+#[test]
+fn a_missing_file_and_a_syntax_error_are_clear() {
+    let out = netbatch()
+        .arg("check-config")
+        .arg("/nonexistent/netbatch.toml")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+    let dir = std::env::temp_dir().join(format!("netbatch-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("syntax.toml");
+    std::fs::write(&f, "[[port]\nname = \"x\"\n").unwrap();
+    let out = netbatch()
+        .arg("check-config")
+        .arg(&f)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn replay_writes_frames_and_stats() {
+    let dir = std::env::temp_dir().join(format!("netbatch-cli-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A ping to the router's LAN address and a datagram routed upstream (example config).
+    let ping = {
+        let b = etherparse::PacketBuilder::ethernet2(
+            [2, 0, 0, 0, 0, 0x0a],
+            [0x02, 0, 0x5e, 0, 0x53, 0x01],
+        )
+        .ipv4([192, 0, 2, 10], [192, 0, 2, 1], 64)
+        .icmpv4_echo_request(1, 1);
+        let mut v = Vec::new();
+        b.write(&mut v, b"ping").unwrap();
+        v
+    };
+    let udp = {
+        let b = etherparse::PacketBuilder::ethernet2(
+            [2, 0, 0, 0, 0, 0x0a],
+            [0x02, 0, 0x5e, 0, 0x53, 0x01],
+        )
+        .ipv4([192, 0, 2, 10], [203, 0, 113, 200], 64)
+        .udp(1000, 2000);
+        let mut v = Vec::new();
+        b.write(&mut v, b"to the blackhole").unwrap();
+        v
+    };
+    // The router asks who 192.0.2.10 is before it can answer; the host replies.
+    let mut arp_reply = vec![
+        0x02, 0, 0x5e, 0, 0x53, 0x01, 2, 0, 0, 0, 0, 0x0a, 0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 2,
+    ];
+    arp_reply.extend_from_slice(&[
+        2, 0, 0, 0, 0, 0x0a, 192, 0, 2, 10, 0x02, 0, 0x5e, 0, 0x53, 0x01, 192, 0, 2, 1,
+    ]);
+    arp_reply.resize(60, 0);
+    let frames = vec![
+        netbatch_ports::pcap::CapturedFrame {
+            ts_ns: 1_000_000_000,
+            bytes: ping,
+        },
+        netbatch_ports::pcap::CapturedFrame {
+            ts_ns: 1_000_001_000,
+            bytes: udp,
+        },
+        netbatch_ports::pcap::CapturedFrame {
+            ts_ns: 1_000_002_000,
+            bytes: arp_reply,
+        },
+    ];
+    let input = dir.join("in.pcap");
+    netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();
+    let (out, stats) = (dir.join("out.pcapng"), dir.join("stats.json"));
+    let status = netbatch()
+        .args(["replay", "--config"])
+        .arg(examples().join("router.toml"))
+        .arg("--in")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .arg("--stats-json")
+        .arg(&stats)
+        .status()
+        .expect("run");
+    assert!(status.success());
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    for k in [
+        "rx_packets",
+        "tx_packets",
+        "delivered_packets",
+        "dropped_packets",
+        "held_packets",
+        "drops",
+        "stages",
+    ] {
+        assert!(s.get(k).is_some(), "stats lack {k}");
+    }
+    assert_eq!(s["rx_packets"], 3);
+    assert_eq!(s["tx_packets"], 2, "the ARP request and the echo reply");
+    assert_eq!(s["originated_packets"], 1, "the ARP request");
+    assert_eq!(s["delivered_packets"], 1, "the ARP reply");
+    assert_eq!(s["held_packets"], 0);
+    assert_eq!(s["drops"]["route_blackhole"], 1);
+    let n = |k: &str| s[k].as_u64().unwrap();
+    assert_eq!(
+        n("rx_packets") + n("originated_packets"),
+        n("tx_packets") + n("delivered_packets") + n("dropped_packets") + n("held_packets")
+    );
+    let back = netbatch_ports::pcap::read_frames(&out).unwrap();
+    assert_eq!(back.len(), 2);
+    assert_eq!(&back[0].bytes[0..6], &[0xff; 6], "who has 192.0.2.10?");
+    assert_eq!(
+        &back[1].bytes[0..6],
+        &[2, 0, 0, 0, 0, 0x0a],
+        "then the reply to the pinging host"
+    );
+    assert_eq!(back[1].bytes[34], 0, "an echo reply");
+
+    std::fs::remove_dir_all(&dir).unwrap();
+}

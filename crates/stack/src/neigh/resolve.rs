@@ -216,22 +216,30 @@ impl Stage<Host> for Neighbour {
             }
             let slot =
                 (nh ^ u32::from(out_if)).wrapping_mul(0x9e37_79b9) as usize >> (32 - CACHE_BITS);
-            let rw = match cache[slot] {
-                Some(r) if r.out_if == out_if && r.nh == nh => r,
-                _ => match Self::resolve(host, cx, out_if, nh, out) {
+            let hit = matches!(&cache[slot], Some(r) if r.out_if == out_if && r.nh == nh);
+            if !hit {
+                match Self::resolve(host, cx, out_if, nh, out) {
                     Some(mac) => {
                         let iface = &host.ifaces[usize::from(out_if)];
-                        let r = Rewrite::new(iface, out_if, nh, mac, self.port_arc(iface.port));
-                        cache[slot] = Some(r);
-                        r
+                        cache[slot] = Some(Rewrite::new(
+                            iface,
+                            out_if,
+                            nh,
+                            mac,
+                            self.port_arc(iface.port),
+                        ));
                     }
                     None => {
                         Self::wait(host, cx, out_if, nh, p, out);
                         continue;
                     }
-                },
+                }
+            }
+            let Some(rw) = &cache[slot] else {
+                unreachable!("filled above")
             };
             let n = usize::from(rw.len);
+
             match v.push(n) {
                 // The untagged header is by far the most common: a fixed-size copy.
                 Some(h) if n == 14 => h[..14].copy_from_slice(&rw.bytes[..14]),

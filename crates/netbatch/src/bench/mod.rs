@@ -240,6 +240,8 @@ fn result_json(e: &Entry, tsc_hz: f64) -> Value {
                 "packets_per_call": n.packets_per_call(),
                 "cycles_per_packet": n.cycles_per_packet(),
                 "drops": n.drops.iter().map(|(r, c)| (r.name().to_string(), json!(c))).collect::<serde_json::Map<_, _>>(),
+                "events": n.events.iter().map(|(k, c)| (k.to_string(), json!(c))).collect::<serde_json::Map<_, _>>(),
+
             })
         })
         .collect();

@@ -521,6 +521,28 @@ impl<S> Graph<S> {
         self.spare_lists.push(l);
     }
 
+    /// Calls node `id` on `list` into the node's own output.
+    #[inline(always)]
+    fn call_own(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, list: &mut PktList) {
+        let i = usize::from(id);
+        let clock = if self.timing {
+            self.clock.as_ref()
+        } else {
+            None
+        };
+        call_node(
+            &mut self.nodes[i],
+            &mut self.outs[i],
+            &mut self.drops[i],
+            &mut self.trace,
+            clock,
+            st,
+            cx,
+            id,
+            list,
+        );
+    }
+
     /// `runs`: processes `list` (left empty) at node `id`, then carries each run of equal
     /// next through the rest of the graph before the next run starts.
     fn run_depth_first(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, list: &mut PktList) {
@@ -556,22 +578,7 @@ impl<S> Graph<S> {
             return;
         }
         self.nodes[i].busy = true;
-        let clock = if self.timing {
-            self.clock.as_ref()
-        } else {
-            None
-        };
-        call_node(
-            &mut self.nodes[i],
-            &mut self.outs[i],
-            &mut self.drops[i],
-            &mut self.trace,
-            clock,
-            st,
-            cx,
-            id,
-            list,
-        );
+        self.call_own(st, cx, id, list);
         let out = &mut self.outs[i];
         if !out.pkts.is_empty() {
             let (mut pk, mut arcs, uniform) = (
@@ -657,22 +664,7 @@ impl<S> Graph<S> {
             self.pending_mask &= self.pending_mask - 1;
             let i = usize::from(id);
             let mut list = core::mem::take(&mut self.nodes[i].pending);
-            let clock = if self.timing {
-                self.clock.as_ref()
-            } else {
-                None
-            };
-            call_node(
-                &mut self.nodes[i],
-                &mut self.outs[i],
-                &mut self.drops[i],
-                &mut self.trace,
-                clock,
-                st,
-                cx,
-                id,
-                &mut list,
-            );
+            self.call_own(st, cx, id, &mut list);
             self.nodes[i].pending = list;
             self.distribute(cx, i);
         }

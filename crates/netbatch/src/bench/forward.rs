@@ -10,8 +10,8 @@ use core::net::Ipv4Addr;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use anyhow::{Context, bail};
-use netbatch_engine::{Dispatch, Mode, NodeSnapshot, Pool, PoolConfig};
+use anyhow::Context;
+use netbatch_engine::{Dispatch, Mode, Pool, PoolConfig};
 use netbatch_ports::Port;
 use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
 use netbatch_runtime::setup::{
@@ -24,7 +24,7 @@ use netbatch_stack::route::{Route, RouteKind, Routes};
 use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
-use super::scenarios::{Bench, Common, Variant};
+use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench};
 
 /// Routes per prefix length per million, /8 to /32 (/24 takes what is left).
 const MIX: [(u8, u32); 24] = [
@@ -205,54 +205,6 @@ fn flows(routes: &[Route], count: usize) -> Vec<FlowSpec> {
         .collect()
 }
 
-struct Forward {
-    w: Worker,
-    load_ms: f64,
-    routes: usize,
-}
-
-impl Bench for Forward {
-    fn run(&mut self, n: u64) {
-        let target = self.w.acct.rx + n;
-        while self.w.acct.rx < target {
-            let now = netbatch_engine::time::mono_ns();
-            self.w.poll(now);
-        }
-    }
-    fn stages(&self) -> Vec<NodeSnapshot> {
-        self.w.snapshot()
-    }
-    fn set_timing(&mut self, on: bool) {
-        self.w.graph.set_timing(on);
-    }
-    fn reset(&mut self) {
-        self.w.graph.reset_counters();
-    }
-    fn verify(&self) -> anyhow::Result<()> {
-        let a = self.w.acct;
-        let held = self.w.held();
-        if a.rx + a.originated != a.tx + a.delivered + a.dropped + held {
-            bail!("packets unaccounted: {a:?} held {held}");
-        }
-        if a.dropped != 0 || a.tx + held != a.rx {
-            bail!(
-                "forwarded {} of {} frames ({} dropped)",
-                a.tx,
-                a.rx,
-                a.dropped
-            );
-        }
-        Ok(())
-    }
-    fn extra(&self) -> Vec<(String, u64)> {
-        vec![
-            ("routes".into(), self.routes as u64),
-            ("route_load_us".into(), (self.load_ms * 1e3) as u64),
-            ("rounds".into(), self.w.stats.rounds),
-        ]
-    }
-}
-
 /// Builds an `ip4-forward` variant.
 pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
     let Table {
@@ -308,10 +260,14 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
     };
     let mut w = Worker::new(graph, host, ports, pool, params)?;
     w.rx_ports = vec![0];
-    Ok(Box::new(Forward {
+    let facts = vec![
+        ("routes".into(), c.routes as u64),
+        ("route_load_us".into(), (load_ms * 1e3) as u64),
+    ];
+    Ok(Box::new(WorkerBench {
         w,
-        load_ms,
-        routes: c.routes,
+        expect: Expect::Forwarded,
+        facts,
     }))
 }
 

@@ -164,10 +164,21 @@ impl Bench for Null {
     }
 }
 
-/// A worker receiving from one `gen` port, with a UDP sink.
+/// What a worker benchmark must see after a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expect {
+    /// Every frame delivered to the sink (or still queued for it).
+    Delivered,
+    /// Every frame forwarded.
+    Forwarded,
+}
+
+/// A worker receiving from a `gen` port.
 pub(crate) struct WorkerBench {
     pub(crate) w: Worker,
-    expect_all_delivered: bool,
+    pub(crate) expect: Expect,
+    /// Scenario facts for the JSON (route count, load time).
+    pub(crate) facts: Vec<(String, u64)>,
 }
 
 impl WorkerBench {
@@ -205,15 +216,27 @@ impl Bench for WorkerBench {
         if a.rx + a.originated != a.tx + a.delivered + a.dropped + held {
             bail!("packets unaccounted: {a:?} held {held}");
         }
-        if self.expect_all_delivered {
-            let got = self.sink_datagrams();
-            // The last poll may have left datagrams queued: they are held, not lost.
-            if got + held != a.rx || a.dropped != 0 {
-                bail!(
-                    "sink got {got} of {} datagrams ({} dropped, {held} held)",
-                    a.rx,
-                    a.dropped
-                );
+        match self.expect {
+            Expect::Delivered => {
+                let got = self.sink_datagrams();
+                // The last poll may have left datagrams queued: they are held, not lost.
+                if got + held != a.rx || a.dropped != 0 {
+                    bail!(
+                        "sink got {got} of {} datagrams ({} dropped, {held} held)",
+                        a.rx,
+                        a.dropped
+                    );
+                }
+            }
+            Expect::Forwarded => {
+                if a.dropped != 0 || a.tx + held != a.rx {
+                    bail!(
+                        "forwarded {} of {} frames ({} dropped)",
+                        a.tx,
+                        a.rx,
+                        a.dropped
+                    );
+                }
             }
         }
         Ok(())
@@ -227,6 +250,7 @@ impl Bench for WorkerBench {
             .map(|(k, v)| (format!("sink_{k}"), v))
             .collect();
         v.push(("rounds".into(), self.w.stats.rounds));
+        v.extend(self.facts.iter().cloned());
         v
     }
 }
@@ -269,7 +293,8 @@ fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench
     w.apps.push(sink);
     Ok(Box::new(WorkerBench {
         w,
-        expect_all_delivered: true,
+        expect: Expect::Delivered,
+        facts: Vec::new(),
     }))
 }
 

@@ -499,6 +499,88 @@ impl<S> Graph<S> {
         }
     }
 
+    /// Lets node `id` hand over what it holds (`Stage::flush`) and carries it through
+    /// the rest of the graph: as one list, or, with `one_by_one` (per-packet mode), each
+    /// packet through every stage before the next.
+    pub fn flush(&mut self, st: &mut S, cx: &mut Cx<'_>, id: NodeId, one_by_one: bool) {
+        let i = usize::from(id.0);
+        let mut out = core::mem::take(&mut self.outs[i]);
+        if out.pkts.capacity() == 0 {
+            out = self.spare_outs.pop().unwrap_or_else(Out::for_list);
+        }
+        self.nodes[i].stage.flush(st, cx, &mut out);
+        if !out.drops.is_empty() || !out.counted_drops.is_empty() {
+            book_drops(&mut out, &mut self.drops[i], &mut self.trace, cx, id.0);
+        }
+        if self.trace.armed() {
+            trace_out(&mut self.trace, cx, id.0, &out);
+        }
+        let (mut pk, mut arcs, uniform) = (
+            core::mem::take(&mut out.pkts),
+            core::mem::take(&mut out.arcs),
+            out.uniform,
+        );
+        out.reset_arcs();
+        if one_by_one {
+            let mut one = self.take_list();
+            for (k, p) in pk.drain(..).enumerate() {
+                let a = if uniform == MIXED { arcs[k] } else { uniform };
+                one.push(p);
+                self.dispatch_from(st, cx, id.0, a, &mut one);
+            }
+            self.put_list(one);
+        } else if self.dispatch == Dispatch::Runs {
+            self.fan_out_depth_first(st, cx, id.0, &mut pk, &mut arcs, uniform);
+        } else {
+            for (k, p) in pk.drain(..).enumerate() {
+                let a = if uniform == MIXED { arcs[k] } else { uniform };
+                match self.nodes[i].targets[usize::from(a)] {
+                    Target::Node(t) => {
+                        self.nodes[usize::from(t)].pending.push(p);
+                        self.pending_mask |= 1u64 << t;
+                    }
+                    Target::Drop(r) => {
+                        drop_one(&mut self.drops[i], &mut self.trace, cx, id.0, p, r)
+                    }
+                }
+            }
+            self.drain_pending(st, cx);
+        }
+        arcs.clear();
+        (out.pkts, out.arcs) = (pk, arcs);
+        self.outs[i] = out;
+    }
+
+    /// Sends `l` from node `from` along `arc` with the graph's dispatch strategy.
+    fn dispatch_from(&mut self, st: &mut S, cx: &mut Cx<'_>, from: u16, arc: u8, l: &mut PktList) {
+        match self.dispatch {
+            Dispatch::Runs => self.send_depth_first(st, cx, from, arc, l),
+            Dispatch::Buckets => match self.nodes[usize::from(from)].targets[usize::from(arc)] {
+                Target::Node(t) => {
+                    self.enqueue(t, l);
+                    self.drain_pending(st, cx);
+                }
+                Target::Drop(r) => {
+                    for p in l.drain(..) {
+                        drop_one(
+                            &mut self.drops[usize::from(from)],
+                            &mut self.trace,
+                            cx,
+                            from,
+                            p,
+                            r,
+                        );
+                    }
+                }
+            },
+        }
+    }
+
+    /// Wire packets held by the stages themselves (GRO tables).
+    pub fn held(&self) -> u64 {
+        self.nodes.iter().map(|n| n.stage.held()).sum()
+    }
+
     /// Runs a single packet through the graph from `entry` (per-packet mode).
     #[inline]
     pub fn run_one(&mut self, st: &mut S, cx: &mut Cx<'_>, entry: NodeId, p: Pkt) {

@@ -39,6 +39,8 @@ pub mod flag {
     pub const L3_MULTICAST: u32 = 1 << 12;
     /// The device supplied `hash`.
     pub const HASH_VALID: u32 = 1 << 13;
+    /// `Meta::csum_payload` holds this buffer's payload sum (GRO recorded it).
+    pub const PAYLOAD_SUM: u32 = 1 << 14;
 }
 
 /// Kinds of GSO super-packet (in [`Meta::gso_type`]).
@@ -50,10 +52,15 @@ pub mod gso {
     /// UDP over IPv4, payload merged (standard UDP GRO / UDP_SEGMENT).
     pub const UDPV4: u8 = 2;
     /// A chain of complete packets (fraglist GRO): each buffer in the chain is one
-    /// wire packet with its own headers.
+    /// wire packet with its own headers (pulled, so the data is its payload).
     pub const FRAGLIST_TCPV4: u8 = 3;
     /// As [`FRAGLIST_TCPV4`] for UDP.
     pub const FRAGLIST_UDPV4: u8 = 4;
+    /// Flag bit: the segments share one IPv4 identification (GRO saw them fixed), so GSO
+    /// must not increment it.
+    pub const FIXED_ID: u8 = 0x80;
+    /// Mask of the kind without flag bits.
+    pub const KIND: u8 = 0x7f;
 }
 
 /// The hot metadata of one buffer.
@@ -102,6 +109,11 @@ pub struct Meta {
     pub scratch: u32,
     /// Next buffer of a chain (payload continuation or, for fraglist, the next packet).
     pub chain: Option<Pkt>,
+    /// Ones' complement sum of this buffer's L4 payload, as GRO recorded it when it
+    /// validated the segment's checksum: GSO checksums a rebuilt segment from its headers
+    /// and this sum without reading the payload again. Valid when [`flag::PAYLOAD_SUM`]
+    /// is set.
+    pub csum_payload: u32,
     /// Receive timestamp in TSC ticks (for latency measurement), 0 if not taken.
     pub rx_tsc: u64,
 }
@@ -131,6 +143,7 @@ impl Meta {
             in_if: 0,
             scratch: 0,
             chain: None,
+            csum_payload: 0,
             rx_tsc: 0,
         }
     }

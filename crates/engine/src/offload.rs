@@ -18,6 +18,9 @@ pub struct Features {
     pub tx_gso_list: bool,
     /// The device completes partial L4 checksums on transmit.
     pub tx_checksum: bool,
+    /// `rx-checksum`: the device validates L4 checksums on receive (frames arrive marked
+    /// as verified, as a NIC's CHECKSUM_UNNECESSARY).
+    pub rx_checksum: bool,
 }
 
 impl Features {
@@ -31,6 +34,7 @@ impl Features {
             "tx-udp-segmentation" => &mut self.tx_udp_segmentation,
             "tx-gso-list" => &mut self.tx_gso_list,
             "tx-checksum" => &mut self.tx_checksum,
+            "rx-checksum" => &mut self.rx_checksum,
             _ => return false,
         };
         *f = on;
@@ -46,5 +50,11 @@ impl Features {
         "tx-udp-segmentation",
         "tx-gso-list",
         "tx-checksum",
+        "rx-checksum",
     ];
+
+    /// Whether any GRO is on (`rx-gro`, `rx-gro-list`, `rx-udp-gro-forwarding`).
+    pub fn any_rx_gro(&self) -> bool {
+        self.rx_gro || self.rx_gro_list || self.rx_udp_gro_forwarding
+    }
 }

@@ -210,6 +210,15 @@ pub trait Stage<S>: Send {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// For a stage that holds packets across calls (GRO): hands everything it holds to
+    /// `out`. The worker calls it at the end of every poll, so nothing is held longer.
+    fn flush(&mut self, _st: &mut S, _cx: &mut Cx<'_>, _out: &mut Out) {}
+
+    /// Wire packets the stage holds right now (for the conservation law).
+    fn held(&self) -> u64 {
+        0
+    }
 }
 
 /// A stage that only knows single packets. Wrap it in [`PerPacket`] to put it in a graph:

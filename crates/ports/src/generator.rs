@@ -16,6 +16,7 @@
 use core::net::Ipv4Addr;
 use std::collections::VecDeque;
 
+use netbatch_engine::offload::Features;
 use netbatch_engine::{PktList, time};
 use netbatch_wire::checksum;
 use netbatch_wire::ethernet::MacAddr;
@@ -240,6 +241,7 @@ pub struct GenPort {
     capture_cap: usize,
     captured: VecDeque<Vec<u8>>,
     stats: PortStats,
+    features: Features,
 }
 
 impl core::fmt::Debug for GenPort {
@@ -280,6 +282,7 @@ impl GenPort {
             capture_cap: cfg.capture,
             captured: VecDeque::new(),
             stats: PortStats::default(),
+            features: Features::default(),
         })
     }
 
@@ -295,6 +298,13 @@ impl GenPort {
     /// Frames kept from transmission (oldest first).
     pub fn captured(&mut self) -> &mut VecDeque<Vec<u8>> {
         &mut self.captured
+    }
+
+    /// Declares offloads (`rx-checksum` marks received frames' L4 checksums verified, as
+    /// a NIC does; the frames are valid, so that is true).
+    pub fn with_features(mut self, f: Features) -> Self {
+        self.features = f;
+        self
     }
 
     /// Sets the remaining frame budget (None: endless).
@@ -373,6 +383,10 @@ impl Port for GenPort {
         &self.name
     }
 
+    fn features(&self) -> Features {
+        self.features
+    }
+
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
         let mut n = max;
         if let Some(l) = self.limit {
@@ -419,6 +433,9 @@ impl Port for GenPort {
             }
             v.meta.in_port = self.index;
             v.meta.rx_tsc = stamp;
+            if self.features.rx_checksum {
+                v.meta.flags |= netbatch_engine::meta::flag::L4_CSUM_OK;
+            }
             bytes += len as u64;
             out.push(p);
             got += 1;

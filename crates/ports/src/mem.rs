@@ -120,7 +120,12 @@ impl Port for MemPort {
                 b.copy_from_slice(&frame);
             }
             v.meta.in_port = self.index;
+            if self.features.rx_checksum && l4_checksum_ok(v.data()) {
+                v.meta.flags |= netbatch_engine::meta::flag::L4_CSUM_OK;
+            }
+
             self.stats.rx_packets += 1;
+
             self.stats.rx_bytes += frame.len() as u64;
             out.push(p);
             n += 1;
@@ -162,4 +167,44 @@ impl Port for MemPort {
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
+}
+
+/// Whether `frame` is Ethernet (optionally one VLAN tag) / IPv4 / TCP or UDP with a
+/// valid L4 checksum: what a NIC with receive checksum offload reports.
+fn l4_checksum_ok(frame: &[u8]) -> bool {
+    use netbatch_wire::checksum;
+    let mut at = 14;
+    let Some(et) = frame.get(12..14) else {
+        return false;
+    };
+    let mut et = u16::from_be_bytes([et[0], et[1]]);
+    if et == 0x8100 {
+        let Some(inner) = frame.get(16..18) else {
+            return false;
+        };
+        et = u16::from_be_bytes([inner[0], inner[1]]);
+        at = 18;
+    }
+    if et != 0x0800 {
+        return false;
+    }
+    let Some(ip) = frame.get(at..) else {
+        return false;
+    };
+    let Ok(p) = netbatch_wire::ipv4::Ipv4Packet::new_checked(ip) else {
+        return false;
+    };
+    let proto = p.protocol().0;
+    if (proto != 6 && proto != 17) || p.is_fragment() || usize::from(p.total_len()) > ip.len() {
+        return false;
+    }
+    let l4 = p.payload();
+    if proto == 17 && l4.get(6..8) == Some(&[0, 0]) {
+        return false; // no checksum to validate
+    }
+    let len = u16::try_from(l4.len()).unwrap_or(u16::MAX);
+    checksum::fold(checksum::sum(
+        l4,
+        checksum::pseudo_header_v4(p.src(), p.dst(), proto, len),
+    )) == 0xffff
 }

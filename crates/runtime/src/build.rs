@@ -46,11 +46,15 @@ pub fn worker(cfg: &Config, ports: Vec<Box<dyn Port>>, pool: Pool) -> Result<Wor
                 port,
                 queue,
                 check,
+                gro,
             } => {
                 let s = host
                     .sockets
                     .bind(addr, port, queue)
                     .map_err(|e| BuildError::Bind(format!("{addr}:{port}"), e))?;
+                if let Some(sock) = host.sockets.get_mut(s) {
+                    sock.gro = gro;
+                }
                 apps.push(Box::new(UdpSink::new(vec![s], 256, check)));
             }
             AppConfig::UdpEcho { addr, port, queue } => {

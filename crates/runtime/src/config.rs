@@ -187,6 +187,8 @@ struct PortFile {
     addresses: Option<Vec<String>>,
     #[serde(default)]
     features: Vec<String>,
+    /// GRO mode: off | standard | fraglist (sets the rx-gro features).
+    gro: Option<String>,
     #[serde(default)]
     vlan: Vec<VlanFile>,
     /// Kernel interface for kernel-backed ports (af_packet, af_xdp, tap).
@@ -319,6 +321,9 @@ struct AppFile {
     queue: usize,
     #[serde(default)]
     check: bool,
+    /// Receive GRO super-datagrams whole (like `UDP_GRO`).
+    #[serde(default)]
+    gro: bool,
 }
 
 fn default_queue() -> usize {
@@ -388,6 +393,8 @@ pub enum AppConfig {
         queue: usize,
         /// Check per-flow sequence numbers.
         check: bool,
+        /// Take GRO super-datagrams whole (`UDP_GRO`).
+        gro: bool,
     },
     /// Sends every datagram back to its sender.
     UdpEcho {
@@ -646,6 +653,22 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
             );
         }
         let mut features = Features::default();
+        match p.gro.as_deref() {
+            None | Some("off") => {}
+            // The ethtool switches each mode stands for.
+            Some("standard") => {
+                features.rx_gro = true;
+                features.rx_udp_gro_forwarding = true;
+            }
+            Some("fraglist") => {
+                features.rx_gro = true;
+                features.rx_gro_list = true;
+            }
+            Some(other) => e.add(
+                format!("{key}.gro"),
+                format!("unknown GRO mode '{other}' (off, standard, fraglist)"),
+            ),
+        }
         for (fi, f) in p.features.iter().enumerate() {
             if !features.set(f, true) {
                 e.add(
@@ -895,8 +918,11 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         }
     }
 
-    // Filter chains.
-    let mut graph = GraphOptions::default();
+    // Filter chains; the GRO stage when any port does GRO.
+    let mut graph = GraphOptions {
+        gro: ports.iter().any(|p| p.setup.features.any_rx_gro()),
+        ..GraphOptions::default()
+    };
     let hooks = [
         (HookPoint::Prerouting, &raw.filter.prerouting),
         (HookPoint::Input, &raw.filter.input),
@@ -1004,7 +1030,12 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
                 port: sa.port(),
                 queue: a.queue,
                 check: a.check,
+                gro: a.gro,
             }),
+            "udp-echo" if a.gro => e.add(
+                format!("{key}.gro"),
+                "udp-echo answers datagram by datagram; only udp-sink takes super-datagrams",
+            ),
             "udp-echo" => apps.push(AppConfig::UdpEcho {
                 addr: *sa.ip(),
                 port: sa.port(),

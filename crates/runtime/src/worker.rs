@@ -5,7 +5,8 @@
 //! 1. each receive queue is polled for up to `weight` frames (64, the NAPI weight), the
 //!    round stopping once `budget` frames (300) have been taken; in list mode each queue's
 //!    frames go through the graph as one list, in per-packet mode each frame goes through
-//!    the whole graph before the next is pulled from the port;
+//!    the whole graph before the next is pulled from the port; then GRO hands on what it
+//!    holds (the end of the queue's poll is the end of the GRO window, as in NAPI);
 //! 2. applications run (they read sockets, queue sends);
 //! 3. timers run (neighbour retries and failures), at most every millisecond;
 //! 4. packets injected by 2 and 3 run through the graph;
@@ -75,6 +76,7 @@ pub struct Worker {
     cache: BufCache,
     params: PollParams,
     entry: NodeId,
+    gro_node: Option<NodeId>,
     tx_node: NodeId,
     icmp_error_node: NodeId,
     local_out_node: NodeId,
@@ -113,7 +115,11 @@ impl Worker {
         params: PollParams,
     ) -> Result<Self, MissingNode> {
         let find = |n: &'static str| graph.node(n).ok_or(MissingNode(n));
-        let entry = find(node::ETH_INPUT)?;
+        let gro_node = graph.node(node::GRO);
+        let entry = match gro_node {
+            Some(g) => g,
+            None => find(node::ETH_INPUT)?,
+        };
         let tx_node = find(node::TX)?;
         let icmp_error_node = find(node::IP4_ICMP_ERROR)?;
         let local_out_node = find(node::IP4_LOCAL_OUT)?;
@@ -131,6 +137,7 @@ impl Worker {
             pool,
             params,
             entry,
+            gro_node,
             tx_node,
             icmp_error_node,
             local_out_node,
@@ -213,6 +220,9 @@ impl Worker {
         };
         self.graph
             .run(&mut self.host, &mut cx, self.entry, &mut self.list);
+        if let Some(g) = self.gro_node {
+            self.graph.flush(&mut self.host, &mut cx, g, false);
+        }
         n
     }
 
@@ -247,6 +257,17 @@ impl Worker {
                 acct: &mut self.acct,
             };
             self.graph.run_one(&mut self.host, &mut cx, self.entry, pk);
+        }
+        if let Some(g) = self.gro_node
+            && n > 0
+        {
+            let mut cx = Cx {
+                pool: &self.pool,
+                cache: &mut self.cache,
+                now_ns,
+                acct: &mut self.acct,
+            };
+            self.graph.flush(&mut self.host, &mut cx, g, true);
         }
         n
     }
@@ -357,9 +378,9 @@ impl Worker {
             .collect()
     }
 
-    /// Wire packets held right now (sockets, neighbour queues, unflushed queues).
+    /// Wire packets held right now (sockets, neighbour queues, unflushed queues, GRO).
     pub fn held(&self) -> u64 {
-        self.host.held(&self.pool)
+        self.host.held(&self.pool) + self.graph.held()
     }
 
     /// Frees everything held (counted as dropped, `Shutdown`) and returns cached buffers

@@ -10,6 +10,8 @@ use netbatch_engine::{Dispatch, DropReason, Graph, GraphBuilder, GraphError};
 use crate::arp::input::ArpInput;
 use crate::filter::hook::HookStage;
 use crate::filter::{Chain, HookPoint};
+use crate::gro::stage::Gro;
+use crate::gso::stage::Gso;
 use crate::host::Host;
 use crate::icmp::input::IcmpInput;
 use crate::ip4::forward::Ip4Forward;
@@ -27,6 +29,8 @@ use crate::udp::input::UdpInput;
 
 /// Node names, the graph's public entry points among them.
 pub mod node {
+    /// GRO: where received frames enter when any port does GRO.
+    pub const GRO: &str = "gro";
     /// L2 input: where received frames enter.
     pub const ETH_INPUT: &str = "eth-input";
     /// ARP input.
@@ -53,6 +57,8 @@ pub mod node {
     pub const IP4_FRAGMENT: &str = "ip4-fragment";
     /// Neighbour resolution and L2 header.
     pub const NEIGHBOUR: &str = "neighbour";
+    /// Segmentation of super-packets for ports without the offload.
+    pub const GSO: &str = "gso";
     /// Transmit queues: entry for complete frames.
     pub const TX: &str = "tx";
 }
@@ -64,6 +70,9 @@ pub struct GraphOptions {
     pub chains: Vec<(HookPoint, Chain)>,
     /// Name of the node local TCP goes to; `None` drops it (`TcpNoHandler`).
     pub tcp_to: Option<&'static str>,
+    /// Put the `gro` stage in front of `eth-input` (some port does GRO). Without it,
+    /// frames enter at `eth-input` and the graph costs nothing for GRO.
+    pub gro: bool,
 }
 
 impl GraphOptions {
@@ -95,6 +104,9 @@ pub fn build(
                 None => Ok(None),
             }
         };
+    if opts.gro {
+        b.add(GRO, Box::new(Gro::new()))?;
+    }
     b.add(ETH_INPUT, Box::new(EthInput))?;
     b.add(ARP_INPUT, Box::new(ArpInput::default()))?;
     b.add(IP4_INPUT, Box::new(Ip4Input))?;
@@ -102,7 +114,7 @@ pub fn build(
     b.add(IP4_ROUTE, Box::new(Ip4Route::default()))?;
     let input = hook(&mut b, HookPoint::Input)?;
     b.add(IP4_LOCAL, Box::new(Ip4Local))?;
-    b.add(UDP_INPUT, Box::new(UdpInput))?;
+    b.add(UDP_INPUT, Box::new(UdpInput::default()))?;
     b.add(ICMP_INPUT, Box::new(IcmpInput))?;
     b.add(TCP_INPUT, Box::new(TcpInput))?;
     b.add(IP4_FORWARD, Box::new(Ip4Forward))?;
@@ -113,6 +125,7 @@ pub fn build(
     let post = hook(&mut b, HookPoint::Postrouting)?;
     b.add(IP4_FRAGMENT, Box::new(Ip4Fragment::default()))?;
     b.add(NEIGHBOUR, Box::new(Neighbour::new(ports)))?;
+    b.add(GSO, Box::new(Gso::new(ports)))?;
     b.add(TX, Box::new(Tx))?;
     let tx_ports: Vec<&'static str> = ports
         .iter()
@@ -122,6 +135,9 @@ pub fn build(
         b.add(name, Box::new(TxPort::new(i as u16)))?;
     }
 
+    if opts.gro {
+        b.connect(GRO, "l2", ETH_INPUT)?;
+    }
     b.connect(ETH_INPUT, "arp", ARP_INPUT)?;
     b.connect(ETH_INPUT, "ip4", IP4_INPUT)?;
     b.connect_drop(ETH_INPUT, "ip6", DropReason::Ip6Unsupported)?;
@@ -173,8 +189,11 @@ pub fn build(
     b.connect(IP4_FRAGMENT, "error", IP4_ICMP_ERROR)?;
     b.connect(NEIGHBOUR, "frag", IP4_FRAGMENT)?;
     b.connect(NEIGHBOUR, "tx", TX)?;
+    b.connect(NEIGHBOUR, "gso", GSO)?;
+    b.connect(GSO, "tx", TX)?;
     for &name in &tx_ports {
         b.connect(NEIGHBOUR, name, name)?;
+        b.connect(GSO, name, name)?;
     }
     b.build(dispatch)
 }

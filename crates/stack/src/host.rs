@@ -165,7 +165,7 @@ impl Host {
                 .map(|p| pool.get(p).meta.wire_packets())
                 .sum::<u64>()
         };
-        self.sockets.held()
+        self.sockets.held(pool)
             + self.neigh.held()
             + self.tx.iter().map(list).sum::<u64>()
             + list(&self.injected.to_tx)

@@ -13,6 +13,8 @@ pub mod arp;
 pub mod assemble;
 pub mod fib;
 pub mod filter;
+pub mod gro;
+pub mod gso;
 pub mod host;
 pub mod icmp;
 pub mod iface;

@@ -97,13 +97,15 @@ impl App for UdpSink {
                 let v = cx.pool.get(&p);
                 let wire = v.meta.wire_packets();
                 if let Some(d) = datagram(&v) {
-                    self.stats.bytes += d.payload.len() as u64;
-                    if self.check {
-                        self.check_one(
-                            (u32::from(d.src), d.src_port, d.dst_port),
-                            d.payload,
-                            d.segment_size,
-                        );
+                    for part in d.payload_parts(cx.pool) {
+                        self.stats.bytes += part.len() as u64;
+                        if self.check {
+                            self.check_one(
+                                (u32::from(d.src), d.src_port, d.dst_port),
+                                part,
+                                d.segment_size,
+                            );
+                        }
                     }
                 }
                 self.stats.datagrams += wire;

@@ -13,7 +13,8 @@
 //! since a partial set of fragments can never be reassembled. A packet with DF is not
 //! fragmented: a forwarded one is answered with ICMP fragmentation needed carrying the
 //! MTU (RFC 1191), a local one is dropped (`FragNeeded`). Super-packets are checked by
-//! their segment size and never fragmented.
+//! their segment size; when their segments are too large and DF is clear they are
+//! segmented (GSO) and each segment is fragmented.
 
 use netbatch_engine::meta::flag;
 use netbatch_engine::{Cx, DropReason, Next, Out, Pkt, PktList, Stage};
@@ -35,6 +36,7 @@ pub struct Ip4Fragment {
     /// Fragments produced.
     pub fragments: u64,
     spare: Vec<Pkt>,
+    segs: Vec<Pkt>,
 }
 
 /// The options of a header that later fragments copy (RFC 791: option type bit 0x80),
@@ -196,9 +198,23 @@ impl Stage<Host> for Ip4Fragment {
                     out.drop(p, DropReason::FragNeeded);
                 }
             } else if v.meta.gso_size != 0 {
-                // A super-packet's segments are too large and may be fragmented: segment
-                // first (not done here) — refuse rather than send oversize frames.
-                out.drop(p, DropReason::FragUnsupported);
+                // A super-packet whose segments are too large and may be fragmented:
+                // segmented first, each segment then fragmented (the kernel's
+                // `ip_finish_output_gso`).
+                let mut segs = core::mem::take(&mut self.segs);
+                match crate::gso::segment(cx.pool, cx.cache, p, &mut segs) {
+                    Ok(()) => {
+                        for q in segs.drain(..) {
+                            if cx.pool.get(&q).meta.len as usize > mtu {
+                                self.fragment(cx, q, mtu, out);
+                            } else {
+                                out.push(OK, q);
+                            }
+                        }
+                    }
+                    Err((p, r)) => out.drop(p, r),
+                }
+                self.segs = segs;
             } else {
                 self.fragment(cx, p, mtu, out);
             }

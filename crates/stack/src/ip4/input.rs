@@ -23,9 +23,10 @@ pub const OK: Next = Next(0);
 #[derive(Debug, Default)]
 pub struct Ip4Input;
 
-/// Validates one header; `Ok(total_len, ihl)` or the drop reason.
+/// Validates one header whose packet has `avail` bytes (the frame's, or a GRO
+/// super-packet's over its buffer chain); `Ok(total_len, ihl)` or the drop reason.
 #[inline(always)]
-fn check(d: &[u8]) -> Result<(usize, usize), DropReason> {
+fn check(d: &[u8], avail: usize) -> Result<(usize, usize), DropReason> {
     let Some(h) = d.first_chunk::<20>() else {
         return Err(DropReason::Ip4Truncated);
     };
@@ -43,7 +44,7 @@ fn check(d: &[u8]) -> Result<(usize, usize), DropReason> {
     if total < ihl {
         return Err(DropReason::Ip4TotalLenShort);
     }
-    if total > d.len() {
+    if total > avail {
         return Err(DropReason::Ip4TotalLenLong);
     }
     // The common header without options is verified as five 32-bit words.
@@ -79,7 +80,17 @@ impl Stage<Host> for Ip4Input {
     fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
-            match check(v.data()) {
+            let chained = v.meta.chain.is_some();
+            let avail = if chained {
+                v.meta.total_len as usize
+            } else {
+                usize::from(v.meta.len)
+            };
+            match check(v.data(), avail) {
+                // GRO cut a super-packet's padding already: its length must be exact.
+                Ok((total, _)) if chained && total != avail => {
+                    out.drop(p, DropReason::Ip4TotalLenShort);
+                }
                 Ok((total, ihl)) => {
                     v.truncate(total);
                     v.meta.l3 = v.meta.data;
@@ -96,6 +107,10 @@ impl Stage<Host> for Ip4Input {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn check_frame(d: &[u8]) -> Result<(usize, usize), DropReason> {
+        check(d, d.len())
+    }
 
     /// A valid 20-byte header (the classic example, checksum 0xb861) plus 95 bytes.
     fn good() -> Vec<u8> {
@@ -117,11 +132,11 @@ mod tests {
 
     #[test]
     fn accepts_valid_and_reports_lengths() {
-        assert_eq!(check(&good()), Ok((0x73, 20)));
+        assert_eq!(check_frame(&good()), Ok((0x73, 20)));
         let mut padded = good();
         padded.extend_from_slice(&[0; 10]);
         assert_eq!(
-            check(&padded),
+            check_frame(&padded),
             Ok((0x73, 20)),
             "padding is trimmed, not an error"
         );
@@ -129,35 +144,35 @@ mod tests {
 
     #[test]
     fn each_failure_has_its_reason() {
-        assert_eq!(check(&good()[..19]), Err(DropReason::Ip4Truncated));
+        assert_eq!(check_frame(&good()[..19]), Err(DropReason::Ip4Truncated));
         let mut v6 = good();
         v6[0] = 0x65;
-        assert_eq!(check(&v6), Err(DropReason::Ip4Version));
+        assert_eq!(check_frame(&v6), Err(DropReason::Ip4Version));
         let mut short_ihl = good();
         short_ihl[0] = 0x44;
-        assert_eq!(check(&short_ihl), Err(DropReason::Ip4HeaderLen));
+        assert_eq!(check_frame(&short_ihl), Err(DropReason::Ip4HeaderLen));
         let mut long_ihl = good();
         long_ihl[0] = 0x4f;
-        assert_eq!(check(&long_ihl[..40]), Err(DropReason::Ip4Truncated));
+        assert_eq!(check_frame(&long_ihl[..40]), Err(DropReason::Ip4Truncated));
         let mut tl_short = good();
         tl_short[2..4].copy_from_slice(&19u16.to_be_bytes());
         refill(&mut tl_short);
-        assert_eq!(check(&tl_short), Err(DropReason::Ip4TotalLenShort));
+        assert_eq!(check_frame(&tl_short), Err(DropReason::Ip4TotalLenShort));
         let mut tl_long = good();
         tl_long[2..4].copy_from_slice(&200u16.to_be_bytes());
         refill(&mut tl_long);
-        assert_eq!(check(&tl_long), Err(DropReason::Ip4TotalLenLong));
+        assert_eq!(check_frame(&tl_long), Err(DropReason::Ip4TotalLenLong));
         let mut bad_sum = good();
         bad_sum[11] ^= 1;
-        assert_eq!(check(&bad_sum), Err(DropReason::Ip4Checksum));
+        assert_eq!(check_frame(&bad_sum), Err(DropReason::Ip4Checksum));
         let mut martian = good();
         martian[12] = 127;
         refill(&mut martian);
-        assert_eq!(check(&martian), Err(DropReason::Ip4MartianSource));
+        assert_eq!(check_frame(&martian), Err(DropReason::Ip4MartianSource));
         let mut mdst = good();
         mdst[16] = 0;
         refill(&mut mdst);
-        assert_eq!(check(&mdst), Err(DropReason::Ip4MartianDest));
+        assert_eq!(check_frame(&mdst), Err(DropReason::Ip4MartianDest));
     }
 
     #[test]
@@ -169,10 +184,10 @@ mod tests {
         h[2..4].copy_from_slice(&(0x77u16).to_be_bytes());
         h.truncate(0x77);
         refill(&mut h);
-        assert_eq!(check(&h), Ok((0x77, 24)));
+        assert_eq!(check_frame(&h), Ok((0x77, 24)));
         // An option claiming 10 bytes in a 4-byte area.
         h[20..24].copy_from_slice(&[0x07, 0x0a, 0x04, 0x00]);
         refill(&mut h);
-        assert_eq!(check(&h), Err(DropReason::Ip4BadOptions));
+        assert_eq!(check_frame(&h), Err(DropReason::Ip4BadOptions));
     }
 }

@@ -24,6 +24,10 @@ use crate::prefix::class;
 pub const TX: Next = Next(0);
 /// Arc to fragmentation (larger than the output MTU).
 pub const FRAG: Next = Next(1);
+/// Arc to GSO (a super-packet for a port without the matching offload).
+pub const GSO: Next = Next(2);
+/// Arcs before the per-port ones.
+const FIXED_ARCS: usize = 3;
 
 /// Bits of the per-list rewrite cache index.
 const CACHE_BITS: u32 = 3;
@@ -33,7 +37,7 @@ const CACHE: usize = 1 << CACHE_BITS;
 /// The neighbour stage.
 #[derive(Debug)]
 pub struct Neighbour {
-    /// `tx`, `frag`, then one `tx-<port>` arc per port.
+    /// `tx`, `frag`, `gso`, then one `tx-<port>` arc per port.
     arcs: Vec<&'static str>,
 }
 
@@ -41,7 +45,7 @@ impl Neighbour {
     /// A neighbour stage for a host with these ports, with one transmit arc per port
     /// (`tx-<name>`, see [`crate::tx::TxPort`]).
     pub fn new(ports: &[&str]) -> Self {
-        let mut arcs = vec!["tx", "frag"];
+        let mut arcs = vec!["tx", "frag", "gso"];
         arcs.extend(
             ports
                 .iter()
@@ -52,7 +56,7 @@ impl Neighbour {
 
     /// The arc to `port`'s transmit node (the generic `tx` if there is none).
     fn port_arc(&self, port: u16) -> Next {
-        match u8::try_from(usize::from(port) + 2) {
+        match u8::try_from(usize::from(port) + FIXED_ARCS) {
             Ok(a) if usize::from(a) < self.arcs.len() => Next(a),
             _ => TX,
         }
@@ -85,11 +89,33 @@ struct Rewrite {
     nh: u32,
     len: u8,
     arc: Next,
+    /// GSO kinds (bit per `gso` kind) the port takes whole.
+    gso_ok: u8,
     bytes: [u8; 22],
 }
 
+/// The GSO kinds a port with `f` transmits whole, one bit per kind (the kernel's
+/// `skb_gso_ok`: a fraglist chain needs the list offload and the L4 one).
+fn gso_kinds(f: &netbatch_engine::offload::Features) -> u8 {
+    use netbatch_engine::meta::gso;
+    let mut k = 0u8;
+    if f.tx_tcp_segmentation {
+        k |= 1 << gso::TCPV4;
+    }
+    if f.tx_udp_segmentation {
+        k |= 1 << gso::UDPV4;
+    }
+    if f.tx_gso_list && f.tx_tcp_segmentation {
+        k |= 1 << gso::FRAGLIST_TCPV4;
+    }
+    if f.tx_gso_list && f.tx_udp_segmentation {
+        k |= 1 << gso::FRAGLIST_UDPV4;
+    }
+    k
+}
+
 impl Rewrite {
-    fn new(iface: &Iface, out_if: u16, nh: u32, dst: MacAddr, arc: Next) -> Self {
+    fn new(iface: &Iface, out_if: u16, nh: u32, dst: MacAddr, arc: Next, gso_ok: u8) -> Self {
         let mut bytes = [0u8; 22];
         bytes[0..6].copy_from_slice(&dst.0);
         bytes[6..12].copy_from_slice(&iface.mac.0);
@@ -112,6 +138,7 @@ impl Rewrite {
             nh,
             len: (at + 2) as u8,
             arc,
+            gso_ok,
             bytes,
         }
     }
@@ -196,8 +223,13 @@ impl Stage<Host> for Neighbour {
         let pool = cx.pool;
         for mut p in list.drain(..) {
             let mut v = pool.get_mut(&mut p);
-            let (out_if, nh, len, gso) =
-                (v.meta.out_if, v.meta.next_hop, v.meta.len, v.meta.gso_size);
+            let (out_if, nh, len, gso, gso_type) = (
+                v.meta.out_if,
+                v.meta.next_hop,
+                v.meta.len,
+                v.meta.gso_size,
+                v.meta.gso_type,
+            );
             if out_if != mtu_if.0 {
                 let Some(i) = host.ifaces.get(usize::from(out_if)) else {
                     out.drop(p, DropReason::PortDown);
@@ -221,12 +253,17 @@ impl Stage<Host> for Neighbour {
                 match Self::resolve(host, cx, out_if, nh, out) {
                     Some(mac) => {
                         let iface = &host.ifaces[usize::from(out_if)];
+                        let gso_ok = host
+                            .ports
+                            .get(usize::from(iface.port))
+                            .map_or(0, |p| gso_kinds(&p.features));
                         cache[slot] = Some(Rewrite::new(
                             iface,
                             out_if,
                             nh,
                             mac,
                             self.port_arc(iface.port),
+                            gso_ok,
                         ));
                     }
                     None => {
@@ -249,7 +286,13 @@ impl Stage<Host> for Neighbour {
                     continue;
                 }
             }
-            out.push(rw.arc, p);
+            // A super-packet the port cannot take whole is segmented first.
+            let kind = gso_type & netbatch_engine::meta::gso::KIND;
+            if kind != 0 && rw.gso_ok & (1 << kind) == 0 {
+                out.push(GSO, p);
+            } else {
+                out.push(rw.arc, p);
+            }
         }
     }
 }

@@ -6,11 +6,17 @@
 //! (RFC 1122 4.1.3.1) unless the datagram was broadcast or multicast; full queue →
 //! `SocketQueueFull`. The socket of the previous datagram is reused when the destination
 //! address and port match (hoisted per list).
+//!
+//! A GRO super-datagram is queued whole only to a socket that asked for them (`UDP_GRO`)
+//! and only when its payloads were merged (standard GRO); for any other socket it is
+//! segmented here and each datagram queued on its own (the kernel's
+//! `udp_unexpected_gso`). A super-datagram whose checksum nobody verified is segmented
+//! before the checks.
 
 use core::net::Ipv4Addr;
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use netbatch_engine::meta::{flag, gso};
+use netbatch_engine::{Cx, DropReason, Next, Out, Pkt, PktList, Stage};
 use netbatch_wire::checksum;
 
 use super::socket::SocketId;
@@ -21,85 +27,147 @@ pub const ERROR: Next = Next(0);
 
 /// The UDP input stage.
 #[derive(Debug, Default)]
-pub struct UdpInput;
+pub struct UdpInput {
+    segs: Vec<Pkt>,
+    /// Super-datagrams segmented before queueing.
+    pub segmented: u64,
+}
+
+/// The socket of the previous datagram: (destination, port, socket).
+type Hint = Option<(u32, u16, Option<SocketId>)>;
+
+impl UdpInput {
+    /// Checks and queues one datagram (or super-datagram).
+    #[inline(always)]
+    fn one(
+        &mut self,
+        host: &mut Host,
+        cx: &mut Cx<'_>,
+        mut p: Pkt,
+        hint: &mut Hint,
+        out: &mut Out,
+    ) {
+        let mut v = cx.pool.get_mut(&mut p);
+        let chained = v.meta.chain.is_some();
+        let d = v.data();
+        let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
+        let (Some(ip), Some(u)) = (d.first_chunk::<20>(), d.get(ihl..)) else {
+            out.drop(p, DropReason::UdpTruncated);
+            return;
+        };
+        let Some(uh) = u.first_chunk::<8>() else {
+            out.drop(p, DropReason::UdpTruncated);
+            return;
+        };
+        let ulen_avail = if chained {
+            (v.meta.total_len as usize).saturating_sub(ihl)
+        } else {
+            u.len()
+        };
+        let ulen = usize::from(u16::from_be_bytes([uh[4], uh[5]]));
+        if ulen < 8 || ulen > ulen_avail || (chained && ulen != ulen_avail) {
+            out.drop(p, DropReason::UdpBadLength);
+            return;
+        }
+        let src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
+        let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+        let dport = u16::from_be_bytes([uh[2], uh[3]]);
+        let csum = u16::from_be_bytes([uh[6], uh[7]]);
+        if csum != 0 && v.meta.flags & flag::L4_CSUM_OK == 0 {
+            let acc = checksum::pseudo_header_v4(
+                Ipv4Addr::from(src),
+                Ipv4Addr::from(dst),
+                17,
+                ulen as u16,
+            );
+            if checksum::fold(checksum::sum(&u[..ulen], acc)) != 0xffff {
+                out.drop(p, DropReason::UdpChecksum);
+                return;
+            }
+        }
+        if ulen < ulen_avail {
+            v.truncate(ihl + ulen);
+        }
+        v.meta.flags |= flag::L4_CSUM_OK;
+        let sock = match *hint {
+            Some((a, port, s)) if a == dst && port == dport => s,
+            _ => {
+                let s = host.sockets.lookup(dst, dport);
+                *hint = Some((dst, dport, s));
+                s
+            }
+        };
+        let wire = v.meta.wire_packets();
+        let whole = v.meta.gso_type & gso::KIND == gso::UDPV4;
+        let Some(sock) = sock else {
+            if v.meta.flags
+                & (flag::L3_BROADCAST
+                    | flag::L3_MULTICAST
+                    | flag::L2_BROADCAST
+                    | flag::L2_MULTICAST)
+                != 0
+            {
+                out.drop(p, DropReason::NoSocket);
+            } else {
+                v.meta.reason = DropReason::NoSocket as u16;
+                out.push(ERROR, p);
+            }
+            return;
+        };
+        let Some(s) = host.sockets.get_mut(sock) else {
+            out.drop(p, DropReason::NoSocket);
+            return;
+        };
+        if wire == 1 || (whole && s.gro) {
+            if let Err(p) = s.enqueue(p, wire) {
+                out.drop(p, DropReason::SocketQueueFull);
+            }
+            return;
+        }
+        // A super-datagram for a socket that takes single datagrams.
+        match crate::gso::segment(cx.pool, cx.cache, p, &mut self.segs) {
+            Ok(()) => {
+                self.segmented += 1;
+                for q in self.segs.drain(..) {
+                    if let Err(q) = s.enqueue(q, 1) {
+                        out.drop(q, DropReason::SocketQueueFull);
+                    }
+                }
+            }
+            Err((p, r)) => out.drop(p, r),
+        }
+    }
+}
 
 impl Stage<Host> for UdpInput {
     fn arcs(&self) -> &[&'static str] {
         &["error"]
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("segmented", self.segmented)]
+    }
+
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
-        let mut hint: Option<(u32, u16, Option<SocketId>)> = None;
-        for mut p in list.drain(..) {
-            let mut v = cx.pool.get_mut(&mut p);
-            let d = v.data();
-            let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
-            let (Some(ip), Some(u)) = (d.first_chunk::<20>(), d.get(ihl..)) else {
-                out.drop(p, DropReason::UdpTruncated);
-                continue;
-            };
-            let Some(uh) = u.first_chunk::<8>() else {
-                out.drop(p, DropReason::UdpTruncated);
-                continue;
-            };
-            let ulen_avail = u.len();
-            let ulen = usize::from(u16::from_be_bytes([uh[4], uh[5]]));
-            if ulen < 8 || ulen > ulen_avail {
-                out.drop(p, DropReason::UdpBadLength);
-                continue;
-            }
-            let src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
-            let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
-            let dport = u16::from_be_bytes([uh[2], uh[3]]);
-            let csum = u16::from_be_bytes([uh[6], uh[7]]);
-            if csum != 0 && v.meta.flags & flag::L4_CSUM_OK == 0 {
-                let acc = checksum::pseudo_header_v4(
-                    Ipv4Addr::from(src),
-                    Ipv4Addr::from(dst),
-                    17,
-                    ulen as u16,
-                );
-                if checksum::fold(checksum::sum(&u[..ulen], acc)) != 0xffff {
-                    out.drop(p, DropReason::UdpChecksum);
-                    continue;
-                }
-            }
-            if ulen < ulen_avail {
-                v.truncate(ihl + ulen);
-            }
-            v.meta.flags |= flag::L4_CSUM_OK;
-            let sock = match hint {
-                Some((a, port, s)) if a == dst && port == dport => s,
-                _ => {
-                    let s = host.sockets.lookup(dst, dport);
-                    hint = Some((dst, dport, s));
-                    s
-                }
-            };
-            let wire = v.meta.wire_packets();
-            let Some(sock) = sock else {
-                if v.meta.flags
-                    & (flag::L3_BROADCAST
-                        | flag::L3_MULTICAST
-                        | flag::L2_BROADCAST
-                        | flag::L2_MULTICAST)
-                    != 0
-                {
-                    out.drop(p, DropReason::NoSocket);
-                } else {
-                    v.meta.reason = DropReason::NoSocket as u16;
-                    out.push(ERROR, p);
-                }
-                continue;
-            };
-            match host.sockets.get_mut(sock) {
-                Some(s) => {
-                    if let Err(p) = s.enqueue(p, wire) {
-                        out.drop(p, DropReason::SocketQueueFull);
+        let mut hint: Hint = None;
+        for p in list.drain(..) {
+            let m = cx.pool.get(&p).meta;
+            if m.gso_type != gso::NONE && m.flags & flag::L4_CSUM_OK == 0 {
+                // Nobody vouched for the checksum: check each datagram on its own.
+                match crate::gso::segment(cx.pool, cx.cache, p, &mut self.segs) {
+                    Ok(()) => {
+                        self.segmented += 1;
+                        let mut segs = core::mem::take(&mut self.segs);
+                        for q in segs.drain(..) {
+                            self.one(host, cx, q, &mut hint, out);
+                        }
+                        self.segs = segs;
                     }
+                    Err((p, r)) => out.drop(p, r),
                 }
-                None => out.drop(p, DropReason::NoSocket),
+                continue;
             }
+            self.one(host, cx, p, &mut hint, out);
         }
     }
 }

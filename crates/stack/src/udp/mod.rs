@@ -1,15 +1,16 @@
-//! UDP (RFC 768): the input stage and the socket table.
+//! UDP (RFC 768): the input stage, the socket table and the send path.
 //!
 //! Invariant after `udp-input`: the packet's length is exactly IP header + UDP length,
 //! the checksum (when present) has been verified, and the packet sits in exactly one
 //! socket queue.
 
 pub mod input;
+pub mod output;
 pub mod socket;
 
 use core::net::Ipv4Addr;
 
-use netbatch_engine::PktRef;
+use netbatch_engine::{Pkt, PktRef, Pool};
 
 /// A received datagram as an application sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,11 +23,34 @@ pub struct Datagram<'a> {
     pub dst: Ipv4Addr,
     /// Destination port.
     pub dst_port: u16,
-    /// Payload (for a GRO super-datagram, the merged payload of every segment).
+    /// Payload in the first buffer (all of it for a plain datagram; a super-datagram's
+    /// first segment or segments, the rest in [`Datagram::payload_parts`]).
     pub payload: &'a [u8],
     /// Segment size of a GRO super-datagram (0 for a plain datagram), like `UDP_GRO`'s
     /// cmsg.
     pub segment_size: u16,
+    /// Wire datagrams this stands for (1 for a plain datagram).
+    pub segments: u16,
+    more: Option<&'a Pkt>,
+}
+
+impl<'a> Datagram<'a> {
+    /// The whole payload as the slices it lies in, in order (one slice for a plain
+    /// datagram; a GRO super-datagram has one per merged segment, no byte copied).
+    /// Every slice but the last holds whole segments.
+    pub fn payload_parts(&self, pool: &'a Pool) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let mut next = self.more;
+        core::iter::once(self.payload).chain(core::iter::from_fn(move || {
+            let v = pool.get(next?);
+            next = v.meta.chain.as_ref();
+            Some(v.data())
+        }))
+    }
+
+    /// Payload bytes over every part.
+    pub fn payload_len(&self, pool: &'a Pool) -> usize {
+        self.payload_parts(pool).map(<[u8]>::len).sum()
+    }
 }
 
 /// Reads a queued datagram. Valid for packets taken from a socket queue (the UDP stage
@@ -46,5 +70,7 @@ pub fn datagram<'a>(v: &PktRef<'a>) -> Option<Datagram<'a>> {
         dst_port: u16::from_be_bytes([u[2], u[3]]),
         payload,
         segment_size: v.meta.gso_size,
+        segments: v.meta.segs.max(1),
+        more: v.meta.chain.as_ref(),
     })
 }

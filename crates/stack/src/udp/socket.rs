@@ -24,6 +24,8 @@ pub struct SocketStats {
     pub queue_full: u64,
     /// Datagrams read by the application.
     pub read: u64,
+    /// Datagrams sent (wire datagrams: a segmented send counts its segments).
+    pub sent: u64,
 }
 
 /// One bound UDP socket.
@@ -202,12 +204,14 @@ impl Sockets {
             .filter_map(|(i, s)| s.as_ref().map(|s| (SocketId(i as u32), s)))
     }
 
-    /// Handles queued over all sockets (they are "held").
-    pub fn held(&self) -> u64 {
+    /// Wire datagrams queued over all sockets (they are "held"; a super-datagram counts
+    /// its segments).
+    pub fn held(&self, pool: &netbatch_engine::Pool) -> u64 {
         self.socks
             .iter()
             .flatten()
-            .map(|s| s.queue.len() as u64)
+            .flat_map(|s| s.queue.iter())
+            .map(|p| pool.get(p).meta.wire_packets())
             .sum()
     }
 
@@ -269,9 +273,9 @@ mod tests {
         assert_eq!(s.recv_batch(&mut out, 2), 2);
         assert_eq!(out.iter().map(Pkt::index).collect::<Vec<_>>(), idx[..2]);
         c.free_all(&mut out);
-        assert_eq!(t.held(), 1);
+        assert_eq!(t.held(&pool), 1);
         t.close(id, &mut c);
-        assert_eq!(t.held(), 0);
+        assert_eq!(t.held(&pool), 0);
         drop(c);
         assert_eq!(pool.free_in_pool(), 8);
     }

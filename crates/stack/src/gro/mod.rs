@@ -1,0 +1,669 @@
+//! GRO: same-flow TCP and UDP segments received in one poll are coalesced into one
+//! super-packet, carried through the stack once, and split again by GSO at transmit (or
+//! before a socket that does not take super-datagrams). The rules are the Linux kernel's
+//! (`dev_gro_receive`, `inet_gro_receive`, `tcp_gro_receive`,
+//! `udp_gro_receive_segment`).
+//!
+//! Table: 8 buckets × 8 flows, bucket by flow hash; a full bucket completes its oldest
+//! flow. Same flow = same port, VLAN tag, Ethernet header, addresses, protocol and ports.
+//! Everything held is completed at the end of every poll.
+//!
+//! A segment is a candidate when it is IPv4 without options (first byte 0x45), not a
+//! fragment, with a valid header checksum and a total length that fits the frame
+//! (Ethernet padding is ignored), and a valid L4 checksum (UDP: non-zero too). It merges
+//! into its flow's held packet when TTL, TOS and DF are equal and the IP ID increments
+//! (or, from the second segment on, stays fixed), and
+//! - TCP: the flag word (data offset, flags but FIN/PSH, window) and ACK are equal, the
+//!   options are byte-identical, the sequence number follows on, the payload is not
+//!   empty and not larger than the first segment's; fraglist flows need all flags equal;
+//!   a segment shorter than the first, or with URG/PSH/RST/SYN/FIN, ends the train;
+//! - UDP: the datagram is not longer than the first (a shorter one ends the train);
+//! - never past 64 segments or a 65,535-byte IP packet.
+//!
+//! When a segment cannot merge, its flow's held packet is completed first and the segment
+//! is then handled as the first of its flow (held if it could start a train, else passed
+//! on): a flow is never reordered (the kernel lets a segment with a bad checksum overtake
+//! the held packet; netbatch completes the held packet first).
+//!
+//! Representation (no payload is copied): the held packet is the first segment's buffer;
+//! every merged segment's buffer is chained behind it with its data pulled past its own
+//! L2–L4 headers, which stay in the buffer. *Standard* super-packets have their merged
+//! segments' headers discarded in spirit: GSO rebuilds every header from the head's.
+//! *Fraglist* super-packets keep each member's headers: GSO re-exposes them and copies the
+//! head's changes into them. Each segment's payload sum is recorded in
+//! `Meta::csum_payload`, so GSO checksums a rebuilt segment without reading its payload.
+
+pub mod stage;
+
+use netbatch_engine::meta::{flag, gso};
+use netbatch_engine::{Pkt, Pool};
+use netbatch_wire::checksum;
+
+/// The most segments in one super-packet.
+pub const MAX_SEGS: u16 = 64;
+/// Buckets of the flow table.
+pub const BUCKETS: usize = 8;
+/// Flows per bucket.
+pub const PER_BUCKET: usize = 8;
+
+const TCP_FIN: u16 = 0x01;
+const TCP_SYN: u16 = 0x02;
+const TCP_RST: u16 = 0x04;
+const TCP_PSH: u16 = 0x08;
+const TCP_URG: u16 = 0x20;
+/// Flags that end a train (and keep a lone segment from starting one).
+const TCP_FINAL: u16 = TCP_URG | TCP_PSH | TCP_RST | TCP_SYN | TCP_FIN;
+
+/// Which GRO a flow gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Payloads merged; GSO rebuilds headers.
+    Standard,
+    /// Original packets chained; GSO restores them.
+    Fraglist,
+}
+
+/// Flow identity: what must be equal for two segments to be the same flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FlowKey {
+    port: u16,
+    /// 0x8000 | VID when tagged, 0 untagged.
+    vlan: u16,
+    macs: [u8; 12],
+    src: u32,
+    dst: u32,
+    /// Source port << 16 | destination port.
+    ports: u32,
+    proto: u8,
+}
+
+impl FlowKey {
+    fn hash(&self) -> u32 {
+        let mut h = self.src.wrapping_mul(0x9e37_79b1);
+        h ^= self.dst.rotate_left(7).wrapping_mul(0x85eb_ca6b);
+        h ^= self.ports.wrapping_mul(0xc2b2_ae35);
+        h ^= u32::from(self.proto) << 24;
+        h ^ (h >> 15)
+    }
+}
+
+/// What GRO reads from a frame.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Parsed {
+    /// Not IPv4 TCP/UDP (or too short to say): not GRO's business.
+    Other,
+    /// An IPv4 TCP/UDP packet of a known flow that cannot be merged (options, fragment,
+    /// bad checksum…): its flow's held packet must be completed first.
+    Unmergeable(FlowKey),
+    /// A candidate segment.
+    Seg(Seg),
+}
+
+/// A candidate segment, as offsets into its frame and the fields the rules compare.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Seg {
+    pub(crate) key: FlowKey,
+    /// Offset of the IPv4 header.
+    l3: u16,
+    /// Bytes of L2 + L3 + L4 headers.
+    hdr: u16,
+    /// L4 header length.
+    l4_hdr: u16,
+    /// Payload bytes.
+    payload: u16,
+    ttl: u8,
+    tos: u8,
+    /// Flags and fragment offset word (DF and the reserved bit must match).
+    frag: u16,
+    id: u16,
+    /// TCP urgent pointer (compared so that rebuilt segments are the originals).
+    urg: u16,
+    seq: u32,
+    ack: u32,
+    /// TCP bytes 12..16: data offset, flags, window.
+    word12: u32,
+    tcp_flags: u16,
+    /// UDP length field.
+    ulen: u16,
+    /// Ones' complement sum of the payload.
+    psum: u32,
+}
+
+#[inline(always)]
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+#[inline(always)]
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Reads frame `d` (from its Ethernet header) received on `port`. `csum_ok`: the device
+/// already validated the L4 checksum.
+pub(crate) fn parse(d: &[u8], port: u16, csum_ok: bool) -> Parsed {
+    if d.len() < 14 {
+        return Parsed::Other;
+    }
+    let (mut et, mut l3, mut vlan) = (be16(d, 12), 14usize, 0u16);
+    if et == 0x8100 {
+        if d.len() < 18 {
+            return Parsed::Other;
+        }
+        vlan = 0x8000 | (be16(d, 14) & 0x0fff);
+        et = be16(d, 16);
+        l3 = 18;
+    }
+    if et != 0x0800 || d.len() < l3 + 20 {
+        return Parsed::Other;
+    }
+    let ip = &d[l3..];
+    let proto = ip[9];
+    if proto != 6 && proto != 17 || ip[0] >> 4 != 4 {
+        return Parsed::Other;
+    }
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let mut macs = [0u8; 12];
+    macs.copy_from_slice(&d[..12]);
+    let mut key = FlowKey {
+        port,
+        vlan,
+        macs,
+        src: be32(ip, 12),
+        dst: be32(ip, 16),
+        ports: 0,
+        proto,
+    };
+    let frag = be16(ip, 6);
+    if ihl < 20 || ip.len() < ihl + 4 || frag & 0x3fff != 0 {
+        // No ports to read (or not the first fragment): flows are told by ports, so
+        // only a packet whose ports we can read can match a held flow.
+        if ihl >= 20 && ip.len() >= ihl + 4 && frag & 0x1fff == 0 {
+            key.ports = be32(ip, ihl);
+            return Parsed::Unmergeable(key);
+        }
+        return Parsed::Other;
+    }
+    key.ports = be32(ip, ihl);
+    let total = usize::from(be16(ip, 2));
+    // Options, a length beyond the frame or a bad header checksum: no GRO.
+    if ihl != 20 || total > ip.len() || total < 20 {
+        return Parsed::Unmergeable(key);
+    }
+    let Some(h20) = ip.first_chunk::<20>() else {
+        return Parsed::Unmergeable(key);
+    };
+    if !checksum::verify_words(h20) {
+        return Parsed::Unmergeable(key);
+    }
+    let l4 = &ip[20..total];
+    let l4_hdr = if proto == 6 {
+        if l4.len() < 20 {
+            return Parsed::Unmergeable(key);
+        }
+        let doff = usize::from(l4[12] >> 4) * 4;
+        if doff < 20 || doff > l4.len() {
+            return Parsed::Unmergeable(key);
+        }
+        doff
+    } else {
+        if l4.len() < 8 || usize::from(be16(l4, 4)) != l4.len() || l4.len() == 8 || be16(l4, 6) == 0
+        {
+            // UDP GRO needs the length to match the IP payload, a payload, and a checksum.
+            return Parsed::Unmergeable(key);
+        }
+        8
+    };
+    let pseudo = checksum::pseudo_header_v4(key.src.into(), key.dst.into(), proto, l4.len() as u16);
+    let hsum = checksum::sum(&l4[..l4_hdr], pseudo);
+    let psum = if csum_ok {
+        // Valid: pseudo + header + payload ≡ -0, so payload ≡ -(pseudo + header).
+        u32::from(!checksum::fold(hsum))
+    } else {
+        let p = checksum::sum(&l4[l4_hdr..], 0);
+        if checksum::fold(hsum + p) != 0xffff {
+            return Parsed::Unmergeable(key);
+        }
+        u32::from(checksum::fold(p))
+    };
+    let (seq, ack, word12, tcp_flags, urg, ulen) = if proto == 6 {
+        (
+            be32(l4, 4),
+            be32(l4, 8),
+            be32(l4, 12),
+            u16::from(l4[13]) | (u16::from(l4[12] & 1) << 8),
+            be16(l4, 18),
+            0,
+        )
+    } else {
+        (0, 0, 0, 0, 0, be16(l4, 4))
+    };
+    Parsed::Seg(Seg {
+        key,
+        l3: l3 as u16,
+        hdr: (l3 + 20 + l4_hdr) as u16,
+        l4_hdr: l4_hdr as u16,
+        payload: (l4.len() - l4_hdr) as u16,
+        ttl: ip[8],
+        tos: ip[1],
+        frag,
+        id: be16(ip, 4),
+        urg,
+        seq,
+        ack,
+        word12,
+        tcp_flags,
+        ulen,
+        psum,
+    })
+}
+
+/// IP ID behaviour of a train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdMode {
+    /// One segment so far.
+    Unknown,
+    /// Increments by one per segment.
+    Incrementing,
+    /// Stays the same.
+    Fixed,
+}
+
+/// A flow being coalesced.
+#[derive(Debug)]
+struct Held {
+    key: FlowKey,
+    kind: Kind,
+    age: u64,
+    head: Pkt,
+    members: Vec<Pkt>,
+    /// The first segment's headers, for comparisons.
+    first: Seg,
+    /// TCP options of the first segment.
+    opts: [u8; 40],
+    count: u16,
+    payload: u32,
+    next_seq: u32,
+    id_mode: IdMode,
+    /// FIN/PSH seen on merged segments (standard TCP: the head inherits them).
+    flags_or: u16,
+}
+
+/// Whether `s` (whose TCP options are `opts`) may join `h`; if not, the held packet
+/// must be completed.
+fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
+    let f = &h.first;
+    if s.ttl != f.ttl || s.tos != f.tos || s.frag != f.frag {
+        return false;
+    }
+    let id_ok = match h.id_mode {
+        IdMode::Unknown => s.id == f.id || s.id == f.id.wrapping_add(1),
+        IdMode::Incrementing => s.id == f.id.wrapping_add(h.count),
+        IdMode::Fixed => s.id == f.id,
+    };
+    if !id_ok
+        || h.count >= MAX_SEGS
+        || usize::from(f.l4_hdr) + 20 + h.payload as usize + usize::from(s.payload) > 65535
+    {
+        return false;
+    }
+    if f.key.proto == 17 {
+        return s.ulen <= f.ulen;
+    }
+    // TCP: flag word equal except FIN/PSH (fraglist: all of it), same ACK, same options,
+    // in sequence, not empty, not larger than the first segment.
+    let mask: u32 = if h.kind == Kind::Fraglist {
+        !0
+    } else {
+        !(u32::from(TCP_FIN | TCP_PSH) << 16)
+    };
+    (s.word12 ^ f.word12) & mask == 0
+        && s.ack == f.ack
+        && s.urg == f.urg
+        && s.l4_hdr == f.l4_hdr
+        && opts == &h.opts[..usize::from(f.l4_hdr) - 20]
+        && s.seq == h.next_seq
+        && s.payload > 0
+        && s.payload <= f.payload
+}
+
+/// The TCP options of segment `s` in its frame `d` (empty for UDP).
+fn tcp_options<'a>(d: &'a [u8], s: &Seg) -> &'a [u8] {
+    if s.key.proto == 6 {
+        &d[usize::from(s.hdr - s.l4_hdr + 20)..usize::from(s.hdr)]
+    } else {
+        &[]
+    }
+}
+
+/// Whether a segment can start a train.
+fn holdable(s: &Seg) -> bool {
+    s.payload > 0 && (s.key.proto == 17 || s.tcp_flags & TCP_FINAL == 0)
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroStats {
+    /// Segments merged into a held packet.
+    pub merged: u64,
+    /// Super-packets completed (two segments or more).
+    pub coalesced: u64,
+    /// Held single segments completed as plain packets.
+    pub singles: u64,
+    /// Flows completed early to make room in a full bucket.
+    pub evicted: u64,
+    /// Candidates that went on unchanged (not holdable, or GRO off for them).
+    pub passed: u64,
+}
+
+/// The flow table of one worker.
+#[derive(Debug, Default)]
+pub struct GroTable {
+    buckets: [Vec<Held>; BUCKETS],
+    flushing: Vec<Held>,
+    spare: Vec<Vec<Pkt>>,
+    age: u64,
+    held_wire: u64,
+    /// Counters.
+    pub stats: GroStats,
+}
+
+impl GroTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wire packets held.
+    pub fn held(&self) -> u64 {
+        self.held_wire
+    }
+
+    fn find(&self, key: &FlowKey) -> Option<(usize, usize)> {
+        let b = (key.hash() as usize) & (BUCKETS - 1);
+        self.buckets[b]
+            .iter()
+            .position(|h| h.key == *key)
+            .map(|i| (b, i))
+    }
+
+    /// Completes the held flow of `key`, if any, into `done`.
+    pub(crate) fn flush_flow(&mut self, pool: &Pool, key: &FlowKey, done: &mut Vec<Pkt>) {
+        if let Some((b, i)) = self.find(key) {
+            let h = self.buckets[b].remove(i);
+            done.push(self.complete(pool, h));
+        }
+    }
+
+    /// Offers segment `p` (parsed as `s`, GRO kind `kind`): merged, held, or, when it
+    /// cannot be either, returned in `done` after its flow's held packet.
+    pub(crate) fn offer(
+        &mut self,
+        pool: &Pool,
+        mut p: Pkt,
+        s: Seg,
+        kind: Kind,
+        done: &mut Vec<Pkt>,
+    ) {
+        {
+            let v = pool.get_mut(&mut p);
+            v.meta.csum_payload = s.psum;
+            v.meta.flags |= flag::PAYLOAD_SUM;
+        }
+        if let Some((b, i)) = self.find(&s.key) {
+            let mergeable = {
+                let h = &self.buckets[b][i];
+                let d = pool.get(&p).data();
+                h.kind == kind && may_merge(h, &s, tcp_options(d, &s))
+            };
+            if mergeable {
+                self.merge(pool, b, i, p, &s, done);
+                return;
+            }
+            let h = self.buckets[b].remove(i);
+            done.push(self.complete(pool, h));
+        }
+        if !holdable(&s) {
+            self.stats.passed += 1;
+            done.push(p);
+            return;
+        }
+        self.hold(pool, p, s, kind, done);
+    }
+
+    fn hold(&mut self, pool: &Pool, p: Pkt, s: Seg, kind: Kind, done: &mut Vec<Pkt>) {
+        let b = (s.key.hash() as usize) & (BUCKETS - 1);
+        if self.buckets[b].len() >= PER_BUCKET {
+            let oldest = self.buckets[b]
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, h)| h.age)
+                .map(|(i, _)| i);
+            if let Some(i) = oldest {
+                let h = self.buckets[b].remove(i);
+                self.stats.evicted += 1;
+                done.push(self.complete(pool, h));
+            }
+        }
+        let mut opts = [0u8; 40];
+        let o = tcp_options(pool.get(&p).data(), &s);
+        opts[..o.len()].copy_from_slice(o);
+        self.age += 1;
+        let members = self
+            .spare
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(usize::from(MAX_SEGS)));
+        self.held_wire += 1;
+        self.buckets[b].push(Held {
+            key: s.key,
+            kind,
+            age: self.age,
+            head: p,
+            members,
+            first: s,
+            opts,
+            count: 1,
+            payload: u32::from(s.payload),
+            next_seq: s.seq.wrapping_add(u32::from(s.payload)),
+            id_mode: IdMode::Unknown,
+            flags_or: 0,
+        });
+    }
+
+    fn merge(&mut self, pool: &Pool, b: usize, i: usize, mut p: Pkt, s: &Seg, done: &mut Vec<Pkt>) {
+        let h = &mut self.buckets[b][i];
+        if h.id_mode == IdMode::Unknown {
+            h.id_mode = if s.id == h.first.id {
+                IdMode::Fixed
+            } else {
+                IdMode::Incrementing
+            };
+        }
+        {
+            let mut v = pool.get_mut(&mut p);
+            // The segment keeps its headers in its buffer (`l3`/`l4` say where, for
+            // fraglist GSO); its data becomes its payload, padding past the IP length cut.
+            v.meta.l3 = v.meta.data + s.l3;
+            v.meta.l4 = v.meta.l3 + 20;
+            v.pull(usize::from(s.hdr));
+            v.truncate(usize::from(s.payload));
+        }
+        h.members.push(p);
+        h.count += 1;
+        h.payload += u32::from(s.payload);
+        h.next_seq = h.next_seq.wrapping_add(u32::from(s.payload));
+        h.flags_or |= s.tcp_flags & (TCP_FIN | TCP_PSH);
+        self.held_wire += 1;
+        self.stats.merged += 1;
+        let last = if s.key.proto == 6 {
+            s.payload < h.first.payload || s.tcp_flags & TCP_FINAL != 0
+        } else {
+            s.ulen < h.first.ulen
+        };
+        if last || h.count >= MAX_SEGS {
+            let h = self.buckets[b].remove(i);
+            done.push(self.complete(pool, h));
+        }
+    }
+
+    /// Completes every held flow into `done`, oldest first.
+    pub fn flush_all(&mut self, pool: &Pool, done: &mut Vec<Pkt>) {
+        if self.held_wire == 0 {
+            return;
+        }
+        // A reused vector and an in-place sort: nothing is allocated per poll.
+        let mut all = core::mem::take(&mut self.flushing);
+        for b in &mut self.buckets {
+            all.append(b);
+        }
+        all.sort_unstable_by_key(|h| h.age);
+        for h in all.drain(..) {
+            done.push(self.complete(pool, h));
+        }
+        self.flushing = all;
+    }
+
+    /// Turns a held flow into its super-packet (or the single segment, untouched).
+    fn complete(&mut self, pool: &Pool, mut h: Held) -> Pkt {
+        self.held_wire -= u64::from(h.count);
+        let mut head = h.head;
+        if h.count == 1 {
+            self.stats.singles += 1;
+            self.spare.push(h.members);
+            return head;
+        }
+        self.stats.coalesced += 1;
+        // Chain the members behind the head, in order, folding their payload sums into
+        // the super-packet's (a part that starts at an odd offset is byte-swapped).
+        let f = h.first;
+        let mut chain_len = 0u32;
+        let mut psum = u64::from(f.psum);
+        let mut odd = f.payload & 1 == 1;
+        for m in &h.members {
+            let v = pool.get(m);
+            psum = checksum::add_part(psum, v.meta.csum_payload as u16, odd);
+            odd ^= v.meta.len & 1 == 1;
+        }
+        let mut next: Option<Pkt> = None;
+        while let Some(mut m) = h.members.pop() {
+            let v = pool.get_mut(&mut m);
+            chain_len += u32::from(v.meta.len);
+            v.meta.chain = next.take();
+            next = Some(m);
+        }
+        self.spare.push(h.members);
+        let mut v = pool.get_mut(&mut head);
+        let l3 = usize::from(f.l3);
+        let l4 = l3 + 20;
+        // The frame ends at the IP length (padding past it is not part of the packet).
+        v.truncate(usize::from(f.hdr) + usize::from(f.payload));
+        let d = v.data_mut();
+        // The head's headers describe the whole super-packet: lengths grow, and standard
+        // TCP inherits the FIN/PSH seen on later segments.
+        let l4_len = u32::from(f.l4_hdr) + h.payload;
+        let new_total = (20 + l4_len) as u16;
+        let old_total = be16(d, l3 + 2);
+        d[l3 + 2..l3 + 4].copy_from_slice(&new_total.to_be_bytes());
+        let ic = checksum::update16(be16(d, l3 + 10), old_total, new_total);
+        d[l3 + 10..l3 + 12].copy_from_slice(&ic.to_be_bytes());
+        let standard = h.kind == Kind::Standard;
+        let (kind, csum_at) = if f.key.proto == 6 {
+            if standard {
+                d[l4 + 13] |= (h.flags_or & 0xff) as u8;
+            }
+            (
+                if standard {
+                    gso::TCPV4
+                } else {
+                    gso::FRAGLIST_TCPV4
+                },
+                l4 + 16,
+            )
+        } else {
+            d[l4 + 4..l4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+            (
+                if standard {
+                    gso::UDPV4
+                } else {
+                    gso::FRAGLIST_UDPV4
+                },
+                l4 + 6,
+            )
+        };
+        if standard {
+            // A standard super-packet is one valid (large) IP packet: its L4 checksum
+            // covers the merged payload, from the sums recorded per segment. (Fraglist
+            // heads keep their own checksum: GSO restores their own lengths.)
+            d[csum_at..csum_at + 2].copy_from_slice(&[0, 0]);
+            let acc = checksum::pseudo_header_v4(
+                f.key.src.into(),
+                f.key.dst.into(),
+                f.key.proto,
+                l4_len as u16,
+            );
+            let c = checksum::finish(checksum::sum(&d[l4..usize::from(f.hdr)], acc + psum));
+            let c = if f.key.proto == 17 && c == 0 {
+                0xffff
+            } else {
+                c
+            };
+            d[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
+        }
+        let fixed = standard && h.id_mode == IdMode::Fixed;
+        v.meta.gso_type = kind | if fixed { gso::FIXED_ID } else { 0 };
+        v.meta.gso_size = f.payload;
+        v.meta.segs = h.count;
+        v.meta.total_len = u32::from(v.meta.len) + chain_len;
+        v.meta.chain = next;
+        v.meta.flags |= flag::L4_CSUM_OK;
+        head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp_frame(seq: u32, flags: u8, payload: &[u8], id: u16) -> Vec<u8> {
+        let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([192, 0, 2, 1], [198, 51, 100, 1], 64)
+            .tcp(1500, 8000, seq, 1000);
+        let b = if flags & 0x08 != 0 { b.psh() } else { b };
+        let b = b.ack(100);
+        let mut v = Vec::new();
+        b.write(&mut v, payload).unwrap();
+        v[18..20].copy_from_slice(&id.to_be_bytes());
+        v[24..26].copy_from_slice(&[0, 0]);
+        let c = checksum::checksum(&v[14..34]);
+        v[24..26].copy_from_slice(&c.to_be_bytes());
+        v
+    }
+
+    #[test]
+    fn parse_reads_segments_and_payload_sums() {
+        let f = tcp_frame(100, 0, &[7u8; 100], 8);
+        let Parsed::Seg(s) = parse(&f, 0, false) else {
+            panic!("not a segment")
+        };
+        assert_eq!((s.payload, s.seq, s.hdr, s.l4_hdr), (100, 100, 54, 20));
+        assert_eq!(
+            u16::try_from(s.psum).unwrap(),
+            checksum::fold(checksum::sum(&[7u8; 100], 0))
+        );
+        // The device-validated path derives the same sum from the checksum field.
+        let Parsed::Seg(t) = parse(&f, 0, true) else {
+            panic!("not a segment")
+        };
+        assert_eq!(
+            checksum::fold(u64::from(t.psum)),
+            checksum::fold(u64::from(s.psum))
+        );
+        // A corrupted TCP checksum keeps the flow key but is not mergeable.
+        let mut bad = f.clone();
+        let n = bad.len();
+        bad[n - 1] ^= 1;
+        assert!(matches!(parse(&bad, 0, false), Parsed::Unmergeable(k) if k == s.key));
+        // ARP is not GRO's business.
+        assert!(matches!(parse(&[0u8; 42], 0, false), Parsed::Other));
+    }
+}

@@ -1,0 +1,153 @@
+//! `gro`: the GRO engine as the first stage of the receive graph.
+//!
+//! Per packet, the port's GRO features and the packet's destination decide its kind (the
+//! kernel's rules, `udp_gro_receive` and `tcp4_check_fraglist_gro`):
+//! - TCP: fraglist when the port has `rx-gro-list` and the destination is not one of our
+//!   addresses (forwarded traffic), else standard when it has `rx-gro`;
+//! - UDP: fraglist when the port has `rx-gro-list` and no local socket asked for GRO
+//!   (`UDP_GRO`); else standard for a socket that asked, or, with no local socket, when
+//!   the port has `rx-udp-gro-forwarding`; else none.
+//!
+//! The decision is cached per list by (destination, port, protocol). Packets that are not
+//! TCP/UDP over IPv4 pass straight on; nothing is ever dropped here. Everything held is
+//! handed on when the worker flushes the stage at the end of each poll.
+
+use netbatch_engine::meta::flag;
+use netbatch_engine::offload::Features;
+use netbatch_engine::{Cx, Next, Out, Pkt, PktList, Stage};
+
+use super::{GroTable, Kind, Parsed, parse};
+use crate::host::Host;
+
+/// Arc to L2 input.
+pub const L2: Next = Next(0);
+
+/// The GRO stage.
+#[derive(Debug, Default)]
+pub struct Gro {
+    table: GroTable,
+    done: Vec<Pkt>,
+}
+
+impl Gro {
+    /// A stage with an empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The flow table (for tests and reports).
+    pub fn table(&self) -> &GroTable {
+        &self.table
+    }
+}
+
+/// The GRO kind for a flow to `dst:dport` over `proto` arriving on a port with `f`.
+fn decide(host: &Host, f: &Features, proto: u8, dst: u32, dport: u16) -> Option<Kind> {
+    let local = host.is_local(dst.into());
+    if proto == 6 {
+        return if f.rx_gro_list && !local {
+            Some(Kind::Fraglist)
+        } else if f.rx_gro {
+            Some(Kind::Standard)
+        } else {
+            None
+        };
+    }
+    let sock = if local {
+        host.sockets
+            .lookup(dst, dport)
+            .and_then(|id| host.sockets.get(id))
+    } else {
+        None
+    };
+    let sock_gro = sock.is_some_and(|s| s.gro);
+    if f.rx_gro_list && !sock_gro {
+        Some(Kind::Fraglist)
+    } else if sock_gro || (sock.is_none() && f.rx_udp_gro_forwarding) {
+        Some(Kind::Standard)
+    } else {
+        None
+    }
+}
+
+impl Stage<Host> for Gro {
+    fn arcs(&self) -> &[&'static str] {
+        &["l2"]
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = &self.table.stats;
+        vec![
+            ("merged", s.merged),
+            ("coalesced", s.coalesced),
+            ("singles", s.singles),
+            ("evicted", s.evicted),
+            ("passed", s.passed),
+        ]
+    }
+
+    fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        let pool = cx.pool;
+        let mut cur_port = u16::MAX;
+        let mut feats = Features::default();
+        // (proto, dst, dport) → kind, for the rest of the list.
+        let mut last: Option<((u8, u32, u16), Option<Kind>)> = None;
+        for p in list.drain(..) {
+            let v = pool.get(&p);
+            let port = v.meta.in_port;
+            if port != cur_port {
+                cur_port = port;
+                feats = host
+                    .ports
+                    .get(usize::from(port))
+                    .map_or_else(Features::default, |i| i.features);
+            }
+            if !feats.any_rx_gro() {
+                out.push(L2, p);
+                continue;
+            }
+            let csum_ok = v.meta.flags & flag::L4_CSUM_OK != 0;
+            match parse(v.data(), port, csum_ok) {
+                Parsed::Other => out.push(L2, p),
+                Parsed::Unmergeable(key) => {
+                    self.table.flush_flow(pool, &key, &mut self.done);
+                    self.done.push(p);
+                }
+                Parsed::Seg(s) => {
+                    let k = s.key;
+                    let id = (k.proto, k.dst, (k.ports & 0xffff) as u16);
+                    let kind = match last {
+                        Some((l, kind)) if l == id => kind,
+                        _ => {
+                            let kind = decide(host, &feats, id.0, id.1, id.2);
+                            last = Some((id, kind));
+                            kind
+                        }
+                    };
+                    match kind {
+                        Some(kind) => self.table.offer(pool, p, s, kind, &mut self.done),
+                        None => {
+                            self.table.flush_flow(pool, &k, &mut self.done);
+                            self.table.stats.passed += 1;
+                            self.done.push(p);
+                        }
+                    }
+                }
+            }
+            for q in self.done.drain(..) {
+                out.push(L2, q);
+            }
+        }
+    }
+
+    fn flush(&mut self, _: &mut Host, cx: &mut Cx<'_>, out: &mut Out) {
+        self.table.flush_all(cx.pool, &mut self.done);
+        for q in self.done.drain(..) {
+            out.push(L2, q);
+        }
+    }
+
+    fn held(&self) -> u64 {
+        self.table.held()
+    }
+}

@@ -1,0 +1,494 @@
+//! GSO: a super-packet becomes the wire packets it stands for.
+//!
+//! Called where a super-packet cannot go on whole: at transmit on a port without the
+//! matching offload (the `gso` stage), before a socket that does not take super-datagrams
+//! (`udp-input`), and before fragmentation (`ip4-fragment`). The packet's data starts at
+//! its link header (`Meta::l3 - Meta::data` bytes of it, none when the data starts at the
+//! IP header).
+//!
+//! *Standard* (`TCPV4`, `UDPV4`): every segment gets the head's headers, rebuilt for it:
+//! IP total length, identification (+1 per segment unless the train had a fixed ID),
+//! header checksum; TCP sequence number (+`gso_size` per segment), FIN and PSH only on
+//! the last segment (CWR is kept on every segment, as the kernel does for AccECN trains:
+//! GRO only merges segments whose CWR bits are equal); UDP length; the L4 checksum from
+//! the header, the pseudo-header and the payload's sum. When the super-packet is laid out
+//! as GRO builds it (the head holds the headers and one segment, each chained buffer one
+//! more segment with headroom for headers) no payload byte moves: headers are written in
+//! front of each chained payload, and the checksums use the payload sums GRO recorded.
+//! Any other layout (an application's large send) is copied into new buffers.
+//!
+//! *Fraglist* (`FRAGLIST_*`): the chain is unlinked. Each member re-exposes its own
+//! received IP and L4 headers, gets the head's link header, and takes every field the
+//! stack may have changed on the head on its way (TOS, TTL, addresses, ports), with its
+//! checksums updated incrementally (RFC 1624), so a TTL decrement or a rewrite reaches
+//! every segment and a member nobody changed keeps its bytes. The head gets its own
+//! lengths back.
+//!
+//! Nothing is changed when segmentation fails: the super-packet is returned with the
+//! reason (no buffer, no headroom, a layout that is not a super-packet), for the caller
+//! to drop whole.
+
+pub mod stage;
+
+use netbatch_engine::meta::{flag, gso};
+use netbatch_engine::{BufCache, DropReason, Meta, Pkt, Pool};
+use netbatch_wire::checksum;
+
+#[inline(always)]
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+#[inline(always)]
+fn put16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// The longest header block a segment carries: link (22), IPv4 (60), TCP (60).
+const MAX_HDR: usize = 142;
+
+/// Where the headers of a super-packet's head are.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    /// Link header bytes before the IP header.
+    l2: usize,
+    /// IP header length.
+    ihl: usize,
+    /// L4 header length.
+    l4h: usize,
+    /// TCP (6) or UDP (17).
+    proto: u8,
+}
+
+impl Layout {
+    fn hdr(&self) -> usize {
+        self.l2 + self.ihl + self.l4h
+    }
+}
+
+/// Reads the head's header layout; `None` if it is not what its GSO kind says.
+fn layout(m: &Meta, d: &[u8]) -> Option<Layout> {
+    let l2 = usize::from(m.l3.checked_sub(m.data)?);
+    let ip = d.get(l2..)?;
+    let first = *ip.first()?;
+    let ihl = usize::from(first & 0x0f) * 4;
+    if first >> 4 != 4 || ihl < 20 || ip.len() < ihl + 20 {
+        return None;
+    }
+    let proto = ip[9];
+    let want = match m.gso_type & gso::KIND {
+        gso::TCPV4 | gso::FRAGLIST_TCPV4 => 6,
+        gso::UDPV4 | gso::FRAGLIST_UDPV4 => 17,
+        _ => return None,
+    };
+    if proto != want {
+        return None;
+    }
+    let l4h = if proto == 6 {
+        usize::from(ip[ihl + 12] >> 4) * 4
+    } else {
+        8
+    };
+    if l4h < 8 || ip.len() < ihl + l4h {
+        return None;
+    }
+    Some(Layout {
+        l2,
+        ihl,
+        l4h,
+        proto,
+    })
+}
+
+/// The metadata a segment inherits from its super-packet's head.
+#[derive(Debug, Clone, Copy)]
+struct Inherit {
+    in_port: u16,
+    in_if: u16,
+    out_if: u16,
+    next_hop: u32,
+    mark: u32,
+    vlan: u16,
+    hash: u32,
+    flags: u32,
+    /// L4 offset from L3.
+    ihl: u16,
+}
+
+impl Inherit {
+    fn of(m: &Meta) -> Self {
+        Self {
+            in_port: m.in_port,
+            in_if: m.in_if,
+            out_if: m.out_if,
+            next_hop: m.next_hop,
+            mark: m.mark,
+            vlan: m.vlan,
+            hash: m.hash,
+            flags: m.flags & !flag::PAYLOAD_SUM,
+            ihl: m.l4.wrapping_sub(m.l3),
+        }
+    }
+
+    /// Makes `to` (whose data starts with `l2` bytes of link header) a plain packet of
+    /// the head's metadata.
+    fn apply(&self, to: &mut Meta, l2: usize) {
+        to.in_port = self.in_port;
+        to.in_if = self.in_if;
+        to.out_if = self.out_if;
+        to.next_hop = self.next_hop;
+        to.mark = self.mark;
+        to.vlan = self.vlan;
+        to.hash = self.hash;
+        to.flags = self.flags;
+        to.l3 = to.data + l2 as u16;
+        to.l4 = to.l3 + self.ihl;
+        plain(to);
+    }
+}
+
+/// Makes `m` describe a plain packet of its own buffer.
+fn plain(m: &mut Meta) {
+    m.gso_size = 0;
+    m.gso_type = gso::NONE;
+    m.segs = 1;
+    m.total_len = u32::from(m.len);
+    m.flags &= !flag::PAYLOAD_SUM;
+}
+
+/// Segments `p` into its wire packets, appended to `out` in order. On failure `p` comes
+/// back unchanged with the reason.
+pub fn segment(
+    pool: &Pool,
+    cache: &mut BufCache,
+    p: Pkt,
+    out: &mut Vec<Pkt>,
+) -> Result<(), (Pkt, DropReason)> {
+    let v = pool.get(&p);
+    let Some(lay) = layout(v.meta, v.data()) else {
+        return Err((p, DropReason::GsoFailed));
+    };
+    if v.meta.gso_type & gso::KIND >= gso::FRAGLIST_TCPV4 {
+        segment_list(pool, p, lay, out)
+    } else {
+        segment_standard(pool, cache, p, lay, out)
+    }
+}
+
+/// How a standard super-packet splits.
+#[derive(Debug, Clone, Copy)]
+struct Train {
+    lay: Layout,
+    /// Segments.
+    n: usize,
+    /// Payload bytes per segment (the last may have fewer).
+    gso_size: usize,
+    /// The IP identification stays the same on every segment.
+    fixed: bool,
+}
+
+/// The header block of segment `i` (payload `plen` bytes summing to `psum`), rebuilt
+/// from the head's in place.
+fn rebuild(t: &mut [u8], tr: &Train, i: usize, plen: usize, psum: u64) {
+    let (lay, n, gso_size, fixed) = (&tr.lay, tr.n, tr.gso_size, tr.fixed);
+    let ip = lay.l2;
+    let l4 = ip + lay.ihl;
+    let l4_len = lay.l4h + plen;
+    put16(t, ip + 2, (lay.ihl + l4_len) as u16);
+    if !fixed {
+        let id = be16(t, ip + 4).wrapping_add(i as u16);
+        put16(t, ip + 4, id);
+    }
+    put16(t, ip + 10, 0);
+    let c = checksum::checksum(&t[ip..l4]);
+    put16(t, ip + 10, c);
+    let csum_at = if lay.proto == 6 {
+        let seq = u32::from_be_bytes([t[l4 + 4], t[l4 + 5], t[l4 + 6], t[l4 + 7]])
+            .wrapping_add((i * gso_size) as u32);
+        t[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+        if i + 1 < n {
+            t[l4 + 13] &= !0x09; // FIN, PSH: the last segment's
+        }
+        l4 + 16
+    } else {
+        put16(t, l4 + 4, l4_len as u16);
+        l4 + 6
+    };
+    put16(t, csum_at, 0);
+    let src = u32::from_be_bytes([t[ip + 12], t[ip + 13], t[ip + 14], t[ip + 15]]);
+    let dst = u32::from_be_bytes([t[ip + 16], t[ip + 17], t[ip + 18], t[ip + 19]]);
+    let acc = checksum::pseudo_header_v4(src.into(), dst.into(), lay.proto, l4_len as u16);
+    let mut c = checksum::finish(checksum::sum(&t[l4..l4 + lay.l4h], acc + psum));
+    if lay.proto == 17 && c == 0 {
+        c = 0xffff; // RFC 768: a computed zero is sent as all ones
+    }
+    put16(t, csum_at, c);
+}
+
+/// Whether a standard super-packet is laid out as GRO builds it: the head holds one full
+/// segment, each chained buffer one segment (the last possibly shorter) with headroom
+/// for the headers.
+fn gro_layout(pool: &Pool, head: &Meta, hdr: usize, gso_size: usize) -> bool {
+    if usize::from(head.len) != hdr + gso_size || head.chain.is_none() {
+        return false;
+    }
+    let mut cur = head.chain.as_ref();
+    while let Some(q) = cur {
+        let m = pool.get(q).meta;
+        let len = usize::from(m.len);
+        let last = m.chain.is_none();
+        if len == 0 || len > gso_size || (!last && len != gso_size) || usize::from(m.data) < hdr {
+            return false;
+        }
+        cur = m.chain.as_ref();
+    }
+    true
+}
+
+/// Payload sum of one buffer's data: recorded by GRO, or computed.
+fn payload_sum(m: &Meta, data: &[u8]) -> u64 {
+    if m.flags & flag::PAYLOAD_SUM != 0 {
+        u64::from(m.csum_payload)
+    } else {
+        checksum::sum(data, 0)
+    }
+}
+
+fn segment_standard(
+    pool: &Pool,
+    cache: &mut BufCache,
+    mut p: Pkt,
+    lay: Layout,
+    out: &mut Vec<Pkt>,
+) -> Result<(), (Pkt, DropReason)> {
+    let hdr = lay.hdr();
+    let v = pool.get(&p);
+    let gso_size = usize::from(v.meta.gso_size);
+    let total = v.meta.total_len as usize;
+    if gso_size == 0 || total <= hdr || hdr > MAX_HDR {
+        return Err((p, DropReason::GsoFailed));
+    }
+    let payload = total - hdr;
+    let n = payload.div_ceil(gso_size);
+    let tr = Train {
+        lay,
+        n,
+        gso_size,
+        fixed: v.meta.gso_type & gso::FIXED_ID != 0,
+    };
+    let mut t = [0u8; MAX_HDR];
+    t[..hdr].copy_from_slice(&v.data()[..hdr]);
+    if !gro_layout(pool, v.meta, hdr, gso_size) {
+        return segment_copy(pool, cache, p, &tr, &t[..hdr], out);
+    }
+    // Zero copy: the head is the first segment, every chained buffer gets headers pushed.
+    let mut mv = pool.get_mut(&mut p);
+    let mut chain = mv.meta.chain.take();
+    let head_meta_psum = payload_sum(mv.meta, &mv.data()[hdr..]);
+    let seg0 = &mut mv.data_mut()[..hdr];
+    rebuild(seg0, &tr, 0, gso_size, head_meta_psum);
+    plain(mv.meta);
+    let head = Inherit::of(mv.meta);
+    out.push(p);
+    let mut i = 1;
+    while let Some(mut q) = chain {
+        let mut w = pool.get_mut(&mut q);
+        chain = w.meta.chain.take();
+        let plen = usize::from(w.meta.len);
+        let psum = payload_sum(w.meta, w.data());
+        let Some(h) = w.push(hdr) else {
+            unreachable!("headroom checked by gro_layout")
+        };
+        h.copy_from_slice(&t[..hdr]);
+        rebuild(h, &tr, i, plen, psum);
+        head.apply(w.meta, lay.l2);
+        out.push(q);
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Standard segmentation by copying: every segment in a new buffer, then the original
+/// chain freed. All buffers are taken first, so a shortage changes nothing.
+fn segment_copy(
+    pool: &Pool,
+    cache: &mut BufCache,
+    p: Pkt,
+    tr: &Train,
+    t: &[u8],
+    out: &mut Vec<Pkt>,
+) -> Result<(), (Pkt, DropReason)> {
+    let (n, gso_size, lay) = (tr.n, tr.gso_size, tr.lay);
+    let hdr = t.len();
+    let start = out.len();
+    let inh = Inherit::of(pool.get(&p).meta);
+    for _ in 0..n {
+        match cache.alloc() {
+            Some(q) => out.push(q),
+            None => {
+                let mut taken: Vec<Pkt> = out.drain(start..).collect();
+                cache.free_all(&mut taken);
+                return Err((p, DropReason::NoBuffer));
+            }
+        }
+    }
+    if pool.get(&out[start]).meta.data as usize + hdr + gso_size > pool.config().buf_size as usize {
+        let mut taken: Vec<Pkt> = out.drain(start..).collect();
+        cache.free_all(&mut taken);
+        return Err((p, DropReason::GsoFailed));
+    }
+    // A cursor over the payload: the head's bytes after its headers, then each chained
+    // buffer's.
+    let head = pool.get(&p);
+    let mut src: &[u8] = &head.data()[hdr..];
+    let mut next = head.meta.chain.as_ref();
+    for (i, q) in out[start..].iter_mut().enumerate() {
+        let mut w = pool.get_mut(q);
+        let Some(b) = w.append(hdr) else {
+            unreachable!("room checked above")
+        };
+        b.copy_from_slice(t);
+        let mut plen = 0;
+        while plen < gso_size {
+            if src.is_empty() {
+                match next {
+                    Some(c) => {
+                        let cv = pool.get(c);
+                        src = cv.data();
+                        next = cv.meta.chain.as_ref();
+                        continue;
+                    }
+                    None => break,
+                }
+            }
+            let k = src.len().min(gso_size - plen);
+            let Some(b) = w.append(k) else {
+                unreachable!("room checked above")
+            };
+            b.copy_from_slice(&src[..k]);
+            src = &src[k..];
+            plen += k;
+        }
+        // The payload sum over the whole segment (its parts may have odd lengths).
+        let psum = checksum::sum(&w.data()[hdr..], 0);
+        let d = w.data_mut();
+        rebuild(&mut d[..hdr], tr, i, plen, psum);
+        inh.apply(w.meta, lay.l2);
+    }
+    cache.free(p);
+    Ok(())
+}
+
+/// The 16-bit words of an IPv4 header the stack may change on its way (TOS with the
+/// version byte, flags and fragment offset, TTL with the protocol, the addresses), by
+/// byte offset. The identification (4) and total length (2) stay the member's own.
+const IP_WORDS: [usize; 7] = [0, 6, 8, 12, 14, 16, 18];
+
+fn segment_list(
+    pool: &Pool,
+    mut p: Pkt,
+    lay: Layout,
+    out: &mut Vec<Pkt>,
+) -> Result<(), (Pkt, DropReason)> {
+    // Check every member before changing anything.
+    let v = pool.get(&p);
+    let mut cur = v.meta.chain.as_ref();
+    while let Some(q) = cur {
+        let m = pool.get(q).meta;
+        let (l3, data) = (usize::from(m.l3), usize::from(m.data));
+        if l3 < lay.l2 || data < l3 + 28 {
+            return Err((p, DropReason::GsoFailed));
+        }
+        cur = m.chain.as_ref();
+    }
+    let mut l2h = [0u8; 22];
+    let l2 = lay.l2.min(22);
+    l2h[..l2].copy_from_slice(&v.data()[..l2]);
+    let mut iph = [0u8; 20];
+    iph.copy_from_slice(&v.data()[lay.l2..lay.l2 + 20]);
+    let mut ports = [0u8; 4];
+    ports.copy_from_slice(&v.data()[lay.l2 + lay.ihl..lay.l2 + lay.ihl + 4]);
+
+    // The head: its own lengths back.
+    let mut hv = pool.get_mut(&mut p);
+    let mut chain = hv.meta.chain.take();
+    let own = usize::from(hv.meta.len) - lay.l2;
+    let d = hv.data_mut();
+    let ip = lay.l2;
+    let old = be16(d, ip + 2);
+    put16(d, ip + 2, own as u16);
+    let c = checksum::update16(be16(d, ip + 10), old, own as u16);
+    put16(d, ip + 10, c);
+    if lay.proto == 17 {
+        put16(d, ip + lay.ihl + 4, (own - lay.ihl) as u16);
+    }
+    plain(hv.meta);
+    let head = Inherit::of(hv.meta);
+    out.push(p);
+
+    while let Some(mut q) = chain {
+        let mut w = pool.get_mut(&mut q);
+        chain = w.meta.chain.take();
+        // Back to the member's own IP header, then the head's link header in front.
+        let back = usize::from(w.meta.data - w.meta.l3);
+        w.push(back);
+        {
+            let d = w.data_mut();
+            let mihl = usize::from(d[0] & 0x0f) * 4;
+            let mut ipc = be16(d, 10);
+            let l4 = mihl;
+            let has_csum = lay.proto == 6 || be16(d, l4 + 6) != 0;
+            let csum_at = l4 + if lay.proto == 6 { 16 } else { 6 };
+            let mut l4c = if d.len() >= csum_at + 2 {
+                be16(d, csum_at)
+            } else {
+                0
+            };
+            let mut l4_changed = false;
+            for at in IP_WORDS {
+                let (old, new) = (be16(d, at), u16::from_be_bytes([iph[at], iph[at + 1]]));
+                if old != new {
+                    ipc = checksum::update16(ipc, old, new);
+                    if at >= 12 {
+                        // Addresses are in the pseudo-header.
+                        l4c = checksum::update16(l4c, old, new);
+                        l4_changed = true;
+                    }
+                    put16(d, at, new);
+                }
+            }
+            put16(d, 10, ipc);
+            for at in [0usize, 2] {
+                let (old, new) = (
+                    be16(d, l4 + at),
+                    u16::from_be_bytes([ports[at], ports[at + 1]]),
+                );
+                if old != new {
+                    l4c = checksum::update16(l4c, old, new);
+                    l4_changed = true;
+                    put16(d, l4 + at, new);
+                }
+            }
+            if l4_changed && has_csum && d.len() >= csum_at + 2 {
+                put16(
+                    d,
+                    csum_at,
+                    if lay.proto == 17 && l4c == 0 {
+                        0xffff
+                    } else {
+                        l4c
+                    },
+                );
+            }
+        }
+        if let Some(h) = w.push(l2) {
+            h.copy_from_slice(&l2h[..l2]);
+        }
+        head.apply(w.meta, lay.l2);
+        out.push(q);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,77 @@
+//! `gso`: super-packets whose output port lacks the matching offload are segmented here,
+//! after the neighbour stage has put the link header on them, and go on to the port's
+//! transmit node as wire packets. A super-packet that cannot be segmented is dropped
+//! whole (every wire packet it stands for counted) with the reason.
+
+use netbatch_engine::{Cx, Next, Out, Pkt, PktList, Stage};
+
+use crate::host::Host;
+
+/// Arc to the generic transmit stage (ports without their own arc).
+pub const TX: Next = Next(0);
+
+/// The GSO stage.
+#[derive(Debug)]
+pub struct Gso {
+    /// `tx`, then one `tx-<port>` arc per port.
+    arcs: Vec<&'static str>,
+    segs: Vec<Pkt>,
+    /// Super-packets segmented.
+    pub segmented: u64,
+    /// Wire packets produced.
+    pub segments: u64,
+}
+
+impl Gso {
+    /// The stage for a host with these ports.
+    pub fn new(ports: &[&str]) -> Self {
+        let mut arcs = vec!["tx"];
+        arcs.extend(
+            ports
+                .iter()
+                .map(|p| netbatch_engine::intern(&format!("tx-{p}"))),
+        );
+        Self {
+            arcs,
+            segs: Vec::new(),
+            segmented: 0,
+            segments: 0,
+        }
+    }
+}
+
+impl Stage<Host> for Gso {
+    fn arcs(&self) -> &[&'static str] {
+        &self.arcs
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![("segmented", self.segmented), ("segments", self.segments)]
+    }
+
+    fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        let (mut cur_if, mut arc) = (u16::MAX, TX);
+        for p in list.drain(..) {
+            let out_if = cx.pool.get(&p).meta.out_if;
+            if out_if != cur_if {
+                cur_if = out_if;
+                arc = host
+                    .ifaces
+                    .get(usize::from(out_if))
+                    .and_then(|i| u8::try_from(usize::from(i.port) + 1).ok())
+                    .filter(|&a| usize::from(a) < self.arcs.len())
+                    .map_or(TX, Next);
+            }
+            match super::segment(cx.pool, cx.cache, p, &mut self.segs) {
+                Ok(()) => {
+                    self.segmented += 1;
+                    self.segments += self.segs.len() as u64;
+                    for q in self.segs.drain(..) {
+                        out.push(arc, q);
+                    }
+                }
+                Err((p, reason)) => out.drop(p, reason),
+            }
+        }
+    }
+}

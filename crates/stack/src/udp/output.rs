@@ -1,0 +1,199 @@
+//! UDP send for applications, with an optional segment size (like `UDP_SEGMENT`): one
+//! call hands the stack a super-datagram that leaves as `ceil(len / segment_size)`
+//! datagrams, segmented at transmit by GSO (or taken whole by a port with
+//! `tx-udp-segmentation`).
+//!
+//! The rules are the kernel's (`udp_send_skb`, the `udpgso` selftest): a payload no
+//! longer than the segment size goes as one plain datagram; a segment that would not fit
+//! the route's MTU with its headers, more than [`MAX_SEGMENTS`] segments, or more than
+//! [`MAX_PAYLOAD`] bytes in all are refused. The super-datagram is laid out as GRO builds
+//! one (headers and the first segment in the first buffer, one segment per chained
+//! buffer, payload sums recorded), so GSO never copies it.
+
+use core::fmt;
+use core::net::{Ipv4Addr, SocketAddrV4};
+
+use netbatch_engine::meta::{flag, gso};
+use netbatch_engine::{Cx, Pkt};
+use netbatch_wire::checksum;
+
+use super::socket::SocketId;
+use crate::host::Host;
+use crate::route::RouteKind;
+
+/// The most segments in one send (`UDP_MAX_SEGMENTS`).
+pub const MAX_SEGMENTS: usize = 128;
+/// The most payload bytes in one send: an IPv4 packet of 65,535 bytes.
+pub const MAX_PAYLOAD: usize = 65_535 - 20 - 8;
+
+/// Why a send was refused (nothing was sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The socket is closed.
+    NoSocket,
+    /// No usable route to the destination (or the route drops).
+    NoRoute,
+    /// More than [`MAX_PAYLOAD`] bytes, or (without segmentation) more than one buffer
+    /// holds (`EMSGSIZE`).
+    TooLong,
+    /// A segment with its headers exceeds the route's MTU or a buffer (`EINVAL`).
+    SegmentTooLarge,
+    /// More than [`MAX_SEGMENTS`] segments (`EINVAL`).
+    TooManySegments,
+    /// Not enough free buffers (`ENOBUFS`).
+    NoBuffer,
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NoSocket => "the socket is closed",
+            Self::NoRoute => "no route to the destination",
+            Self::TooLong => "message too long",
+            Self::SegmentTooLarge => "segment size does not fit the path MTU or a buffer",
+            Self::TooManySegments => "more segments than one send may carry",
+            Self::NoBuffer => "no free packet buffers",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// Sends `payload` from socket `sock` to `dst`, cut into datagrams of `segment_size`
+/// payload bytes (0: one datagram). Returns the datagrams that will leave. The packet is
+/// queued for `ip4-local-out` and runs through the graph at the worker's next step.
+pub fn send(
+    host: &mut Host,
+    cx: &mut Cx<'_>,
+    sock: SocketId,
+    dst: SocketAddrV4,
+    payload: &[u8],
+    segment_size: u16,
+) -> Result<u16, SendError> {
+    let s = host.sockets.get(sock).ok_or(SendError::NoSocket)?;
+    let (bound, sport) = (s.addr, s.port);
+    let daddr = u32::from(*dst.ip());
+    let hop = host.routes.lookup(daddr).ok_or(SendError::NoRoute)?;
+    let (src, mtu) = match hop.kind {
+        RouteKind::Local | RouteKind::Broadcast => (
+            if bound.is_unspecified() {
+                *dst.ip()
+            } else {
+                bound
+            },
+            usize::from(u16::MAX),
+        ),
+        RouteKind::Unicast => {
+            let iface = host
+                .ifaces
+                .get(usize::from(hop.out_if))
+                .ok_or(SendError::NoRoute)?;
+            let src = if bound.is_unspecified() {
+                iface.source_for(*dst.ip()).ok_or(SendError::NoRoute)?
+            } else {
+                bound
+            };
+            (src, usize::from(iface.mtu))
+        }
+        _ => return Err(SendError::NoRoute),
+    };
+    const HDR: usize = 28;
+    if payload.len() > MAX_PAYLOAD {
+        return Err(SendError::TooLong);
+    }
+    let room = cx.pool.config().buf_size as usize - usize::from(cx.pool.config().headroom);
+    let g = usize::from(segment_size);
+    let gso = g != 0 && payload.len() > g;
+    let n = if gso {
+        if HDR + g > mtu || HDR + g > room {
+            return Err(SendError::SegmentTooLarge);
+        }
+        let n = payload.len().div_ceil(g);
+        if n > MAX_SEGMENTS {
+            return Err(SendError::TooManySegments);
+        }
+        n
+    } else {
+        if HDR + payload.len() > room {
+            return Err(SendError::TooLong);
+        }
+        1
+    };
+    let seg = if gso { g } else { payload.len() };
+    // Every buffer first: a shortage sends nothing.
+    let mut bufs: Vec<Pkt> = Vec::with_capacity(n);
+    for _ in 0..n {
+        match cx.cache.alloc() {
+            Some(p) => bufs.push(p),
+            None => {
+                cx.cache.free_all(&mut bufs);
+                return Err(SendError::NoBuffer);
+            }
+        }
+    }
+    let ident = host.next_ident();
+    host.ip_ident = host.ip_ident.wrapping_add(n as u16 - 1);
+    // Payloads, each buffer's sum recorded, chained behind the head in order.
+    let mut psum = 0u64;
+    let mut chain: Option<Pkt> = None;
+    for (i, mut p) in bufs.drain(..).enumerate().rev() {
+        let part = &payload[i * seg..((i + 1) * seg).min(payload.len())];
+        let mut v = cx.pool.get_mut(&mut p);
+        let at = if i == 0 { HDR } else { 0 };
+        let Some(b) = v.append(at + part.len()) else {
+            unreachable!("sizes checked against the buffer room")
+        };
+        b[at..].copy_from_slice(part);
+        let ps = checksum::fold(checksum::sum(part, 0));
+        v.meta.csum_payload = u32::from(ps);
+        v.meta.flags |= flag::PAYLOAD_SUM;
+        v.meta.chain = chain.take();
+        psum = checksum::add_part(psum, ps, (i * seg) % 2 == 1);
+        chain = Some(p);
+    }
+    let Some(mut head) = chain else {
+        unreachable!("n >= 1")
+    };
+    let ulen = (8 + payload.len()) as u16;
+    let mut v = cx.pool.get_mut(&mut head);
+    let d = v.data_mut();
+    d[0] = 0x45;
+    d[1] = 0;
+    d[2..4].copy_from_slice(&(ulen + 20).to_be_bytes());
+    d[4..6].copy_from_slice(&ident.to_be_bytes());
+    d[6..8].copy_from_slice(&[0, 0]);
+    d[8] = 64;
+    d[9] = 17;
+    d[10..12].copy_from_slice(&[0, 0]);
+    d[12..16].copy_from_slice(&src.octets());
+    d[16..20].copy_from_slice(&dst.ip().octets());
+    d[20..22].copy_from_slice(&sport.to_be_bytes());
+    d[22..24].copy_from_slice(&dst.port().to_be_bytes());
+    d[24..26].copy_from_slice(&ulen.to_be_bytes());
+    d[26..28].copy_from_slice(&[0, 0]);
+    let acc = checksum::pseudo_header_v4(src, Ipv4Addr::from(daddr), 17, ulen);
+    let c = netbatch_wire::udp::checksum_on_wire(checksum::finish(checksum::sum(
+        &d[20..28],
+        acc + psum,
+    )));
+    d[26..28].copy_from_slice(&c.to_be_bytes());
+    v.meta.l3 = v.meta.data;
+    v.meta.l4 = v.meta.data + 20;
+    v.meta.in_port = u16::MAX;
+    v.meta.out_if = u16::MAX;
+    v.meta.flags = (v.meta.flags & flag::PAYLOAD_SUM) | flag::ORIGINATED | flag::L4_CSUM_OK;
+    if gso {
+        v.meta.gso_type = gso::UDPV4;
+        v.meta.gso_size = segment_size;
+        v.meta.segs = n as u16;
+        v.meta.total_len = (HDR + payload.len()) as u32;
+    } else {
+        v.meta.flags &= !flag::PAYLOAD_SUM;
+    }
+    if let Some(s) = host.sockets.get_mut(sock) {
+        s.stats.sent += n as u64;
+    }
+    cx.originate(n as u64);
+    host.injected.to_local_out.push(head);
+    Ok(n as u16)
+}

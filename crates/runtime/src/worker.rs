@@ -151,6 +151,11 @@ impl Worker {
         self.params
     }
 
+    /// Changes the poll parameters (between rounds).
+    pub fn set_params(&mut self, p: PollParams) {
+        self.params = p;
+    }
+
     /// Switches list / per-packet mode (between rounds).
     pub fn set_mode(&mut self, m: Mode) {
         self.params.mode = m;

@@ -354,6 +354,8 @@ pub struct GroStats {
     pub evicted: u64,
     /// Candidates that went on unchanged (not holdable, or GRO off for them).
     pub passed: u64,
+    /// The most flows ever held at once (never above `BUCKETS × PER_BUCKET`).
+    pub peak_flows: u64,
 }
 
 /// The flow table of one worker.
@@ -364,6 +366,7 @@ pub struct GroTable {
     spare: Vec<Vec<Pkt>>,
     age: u64,
     held_wire: u64,
+    flows: u64,
     /// Counters.
     pub stats: GroStats,
 }
@@ -454,6 +457,8 @@ impl GroTable {
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(usize::from(MAX_SEGS)));
         self.held_wire += 1;
+        self.flows += 1;
+        self.stats.peak_flows = self.stats.peak_flows.max(self.flows);
         self.buckets[b].push(Held {
             key: s.key,
             kind,
@@ -526,6 +531,7 @@ impl GroTable {
     /// Turns a held flow into its super-packet (or the single segment, untouched).
     fn complete(&mut self, pool: &Pool, mut h: Held) -> Pkt {
         self.held_wire -= u64::from(h.count);
+        self.flows -= 1;
         let mut head = h.head;
         if h.count == 1 {
             self.stats.singles += 1;

@@ -83,6 +83,7 @@ impl Stage<Host> for Gro {
             ("singles", s.singles),
             ("evicted", s.evicted),
             ("passed", s.passed),
+            ("peak_flows", s.peak_flows),
         ]
     }
 

@@ -72,7 +72,7 @@ fn layout(m: &Meta, d: &[u8]) -> Option<Layout> {
     let ip = d.get(l2..)?;
     let first = *ip.first()?;
     let ihl = usize::from(first & 0x0f) * 4;
-    if first >> 4 != 4 || ihl < 20 || ip.len() < ihl + 20 {
+    if first >> 4 != 4 || ihl < 20 || ip.len() < ihl + 8 {
         return None;
     }
     let proto = ip[9];
@@ -85,11 +85,11 @@ fn layout(m: &Meta, d: &[u8]) -> Option<Layout> {
         return None;
     }
     let l4h = if proto == 6 {
-        usize::from(ip[ihl + 12] >> 4) * 4
+        usize::from(ip.get(ihl + 12)? >> 4) * 4
     } else {
         8
     };
-    if l4h < 8 || ip.len() < ihl + l4h {
+    if (proto == 6 && l4h < 20) || ip.len() < ihl + l4h {
         return None;
     }
     Some(Layout {

@@ -1,6 +1,7 @@
 //! `gso`: super-packets whose output port lacks the matching offload are segmented here,
 //! after the neighbour stage has put the link header on them, and go on to the port's
-//! transmit node as wire packets. A super-packet that cannot be segmented is dropped
+//! transmit node as wire packets. Plain packets that follow a super-packet to the same
+//! port in a list pass through unchanged, so the port sees them in list order. A super-packet that cannot be segmented is dropped
 //! whole (every wire packet it stands for counted) with the reason.
 
 use netbatch_engine::{Cx, Next, Out, Pkt, PktList, Stage};
@@ -61,6 +62,11 @@ impl Stage<Host> for Gso {
                     .and_then(|i| u8::try_from(usize::from(i.port) + 1).ok())
                     .filter(|&a| usize::from(a) < self.arcs.len())
                     .map_or(TX, Next);
+            }
+            if cx.pool.get(&p).meta.gso_type == netbatch_engine::meta::gso::NONE {
+                // A plain packet that followed a super-packet here, to keep its place.
+                out.push(arc, p);
+                continue;
             }
             match super::segment(cx.pool, cx.cache, p, &mut self.segs) {
                 Ok(()) => {

@@ -4,7 +4,8 @@
 //! super-packet whose segments are) goes to `ip4-fragment`, which fragments it and sends
 //! the fragments back, or answers ICMP fragmentation needed.
 //!
-//! Resolved → header pushed, on to the port's `tx-<port>` node. Stale → sent, and a unicast ARP probe is due
+//! Resolved → header pushed, on to the port's `tx-<port>` node (a super-packet the port
+//! cannot take whole, and what follows it to that port in the list, to `gso`). Stale → sent, and a unicast ARP probe is due
 //! once per retransmit interval. Unresolved → the packet waits in the neighbour's bounded
 //! queue (the oldest is dropped when it is full, `NeighQueueFull`) and a broadcast ARP
 //! request goes out (originated). Broadcast and multicast next hops map to their MACs
@@ -219,6 +220,11 @@ impl Stage<Host> for Neighbour {
         // table may change between lists), so it starts empty every call.
         let mut cache: [Option<Rewrite>; CACHE] = [None; CACHE];
         let mut mtu_if = (u16::MAX, 0u16);
+        // Ports (by arc, modulo 64) whose packets go through `gso` for the rest of the
+        // list: once a super-packet for a port takes the detour, the packets after it
+        // follow it there, so none of them reaches the port before its segments (with
+        // `buckets` dispatch the port's queue would otherwise fill first).
+        let mut via_gso = 0u64;
         // Borrowing the pool through its own reference leaves `cx` free for the slow paths.
         let pool = cx.pool;
         for mut p in list.drain(..) {
@@ -288,7 +294,11 @@ impl Stage<Host> for Neighbour {
             }
             // A super-packet the port cannot take whole is segmented first.
             let kind = gso_type & netbatch_engine::meta::gso::KIND;
+            let bit = 1u64 << (rw.arc.0 & 63);
             if kind != 0 && rw.gso_ok & (1 << kind) == 0 {
+                via_gso |= bit;
+                out.push(GSO, p);
+            } else if via_gso & bit != 0 {
                 out.push(GSO, p);
             } else {
                 out.push(rw.arc, p);

@@ -294,6 +294,15 @@ fn tcp_lengths(case: &str, frames: &[Vec<u8>]) -> Vec<usize> {
         if tcp[13] & FIN != 0 {
             break;
         }
+        // Every frame, merged or not, carries a valid TCP checksum (the capture shows
+        // what the device's checksum offload puts on the wire), except the one the
+        // `tcp_csum` case corrupts on purpose.
+        let mut pseudo = Vec::from(&ip[12..20]);
+        pseudo.extend_from_slice(&[0, 6]);
+        pseudo.extend_from_slice(&((total - ihl) as u16).to_be_bytes());
+        if case != "tcp_csum" {
+            assert_eq!(csum(&[&pseudo, tcp]), 0, "{case}: TCP checksum");
+        }
         out.push(total - ihl - doff);
     }
     out

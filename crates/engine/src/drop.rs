@@ -103,7 +103,6 @@ drop_reasons! {
     IcmpConsumed = "icmp_consumed" : "ICMP message handled, nothing to answer",
     IcmpBroadcastEcho = "icmp_broadcast_echo" : "echo request to a broadcast or multicast address ignored",
     // GRO/GSO
-    GroMalformed = "gro_malformed" : "segment malformed at GRO",
     GsoFailed = "gso_failed" : "super-packet could not be segmented",
 }
 

@@ -41,6 +41,10 @@ pub mod flag {
     pub const HASH_VALID: u32 = 1 << 13;
     /// `Meta::csum_payload` holds this buffer's payload sum (GRO recorded it).
     pub const PAYLOAD_SUM: u32 = 1 << 14;
+    /// A super-packet built by GRO: every chained buffer keeps its own received headers
+    /// in front of its data (at its `l3`), so GSO gives each segment its own headers
+    /// back instead of building them.
+    pub const GRO_CHAIN: u32 = 1 << 15;
 }
 
 /// Kinds of GSO super-packet (in [`Meta::gso_type`]).

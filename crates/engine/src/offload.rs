@@ -53,8 +53,40 @@ impl Features {
         "rx-checksum",
     ];
 
+    /// The names of the features that are on, in [`Features::NAMES`] order.
+    pub fn names_on(&self) -> Vec<&'static str> {
+        let mut probe = *self;
+        Self::NAMES
+            .iter()
+            .copied()
+            .filter(|n| {
+                // `set` reports the name known; turning it off tells whether it was on.
+                let before = probe;
+                probe.set(n, false);
+                before != probe
+            })
+            .collect()
+    }
+
     /// Whether any GRO is on (`rx-gro`, `rx-gro-list`, `rx-udp-gro-forwarding`).
     pub fn any_rx_gro(&self) -> bool {
         self.rx_gro || self.rx_gro_list || self.rx_udp_gro_forwarding
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        let mut f = Features::default();
+        assert!(f.names_on().is_empty());
+        for n in ["tx-gso-list", "rx-gro"] {
+            assert!(f.set(n, true));
+        }
+        assert!(!f.set("tso", true), "unknown names are refused");
+        assert_eq!(f.names_on(), vec!["rx-gro", "tx-gso-list"]);
+        assert!(f.any_rx_gro() && f.tx_gso_list && !f.tx_tcp_segmentation);
     }
 }

@@ -646,6 +646,22 @@ impl PktMut<'_> {
         }
     }
 
+    /// Keeps only the `len` bytes that start `off` bytes into the data (drops headers in
+    /// front and padding behind, in one step); `false` (nothing changed) if they are not
+    /// all there.
+    #[inline]
+    pub fn narrow(&mut self, off: usize, len: usize) -> bool {
+        match (u16::try_from(off), u16::try_from(len)) {
+            (Ok(o), Ok(l)) if usize::from(o) + usize::from(l) <= usize::from(self.meta.len) => {
+                self.meta.data += o;
+                self.meta.len = l;
+                self.meta.total_len = u32::from(l);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Cuts the packet (in this buffer) to `len` bytes; a no-op if already shorter.
     #[inline]
     pub fn truncate(&mut self, len: usize) {

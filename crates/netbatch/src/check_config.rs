@@ -46,9 +46,17 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             PortKind::AfXdp(i) => format!("af_xdp on {i}"),
             PortKind::Tap(i) => format!("tap {i}"),
         };
+        let on = p.setup.features.names_on();
         println!(
-            "  port {} ({kind}), mac {}, mtu {}",
-            p.setup.name, p.setup.mac, p.setup.mtu
+            "  port {} ({kind}), mac {}, mtu {}, offloads: {}",
+            p.setup.name,
+            p.setup.mac,
+            p.setup.mtu,
+            if on.is_empty() {
+                "none".to_string()
+            } else {
+                on.join(", ")
+            }
         );
     }
     for i in &host.ifaces {

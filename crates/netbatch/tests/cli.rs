@@ -177,3 +177,56 @@ fn replay_writes_frames_and_stats() {
 
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn gro_bench_reports_each_mode_with_its_frame_rate() {
+    let json = std::env::temp_dir().join(format!("netbatch-cli-gro-{}.json", std::process::id()));
+    let status = netbatch()
+        .args([
+            "bench",
+            "--scenario",
+            "udp-forward-1460,tcp-forward-1460",
+            "--modes",
+            "list",
+            "--dispatch",
+            "buckets",
+            "--gro",
+            "off,standard,fraglist",
+            "--packets",
+            "20000",
+            "--repeat",
+            "1",
+            "--no-profile",
+            "--json",
+        ])
+        .arg(&json)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "the bench verifies every frame was forwarded"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let results = doc["results"].as_array().unwrap();
+    let mut seen: Vec<(String, String)> = results
+        .iter()
+        .map(|r| {
+            assert!(r["mpps"].as_f64().unwrap() > 0.0, "{r}");
+            (
+                r["scenario"].as_str().unwrap().to_string(),
+                r["gro"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let mut want = Vec::new();
+    for s in ["tcp-forward-1460", "udp-forward-1460"] {
+        for g in ["fraglist", "off", "standard"] {
+            want.push((s.to_string(), g.to_string()));
+        }
+    }
+    assert_eq!(seen, want);
+    assert!(doc["failures"].as_array().unwrap().is_empty());
+}

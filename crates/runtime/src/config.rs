@@ -1137,6 +1137,7 @@ mod tests {
         name = "eth0"
         mac = "02:00:00:00:00:01"
         addresses = ["192.0.2.1/24"]
+        gro = "fraglist"
 
         [[port]]
         name = "eth1"
@@ -1171,6 +1172,7 @@ mod tests {
         [[app]]
         kind = "udp-sink"
         bind = "0.0.0.0:5001"
+        gro = true
     "#;
 
     #[test]
@@ -1179,6 +1181,12 @@ mod tests {
         assert_eq!((c.mode, c.dispatch), (Mode::Packet, Dispatch::Runs));
         assert_eq!(c.ports.len(), 2);
         assert!(c.ports[1].setup.features.tx_tcp_segmentation);
+        // gro = "fraglist" is rx-gro + rx-gro-list, and puts the gro stage in the graph.
+        let f = c.ports[0].setup.features;
+        assert!(f.rx_gro && f.rx_gro_list && !f.rx_udp_gro_forwarding);
+        assert!(!c.ports[1].setup.features.any_rx_gro());
+        assert!(c.graph.gro);
+        assert!(matches!(c.apps[0], AppConfig::UdpSink { gro: true, .. }));
         assert_eq!(c.ports[1].setup.vlans[0].name, "eth1.100");
         assert_eq!(c.routes[0].out_if, Some(1), "gateway on eth1's subnet");
         assert_eq!(c.routes[1].kind, RouteKind::Blackhole);
@@ -1209,6 +1217,7 @@ mod tests {
             mac = "01:00:5e:00:00:01"
             addresses = ["192.0.2.1/33", "192.0.2.300/24"]
             features = ["tso"]
+            gro = "on"
             [[port]]
             name = "eth0"
             kind = "af_xdp"
@@ -1230,6 +1239,10 @@ mod tests {
             [[app]]
             kind = "udp-sink"
             bind = "0.0.0.0:0"
+            [[app]]
+            kind = "udp-echo"
+            bind = "0.0.0.0:7"
+            gro = true
         "#;
         let e = parse(bad).unwrap_err();
         let keys: Vec<&str> = e.errors.iter().map(|x| x.key.as_str()).collect();
@@ -1240,6 +1253,7 @@ mod tests {
             "port[0].addresses[0]",
             "port[0].addresses[1]",
             "port[0].features[0]",
+            "port[0].gro",
             "port[1].name",
             "port[1].interface",
             "route[0].prefix",
@@ -1249,12 +1263,17 @@ mod tests {
             "filter.input.rule[0]",
             "filter.input.rule[0].out",
             "app[0].bind",
+            "app[1].gro",
         ] {
             assert!(keys.contains(&want), "missing {want} in:\n{e}");
         }
         let text = e.to_string();
         assert!(
             text.contains("port[0].features[0]: unknown feature 'tso'"),
+            "{text}"
+        );
+        assert!(
+            text.contains("port[0].gro: unknown GRO mode 'on' (off, standard, fraglist)"),
             "{text}"
         );
         assert!(

@@ -9,6 +9,7 @@
 //! measured) to fill in the per-stage cycle counts.
 
 mod forward;
+mod gro;
 mod scenarios;
 mod smol;
 
@@ -27,7 +28,7 @@ use scenarios::{Common, Variant};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Scenarios to run (comma-separated): null, udp-local-1b, udp-local-1b-nf1,
-    /// smoltcp-udp-1b, ip4-forward.
+    /// smoltcp-udp-1b, ip4-forward, udp-forward-1460, tcp-forward-1460.
     #[arg(
         long,
         value_delimiter = ',',
@@ -40,6 +41,9 @@ pub(crate) struct Args {
     /// Dispatch strategies to compare.
     #[arg(long, value_delimiter = ',', default_value = "runs,buckets")]
     pub(crate) dispatch: Vec<Dispatch>,
+    /// GRO modes of the receiving port (udp-forward-1460, tcp-forward-1460).
+    #[arg(long, value_delimiter = ',', default_value = "off,standard,fraglist")]
+    pub(crate) gro: Vec<gro::GroMode>,
     /// Frames per run (fixed count: repeatable under instruction counters).
     #[arg(long, conflicts_with = "seconds")]
     pub(crate) packets: Option<u64>,
@@ -58,6 +62,14 @@ pub(crate) struct Args {
     /// Routes in the FIB of the forwarding scenarios (up to 1,000,000).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) routes: u32,
+    /// FORWARD rules, none matching, in udp-forward-1460 and tcp-forward-1460 (a
+    /// heavier per-packet path, as a firewall makes it).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) fwd_rules: usize,
+    /// In udp-forward-1460 and tcp-forward-1460, the output port takes super-packets
+    /// whole (tx-tcp-segmentation, tx-udp-segmentation, tx-gso-list), as a NIC with TSO.
+    #[arg(long)]
+    pub(crate) tx_offload: bool,
     /// Skip the per-stage timing pass.
     #[arg(long)]
     pub(crate) no_profile: bool,
@@ -125,10 +137,12 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
         burst: args.burst.clamp(1, netbatch_engine::LIST_MAX),
         flow_order: args.flow_order,
         routes: args.routes as usize,
+        fwd_rules: args.fwd_rules,
+        tx_offload: args.tx_offload,
     };
     let mut entries = Vec::new();
     for s in &args.scenario {
-        for v in scenarios::variants(s, &args.modes, &args.dispatch)? {
+        for v in scenarios::variants(s, &args.modes, &args.dispatch, &args.gro)? {
             let bench = scenarios::build_variant(&v, &common)
                 .with_context(|| format!("building {}", v.scenario))?;
             entries.push(Entry {
@@ -158,11 +172,12 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
             let s = run_for(e.bench.as_mut(), &clock, args);
             e.samples.push(s);
             eprintln!(
-                "  rep {} {:<18} {:<6} {:<7} {:>8.3} Mpps",
+                "  rep {} {:<18} {:<6} {:<7} {:<8} {:>8.3} Mpps",
                 rep + 1,
                 e.v.scenario,
                 e.v.mode_name(),
                 e.v.dispatch_name(),
+                e.v.gro_name(),
                 s.packets as f64 / s.secs / 1e6
             );
         }
@@ -181,10 +196,11 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
     for e in &entries {
         if let Err(err) = e.bench.verify() {
             failures.push(format!(
-                "{} {} {}: {err:#}",
+                "{} {} {} gro {}: {err:#}",
                 e.v.scenario,
                 e.v.mode_name(),
-                e.v.dispatch_name()
+                e.v.dispatch_name(),
+                e.v.gro_name()
             ));
         }
     }
@@ -198,6 +214,8 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
             "burst": common.burst,
             "flow_order": format!("{:?}", common.flow_order),
             "routes": common.routes,
+            "fwd_rules": common.fwd_rules,
+            "tx_offload": common.tx_offload,
             "repeat": args.repeat,
             "results": results,
             "failures": failures,
@@ -255,6 +273,7 @@ fn result_json(e: &Entry, tsc_hz: f64) -> Value {
         "scenario": e.v.scenario,
         "mode": e.v.mode_name(),
         "dispatch": e.v.dispatch_name(),
+        "gro": e.v.gro_name(),
         "packets": e.samples.first().map_or(0, |s| s.packets),
         "mpps": m,
         "ns_per_packet": ns,
@@ -270,8 +289,8 @@ fn table(entries: &[Entry]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\n{:<18} {:<6} {:<8} {:>9} {:>9} {:>10} {:>12}",
-        "scenario", "mode", "dispatch", "Mpps", "ns/pkt", "cycles/pkt", "list/packet"
+        "\n{:<18} {:<6} {:<8} {:<8} {:>9} {:>9} {:>10} {:>12}",
+        "scenario", "mode", "dispatch", "gro", "Mpps", "ns/pkt", "cycles/pkt", "list/packet"
     );
     let med = |e: &Entry| median(e.samples.iter().map(mpps).collect());
     for e in entries {
@@ -281,6 +300,7 @@ fn table(entries: &[Entry]) -> String {
                 .find(|o| {
                     o.v.scenario == e.v.scenario
                         && o.v.dispatch == e.v.dispatch
+                        && o.v.gro == e.v.gro
                         && o.v.mode == Some(Mode::Packet)
                 })
                 .map(|o| format!("{:.2}x", med(e) / med(o)))
@@ -302,15 +322,38 @@ fn table(entries: &[Entry]) -> String {
         );
         let _ = writeln!(
             s,
-            "{:<18} {:<6} {:<8} {:>9.3} {:>9.1} {:>10.1} {:>12}",
+            "{:<18} {:<6} {:<8} {:<8} {:>9.3} {:>9.1} {:>10.1} {:>12}",
             e.v.scenario,
             e.v.mode_name(),
             e.v.dispatch_name(),
+            e.v.gro_name(),
             med(e),
             ns,
             cyc,
             ratio
         );
+    }
+    // GRO against no GRO, same scenario, mode and dispatch (the fraglist seed's ratios).
+    for e in entries
+        .iter()
+        .filter(|e| e.v.gro.is_some_and(|g| g != gro::GroMode::Off))
+    {
+        if let Some(off) = entries.iter().find(|o| {
+            o.v.scenario == e.v.scenario
+                && o.v.mode == e.v.mode
+                && o.v.dispatch == e.v.dispatch
+                && o.v.gro == Some(gro::GroMode::Off)
+        }) {
+            let _ = writeln!(
+                s,
+                "{} {} {}: {}/off {:.2}x",
+                e.v.scenario,
+                e.v.mode_name(),
+                e.v.dispatch_name(),
+                e.v.gro_name(),
+                med(e) / med(off)
+            );
+        }
     }
     // netbatch vs smoltcp, same frames.
     if let Some(sm) = entries.iter().find(|e| e.v.scenario == "smoltcp-udp-1b") {

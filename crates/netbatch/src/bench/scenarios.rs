@@ -16,6 +16,7 @@ use netbatch_stack::host::HostParams;
 use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
+use super::gro::GroMode;
 use super::smol::SmolBench;
 
 /// Scenario names `--scenario` accepts.
@@ -25,6 +26,8 @@ pub(crate) const NAMES: &[&str] = &[
     "udp-local-1b-nf1",
     "smoltcp-udp-1b",
     "ip4-forward",
+    "udp-forward-1460",
+    "tcp-forward-1460",
 ];
 
 /// What a variant is.
@@ -35,6 +38,8 @@ pub(crate) struct Variant {
     pub(crate) mode: Option<Mode>,
     /// `None` when dispatch does not apply.
     pub(crate) dispatch: Option<Dispatch>,
+    /// GRO on the receiving port (`None`: the scenario has no GRO variants).
+    pub(crate) gro: Option<GroMode>,
 }
 
 impl Variant {
@@ -44,6 +49,9 @@ impl Variant {
     pub(crate) fn dispatch_name(&self) -> &'static str {
         self.dispatch.map_or("-", Dispatch::name)
     }
+    pub(crate) fn gro_name(&self) -> &'static str {
+        self.gro.map_or("off", GroMode::name)
+    }
 }
 
 /// Options shared by every scenario.
@@ -52,6 +60,10 @@ pub(crate) struct Common {
     pub(crate) burst: usize,
     pub(crate) flow_order: FlowOrder,
     pub(crate) routes: usize,
+    /// FORWARD rules (none matching) in the GRO scenarios.
+    pub(crate) fwd_rules: usize,
+    /// The GRO scenarios' output port takes super-packets whole (TSO/USO, `tx-gso-list`).
+    pub(crate) tx_offload: bool,
 }
 
 /// Something to measure.
@@ -324,16 +336,19 @@ impl Bench for SmolBench {
     }
 }
 
-/// The variants of scenario `name` for the requested modes and dispatch strategies.
+/// The variants of scenario `name` for the requested modes, dispatch strategies and
+/// (for the GRO scenarios) GRO modes.
 pub(crate) fn variants(
     name: &str,
     modes: &[Mode],
     dispatch: &[Dispatch],
+    gro: &[GroMode],
 ) -> anyhow::Result<Vec<Variant>> {
     let mk = |mode, dispatch| Variant {
         scenario: name.to_string(),
         mode,
         dispatch,
+        gro: None,
     };
     Ok(match name {
         "null" => modes.iter().map(|&m| mk(Some(m), None)).collect(),
@@ -343,6 +358,20 @@ pub(crate) fn variants(
             for &d in dispatch {
                 for &m in modes {
                     v.push(mk(Some(m), Some(d)));
+                }
+            }
+            v
+        }
+        "udp-forward-1460" | "tcp-forward-1460" => {
+            let mut v = Vec::new();
+            for &d in dispatch {
+                for &m in modes {
+                    for &g in gro {
+                        v.push(Variant {
+                            gro: Some(g),
+                            ..mk(Some(m), Some(d))
+                        });
+                    }
                 }
             }
             v
@@ -375,6 +404,8 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "udp-local-1b-nf1" => udp_local(v, c, true),
         "smoltcp-udp-1b" => smoltcp_udp(c),
         "ip4-forward" => super::forward::build_forward(v, c),
+        "udp-forward-1460" => super::gro::build_gro_forward(v, c, false),
+        "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true),
         other => bail!("unknown scenario '{other}'"),
     }
 }

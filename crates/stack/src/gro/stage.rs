@@ -10,7 +10,9 @@
 //!
 //! The decision is cached per list by (destination, port, protocol). Packets that are not
 //! TCP/UDP over IPv4 pass straight on; nothing is ever dropped here. Everything held is
-//! handed on when the worker flushes the stage at the end of each poll.
+//! handed on at the end of each poll: in list mode the list is the poll, so the stage
+//! completes its flows at the end of the list and they go on with the rest of it; in
+//! per-packet mode the worker flushes the stage after the poll.
 
 use netbatch_engine::meta::flag;
 use netbatch_engine::offload::Features;
@@ -79,6 +81,7 @@ impl Stage<Host> for Gro {
         let s = &self.table.stats;
         vec![
             ("merged", s.merged),
+            ("merged_fast", s.merged_fast),
             ("coalesced", s.coalesced),
             ("singles", s.singles),
             ("evicted", s.evicted),
@@ -93,7 +96,26 @@ impl Stage<Host> for Gro {
         let mut feats = Features::default();
         // (proto, dst, dport) → kind, for the rest of the list.
         let mut last: Option<((u8, u32, u16), Option<Kind>)> = None;
+        let whole_poll = list.len() > 1;
+        // The first stage to read the frames: ask for every frame's metadata and first
+        // line now, so that the misses overlap instead of stalling one by one.
+        for p in list.iter() {
+            pool.prefetch(p);
+        }
         for p in list.drain(..) {
+            // The common case, the next full-size segment of the last train (its port
+            // does GRO), takes a shortcut.
+            let p = match self.table.try_fast(pool, p, &mut self.done) {
+                Ok(()) => {
+                    if !self.done.is_empty() {
+                        for q in self.done.drain(..) {
+                            out.push(L2, q);
+                        }
+                    }
+                    continue;
+                }
+                Err(p) => p,
+            };
             let v = pool.get(&p);
             let port = v.meta.in_port;
             if port != cur_port {
@@ -108,6 +130,7 @@ impl Stage<Host> for Gro {
                 continue;
             }
             let csum_ok = v.meta.flags & flag::L4_CSUM_OK != 0;
+            let v = pool.get(&p);
             match parse(v.data(), port, csum_ok) {
                 Parsed::Other => out.push(L2, p),
                 Parsed::Unmergeable(key) => {
@@ -138,6 +161,9 @@ impl Stage<Host> for Gro {
             for q in self.done.drain(..) {
                 out.push(L2, q);
             }
+        }
+        if whole_poll {
+            self.flush(host, cx, out);
         }
     }
 

@@ -153,7 +153,7 @@ fn plain(m: &mut Meta) {
     m.gso_type = gso::NONE;
     m.segs = 1;
     m.total_len = u32::from(m.len);
-    m.flags &= !flag::PAYLOAD_SUM;
+    m.flags &= !(flag::PAYLOAD_SUM | flag::GRO_CHAIN | flag::L4_CSUM_PARTIAL);
 }
 
 /// Segments `p` into its wire packets, appended to `out` in order. On failure `p` comes
@@ -168,8 +168,11 @@ pub fn segment(
     let Some(lay) = layout(v.meta, v.data()) else {
         return Err((p, DropReason::GsoFailed));
     };
-    if v.meta.gso_type & gso::KIND >= gso::FRAGLIST_TCPV4 {
-        segment_list(pool, p, lay, out)
+    if v.meta.flags & flag::GRO_CHAIN != 0 {
+        unchain(pool, p, lay, out)
+    } else if v.meta.gso_type & gso::KIND >= gso::FRAGLIST_TCPV4 {
+        // Only GRO builds chains of whole packets.
+        Err((p, DropReason::GsoFailed))
     } else {
         segment_standard(pool, cache, p, lay, out)
     }
@@ -384,7 +387,120 @@ fn segment_copy(
 /// byte offset. The identification (4) and total length (2) stay the member's own.
 const IP_WORDS: [usize; 7] = [0, 6, 8, 12, 14, 16, 18];
 
-fn segment_list(
+/// The changes the stack made to a super-packet's head, as they apply to a member's own
+/// IPv4 header (at offset 0 of `d`) and L4 ports: the words to store and what they add to
+/// the IP and L4 checksums (RFC 1624 eqn. 3, `HC' = ~(~HC + Σ(~m + m'))`).
+struct Delta {
+    /// The member's original bytes (IP header and ports) where a change is looked for,
+    /// as three words under [`DELTA_MASK`].
+    orig: [u64; 3],
+    /// (offset, new value) of each changed word.
+    words: [(usize, u16); 9],
+    n: usize,
+    ip_add: u64,
+    l4_add: u64,
+    /// Offset of the L4 checksum, and whether the packet has one (UDP may not).
+    csum_at: usize,
+}
+
+/// The three words of `b` under `mask`.
+#[inline(always)]
+fn words24(b: &[u8; 24], mask: &[u8; 24]) -> [u64; 3] {
+    let w = |x: &[u8; 24], k: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&x[k * 8..k * 8 + 8]);
+        u64::from_ne_bytes(a)
+    };
+    [
+        w(b, 0) & w(mask, 0),
+        w(b, 1) & w(mask, 1),
+        w(b, 2) & w(mask, 2),
+    ]
+}
+
+/// Bytes of [`Delta::orig`] that must match for the delta to apply: all but the total
+/// length, identification and header checksum, which are every member's own.
+const DELTA_MASK: [u8; 24] = [
+    0xff, 0xff, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+    0xff, 0xff, 0xff, 0xff, 0xff,
+];
+
+impl Delta {
+    /// The delta from member header `d` (20-byte IPv4 header, then L4) to the head's
+    /// `iph` and `ports`.
+    fn new(d: &[u8], iph: &[u8; 20], ports: &[u8; 4], proto: u8) -> Self {
+        let mut orig = [0u8; 24];
+        orig.copy_from_slice(&d[..24]);
+        let mut dl = Self {
+            orig: words24(&orig, &DELTA_MASK),
+            words: [(0, 0); 9],
+            n: 0,
+            ip_add: 0,
+            l4_add: 0,
+            csum_at: 20 + if proto == 6 { 16 } else { 6 },
+        };
+        let want = |at: usize| {
+            if at < 20 {
+                u16::from_be_bytes([iph[at], iph[at + 1]])
+            } else {
+                u16::from_be_bytes([ports[at - 20], ports[at - 19]])
+            }
+        };
+        for at in IP_WORDS.into_iter().chain([20, 22]) {
+            let (old, new) = (be16(&orig, at), want(at));
+            if old != new {
+                dl.words[dl.n] = (at, new);
+                dl.n += 1;
+                let add = u64::from(!old) + u64::from(new);
+                if at < 20 {
+                    dl.ip_add += add;
+                }
+                // Addresses are in the pseudo-header; ports in the L4 header.
+                if at >= 12 {
+                    dl.l4_add += add;
+                }
+            }
+        }
+        dl
+    }
+
+    /// Applies the delta to member header `d` if its fields are the ones the delta was
+    /// worked out from; `false` (nothing changed) otherwise.
+    #[inline]
+    fn apply(&self, d: &mut [u8]) -> bool {
+        let Some(h) = d.first_chunk::<24>() else {
+            return false;
+        };
+        if h[0] != 0x45 || words24(h, &DELTA_MASK) != self.orig {
+            return false;
+        }
+        if self.n == 0 {
+            return true;
+        }
+        for &(at, v) in &self.words[..self.n] {
+            put16(d, at, v);
+        }
+        let ipc = checksum::finish(u64::from(!be16(d, 10)) + self.ip_add);
+        put16(d, 10, ipc);
+        let at = self.csum_at;
+        if self.l4_add != 0 && d.len() >= at + 2 {
+            let old = be16(d, at);
+            // A UDP datagram without a checksum keeps none (RFC 768).
+            if self.csum_at == 26 && old == 0 {
+                return true;
+            }
+            let mut c = checksum::finish(u64::from(!old) + self.l4_add);
+            if self.csum_at == 26 && c == 0 {
+                c = 0xffff;
+            }
+            put16(d, at, c);
+        }
+        true
+    }
+}
+
+/// A GRO-built super-packet back into the packets it was made of.
+fn unchain(
     pool: &Pool,
     mut p: Pkt,
     lay: Layout,
@@ -396,6 +512,7 @@ fn segment_list(
     while let Some(q) = cur {
         let m = pool.get(q).meta;
         let (l3, data) = (usize::from(m.l3), usize::from(m.data));
+        // Room for the link header in front, and its own headers behind.
         if l3 < lay.l2 || data < l3 + 28 {
             return Err((p, DropReason::GsoFailed));
         }
@@ -409,80 +526,66 @@ fn segment_list(
     let mut ports = [0u8; 4];
     ports.copy_from_slice(&v.data()[lay.l2 + lay.ihl..lay.l2 + lay.ihl + 4]);
 
-    // The head: its own lengths back.
+    // The head: its own lengths back; a standard head also its own flags (it never had
+    // FIN or PSH: those end a train) and its own checksum, from its payload sum.
     let mut hv = pool.get_mut(&mut p);
     let mut chain = hv.meta.chain.take();
+    let standard = hv.meta.gso_type & gso::KIND <= gso::UDPV4;
+    let psum = (hv.meta.flags & flag::PAYLOAD_SUM != 0).then_some(hv.meta.csum_payload);
     let own = usize::from(hv.meta.len) - lay.l2;
     let d = hv.data_mut();
     let ip = lay.l2;
+    let l4 = ip + lay.ihl;
     let old = be16(d, ip + 2);
     put16(d, ip + 2, own as u16);
     let c = checksum::update16(be16(d, ip + 10), old, own as u16);
     put16(d, ip + 10, c);
+    let l4_len = own - lay.ihl;
     if lay.proto == 17 {
-        put16(d, ip + lay.ihl + 4, (own - lay.ihl) as u16);
+        put16(d, l4 + 4, l4_len as u16);
+    }
+    if standard {
+        let csum_at = l4 + if lay.proto == 6 { 16 } else { 6 };
+        if lay.proto == 6 {
+            d[l4 + 13] &= !0x09;
+        }
+        put16(d, csum_at, 0);
+        let src = u32::from_be_bytes([d[ip + 12], d[ip + 13], d[ip + 14], d[ip + 15]]);
+        let dst = u32::from_be_bytes([d[ip + 16], d[ip + 17], d[ip + 18], d[ip + 19]]);
+        let acc = checksum::pseudo_header_v4(src.into(), dst.into(), lay.proto, l4_len as u16);
+        let payload = match psum {
+            Some(s) => u64::from(s),
+            None => checksum::sum(&d[l4 + lay.l4h..], 0),
+        };
+        let mut c = checksum::finish(checksum::sum(&d[l4..l4 + lay.l4h], acc + payload));
+        if lay.proto == 17 && c == 0 {
+            c = 0xffff;
+        }
+        put16(d, csum_at, c);
     }
     plain(hv.meta);
     let head = Inherit::of(hv.meta);
     out.push(p);
 
+    // The head's changes are the same for every member (GRO merged only segments whose
+    // TOS, flags, TTL, addresses and ports were equal), so they are worked out once, on
+    // the first member, and applied to the others as stores and one checksum addition.
+    let mut delta: Option<Delta> = None;
     while let Some(mut q) = chain {
         let mut w = pool.get_mut(&mut q);
         chain = w.meta.chain.take();
-        // Back to the member's own IP header, then the head's link header in front.
-        let back = usize::from(w.meta.data - w.meta.l3);
-        w.push(back);
-        {
-            let d = w.data_mut();
-            let mihl = usize::from(d[0] & 0x0f) * 4;
-            let mut ipc = be16(d, 10);
-            let l4 = mihl;
-            let has_csum = lay.proto == 6 || be16(d, l4 + 6) != 0;
-            let csum_at = l4 + if lay.proto == 6 { 16 } else { 6 };
-            let mut l4c = if d.len() >= csum_at + 2 {
-                be16(d, csum_at)
-            } else {
-                0
-            };
-            let mut l4_changed = false;
-            for at in IP_WORDS {
-                let (old, new) = (be16(d, at), u16::from_be_bytes([iph[at], iph[at + 1]]));
-                if old != new {
-                    ipc = checksum::update16(ipc, old, new);
-                    if at >= 12 {
-                        // Addresses are in the pseudo-header.
-                        l4c = checksum::update16(l4c, old, new);
-                        l4_changed = true;
-                    }
-                    put16(d, at, new);
-                }
-            }
-            put16(d, 10, ipc);
-            for at in [0usize, 2] {
-                let (old, new) = (
-                    be16(d, l4 + at),
-                    u16::from_be_bytes([ports[at], ports[at + 1]]),
-                );
-                if old != new {
-                    l4c = checksum::update16(l4c, old, new);
-                    l4_changed = true;
-                    put16(d, l4 + at, new);
-                }
-            }
-            if l4_changed && has_csum && d.len() >= csum_at + 2 {
-                put16(
-                    d,
-                    csum_at,
-                    if lay.proto == 17 && l4c == 0 {
-                        0xffff
-                    } else {
-                        l4c
-                    },
-                );
-            }
-        }
-        if let Some(h) = w.push(l2) {
-            h.copy_from_slice(&l2h[..l2]);
+        // Back to the member's own IP header, with the head's link header in front.
+        let back = usize::from(w.meta.data - w.meta.l3) + l2;
+        let Some(front) = w.push(back) else {
+            unreachable!("headroom checked above")
+        };
+        front[..l2].copy_from_slice(&l2h[..l2]);
+        let d = &mut front[l2..];
+        let dl = delta.get_or_insert_with(|| Delta::new(d, &iph, &ports, lay.proto));
+        if !dl.apply(d) {
+            // Other header fields than the first member's (GRO never builds that): this
+            // member's own delta.
+            Delta::new(d, &iph, &ports, lay.proto).apply(d);
         }
         head.apply(w.meta, lay.l2);
         out.push(q);

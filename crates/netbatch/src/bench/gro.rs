@@ -1,0 +1,171 @@
+//! `udp-forward-1460` and `tcp-forward-1460`: the fraglist seed's test bed. One stream of
+//! 1460-byte frames (what the interface sees, no FCS) received on `gen0` and forwarded
+//! out of `gen1`, a port without offloads, with GRO `off`, `standard` or `fraglist` on
+//! `gen0`. The rate is frames received per second.
+//!
+//! `gen0` validates L4 checksums as a NIC does (`rx-checksum`), and writes each flow's
+//! sequence into every frame (IPv4 ID, TCP sequence number, payload) so the stream is a
+//! real one that GRO can merge. GRO modes map to the ethtool switches: `standard` is
+//! `rx-gro` + `rx-udp-gro-forwarding`, `fraglist` is `rx-gro` + `rx-gro-list`.
+
+use core::net::Ipv4Addr;
+
+use anyhow::Context;
+use netbatch_engine::offload::Features;
+use netbatch_engine::{Dispatch, Mode, Pool, PoolConfig};
+use netbatch_ports::Port;
+use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
+use netbatch_runtime::setup::{PortSetup, StaticNeighbour, build_host};
+use netbatch_runtime::{PollParams, Worker};
+use netbatch_stack::filter::{Chain, HookPoint, PortRange, Rule, Verdict};
+use netbatch_stack::host::HostParams;
+use netbatch_stack::{GraphOptions, build};
+use netbatch_wire::ethernet::MacAddr;
+
+use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench};
+
+/// GRO on the receiving port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum GroMode {
+    /// No GRO.
+    Off,
+    /// Payloads merged (`rx-gro`, `rx-udp-gro-forwarding`).
+    Standard,
+    /// Packets chained (`rx-gro`, `rx-gro-list`).
+    Fraglist,
+}
+
+impl GroMode {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Standard => "standard",
+            Self::Fraglist => "fraglist",
+        }
+    }
+
+    fn features(self) -> Features {
+        let mut f = Features {
+            rx_checksum: true,
+            ..Features::default()
+        };
+        match self {
+            Self::Off => {}
+            Self::Standard => {
+                f.rx_gro = true;
+                f.rx_udp_gro_forwarding = true;
+            }
+            Self::Fraglist => {
+                f.rx_gro = true;
+                f.rx_gro_list = true;
+            }
+        }
+        f
+    }
+}
+
+/// Frame size of the scenarios.
+const FRAME: usize = 1460;
+const GEN0_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 0]);
+const GEN1_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 1]);
+const SENDER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 9, 9]);
+/// The receiver behind `gen1` (TEST-NET-1).
+const RECEIVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+
+/// Builds a `udp-forward-1460` (`tcp == false`) or `tcp-forward-1460` variant.
+pub(crate) fn build_gro_forward(
+    v: &Variant,
+    c: &Common,
+    tcp: bool,
+) -> anyhow::Result<Box<dyn Bench>> {
+    let gro = v.gro.unwrap_or(GroMode::Off);
+    let pool = Pool::new(PoolConfig {
+        buffers: 8192,
+        ..PoolConfig::default()
+    })
+    .context("pool")?;
+    let mut gen0 = PortSetup::simple("gen0", GEN0_MAC, "198.51.100.1/24".parse()?);
+    // rx-checksum in every mode, so only GRO differs.
+    gen0.features = gro.features();
+    let mut gen1 = PortSetup::simple("gen1", GEN1_MAC, "192.0.2.1/24".parse()?);
+    if c.tx_offload {
+        gen1.features.tx_tcp_segmentation = true;
+        gen1.features.tx_udp_segmentation = true;
+        gen1.features.tx_gso_list = true;
+    }
+    let ports = vec![gen0, gen1];
+    let neighbours = [StaticNeighbour {
+        iface: 1,
+        ip: RECEIVER,
+        mac: MacAddr([0x02, 0, 0, 0, 2, 1]),
+    }];
+    let host = build_host(&ports, &[], &neighbours, HostParams::default())?;
+    let mut opts = GraphOptions {
+        gro: gro != GroMode::Off,
+        ..GraphOptions::default()
+    };
+    if c.fwd_rules > 0 {
+        // Rules on other traffic (UDP/TCP to ports this stream does not use), evaluated
+        // in full for every packet of it.
+        let rules = (0..c.fwd_rules)
+            .map(|i| {
+                let mut r = Rule::any(Verdict::Drop);
+                r.proto = Some(if i % 2 == 0 { 17 } else { 6 });
+                let lo = 10_000 + 10 * i as u16;
+                r.dport = Some(PortRange { lo, hi: lo + 5 });
+                r
+            })
+            .collect();
+        opts.chains.push((
+            HookPoint::Forward,
+            Chain {
+                rules,
+                policy: Verdict::Accept,
+            },
+        ));
+    }
+    let graph = build(
+        &opts,
+        &["gen0", "gen1"],
+        v.dispatch.unwrap_or(Dispatch::Buckets),
+    )?;
+    let (l4, hdr) = if tcp { (L4::Tcp, 20) } else { (L4::Udp, 8) };
+    let flow = FlowSpec {
+        src_mac: SENDER_MAC,
+        dst_mac: GEN0_MAC,
+        vlan: None,
+        src: Ipv4Addr::new(198, 51, 100, 2),
+        dst: RECEIVER,
+        l4,
+        sport: 40000,
+        dport: 5001,
+        payload_len: FRAME - 14 - 20 - hdr,
+        ttl: 64,
+        dont_frag: true,
+    };
+    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let cfg = GenConfig {
+        flows: vec![flow],
+        order: c.flow_order,
+        limit: None,
+        timestamps: false,
+        capture: 0,
+        sequence: true,
+    };
+    let rx = GenPort::new("gen0", 0, &cfg, room)?.with_features(ports[0].features);
+    // gen1 only transmits, with no offloads: GSO segments in software.
+    let tx = GenPort::new("gen1", 1, &cfg, room)?;
+    let gens: Vec<Box<dyn Port>> = vec![Box::new(rx), Box::new(tx)];
+    let params = PollParams {
+        weight: c.burst,
+        budget: c.burst.max(300),
+        mode: v.mode.unwrap_or(Mode::List),
+    };
+    let mut w = Worker::new(graph, host, gens, pool, params)?;
+    w.rx_ports = vec![0];
+    Ok(Box::new(WorkerBench {
+        w,
+        expect: Expect::Forwarded,
+        facts: vec![("frame_bytes".into(), FRAME as u64)],
+    }))
+}

@@ -78,6 +78,27 @@ impl UdpSink {
     }
 }
 
+impl UdpSink {
+    /// A GRO super-datagram: its payload lies in one buffer per merged segment.
+    #[cold]
+    fn super_datagram(
+        &mut self,
+        pool: &netbatch_engine::Pool,
+        d: &netbatch_stack::udp::Datagram<'_>,
+    ) {
+        for part in d.payload_parts(pool) {
+            self.stats.bytes += part.len() as u64;
+            if self.check {
+                self.check_one(
+                    (u32::from(d.src), d.src_port, d.dst_port),
+                    part,
+                    d.segment_size,
+                );
+            }
+        }
+    }
+}
+
 impl App for UdpSink {
     fn name(&self) -> &str {
         "udp-sink"
@@ -97,15 +118,17 @@ impl App for UdpSink {
                 let v = cx.pool.get(&p);
                 let wire = v.meta.wire_packets();
                 if let Some(d) = datagram(&v) {
-                    for part in d.payload_parts(cx.pool) {
-                        self.stats.bytes += part.len() as u64;
+                    if !d.is_chained() {
+                        self.stats.bytes += d.payload.len() as u64;
                         if self.check {
                             self.check_one(
                                 (u32::from(d.src), d.src_port, d.dst_port),
-                                part,
+                                d.payload,
                                 d.segment_size,
                             );
                         }
+                    } else {
+                        self.super_datagram(cx.pool, &d);
                     }
                 }
                 self.stats.datagrams += wire;

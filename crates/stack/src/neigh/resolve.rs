@@ -292,17 +292,18 @@ impl Stage<Host> for Neighbour {
                     continue;
                 }
             }
+            // The common case in one test: a plain packet, no detour taken in this list.
+            if u64::from(gso_type) | via_gso == 0 {
+                out.push(rw.arc, p);
+                continue;
+            }
             // A super-packet the port cannot take whole is segmented first.
             let kind = gso_type & netbatch_engine::meta::gso::KIND;
             let bit = 1u64 << (rw.arc.0 & 63);
             if kind != 0 && rw.gso_ok & (1 << kind) == 0 {
                 via_gso |= bit;
-                out.push(GSO, p);
-            } else if via_gso & bit != 0 {
-                out.push(GSO, p);
-            } else {
-                out.push(rw.arc, p);
             }
+            out.push(if via_gso & bit != 0 { GSO } else { rw.arc }, p);
         }
     }
 }

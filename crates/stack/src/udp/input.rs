@@ -37,9 +37,10 @@ pub struct UdpInput {
 type Hint = Option<(u32, u16, Option<SocketId>)>;
 
 impl UdpInput {
-    /// Checks and queues one datagram (or super-datagram).
+    /// Checks and queues one datagram (`SUPER`: a super-datagram; the plain version,
+    /// the hot one, has every super-datagram branch folded away).
     #[inline(always)]
-    fn one(
+    fn one<const SUPER: bool>(
         &mut self,
         host: &mut Host,
         cx: &mut Cx<'_>,
@@ -48,7 +49,11 @@ impl UdpInput {
         out: &mut Out,
     ) {
         let mut v = cx.pool.get_mut(&mut p);
-        let chained = v.meta.chain.is_some();
+        if SUPER && v.meta.flags & flag::L4_CSUM_OK == 0 {
+            self.unverified(host, cx, p, hint, out);
+            return;
+        }
+        let chained = SUPER && v.meta.chain.is_some();
         let d = v.data();
         let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
         let (Some(ip), Some(u)) = (d.first_chunk::<20>(), d.get(ihl..)) else {
@@ -97,8 +102,8 @@ impl UdpInput {
                 s
             }
         };
-        let wire = v.meta.wire_packets();
-        let whole = v.meta.gso_type & gso::KIND == gso::UDPV4;
+        let wire = if SUPER { v.meta.wire_packets() } else { 1 };
+        let whole = SUPER && v.meta.gso_type & gso::KIND == gso::UDPV4;
         let Some(sock) = sock else {
             if v.meta.flags
                 & (flag::L3_BROADCAST
@@ -118,7 +123,7 @@ impl UdpInput {
             out.drop(p, DropReason::NoSocket);
             return;
         };
-        if wire == 1 || (whole && s.gro) {
+        if !SUPER || wire == 1 || (whole && s.gro) {
             if let Err(p) = s.enqueue(p, wire) {
                 out.drop(p, DropReason::SocketQueueFull);
             }
@@ -139,6 +144,47 @@ impl UdpInput {
     }
 }
 
+impl UdpInput {
+    /// A super-datagram.
+    #[cold]
+    #[inline(never)]
+    fn super_datagram(
+        &mut self,
+        host: &mut Host,
+        cx: &mut Cx<'_>,
+        p: Pkt,
+        hint: &mut Hint,
+        out: &mut Out,
+    ) {
+        self.one::<true>(host, cx, p, hint, out);
+    }
+
+    /// A super-datagram whose checksum nobody verified: each datagram is checked on its
+    /// own.
+    #[cold]
+    #[inline(never)]
+    fn unverified(
+        &mut self,
+        host: &mut Host,
+        cx: &mut Cx<'_>,
+        p: Pkt,
+        hint: &mut Hint,
+        out: &mut Out,
+    ) {
+        match crate::gso::segment(cx.pool, cx.cache, p, &mut self.segs) {
+            Ok(()) => {
+                self.segmented += 1;
+                let mut segs = core::mem::take(&mut self.segs);
+                for q in segs.drain(..) {
+                    self.one::<false>(host, cx, q, hint, out);
+                }
+                self.segs = segs;
+            }
+            Err((p, r)) => out.drop(p, r),
+        }
+    }
+}
+
 impl Stage<Host> for UdpInput {
     fn arcs(&self) -> &[&'static str] {
         &["error"]
@@ -151,23 +197,11 @@ impl Stage<Host> for UdpInput {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let mut hint: Hint = None;
         for p in list.drain(..) {
-            let m = cx.pool.get(&p).meta;
-            if m.gso_type != gso::NONE && m.flags & flag::L4_CSUM_OK == 0 {
-                // Nobody vouched for the checksum: check each datagram on its own.
-                match crate::gso::segment(cx.pool, cx.cache, p, &mut self.segs) {
-                    Ok(()) => {
-                        self.segmented += 1;
-                        let mut segs = core::mem::take(&mut self.segs);
-                        for q in segs.drain(..) {
-                            self.one(host, cx, q, &mut hint, out);
-                        }
-                        self.segs = segs;
-                    }
-                    Err((p, r)) => out.drop(p, r),
-                }
-                continue;
+            if cx.pool.get(&p).meta.gso_type == gso::NONE {
+                self.one::<false>(host, cx, p, &mut hint, out);
+            } else {
+                self.super_datagram(host, cx, p, &mut hint, out);
             }
-            self.one(host, cx, p, &mut hint, out);
         }
     }
 }

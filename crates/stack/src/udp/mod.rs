@@ -47,6 +47,12 @@ impl<'a> Datagram<'a> {
         }))
     }
 
+    /// Whether the payload continues in chained buffers (a GRO super-datagram).
+    #[inline]
+    pub fn is_chained(&self) -> bool {
+        self.more.is_some()
+    }
+
     /// Payload bytes over every part.
     pub fn payload_len(&self, pool: &'a Pool) -> usize {
         self.payload_parts(pool).map(<[u8]>::len).sum()

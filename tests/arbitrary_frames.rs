@@ -251,7 +251,12 @@ fn run(mode: Mode, dispatch: Dispatch, input: &[(u8, Vec<u8>)]) {
     let mut lab = Lab::new(&spec(), mode, dispatch);
     let s = lab.w.host.sockets.bind(ip("0.0.0.0"), 5001, 8).unwrap();
     // Half the cases take super-datagrams whole, half have them segmented at the socket.
-    lab.w.host.sockets.get_mut(s).unwrap().gro = input.len().is_multiple_of(2);
+    lab.w
+        .host
+        .sockets
+        .get(s)
+        .unwrap()
+        .set_gro(input.len().is_multiple_of(2));
     for (p, f) in input {
         lab.feed(usize::from(p % 2), [f.clone()]);
     }

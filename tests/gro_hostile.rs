@@ -47,6 +47,7 @@ fn lab(gro: bool, mode: Mode) -> Lab {
         weight: 256,
         budget: 1024,
         mode,
+        ..PollParams::default()
     });
     l
 }

@@ -178,7 +178,7 @@ fn read_socket(lab: &mut Lab, s: SocketId) -> Flows {
     lab.w
         .host
         .sockets
-        .get_mut(s)
+        .get(s)
         .unwrap()
         .recv_batch(&mut got, usize::MAX);
     let mut m: Flows = BTreeMap::new();

@@ -90,7 +90,7 @@ fn read(lab: &mut Lab, s: SocketId) -> Vec<(u16, Vec<u8>)> {
     lab.w
         .host
         .sockets
-        .get_mut(s)
+        .get(s)
         .unwrap()
         .recv_batch(&mut got, usize::MAX);
     let pool = lab.w.pool().clone();
@@ -120,7 +120,7 @@ fn receive(
 ) -> Vec<(u16, Vec<u8>)> {
     let mut lab = Lab::new(&spec(gro), mode, dispatch);
     let s = lab.w.host.sockets.bind(ip("0.0.0.0"), 8000, 64).unwrap();
-    lab.w.host.sockets.get_mut(s).unwrap().gro = sock_gro;
+    lab.w.host.sockets.get(s).unwrap().set_gro(sock_gro);
     let total: usize = 10 * 1472;
     let frames: Vec<Vec<u8>> = (0..total.div_ceil(seg))
         .map(|n| dgram(n, seg.min(total - n * seg)))

@@ -182,3 +182,149 @@ pub fn port(name: &str, mac: MacAddr, addr: &str) -> PortSetup {
 pub fn ip(s: &str) -> Ipv4Addr {
     s.parse().expect("IPv4 address")
 }
+
+/// Several workers over in-memory ports, stepped by the test itself from one thread (so
+/// every interleaving of their rounds is the test's choice), or run on threads.
+pub struct Team {
+    /// The workers.
+    pub workers: Vec<Worker>,
+    /// What they share.
+    pub fabric: std::sync::Arc<netbatch_runtime::rps::Fabric>,
+    pool: Pool,
+    now_ns: u64,
+}
+
+impl Team {
+    /// Builds the team: `rx[w]` are the ports worker `w` receives from, `maps[p]` the
+    /// workers RPS spreads port `p` over, `rps` the policy (None: no RPS).
+    pub fn new(
+        spec: &LabSpec,
+        mode: Mode,
+        rx: Vec<Vec<u16>>,
+        maps: Vec<Vec<u16>>,
+        rps: Option<netbatch_runtime::rps::RpsParams>,
+    ) -> Self {
+        let pool = Pool::new(PoolConfig {
+            buffers: 8192,
+            cache_size: 64,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+        let team = netbatch_runtime::build::TeamSpec {
+            ports: &spec.ports,
+            routes: &spec.routes,
+            neighbours: &spec.neighbours,
+            host: spec.params,
+            graph: &spec.graph,
+            dispatch: Dispatch::Buckets,
+            poll: PollParams {
+                mode,
+                ..PollParams::default()
+            },
+            rps,
+            maps,
+            rx,
+        };
+        let (workers, fabric) = netbatch_runtime::build::team(&team, &pool, |_, p| {
+            let s = &spec.ports[p];
+            Box::new(MemPort::new(&s.name, p as u16, room).with_features(s.features))
+                as Box<dyn Port>
+        })
+        .expect("team");
+        Self {
+            workers,
+            fabric,
+            pool,
+            now_ns: 1_000_000_000,
+        }
+    }
+
+    /// Worker `w`'s queue of port `p`.
+    pub fn port(&mut self, w: usize, p: usize) -> &mut MemPort {
+        self.workers[w].ports[p]
+            .as_any_mut()
+            .downcast_mut::<MemPort>()
+            .expect("a mem port")
+    }
+
+    /// Queues frames for reception on worker `w`'s queue of port `p`.
+    pub fn feed(&mut self, w: usize, p: usize, frames: impl IntoIterator<Item = Vec<u8>>) {
+        let t = self.now_ns;
+        for f in frames {
+            self.port(w, p).push_rx(t, f);
+        }
+    }
+
+    /// One round of worker `w`; returns its work.
+    pub fn step(&mut self, w: usize) -> usize {
+        self.now_ns += 1_000;
+        self.workers[w].poll(self.now_ns)
+    }
+
+    /// Rounds of every worker in turn until nothing is received, in flight or waiting;
+    /// bounded.
+    pub fn settle(&mut self) {
+        for _ in 0..100_000 {
+            let pending: usize = (0..self.workers.len())
+                .flat_map(|w| (0..self.workers[w].ports.len()).map(move |p| (w, p)))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|(w, p)| self.port(w, p).rx_pending())
+                .sum();
+            let mut work = 0;
+            for w in 0..self.workers.len() {
+                work += self.step(w);
+            }
+            let backlog: u64 = self
+                .workers
+                .iter()
+                .map(|w| w.steer.as_ref().map_or(0, |s| s.backlog_len()))
+                .sum();
+            if pending == 0 && work == 0 && backlog == 0 {
+                return;
+            }
+        }
+        panic!("the team did not settle within the round limit");
+    }
+
+    /// The fate counters over every worker.
+    pub fn acct(&self) -> netbatch_engine::Accounting {
+        let mut a = netbatch_engine::Accounting::default();
+        for w in &self.workers {
+            a.add(&w.acct);
+        }
+        a
+    }
+
+    /// Asserts the conservation law over the team: received (and originated) = sent +
+    /// delivered + dropped + held (each worker's own, the shared sockets, the rings).
+    pub fn assert_conserved(&self) {
+        let a = self.acct();
+        let own: u64 = self.workers.iter().map(Worker::held_own).sum();
+        let sockets = self.workers[0].host.sockets.held(&self.pool);
+        let held = own + sockets + a.in_flight();
+        assert_eq!(
+            a.rx + a.originated,
+            a.tx + a.delivered + a.dropped + held,
+            "packets unaccounted: {a:?}, held {own} + sockets {sockets} + in flight {}",
+            a.in_flight()
+        );
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Stops every worker and asserts every buffer is back in the pool.
+    pub fn stop_and_check_pool(mut self) {
+        for w in &mut self.workers {
+            w.shutdown();
+        }
+        let total = self.pool.config().buffers as usize;
+        let pool = self.pool.clone();
+        drop(self.workers);
+        assert_eq!(pool.free_in_pool(), total, "buffers leaked");
+    }
+}

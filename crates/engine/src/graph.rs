@@ -24,6 +24,7 @@ use crate::stage::{Cx, LIST_MAX, MIXED, Out, PktList, Stage};
 use crate::trace::{Trace, TraceEvent};
 
 /// An enum of unit variants with a command-line name each: `name()` and `FromStr`.
+#[macro_export]
 macro_rules! named_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
         $(#[$m])*

@@ -158,6 +158,12 @@ pub struct Accounting {
     pub delivered: u64,
     /// Dropped, each with a reason.
     pub dropped: u64,
+    /// Handed to another worker (RPS). With several workers the law of one worker reads
+    /// `rx + originated + taken_over = tx + delivered + dropped + handed_off + held`, and
+    /// over all workers what is handed off and not yet taken over is held in the rings.
+    pub handed_off: u64,
+    /// Taken over from another worker.
+    pub taken_over: u64,
 }
 
 impl Accounting {
@@ -168,6 +174,13 @@ impl Accounting {
         self.tx += o.tx;
         self.delivered += o.delivered;
         self.dropped += o.dropped;
+        self.handed_off += o.handed_off;
+        self.taken_over += o.taken_over;
+    }
+
+    /// Packets in flight between workers (handed off, not yet taken over).
+    pub fn in_flight(&self) -> u64 {
+        self.handed_off.saturating_sub(self.taken_over)
     }
 }
 

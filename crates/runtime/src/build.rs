@@ -35,7 +35,7 @@ pub enum BuildError {
 /// Builds a worker for `cfg` over `ports` (in configuration order).
 pub fn worker(cfg: &Config, ports: Vec<Box<dyn Port>>, pool: Pool) -> Result<Worker, BuildError> {
     let setups: Vec<PortSetup> = cfg.ports.iter().map(|p| p.setup.clone()).collect();
-    let mut host = build_host(&setups, &cfg.routes, &cfg.neighbours, cfg.host)?;
+    let host = build_host(&setups, &cfg.routes, &cfg.neighbours, cfg.host)?;
     let names: Vec<&str> = cfg.ports.iter().map(|p| p.setup.name.as_str()).collect();
     let graph = build_graph(&cfg.graph, &names, cfg.dispatch)?;
     let mut apps: Vec<Box<dyn App>> = Vec::new();
@@ -48,19 +48,17 @@ pub fn worker(cfg: &Config, ports: Vec<Box<dyn Port>>, pool: Pool) -> Result<Wor
                 check,
                 gro,
             } => {
-                let s = host
+                let (_, s) = host
                     .sockets
-                    .bind(addr, port, queue)
+                    .open(addr, port, queue)
                     .map_err(|e| BuildError::Bind(format!("{addr}:{port}"), e))?;
-                if let Some(sock) = host.sockets.get_mut(s) {
-                    sock.gro = gro;
-                }
+                s.set_gro(gro);
                 apps.push(Box::new(UdpSink::new(vec![s], 256, check)));
             }
             AppConfig::UdpEcho { addr, port, queue } => {
-                let s = host
+                let (_, s) = host
                     .sockets
-                    .bind(addr, port, queue)
+                    .open(addr, port, queue)
                     .map_err(|e| BuildError::Bind(format!("{addr}:{port}"), e))?;
                 apps.push(Box::new(UdpEcho::new(s, 256)));
             }
@@ -70,8 +68,65 @@ pub fn worker(cfg: &Config, ports: Vec<Box<dyn Port>>, pool: Pool) -> Result<Wor
         weight: cfg.burst,
         budget: cfg.budget,
         mode: cfg.mode,
+        ..PollParams::default()
     };
     let mut w = Worker::new(graph, host, ports, pool, params)?;
     w.apps = apps;
     Ok(w)
+}
+
+/// What a team of workers is built from, beyond the configuration's host description.
+pub struct TeamSpec<'a> {
+    /// Ports (addresses, offloads).
+    pub ports: &'a [PortSetup],
+    /// Routes beyond the connected ones.
+    pub routes: &'a [netbatch_stack::route::Route],
+    /// Static neighbours.
+    pub neighbours: &'a [crate::setup::StaticNeighbour],
+    /// Host settings.
+    pub host: netbatch_stack::host::HostParams,
+    /// Graph options.
+    pub graph: &'a netbatch_stack::GraphOptions,
+    /// Dispatch.
+    pub dispatch: netbatch_engine::Dispatch,
+    /// Poll parameters.
+    pub poll: PollParams,
+    /// RPS (none: each worker processes what it receives).
+    pub rps: Option<crate::rps::RpsParams>,
+    /// Per port, the workers RPS spreads its packets over (empty: not steered).
+    pub maps: Vec<Vec<u16>>,
+    /// Per worker, the ports it receives from.
+    pub rx: Vec<Vec<u16>>,
+}
+
+/// Builds one worker per entry of `spec.rx`, each with its own queue of every port
+/// (`queue(worker, port)`), sharing `pool`, routes, sockets and learned neighbours, and
+/// the fabric that joins them (RPS rings when `spec.rps` is set).
+pub fn team(
+    spec: &TeamSpec<'_>,
+    pool: &Pool,
+    mut queue: impl FnMut(usize, usize) -> Box<dyn Port>,
+) -> Result<(Vec<Worker>, std::sync::Arc<crate::rps::Fabric>), BuildError> {
+    let n = spec.rx.len().max(1);
+    let hosts = crate::setup::build_hosts(spec.ports, spec.routes, spec.neighbours, spec.host, n)?;
+    let names: Vec<&str> = spec.ports.iter().map(|p| p.name.as_str()).collect();
+    let rps = spec.rps.clone().unwrap_or_default();
+    let maps = if spec.rps.is_some() {
+        spec.maps.clone()
+    } else {
+        Vec::new()
+    };
+    let (fabric, steers) = crate::rps::fabric(n, &rps, maps, spec.ports.len());
+    let mut workers = Vec::with_capacity(n);
+    for ((i, host), steer) in hosts.into_iter().enumerate().zip(steers) {
+        let graph = build_graph(spec.graph, &names, spec.dispatch)?;
+        let ports = (0..spec.ports.len()).map(|p| queue(i, p)).collect();
+        let mut w = Worker::new(graph, host, ports, pool.clone(), spec.poll)?;
+        w.rx_ports = spec.rx.get(i).cloned().unwrap_or_default();
+        if spec.rps.is_some() {
+            w.steer = Some(steer);
+        }
+        workers.push(w);
+    }
+    Ok((workers, fabric))
 }

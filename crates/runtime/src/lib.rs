@@ -5,7 +5,10 @@
 pub mod apps;
 pub mod build;
 pub mod config;
+pub mod datapath;
+pub mod latency;
 pub mod replay;
+pub mod rps;
 pub mod setup;
 pub mod worker;
 

@@ -226,3 +226,31 @@ fn build_host_with(
     }
     Ok(host)
 }
+
+/// Builds `n` hosts for the workers of one datapath: one route table, one socket table
+/// and (with more than one) one stream of learned neighbours, shared; everything else
+/// (neighbour queues, transmit queues, counters) each worker's own.
+pub fn build_hosts(
+    ports: &[PortSetup],
+    routes: &[Route],
+    neighbours: &[StaticNeighbour],
+    params: HostParams,
+    n: usize,
+) -> Result<Vec<Host>, SetupError> {
+    let (p, ifaces) = interfaces(ports)?;
+    let table = Arc::new(build_routes(&ifaces, routes)?);
+    let shared = Arc::new(netbatch_stack::neigh::NeighShared::default());
+    let mut hosts = Vec::with_capacity(n);
+    for i in 0..n.max(1) {
+        let mut h = build_host_with(p.clone(), ifaces.clone(), table.clone(), neighbours, params)?;
+        if let Some(first) = hosts.first() {
+            let first: &Host = first;
+            h.sockets = first.sockets.clone();
+        }
+        if n > 1 {
+            h.neigh_shared = Some((shared.clone(), i));
+        }
+        hosts.push(h);
+    }
+    Ok(hosts)
+}

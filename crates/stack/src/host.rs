@@ -59,6 +59,8 @@ pub struct Injected {
     pub to_icmp_error: PktList,
     /// Locally originated IPv4 packets for `ip4-local-out` (application sends).
     pub to_local_out: PktList,
+    /// Packets released by a neighbour another worker learned, for `neighbour`.
+    pub to_neighbour: PktList,
     /// Packets created outside the graph (ARP requests from timers, application sends)
     /// not yet counted in the worker's accounting.
     pub originated: u64,
@@ -67,7 +69,10 @@ pub struct Injected {
 impl Injected {
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
-        self.to_tx.is_empty() && self.to_icmp_error.is_empty() && self.to_local_out.is_empty()
+        self.to_tx.is_empty()
+            && self.to_icmp_error.is_empty()
+            && self.to_local_out.is_empty()
+            && self.to_neighbour.is_empty()
     }
 }
 
@@ -123,6 +128,10 @@ pub struct Host {
     pub stats: HostStats,
     /// Next IPv4 identification for originated packets.
     pub ip_ident: u16,
+    /// With several workers: what they learn from ARP, and who this worker is.
+    pub neigh_shared: Option<(Arc<crate::neigh::NeighShared>, usize)>,
+    neigh_seen: u64,
+    learned: Vec<crate::neigh::Learned>,
 }
 
 impl Host {
@@ -149,6 +158,43 @@ impl Host {
             injected: Injected::default(),
             stats: HostStats::default(),
             ip_ident: 1,
+            neigh_shared: None,
+            neigh_seen: 0,
+            learned: Vec::new(),
+        }
+    }
+
+    /// Learns what other workers learned from ARP since the last call; packets that
+    /// were waiting for those neighbours go to `injected.to_neighbour`.
+    pub fn sync_neighbours(&mut self, now_ns: u64) {
+        let Some((shared, me)) = &self.neigh_shared else {
+            return;
+        };
+        let me = *me;
+        self.neigh_seen = shared.since(self.neigh_seen, &mut self.learned);
+        for l in self.learned.drain(..) {
+            if l.origin != me {
+                self.neigh.learn(
+                    l.iface,
+                    l.ip,
+                    l.mac,
+                    now_ns,
+                    true,
+                    &mut self.injected.to_neighbour,
+                );
+            }
+        }
+    }
+
+    /// Tells the other workers about a neighbour this one learned.
+    pub fn publish_neighbour(
+        &self,
+        iface: u16,
+        ip: Ipv4Addr,
+        mac: netbatch_wire::ethernet::MacAddr,
+    ) {
+        if let Some((shared, me)) = &self.neigh_shared {
+            shared.publish(*me, iface, ip, mac);
         }
     }
 
@@ -160,17 +206,22 @@ impl Host {
     /// Packets held in queues and tables right now (socket queues, neighbour queues,
     /// transmit queues not yet flushed, injected packets not yet run), in wire packets.
     pub fn held(&self, pool: &netbatch_engine::Pool) -> u64 {
+        self.sockets.held(pool) + self.held_own(pool)
+    }
+
+    /// As [`Host::held`] without the socket queues, which every worker shares.
+    pub fn held_own(&self, pool: &netbatch_engine::Pool) -> u64 {
         let list = |l: &PktList| {
             l.iter()
                 .map(|p| pool.get(p).meta.wire_packets())
                 .sum::<u64>()
         };
-        self.sockets.held(pool)
-            + self.neigh.held()
+        self.neigh.held()
             + self.tx.iter().map(list).sum::<u64>()
             + list(&self.injected.to_tx)
             + list(&self.injected.to_icmp_error)
             + list(&self.injected.to_local_out)
+            + list(&self.injected.to_neighbour)
     }
 
     /// Frees everything the host holds (at shutdown).
@@ -183,6 +234,7 @@ impl Host {
         cache.free_all(&mut self.injected.to_tx);
         cache.free_all(&mut self.injected.to_icmp_error);
         cache.free_all(&mut self.injected.to_local_out);
+        cache.free_all(&mut self.injected.to_neighbour);
     }
 
     /// The next IPv4 identification value.

@@ -75,6 +75,7 @@ pub mod ethernet;
 pub mod icmpv4;
 pub mod ipv4;
 pub mod tcp;
+pub mod toeplitz;
 pub mod udp;
 pub mod vlan;
 

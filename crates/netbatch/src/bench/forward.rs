@@ -11,20 +11,20 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::Context;
-use netbatch_engine::{Dispatch, Mode, Pool, PoolConfig};
+use netbatch_engine::{Dispatch, Pool, PoolConfig};
 use netbatch_ports::Port;
 use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
+use netbatch_runtime::Worker;
 use netbatch_runtime::setup::{
     PortSetup, StaticNeighbour, build_host_shared, build_routes, interfaces,
 };
-use netbatch_runtime::{PollParams, Worker};
 use netbatch_stack::host::HostParams;
 use netbatch_stack::prefix::Ipv4Prefix;
 use netbatch_stack::route::{Route, RouteKind, Routes};
 use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
-use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench};
+use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench, poll_params};
 
 /// Routes per prefix length per million, /8 to /32 (/24 takes what is left).
 const MIX: [(u8, u32); 24] = [
@@ -253,11 +253,7 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         room,
     )?;
     let ports: Vec<Box<dyn Port>> = vec![Box::new(gen0), Box::new(gen1)];
-    let params = PollParams {
-        weight: c.burst,
-        budget: c.burst.max(300),
-        mode: v.mode.unwrap_or(Mode::List),
-    };
+    let params = poll_params(v, c);
     let mut w = Worker::new(graph, host, ports, pool, params)?;
     w.rx_ports = vec![0];
     let facts = vec![

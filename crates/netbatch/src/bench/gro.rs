@@ -12,17 +12,17 @@ use core::net::Ipv4Addr;
 
 use anyhow::Context;
 use netbatch_engine::offload::Features;
-use netbatch_engine::{Dispatch, Mode, Pool, PoolConfig};
+use netbatch_engine::{Dispatch, Pool, PoolConfig};
 use netbatch_ports::Port;
 use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
+use netbatch_runtime::Worker;
 use netbatch_runtime::setup::{PortSetup, StaticNeighbour, build_host};
-use netbatch_runtime::{PollParams, Worker};
 use netbatch_stack::filter::{Chain, HookPoint, PortRange, Rule, Verdict};
 use netbatch_stack::host::HostParams;
 use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
-use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench};
+use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench, poll_params};
 
 /// GRO on the receiving port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -156,11 +156,7 @@ pub(crate) fn build_gro_forward(
     // gen1 only transmits, with no offloads: GSO segments in software.
     let tx = GenPort::new("gen1", 1, &cfg, room)?;
     let gens: Vec<Box<dyn Port>> = vec![Box::new(rx), Box::new(tx)];
-    let params = PollParams {
-        weight: c.burst,
-        budget: c.burst.max(300),
-        mode: v.mode.unwrap_or(Mode::List),
-    };
+    let params = poll_params(v, c);
     let mut w = Worker::new(graph, host, gens, pool, params)?;
     w.rx_ports = vec![0];
     Ok(Box::new(WorkerBench {

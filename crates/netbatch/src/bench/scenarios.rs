@@ -66,6 +66,17 @@ pub(crate) struct Common {
     pub(crate) tx_offload: bool,
 }
 
+/// The poll parameters of a variant: the burst as the NAPI weight, a budget of at least
+/// 300 frames, the variant's batch mode.
+pub(crate) fn poll_params(v: &Variant, c: &Common) -> PollParams {
+    PollParams {
+        weight: c.burst,
+        budget: c.burst.max(300),
+        mode: v.mode.unwrap_or(Mode::List),
+        ..PollParams::default()
+    }
+}
+
 /// Something to measure.
 pub(crate) trait Bench {
     /// Receives `n` more frames and takes them as far as they go.
@@ -274,10 +285,10 @@ fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench
         DUT_MAC,
         format!("{DUT_ADDR}/24").parse()?,
     )];
-    let mut host = build_host(&ports, &[], &[], HostParams::default())?;
+    let host = build_host(&ports, &[], &[], HostParams::default())?;
     let mut socks = Vec::new();
     for p in UDP_PORTS {
-        socks.push(host.sockets.bind(Ipv4Addr::UNSPECIFIED, p, 1024)?);
+        socks.push(host.sockets.open(Ipv4Addr::UNSPECIFIED, p, 1024)?.1);
     }
     let mut opts = GraphOptions::default();
     if nf1 {
@@ -295,11 +306,7 @@ fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench
     }
     let graph = build(&opts, &["gen0"], v.dispatch.unwrap_or(Dispatch::Runs))?;
     let source = gen_port(&pool, udp_1b_flows(), c.flow_order)?;
-    let params = PollParams {
-        weight: c.burst,
-        budget: c.burst.max(300),
-        mode: v.mode.unwrap_or(Mode::List),
-    };
+    let params = poll_params(v, c);
     let mut w = Worker::new(graph, host, vec![Box::new(source)], pool, params)?;
     let sink: Box<dyn App> = Box::new(UdpSink::new(socks, 256, false));
     w.apps.push(sink);

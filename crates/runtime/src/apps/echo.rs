@@ -5,7 +5,9 @@
 use netbatch_engine::meta::flag;
 use netbatch_engine::{Cx, Pkt};
 use netbatch_stack::Host;
-use netbatch_stack::udp::socket::SocketId;
+use std::sync::Arc;
+
+use netbatch_stack::udp::socket::UdpSocket;
 use netbatch_wire::checksum;
 
 use super::App;
@@ -13,7 +15,7 @@ use super::App;
 /// The echo application.
 #[derive(Debug)]
 pub struct UdpEcho {
-    socket: SocketId,
+    socket: Arc<UdpSocket>,
     batch: usize,
     buf: Vec<Pkt>,
     /// Datagrams echoed.
@@ -24,7 +26,7 @@ pub struct UdpEcho {
 
 impl UdpEcho {
     /// An echo server reading `socket`.
-    pub fn new(socket: SocketId, batch: usize) -> Self {
+    pub fn new(socket: Arc<UdpSocket>, batch: usize) -> Self {
         Self {
             socket,
             batch,
@@ -89,10 +91,7 @@ impl App for UdpEcho {
     }
 
     fn poll(&mut self, host: &mut Host, cx: &mut Cx<'_>) -> usize {
-        let Some(s) = host.sockets.get_mut(self.socket) else {
-            return 0;
-        };
-        let n = s.recv_batch(&mut self.buf, self.batch);
+        let n = self.socket.recv_batch(&mut self.buf, self.batch);
         for mut p in self.buf.drain(..) {
             let ident = host.next_ident();
             let ok = make_echo(&mut cx.pool.get_mut(&mut p), ident);

@@ -4,13 +4,24 @@
 //! sender's per-flow sequence number (as the `gen` port writes it), one more than the
 //! previous datagram of that flow (modulo the bytes carried): anything else is counted as
 //! out of order. A flow is (source address, source port, destination port).
+//!
+//! Optionally, as an application on a multi-worker datapath would: it records each flow
+//! it reads for RFS (the kernel's `sock_rps_record_flow`), so the flow is processed on
+//! its worker; it records the latency from the frame's receive timestamp to its reading;
+//! and it adds what it read to a counter shared with whoever waits for the traffic.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use netbatch_engine::meta::flag;
 use netbatch_engine::{Cx, Pkt};
 use netbatch_stack::Host;
 use netbatch_stack::udp::datagram;
-use netbatch_stack::udp::socket::SocketId;
+use netbatch_stack::udp::socket::UdpSocket;
 
 use super::App;
+use crate::latency::Histogram;
+use crate::rps::Fabric;
 
 /// Sink counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,25 +39,61 @@ pub struct SinkStats {
 /// The sink.
 #[derive(Debug)]
 pub struct UdpSink {
-    sockets: Vec<SocketId>,
+    sockets: Vec<Arc<UdpSocket>>,
     batch: usize,
     check: bool,
     last: hashbrown::HashMap<(u32, u16, u16), u64, foldhash::fast::FixedState>,
     buf: Vec<Pkt>,
+    rfs: Option<(Arc<Fabric>, usize)>,
+    latency: Option<(Histogram, quanta::Clock)>,
+    progress: Option<Arc<AtomicU64>>,
     /// Counters.
     pub stats: SinkStats,
 }
 
 impl UdpSink {
     /// A sink reading `sockets`, `batch` datagrams per socket per poll.
-    pub fn new(sockets: Vec<SocketId>, batch: usize, check: bool) -> Self {
+    pub fn new(sockets: Vec<Arc<UdpSocket>>, batch: usize, check: bool) -> Self {
         Self {
             sockets,
             batch,
             check,
             last: hashbrown::HashMap::default(),
             buf: Vec::with_capacity(batch),
+            rfs: None,
+            latency: None,
+            progress: None,
             stats: SinkStats::default(),
+        }
+    }
+
+    /// Records the flows it reads for RFS, as the application of `worker`.
+    pub fn with_rfs(mut self, fabric: Arc<Fabric>, worker: usize) -> Self {
+        self.rfs = Some((fabric, worker));
+        self
+    }
+
+    /// Records each datagram's latency, receive timestamp to reading, in TSC ticks.
+    pub fn with_latency(mut self) -> Self {
+        self.latency = Some((Histogram::new(), netbatch_engine::time::clock()));
+        self
+    }
+
+    /// Adds the datagrams it reads to `counter`.
+    pub fn with_progress(mut self, counter: Arc<AtomicU64>) -> Self {
+        self.progress = Some(counter);
+        self
+    }
+
+    /// The latency histogram (TSC ticks), if recorded.
+    pub fn latency(&self) -> Option<&Histogram> {
+        self.latency.as_ref().map(|(h, _)| h)
+    }
+
+    /// Forgets the latencies recorded so far.
+    pub fn reset_latency(&mut self) {
+        if let Some((h, _)) = self.latency.as_mut() {
+            h.clear();
         }
     }
 
@@ -106,17 +153,29 @@ impl App for UdpSink {
 
     fn poll(&mut self, host: &mut Host, cx: &mut Cx<'_>) -> usize {
         let mut total = 0;
+        let _ = host;
         for i in 0..self.sockets.len() {
-            let Some(s) = host.sockets.get_mut(self.sockets[i]) else {
-                continue;
-            };
-            if s.recv_batch(&mut self.buf, self.batch) == 0 {
+            if self.sockets[i].recv_batch(&mut self.buf, self.batch) == 0 {
                 continue;
             }
+            let now = self.latency.as_ref().map_or(0, |(_, c)| c.raw());
+            let extra = self.latency.is_some() || self.rfs.is_some();
             let mut buf = core::mem::take(&mut self.buf);
             for p in buf.drain(..) {
                 let v = cx.pool.get(&p);
                 let wire = v.meta.wire_packets();
+                if extra {
+                    if let Some((h, _)) = self.latency.as_mut()
+                        && v.meta.rx_tsc != 0
+                    {
+                        h.record(now.saturating_sub(v.meta.rx_tsc));
+                    }
+                    if let Some((f, w)) = &self.rfs
+                        && v.meta.flags & flag::HASH_VALID != 0
+                    {
+                        f.record_flow(v.meta.hash, *w);
+                    }
+                }
                 if let Some(d) = datagram(&v) {
                     if !d.is_chained() {
                         self.stats.bytes += d.payload.len() as u64;
@@ -137,6 +196,11 @@ impl App for UdpSink {
                 cx.cache.free(p);
             }
             self.buf = buf;
+        }
+        if total > 0
+            && let Some(c) = &self.progress
+        {
+            c.fetch_add(total as u64, Ordering::Relaxed);
         }
         total
     }

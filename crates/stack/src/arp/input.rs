@@ -76,6 +76,9 @@ impl Stage<Host> for ArpInput {
                 && host
                     .neigh
                     .learn(ifx, spa, sha, cx.now_ns, for_us, &mut self.waiting);
+            if learned {
+                host.publish_neighbour(ifx, spa, sha);
+            }
             for w in self.waiting.drain(..) {
                 out.push(NEIGHBOUR, w);
             }

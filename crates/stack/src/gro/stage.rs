@@ -56,13 +56,13 @@ fn decide(host: &Host, f: &Features, proto: u8, dst: u32, dport: u16) -> Option<
         };
     }
     let sock = if local {
-        host.sockets
-            .lookup(dst, dport)
-            .and_then(|id| host.sockets.get(id))
+        let t = host.sockets.snapshot();
+        t.lookup(dst, dport)
+            .map(|id| t.get(id).is_some_and(|s| s.gro()))
     } else {
         None
     };
-    let sock_gro = sock.is_some_and(|s| s.gro);
+    let sock_gro = sock == Some(true);
     if f.rx_gro_list && !sock_gro {
         Some(Kind::Fraglist)
     } else if sock_gro || (sock.is_none() && f.rx_udp_gro_forwarding) {

@@ -10,11 +10,77 @@
 
 use core::net::Ipv4Addr;
 use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use netbatch_engine::{BufCache, Pkt};
 use netbatch_wire::ethernet::MacAddr;
 
 pub mod resolve;
+
+/// What workers learn from ARP, shared: each worker keeps its own table (and its own
+/// queues of packets waiting for resolution), and learns what the others learned before
+/// each round, as if the table were one. Bounded: a worker that falls more than
+/// [`NeighShared::KEEP`] updates behind misses the oldest and resolves them itself.
+#[derive(Debug, Default)]
+pub struct NeighShared {
+    seq: AtomicU64,
+    log: Mutex<VecDeque<Learned>>,
+}
+
+/// One learned neighbour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Learned {
+    /// Sequence number of the update.
+    pub seq: u64,
+    /// Worker that learned it.
+    pub origin: usize,
+    /// Interface.
+    pub iface: u16,
+    /// Address.
+    pub ip: Ipv4Addr,
+    /// MAC.
+    pub mac: MacAddr,
+}
+
+impl NeighShared {
+    /// Updates kept for workers that are behind.
+    pub const KEEP: usize = 4096;
+
+    /// Tells the other workers that `origin` learned `ip` → `mac` on `iface`.
+    pub fn publish(&self, origin: usize, iface: u16, ip: Ipv4Addr, mac: MacAddr) {
+        let mut log = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seq = self.seq.load(Ordering::Relaxed) + 1;
+        if log.len() == Self::KEEP {
+            log.pop_front();
+        }
+        log.push_back(Learned {
+            seq,
+            origin,
+            iface,
+            ip,
+            mac,
+        });
+        self.seq.store(seq, Ordering::Release);
+    }
+
+    /// Updates after `seen` (one atomic load when there are none) into `out`; returns
+    /// the sequence number reached.
+    pub fn since(&self, seen: u64, out: &mut Vec<Learned>) -> u64 {
+        if self.seq.load(Ordering::Acquire) == seen {
+            return seen;
+        }
+        let log = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        out.extend(log.iter().filter(|l| l.seq > seen).copied());
+        log.back().map_or(seen, |l| l.seq)
+    }
+}
 
 /// Tunables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,7 @@ use netbatch_engine::meta::{flag, gso};
 use netbatch_engine::{Cx, DropReason, Next, Out, Pkt, PktList, Stage};
 use netbatch_wire::checksum;
 
-use super::socket::SocketId;
+use super::socket::{SocketId, SocketWriter, Table, TableCache};
 use crate::host::Host;
 
 /// Arc to the ICMP error stage (no socket).
@@ -29,12 +29,37 @@ pub const ERROR: Next = Next(0);
 #[derive(Debug, Default)]
 pub struct UdpInput {
     segs: Vec<Pkt>,
+    tables: TableCache,
+    /// The previous datagram's socket, kept across calls (per-packet mode calls with one
+    /// datagram) while the table stays the same.
+    hint: Option<(u32, u16, Option<SocketId>)>,
+    hint_gen: u64,
     /// Super-datagrams segmented before queueing.
     pub segmented: u64,
 }
 
-/// The socket of the previous datagram: (destination, port, socket).
-type Hint = Option<(u32, u16, Option<SocketId>)>;
+/// Per-list state: the socket table, the socket of the previous datagram (destination,
+/// port, socket), and the queue of the socket of the current run of datagrams, locked
+/// once for the whole run.
+struct Batch<'t> {
+    table: &'t Table,
+    hint: Option<(u32, u16, Option<SocketId>)>,
+    writer: Option<(SocketId, SocketWriter<'t>)>,
+}
+
+impl<'t> Batch<'t> {
+    /// The locked queue of `sock` (locking it, and releasing the previous one, when the
+    /// run changes socket); `None` if the socket is gone.
+    #[inline]
+    fn writer(&mut self, sock: SocketId) -> Option<&mut SocketWriter<'t>> {
+        if self.writer.as_ref().is_none_or(|(id, _)| *id != sock) {
+            self.writer = None;
+            let s = self.table.get(sock)?;
+            self.writer = Some((sock, s.writer()));
+        }
+        self.writer.as_mut().map(|(_, w)| w)
+    }
+}
 
 impl UdpInput {
     /// Checks and queues one datagram (`SUPER`: a super-datagram; the plain version,
@@ -45,12 +70,12 @@ impl UdpInput {
         host: &mut Host,
         cx: &mut Cx<'_>,
         mut p: Pkt,
-        hint: &mut Hint,
+        b: &mut Batch<'_>,
         out: &mut Out,
     ) {
         let mut v = cx.pool.get_mut(&mut p);
         if SUPER && v.meta.flags & flag::L4_CSUM_OK == 0 {
-            self.unverified(host, cx, p, hint, out);
+            self.unverified(host, cx, p, b, out);
             return;
         }
         let chained = SUPER && v.meta.chain.is_some();
@@ -94,11 +119,11 @@ impl UdpInput {
             v.truncate(ihl + ulen);
         }
         v.meta.flags |= flag::L4_CSUM_OK;
-        let sock = match *hint {
+        let sock = match b.hint {
             Some((a, port, s)) if a == dst && port == dport => s,
             _ => {
-                let s = host.sockets.lookup(dst, dport);
-                *hint = Some((dst, dport, s));
+                let s = b.table.lookup(dst, dport);
+                b.hint = Some((dst, dport, s));
                 s
             }
         };
@@ -119,11 +144,24 @@ impl UdpInput {
             }
             return;
         };
-        let Some(s) = host.sockets.get_mut(sock) else {
+        if !SUPER || wire == 1 {
+            // The common case: the run's socket queue is locked already.
+            match b.writer(sock) {
+                Some(w) => {
+                    if let Err(p) = w.push(p, 1) {
+                        out.drop(p, DropReason::SocketQueueFull);
+                    }
+                }
+                None => out.drop(p, DropReason::NoSocket),
+            }
+            return;
+        }
+        b.writer = None;
+        let Some(s) = b.table.get(sock) else {
             out.drop(p, DropReason::NoSocket);
             return;
         };
-        if !SUPER || wire == 1 || (whole && s.gro) {
+        if whole && s.gro() {
             if let Err(p) = s.enqueue(p, wire) {
                 out.drop(p, DropReason::SocketQueueFull);
             }
@@ -153,10 +191,10 @@ impl UdpInput {
         host: &mut Host,
         cx: &mut Cx<'_>,
         p: Pkt,
-        hint: &mut Hint,
+        b: &mut Batch<'_>,
         out: &mut Out,
     ) {
-        self.one::<true>(host, cx, p, hint, out);
+        self.one::<true>(host, cx, p, b, out);
     }
 
     /// A super-datagram whose checksum nobody verified: each datagram is checked on its
@@ -168,7 +206,7 @@ impl UdpInput {
         host: &mut Host,
         cx: &mut Cx<'_>,
         p: Pkt,
-        hint: &mut Hint,
+        b: &mut Batch<'_>,
         out: &mut Out,
     ) {
         match crate::gso::segment(cx.pool, cx.cache, p, &mut self.segs) {
@@ -176,7 +214,7 @@ impl UdpInput {
                 self.segmented += 1;
                 let mut segs = core::mem::take(&mut self.segs);
                 for q in segs.drain(..) {
-                    self.one::<false>(host, cx, q, hint, out);
+                    self.one::<false>(host, cx, q, b, out);
                 }
                 self.segs = segs;
             }
@@ -195,13 +233,25 @@ impl Stage<Host> for UdpInput {
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
-        let mut hint: Hint = None;
+        let mut tables = core::mem::take(&mut self.tables);
+        tables.get(&host.sockets);
+        let generation = tables.generation();
+        let table = tables.get(&host.sockets);
+        let mut b = Batch {
+            table,
+            hint: self.hint.filter(|_| generation == self.hint_gen),
+            writer: None,
+        };
         for p in list.drain(..) {
             if cx.pool.get(&p).meta.gso_type == gso::NONE {
-                self.one::<false>(host, cx, p, &mut hint, out);
+                self.one::<false>(host, cx, p, &mut b, out);
             } else {
-                self.super_datagram(host, cx, p, &mut hint, out);
+                self.super_datagram(host, cx, p, &mut b, out);
             }
         }
+        self.hint = b.hint;
+        self.hint_gen = generation;
+        drop(b);
+        self.tables = tables;
     }
 }

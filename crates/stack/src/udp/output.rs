@@ -190,8 +190,8 @@ pub fn send(
     } else {
         v.meta.flags &= !flag::PAYLOAD_SUM;
     }
-    if let Some(s) = host.sockets.get_mut(sock) {
-        s.stats.sent += n as u64;
+    if let Some(s) = host.sockets.get(sock) {
+        s.count_sent(n as u64);
     }
     cx.originate(n as u64);
     host.injected.to_local_out.push(head);

@@ -4,28 +4,46 @@
 //! Lookup order: exact local address first, then the wildcard (RFC 1122 4.1.3.5: the
 //! most specific binding wins). A queue never grows past its configured length; a full
 //! queue is a counted drop at the UDP stage.
+//!
+//! The table is shared by every worker (a clone of [`Sockets`] is the same table), as a
+//! kernel's sockets are shared by its CPUs: whichever worker processes a datagram queues
+//! it on the one socket, and the application reads it wherever it runs. The fast path
+//! takes no lock for lookups: the binding table is an immutable snapshot replaced on
+//! bind and close (a generation counter tells users to refresh theirs), and each
+//! socket's queue takes one uncontended lock per batch of datagrams, not per datagram.
 
 use core::fmt;
 use core::net::Ipv4Addr;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use netbatch_engine::{BufCache, Pkt};
+use netbatch_engine::{BufCache, Pkt, Pool};
 
 /// A socket's index in the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SocketId(pub u32);
 
-/// Counters of one socket.
+/// Counters of one socket (wire datagrams: a GRO super-datagram counts its segments).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SocketStats {
-    /// Datagrams queued (wire datagrams: a GRO super-datagram counts its segments).
+    /// Datagrams queued.
     pub queued: u64,
     /// Datagrams refused because the queue was full.
     pub queue_full: u64,
     /// Datagrams read by the application.
     pub read: u64,
-    /// Datagrams sent (wire datagrams: a segmented send counts its segments).
+    /// Datagrams sent.
     pub sent: u64,
+}
+
+/// A socket's queue and the counters that change with it (one lock for both).
+#[derive(Debug, Default)]
+struct Queue {
+    q: VecDeque<Pkt>,
+    queued: u64,
+    queue_full: u64,
+    read: u64,
 }
 
 /// One bound UDP socket.
@@ -35,19 +53,36 @@ pub struct UdpSocket {
     pub addr: Ipv4Addr,
     /// Local port.
     pub port: u16,
-    /// Receive super-datagrams with their segment size instead of one datagram per
-    /// segment (like `UDP_GRO`).
-    pub gro: bool,
-    queue: VecDeque<Pkt>,
+    gro: AtomicBool,
+    closed: AtomicBool,
+    queue: Mutex<Queue>,
     cap: usize,
-    /// Counters.
-    pub stats: SocketStats,
+    sent: AtomicU64,
 }
 
 impl UdpSocket {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A panic while holding the lock cannot leave the queue half-changed (push and
+        // drain are the only operations), so a poisoned lock is still usable.
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the socket takes GRO super-datagrams whole (like `UDP_GRO`).
+    #[inline]
+    pub fn gro(&self) -> bool {
+        self.gro.load(Ordering::Relaxed)
+    }
+
+    /// Asks for super-datagrams whole (`true`) or one datagram per segment.
+    pub fn set_gro(&self, on: bool) {
+        self.gro.store(on, Ordering::Relaxed);
+    }
+
     /// Queued handles.
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.lock().q.len()
     }
 
     /// Queue capacity in handles.
@@ -55,28 +90,108 @@ impl UdpSocket {
         self.cap
     }
 
-    /// Appends a datagram; gives it back if the queue is full.
+    /// Counters.
+    pub fn stats(&self) -> SocketStats {
+        let q = self.lock();
+        SocketStats {
+            queued: q.queued,
+            queue_full: q.queue_full,
+            read: q.read,
+            sent: self.sent.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Counts `n` datagrams sent from this socket.
+    pub fn count_sent(&self, n: u64) {
+        self.sent.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Appends a datagram standing for `wire` wire datagrams; gives it back if the queue
+    /// is full or the socket closed.
     #[inline]
-    pub fn enqueue(&mut self, p: Pkt, wire: u64) -> Result<(), Pkt> {
-        if self.queue.len() >= self.cap {
-            self.stats.queue_full += wire;
+    pub fn enqueue(&self, p: Pkt, wire: u64) -> Result<(), Pkt> {
+        let mut q = self.lock();
+        if q.q.len() >= self.cap || self.closed.load(Ordering::Relaxed) {
+            q.queue_full += wire;
             return Err(p);
         }
-        self.stats.queued += wire;
-        self.queue.push_back(p);
+        q.q.push_back(p);
+        q.queued += wire;
         Ok(())
     }
 
+    /// Takes the queue's lock for a run of datagrams: [`SocketWriter::push`] appends each
+    /// without locking again; the lock goes with the writer.
+    #[inline]
+    pub fn writer(&self) -> SocketWriter<'_> {
+        SocketWriter {
+            q: self.lock(),
+            cap: self.cap,
+            closed: self.closed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Appends `batch` (plain datagrams, in order) under one lock; what does not fit is
+    /// left in `batch`, in order, for the caller to drop. Returns how many were queued.
+    #[inline]
+    pub fn enqueue_batch(&self, batch: &mut Vec<Pkt>) -> usize {
+        let mut q = self.lock();
+        let room = if self.closed.load(Ordering::Relaxed) {
+            0
+        } else {
+            self.cap.saturating_sub(q.q.len())
+        };
+        let n = room.min(batch.len());
+        for p in batch.drain(..n) {
+            q.q.push_back(p);
+        }
+        q.queued += n as u64;
+        q.queue_full += batch.len() as u64;
+        n
+    }
+
     /// Moves up to `max` queued datagrams to `out`, oldest first; returns how many.
-    #[inline(always)]
-    pub fn recv_batch(&mut self, out: &mut Vec<Pkt>, max: usize) -> usize {
-        let n = max.min(self.queue.len());
+    #[inline]
+    pub fn recv_batch(&self, out: &mut Vec<Pkt>, max: usize) -> usize {
+        let mut q = self.lock();
+        let n = max.min(q.q.len());
         out.reserve(n);
-        for p in self.queue.drain(..n) {
+        for p in q.q.drain(..n) {
             out.push(p);
         }
-        self.stats.read += n as u64;
+        q.read += n as u64;
         n
+    }
+
+    /// Frees everything queued.
+    fn drain(&self, cache: &mut BufCache) {
+        let mut q = self.lock();
+        for p in q.q.drain(..) {
+            cache.free(p);
+        }
+    }
+}
+
+/// A socket's queue, locked for a run of datagrams.
+#[derive(Debug)]
+pub struct SocketWriter<'a> {
+    q: MutexGuard<'a, Queue>,
+    cap: usize,
+    closed: bool,
+}
+
+impl SocketWriter<'_> {
+    /// Appends a datagram standing for `wire` wire datagrams; gives it back if the queue
+    /// is full or the socket closed.
+    #[inline]
+    pub fn push(&mut self, p: Pkt, wire: u64) -> Result<(), Pkt> {
+        if self.q.q.len() >= self.cap || self.closed {
+            self.q.queue_full += wire;
+            return Err(p);
+        }
+        self.q.q.push_back(p);
+        self.q.queued += wire;
+        Ok(())
     }
 }
 
@@ -107,76 +222,15 @@ fn key(addr: u32, port: u16) -> u64 {
     (u64::from(addr) << 16) | u64::from(port)
 }
 
-/// All UDP sockets of a worker.
-#[derive(Debug, Default)]
-pub struct Sockets {
-    socks: Vec<Option<UdpSocket>>,
+/// An immutable view of the bindings, valid until the next bind or close.
+#[derive(Debug, Default, Clone)]
+pub struct Table {
+    socks: Vec<Option<Arc<UdpSocket>>>,
     map: hashbrown::HashMap<u64, u32, foldhash::fast::FixedState>,
     exact_binds: usize,
 }
 
-impl Sockets {
-    /// An empty table.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Binds `addr:port` with a queue of `queue_len` datagrams.
-    pub fn bind(
-        &mut self,
-        addr: Ipv4Addr,
-        port: u16,
-        queue_len: usize,
-    ) -> Result<SocketId, BindError> {
-        if port == 0 {
-            return Err(BindError::PortZero);
-        }
-        if queue_len == 0 {
-            return Err(BindError::ZeroQueue);
-        }
-        let k = key(u32::from(addr), port);
-        if self.map.contains_key(&k) {
-            return Err(BindError::InUse(addr, port));
-        }
-        let s = UdpSocket {
-            addr,
-            port,
-            gro: false,
-            queue: VecDeque::with_capacity(queue_len),
-            cap: queue_len,
-            stats: SocketStats::default(),
-        };
-        let id = match self.socks.iter().position(Option::is_none) {
-            Some(i) => {
-                self.socks[i] = Some(s);
-                i
-            }
-            None => {
-                self.socks.push(Some(s));
-                self.socks.len() - 1
-            }
-        };
-        let id = u32::try_from(id).unwrap_or_else(|_| unreachable!("fewer than 2^32 sockets"));
-        self.map.insert(k, id);
-        if !addr.is_unspecified() {
-            self.exact_binds += 1;
-        }
-        Ok(SocketId(id))
-    }
-
-    /// Closes a socket, freeing what its queue held.
-    pub fn close(&mut self, id: SocketId, cache: &mut BufCache) {
-        if let Some(Some(mut s)) = self.socks.get_mut(id.0 as usize).map(Option::take) {
-            self.map.remove(&key(u32::from(s.addr), s.port));
-            if !s.addr.is_unspecified() {
-                self.exact_binds -= 1;
-            }
-            for p in s.queue.drain(..) {
-                cache.free(p);
-            }
-        }
-    }
-
+impl Table {
     /// The socket for a datagram to `dst:port` (address bits), exact binding first.
     #[inline]
     pub fn lookup(&self, dst: u32, port: u16) -> Option<SocketId> {
@@ -190,40 +244,199 @@ impl Sockets {
 
     /// A socket by id.
     #[inline]
-    pub fn get_mut(&mut self, id: SocketId) -> Option<&mut UdpSocket> {
-        self.socks.get_mut(id.0 as usize).and_then(Option::as_mut)
+    pub fn get(&self, id: SocketId) -> Option<&Arc<UdpSocket>> {
+        self.socks.get(id.0 as usize).and_then(Option::as_ref)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// Bumped on every bind and close.
+    generation: AtomicU64,
+    table: RwLock<Arc<Table>>,
+}
+
+/// All UDP sockets of the datapath; clones share the table.
+#[derive(Debug, Default, Clone)]
+pub struct Sockets {
+    shared: Arc<Shared>,
+}
+
+/// A user's cached snapshot of the table, refreshed when the table changed.
+#[derive(Debug, Default)]
+pub struct TableCache {
+    generation: u64,
+    table: Option<Arc<Table>>,
+}
+
+impl TableCache {
+    /// The generation of the table last returned.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The current table (one atomic load when nothing changed).
+    #[inline]
+    pub fn get(&mut self, s: &Sockets) -> &Table {
+        let g = s.shared.generation.load(Ordering::Acquire);
+        if self.table.is_none() || g != self.generation {
+            self.table = Some(s.snapshot());
+            self.generation = g;
+        }
+        match &self.table {
+            Some(t) => t,
+            None => unreachable!("filled above"),
+        }
+    }
+}
+
+impl Sockets {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The bindings now.
+    pub fn snapshot(&self) -> Arc<Table> {
+        self.shared
+            .table
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Table)) {
+        let mut t = self
+            .shared
+            .table
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = (**t).clone();
+        f(&mut next);
+        *t = Arc::new(next);
+        self.shared.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Binds `addr:port` with a queue of `queue_len` datagrams.
+    pub fn bind(&self, addr: Ipv4Addr, port: u16, queue_len: usize) -> Result<SocketId, BindError> {
+        if port == 0 {
+            return Err(BindError::PortZero);
+        }
+        if queue_len == 0 {
+            return Err(BindError::ZeroQueue);
+        }
+        let k = key(u32::from(addr), port);
+        let mut out = Err(BindError::InUse(addr, port));
+        self.update(|t| {
+            if t.map.contains_key(&k) {
+                return;
+            }
+            let s = Arc::new(UdpSocket {
+                addr,
+                port,
+                gro: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+                queue: Mutex::new(Queue {
+                    q: VecDeque::with_capacity(queue_len.min(65_536)),
+                    ..Queue::default()
+                }),
+                cap: queue_len,
+                sent: AtomicU64::new(0),
+            });
+            let id = match t.socks.iter().position(Option::is_none) {
+                Some(i) => {
+                    t.socks[i] = Some(s);
+                    i
+                }
+                None => {
+                    t.socks.push(Some(s));
+                    t.socks.len() - 1
+                }
+            };
+            let id = u32::try_from(id).unwrap_or_else(|_| unreachable!("fewer than 2^32 sockets"));
+            t.map.insert(k, id);
+            if !addr.is_unspecified() {
+                t.exact_binds += 1;
+            }
+            out = Ok(SocketId(id));
+        });
+        out
+    }
+
+    /// Binds `addr:port` and returns the socket itself (what an application keeps).
+    pub fn open(
+        &self,
+        addr: Ipv4Addr,
+        port: u16,
+        queue_len: usize,
+    ) -> Result<(SocketId, Arc<UdpSocket>), BindError> {
+        let id = self.bind(addr, port, queue_len)?;
+        match self.get(id) {
+            Some(s) => Ok((id, s)),
+            None => unreachable!("just bound"),
+        }
+    }
+
+    /// Closes a socket, freeing what its queue held. A worker still holding the old
+    /// table sees it closed and refuses datagrams for it.
+    pub fn close(&self, id: SocketId, cache: &mut BufCache) {
+        let mut gone = None;
+        self.update(|t| {
+            if let Some(s) = t.socks.get_mut(id.0 as usize).and_then(Option::take) {
+                t.map.remove(&key(u32::from(s.addr), s.port));
+                if !s.addr.is_unspecified() {
+                    t.exact_binds -= 1;
+                }
+                gone = Some(s);
+            }
+        });
+        if let Some(s) = gone {
+            s.closed.store(true, Ordering::Relaxed);
+            s.drain(cache);
+        }
+    }
+
+    /// The socket for a datagram to `dst:port` (address bits), exact binding first.
+    pub fn lookup(&self, dst: u32, port: u16) -> Option<SocketId> {
+        self.snapshot().lookup(dst, port)
     }
 
     /// A socket by id.
-    pub fn get(&self, id: SocketId) -> Option<&UdpSocket> {
-        self.socks.get(id.0 as usize).and_then(Option::as_ref)
+    pub fn get(&self, id: SocketId) -> Option<Arc<UdpSocket>> {
+        self.snapshot().get(id).cloned()
     }
 
     /// Every open socket.
-    pub fn iter(&self) -> impl Iterator<Item = (SocketId, &UdpSocket)> {
-        self.socks
+    pub fn iter(&self) -> Vec<(SocketId, Arc<UdpSocket>)> {
+        self.snapshot()
+            .socks
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.as_ref().map(|s| (SocketId(i as u32), s)))
+            .filter_map(|(i, s)| s.clone().map(|s| (SocketId(i as u32), s)))
+            .collect()
     }
 
     /// Wire datagrams queued over all sockets (they are "held"; a super-datagram counts
     /// its segments).
-    pub fn held(&self, pool: &netbatch_engine::Pool) -> u64 {
-        self.socks
+    pub fn held(&self, pool: &Pool) -> u64 {
+        let t = self.snapshot();
+        t.socks
             .iter()
             .flatten()
-            .flat_map(|s| s.queue.iter())
-            .map(|p| pool.get(p).meta.wire_packets())
+            .map(|s| {
+                s.lock()
+                    .q
+                    .iter()
+                    .map(|p| pool.get(p).meta.wire_packets())
+                    .sum::<u64>()
+            })
             .sum()
     }
 
     /// Frees everything queued (at shutdown).
-    pub fn drain_all(&mut self, cache: &mut BufCache) {
-        for s in self.socks.iter_mut().flatten() {
-            for p in s.queue.drain(..) {
-                cache.free(p);
-            }
+    pub fn drain_all(&self, cache: &mut BufCache) {
+        for s in self.snapshot().socks.iter().flatten() {
+            s.drain(cache);
         }
     }
 }
@@ -234,7 +447,7 @@ mod tests {
 
     #[test]
     fn exact_binding_wins_over_wildcard() {
-        let mut t = Sockets::new();
+        let t = Sockets::new();
         let any = t.bind(Ipv4Addr::UNSPECIFIED, 53, 4).unwrap();
         let one = t.bind("192.0.2.1".parse().unwrap(), 53, 4).unwrap();
         assert_eq!(t.lookup(0xc000_0201, 53), Some(one));
@@ -252,26 +465,28 @@ mod tests {
 
     #[test]
     fn queue_is_bounded_and_reads_in_order() {
-        let pool = netbatch_engine::Pool::new(netbatch_engine::PoolConfig {
+        let pool = Pool::new(netbatch_engine::PoolConfig {
             buffers: 8,
             cache_size: 8,
             ..Default::default()
         })
         .unwrap();
         let mut c = pool.cache();
-        let mut t = Sockets::new();
+        let t = Sockets::new();
         let id = t.bind(Ipv4Addr::UNSPECIFIED, 9, 3).unwrap();
+        let s = t.get(id).unwrap();
         let mut idx = Vec::new();
+        let mut batch = Vec::new();
         for _ in 0..4 {
             let p = c.alloc().unwrap();
             idx.push(p.index());
-            match t.get_mut(id).unwrap().enqueue(p, 1) {
-                Ok(()) => {}
-                Err(p) => c.free(p),
-            }
+            batch.push(p);
         }
-        let s = t.get_mut(id).unwrap();
-        assert_eq!((s.stats.queued, s.stats.queue_full), (3, 1));
+        assert_eq!(s.enqueue_batch(&mut batch), 3);
+        assert_eq!(batch.len(), 1, "the one that did not fit is given back");
+        c.free_all(&mut batch);
+        let st = s.stats();
+        assert_eq!((st.queued, st.queue_full), (3, 1));
         let mut out = Vec::new();
         assert_eq!(s.recv_batch(&mut out, 2), 2);
         assert_eq!(out.iter().map(Pkt::index).collect::<Vec<_>>(), idx[..2]);
@@ -279,7 +494,27 @@ mod tests {
         assert_eq!(t.held(&pool), 1);
         t.close(id, &mut c);
         assert_eq!(t.held(&pool), 0);
+        // A holder of the old handle finds it closed.
+        let p = c.alloc().unwrap();
+        let p = s.enqueue(p, 1).unwrap_err();
+        c.free(p);
         drop(c);
         assert_eq!(pool.free_in_pool(), 8);
+    }
+
+    #[test]
+    fn clones_share_the_table_and_caches_follow_changes() {
+        let a = Sockets::new();
+        let b = a.clone();
+        let mut cache = TableCache::default();
+        assert_eq!(cache.get(&b).lookup(0, 7), None);
+        let id = a.bind(Ipv4Addr::UNSPECIFIED, 7, 1).unwrap();
+        assert_eq!(
+            cache.get(&b).lookup(0, 7),
+            Some(id),
+            "refreshed after a bind"
+        );
+        let t = std::thread::spawn(move || b.lookup(0, 7));
+        assert_eq!(t.join().unwrap(), Some(id));
     }
 }

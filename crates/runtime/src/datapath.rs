@@ -1,0 +1,159 @@
+//! Several workers, each on its own thread (pinned to a core when asked), sharing the
+//! buffer pool, the routes, the sockets and the RPS fabric.
+//!
+//! A worker thread polls; when a round finds nothing to do it keeps polling for
+//! `idle_spin` (busy polling, as NAPI busy-poll does), then sleeps until another worker
+//! kicks it or a millisecond passes (its timers), so an idle datapath burns no cores.
+//! Stopping: every worker finishes its round and stops receiving; then each processes
+//! what other workers had already sent it; then the threads end and hand their workers
+//! back for counters and the final clean-up (every buffer back in the pool).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::rps::Fabric;
+use crate::worker::Worker;
+
+/// How the worker threads run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunParams {
+    /// Busy polling after the last work before sleeping, in ns.
+    pub idle_spin_ns: u64,
+    /// Core of each worker (by index); empty: not pinned.
+    pub cores: Vec<usize>,
+}
+
+impl Default for RunParams {
+    fn default() -> Self {
+        Self {
+            idle_spin_ns: 50_000,
+            cores: Vec::new(),
+        }
+    }
+}
+
+/// Running workers.
+#[derive(Debug)]
+pub struct Datapath {
+    fabric: Arc<Fabric>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<Worker>>,
+}
+
+/// Why the datapath could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A thread could not be created.
+    #[error("starting worker {0}: {1}")]
+    Spawn(usize, std::io::Error),
+    /// A core to pin to does not exist.
+    #[error("worker {0}: core {1} does not exist (cores 0 to {2})")]
+    NoCore(usize, usize, usize),
+}
+
+impl Datapath {
+    /// Starts one thread per worker. `workers[i]` must hold the fabric's side `i`
+    /// (or no RPS at all).
+    pub fn start(
+        workers: Vec<Worker>,
+        fabric: Arc<Fabric>,
+        params: &RunParams,
+    ) -> Result<Self, StartError> {
+        let cores = core_affinity::get_core_ids().unwrap_or_default();
+        for (i, &c) in params.cores.iter().enumerate().take(workers.len()) {
+            if !cores.iter().any(|id| id.id == c) {
+                return Err(StartError::NoCore(i, c, cores.len().saturating_sub(1)));
+            }
+        }
+        let n = workers.len();
+        let barrier = Arc::new(Barrier::new(n));
+        let stop = fabric.stop_flag();
+        let mut threads = Vec::with_capacity(n);
+        for (i, w) in workers.into_iter().enumerate() {
+            let core = params.cores.get(i).copied();
+            let (fabric, barrier, stop) = (fabric.clone(), barrier.clone(), stop.clone());
+            let spin = params.idle_spin_ns;
+            let t = std::thread::Builder::new()
+                .name(format!("netbatch-w{i}"))
+                .spawn(move || {
+                    if let Some(c) = core {
+                        core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                    }
+                    run_worker(w, i, &fabric, &barrier, &stop, spin)
+                })
+                .map_err(|e| StartError::Spawn(i, e))?;
+            threads.push(t);
+        }
+        Ok(Self {
+            fabric,
+            stop,
+            threads,
+        })
+    }
+
+    /// The flag that stops the workers (for a signal handler).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Whether a stop was asked for.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Stops the workers and returns them, their backlogs processed, ready for
+    /// [`Worker::shutdown`] (call it on every one: the first frees the shared sockets).
+    pub fn stop(self) -> Vec<Worker> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.fabric.wake_all();
+        self.threads
+            .into_iter()
+            .map(|t| match t.join() {
+                Ok(w) => w,
+                Err(e) => std::panic::resume_unwind(e),
+            })
+            .collect()
+    }
+}
+
+fn run_worker(
+    mut w: Worker,
+    me: usize,
+    fabric: &Fabric,
+    barrier: &Barrier,
+    stop: &AtomicBool,
+    spin_ns: u64,
+) -> Worker {
+    fabric.register_thread(me);
+    let mut idle_since: Option<u64> = None;
+    while !stop.load(Ordering::Relaxed) {
+        let now = netbatch_engine::time::mono_ns();
+        if w.poll(now) > 0 {
+            idle_since = None;
+            continue;
+        }
+        let since = *idle_since.get_or_insert(now);
+        if now.saturating_sub(since) < spin_ns {
+            std::hint::spin_loop();
+            continue;
+        }
+        if fabric.park_begin(me) {
+            std::thread::park_timeout(Duration::from_millis(1));
+            fabric.park_end(me);
+        }
+    }
+    // Nobody receives any more; what is in flight to this worker is processed.
+    barrier.wait();
+    loop {
+        let now = netbatch_engine::time::mono_ns();
+        let work = w.poll_drain(now);
+        let left = w.steer.as_ref().map_or(0, crate::rps::Steer::backlog_len);
+        if work == 0 && left == 0 {
+            break;
+        }
+    }
+    barrier.wait();
+    w
+}

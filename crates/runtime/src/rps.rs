@@ -1,0 +1,630 @@
+//! RPS and RFS between workers: which worker processes a received packet, and how it
+//! gets there without breaking its list or its flow's order.
+//!
+//! Each received packet gets a flow hash (the port's, or the Toeplitz hash of its IPv4
+//! 4-tuple, of its addresses for fragments and other protocols; non-IPv4 frames have none
+//! and stay on the receiving worker). The hash picks a worker from the receive queue's RPS
+//! map (`map[(hash × len) >> 32]`, the kernel's `reciprocal_scale`), unless RFS knows the
+//! worker whose application reads the flow's socket: then that one.
+//!
+//! Packets for another worker travel through a single-producer ring per (from, to) pair,
+//! as handles (the buffer is owned by whoever holds the handle); a full ring is a counted
+//! drop (`backlog_full`). After its receive queues, a worker kicks each worker it sent to,
+//! once per round. The worker's own share is handled by the policy:
+//! - `backlog`, the kernel's: queued to its own backlog like everyone else's;
+//! - `direct`, the seed's patch: processed at once, list by list;
+//! - `deferred`: processed as one list after the other workers' shares were sent and
+//!   before the backlog, so remote workers start early and nothing waits behind a
+//!   half-processed list.
+//!
+//! A worker processes its backlog (its rings and its own backlog) a list at a time:
+//! unlike the kernel's `process_backlog`, steered packets stay listified.
+//!
+//! No flow is reordered: every (from, to) pair counts packets enqueued (tail, kept by the
+//! sender) and processed (head, published by the receiver after the graph ran them). A
+//! per-queue flow table remembers, for each flow slot, the worker its last packet went to
+//! and the tail after it. A flow moves to another worker (because the RPS map changed or
+//! RFS asks for it) only once that worker's head has passed the flow's last tail: every
+//! packet it sent before has been processed. This is the kernel's RFS rule, applied to map
+//! changes too (the kernel reorders when `rps_cpus` changes).
+
+use core::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::thread::Thread;
+
+use netbatch_engine::meta::flag;
+use netbatch_engine::{Pkt, PktList, Pool};
+use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
+
+netbatch_engine::named_enum! {
+    /// What a worker does with the packets RPS gives to itself.
+    RpsPolicy {
+        /// Queued to its own backlog too (the kernel).
+        Backlog = "backlog",
+        /// Processed at once (the seed's patch).
+        Direct = "direct",
+        /// Processed as one list at the end of the poll, after the others' were sent.
+        Deferred = "deferred",
+    }
+}
+
+/// RPS settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpsParams {
+    /// Own-share policy.
+    pub policy: RpsPolicy,
+    /// Capacity of each backlog ring, in packets (`netdev_max_backlog`).
+    pub max_backlog: usize,
+    /// Flow-table slots per receive queue, log2 (`rps_flow_cnt`).
+    pub flow_log: u8,
+    /// RFS socket-flow table entries, log2 (`rps_sock_flow_entries`); 0 turns RFS off.
+    pub rfs_log: u8,
+}
+
+impl Default for RpsParams {
+    fn default() -> Self {
+        Self {
+            policy: RpsPolicy::Deferred,
+            max_backlog: 1000,
+            flow_log: 12,
+            rfs_log: 15,
+        }
+    }
+}
+
+/// Per-worker counters, as `/proc/net/softnet_stat` has them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SoftnetStats {
+    /// Packets processed by this worker's graph (received here or taken from a backlog).
+    pub processed: u64,
+    /// Packets dropped because a backlog was full.
+    pub dropped: u64,
+    /// Rounds that ended on the budget or the time cap with work left.
+    pub time_squeeze: u64,
+    /// Wake-ups received (kicks from other workers, and own-backlog schedules).
+    pub received_rps: u64,
+    /// Backlog polls that found packets.
+    pub backlog_polls: u64,
+    /// Backlog length at the last look (rings to this worker plus its own backlog).
+    pub backlog_len: u64,
+    /// Packets sent to other workers.
+    pub handed_off: u64,
+    /// Packets taken from other workers' rings.
+    pub taken_over: u64,
+}
+
+/// What the workers share.
+#[derive(Debug)]
+pub struct Fabric {
+    n: usize,
+    slots: Vec<Slot>,
+    /// `heads[from * n + to]`: packets of the (from, to) queue processed by `to`.
+    heads: Vec<AtomicU64>,
+    /// RFS: (hash with the worker bits cleared) | worker; `EMPTY` when unset.
+    rfs: Box<[AtomicU32]>,
+    /// RPS maps per port, replaced as a whole.
+    maps: RwLock<Arc<Vec<Vec<u16>>>>,
+    maps_gen: AtomicU64,
+    stop: Arc<AtomicBool>,
+}
+
+/// An RFS entry with nothing in it.
+const EMPTY: u32 = u32::MAX;
+
+#[derive(Debug, Default)]
+struct Slot {
+    kicked: AtomicBool,
+    parked: AtomicBool,
+    thread: OnceLock<Thread>,
+}
+
+impl Fabric {
+    /// Workers.
+    pub fn workers(&self) -> usize {
+        self.n
+    }
+
+    /// The flag that stops the workers.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Bits of an RFS entry that hold the worker.
+    fn worker_mask(&self) -> u32 {
+        (self.n.next_power_of_two() - 1) as u32
+    }
+
+    /// Replaces the RPS map of `port` (the workers its packets are spread over).
+    pub fn set_map(&self, port: usize, workers: Vec<u16>) {
+        let mut m = self
+            .maps
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = (**m).clone();
+        if next.len() <= port {
+            next.resize(port + 1, Vec::new());
+        }
+        next[port] = workers;
+        *m = Arc::new(next);
+        self.maps_gen.fetch_add(1, Ordering::Release);
+    }
+
+    fn maps(&self) -> Arc<Vec<Vec<u16>>> {
+        self.maps
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// RFS: the application of `worker` reads the flow with `hash` (what the kernel's
+    /// `sock_rps_record_flow` does on every receive). Written only when it changes.
+    #[inline]
+    pub fn record_flow(&self, hash: u32, worker: usize) {
+        if self.rfs.is_empty() || hash == 0 {
+            return;
+        }
+        let m = self.worker_mask();
+        let v = (hash & !m) | (worker as u32 & m);
+        let e = &self.rfs[hash as usize & (self.rfs.len() - 1)];
+        if e.load(Ordering::Relaxed) != v {
+            e.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// The worker RFS wants for `hash`, if any.
+    fn rfs_worker(&self, hash: u32) -> Option<usize> {
+        if self.rfs.is_empty() {
+            return None;
+        }
+        let m = self.worker_mask();
+        let e = self.rfs[hash as usize & (self.rfs.len() - 1)].load(Ordering::Relaxed);
+        (e != EMPTY && e & !m == hash & !m && ((e & m) as usize) < self.n)
+            .then_some((e & m) as usize)
+    }
+
+    /// Registers the thread running worker `w` (to be unparked by kicks).
+    pub fn register_thread(&self, w: usize) {
+        if let Some(s) = self.slots.get(w) {
+            let _ = s.thread.set(std::thread::current());
+        }
+    }
+
+    /// Tells worker `w` it has backlog; `true` if it was not told already.
+    fn kick(&self, w: usize) -> bool {
+        let Some(s) = self.slots.get(w) else {
+            return false;
+        };
+        if s.kicked.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        if s.parked.load(Ordering::Acquire)
+            && let Some(t) = s.thread.get()
+        {
+            t.unpark();
+        }
+        true
+    }
+
+    /// Wakes every worker (to see `stop`).
+    pub fn wake_all(&self) {
+        for s in &self.slots {
+            if let Some(t) = s.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Marks worker `w` about to sleep; `false` if it was kicked meanwhile (do not sleep).
+    pub fn park_begin(&self, w: usize) -> bool {
+        let s = &self.slots[w];
+        s.parked.store(true, Ordering::SeqCst);
+        if s.kicked.load(Ordering::SeqCst) || self.stop.load(Ordering::SeqCst) {
+            s.parked.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Marks worker `w` awake.
+    pub fn park_end(&self, w: usize) {
+        self.slots[w].parked.store(false, Ordering::SeqCst);
+    }
+}
+
+/// A flow-table slot of one receive queue.
+#[derive(Debug, Clone, Copy)]
+struct FlowSlot {
+    worker: u16,
+    /// Tail of the (this worker, `worker`) queue after the flow's last packet.
+    last_tail: u64,
+}
+
+const NO_WORKER: u16 = u16::MAX;
+
+/// A worker's side of RPS.
+pub struct Steer {
+    me: usize,
+    fabric: Arc<Fabric>,
+    params: RpsParams,
+    toeplitz: Arc<Toeplitz>,
+    /// Rings to each worker (none to itself).
+    to: Vec<Option<rtrb::Producer<Pkt>>>,
+    /// Rings from each worker.
+    from: Vec<Option<rtrb::Consumer<Pkt>>>,
+    /// Own backlog (`backlog` policy).
+    own: std::collections::VecDeque<Pkt>,
+    /// Packets enqueued to each worker (own share included).
+    tails: Vec<u64>,
+    /// Own share processed (this worker's head of its own queue).
+    own_head: u64,
+    /// Flow tables per port.
+    flows: Vec<Vec<FlowSlot>>,
+    maps: Arc<Vec<Vec<u16>>>,
+    maps_gen: u64,
+    /// Workers sent to this round.
+    sent: Vec<bool>,
+    /// Own share for the end of the poll (`deferred`).
+    pub(crate) deferred: PktList,
+    scratch: PktList,
+    /// Counters.
+    pub stats: SoftnetStats,
+}
+
+impl core::fmt::Debug for Steer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Steer")
+            .field("me", &self.me)
+            .field("policy", &self.params.policy)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// Builds the fabric for `n` workers and each worker's side of it. `maps[port]` lists
+/// the workers packets received on `port` are spread over (empty: not steered).
+pub fn fabric(
+    n: usize,
+    params: &RpsParams,
+    maps: Vec<Vec<u16>>,
+    ports: usize,
+) -> (Arc<Fabric>, Vec<Steer>) {
+    let n = n.max(1);
+    let rfs_len = if params.rfs_log == 0 {
+        0
+    } else {
+        1usize << params.rfs_log
+    };
+    let fabric = Arc::new(Fabric {
+        n,
+        slots: (0..n).map(|_| Slot::default()).collect(),
+        heads: (0..n * n).map(|_| AtomicU64::new(0)).collect(),
+        rfs: (0..rfs_len).map(|_| AtomicU32::new(EMPTY)).collect(),
+        maps: RwLock::new(Arc::new(maps)),
+        maps_gen: AtomicU64::new(0),
+        stop: Arc::new(AtomicBool::new(false)),
+    });
+    let toeplitz = Arc::new(Toeplitz::new(&MS_KEY));
+    let mut to: Vec<Vec<Option<rtrb::Producer<Pkt>>>> =
+        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+    let mut from: Vec<Vec<Option<rtrb::Consumer<Pkt>>>> =
+        (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+    for a in 0..n {
+        for b in 0..n {
+            if a != b {
+                let (p, c) = rtrb::RingBuffer::new(params.max_backlog.max(1));
+                to[a][b] = Some(p);
+                from[b][a] = Some(c);
+            }
+        }
+    }
+    let maps = fabric.maps();
+    let steers = to
+        .into_iter()
+        .zip(from)
+        .enumerate()
+        .map(|(me, (to, from))| Steer {
+            me,
+            fabric: fabric.clone(),
+            params: params.clone(),
+            toeplitz: toeplitz.clone(),
+            to,
+            from,
+            own: std::collections::VecDeque::with_capacity(params.max_backlog.min(65_536)),
+            tails: vec![0; n],
+            own_head: 0,
+            flows: (0..ports)
+                .map(|_| {
+                    vec![
+                        FlowSlot {
+                            worker: NO_WORKER,
+                            last_tail: 0
+                        };
+                        1 << params.flow_log
+                    ]
+                })
+                .collect(),
+            maps: maps.clone(),
+            maps_gen: 0,
+            sent: vec![false; n],
+            deferred: Vec::with_capacity(netbatch_engine::LIST_MAX),
+            scratch: Vec::with_capacity(netbatch_engine::LIST_MAX),
+            stats: SoftnetStats::default(),
+        })
+        .collect();
+    (fabric, steers)
+}
+
+/// The flow hash of frame `d`: Toeplitz over the IPv4 4-tuple (TCP, UDP, SCTP, UDP-Lite
+/// first fragments), over the addresses otherwise; 0 for non-IPv4 frames.
+pub fn flow_hash(t: &Toeplitz, d: &[u8]) -> u32 {
+    let be16 = |at: usize| d.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+    let (mut et, mut l3) = (be16(12), 14);
+    // Up to two VLAN tags.
+    for _ in 0..2 {
+        if matches!(et, Some(0x8100 | 0x88a8)) {
+            et = be16(l3 + 2);
+            l3 += 4;
+        }
+    }
+    if et != Some(0x0800) {
+        return 0;
+    }
+    let Some(ip) = d.get(l3..).and_then(<[u8]>::first_chunk::<20>) else {
+        return 0;
+    };
+    if ip[0] >> 4 != 4 {
+        return 0;
+    }
+    let src = [ip[12], ip[13], ip[14], ip[15]];
+    let dst = [ip[16], ip[17], ip[18], ip[19]];
+    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    let first = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff == 0;
+    let ports = match ip[9] {
+        6 | 17 | 132 | 136 if first => d.get(l3 + ihl..l3 + ihl + 4).map(|p| {
+            (
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]]),
+            )
+        }),
+        _ => None,
+    };
+    let h = t.ipv4(src, dst, ports);
+    // 0 means "no hash": fold it away.
+    if h == 0 { 1 } else { h }
+}
+
+impl Steer {
+    /// This worker.
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> RpsPolicy {
+        self.params.policy
+    }
+
+    /// The shared side.
+    pub fn fabric(&self) -> &Arc<Fabric> {
+        &self.fabric
+    }
+
+    fn head(&self, to: usize) -> u64 {
+        if to == self.me {
+            self.own_head
+        } else {
+            self.fabric.heads[self.me * self.fabric.n + to].load(Ordering::Acquire)
+        }
+    }
+
+    /// Picks up a changed RPS map.
+    fn refresh_maps(&mut self) {
+        let g = self.fabric.maps_gen.load(Ordering::Acquire);
+        if g != self.maps_gen {
+            self.maps = self.fabric.maps();
+            self.maps_gen = g;
+        }
+    }
+
+    /// The worker for a packet with `hash` received on `port` (RFS, else the map), held
+    /// back on the flow's previous worker until that one has processed all it was sent.
+    #[inline]
+    fn target(&mut self, port: usize, hash: u32) -> usize {
+        let map = self.maps.get(port).map_or(&[][..], Vec::as_slice);
+        if hash == 0 || map.is_empty() {
+            return self.me;
+        }
+        let want = self.fabric.rfs_worker(hash).unwrap_or_else(|| {
+            let i = ((u64::from(hash) * map.len() as u64) >> 32) as usize;
+            usize::from(map[i]).min(self.fabric.n - 1)
+        });
+        let Some(table) = self.flows.get(port) else {
+            return want;
+        };
+        let slot = table[hash as usize & (table.len() - 1)];
+        let cur = usize::from(slot.worker);
+        if slot.worker == NO_WORKER || cur == want || self.head(cur) >= slot.last_tail {
+            want
+        } else {
+            cur
+        }
+    }
+
+    /// Spreads `list` (received on `port`) over the workers: other workers' packets go to
+    /// their rings, this worker's stay in `list` (`direct`), go to `deferred`, or to the
+    /// own backlog (`backlog`). Dropped packets (full rings) are left in `drops`.
+    pub fn distribute(
+        &mut self,
+        pool: &Pool,
+        port: usize,
+        list: &mut PktList,
+        drops: &mut PktList,
+    ) {
+        self.refresh_maps();
+        let steered = self.maps.get(port).is_some_and(|m| !m.is_empty());
+        let mut keep = core::mem::take(&mut self.scratch);
+        for mut p in list.drain(..) {
+            let (hash, target) = if steered {
+                let v = pool.get_mut(&mut p);
+                let h = if v.meta.flags & flag::HASH_VALID != 0 {
+                    v.meta.hash
+                } else {
+                    flow_hash(&self.toeplitz, v.data())
+                };
+                if h != 0 {
+                    v.meta.hash = h;
+                    v.meta.flags |= flag::HASH_VALID;
+                }
+                (h, self.target(port, h))
+            } else {
+                (0, self.me)
+            };
+            if target == self.me {
+                match self.params.policy {
+                    RpsPolicy::Direct => keep.push(p),
+                    RpsPolicy::Deferred => self.deferred.push(p),
+                    RpsPolicy::Backlog => {
+                        if self.own.len() >= self.params.max_backlog {
+                            self.stats.dropped += 1;
+                            drops.push(p);
+                            continue;
+                        }
+                        self.own.push_back(p);
+                        self.sent[self.me] = true;
+                    }
+                }
+                self.tails[self.me] += 1;
+                self.note(port, hash, target);
+                continue;
+            }
+            match self.to[target].as_mut().map(|r| r.push(p)) {
+                Some(Ok(())) => {
+                    self.tails[target] += 1;
+                    self.note(port, hash, target);
+                    self.sent[target] = true;
+                    self.stats.handed_off += 1;
+                }
+                Some(Err(rtrb::PushError::Full(p))) => {
+                    self.stats.dropped += 1;
+                    drops.push(p);
+                }
+                None => unreachable!("rings exist between every pair of workers"),
+            }
+        }
+        core::mem::swap(list, &mut keep);
+        self.scratch = keep;
+    }
+
+    /// Records that the flow of `hash` (from `port`) last went to `target`.
+    #[inline]
+    fn note(&mut self, port: usize, hash: u32, target: usize) {
+        if hash == 0 {
+            return;
+        }
+        let tail = self.tails[target];
+        if let Some(table) = self.flows.get_mut(port) {
+            let len = table.len();
+            table[hash as usize & (len - 1)] = FlowSlot {
+                worker: target as u16,
+                last_tail: tail,
+            };
+        }
+    }
+
+    /// Kicks every worker sent to this round (one wake-up each); returns how many.
+    pub fn kick(&mut self) -> usize {
+        let mut n = 0;
+        for w in 0..self.sent.len() {
+            if core::mem::take(&mut self.sent[w]) {
+                if w == self.me {
+                    // Scheduling one's own backlog, as the kernel raises its softirq.
+                    self.stats.received_rps += 1;
+                    n += 1;
+                } else if self.fabric.kick(w) {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Whether this worker was kicked since it last looked (counts the wake-up).
+    pub fn take_kick(&mut self) -> bool {
+        let kicked = self.fabric.slots[self.me]
+            .kicked
+            .swap(false, Ordering::AcqRel);
+        if kicked {
+            self.stats.received_rps += 1;
+        }
+        kicked
+    }
+
+    /// Up to `max` packets from worker `from`'s ring (or the own backlog for `from ==
+    /// me`) into `out`; returns how many.
+    pub fn take(&mut self, from: usize, out: &mut PktList, max: usize) -> usize {
+        if from == self.me {
+            let n = max.min(self.own.len());
+            out.extend(self.own.drain(..n));
+            return n;
+        }
+        let Some(c) = self.from[from].as_mut() else {
+            return 0;
+        };
+        let n = max.min(c.slots());
+        if n == 0 {
+            return 0;
+        }
+        if let Ok(chunk) = c.read_chunk(n) {
+            out.extend(chunk);
+        }
+        self.stats.taken_over += n as u64;
+        n
+    }
+
+    /// Publishes that `n` packets taken from `from` have been processed.
+    pub fn done(&mut self, from: usize, n: usize) {
+        if from == self.me {
+            self.own_head += n as u64;
+        } else {
+            self.fabric.heads[from * self.fabric.n + self.me]
+                .fetch_add(n as u64, Ordering::Release);
+        }
+    }
+
+    /// The own share processed directly (`direct`, `deferred`): advances the own head.
+    pub fn done_own(&mut self, n: usize) {
+        self.own_head += n as u64;
+    }
+
+    /// Packets waiting for this worker (its rings and own backlog).
+    pub fn backlog_len(&self) -> u64 {
+        let rings: usize = self.from.iter().flatten().map(rtrb::Consumer::slots).sum();
+        (rings + self.own.len()) as u64
+    }
+
+    /// Packets this worker received and has not processed yet (own backlog, deferred
+    /// list). Packets in rings are counted by the difference of `handed_off` and
+    /// `taken_over` over the workers.
+    pub fn held(&self) -> u64 {
+        (self.own.len() + self.deferred.len()) as u64
+    }
+
+    /// Frees everything in the rings to this worker and its own queues (at stop).
+    pub fn drain(&mut self, cache: &mut netbatch_engine::BufCache) {
+        for c in self.from.iter_mut().flatten() {
+            while let Ok(p) = c.pop() {
+                cache.free(p);
+            }
+        }
+        for p in self.own.drain(..) {
+            cache.free(p);
+        }
+        cache.free_all(&mut self.deferred);
+    }
+
+    /// The flow hash of an IPv4 4-tuple with this worker's hasher (for tests and tools).
+    pub fn hash_of(&self, src: Ipv4Addr, dst: Ipv4Addr, ports: Option<(u16, u16)>) -> u32 {
+        self.toeplitz.ipv4(src.octets(), dst.octets(), ports)
+    }
+}

@@ -242,6 +242,7 @@ pub struct GenPort {
     captured: VecDeque<Vec<u8>>,
     stats: PortStats,
     features: Features,
+    counter: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl core::fmt::Debug for GenPort {
@@ -283,7 +284,15 @@ impl GenPort {
             captured: VecDeque::new(),
             stats: PortStats::default(),
             features: Features::default(),
+            counter: None,
         })
+    }
+
+    /// Adds every frame it generates to `counter` (shared with whoever waits for the
+    /// traffic to have been received, e.g. a benchmark driving several worker threads).
+    pub fn with_counter(mut self, counter: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
+        self.counter = Some(counter);
+        self
     }
 
     /// The template frame of flow `i` with sequence number `seq` (what `rx` produces), for
@@ -442,6 +451,9 @@ impl Port for GenPort {
         }
         if let Some(l) = self.limit.as_mut() {
             *l -= got as u64;
+        }
+        if let Some(c) = &self.counter {
+            c.fetch_add(got as u64, std::sync::atomic::Ordering::Relaxed);
         }
         self.stats.rx_packets += got as u64;
         self.stats.rx_bytes += bytes;

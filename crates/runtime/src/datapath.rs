@@ -70,6 +70,8 @@ impl Datapath {
         let n = workers.len();
         let barrier = Arc::new(Barrier::new(n));
         let stop = fabric.stop_flag();
+        // A team may be started again after a stop.
+        stop.store(false, Ordering::SeqCst);
         let mut threads = Vec::with_capacity(n);
         for (i, w) in workers.into_iter().enumerate() {
             let core = params.cores.get(i).copied();

@@ -226,6 +226,17 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
             mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
         })
         .collect();
+    if v.workers > 1 {
+        return super::team::build_forward_team(
+            v,
+            c,
+            v.workers,
+            &routes,
+            flows(&routes, 1024),
+            &ports(),
+            &neighbours,
+        );
+    }
     let host = build_host_shared(&ports(), table, &neighbours, HostParams::default())?;
     let graph = build(
         &GraphOptions::default(),

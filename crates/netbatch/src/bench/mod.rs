@@ -12,6 +12,7 @@ mod forward;
 mod gro;
 mod scenarios;
 mod smol;
+mod team;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -28,7 +29,7 @@ use scenarios::{Common, Variant};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Scenarios to run (comma-separated): null, udp-local-1b, udp-local-1b-nf1,
-    /// smoltcp-udp-1b, ip4-forward, udp-forward-1460, tcp-forward-1460.
+    /// smoltcp-udp-1b, ip4-forward, udp-forward-1460, tcp-forward-1460, rps.
     #[arg(
         long,
         value_delimiter = ',',
@@ -44,6 +45,12 @@ pub(crate) struct Args {
     /// GRO modes of the receiving port (udp-forward-1460, tcp-forward-1460).
     #[arg(long, value_delimiter = ',', default_value = "off,standard,fraglist")]
     pub(crate) gro: Vec<gro::GroMode>,
+    /// Worker threads (udp-local-1b, ip4-forward: each worker its own receive queue).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub(crate) workers: Vec<usize>,
+    /// RPS policies (the rps scenario: two workers, worker 0 receives).
+    #[arg(long, value_delimiter = ',', default_value = "backlog,direct,deferred")]
+    pub(crate) rps_policy: Vec<netbatch_runtime::rps::RpsPolicy>,
     /// Frames per run (fixed count: repeatable under instruction counters).
     #[arg(long, conflicts_with = "seconds")]
     pub(crate) packets: Option<u64>,
@@ -108,25 +115,24 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 fn run_for(b: &mut dyn scenarios::Bench, clock: &quanta::Clock, args: &Args) -> Sample {
     let chunk = 1 << 16;
+    b.start();
     let t0 = Instant::now();
     let r0 = clock.raw();
     let mut packets = 0u64;
     match args.packets {
-        Some(n) => {
-            b.run(n);
-            packets = n;
-        }
+        Some(n) => packets = b.run(n),
         None => {
             while t0.elapsed().as_secs_f64() < args.seconds {
-                b.run(chunk);
-                packets += chunk;
+                packets += b.run(chunk);
             }
         }
     }
     let ticks = clock.raw().wrapping_sub(r0);
+    let secs = t0.elapsed().as_secs_f64();
+    b.pause();
     Sample {
         packets,
-        secs: t0.elapsed().as_secs_f64(),
+        secs,
         ticks,
     }
 }
@@ -142,7 +148,14 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
     };
     let mut entries = Vec::new();
     for s in &args.scenario {
-        for v in scenarios::variants(s, &args.modes, &args.dispatch, &args.gro)? {
+        let axes = scenarios::Axes {
+            modes: &args.modes,
+            dispatch: &args.dispatch,
+            gro: &args.gro,
+            workers: &args.workers,
+            rps: &args.rps_policy,
+        };
+        for v in scenarios::variants(s, &axes)? {
             let bench = scenarios::build_variant(&v, &common)
                 .with_context(|| format!("building {}", v.scenario))?;
             entries.push(Entry {
@@ -165,19 +178,23 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
     );
     // Warm-up: caches, branch predictors, socket queues at steady state.
     for e in &mut entries {
+        e.bench.start();
         e.bench.run(args.packets.unwrap_or(200_000).min(200_000));
+        e.bench.pause();
     }
     for rep in 0..args.repeat {
         for e in &mut entries {
             let s = run_for(e.bench.as_mut(), &clock, args);
             e.samples.push(s);
             eprintln!(
-                "  rep {} {:<18} {:<6} {:<7} {:<8} {:>8.3} Mpps",
+                "  rep {} {:<18} {:<6} {:<7} {:<8} w{} {:<8} {:>8.3} Mpps",
                 rep + 1,
                 e.v.scenario,
                 e.v.mode_name(),
                 e.v.dispatch_name(),
                 e.v.gro_name(),
+                e.v.workers,
+                e.v.rps_name(),
                 s.packets as f64 / s.secs / 1e6
             );
         }
@@ -186,8 +203,10 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
         for e in &mut entries {
             e.bench.reset();
             e.bench.set_timing(true);
+            e.bench.start();
             e.bench
                 .run(args.packets.unwrap_or(1_000_000).min(1_000_000));
+            e.bench.pause();
             e.bench.set_timing(false);
             e.stages = e.bench.stages();
         }
@@ -196,11 +215,13 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
     for e in &entries {
         if let Err(err) = e.bench.verify() {
             failures.push(format!(
-                "{} {} {} gro {}: {err:#}",
+                "{} {} {} gro {} workers {} rps {}: {err:#}",
                 e.v.scenario,
                 e.v.mode_name(),
                 e.v.dispatch_name(),
-                e.v.gro_name()
+                e.v.gro_name(),
+                e.v.workers,
+                e.v.rps_name()
             ));
         }
     }
@@ -269,11 +290,13 @@ fn result_json(e: &Entry, tsc_hz: f64) -> Value {
         .into_iter()
         .map(|(k, v)| (k, json!(v)))
         .collect();
-    json!({
+    let mut r = json!({
         "scenario": e.v.scenario,
         "mode": e.v.mode_name(),
         "dispatch": e.v.dispatch_name(),
         "gro": e.v.gro_name(),
+        "workers": e.v.workers,
+        "rps_policy": e.v.rps_name(),
         "packets": e.samples.first().map_or(0, |s| s.packets),
         "mpps": m,
         "ns_per_packet": ns,
@@ -282,15 +305,30 @@ fn result_json(e: &Entry, tsc_hz: f64) -> Value {
         "samples_mpps": e.samples.iter().map(mpps).collect::<Vec<_>>(),
         "stages": stages,
         "extra": extra,
-    })
+    });
+    if let Some(m) = r.as_object_mut() {
+        for (k, v) in e.bench.top() {
+            m.insert(k.to_string(), v);
+        }
+    }
+    r
 }
 
 fn table(entries: &[Entry]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\n{:<18} {:<6} {:<8} {:<8} {:>9} {:>9} {:>10} {:>12}",
-        "scenario", "mode", "dispatch", "gro", "Mpps", "ns/pkt", "cycles/pkt", "list/packet"
+        "\n{:<18} {:<6} {:<8} {:<8} {:>2} {:<8} {:>9} {:>9} {:>10} {:>12}",
+        "scenario",
+        "mode",
+        "dispatch",
+        "gro",
+        "w",
+        "rps",
+        "Mpps",
+        "ns/pkt",
+        "cycles/pkt",
+        "list/packet"
     );
     let med = |e: &Entry| median(e.samples.iter().map(mpps).collect());
     for e in entries {
@@ -301,6 +339,8 @@ fn table(entries: &[Entry]) -> String {
                     o.v.scenario == e.v.scenario
                         && o.v.dispatch == e.v.dispatch
                         && o.v.gro == e.v.gro
+                        && o.v.workers == e.v.workers
+                        && o.v.rps == e.v.rps
                         && o.v.mode == Some(Mode::Packet)
                 })
                 .map(|o| format!("{:.2}x", med(e) / med(o)))
@@ -322,11 +362,13 @@ fn table(entries: &[Entry]) -> String {
         );
         let _ = writeln!(
             s,
-            "{:<18} {:<6} {:<8} {:<8} {:>9.3} {:>9.1} {:>10.1} {:>12}",
+            "{:<18} {:<6} {:<8} {:<8} {:>2} {:<8} {:>9.3} {:>9.1} {:>10.1} {:>12}",
             e.v.scenario,
             e.v.mode_name(),
             e.v.dispatch_name(),
             e.v.gro_name(),
+            e.v.workers,
+            e.v.rps_name(),
             med(e),
             ns,
             cyc,
@@ -354,6 +396,48 @@ fn table(entries: &[Entry]) -> String {
                 med(e) / med(off)
             );
         }
+    }
+    // Several workers against one, same scenario, mode and dispatch.
+    for e in entries
+        .iter()
+        .filter(|e| e.v.workers > 1 && e.v.rps.is_none())
+    {
+        if let Some(one) = entries.iter().find(|o| {
+            o.v.scenario == e.v.scenario
+                && o.v.mode == e.v.mode
+                && o.v.dispatch == e.v.dispatch
+                && o.v.workers == 1
+        }) {
+            let _ = writeln!(
+                s,
+                "{} {} {}: {} workers / 1 = {:.2}x",
+                e.v.scenario,
+                e.v.mode_name(),
+                e.v.dispatch_name(),
+                e.v.workers,
+                med(e) / med(one)
+            );
+        }
+    }
+    // RPS: wake-ups, backlog polls and latency per policy.
+    for e in entries.iter().filter(|e| e.v.rps.is_some()) {
+        let top: serde_json::Map<String, Value> = e
+            .bench
+            .top()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let _ = writeln!(
+            s,
+            "rps {} {} {}: wakeups {} backlog_polls {} reordered {} latency {}",
+            e.v.mode_name(),
+            e.v.dispatch_name(),
+            e.v.rps_name(),
+            top.get("wakeups").cloned().unwrap_or_default(),
+            top.get("backlog_polls").cloned().unwrap_or_default(),
+            top.get("reordered").cloned().unwrap_or_default(),
+            top.get("latency_ns").cloned().unwrap_or_default(),
+        );
     }
     // netbatch vs smoltcp, same frames.
     if let Some(sm) = entries.iter().find(|e| e.v.scenario == "smoltcp-udp-1b") {

@@ -18,6 +18,7 @@ use netbatch_wire::ethernet::MacAddr;
 
 use super::gro::GroMode;
 use super::smol::SmolBench;
+use netbatch_runtime::rps::RpsPolicy;
 
 /// Scenario names `--scenario` accepts.
 pub(crate) const NAMES: &[&str] = &[
@@ -28,6 +29,7 @@ pub(crate) const NAMES: &[&str] = &[
     "ip4-forward",
     "udp-forward-1460",
     "tcp-forward-1460",
+    "rps",
 ];
 
 /// What a variant is.
@@ -40,6 +42,10 @@ pub(crate) struct Variant {
     pub(crate) dispatch: Option<Dispatch>,
     /// GRO on the receiving port (`None`: the scenario has no GRO variants).
     pub(crate) gro: Option<GroMode>,
+    /// Worker threads (1: the worker runs on the benchmark's own thread).
+    pub(crate) workers: usize,
+    /// RPS policy (`rps` scenario).
+    pub(crate) rps: Option<RpsPolicy>,
 }
 
 impl Variant {
@@ -52,6 +58,19 @@ impl Variant {
     pub(crate) fn gro_name(&self) -> &'static str {
         self.gro.map_or("off", GroMode::name)
     }
+    pub(crate) fn rps_name(&self) -> &'static str {
+        self.rps.map_or("-", RpsPolicy::name)
+    }
+}
+
+/// The axes variants are spread over (`--modes`, `--dispatch`, `--gro`, `--workers`,
+/// `--rps-policy`).
+pub(crate) struct Axes<'a> {
+    pub(crate) modes: &'a [Mode],
+    pub(crate) dispatch: &'a [Dispatch],
+    pub(crate) gro: &'a [GroMode],
+    pub(crate) workers: &'a [usize],
+    pub(crate) rps: &'a [RpsPolicy],
 }
 
 /// Options shared by every scenario.
@@ -79,8 +98,13 @@ pub(crate) fn poll_params(v: &Variant, c: &Common) -> PollParams {
 
 /// Something to measure.
 pub(crate) trait Bench {
-    /// Receives `n` more frames and takes them as far as they go.
-    fn run(&mut self, n: u64);
+    /// Receives `n` more frames and takes them as far as they go; returns the frames
+    /// received (at least `n`; more when workers on threads ran on while it looked).
+    fn run(&mut self, n: u64) -> u64;
+    /// Before a measured stretch of runs (workers on threads start).
+    fn start(&mut self) {}
+    /// After it (workers on threads stop; nothing runs between measurements).
+    fn pause(&mut self) {}
     /// Per-stage counters since the last reset.
     fn stages(&self) -> Vec<NodeSnapshot> {
         Vec::new()
@@ -93,6 +117,10 @@ pub(crate) trait Bench {
     fn verify(&self) -> anyhow::Result<()>;
     /// Scenario-specific counters for the JSON.
     fn extra(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+    /// Scenario-specific fields at the top of its JSON result.
+    fn top(&self) -> Vec<(&'static str, serde_json::Value)> {
         Vec::new()
     }
 }
@@ -157,7 +185,7 @@ struct Null {
 }
 
 impl Bench for Null {
-    fn run(&mut self, n: u64) {
+    fn run(&mut self, n: u64) -> u64 {
         let mut left = n;
         while left > 0 {
             let want = self.burst.min(left as usize);
@@ -174,6 +202,7 @@ impl Bench for Null {
             self.cache.free_all(&mut self.list);
             left -= got as u64;
         }
+        n
     }
     fn verify(&self) -> anyhow::Result<()> {
         if self.source.stats().rx_packets != self.freed {
@@ -217,12 +246,14 @@ impl WorkerBench {
 }
 
 impl Bench for WorkerBench {
-    fn run(&mut self, n: u64) {
-        let target = self.w.acct.rx + n;
+    fn run(&mut self, n: u64) -> u64 {
+        let start = self.w.acct.rx;
+        let target = start + n;
         while self.w.acct.rx < target {
             let now = netbatch_engine::time::mono_ns();
             self.w.poll(now);
         }
+        self.w.acct.rx - start
     }
     fn stages(&self) -> Vec<NodeSnapshot> {
         self.w.snapshot()
@@ -325,8 +356,9 @@ fn smoltcp_udp(c: &Common) -> anyhow::Result<Box<dyn Bench>> {
 }
 
 impl Bench for SmolBench {
-    fn run(&mut self, n: u64) {
+    fn run(&mut self, n: u64) -> u64 {
         Self::run(self, n);
+        n
     }
     fn verify(&self) -> anyhow::Result<()> {
         if self.received != self.rx {
@@ -343,37 +375,43 @@ impl Bench for SmolBench {
     }
 }
 
-/// The variants of scenario `name` for the requested modes, dispatch strategies and
-/// (for the GRO scenarios) GRO modes.
-pub(crate) fn variants(
-    name: &str,
-    modes: &[Mode],
-    dispatch: &[Dispatch],
-    gro: &[GroMode],
-) -> anyhow::Result<Vec<Variant>> {
+/// The variants of scenario `name` along the requested axes.
+pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>> {
     let mk = |mode, dispatch| Variant {
         scenario: name.to_string(),
         mode,
         dispatch,
         gro: None,
+        workers: 1,
+        rps: None,
     };
-    Ok(match name {
-        "null" => modes.iter().map(|&m| mk(Some(m), None)).collect(),
-        "smoltcp-udp-1b" => vec![mk(None, None)],
-        "udp-local-1b" | "udp-local-1b-nf1" | "ip4-forward" => {
-            let mut v = Vec::new();
-            for &d in dispatch {
-                for &m in modes {
+    let mut v = Vec::new();
+    match name {
+        "null" => v.extend(ax.modes.iter().map(|&m| mk(Some(m), None))),
+        "smoltcp-udp-1b" => v.push(mk(None, None)),
+        "udp-local-1b" | "ip4-forward" => {
+            for &w in ax.workers {
+                for &d in ax.dispatch {
+                    for &m in ax.modes {
+                        v.push(Variant {
+                            workers: w.max(1),
+                            ..mk(Some(m), Some(d))
+                        });
+                    }
+                }
+            }
+        }
+        "udp-local-1b-nf1" => {
+            for &d in ax.dispatch {
+                for &m in ax.modes {
                     v.push(mk(Some(m), Some(d)));
                 }
             }
-            v
         }
         "udp-forward-1460" | "tcp-forward-1460" => {
-            let mut v = Vec::new();
-            for &d in dispatch {
-                for &m in modes {
-                    for &g in gro {
+            for &d in ax.dispatch {
+                for &m in ax.modes {
+                    for &g in ax.gro {
                         v.push(Variant {
                             gro: Some(g),
                             ..mk(Some(m), Some(d))
@@ -381,10 +419,23 @@ pub(crate) fn variants(
                     }
                 }
             }
-            v
+        }
+        "rps" => {
+            for &d in ax.dispatch {
+                for &m in ax.modes {
+                    for &p in ax.rps {
+                        v.push(Variant {
+                            workers: 2,
+                            rps: Some(p),
+                            ..mk(Some(m), Some(d))
+                        });
+                    }
+                }
+            }
         }
         other => bail!("unknown scenario '{other}' (known: {})", NAMES.join(", ")),
-    })
+    }
+    Ok(v)
 }
 
 /// Builds the bench for a variant.
@@ -407,7 +458,9 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
                 freed: 0,
             }))
         }
+        "udp-local-1b" if v.workers > 1 => super::team::build_local(v, c, v.workers, None),
         "udp-local-1b" => udp_local(v, c, false),
+        "rps" => super::team::build_rps(v, c),
         "udp-local-1b-nf1" => udp_local(v, c, true),
         "smoltcp-udp-1b" => smoltcp_udp(c),
         "ip4-forward" => super::forward::build_forward(v, c),

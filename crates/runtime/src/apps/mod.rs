@@ -16,4 +16,9 @@ pub trait App: Send {
     fn poll(&mut self, host: &mut Host, cx: &mut Cx<'_>) -> usize;
     /// Counters for reports.
     fn counters(&self) -> Vec<(&'static str, u64)>;
+
+    /// Latencies the application measured (receive timestamp to reading, TSC ticks).
+    fn latency(&self) -> Option<&crate::latency::Histogram> {
+        None
+    }
 }

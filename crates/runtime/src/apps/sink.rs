@@ -2,8 +2,9 @@
 //!
 //! With checking on, each datagram's first `min(8, len)` payload bytes must carry the
 //! sender's per-flow sequence number (as the `gen` port writes it), one more than the
-//! previous datagram of that flow (modulo the bytes carried): anything else is counted as
-//! out of order. A flow is (source address, source port, destination port).
+//! previous datagram of that flow (modulo the bytes carried): a number behind that is
+//! counted as out of order, one ahead as a gap (datagrams lost before it). A flow is
+//! (source address, source port, destination port).
 //!
 //! Optionally, as an application on a multi-worker datapath would: it records each flow
 //! it reads for RFS (the kernel's `sock_rps_record_flow`), so the flow is processed on
@@ -30,8 +31,10 @@ pub struct SinkStats {
     pub datagrams: u64,
     /// Payload bytes received.
     pub bytes: u64,
-    /// Datagrams whose sequence number was not the next of their flow.
+    /// Datagrams that came after a later datagram of their flow (reordered).
     pub out_of_order: u64,
+    /// Datagrams missing where a later one arrived (lost, or not there yet).
+    pub gaps: u64,
     /// Flows seen.
     pub flows: u64,
 }
@@ -117,8 +120,20 @@ impl UdpSink {
                 (1u64 << (8 * n)) - 1
             };
             match self.last.insert(key, seq) {
-                Some(prev) if prev.wrapping_add(1) & mask != seq => self.stats.out_of_order += 1,
-                Some(_) => {}
+                Some(prev) => {
+                    // How far past the expected number this one is, modulo the bytes
+                    // carried: ahead (within half the range) is a gap, behind is a
+                    // datagram overtaken by a later one.
+                    let ahead = seq.wrapping_sub(prev.wrapping_add(1)) & mask;
+                    if ahead == 0 {
+                    } else if ahead <= mask / 2 {
+                        self.stats.gaps += ahead;
+                    } else {
+                        self.stats.out_of_order += 1;
+                        // Keep expecting what followed the highest number seen.
+                        self.last.insert(key, prev);
+                    }
+                }
                 None => self.stats.flows += 1,
             }
         }
@@ -205,11 +220,16 @@ impl App for UdpSink {
         total
     }
 
+    fn latency(&self) -> Option<&Histogram> {
+        Self::latency(self)
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("datagrams", self.stats.datagrams),
             ("bytes", self.stats.bytes),
             ("out_of_order", self.stats.out_of_order),
+            ("gaps", self.stats.gaps),
             ("flows", self.stats.flows),
         ]
     }

@@ -1,0 +1,490 @@
+//! Scenarios on several worker threads: `rps` (worker 0 receives, RPS spreads the flows
+//! over two workers) and the `--workers N` variants of `udp-local-1b` and `ip4-forward`
+//! (each worker has its own receive queue, as with a multi-queue NIC and RSS).
+//!
+//! A run starts the workers on their threads, lets the generators produce the frames
+//! (`--packets` split over the receive queues), waits until all were received, then
+//! stops the workers, which process what is still in flight before they return.
+
+use core::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context, bail};
+use netbatch_engine::{Dispatch, NodeSnapshot, Pool, PoolConfig};
+use netbatch_ports::Port;
+use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
+use netbatch_runtime::Worker;
+use netbatch_runtime::apps::App;
+use netbatch_runtime::apps::sink::UdpSink;
+use netbatch_runtime::build::{TeamSpec, team};
+use netbatch_runtime::datapath::{Datapath, RunParams};
+use netbatch_runtime::rps::{Fabric, RpsParams, RpsPolicy};
+use netbatch_runtime::setup::{PortSetup, StaticNeighbour};
+use netbatch_stack::GraphOptions;
+use netbatch_stack::host::HostParams;
+use serde_json::{Value, json};
+
+use super::scenarios::{
+    Bench, Common, DUT_ADDR, DUT_MAC, Expect, PEER_MAC, UDP_PORTS, Variant, poll_params,
+};
+
+/// Workers on threads.
+pub(crate) struct TeamBench {
+    workers: Vec<Worker>,
+    fabric: Arc<Fabric>,
+    received: Arc<AtomicU64>,
+    /// (worker, port) of every generator that receives.
+    inputs: Vec<(usize, usize)>,
+    expect: Expect,
+    policy: Option<RpsPolicy>,
+    run: RunParams,
+    clock: quanta::Clock,
+    running: Option<Datapath>,
+}
+
+impl TeamBench {
+    fn sum_app(&self, key: &str) -> u64 {
+        self.workers
+            .iter()
+            .flat_map(|w| w.apps.iter().flat_map(|a| a.counters()))
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    fn softnet(&self) -> Vec<netbatch_runtime::rps::SoftnetStats> {
+        self.workers
+            .iter()
+            .map(|w| w.steer.as_ref().map(|s| s.stats).unwrap_or_default())
+            .collect()
+    }
+
+    /// Latency quantiles in ns over every sink (generator timestamp to reading).
+    fn latency_ns(&self) -> Option<[f64; 3]> {
+        let mut all = netbatch_runtime::latency::Histogram::new();
+        for w in &self.workers {
+            for a in &w.apps {
+                if let Some(h) = a.latency() {
+                    all.merge(h);
+                }
+            }
+        }
+        if all.count() == 0 {
+            return None;
+        }
+        let ns = |q: f64| self.clock.delta_as_nanos(0, all.quantile(q)) as f64;
+        Some([ns(0.5), ns(0.99), ns(0.999)])
+    }
+}
+
+impl Bench for TeamBench {
+    fn start(&mut self) {
+        if self.running.is_some() {
+            return;
+        }
+        // The generators run freely while the workers do.
+        for &(w, p) in &self.inputs {
+            if let Some(g) = self.workers[w].ports[p]
+                .as_any_mut()
+                .downcast_mut::<GenPort>()
+            {
+                g.set_limit(None);
+            }
+        }
+        let workers = core::mem::take(&mut self.workers);
+        match Datapath::start(workers, self.fabric.clone(), &self.run) {
+            Ok(d) => self.running = Some(d),
+            Err(e) => panic!("starting the workers: {e}"),
+        }
+    }
+
+    fn pause(&mut self) {
+        let Some(dp) = self.running.take() else {
+            return;
+        };
+        self.workers = dp.stop();
+        for &(w, p) in &self.inputs {
+            if let Some(g) = self.workers[w].ports[p]
+                .as_any_mut()
+                .downcast_mut::<GenPort>()
+            {
+                g.set_limit(Some(0));
+            }
+        }
+    }
+
+    fn run(&mut self, n: u64) -> u64 {
+        let before = self.received.load(Ordering::Relaxed);
+        let target = before + n;
+        let t0 = std::time::Instant::now();
+        while self.received.load(Ordering::Relaxed) < target && t0.elapsed().as_secs() < 120 {
+            // This thread takes a core from the workers each time it wakes: rarely.
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+        self.received.load(Ordering::Relaxed) - before
+    }
+
+    fn stages(&self) -> Vec<NodeSnapshot> {
+        // One row per stage, summed over the workers.
+        let mut out: Vec<NodeSnapshot> = Vec::new();
+        for w in &self.workers {
+            for s in w.snapshot() {
+                match out.iter_mut().find(|o| o.name == s.name) {
+                    Some(o) => {
+                        o.packets += s.packets;
+                        o.calls += s.calls;
+                        o.cycles += s.cycles;
+                        for (r, c) in s.drops {
+                            match o.drops.iter_mut().find(|(x, _)| *x == r) {
+                                Some(d) => d.1 += c,
+                                None => o.drops.push((r, c)),
+                            }
+                        }
+                    }
+                    None => out.push(s),
+                }
+            }
+        }
+        out
+    }
+
+    fn set_timing(&mut self, on: bool) {
+        for w in &mut self.workers {
+            w.graph.set_timing(on);
+        }
+    }
+
+    fn reset(&mut self) {
+        for w in &mut self.workers {
+            w.graph.reset_counters();
+        }
+    }
+
+    fn verify(&self) -> anyhow::Result<()> {
+        let mut a = netbatch_engine::Accounting::default();
+        for w in &self.workers {
+            a.add(&w.acct);
+        }
+        let own: u64 = self.workers.iter().map(Worker::held_own).sum();
+        let sockets = self.workers[0].host.sockets.held(self.workers[0].pool());
+        let held = own + sockets + a.in_flight();
+        if a.rx + a.originated != a.tx + a.delivered + a.dropped + held {
+            bail!("packets unaccounted: {a:?} held {held}");
+        }
+        // The generators are faster than any worker: with RPS a worker that falls
+        // behind (or that the OS schedules away) fills its backlog, and the overflow is
+        // dropped and counted, as in the kernel. Nothing else may be lost.
+        let backlog_full: u64 = self.softnet().iter().map(|s| s.dropped).sum();
+        if a.dropped != backlog_full {
+            bail!(
+                "{} frames dropped ({backlog_full} for full backlogs): {a:?}",
+                a.dropped
+            );
+        }
+        match self.expect {
+            Expect::Delivered => {
+                let got = self.sum_app("datagrams");
+                if got + held + a.dropped != a.rx {
+                    bail!("sinks got {got} of {} datagrams ({held} held)", a.rx);
+                }
+            }
+            Expect::Forwarded => {
+                if a.tx + held != a.rx {
+                    bail!("forwarded {} of {} frames", a.tx, a.rx);
+                }
+            }
+        }
+        let reordered = self.sum_app("out_of_order");
+        if reordered != 0 {
+            bail!("{reordered} datagrams out of their flow's order");
+        }
+        Ok(())
+    }
+
+    fn extra(&self) -> Vec<(String, u64)> {
+        let mut v = vec![("workers".to_string(), self.workers.len() as u64)];
+        for (i, s) in self.softnet().iter().enumerate() {
+            let w = &self.workers[i];
+            v.push((format!("w{i}_processed"), w.stats.processed));
+            v.push((format!("w{i}_time_squeeze"), w.stats.time_squeeze));
+            v.push((format!("w{i}_rounds"), w.stats.rounds));
+            v.push((format!("w{i}_received_rps"), s.received_rps));
+            v.push((format!("w{i}_backlog_polls"), s.backlog_polls));
+            v.push((format!("w{i}_handed_off"), s.handed_off));
+            v.push((format!("w{i}_taken_over"), s.taken_over));
+            v.push((format!("w{i}_backlog_dropped"), s.dropped));
+        }
+        v.push(("sink_datagrams".into(), self.sum_app("datagrams")));
+        v
+    }
+
+    fn top(&self) -> Vec<(&'static str, Value)> {
+        let s = self.softnet();
+        let mut v = vec![
+            ("workers", json!(self.workers.len())),
+            (
+                "rps_policy",
+                json!(self.policy.map_or("off", RpsPolicy::name)),
+            ),
+            (
+                "wakeups",
+                json!(s.iter().map(|x| x.received_rps).sum::<u64>()),
+            ),
+            (
+                "backlog_polls",
+                json!(s.iter().map(|x| x.backlog_polls).sum::<u64>()),
+            ),
+            ("reordered", json!(self.sum_app("out_of_order"))),
+            (
+                "backlog_dropped",
+                json!(s.iter().map(|x| x.dropped).sum::<u64>()),
+            ),
+        ];
+        if let Some([p50, p99, p999]) = self.latency_ns() {
+            v.push(("latency_ns", json!({"p50": p50, "p99": p99, "p999": p999})));
+        }
+        v
+    }
+}
+
+fn pool(buffers: u32) -> anyhow::Result<Pool> {
+    Pool::new(PoolConfig {
+        buffers,
+        cache_size: 512,
+        ..PoolConfig::default()
+    })
+    .context("packet pool")
+}
+
+/// `n` UDP flows of `payload`-byte datagrams to our four sockets: sources 192.0.2.1..,
+/// ports 40000...
+fn udp_flows(n: usize, payload: usize) -> Vec<FlowSpec> {
+    (0..n)
+        .map(|i| FlowSpec {
+            src_mac: PEER_MAC,
+            dst_mac: DUT_MAC,
+            vlan: None,
+            src: Ipv4Addr::new(192, 0, 2, 1 + (i % 200) as u8),
+            dst: DUT_ADDR,
+            l4: L4::Udp,
+            sport: 40000 + (i / 200) as u16,
+            dport: UDP_PORTS[i % UDP_PORTS.len()],
+            payload_len: payload,
+            ttl: 64,
+            dont_frag: true,
+        })
+        .collect()
+}
+
+fn generator(
+    name: &str,
+    index: u16,
+    flows: Vec<FlowSpec>,
+    c: &Common,
+    timestamps: bool,
+    room: usize,
+) -> anyhow::Result<GenPort> {
+    let cfg = GenConfig {
+        flows,
+        order: c.flow_order,
+        limit: Some(0),
+        timestamps,
+        capture: 0,
+        sequence: true,
+    };
+    Ok(GenPort::new(name, index, &cfg, room)?)
+}
+
+/// `rps`: worker 0 receives 256 flows of 1-byte UDP, RPS spreads them over two workers
+/// by flow hash; a sink on each worker reads two of the four sockets and checks every
+/// flow's order; latency is from the generator's timestamp to the sink.
+pub(crate) fn build_rps(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    let policy = v.rps.unwrap_or(RpsPolicy::Deferred);
+    build_local(v, c, 2, Some(policy))
+}
+
+/// `udp-local-1b` on `workers` workers: without RPS each has its own queue and its own
+/// share of the flows; with RPS (`rps`) only worker 0 receives.
+pub(crate) fn build_local(
+    v: &Variant,
+    c: &Common,
+    workers: usize,
+    rps: Option<RpsPolicy>,
+) -> anyhow::Result<Box<dyn Bench>> {
+    let pool = pool(65_536)?;
+    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let ports = vec![PortSetup::simple(
+        "gen0",
+        DUT_MAC,
+        format!("{DUT_ADDR}/24").parse()?,
+    )];
+    // With RPS: many flows, each datagram carrying its flow's full 8-byte sequence
+    // number, so the sinks tell a reordered datagram from a lost one.
+    let flows = if rps.is_some() {
+        udp_flows(256, 8)
+    } else {
+        udp_flows(4, 1)
+    };
+    let received = Arc::new(AtomicU64::new(0));
+    let rx: Vec<Vec<u16>> = (0..workers)
+        .map(|w| {
+            if rps.is_some() && w > 0 {
+                vec![]
+            } else {
+                vec![0]
+            }
+        })
+        .collect();
+    let spec = TeamSpec {
+        ports: &ports,
+        routes: &[],
+        neighbours: &[],
+        host: HostParams::default(),
+        graph: &GraphOptions::default(),
+        dispatch: v.dispatch.unwrap_or(Dispatch::Runs),
+        poll: poll_params(v, c),
+        rps: rps.map(|policy| RpsParams {
+            policy,
+            // Room for a few milliseconds of traffic: a worker thread that the OS
+            // schedules away for a timeslice must not lose packets.
+            max_backlog: 32_768,
+            rfs_log: 0,
+            ..RpsParams::default()
+        }),
+        maps: vec![(0..workers as u16).collect()],
+        rx,
+    };
+    let mut err = None;
+    let (mut workers_v, fabric) = team(&spec, &pool, |w, p| {
+        // Each worker's queue: with RPS only worker 0's generates; without, each worker
+        // generates its own share of the flows.
+        let mine: Vec<FlowSpec> = if rps.is_some() {
+            flows.clone()
+        } else {
+            flows
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % workers == w)
+                .map(|(_, f)| f.clone())
+                .collect()
+        };
+        let mine = if mine.is_empty() { flows.clone() } else { mine };
+        match generator("gen0", p as u16, mine, c, rps.is_some(), room) {
+            Ok(g) => Box::new(g.with_counter(received.clone())) as Box<dyn Port>,
+            Err(e) => {
+                err = Some(e);
+                Box::new(netbatch_ports::mem::MemPort::new("gen0", p as u16, room)) as Box<dyn Port>
+            }
+        }
+    })?;
+    if let Some(e) = err {
+        return Err(e);
+    }
+    // Sockets: shared; each is read by one sink (two per worker with RPS, the worker's
+    // own flows' sockets without).
+    let socks: Vec<_> = UDP_PORTS
+        .iter()
+        .map(|&p| {
+            workers_v[0]
+                .host
+                .sockets
+                .open(Ipv4Addr::UNSPECIFIED, p, 1 << 16)
+                .map(|s| s.1)
+        })
+        .collect::<Result<_, _>>()?;
+    for (w, worker) in workers_v.iter_mut().enumerate() {
+        let mine: Vec<_> = socks
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % workers == w)
+            .map(|(_, s)| s.clone())
+            .collect();
+        let mut sink = UdpSink::new(mine, 256, rps.is_some());
+        if rps.is_some() {
+            sink = sink.with_latency();
+        }
+        worker.apps.push(Box::new(sink) as Box<dyn App>);
+    }
+    let inputs = (0..workers)
+        .filter(|&w| rps.is_none() || w == 0)
+        .map(|w| (w, 0))
+        .collect();
+    Ok(Box::new(TeamBench {
+        workers: workers_v,
+        fabric,
+        received,
+        inputs,
+        expect: Expect::Delivered,
+        policy: rps,
+        run: RunParams {
+            cores: (0..workers).collect(),
+            ..RunParams::default()
+        },
+        clock: netbatch_engine::time::clock(),
+        running: None,
+    }))
+}
+
+/// `ip4-forward` on `workers` workers, each with its own receive queue and its share of
+/// the 1024 flows, all forwarding through one FIB.
+pub(crate) fn build_forward_team(
+    v: &Variant,
+    c: &Common,
+    workers: usize,
+    routes: &[netbatch_stack::route::Route],
+    flows: Vec<FlowSpec>,
+    ports: &[PortSetup],
+    neighbours: &[StaticNeighbour],
+) -> anyhow::Result<Box<dyn Bench>> {
+    let pool = pool(16_384)?;
+    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let received = Arc::new(AtomicU64::new(0));
+    let spec = TeamSpec {
+        ports,
+        routes,
+        neighbours,
+        host: HostParams::default(),
+        graph: &GraphOptions::default(),
+        dispatch: v.dispatch.unwrap_or(Dispatch::Buckets),
+        poll: poll_params(v, c),
+        rps: None,
+        maps: Vec::new(),
+        rx: (0..workers).map(|_| vec![0]).collect(),
+    };
+    let mut err = None;
+    let (workers_v, fabric) = team(&spec, &pool, |w, p| {
+        let mine: Vec<FlowSpec> = flows
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % workers == w)
+            .map(|(_, f)| f.clone())
+            .collect();
+        let name = if p == 0 { "gen0" } else { "gen1" };
+        match generator(name, p as u16, mine, c, false, room) {
+            Ok(g) if p == 0 => Box::new(g.with_counter(received.clone())) as Box<dyn Port>,
+            Ok(g) => Box::new(g) as Box<dyn Port>,
+            Err(e) => {
+                err = Some(e);
+                Box::new(netbatch_ports::mem::MemPort::new(name, p as u16, room)) as Box<dyn Port>
+            }
+        }
+    })?;
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Ok(Box::new(TeamBench {
+        workers: workers_v,
+        fabric,
+        received,
+        inputs: (0..workers).map(|w| (w, 0)).collect(),
+        expect: Expect::Forwarded,
+        policy: None,
+        run: RunParams {
+            cores: (0..workers).collect(),
+            ..RunParams::default()
+        },
+        clock: netbatch_engine::time::clock(),
+        running: None,
+    }))
+}

@@ -36,34 +36,10 @@ pub enum BuildError {
 pub fn worker(cfg: &Config, ports: Vec<Box<dyn Port>>, pool: Pool) -> Result<Worker, BuildError> {
     let setups: Vec<PortSetup> = cfg.ports.iter().map(|p| p.setup.clone()).collect();
     let host = build_host(&setups, &cfg.routes, &cfg.neighbours, cfg.host)?;
+    // One worker: every application runs on it.
     let names: Vec<&str> = cfg.ports.iter().map(|p| p.setup.name.as_str()).collect();
     let graph = build_graph(&cfg.graph, &names, cfg.dispatch)?;
-    let mut apps: Vec<Box<dyn App>> = Vec::new();
-    for a in &cfg.apps {
-        match *a {
-            AppConfig::UdpSink {
-                addr,
-                port,
-                queue,
-                check,
-                gro,
-            } => {
-                let (_, s) = host
-                    .sockets
-                    .open(addr, port, queue)
-                    .map_err(|e| BuildError::Bind(format!("{addr}:{port}"), e))?;
-                s.set_gro(gro);
-                apps.push(Box::new(UdpSink::new(vec![s], 256, check)));
-            }
-            AppConfig::UdpEcho { addr, port, queue } => {
-                let (_, s) = host
-                    .sockets
-                    .open(addr, port, queue)
-                    .map_err(|e| BuildError::Bind(format!("{addr}:{port}"), e))?;
-                apps.push(Box::new(UdpEcho::new(s, 256)));
-            }
-        }
-    }
+    let apps = apps_for(cfg, &host.sockets, 0, None)?;
     let params = PollParams {
         weight: cfg.burst,
         budget: cfg.budget,
@@ -73,6 +49,94 @@ pub fn worker(cfg: &Config, ports: Vec<Box<dyn Port>>, pool: Pool) -> Result<Wor
     let mut w = Worker::new(graph, host, ports, pool, params)?;
     w.apps = apps;
     Ok(w)
+}
+
+/// The applications of worker `worker` (every application when `worker` is the only
+/// one: pass `None` for `fabric`), their sockets bound in the shared table. With RPS,
+/// the sinks record the flows they read for RFS.
+fn apps_for(
+    cfg: &Config,
+    sockets: &netbatch_stack::udp::socket::Sockets,
+    worker: usize,
+    fabric: Option<&std::sync::Arc<crate::rps::Fabric>>,
+) -> Result<Vec<Box<dyn App>>, BuildError> {
+    let mut apps: Vec<Box<dyn App>> = Vec::new();
+    for a in &cfg.apps {
+        let (w, addr, port, queue) = match *a {
+            AppConfig::UdpSink {
+                worker,
+                addr,
+                port,
+                queue,
+                ..
+            }
+            | AppConfig::UdpEcho {
+                worker,
+                addr,
+                port,
+                queue,
+            } => (worker, addr, port, queue),
+        };
+        if fabric.is_some() && w != worker {
+            continue;
+        }
+        let (_, s) = sockets
+            .open(addr, port, queue)
+            .map_err(|e| BuildError::Bind(format!("{addr}:{port}"), e))?;
+        match *a {
+            AppConfig::UdpSink { check, gro, .. } => {
+                s.set_gro(gro);
+                let mut sink = UdpSink::new(vec![s], 256, check);
+                if let Some(f) = fabric.filter(|_| cfg.rps.is_some()) {
+                    sink = sink.with_rfs(f.clone(), worker);
+                }
+                apps.push(Box::new(sink));
+            }
+            AppConfig::UdpEcho { .. } => apps.push(Box::new(UdpEcho::new(s, 256))),
+        }
+    }
+    Ok(apps)
+}
+
+/// Builds the configured workers over ports made by `queue(worker, port)` (each worker's
+/// queue of each port), sharing `pool`; returns them and their fabric, ready for
+/// [`crate::datapath::Datapath::start`].
+pub fn datapath(
+    cfg: &Config,
+    pool: &Pool,
+    queue: impl FnMut(usize, usize) -> Box<dyn Port>,
+) -> Result<(Vec<Worker>, std::sync::Arc<crate::rps::Fabric>), BuildError> {
+    let setups: Vec<PortSetup> = cfg.ports.iter().map(|p| p.setup.clone()).collect();
+    let rx: Vec<Vec<u16>> = (0..cfg.workers)
+        .map(|w| {
+            (0..cfg.ports.len() as u16)
+                .filter(|&p| cfg.ports[usize::from(p)].rx_workers.contains(&(w as u16)))
+                .collect()
+        })
+        .collect();
+    let spec = TeamSpec {
+        ports: &setups,
+        routes: &cfg.routes,
+        neighbours: &cfg.neighbours,
+        host: cfg.host,
+        graph: &cfg.graph,
+        dispatch: cfg.dispatch,
+        poll: PollParams {
+            weight: cfg.burst,
+            budget: cfg.budget,
+            mode: cfg.mode,
+            time_cap_ns: cfg.time_cap_ns,
+        },
+        rps: cfg.rps.clone(),
+        maps: cfg.ports.iter().map(|p| p.rps_map.clone()).collect(),
+        rx,
+    };
+    let (mut workers, fabric) = team(&spec, pool, queue)?;
+    let sockets = workers[0].host.sockets.clone();
+    for (i, w) in workers.iter_mut().enumerate() {
+        w.apps = apps_for(cfg, &sockets, i, Some(&fabric))?;
+    }
+    Ok((workers, fabric))
 }
 
 /// What a team of workers is built from, beyond the configuration's host description.

@@ -106,6 +106,27 @@ struct DatapathFile {
     burst: usize,
     #[serde(default = "default_budget")]
     budget: usize,
+    /// Time a round may take, in µs (`netdev_budget_usecs`).
+    #[serde(default = "default_time_cap_us")]
+    time_cap_us: u64,
+    /// Worker threads.
+    #[serde(default = "default_workers")]
+    workers: usize,
+    /// Cores to pin the workers to (one per worker), or none.
+    #[serde(default)]
+    cores: Vec<usize>,
+    /// RPS: off | backlog | direct | deferred.
+    #[serde(default = "default_rps")]
+    rps: String,
+    /// Packets each backlog ring holds (`netdev_max_backlog`).
+    #[serde(default = "default_max_backlog")]
+    max_backlog: usize,
+    /// RFS: flows follow the worker whose application reads them.
+    #[serde(default = "yes")]
+    rfs: bool,
+    /// Busy polling before an idle worker sleeps, in µs.
+    #[serde(default = "default_idle_spin_us")]
+    idle_spin_us: u64,
 }
 
 impl Default for DatapathFile {
@@ -116,8 +137,31 @@ impl Default for DatapathFile {
             forwarding: true,
             burst: default_burst(),
             budget: default_budget(),
+            time_cap_us: default_time_cap_us(),
+            workers: default_workers(),
+            cores: Vec::new(),
+            rps: default_rps(),
+            max_backlog: default_max_backlog(),
+            rfs: true,
+            idle_spin_us: default_idle_spin_us(),
         }
     }
+}
+
+fn default_time_cap_us() -> u64 {
+    2000
+}
+fn default_workers() -> usize {
+    1
+}
+fn default_rps() -> String {
+    "off".into()
+}
+fn default_max_backlog() -> usize {
+    1000
+}
+fn default_idle_spin_us() -> u64 {
+    50
 }
 
 fn default_mode() -> String {
@@ -195,6 +239,15 @@ struct PortFile {
     interface: Option<String>,
     /// Generator settings (kind = "gen").
     generator: Option<GenFile>,
+    /// Workers that receive from this port (one queue each).
+    #[serde(default = "default_rx_workers")]
+    rx_workers: Vec<usize>,
+    /// Workers RPS spreads this port's packets over (default: all, when RPS is on).
+    rps_map: Option<Vec<usize>>,
+}
+
+fn default_rx_workers() -> Vec<usize> {
+    vec![0]
 }
 
 fn default_kind() -> String {
@@ -324,6 +377,9 @@ struct AppFile {
     /// Receive GRO super-datagrams whole (like `UDP_GRO`).
     #[serde(default)]
     gro: bool,
+    /// Worker the application runs on.
+    #[serde(default)]
+    worker: usize,
 }
 
 fn default_queue() -> usize {
@@ -378,6 +434,10 @@ pub struct PortConfig {
     pub setup: PortSetup,
     /// Backend.
     pub kind: PortKind,
+    /// Workers that receive from it.
+    pub rx_workers: Vec<u16>,
+    /// Workers RPS spreads its packets over (empty: not steered).
+    pub rps_map: Vec<u16>,
 }
 
 /// A built-in application.
@@ -385,6 +445,8 @@ pub struct PortConfig {
 pub enum AppConfig {
     /// Receives and counts.
     UdpSink {
+        /// Worker it runs on.
+        worker: usize,
         /// Address bound.
         addr: Ipv4Addr,
         /// Port bound.
@@ -398,6 +460,8 @@ pub enum AppConfig {
     },
     /// Sends every datagram back to its sender.
     UdpEcho {
+        /// Worker it runs on.
+        worker: usize,
         /// Address bound.
         addr: Ipv4Addr,
         /// Port bound.
@@ -418,6 +482,14 @@ pub struct Config {
     pub burst: usize,
     /// Frames per round.
     pub budget: usize,
+    /// Time a round may take, in ns.
+    pub time_cap_ns: u64,
+    /// Worker threads.
+    pub workers: usize,
+    /// How they run (pinning, idle busy-poll).
+    pub run: crate::datapath::RunParams,
+    /// RPS (none: off).
+    pub rps: Option<crate::rps::RpsParams>,
     /// Buffer pool.
     pub pool: PoolConfig,
     /// Host settings.
@@ -560,6 +632,49 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
                 netbatch_engine::LIST_MAX
             ),
         );
+    }
+    let workers = raw.datapath.workers;
+    if !(1..=64).contains(&workers) {
+        e.add(
+            "datapath.workers",
+            format!("{workers} is out of range (1 to 64)"),
+        );
+    }
+    if !raw.datapath.cores.is_empty() && raw.datapath.cores.len() != workers {
+        e.add(
+            "datapath.cores",
+            format!(
+                "{} cores for {workers} workers: give one core per worker, or none",
+                raw.datapath.cores.len()
+            ),
+        );
+    }
+    let rps = match raw.datapath.rps.as_str() {
+        "off" => None,
+        other => match other.parse::<crate::rps::RpsPolicy>() {
+            Ok(policy) => Some(crate::rps::RpsParams {
+                policy,
+                max_backlog: raw.datapath.max_backlog,
+                rfs_log: if raw.datapath.rfs { 15 } else { 0 },
+                ..crate::rps::RpsParams::default()
+            }),
+            Err(m) => {
+                e.add("datapath.rps", format!("{m} or off"));
+                None
+            }
+        },
+    };
+    if raw.datapath.max_backlog == 0 || raw.datapath.max_backlog > 1 << 20 {
+        e.add(
+            "datapath.max_backlog",
+            format!(
+                "{} is out of range (1 to 1048576)",
+                raw.datapath.max_backlog
+            ),
+        );
+    }
+    if raw.datapath.time_cap_us == 0 {
+        e.add("datapath.time_cap_us", "must be at least 1");
     }
     if raw.datapath.budget < raw.datapath.burst {
         e.add(
@@ -778,6 +893,16 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
             names.names.push(v.name.clone());
             names.subnets.push(v.addrs.clone());
         }
+        let rx_workers = worker_list(e, &format!("{key}.rx_workers"), &p.rx_workers, workers);
+        let rps_map = match &p.rps_map {
+            Some(m) => {
+                if m.is_empty() {
+                    e.add(format!("{key}.rps_map"), "lists no worker");
+                }
+                worker_list(e, &format!("{key}.rps_map"), m, workers)
+            }
+            None => (0..workers.min(64) as u16).collect(),
+        };
         if let (Some(mac), Some(kind)) = (mac, kind) {
             ports.push(PortConfig {
                 setup: PortSetup {
@@ -789,6 +914,8 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
                     vlans,
                 },
                 kind,
+                rx_workers,
+                rps_map: if rps.is_some() { rps_map } else { Vec::new() },
             });
         }
     }
@@ -1025,7 +1152,15 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
             );
         }
         match a.kind.as_str() {
+            _ if a.worker >= workers => e.add(
+                format!("{key}.worker"),
+                format!(
+                    "worker {} does not exist (datapath.workers = {workers})",
+                    a.worker
+                ),
+            ),
             "udp-sink" => apps.push(AppConfig::UdpSink {
+                worker: a.worker,
                 addr: *sa.ip(),
                 port: sa.port(),
                 queue: a.queue,
@@ -1037,6 +1172,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
                 "udp-echo answers datagram by datagram; only udp-sink takes super-datagrams",
             ),
             "udp-echo" => apps.push(AppConfig::UdpEcho {
+                worker: a.worker,
                 addr: *sa.ip(),
                 port: sa.port(),
                 queue: a.queue,
@@ -1053,6 +1189,13 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         dispatch: dispatch?,
         burst: raw.datapath.burst,
         budget: raw.datapath.budget,
+        time_cap_ns: raw.datapath.time_cap_us.saturating_mul(1000),
+        workers,
+        run: crate::datapath::RunParams {
+            idle_spin_ns: raw.datapath.idle_spin_us.saturating_mul(1000),
+            cores: raw.datapath.cores.clone(),
+        },
+        rps,
         pool,
         host,
         ports,
@@ -1061,6 +1204,21 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         graph,
         apps,
     })
+}
+
+/// Worker indices under `key`, each checked against `workers`.
+fn worker_list(e: &mut Errs, key: &str, list: &[usize], workers: usize) -> Vec<u16> {
+    for (i, &w) in list.iter().enumerate() {
+        if w >= workers {
+            e.add(
+                format!("{key}[{i}]"),
+                format!("worker {w} does not exist (datapath.workers = {workers})"),
+            );
+        }
+    }
+    list.iter()
+        .map(|&w| w.min(usize::from(u16::MAX)) as u16)
+        .collect()
 }
 
 fn verdict(s: &str, key: &str, e: &mut Errs) -> Option<Verdict> {
@@ -1132,6 +1290,8 @@ mod tests {
         [datapath]
         mode = "packet"
         dispatch = "runs"
+        workers = 2
+        rps = "deferred"
 
         [[port]]
         name = "eth0"
@@ -1173,6 +1333,7 @@ mod tests {
         kind = "udp-sink"
         bind = "0.0.0.0:5001"
         gro = true
+        worker = 1
     "#;
 
     #[test]
@@ -1186,7 +1347,24 @@ mod tests {
         assert!(f.rx_gro && f.rx_gro_list && !f.rx_udp_gro_forwarding);
         assert!(!c.ports[1].setup.features.any_rx_gro());
         assert!(c.graph.gro);
-        assert!(matches!(c.apps[0], AppConfig::UdpSink { gro: true, .. }));
+        assert!(matches!(
+            c.apps[0],
+            AppConfig::UdpSink {
+                gro: true,
+                worker: 1,
+                ..
+            }
+        ));
+        // Two workers, RPS deferred: every port spread over both, received on worker 0.
+        assert_eq!(c.workers, 2);
+        assert_eq!(
+            c.rps.as_ref().map(|r| r.policy),
+            Some(crate::rps::RpsPolicy::Deferred)
+        );
+        assert_eq!(
+            (c.ports[0].rx_workers.clone(), c.ports[0].rps_map.clone()),
+            (vec![0], vec![0, 1])
+        );
         assert_eq!(c.ports[1].setup.vlans[0].name, "eth1.100");
         assert_eq!(c.routes[0].out_if, Some(1), "gateway on eth1's subnet");
         assert_eq!(c.routes[1].kind, RouteKind::Blackhole);
@@ -1212,12 +1390,16 @@ mod tests {
             [datapath]
             mode = "batch"
             burst = 0
+            workers = 2
+            rps = "sometimes"
+            cores = [0]
             [[port]]
             name = "eth0"
             mac = "01:00:5e:00:00:01"
             addresses = ["192.0.2.1/33", "192.0.2.300/24"]
             features = ["tso"]
             gro = "on"
+            rx_workers = [3]
             [[port]]
             name = "eth0"
             kind = "af_xdp"
@@ -1243,6 +1425,10 @@ mod tests {
             kind = "udp-echo"
             bind = "0.0.0.0:7"
             gro = true
+            [[app]]
+            kind = "udp-sink"
+            bind = "0.0.0.0:9"
+            worker = 2
         "#;
         let e = parse(bad).unwrap_err();
         let keys: Vec<&str> = e.errors.iter().map(|x| x.key.as_str()).collect();
@@ -1264,6 +1450,10 @@ mod tests {
             "filter.input.rule[0].out",
             "app[0].bind",
             "app[1].gro",
+            "app[2].worker",
+            "datapath.rps",
+            "datapath.cores",
+            "port[0].rx_workers[0]",
         ] {
             assert!(keys.contains(&want), "missing {want} in:\n{e}");
         }

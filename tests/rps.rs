@@ -279,3 +279,42 @@ fn threads_keep_flows_in_order_and_give_every_buffer_back() {
         team.stop_and_check_pool();
     }
 }
+
+/// CPU time of this process so far (user + system), from /proc.
+fn cpu_time() -> std::time::Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command name (which may hold spaces) begin after the last ')'.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    std::time::Duration::from_millis(ticks * 1000 / 100)
+}
+
+/// Idle workers sleep: two workers with nothing to do for half a second use a small
+/// fraction of one core, not two busy-polling cores.
+#[test]
+fn idle_workers_sleep() {
+    let mut team = Team::new(
+        &spec(),
+        Mode::List,
+        vec![vec![0], vec![]],
+        vec![vec![0, 1]],
+        Some(RpsParams::default()),
+    );
+    let fabric = team.fabric.clone();
+    let workers = core::mem::take(&mut team.workers);
+    let dp = Datapath::start(workers, fabric, &RunParams::default()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let c0 = cpu_time();
+    let t0 = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let used = cpu_time() - c0;
+    let wall = t0.elapsed();
+    team.workers = dp.stop();
+    assert!(
+        used.as_secs_f64() < 0.25 * wall.as_secs_f64(),
+        "idle workers used {used:?} of CPU in {wall:?}"
+    );
+    team.stop_and_check_pool();
+}

@@ -243,6 +243,9 @@ pub struct GenPort {
     stats: PortStats,
     features: Features,
     counter: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+    /// Frames per second offered (none: as fast as asked), and the pacing state:
+    /// (start time in ns, frames generated since).
+    rate: Option<(u64, Option<(u64, u64)>)>,
 }
 
 impl core::fmt::Debug for GenPort {
@@ -285,7 +288,14 @@ impl GenPort {
             stats: PortStats::default(),
             features: Features::default(),
             counter: None,
+            rate: None,
         })
+    }
+
+    /// Offers at most `pps` frames per second (measured from the first receive after
+    /// this call), as a traffic generator set to a rate does; `None`: unpaced.
+    pub fn set_rate(&mut self, pps: Option<u64>) {
+        self.rate = pps.map(|r| (r, None));
     }
 
     /// Adds every frame it generates to `counter` (shared with whoever waits for the
@@ -401,6 +411,13 @@ impl Port for GenPort {
         if let Some(l) = self.limit {
             n = n.min(usize::try_from(l).unwrap_or(usize::MAX));
         }
+        if let Some((pps, state)) = self.rate.as_mut() {
+            let now = time::mono_ns();
+            let (t0, sent) = *state.get_or_insert((now, 0));
+            let due = u128::from(now - t0) * u128::from(*pps) / 1_000_000_000;
+            let allowed = u64::try_from(due).unwrap_or(u64::MAX).saturating_sub(sent);
+            n = n.min(usize::try_from(allowed).unwrap_or(usize::MAX));
+        }
         let stamp = self
             .clock
             .as_ref()
@@ -454,6 +471,9 @@ impl Port for GenPort {
         }
         if let Some(c) = &self.counter {
             c.fetch_add(got as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Some((_, Some(st))) = self.rate.as_mut() {
+            st.1 += got as u64;
         }
         self.stats.rx_packets += got as u64;
         self.stats.rx_bytes += bytes;

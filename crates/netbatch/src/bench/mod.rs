@@ -51,6 +51,10 @@ pub(crate) struct Args {
     /// RPS policies (the rps scenario: two workers, worker 0 receives).
     #[arg(long, value_delimiter = ',', default_value = "backlog,direct,deferred")]
     pub(crate) rps_policy: Vec<netbatch_runtime::rps::RpsPolicy>,
+    /// Offered load of the rps scenario in Mpps (default: as fast as the generator
+    /// goes); latency is meaningful below the saturation rate.
+    #[arg(long)]
+    pub(crate) rate: Option<f64>,
     /// Frames per run (fixed count: repeatable under instruction counters).
     #[arg(long, conflicts_with = "seconds")]
     pub(crate) packets: Option<u64>,
@@ -145,6 +149,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
         routes: args.routes as usize,
         fwd_rules: args.fwd_rules,
         tx_offload: args.tx_offload,
+        rate_pps: args.rate.map(|r| (r * 1e6) as u64),
     };
     let mut entries = Vec::new();
     for s in &args.scenario {
@@ -237,6 +242,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
             "routes": common.routes,
             "fwd_rules": common.fwd_rules,
             "tx_offload": common.tx_offload,
+            "rate_mpps": args.rate,
             "repeat": args.repeat,
             "results": results,
             "failures": failures,

@@ -83,6 +83,8 @@ pub(crate) struct Common {
     pub(crate) fwd_rules: usize,
     /// The GRO scenarios' output port takes super-packets whole (TSO/USO, `tx-gso-list`).
     pub(crate) tx_offload: bool,
+    /// Offered load of the rps scenario, frames per second.
+    pub(crate) rate_pps: Option<u64>,
 }
 
 /// The poll parameters of a variant: the burst as the NAPI weight, a budget of at least

@@ -41,6 +41,7 @@ pub(crate) struct TeamBench {
     run: RunParams,
     clock: quanta::Clock,
     running: Option<Datapath>,
+    rate_pps: Option<u64>,
 }
 
 impl TeamBench {
@@ -83,13 +84,22 @@ impl Bench for TeamBench {
         if self.running.is_some() {
             return;
         }
-        // The generators run freely while the workers do.
+        // The generators run freely while the workers do (at the offered rate, if one
+        // is set, paced from now).
+        let rate = self.rate_pps;
         for &(w, p) in &self.inputs {
             if let Some(g) = self.workers[w].ports[p]
                 .as_any_mut()
                 .downcast_mut::<GenPort>()
             {
                 g.set_limit(None);
+                g.set_rate(rate);
+            }
+        }
+        // Latency is measured over this stretch only.
+        for w in &mut self.workers {
+            for a in &mut w.apps {
+                a.clear_latency();
             }
         }
         let workers = core::mem::take(&mut self.workers);
@@ -104,6 +114,18 @@ impl Bench for TeamBench {
             return;
         };
         self.workers = dp.stop();
+        // The applications read what the stopped workers left in the sockets, so that
+        // nothing waits there into the next measurement.
+        let sockets = self.workers[0].host.sockets.clone();
+        for _ in 0..10_000 {
+            if sockets.held(self.workers[0].pool()) == 0 {
+                break;
+            }
+            let now = netbatch_engine::time::mono_ns();
+            for w in &mut self.workers {
+                w.poll_drain(now);
+            }
+        }
         for &(w, p) in &self.inputs {
             if let Some(g) = self.workers[w].ports[p]
                 .as_any_mut()
@@ -221,7 +243,24 @@ impl Bench for TeamBench {
 
     fn top(&self) -> Vec<(&'static str, Value)> {
         let s = self.softnet();
+        let rx: u64 = self.workers.iter().map(|w| w.acct.rx).sum();
+        let per_k = |x: u64| {
+            if rx == 0 {
+                0.0
+            } else {
+                x as f64 * 1000.0 / rx as f64
+            }
+        };
         let mut v = vec![
+            ("received", json!(rx)),
+            (
+                "wakeups_per_1000",
+                json!(per_k(s.iter().map(|x| x.received_rps).sum())),
+            ),
+            (
+                "backlog_polls_per_1000",
+                json!(per_k(s.iter().map(|x| x.backlog_polls).sum())),
+            ),
             ("workers", json!(self.workers.len())),
             (
                 "rps_policy",
@@ -371,7 +410,12 @@ pub(crate) fn build_local(
         };
         let mine = if mine.is_empty() { flows.clone() } else { mine };
         match generator("gen0", p as u16, mine, c, rps.is_some(), room) {
-            Ok(g) => Box::new(g.with_counter(received.clone())) as Box<dyn Port>,
+            Ok(mut g) => {
+                if rps.is_some() {
+                    g.set_rate(c.rate_pps);
+                }
+                Box::new(g.with_counter(received.clone())) as Box<dyn Port>
+            }
             Err(e) => {
                 err = Some(e);
                 Box::new(netbatch_ports::mem::MemPort::new("gen0", p as u16, room)) as Box<dyn Port>
@@ -419,10 +463,13 @@ pub(crate) fn build_local(
         policy: rps,
         run: RunParams {
             cores: (0..workers).collect(),
+            // Busy polling, as a DPDK application does: a sleeping vCPU takes long to wake.
+            idle_spin_ns: 1_000_000_000,
             ..RunParams::default()
         },
         clock: netbatch_engine::time::clock(),
         running: None,
+        rate_pps: c.rate_pps.filter(|_| rps.is_some()),
     }))
 }
 
@@ -482,9 +529,12 @@ pub(crate) fn build_forward_team(
         policy: None,
         run: RunParams {
             cores: (0..workers).collect(),
+            // Busy polling, as a DPDK application does: a sleeping vCPU takes long to wake.
+            idle_spin_ns: 1_000_000_000,
             ..RunParams::default()
         },
         clock: netbatch_engine::time::clock(),
         running: None,
+        rate_pps: None,
     }))
 }

@@ -21,4 +21,7 @@ pub trait App: Send {
     fn latency(&self) -> Option<&crate::latency::Histogram> {
         None
     }
+
+    /// Forgets the latencies measured so far (the start of a measurement).
+    fn clear_latency(&mut self) {}
 }

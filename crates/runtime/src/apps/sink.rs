@@ -224,6 +224,10 @@ impl App for UdpSink {
         Self::latency(self)
     }
 
+    fn clear_latency(&mut self) {
+        self.reset_latency();
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("datagrams", self.stats.datagrams),

@@ -287,6 +287,15 @@ impl Bench for TeamBench {
     }
 }
 
+/// Workers pinned to cores 0.., busy polling as a DPDK application does (a vCPU that
+/// sleeps takes long to wake: hundreds of microseconds on this kind of machine).
+fn busy_pinned(workers: usize) -> RunParams {
+    RunParams {
+        cores: (0..workers).collect(),
+        idle_spin_ns: 1_000_000_000,
+    }
+}
+
 fn pool(buffers: u32) -> anyhow::Result<Pool> {
     Pool::new(PoolConfig {
         buffers,
@@ -461,12 +470,7 @@ pub(crate) fn build_local(
         inputs,
         expect: Expect::Delivered,
         policy: rps,
-        run: RunParams {
-            cores: (0..workers).collect(),
-            // Busy polling, as a DPDK application does: a sleeping vCPU takes long to wake.
-            idle_spin_ns: 1_000_000_000,
-            ..RunParams::default()
-        },
+        run: busy_pinned(workers),
         clock: netbatch_engine::time::clock(),
         running: None,
         rate_pps: c.rate_pps.filter(|_| rps.is_some()),
@@ -527,12 +531,7 @@ pub(crate) fn build_forward_team(
         inputs: (0..workers).map(|w| (w, 0)).collect(),
         expect: Expect::Forwarded,
         policy: None,
-        run: RunParams {
-            cores: (0..workers).collect(),
-            // Busy polling, as a DPDK application does: a sleeping vCPU takes long to wake.
-            idle_spin_ns: 1_000_000_000,
-            ..RunParams::default()
-        },
+        run: busy_pinned(workers),
         clock: netbatch_engine::time::clock(),
         running: None,
         rate_pps: None,

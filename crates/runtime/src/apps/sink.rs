@@ -191,7 +191,12 @@ impl App for UdpSink {
                         f.record_flow(v.meta.hash, *w);
                     }
                 }
-                if let Some(d) = datagram(&v) {
+                if !self.check {
+                    // Counting only: the payload length from the metadata (the UDP stage
+                    // left the datagram as IP header, UDP header, payload).
+                    let hdr = u32::from(v.meta.l4.wrapping_sub(v.meta.data)) + 8;
+                    self.stats.bytes += u64::from(v.meta.total_len.saturating_sub(hdr));
+                } else if let Some(d) = datagram(&v) {
                     if !d.is_chained() {
                         self.stats.bytes += d.payload.len() as u64;
                         if self.check {

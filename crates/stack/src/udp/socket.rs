@@ -15,7 +15,7 @@
 use core::fmt;
 use core::net::Ipv4Addr;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use netbatch_engine::{BufCache, Pkt, Pool};
@@ -58,6 +58,9 @@ pub struct UdpSocket {
     queue: Mutex<Queue>,
     cap: usize,
     sent: AtomicU64,
+    /// The queue's length as of the last change: lets a reader skip an empty queue
+    /// without taking its lock (a stale value only delays a read to the next poll).
+    len_hint: AtomicUsize,
 }
 
 impl UdpSocket {
@@ -117,6 +120,7 @@ impl UdpSocket {
         }
         q.q.push_back(p);
         q.queued += wire;
+        self.len_hint.store(q.q.len(), Ordering::Relaxed);
         Ok(())
     }
 
@@ -128,6 +132,7 @@ impl UdpSocket {
             q: self.lock(),
             cap: self.cap,
             closed: self.closed.load(Ordering::Relaxed),
+            len_hint: &self.len_hint,
         }
     }
 
@@ -147,12 +152,16 @@ impl UdpSocket {
         }
         q.queued += n as u64;
         q.queue_full += batch.len() as u64;
+        self.len_hint.store(q.q.len(), Ordering::Relaxed);
         n
     }
 
     /// Moves up to `max` queued datagrams to `out`, oldest first; returns how many.
     #[inline]
     pub fn recv_batch(&self, out: &mut Vec<Pkt>, max: usize) -> usize {
+        if self.len_hint.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
         let mut q = self.lock();
         let n = max.min(q.q.len());
         out.reserve(n);
@@ -160,6 +169,7 @@ impl UdpSocket {
             out.push(p);
         }
         q.read += n as u64;
+        self.len_hint.store(q.q.len(), Ordering::Relaxed);
         n
     }
 
@@ -169,6 +179,7 @@ impl UdpSocket {
         for p in q.q.drain(..) {
             cache.free(p);
         }
+        self.len_hint.store(0, Ordering::Relaxed);
     }
 }
 
@@ -178,6 +189,13 @@ pub struct SocketWriter<'a> {
     q: MutexGuard<'a, Queue>,
     cap: usize,
     closed: bool,
+    len_hint: &'a AtomicUsize,
+}
+
+impl Drop for SocketWriter<'_> {
+    fn drop(&mut self) {
+        self.len_hint.store(self.q.q.len(), Ordering::Relaxed);
+    }
 }
 
 impl SocketWriter<'_> {
@@ -342,6 +360,7 @@ impl Sockets {
                 }),
                 cap: queue_len,
                 sent: AtomicU64::new(0),
+                len_hint: AtomicUsize::new(0),
             });
             let id = match t.socks.iter().position(Option::is_none) {
                 Some(i) => {

@@ -38,6 +38,30 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         cfg.burst,
         if cfg.host.forwarding { "on" } else { "off" }
     );
+    fn list<T: ToString>(v: &[T]) -> String {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+    println!(
+        "  workers: {}{}, rps {}",
+        cfg.workers,
+        if cfg.run.cores.is_empty() {
+            ", not pinned".to_string()
+        } else {
+            format!(", on cores {}", list(&cfg.run.cores))
+        },
+        match &cfg.rps {
+            None => "off".to_string(),
+            Some(r) => format!(
+                "{} (backlog {} packets per ring, rfs {})",
+                r.policy.name(),
+                r.max_backlog,
+                if r.rfs_log > 0 { "on" } else { "off" }
+            ),
+        }
+    );
     for p in &cfg.ports {
         let kind = match &p.kind {
             PortKind::Pcap => "pcap".to_string(),
@@ -48,7 +72,7 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         };
         let on = p.setup.features.names_on();
         println!(
-            "  port {} ({kind}), mac {}, mtu {}, offloads: {}",
+            "  port {} ({kind}), mac {}, mtu {}, offloads: {}; received by worker(s) {}{}",
             p.setup.name,
             p.setup.mac,
             p.setup.mtu,
@@ -56,6 +80,12 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
                 "none".to_string()
             } else {
                 on.join(", ")
+            },
+            list(&p.rx_workers),
+            if p.rps_map.is_empty() {
+                String::new()
+            } else {
+                format!(", rps map {}", list(&p.rps_map))
             }
         );
     }

@@ -30,6 +30,10 @@ const US: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
 const PORTS: [u16; 4] = [5001, 5002, 5003, 5004];
 
+/// The tests of this file run one at a time (one of them measures the CPU time the
+/// process uses).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn spec() -> LabSpec {
     LabSpec {
         ports: vec![port("eth0", US, "198.51.100.1/24")],
@@ -77,6 +81,21 @@ impl Rng {
 }
 
 /// Reads every socket; per flow, the numbers must follow on from what was read before.
+/// Binds a socket on each of `ports` (the table is shared: any worker's host will do).
+fn bind(team: &Team, ports: &[u16]) -> Vec<Arc<UdpSocket>> {
+    ports
+        .iter()
+        .map(|&p| {
+            team.workers[0]
+                .host
+                .sockets
+                .open(ip("0.0.0.0"), p, 1 << 16)
+                .unwrap()
+                .1
+        })
+        .collect()
+}
+
 fn read_all(team: &Team, socks: &[Arc<UdpSocket>], next: &mut BTreeMap<u32, u32>) -> u64 {
     let mut got = Vec::new();
     for s in socks {
@@ -110,17 +129,7 @@ fn stepped(policy: RpsPolicy, mode: Mode, seed: u64) {
         vec![vec![0, 1]],
         Some(params),
     );
-    let socks: Vec<Arc<UdpSocket>> = PORTS
-        .iter()
-        .map(|&p| {
-            team.workers[0]
-                .host
-                .sockets
-                .open(ip("0.0.0.0"), p, 1 << 16)
-                .unwrap()
-                .1
-        })
-        .collect();
+    let socks = bind(&team, &PORTS);
     let t = Toeplitz::new(&MS_KEY);
     let flows = 200u32;
     let per_flow = 30u32;
@@ -182,6 +191,7 @@ fn stepped(policy: RpsPolicy, mode: Mode, seed: u64) {
 
 #[test]
 fn no_flow_is_reordered_while_maps_and_owners_change() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for policy in [RpsPolicy::Backlog, RpsPolicy::Direct, RpsPolicy::Deferred] {
         for mode in [Mode::List, Mode::Packet] {
             for seed in 1..=4 {
@@ -195,6 +205,7 @@ fn no_flow_is_reordered_while_maps_and_owners_change() {
 /// two of the four sockets (each socket has one reader) and checks every flow's order.
 #[test]
 fn threads_keep_flows_in_order_and_give_every_buffer_back() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for policy in [RpsPolicy::Backlog, RpsPolicy::Direct, RpsPolicy::Deferred] {
         let params = RpsParams {
             policy,
@@ -210,17 +221,7 @@ fn threads_keep_flows_in_order_and_give_every_buffer_back() {
         );
         let progress = Arc::new(AtomicU64::new(0));
         for (w, ports) in [(0usize, &PORTS[..2]), (1, &PORTS[2..])] {
-            let socks = ports
-                .iter()
-                .map(|&p| {
-                    team.workers[0]
-                        .host
-                        .sockets
-                        .open(ip("0.0.0.0"), p, 1 << 16)
-                        .unwrap()
-                        .1
-                })
-                .collect();
+            let socks = bind(&team, ports);
             let sink = UdpSink::new(socks, 256, true)
                 .with_rfs(team.fabric.clone(), w)
                 .with_progress(progress.clone());
@@ -295,6 +296,8 @@ fn cpu_time() -> std::time::Duration {
 /// fraction of one core, not two busy-polling cores.
 #[test]
 fn idle_workers_sleep() {
+    // The process's CPU time is measured: nothing else of this file may run meanwhile.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut team = Team::new(
         &spec(),
         Mode::List,

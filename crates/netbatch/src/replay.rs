@@ -27,6 +27,14 @@ pub(crate) struct Args {
 
 pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     let cfg = Config::load(&a.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if cfg.workers > 1 {
+        // A capture is one receive queue on one clock: one worker keeps the output
+        // deterministic. Workers and RPS are for `netbatch run` and `netbatch bench`.
+        eprintln!(
+            "note: replay runs on one worker (datapath.workers = {} applies to `netbatch run`)",
+            cfg.workers
+        );
+    }
     let r = netbatch_runtime::replay::replay(&cfg, &a.input, &a.output, a.port.as_deref())?;
     let s = &r.stats;
     eprintln!(

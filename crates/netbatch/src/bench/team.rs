@@ -236,6 +236,7 @@ impl Bench for TeamBench {
             v.push((format!("w{i}_handed_off"), s.handed_off));
             v.push((format!("w{i}_taken_over"), s.taken_over));
             v.push((format!("w{i}_backlog_dropped"), s.dropped));
+            v.push((format!("w{i}_backlog_len"), s.backlog_len));
         }
         v.push(("sink_datagrams".into(), self.sum_app("datagrams")));
         v

@@ -3,7 +3,9 @@
 
 mod bench;
 mod check_config;
+mod flood;
 mod replay;
+mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -21,8 +23,12 @@ enum Cmd {
     Bench(bench::Args),
     /// Receive every frame of a capture, write what is transmitted to a pcapng file.
     Replay(replay::Args),
+    /// Serve on the configured interfaces until SIGINT or SIGTERM, then print counters.
+    Run(run::Args),
     /// Validate a configuration file and explain each error with its key.
     CheckConfig(check_config::Args),
+    /// Send a UDP flood on an interface through af_packet (a traffic source for routers).
+    Flood(flood::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -30,6 +36,8 @@ fn main() -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Bench(a) => bench::main(&a),
         Cmd::Replay(a) => replay::main(&a),
+        Cmd::Run(a) => run::main(&a),
         Cmd::CheckConfig(a) => check_config::main(&a),
+        Cmd::Flood(a) => flood::main(&a),
     }
 }

@@ -28,6 +28,36 @@ fn shipped_examples_validate() {
     assert!(text.contains("ok"));
     assert!(text.contains("interface eth1: 198.51.100.1/24"), "{text}");
     assert!(text.contains("filter forward: 2 rule(s)"), "{text}");
+
+    let out = netbatch()
+        .arg("check-config")
+        .arg(examples().join("live-router.toml"))
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("port lan (af_packet on veth-lan)"), "{text}");
+}
+
+#[test]
+fn run_names_the_port_whose_interface_is_missing() {
+    let dir = std::env::temp_dir().join(format!("netbatch-cli-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cfg = dir.join("missing.toml");
+    std::fs::write(
+        &cfg,
+        "[[port]]\nname = \"uplink\"\nkind = \"af_packet\"\ninterface = \"nb-absent0\"\nmac = \"02:00:5e:00:53:01\"\naddresses = [\"192.0.2.1/24\"]\n",
+    )
+    .expect("config");
+    let out = netbatch().arg("run").arg(&cfg).output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("port uplink: interface \"nb-absent0\" not found"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

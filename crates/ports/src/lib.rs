@@ -6,9 +6,16 @@
 //! with a `SAFETY` note; `generator` is safe code.
 #![deny(unsafe_code)]
 
+pub mod af_packet;
+pub mod af_xdp;
 pub mod generator;
 pub mod mem;
 pub mod pcap;
+pub mod sys;
+pub mod tap;
+#[cfg(test)]
+mod testnet;
+pub mod vnet;
 
 use netbatch_engine::offload::Features;
 use netbatch_engine::{BufCache, PktList, Pool};
@@ -67,6 +74,42 @@ pub trait Port: Send {
     /// The concrete port, for tools and tests that need its own API (captured frames of
     /// a `mem` port, for instance).
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+
+    /// Why the port stopped working (its interface went away, its socket failed), once
+    /// it has; it then receives and transmits nothing more.
+    fn fault(&self) -> Option<&str> {
+        None
+    }
+
+    /// A descriptor that becomes readable when frames wait to be received, for a worker
+    /// that sleeps while idle.
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+/// Which queue of a kernel-backed port a worker opens: every worker has one queue of
+/// every port, to transmit; the workers named in the port's `rx_workers` receive on theirs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSpec {
+    /// The port's configured name (for errors and logs).
+    pub name: String,
+    /// The port's index, stamped as `Meta::in_port` on received frames.
+    pub index: u16,
+    /// The kernel interface.
+    pub interface: String,
+    /// The worker the queue belongs to.
+    pub worker: usize,
+    /// This worker's position among the port's receiving workers (`None`: transmit only).
+    pub rx_member: Option<usize>,
+    /// How many workers receive from the port.
+    pub rx_members: usize,
+    /// Offloads asked for in the configuration (`rx-checksum` and the GRO features are
+    /// the stack's; a backend turns on what it can do and reports it from `features`).
+    pub features: Features,
+    /// Bytes a pool buffer holds after its headroom (larger frames are chained or
+    /// dropped, as the backend says).
+    pub room: usize,
 }
 
 /// The bytes of a frame, following its buffer chain (payload continuation of a standard
@@ -80,4 +123,28 @@ pub fn frame_bytes(pool: &Pool, p: &netbatch_engine::Pkt) -> Vec<u8> {
         cur = v.meta.chain.as_ref();
     }
     out
+}
+
+/// Completes a partial L4 checksum, as a device's checksum offload does on transmit: the
+/// TCP or UDP checksum field (holding the pseudo-header sum) of the IPv4 packet at `l3`,
+/// L4 header at `l4`, becomes the checksum over the L4 bytes up to the IP total length
+/// (RFC 1071; a UDP result of zero is sent as all ones, RFC 768). Anything else is left
+/// alone.
+pub(crate) fn complete_l4_checksum(frame: &mut [u8], l3: usize, l4: usize) {
+    let Some(ip) = frame.get(l3..l3 + 20) else {
+        return;
+    };
+    if ip[0] >> 4 != 4 {
+        return;
+    }
+    let field = match ip[9] {
+        6 => 16,
+        17 => 6,
+        _ => return,
+    };
+    let end = (l3 + usize::from(u16::from_be_bytes([ip[2], ip[3]]))).min(frame.len());
+    if end < l4 + field + 2 {
+        return;
+    }
+    vnet::complete(&mut frame[..end], l4, field);
 }

@@ -148,7 +148,7 @@ impl Port for MemPort {
             let mut bytes = frame_bytes(cx.pool, &p);
             if v.meta.flags & netbatch_engine::meta::flag::L4_CSUM_PARTIAL != 0 {
                 // What the device's checksum offload puts on the wire.
-                complete_l4_checksum(
+                crate::complete_l4_checksum(
                     &mut bytes,
                     usize::from(v.meta.l3.wrapping_sub(v.meta.data)),
                     usize::from(v.meta.l4.wrapping_sub(v.meta.data)),
@@ -175,24 +175,6 @@ impl Port for MemPort {
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
-}
-
-/// Completes a partial L4 checksum (the field holds the pseudo-header sum) over the L4
-/// header and payload starting at `l4`, behind the IPv4 header at `l3`.
-fn complete_l4_checksum(frame: &mut [u8], l3: usize, l4: usize) {
-    use netbatch_wire::checksum;
-    let Some(&proto) = frame.get(l3 + 9) else {
-        return;
-    };
-    let at = l4 + if proto == 6 { 16 } else { 6 };
-    if frame.len() < at + 2 {
-        return;
-    }
-    let mut c = checksum::checksum(&frame[l4..]);
-    if proto == 17 && c == 0 {
-        c = 0xffff;
-    }
-    frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
 }
 
 /// Whether `frame` is Ethernet (optionally one VLAN tag) / IPv4 / TCP or UDP with a

@@ -225,7 +225,8 @@ struct PortFile {
     name: String,
     #[serde(default = "default_kind")]
     kind: String,
-    mac: String,
+    /// The port's MAC (default for af_packet and af_xdp: the interface's own).
+    mac: Option<String>,
     #[serde(default = "default_mtu")]
     mtu: u16,
     addresses: Option<Vec<String>>,
@@ -748,11 +749,40 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
                 format!("'{}' is used by another port", p.name),
             );
         }
-        let mac = e.parse::<MacAddr>(
-            &format!("{key}.mac"),
-            &p.mac,
-            "a MAC address (aa:bb:cc:dd:ee:ff)",
-        );
+        let mac_text = match (&p.mac, p.kind.as_str(), &p.interface) {
+            (Some(m), _, _) => Some(m.clone()),
+            (None, "af_packet" | "af_xdp", Some(i)) => match netbatch_ports::sys::mac_of(i) {
+                Some(m) => Some(
+                    m.iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<Vec<_>>()
+                        .join(":"),
+                ),
+                None => {
+                    e.add(
+                        format!("{key}.mac"),
+                        format!(
+                            "not given, and interface '{i}' (whose address is the default) was not found"
+                        ),
+                    );
+                    None
+                }
+            },
+            (None, _, _) => {
+                e.add(
+                    format!("{key}.mac"),
+                    format!("a {} port needs a MAC address", p.kind),
+                );
+                None
+            }
+        };
+        let mac = mac_text.and_then(|t| {
+            e.parse::<MacAddr>(
+                &format!("{key}.mac"),
+                &t,
+                "a MAC address (aa:bb:cc:dd:ee:ff)",
+            )
+        });
         if let Some(m) = mac
             && !m.is_unicast()
         {

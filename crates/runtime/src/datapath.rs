@@ -7,9 +7,12 @@
 //! Stopping: every worker finishes its round and stops receiving; then each processes
 //! what other workers had already sent it; then the threads end and hand their workers
 //! back for counters and the final clean-up (every buffer back in the pool).
+//!
+//! A port that stops working (its interface went away) stops the datapath: its worker
+//! records the port's fault, which [`Datapath::faults`] reports, and raises the stop flag.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -39,6 +42,7 @@ impl Default for RunParams {
 pub struct Datapath {
     fabric: Arc<Fabric>,
     stop: Arc<AtomicBool>,
+    faults: Arc<Mutex<Vec<String>>>,
     threads: Vec<JoinHandle<Worker>>,
 }
 
@@ -73,9 +77,11 @@ impl Datapath {
         // A team may be started again after a stop.
         stop.store(false, Ordering::SeqCst);
         let mut threads = Vec::with_capacity(n);
+        let faults = Arc::new(Mutex::new(Vec::new()));
         for (i, w) in workers.into_iter().enumerate() {
             let core = params.cores.get(i).copied();
             let (fabric, barrier, stop) = (fabric.clone(), barrier.clone(), stop.clone());
+            let faults = faults.clone();
             let spin = params.idle_spin_ns;
             let t = std::thread::Builder::new()
                 .name(format!("netbatch-w{i}"))
@@ -83,7 +89,7 @@ impl Datapath {
                     if let Some(c) = core {
                         core_affinity::set_for_current(core_affinity::CoreId { id: c });
                     }
-                    run_worker(w, i, &fabric, &barrier, &stop, spin)
+                    run_worker(w, i, &fabric, &barrier, &stop, spin, &faults)
                 })
                 .map_err(|e| StartError::Spawn(i, e))?;
             threads.push(t);
@@ -91,8 +97,14 @@ impl Datapath {
         Ok(Self {
             fabric,
             stop,
+            faults,
             threads,
         })
+    }
+
+    /// Faults of ports that stopped working (each names its port), in the order seen.
+    pub fn faults(&self) -> Vec<String> {
+        self.faults.lock().map(|f| f.clone()).unwrap_or_default()
     }
 
     /// The flag that stops the workers (for a signal handler).
@@ -120,6 +132,10 @@ impl Datapath {
     }
 }
 
+/// How often a worker looks for port faults.
+const FAULT_CHECK_NS: u64 = 100_000_000;
+
+#[allow(clippy::too_many_arguments)]
 fn run_worker(
     mut w: Worker,
     me: usize,
@@ -127,11 +143,30 @@ fn run_worker(
     barrier: &Barrier,
     stop: &AtomicBool,
     spin_ns: u64,
+    faults: &Mutex<Vec<String>>,
 ) -> Worker {
     fabric.register_thread(me);
     let mut idle_since: Option<u64> = None;
+    let mut next_check = 0;
     while !stop.load(Ordering::Relaxed) {
         let now = netbatch_engine::time::mono_ns();
+        if now >= next_check {
+            next_check = now + FAULT_CHECK_NS;
+            let mut seen: Vec<String> = w
+                .ports
+                .iter()
+                .filter_map(|p| p.fault().map(str::to_string))
+                .collect();
+            if !seen.is_empty() {
+                if let Ok(mut f) = faults.lock() {
+                    seen.retain(|s| !f.contains(s));
+                    f.extend(seen);
+                }
+                stop.store(true, Ordering::SeqCst);
+                fabric.wake_all();
+                break;
+            }
+        }
         if w.poll(now) > 0 {
             idle_since = None;
             continue;

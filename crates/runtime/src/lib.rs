@@ -9,6 +9,7 @@ pub mod datapath;
 pub mod latency;
 pub mod replay;
 pub mod rps;
+pub mod run;
 pub mod setup;
 pub mod worker;
 

@@ -1,0 +1,268 @@
+//! `netbatch flood`: a UDP traffic source on a kernel interface, fast enough to load a
+//! router with small packets (iperf3 is not).
+//!
+//! Frames come from the in-memory generator (one template per flow, the UDP source port
+//! telling the flows apart) and leave through a transmit-only `af_packet` queue, 64 at a
+//! time. A frame the queue does not take (the kernel refused it: the device's or the
+//! peer's queue is full) is freed at once and counted as not sent; it is never retried,
+//! so `sent + not_sent` is the load offered and `sent` what the kernel accepted.
+
+use core::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use netbatch_engine::{PktList, Pool, PoolConfig, time};
+use netbatch_ports::generator::{FlowOrder, FlowSpec, GenConfig, GenPort, L4};
+use netbatch_ports::sys::Interface;
+use netbatch_ports::{Port, PortCx, QueueSpec, af_packet};
+use netbatch_wire::ethernet::MacAddr;
+
+/// Frames handed to the queue per call.
+const BURST: usize = 64;
+/// The smallest Ethernet frame, frame check sequence included.
+const MIN_FRAME: usize = 64;
+/// Bytes of the frame check sequence: counted in `--size`, added by the wire, not written.
+const FCS: usize = 4;
+/// Ethernet, IPv4 and UDP headers.
+const HEADERS: usize = 14 + 20 + 8;
+/// UDP source port of the first flow (flow `i` uses `FIRST_SPORT + i`).
+const FIRST_SPORT: u16 = 1024;
+/// UDP destination port of every flow (discard).
+const DPORT: u16 = 9;
+/// Paced bursts are at most this far apart.
+const PACE_NS: u64 = 100_000;
+
+/// Arguments of `netbatch flood`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The interface to send on (its own MAC is the source address).
+    #[arg(long)]
+    interface: String,
+    /// Ethernet destination: the next hop's MAC, `aa:bb:cc:dd:ee:ff`.
+    #[arg(long)]
+    dst_mac: MacAddr,
+    /// IPv4 source address.
+    #[arg(long)]
+    src: Ipv4Addr,
+    /// IPv4 destination address.
+    #[arg(long)]
+    dst: Ipv4Addr,
+    /// UDP flows (source ports 1024, 1025, ...), sent interleaved, one frame each in turn.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=64_000))]
+    flows: u16,
+    /// Ethernet frame size in bytes, frame check sequence included (64: the smallest).
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+    /// How long to send.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Frames per second to offer (0: as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Print the result as JSON on stdout (the summary line goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+/// What one flood did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Outcome {
+    /// Frames the kernel accepted.
+    sent: u64,
+    /// Frames the queue refused (freed, not retried).
+    not_sent: u64,
+    /// Seconds from the first burst to the end of the last.
+    seconds: f64,
+}
+
+impl Outcome {
+    /// Accepted frames per second.
+    fn pps(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.sent as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The flows: one per UDP source port, every frame `size - FCS` bytes long.
+fn flows(a: &Args, src_mac: MacAddr, payload_len: usize) -> Vec<FlowSpec> {
+    (0..a.flows)
+        .map(|i| FlowSpec {
+            src_mac,
+            dst_mac: a.dst_mac,
+            vlan: None,
+            src: a.src,
+            dst: a.dst,
+            l4: L4::Udp,
+            sport: FIRST_SPORT + i,
+            dport: DPORT,
+            payload_len,
+            ttl: 64,
+            dont_frag: true,
+        })
+        .collect()
+}
+
+/// Frames per paced burst at `rate`: bursts no more than [`PACE_NS`] apart.
+fn paced_burst(rate: u64) -> usize {
+    let per_interval = rate.saturating_mul(PACE_NS) / 1_000_000_000;
+    usize::try_from(per_interval)
+        .unwrap_or(BURST)
+        .clamp(1, BURST)
+}
+
+pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
+    if !(a.seconds.is_finite() && a.seconds > 0.0) {
+        bail!("--seconds must be a positive number of seconds");
+    }
+    let iface = Interface::lookup("flood", &a.interface)?;
+    let max_frame = iface.mtu as usize + 14 + FCS;
+    if a.size < MIN_FRAME || a.size > max_frame {
+        bail!(
+            "--size {}: a frame on {} is {MIN_FRAME} to {max_frame} bytes (MTU {} plus the \
+             Ethernet header and FCS)",
+            a.size,
+            iface.name,
+            iface.mtu
+        );
+    }
+    let pool = Pool::new(PoolConfig {
+        buffers: 4096,
+        ..PoolConfig::default()
+    })
+    .context("packet pool")?;
+    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let payload_len = a.size - FCS - HEADERS;
+    let cfg = GenConfig {
+        flows: flows(a, MacAddr(iface.mac), payload_len),
+        order: FlowOrder::Interleaved,
+        limit: None,
+        timestamps: false,
+        capture: 0,
+        sequence: true,
+    };
+    let mut source = GenPort::new("flood", 0, &cfg, room)?;
+    let mut queues = af_packet::open(&[QueueSpec {
+        rx_member: None,
+        rx_members: 0,
+        worker: 0,
+        index: 0,
+        name: "flood".into(),
+        interface: a.interface.clone(),
+        features: Default::default(),
+        room,
+    }])?;
+    let Some(port) = queues.first_mut() else {
+        bail!("no transmit queue opened on {}", a.interface);
+    };
+    let mut cache = pool.cache();
+    let result = flood(a, &pool, &mut cache, &mut source, port.as_mut());
+    cache.flush();
+    let out = result?;
+    let line = format!(
+        "flood: sent {} frames of {} bytes in {:.3} s: {:.0} pps ({} not sent: refused by \
+         the kernel, dropped, not retried)",
+        out.sent,
+        a.size,
+        out.seconds,
+        out.pps(),
+        out.not_sent
+    );
+    if a.json {
+        eprintln!("{line}");
+        let j = serde_json::json!({
+            "sent": out.sent,
+            "seconds": out.seconds,
+            "pps": out.pps(),
+            "not_sent": out.not_sent,
+        });
+        println!("{j}");
+    } else {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// Sends until the time is up; every buffer taken from `cache` is back in it on return.
+fn flood(
+    a: &Args,
+    pool: &Pool,
+    cache: &mut netbatch_engine::BufCache,
+    source: &mut GenPort,
+    port: &mut dyn Port,
+) -> anyhow::Result<Outcome> {
+    let burst = if a.rate > 0 {
+        paced_burst(a.rate)
+    } else {
+        BURST
+    };
+    let mut list = PktList::with_capacity(BURST);
+    let (mut sent, mut not_sent) = (0u64, 0u64);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(a.seconds);
+    let mut now = start;
+    while now < end {
+        let mut want = burst;
+        if a.rate > 0 {
+            let offered = u128::from(sent + not_sent);
+            let due = (now - start).as_nanos() * u128::from(a.rate) / 1_000_000_000;
+            let allowed = usize::try_from(due.saturating_sub(offered)).unwrap_or(usize::MAX);
+            if allowed < burst {
+                // Wait for the whole burst to come due (or the end), sleeping only when
+                // that is far enough away for the scheduler to be trusted with it.
+                let due_ns = (offered + burst as u128) * 1_000_000_000 / u128::from(a.rate);
+                let until = start + Duration::from_nanos(u64::try_from(due_ns).unwrap_or(u64::MAX));
+                let wait = until.min(end).saturating_duration_since(now);
+                if wait > Duration::from_micros(200) {
+                    std::thread::sleep(wait - Duration::from_micros(100));
+                } else {
+                    std::hint::spin_loop();
+                }
+                now = Instant::now();
+                continue;
+            }
+            want = allowed.min(BURST);
+        }
+        let mut cx = PortCx {
+            pool,
+            cache: &mut *cache,
+            now_ns: time::mono_ns(),
+        };
+        let got = source.rx(&mut cx, &mut list, want);
+        if got == 0 {
+            bail!("the packet pool ran out of buffers");
+        }
+        sent += port.tx(&mut cx, &mut list);
+        not_sent += list.len() as u64;
+        cache.free_all(&mut list);
+        if let Some(why) = port.fault() {
+            bail!("{why}");
+        }
+        now = Instant::now();
+    }
+    Ok(Outcome {
+        sent,
+        not_sent,
+        seconds: (now - start).as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paced_bursts_are_at_most_a_full_burst_and_at_least_one_frame() {
+        assert_eq!(paced_burst(1), 1);
+        assert_eq!(paced_burst(100_000), 10);
+        assert_eq!(paced_burst(10_000_000), BURST);
+        assert_eq!(paced_burst(u64::MAX), BURST);
+    }
+
+    #[test]
+    fn a_64_byte_frame_carries_18_bytes_of_payload() {
+        assert_eq!(MIN_FRAME - FCS - HEADERS, 18);
+    }
+}

@@ -1,0 +1,456 @@
+//! netbatch on real interfaces, checked with the Linux kernel's own tools.
+//!
+//! Topology, created and removed by each test (namespaces and veth pairs named after the
+//! process id; TEST-NET addresses only):
+//!
+//! ```text
+//!  h1 (192.0.2.2/24) ── veth ── [ r1  netbatch  r2 ] ── veth ── h2 (198.51.100.2/24)
+//!                               192.0.2.1  198.51.100.1   (namespace r)
+//! ```
+//!
+//! netbatch runs as users run it (`netbatch run CONFIG` inside namespace `r`, stopped
+//! with SIGTERM); the hosts use `ping`, `traceroute`, `iperf3`, `ip neigh` and Python's
+//! sockets. Each test needs root and the tools `scripts/setup` installs; without root it
+//! says so and passes, without the tools it fails naming them.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn is_root() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        eprintln!("skipped: the live tests create namespaces and need root");
+    }
+    root
+}
+
+fn sh(cmd: &str) -> std::process::Output {
+    Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .expect("sh runs")
+}
+
+fn need_tools() {
+    let missing: Vec<&str> = ["ip", "ping", "traceroute", "iperf3", "python3"]
+        .into_iter()
+        .filter(|t| !sh(&format!("command -v {t}")).status.success())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "missing {missing:?}: run scripts/setup (it installs iproute2, iputils-ping, traceroute, iperf3)"
+    );
+}
+
+/// The namespaces, links and netbatch process of one test.
+struct Topo {
+    tag: String,
+    dir: PathBuf,
+    child: Option<Child>,
+    log: std::sync::Arc<Mutex<Vec<String>>>,
+}
+
+impl Topo {
+    fn ns(&self, n: &str) -> String {
+        format!("nb{}-{n}", self.tag)
+    }
+
+    /// Runs `cmd` in namespace `n`; returns (success, stdout + stderr).
+    fn exec(&self, n: &str, cmd: &str) -> (bool, String) {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &self.ns(n), "sh", "-c", cmd])
+            .output()
+            .expect("ip netns exec");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.success(), text)
+    }
+
+    fn must(&self, n: &str, cmd: &str) -> String {
+        let (ok, text) = self.exec(n, cmd);
+        assert!(ok, "in {n}: {cmd}:\n{text}");
+        text
+    }
+
+    /// Builds the topology for ports of `kind`.
+    fn new(kind: &str, id: &str) -> Self {
+        let tag = format!("{id}{}", std::process::id() % 100_000);
+        let dir = std::env::temp_dir().join(format!("netbatch-live-{tag}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let t = Self {
+            tag,
+            dir,
+            child: None,
+            log: Default::default(),
+        };
+        t.remove();
+        for n in ["h1", "h2", "r"] {
+            assert!(sh(&format!("ip netns add {}", t.ns(n))).status.success());
+        }
+        let (h1, h2, r) = (t.ns("h1"), t.ns("h2"), t.ns("r"));
+        let s = &t.tag;
+        let cmds = [
+            format!("ip link add nb{s}a netns {h1} type veth peer name nb{s}r1 netns {r}"),
+            format!("ip link add nb{s}b netns {h2} type veth peer name nb{s}r2 netns {r}"),
+        ];
+        for c in &cmds {
+            let o = sh(c);
+            assert!(
+                o.status.success(),
+                "{c}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let quiet = "sysctl -qw net.ipv6.conf.all.disable_ipv6=1; sysctl -qw net.ipv6.conf.default.disable_ipv6=1; ip link set lo up";
+        t.must(
+            "r",
+            &format!("{quiet}; ip link set nb{s}r1 up; ip link set nb{s}r2 up"),
+        );
+        t.must(
+            "h1",
+            &format!("{quiet}; ip addr add 192.0.2.2/24 dev nb{s}a; ip link set nb{s}a up; ip route add default via 192.0.2.1"),
+        );
+        t.must(
+            "h2",
+            &format!("{quiet}; ip addr add 198.51.100.2/24 dev nb{s}b; ip link set nb{s}b up; ip route add default via 198.51.100.1"),
+        );
+        if kind == "af_xdp" {
+            // Frames sent by a kernel with checksum offload on veth carry partial
+            // checksums; AF_XDP has no way to say so (AF_PACKET does: its virtio-net
+            // header), so the hosts checksum in software, as on a wire.
+            for (n, d) in [("h1", "a"), ("h2", "b")] {
+                t.must(n, &format!("ethtool -K nb{s}{d} tx off >/dev/null"));
+            }
+        }
+        let _ = &r;
+        let cfg = format!(
+            r#"
+[datapath]
+mode = "list"
+idle_spin_us = 50
+
+[[port]]
+name = "r1"
+kind = "{kind}"
+interface = "nb{s}r1"
+addresses = ["192.0.2.1/24"]
+
+[[port]]
+name = "r2"
+kind = "{kind}"
+interface = "nb{s}r2"
+addresses = ["198.51.100.1/24"]
+
+[filter.forward]
+policy = "accept"
+[[filter.forward.rule]]
+proto = "udp"
+dport = "9999"
+action = "drop"
+
+[[app]]
+kind = "udp-echo"
+bind = "192.0.2.1:7"
+"#
+        );
+        std::fs::write(t.dir.join("router.toml"), cfg).expect("config written");
+        t
+    }
+
+    /// Starts netbatch in namespace `r` and waits until it says both ports are up.
+    fn start(&mut self) {
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns("r"),
+                env!("CARGO_BIN_EXE_netbatch"),
+                "run",
+            ])
+            .arg(self.dir.join("router.toml"))
+            .arg("--stats-json")
+            .arg(self.dir.join("stats.json"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("netbatch starts");
+        let err = child.stderr.take().expect("stderr piped");
+        let log = self.log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if let Ok(mut l) = log.lock() {
+                    l.push(line);
+                }
+            }
+        });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.log_text().contains("port r2 up") {
+                return;
+            }
+            if let Some(c) = self.child.as_mut()
+                && let Ok(Some(st)) = c.try_wait()
+            {
+                std::thread::sleep(Duration::from_millis(100));
+                panic!("netbatch exited ({st}):\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("netbatch did not start:\n{}", self.log_text());
+    }
+
+    fn log_text(&self) -> String {
+        self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// Stops netbatch with SIGTERM; returns its counters.
+    fn stop(&mut self) -> serde_json::Value {
+        let mut c = self.child.take().expect("running");
+        let _ = sh(&format!("kill -TERM {}", c.id()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Ok(Some(st)) = c.try_wait() {
+                break st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "netbatch did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(status.success(), "netbatch failed:\n{}", self.log_text());
+        let text = std::fs::read_to_string(self.dir.join("stats.json")).expect("stats written");
+        serde_json::from_str(&text).expect("stats are JSON")
+    }
+
+    fn remove(&self) {
+        for n in ["h1", "h2", "r"] {
+            let _ = sh(&format!("ip netns del {} 2>/dev/null", self.ns(n)));
+        }
+    }
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.remove();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn total(stats: &serde_json::Value, key: &str) -> u64 {
+    stats["totals"][key].as_u64().unwrap_or(0)
+}
+
+fn drops(stats: &serde_json::Value, reason: &str) -> u64 {
+    stats["totals"]["drops"][reason].as_u64().unwrap_or(0)
+}
+
+/// A stage's event counter, summed over the workers.
+fn event(stats: &serde_json::Value, stage: &str, key: &str) -> u64 {
+    stats["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|w| w["stages"].as_array().into_iter().flatten())
+        .filter(|s| s["name"] == stage)
+        .filter_map(|s| s["events"][key].as_u64())
+        .sum()
+}
+
+fn port(stats: &serde_json::Value, name: &str, key: &str) -> u64 {
+    stats["totals"]["ports"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == name))
+        .and_then(|p| p[key].as_u64())
+        .unwrap_or(0)
+}
+
+/// A Python UDP exchange in namespace `n`: sends `count` datagrams to `dst:port` and
+/// prints how many answers came back.
+fn udp_echo_client(t: &Topo, n: &str, dst: &str, port: u16, count: u32) -> u32 {
+    let py = format!(
+        "import socket\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.settimeout(2)\n\
+         ok = 0\n\
+         for i in range({count}):\n\
+         \x20   m = b'netbatch echo %d' % i\n\
+         \x20   s.sendto(m, ('{dst}', {port}))\n\
+         \x20   try:\n\
+         \x20       d, a = s.recvfrom(2048)\n\
+         \x20       ok += d == m and a == ('{dst}', {port})\n\
+         \x20   except socket.timeout:\n\
+         \x20       pass\n\
+         print(ok)\n"
+    );
+    std::fs::write(t.dir.join("echo.py"), py).expect("script");
+    let out = t.must(n, &format!("python3 {}", t.dir.join("echo.py").display()));
+    out.trim().parse().unwrap_or(0)
+}
+
+fn scenario(kind: &str, id: &str) {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        return;
+    }
+    need_tools();
+    let mut t = Topo::new(kind, id);
+    t.start();
+    let s = t.tag.clone();
+
+    // Ping netbatch itself, then through it: ARP resolved both ways on the way.
+    t.must("h1", "ping -c 3 -i 0.2 -W 2 192.0.2.1");
+    t.must("h1", "ping -c 3 -i 0.2 -W 2 198.51.100.2");
+    let r1_mac = t.must("r", &format!("cat /sys/class/net/nb{s}r1/address"));
+    let r2_mac = t.must("r", &format!("cat /sys/class/net/nb{s}r2/address"));
+    let n1 = t.must("h1", "ip neigh show 192.0.2.1");
+    assert!(
+        n1.contains(r1_mac.trim()) && !n1.contains("FAILED"),
+        "h1's kernel resolved netbatch: {n1}"
+    );
+    let n2 = t.must("h2", "ip neigh show 198.51.100.1");
+    assert!(
+        n2.contains(r2_mac.trim()) && !n2.contains("FAILED"),
+        "h2's kernel resolved netbatch: {n2}"
+    );
+
+    // TTL 1: netbatch answers with time exceeded; traceroute sees both hops.
+    let (_, p) = t.exec("h1", "ping -c 1 -t 1 -W 2 198.51.100.2");
+    assert!(
+        p.contains("From 192.0.2.1") && p.to_lowercase().contains("time to live exceeded"),
+        "{p}"
+    );
+    let tr = t.must("h1", "traceroute -n -q 1 -w 2 -m 3 198.51.100.2");
+    let hops: Vec<&str> = tr.lines().skip(1).collect();
+    assert!(
+        hops.first().is_some_and(|l| l.contains("192.0.2.1"))
+            && hops.get(1).is_some_and(|l| l.contains("198.51.100.2")),
+        "{tr}"
+    );
+
+    // The UDP echo built into netbatch.
+    assert_eq!(
+        udp_echo_client(&t, "h1", "192.0.2.1", 7, 5),
+        5,
+        "every echo back"
+    );
+
+    // The firewall rule drops UDP to port 9999 and nothing else.
+    let listen = format!(
+        "import socket, select, time\n\
+         ss = []\n\
+         for p in (9998, 9999):\n\
+         \x20   s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         \x20   s.bind(('198.51.100.2', p))\n\
+         \x20   ss.append(s)\n\
+         open('{ready}', 'w').close()\n\
+         got = {{9998: 0, 9999: 0}}\n\
+         end = time.time() + 3\n\
+         while time.time() < end:\n\
+         \x20   r, _, _ = select.select(ss, [], [], 0.1)\n\
+         \x20   for s in r:\n\
+         \x20       s.recv(2048)\n\
+         \x20       got[s.getsockname()[1]] += 1\n\
+         print(got[9998], got[9999])\n",
+        ready = t.dir.join("ready").display()
+    );
+    std::fs::write(t.dir.join("listen.py"), listen).expect("script");
+    let server = Command::new("ip")
+        .args(["netns", "exec", &t.ns("h2"), "python3"])
+        .arg(t.dir.join("listen.py"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("listener");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !t.dir.join("ready").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.must(
+        "h1",
+        "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b'x', ('198.51.100.2', p)) for p in (9998, 9999) for i in range(5)]\"",
+    );
+    let out = server.wait_with_output().expect("listener ends");
+    let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(got, "5 0", "port 9998 passes, port 9999 is dropped");
+
+    let stats = t.stop();
+    assert_eq!(drops(&stats, "filter_forward"), 5, "{stats:#}");
+    assert!(
+        event(&stats, "ip4-icmp-error", "sent_ttl_expired") >= 2,
+        "ping -t 1 and traceroute's first hop were answered: {stats:#}"
+    );
+    assert!(
+        t.log_text().contains("drop filter_forward: 5"),
+        "counters printed at stop:\n{}",
+        t.log_text()
+    );
+
+    // iperf3 across netbatch at a fixed rate: what iperf3 reports lost is what netbatch
+    // and the receiving kernel counted as dropped.
+    t.start();
+    let (ok, _) = t.exec("h2", "iperf3 -s -1 -D -B 198.51.100.2 --logfile /dev/null");
+    assert!(ok, "iperf3 server");
+    std::thread::sleep(Duration::from_millis(300));
+    let before = t.must("h2", "cat /proc/net/snmp | grep '^Udp:' | tail -1");
+    let rep = t.must("h1", "iperf3 -u -c 198.51.100.2 -b 20M -l 1000 -t 2 --json");
+    let after = t.must("h2", "cat /proc/net/snmp | grep '^Udp:' | tail -1");
+    let j: serde_json::Value = serde_json::from_str(&rep).expect("iperf3 JSON");
+    let sum = &j["end"]["sum"];
+    let (sent, lost) = (
+        sum["packets"].as_u64().expect("packets"),
+        sum["lost_packets"].as_u64().expect("lost_packets"),
+    );
+    assert!(
+        sent > 4000,
+        "20 Mbit/s of 1000-byte datagrams for 2 s: {sent}"
+    );
+    let stats = t.stop();
+    // Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors ...
+    let field = |l: &str, i: usize| -> u64 {
+        l.split_whitespace()
+            .nth(i)
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0)
+    };
+    let h2_drops = field(&after, 3) - field(&before, 3);
+    let nb_drops = total(&stats, "dropped_packets")
+        + port(&stats, "r1", "rx_dropped")
+        + port(&stats, "r2", "rx_dropped");
+    assert_eq!(
+        lost,
+        nb_drops + h2_drops,
+        "iperf3 lost {lost} of {sent}; netbatch dropped {nb_drops}, h2's kernel {h2_drops}: {stats:#}"
+    );
+    assert!(port(&stats, "r1", "rx_packets") >= sent);
+    assert!(port(&stats, "r2", "tx_packets") >= sent - lost);
+}
+
+#[test]
+fn af_packet_router_between_two_hosts() {
+    scenario("af_packet", "p");
+}
+
+#[test]
+fn af_xdp_router_between_two_hosts() {
+    scenario("af_xdp", "x");
+}

@@ -1,0 +1,364 @@
+//! The kernel-facing layer the real ports share: interface lookup, sockets, socket
+//! options, shared-memory rings, and the errors they give.
+//!
+//! Every error names the port and the operation that failed; a refused privilege says
+//! which capability is missing, so `netbatch run` can tell the user what to do.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+
+/// Why a kernel-backed port could not be opened or stopped working.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// The interface does not exist.
+    #[error("port {port}: interface {iface:?} not found")]
+    NoInterface {
+        /// The port's configured name.
+        port: String,
+        /// The kernel interface.
+        iface: String,
+    },
+    /// A system call failed.
+    #[error("port {port}: {op}: {err}{}", privilege_hint(err))]
+    Sys {
+        /// The port's configured name.
+        port: String,
+        /// What was being done.
+        op: String,
+        /// The kernel's answer.
+        err: io::Error,
+    },
+    /// The interface or kernel cannot do what the configuration asks.
+    #[error("port {port}: {what}")]
+    Unsupported {
+        /// The port's configured name.
+        port: String,
+        /// What is missing.
+        what: String,
+    },
+}
+
+/// The hint added to a refused privilege.
+fn privilege_hint(err: &io::Error) -> &'static str {
+    match err.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            " (run as root, or grant CAP_NET_RAW and CAP_NET_ADMIN; AF_XDP also needs CAP_BPF or CAP_SYS_ADMIN)"
+        }
+        _ => "",
+    }
+}
+
+impl PortError {
+    /// A failed system call on port `port`.
+    pub fn sys(port: &str, op: impl Into<String>, err: io::Error) -> Self {
+        Self::Sys {
+            port: port.into(),
+            op: op.into(),
+            err,
+        }
+    }
+}
+
+/// A kernel interface: its index, MAC address and MTU, read when the port opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    /// Name.
+    pub name: String,
+    /// Index.
+    pub index: u32,
+    /// Hardware address.
+    pub mac: [u8; 6],
+    /// MTU.
+    pub mtu: u32,
+}
+
+impl Interface {
+    /// Looks `name` up for port `port`.
+    pub fn lookup(port: &str, name: &str) -> Result<Self, PortError> {
+        let missing = || PortError::NoInterface {
+            port: port.into(),
+            iface: name.into(),
+        };
+        let index = ifindex(name).ok_or_else(missing)?;
+        let mac = mac_of(name).ok_or_else(missing)?;
+        let mtu = mtu_of(name).ok_or_else(missing)?;
+        Ok(Self {
+            name: name.into(),
+            index,
+            mac,
+            mtu,
+        })
+    }
+
+    /// Whether the interface still exists under the same index (an interface that was
+    /// deleted, or deleted and re-created, is gone for the sockets bound to it).
+    pub fn present(&self) -> bool {
+        ifindex(&self.name) == Some(self.index)
+    }
+
+    /// Receive queues the interface has (1 when the kernel does not say).
+    pub fn rx_queues(&self) -> u32 {
+        if self.name.contains('/') || self.name.starts_with('.') {
+            return 1;
+        }
+        std::fs::read_dir(format!("/sys/class/net/{}/queues", self.name))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                    .count() as u32
+            })
+            .unwrap_or(1)
+            .max(1)
+    }
+}
+
+/// The index of interface `name`.
+pub fn ifindex(name: &str) -> Option<u32> {
+    let c = CString::new(name).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call; the function
+    // only reads it.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
+/// An `ifreq` naming `name` (`None` when the name does not fit).
+pub fn ifreq(name: &str) -> Option<libc::ifreq> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return None;
+    }
+    // SAFETY: `ifreq` is a plain C struct (a name array and a union of plain values) for
+    // which all-zero bytes are valid.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in r.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Some(r)
+}
+
+/// Asks the kernel about interface `name` with `SIOCGIF*` request `req` (through a
+/// socket, so the answer is from the caller's network namespace, whatever `/sys` shows).
+fn if_ioctl(name: &str, req: libc::c_ulong) -> Option<libc::ifreq> {
+    let mut r = ifreq(name)?;
+    let s = socket(libc::AF_INET, libc::SOCK_DGRAM, 0).ok()?;
+    // SAFETY: the SIOCGIF* requests used here read and write one `ifreq`, which `r` is.
+    let rc = unsafe { libc::ioctl(s.as_raw_fd(), req, &mut r) };
+    (rc == 0).then_some(r)
+}
+
+/// The hardware address of interface `name` (`None` when it is missing).
+pub fn mac_of(name: &str) -> Option<[u8; 6]> {
+    let r = if_ioctl(name, libc::SIOCGIFHWADDR)?;
+    // SAFETY: SIOCGIFHWADDR filled the `ifru_hwaddr` member of the union.
+    let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (m, d) in mac.iter_mut().zip(sa.sa_data.iter()) {
+        *m = *d as u8;
+    }
+    Some(mac)
+}
+
+/// The MTU of interface `name`.
+pub fn mtu_of(name: &str) -> Option<u32> {
+    let r = if_ioctl(name, libc::SIOCGIFMTU)?;
+    // SAFETY: SIOCGIFMTU filled the `ifru_mtu` member of the union.
+    let m = unsafe { r.ifr_ifru.ifru_mtu };
+    u32::try_from(m).ok()
+}
+
+/// The last OS error as an `io::Error`.
+fn last() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// Opens a socket.
+pub fn socket(domain: i32, ty: i32, proto: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call with integer arguments.
+    let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
+    if fd < 0 {
+        return Err(last());
+    }
+    // SAFETY: the kernel just returned `fd` as a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sets a socket option whose value is `*v`.
+pub fn setsockopt<T>(fd: RawFd, level: i32, name: i32, v: &T) -> io::Result<()> {
+    // SAFETY: `v` points to a live `T` of the size passed; the kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (v as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 { Err(last()) } else { Ok(()) }
+}
+
+/// Reads a socket option into a `T` (which must be valid for any bytes: a plain C
+/// struct or integer).
+pub fn getsockopt<T: Copy + Default>(fd: RawFd, level: i32, name: i32) -> io::Result<T> {
+    let mut v = T::default();
+    let mut len = size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is a live `T` and `len` its size; the kernel writes at most `len` bytes
+    // and `T` is a plain value type for which any bytes are valid (callers pass C structs).
+    let r = unsafe { libc::getsockopt(fd, level, name, (&raw mut v).cast(), &mut len) };
+    if r < 0 { Err(last()) } else { Ok(v) }
+}
+
+/// Binds a socket to a `sockaddr`-like value.
+pub fn bind<T>(fd: RawFd, addr: &T) -> io::Result<()> {
+    // SAFETY: `addr` points to a live `T` of the size passed; the kernel only reads it.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            (addr as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 { Err(last()) } else { Ok(()) }
+}
+
+/// Waits until one of `fds` is readable or `timeout_ms` passes (a signal ends the wait
+/// early too); returns whether any is readable.
+pub fn wait_readable(fds: &[RawFd], timeout_ms: i32) -> bool {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: `p` is a live array of `p.len()` pollfd structures the kernel may write.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    r > 0
+}
+
+/// A shared memory mapping of a socket's rings (unmapped on drop).
+#[derive(Debug)]
+pub struct Mmap {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; which thread touches it is governed by the owner
+// (one port, one worker).
+unsafe impl Send for Mmap {}
+
+impl Mmap {
+    /// Maps `len` bytes of `fd` at page offset `offset`, shared and populated.
+    pub fn of_fd(fd: &OwnedFd, len: usize, offset: i64) -> io::Result<Self> {
+        // SAFETY: a fresh mapping chosen by the kernel (no fixed address), so no existing
+        // memory is affected; failure is checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                offset,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(last());
+        }
+        match NonNull::new(p.cast::<u8>()) {
+            Some(ptr) => Ok(Self { ptr, len }),
+            None => Err(io::Error::other("mmap returned a null mapping")),
+        }
+    }
+
+    /// Anonymous memory of `len` bytes (page aligned, zeroed).
+    pub fn anonymous(len: usize) -> io::Result<Self> {
+        // SAFETY: a fresh private anonymous mapping chosen by the kernel; failure checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(last());
+        }
+        match NonNull::new(p.cast::<u8>()) {
+            Some(ptr) => Ok(Self { ptr, len }),
+            None => Err(io::Error::other("mmap returned a null mapping")),
+        }
+    }
+
+    /// The first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never, once made).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned, and nothing borrows the
+        // mapping past its owner's life.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_is_found_and_a_missing_interface_is_named() {
+        let lo = Interface::lookup("p0", "lo").expect("every Linux host has lo");
+        assert_eq!(lo.index, ifindex("lo").unwrap());
+        assert_eq!(lo.mac, [0; 6]);
+        assert!(lo.mtu >= 1280);
+        assert!(lo.present());
+        let e = Interface::lookup("uplink", "nb-nosuch0").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "port uplink: interface \"nb-nosuch0\" not found"
+        );
+        assert!(Interface::lookup("p", "../lo").is_err());
+    }
+
+    #[test]
+    fn refused_privilege_says_what_is_needed() {
+        let e = PortError::sys("p1", "socket", io::Error::from_raw_os_error(libc::EPERM));
+        let s = e.to_string();
+        assert!(s.starts_with("port p1: socket: "), "{s}");
+        assert!(s.contains("CAP_NET_RAW"), "{s}");
+        let e = PortError::sys("p1", "bind", io::Error::from_raw_os_error(libc::ENODEV));
+        assert!(!e.to_string().contains("CAP_"), "{e}");
+    }
+
+    #[test]
+    fn anonymous_mapping_is_zeroed_and_writable() {
+        let m = Mmap::anonymous(8192).unwrap();
+        assert_eq!(m.len(), 8192);
+        // SAFETY: the mapping is 8192 bytes long and owned here.
+        let s = unsafe { std::slice::from_raw_parts_mut(m.as_ptr(), m.len()) };
+        assert!(s.iter().all(|&b| b == 0));
+        s[8191] = 7;
+        assert_eq!(s[8191], 7);
+    }
+}

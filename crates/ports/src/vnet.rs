@@ -1,0 +1,569 @@
+//! Frames from the kernel with their offload state: the virtio-net header that packet
+//! sockets (`PACKET_VNET_HDR`) and TAP devices (`IFF_VNET_HDR`) put in front of a frame,
+//! and the import of such a frame into pool buffers.
+//!
+//! Why it matters: the Linux stack hands a device with checksum and segmentation offload
+//! (veth, a NIC's GRO) frames whose L4 checksum holds only the pseudo-header sum
+//! (`CHECKSUM_PARTIAL`) and super-frames of up to 64 KiB (TSO, GRO). Forwarded as they
+//! are, they would leave broken or oversize. Here
+//! - a partial checksum is completed over the frame (`NEEDS_CSUM`: sum from
+//!   `csum_start`, stored at `csum_start + csum_offset`), and the frame is marked
+//!   checksum-verified, as the kernel counts `CHECKSUM_PARTIAL` valid;
+//! - a kernel-validated checksum (`DATA_VALID`) marks the frame verified;
+//! - a TCPv4 or UDPv4 super-frame becomes a standard GSO super-packet (headers and the
+//!   first bytes in one buffer, the rest chained, `gso_size`/`segs` set, checksum left
+//!   partial), which the stack carries once and the `gso` stage segments at transmit;
+//!   other GSO kinds (IPv6, UFO) are refused, counted by the caller;
+//! - a VLAN tag the kernel took out of the frame (`tp_vlan_tci`) is put back, so the
+//!   stack's VLAN demux sees the frame as it was on the wire.
+//!
+//! The header is in host byte order (legacy virtio, little-endian on the hosts netbatch
+//! runs on), 10 bytes.
+
+use netbatch_engine::meta::{flag, gso};
+use netbatch_engine::{Pkt, Pool};
+use netbatch_wire::checksum;
+
+use crate::PortCx;
+
+/// Bytes of the header.
+pub const LEN: usize = 10;
+
+/// `flags`: the L4 checksum is partial and must be completed.
+pub const F_NEEDS_CSUM: u8 = 1;
+/// `flags`: the kernel validated the checksum.
+pub const F_DATA_VALID: u8 = 2;
+
+/// `gso_type`: not a super-frame.
+pub const GSO_NONE: u8 = 0;
+/// `gso_type`: TCP over IPv4.
+pub const GSO_TCPV4: u8 = 1;
+/// `gso_type`: UDP fragmentation offload (obsolete; refused).
+pub const GSO_UDP: u8 = 3;
+/// `gso_type`: TCP over IPv6.
+pub const GSO_TCPV6: u8 = 4;
+/// `gso_type`: UDP segmentation (USO), IPv4 or IPv6 by the frame.
+pub const GSO_UDP_L4: u8 = 5;
+/// `gso_type` flag: ECN (CWR) seen.
+pub const GSO_ECN: u8 = 0x80;
+
+/// A parsed header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VnetHdr {
+    /// `F_*` flags.
+    pub flags: u8,
+    /// `GSO_*` type.
+    pub gso_type: u8,
+    /// Bytes of headers (a hint; not trusted).
+    pub hdr_len: u16,
+    /// Payload bytes per segment.
+    pub gso_size: u16,
+    /// Where the checksummed bytes start, from the frame's first byte.
+    pub csum_start: u16,
+    /// Where the checksum field is, from `csum_start`.
+    pub csum_offset: u16,
+}
+
+impl VnetHdr {
+    /// Reads a header from its 10 bytes.
+    pub fn parse(b: &[u8; LEN]) -> Self {
+        let h = |i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
+        Self {
+            flags: b[0],
+            gso_type: b[1],
+            hdr_len: h(2),
+            gso_size: h(4),
+            csum_start: h(6),
+            csum_offset: h(8),
+        }
+    }
+
+    /// Its 10 bytes.
+    pub fn bytes(&self) -> [u8; LEN] {
+        let mut b = [0u8; LEN];
+        b[0] = self.flags;
+        b[1] = self.gso_type;
+        b[2..4].copy_from_slice(&self.hdr_len.to_ne_bytes());
+        b[4..6].copy_from_slice(&self.gso_size.to_ne_bytes());
+        b[6..8].copy_from_slice(&self.csum_start.to_ne_bytes());
+        b[8..10].copy_from_slice(&self.csum_offset.to_ne_bytes());
+        b
+    }
+
+    /// The header describing a frame the stack transmits (`data`: its first buffer's
+    /// bytes): its partial checksum and, for a super-packet the port takes whole, its
+    /// segmentation.
+    pub fn for_tx(m: &netbatch_engine::Meta, data: &[u8]) -> Self {
+        let mut h = Self::default();
+        let l3 = usize::from(m.l3.wrapping_sub(m.data));
+        let l4 = m.l4.wrapping_sub(m.data);
+        if m.flags & flag::L4_CSUM_PARTIAL != 0 && usize::from(l4) < data.len() {
+            // The stack marks only TCP and UDP partial.
+            let tcp = data.get(l3 + 9) == Some(&6);
+            h.flags = F_NEEDS_CSUM;
+            h.csum_start = l4;
+            h.csum_offset = if tcp { 16 } else { 6 };
+        }
+        match m.gso_type & gso::KIND {
+            gso::TCPV4 if m.segs > 1 => {
+                h.gso_type = GSO_TCPV4;
+                h.gso_size = m.gso_size;
+            }
+            gso::UDPV4 if m.segs > 1 => {
+                h.gso_type = GSO_UDP_L4;
+                h.gso_size = m.gso_size;
+            }
+            _ => {}
+        }
+        h
+    }
+}
+
+/// Why a frame could not be imported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportError {
+    /// No free buffer (the caller counts `rx_nobuf`).
+    NoBuffer,
+    /// The frame cannot be taken (oversize without GSO, a GSO kind netbatch does not
+    /// segment, offsets outside the frame); the caller counts `rx_dropped`.
+    Refused,
+}
+
+/// A VLAN tag the kernel removed from the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StrippedTag {
+    /// Its TPID (0x8100 or 0x88a8).
+    pub tpid: u16,
+    /// Its TCI.
+    pub tci: u16,
+}
+
+/// Copies `frame` (with its offload header `hdr` and a tag the kernel removed) into pool
+/// buffers of `room` bytes as a packet of port `in_port`.
+pub fn import(
+    cx: &mut PortCx<'_>,
+    frame: &[u8],
+    hdr: &VnetHdr,
+    tag: Option<StrippedTag>,
+    in_port: u16,
+    room: usize,
+) -> Result<Pkt, ImportError> {
+    let extra = if tag.is_some() { 4 } else { 0 };
+    let len = frame.len() + extra;
+    let shift = |x: u16| usize::from(x) + if usize::from(x) >= 12 { extra } else { 0 };
+    let gso_kind = match hdr.gso_type & !GSO_ECN {
+        GSO_NONE => None,
+        GSO_TCPV4 => Some(gso::TCPV4),
+        GSO_UDP_L4 => Some(gso::UDPV4),
+        _ => return Err(ImportError::Refused),
+    };
+    let partial = hdr.flags & F_NEEDS_CSUM != 0;
+    let (cs, co) = (shift(hdr.csum_start), usize::from(hdr.csum_offset));
+    if partial && cs + co + 2 > len {
+        return Err(ImportError::Refused);
+    }
+    // A super-frame: the payload behind the L4 header is cut into `gso_size` segments.
+    let train = match gso_kind {
+        Some(kind) if partial && hdr.gso_size > 0 => {
+            let l4h = l4_header_len(frame, hdr, kind).ok_or(ImportError::Refused)?;
+            let hdrs = cs + l4h;
+            let payload = len.checked_sub(hdrs).ok_or(ImportError::Refused)?;
+            let segs = payload.div_ceil(usize::from(hdr.gso_size));
+            if hdrs > room || segs > usize::from(u16::MAX) {
+                return Err(ImportError::Refused);
+            }
+            (segs > 1).then_some((kind, segs as u16))
+        }
+        Some(_) => return Err(ImportError::Refused),
+        None => None,
+    };
+    if train.is_none() && len > room {
+        return Err(ImportError::Refused);
+    }
+    let bufs = len.div_ceil(room).max(1);
+    let mut head = cx.cache.alloc().ok_or(ImportError::NoBuffer)?;
+    let mut rest: Vec<Pkt> = Vec::new();
+    for _ in 1..bufs {
+        match cx.cache.alloc() {
+            Some(q) => rest.push(q),
+            None => {
+                cx.cache.free(head);
+                cx.cache.free_all(&mut rest);
+                return Err(ImportError::NoBuffer);
+            }
+        }
+    }
+    let pool: &Pool = cx.pool;
+    // The frame's bytes as they were on the wire (tag put back), in `room` pieces.
+    let mut src = Wire {
+        frame,
+        tag,
+        at: 0,
+        len,
+    };
+    {
+        let mut v = pool.get_mut(&mut head);
+        let n = len.min(room);
+        let Some(b) = v.append(n) else {
+            unreachable!("room is the buffer's data room")
+        };
+        src.fill(b);
+        if partial && train.is_none() {
+            // Not a super-frame: finish the checksum the sender left to the device.
+            complete(v.data_mut(), cs, co);
+        }
+        v.meta.in_port = in_port;
+        if partial || hdr.flags & F_DATA_VALID != 0 {
+            v.meta.flags |= flag::L4_CSUM_OK;
+        }
+    }
+    // Chain the rest back to front so each buffer's `chain` is set before it is linked.
+    let mut next: Option<Pkt> = None;
+    let mut pieces: Vec<(Pkt, usize)> = Vec::with_capacity(rest.len());
+    for q in rest {
+        let n = (len - src.at).min(room);
+        let mut q = q;
+        {
+            let mut w = pool.get_mut(&mut q);
+            let Some(b) = w.append(n) else {
+                unreachable!("room is the buffer's data room")
+            };
+            src.fill(b);
+        }
+        pieces.push((q, n));
+    }
+    let chained: usize = pieces.iter().map(|p| p.1).sum();
+    while let Some((mut q, _)) = pieces.pop() {
+        pool.get_mut(&mut q).meta.chain = next.take();
+        next = Some(q);
+    }
+    let v = pool.get_mut(&mut head);
+    v.meta.chain = next;
+    v.meta.total_len = u32::from(v.meta.len) + chained as u32;
+    if let Some((kind, segs)) = train {
+        v.meta.gso_type = kind;
+        v.meta.gso_size = hdr.gso_size;
+        v.meta.segs = segs;
+        v.meta.flags |= flag::L4_CSUM_PARTIAL;
+    }
+    Ok(head)
+}
+
+/// The L4 header length of a super-frame, read at `csum_start`.
+fn l4_header_len(frame: &[u8], hdr: &VnetHdr, kind: u8) -> Option<usize> {
+    // Offsets in `frame` (the tag, if any, is not in it).
+    let at = usize::from(hdr.csum_start);
+    if kind == gso::TCPV4 {
+        let off = usize::from(*frame.get(at + 12)? >> 4) * 4;
+        (off >= 20 && at + off <= frame.len()).then_some(off)
+    } else {
+        (at + 8 <= frame.len()).then_some(8)
+    }
+}
+
+/// Completes a partial checksum: the one's-complement sum of `d[start..]` (whose field at
+/// `start + off` holds the pseudo-header sum), stored inverted at the field (RFC 1071).
+/// A UDP result of zero is sent as all ones (RFC 768); TCP keeps zero.
+pub fn complete(d: &mut [u8], start: usize, off: usize) {
+    if start + off + 2 > d.len() {
+        return;
+    }
+    let mut c = checksum::checksum(&d[start..]);
+    if c == 0 && off == 6 {
+        c = 0xffff;
+    }
+    d[start + off..start + off + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// A cursor over a frame's wire bytes: the frame with a removed tag put back after the
+/// MAC addresses.
+struct Wire<'a> {
+    frame: &'a [u8],
+    tag: Option<StrippedTag>,
+    at: usize,
+    len: usize,
+}
+
+impl Wire<'_> {
+    /// Fills `out` with the next bytes.
+    fn fill(&mut self, out: &mut [u8]) {
+        let mut o = 0;
+        while o < out.len() && self.at < self.len {
+            let k = match self.tag {
+                Some(t) if self.at < 16 && self.frame.len() >= 12 => {
+                    if self.at < 12 {
+                        let n = (12 - self.at).min(out.len() - o);
+                        out[o..o + n].copy_from_slice(&self.frame[self.at..self.at + n]);
+                        n
+                    } else {
+                        let mut tag = [0u8; 4];
+                        tag[..2].copy_from_slice(&t.tpid.to_be_bytes());
+                        tag[2..].copy_from_slice(&t.tci.to_be_bytes());
+                        let n = (16 - self.at).min(out.len() - o);
+                        out[o..o + n].copy_from_slice(&tag[self.at - 12..self.at - 12 + n]);
+                        n
+                    }
+                }
+                _ => {
+                    let from = self.at - if self.tag.is_some() { 4 } else { 0 };
+                    let n = (self.len - self.at).min(out.len() - o);
+                    out[o..o + n].copy_from_slice(&self.frame[from..from + n]);
+                    n
+                }
+            };
+            o += k;
+            self.at += k;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netbatch_engine::{PoolConfig, meta::gso};
+
+    fn pool() -> Pool {
+        Pool::new(PoolConfig {
+            buffers: 256,
+            ..PoolConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// Ethernet/IPv4/UDP from 192.0.2.1:1000 to 198.51.100.2:2000 with `payload`, its UDP
+    /// checksum field holding the pseudo-header sum (as a sender with offload leaves it).
+    fn partial_udp(payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([192, 0, 2, 1], [198, 51, 100, 2], 64)
+            .udp(1000, 2000);
+        let mut good = Vec::new();
+        b.write(&mut good, payload).unwrap();
+        let mut partial = good.clone();
+        let l4_len = (8 + payload.len()) as u16;
+        let ps = checksum::fold(checksum::pseudo_header_v4(
+            [192, 0, 2, 1].into(),
+            [198, 51, 100, 2].into(),
+            17,
+            l4_len,
+        ));
+        partial[40..42].copy_from_slice(&ps.to_be_bytes());
+        (good, partial)
+    }
+
+    fn bytes(pool: &Pool, p: &Pkt) -> Vec<u8> {
+        crate::frame_bytes(pool, p)
+    }
+
+    #[test]
+    fn header_round_trips_in_host_order() {
+        let h = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 66,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        let b = h.bytes();
+        assert_eq!(b[0], 1);
+        assert_eq!(b[1], 1);
+        assert_eq!(u16::from_ne_bytes([b[4], b[5]]), 1448);
+        assert_eq!(VnetHdr::parse(&b), h);
+    }
+
+    #[test]
+    fn partial_checksum_is_completed_to_what_a_sender_without_offload_writes() {
+        let pool = pool();
+        let mut cache = pool.cache();
+        let mut cx = PortCx {
+            pool: &pool,
+            cache: &mut cache,
+            now_ns: 0,
+        };
+        let (good, partial) = partial_udp(b"hello, netbatch");
+        assert_ne!(good, partial);
+        let h = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            csum_start: 34,
+            csum_offset: 6,
+            ..VnetHdr::default()
+        };
+        let p = import(&mut cx, &partial, &h, None, 3, 1920).unwrap();
+        assert_eq!(
+            bytes(&pool, &p),
+            good,
+            "etherparse computes the full checksum"
+        );
+        let m = pool.get(&p).meta;
+        assert_eq!(m.in_port, 3);
+        assert_ne!(m.flags & flag::L4_CSUM_OK, 0);
+        assert_eq!(m.gso_type, gso::NONE);
+        cache.free(p);
+    }
+
+    #[test]
+    fn stripped_vlan_tag_is_put_back_and_offsets_follow() {
+        let pool = pool();
+        let mut cache = pool.cache();
+        let mut cx = PortCx {
+            pool: &pool,
+            cache: &mut cache,
+            now_ns: 0,
+        };
+        let (good, partial) = partial_udp(b"tagged");
+        let h = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            csum_start: 34,
+            csum_offset: 6,
+            ..VnetHdr::default()
+        };
+        let tag = StrippedTag {
+            tpid: 0x8100,
+            tci: 0x2064,
+        };
+        let p = import(&mut cx, &partial, &h, Some(tag), 0, 1920).unwrap();
+        let mut want = good[..12].to_vec();
+        want.extend_from_slice(&[0x81, 0x00, 0x20, 0x64]);
+        want.extend_from_slice(&good[12..]);
+        assert_eq!(bytes(&pool, &p), want);
+        cache.free(p);
+    }
+
+    #[test]
+    fn tcp_super_frame_becomes_a_gso_packet_that_segments_into_the_original_segments() {
+        let pool = pool();
+        let mut cache = pool.cache();
+        // Five 1000-byte segments as a sender without TSO would have sent them.
+        let payload: Vec<u8> = (0..4600u32).map(|i| (i * 7 % 251) as u8).collect();
+        let seg = |i: usize, psh: bool| {
+            let mut b =
+                etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                    .ipv4([192, 0, 2, 1], [198, 51, 100, 2], 64)
+                    .tcp(40000, 80, 1000 + (i * 1000) as u32, 512)
+                    .ack(77);
+            if psh {
+                b = b.psh();
+            }
+            let mut v = Vec::new();
+            let end = ((i + 1) * 1000).min(payload.len());
+            b.write(&mut v, &payload[i * 1000..end]).unwrap();
+            v
+        };
+        let want: Vec<Vec<u8>> = (0..5).map(|i| seg(i, i == 4)).collect();
+        // The super-frame: the first segment's headers with the total length, PSH, and
+        // the pseudo-header sum over the whole TCP length in the checksum field.
+        let big = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([192, 0, 2, 1], [198, 51, 100, 2], 64)
+            .tcp(40000, 80, 1000, 512)
+            .ack(77)
+            .psh();
+        let mut frame = Vec::new();
+        big.write(&mut frame, &payload).unwrap();
+        let ps = checksum::fold(checksum::pseudo_header_v4(
+            [192, 0, 2, 1].into(),
+            [198, 51, 100, 2].into(),
+            6,
+            (20 + payload.len()) as u16,
+        ));
+        frame[50..52].copy_from_slice(&ps.to_be_bytes());
+        let h = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 54,
+            gso_size: 1000,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        let mut cx = PortCx {
+            pool: &pool,
+            cache: &mut cache,
+            now_ns: 0,
+        };
+        let p = import(&mut cx, &frame, &h, None, 0, 1920).unwrap();
+        {
+            let m = pool.get(&p).meta;
+            assert_eq!((m.gso_type, m.gso_size, m.segs), (gso::TCPV4, 1000, 5));
+            assert_eq!(m.total_len as usize, frame.len());
+            assert!(m.chain.is_some(), "4654 bytes do not fit one buffer");
+        }
+        assert_eq!(
+            bytes(&pool, &p),
+            frame,
+            "the chain holds the frame's bytes in order"
+        );
+        // What the stack's GSO makes of it: the segments a sender without TSO sends.
+        let mut p = p;
+        {
+            let v = pool.get_mut(&mut p);
+            v.meta.l3 = v.meta.data + 14;
+            v.meta.l4 = v.meta.data + 34;
+        }
+        let mut out = Vec::new();
+        let Ok(()) = netbatch_stack::gso::segment(&pool, &mut cache, p, &mut out) else {
+            panic!("segmentation failed")
+        };
+        let got: Vec<Vec<u8>> = out.iter().map(|q| bytes(&pool, q)).collect();
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            // IP IDs: etherparse writes 0 on every packet, GSO increments from the head's.
+            let mut w = w.clone();
+            w[18..20].copy_from_slice(&(i as u16).to_be_bytes());
+            w[24..26].copy_from_slice(&[0, 0]);
+            let c = checksum::checksum(&w[14..34]);
+            w[24..26].copy_from_slice(&c.to_be_bytes());
+            assert_eq!(g, &w, "segment {i}");
+        }
+        cache.free_all(&mut out);
+        cache.flush();
+        assert_eq!(pool.free_in_pool(), 256);
+    }
+
+    #[test]
+    fn unsupported_gso_kinds_and_bad_offsets_are_refused_and_leak_nothing() {
+        let pool = pool();
+        let mut cache = pool.cache();
+        let mut cx = PortCx {
+            pool: &pool,
+            cache: &mut cache,
+            now_ns: 0,
+        };
+        let (_, partial) = partial_udp(&[0u8; 100]);
+        for h in [
+            VnetHdr {
+                flags: F_NEEDS_CSUM,
+                gso_type: GSO_TCPV6,
+                gso_size: 100,
+                csum_start: 34,
+                csum_offset: 16,
+                ..VnetHdr::default()
+            },
+            VnetHdr {
+                flags: F_NEEDS_CSUM,
+                gso_type: GSO_UDP,
+                gso_size: 100,
+                csum_start: 34,
+                csum_offset: 6,
+                ..VnetHdr::default()
+            },
+            VnetHdr {
+                flags: F_NEEDS_CSUM,
+                csum_start: 140,
+                csum_offset: 6,
+                ..VnetHdr::default()
+            },
+        ] {
+            assert_eq!(
+                import(&mut cx, &partial, &h, None, 0, 1920).unwrap_err(),
+                ImportError::Refused
+            );
+        }
+        // Oversize without GSO.
+        let big = vec![0u8; 3000];
+        assert_eq!(
+            import(&mut cx, &big, &VnetHdr::default(), None, 0, 1920).unwrap_err(),
+            ImportError::Refused
+        );
+        cache.flush();
+        assert_eq!(pool.free_in_pool(), 256);
+    }
+}

@@ -1,0 +1,244 @@
+//! `netbatch run`: the datapath on real interfaces.
+//!
+//! Opens every configured port's queue for every worker (a port that cannot be opened
+//! stops the start with an error naming it, and what was opened is closed again), builds
+//! and starts the workers, serves until the stop flag is raised (a signal) or a port
+//! fails, then stops the workers, frees what they held and reports the counters: per
+//! worker and summed. Every buffer must be back in the pool at the end.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use netbatch_engine::Pool;
+use netbatch_ports::sys::PortError;
+use netbatch_ports::{Port, QueueSpec};
+use serde_json::{Map, Value, json};
+
+use crate::build::{self, BuildError};
+use crate::config::{Config, PortKind};
+use crate::datapath::{Datapath, StartError};
+
+/// Why `run` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A port could not be opened.
+    #[error("{0}")]
+    Port(#[from] PortError),
+    /// A port kind that only `bench` or `replay` can drive.
+    #[error("port {0}: kind {1} is not a live interface (use it with `netbatch {2}`)")]
+    NotLive(String, &'static str, &'static str),
+    /// The workers could not be built.
+    #[error("{0}")]
+    Build(#[from] BuildError),
+    /// The workers could not be started.
+    #[error("{0}")]
+    Start(#[from] StartError),
+    /// A port stopped working while serving (the datapath stopped).
+    #[error("stopped: {}", .0.join("; "))]
+    Fault(Vec<String>, Box<Value>),
+    /// Buffers were not all back in the pool after the stop (a bug).
+    #[error("{0} packet buffers were not returned to the pool")]
+    Leak(usize),
+}
+
+/// A started port, for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    /// Configured name.
+    pub port: String,
+    /// Kind and interface.
+    pub what: String,
+    /// Workers that receive from it.
+    pub rx_workers: Vec<u16>,
+    /// Offloads in use (ethtool names).
+    pub features: Vec<&'static str>,
+}
+
+/// Opens every worker's queue of every port: `[port][worker]`.
+pub fn open_ports(cfg: &Config, pool: &Pool) -> Result<Vec<Vec<Box<dyn Port>>>, RunError> {
+    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let mut all = Vec::with_capacity(cfg.ports.len());
+    for (pi, p) in cfg.ports.iter().enumerate() {
+        let name = &p.setup.name;
+        let iface = match &p.kind {
+            PortKind::AfPacket(i) | PortKind::AfXdp(i) | PortKind::Tap(i) => i.clone(),
+            PortKind::Pcap => return Err(RunError::NotLive(name.clone(), "pcap", "replay")),
+            PortKind::Gen(_) => return Err(RunError::NotLive(name.clone(), "gen", "bench")),
+        };
+        let specs: Vec<QueueSpec> = (0..cfg.workers)
+            .map(|w| QueueSpec {
+                name: name.clone(),
+                index: pi as u16,
+                interface: iface.clone(),
+                worker: w,
+                rx_member: p.rx_workers.iter().position(|&x| usize::from(x) == w),
+                rx_members: p.rx_workers.len(),
+                features: p.setup.features,
+                room,
+            })
+            .collect();
+        let queues = match &p.kind {
+            PortKind::AfPacket(_) => netbatch_ports::af_packet::open(&specs)?,
+            PortKind::Tap(_) => netbatch_ports::tap::open(&specs)?,
+            PortKind::AfXdp(_) => netbatch_ports::af_xdp::open(&specs)?,
+            PortKind::Pcap | PortKind::Gen(_) => unreachable!("refused above"),
+        };
+        all.push(queues);
+    }
+    Ok(all)
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct RunReport {
+    /// Counters: `totals` and `workers` (each as `replay`'s stats document).
+    pub stats: Value,
+}
+
+/// Runs `cfg` until `stop` is raised or a port fails. `started` is told about each port
+/// once everything is up.
+pub fn run(
+    cfg: &Config,
+    stop: &Arc<AtomicBool>,
+    mut started: impl FnMut(&Started),
+) -> Result<RunReport, RunError> {
+    let pool = Pool::new(cfg.pool).map_err(BuildError::from)?;
+    let mut queues: Vec<std::vec::IntoIter<Box<dyn Port>>> = open_ports(cfg, &pool)?
+        .into_iter()
+        .map(Vec::into_iter)
+        .collect();
+    let infos: Vec<Started> = cfg
+        .ports
+        .iter()
+        .map(|p| Started {
+            port: p.setup.name.clone(),
+            what: match &p.kind {
+                PortKind::AfPacket(i) => format!("af_packet on {i}"),
+                PortKind::AfXdp(i) => format!("af_xdp on {i}"),
+                PortKind::Tap(i) => format!("tap {i}"),
+                PortKind::Pcap | PortKind::Gen(_) => String::new(),
+            },
+            rx_workers: p.rx_workers.clone(),
+            features: p.setup.features.names_on(),
+        })
+        .collect();
+    // `build::datapath` asks for the queues worker by worker, port by port, in order.
+    let (workers, fabric) = build::datapath(cfg, &pool, |_, p| {
+        queues[p]
+            .next()
+            .unwrap_or_else(|| unreachable!("one queue per worker was opened"))
+    })?;
+    let dp = Datapath::start(workers, fabric, &cfg.run)?;
+    for s in &infos {
+        started(s);
+    }
+    let dp_stop = dp.stop_flag();
+    while !stop.load(Ordering::Relaxed) && !dp.stopping() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    dp_stop.store(true, Ordering::SeqCst);
+    let faults = dp.faults();
+    let mut workers = dp.stop();
+    for w in &mut workers {
+        w.shutdown();
+    }
+    let stats = report(&workers);
+    let total = pool.config().buffers as usize;
+    drop(workers);
+    if !faults.is_empty() {
+        return Err(RunError::Fault(faults, Box::new(stats)));
+    }
+    if pool.free_in_pool() != total {
+        return Err(RunError::Leak(total - pool.free_in_pool()));
+    }
+    Ok(RunReport { stats })
+}
+
+/// The counters of stopped workers: each worker's stats document and their sums.
+pub fn report(workers: &[crate::Worker]) -> Value {
+    let per: Vec<Value> = workers.iter().map(crate::replay::stats).collect();
+    let mut totals = Map::new();
+    for k in [
+        "rx_packets",
+        "tx_packets",
+        "delivered_packets",
+        "dropped_packets",
+        "held_packets",
+        "originated_packets",
+    ] {
+        let n: u64 = per.iter().filter_map(|w| w[k].as_u64()).sum();
+        totals.insert(k.into(), json!(n));
+    }
+    let mut drops = Map::new();
+    for w in &per {
+        for (r, n) in w["drops"].as_object().into_iter().flatten() {
+            let e = drops.entry(r.clone()).or_insert(json!(0));
+            *e = json!(e.as_u64().unwrap_or(0) + n.as_u64().unwrap_or(0));
+        }
+    }
+    totals.insert("drops".into(), Value::Object(drops));
+    // Ports: each worker has a queue of every port; sum them by port.
+    let mut ports: Vec<Value> = Vec::new();
+    for w in &per {
+        for (i, p) in w["ports"].as_array().into_iter().flatten().enumerate() {
+            if ports.len() <= i {
+                ports.push(p.clone());
+                continue;
+            }
+            if let (Some(acc), Some(add)) = (ports[i].as_object_mut(), p.as_object()) {
+                for (k, v) in add {
+                    if let (Some(a), Some(b)) = (acc.get(k).and_then(Value::as_u64), v.as_u64()) {
+                        acc.insert(k.clone(), json!(a + b));
+                    }
+                }
+            }
+        }
+    }
+    totals.insert("ports".into(), Value::Array(ports));
+    json!({ "totals": totals, "workers": per })
+}
+
+/// The counters as lines for a person: fates, ports, drops by reason.
+pub fn summary(stats: &Value) -> String {
+    let t = &stats["totals"];
+    let n = |k: &str| t[k].as_u64().unwrap_or(0);
+    let mut s = format!(
+        "packets: rx {} originated {} tx {} delivered {} dropped {} held {}\n",
+        n("rx_packets"),
+        n("originated_packets"),
+        n("tx_packets"),
+        n("delivered_packets"),
+        n("dropped_packets"),
+        n("held_packets"),
+    );
+    for p in t["ports"].as_array().into_iter().flatten() {
+        let f = |k: &str| p[k].as_u64().unwrap_or(0);
+        s += &format!(
+            "port {}: rx {} ({} bytes, {} dropped by the port, {} without a buffer) tx {} ({} bytes, {} refused)\n",
+            p["name"].as_str().unwrap_or("?"),
+            f("rx_packets"),
+            f("rx_bytes"),
+            f("rx_dropped"),
+            f("rx_nobuf"),
+            f("tx_packets"),
+            f("tx_bytes"),
+            f("tx_refused"),
+        );
+    }
+    let mut drops: Vec<(String, u64)> = t["drops"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+        .collect();
+    drops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (r, c) in drops {
+        let why = netbatch_engine::DropReason::ALL
+            .iter()
+            .find(|d| d.name() == r)
+            .map_or("", |d| d.description());
+        s += &format!("drop {r}: {c} ({why})\n");
+    }
+    s
+}

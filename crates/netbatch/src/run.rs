@@ -42,6 +42,9 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             "netbatch: port {} up: {}, received by worker(s) {:?}{feats}",
             s.port, s.what, s.rx_workers
         );
+        for q in &s.queues {
+            eprintln!("netbatch:   {q}");
+        }
     });
     let stats = match result {
         Ok(r) => {

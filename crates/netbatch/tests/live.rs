@@ -86,7 +86,7 @@ impl Topo {
     }
 
     /// Builds the topology for ports of `kind`.
-    fn new(kind: &str, id: &str) -> Self {
+    fn new(kind: &str, id: &str, workers: usize) -> Self {
         let tag = format!("{id}{}", std::process::id() % 100_000);
         let dir = std::env::temp_dir().join(format!("netbatch-live-{tag}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -137,23 +137,27 @@ impl Topo {
             }
         }
         let _ = &r;
+        let rx = format!("{:?}", (0..workers).collect::<Vec<_>>());
         let cfg = format!(
             r#"
 [datapath]
 mode = "list"
 idle_spin_us = 50
+workers = {workers}
 
 [[port]]
 name = "r1"
 kind = "{kind}"
 interface = "nb{s}r1"
 addresses = ["192.0.2.1/24"]
+rx_workers = {rx}
 
 [[port]]
 name = "r2"
 kind = "{kind}"
 interface = "nb{s}r2"
 addresses = ["198.51.100.1/24"]
+rx_workers = {rx}
 
 [filter.forward]
 policy = "accept"
@@ -308,13 +312,13 @@ fn udp_echo_client(t: &Topo, n: &str, dst: &str, port: u16, count: u32) -> u32 {
     out.trim().parse().unwrap_or(0)
 }
 
-fn scenario(kind: &str, id: &str) {
+fn scenario(kind: &str, id: &str, workers: usize) {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !is_root() {
         return;
     }
     need_tools();
-    let mut t = Topo::new(kind, id);
+    let mut t = Topo::new(kind, id, workers);
     t.start();
     let s = t.tag.clone();
 
@@ -441,16 +445,27 @@ fn scenario(kind: &str, id: &str) {
         nb_drops + h2_drops,
         "iperf3 lost {lost} of {sent}; netbatch dropped {nb_drops}, h2's kernel {h2_drops}: {stats:#}"
     );
+    eprintln!(
+        "iperf3: sent {sent} lost {lost}; netbatch dropped {nb_drops}, h2 {h2_drops}\nnetbatch's log:\n{}",
+        t.log_text()
+    );
     assert!(port(&stats, "r1", "rx_packets") >= sent);
     assert!(port(&stats, "r2", "tx_packets") >= sent - lost);
 }
 
 #[test]
 fn af_packet_router_between_two_hosts() {
-    scenario("af_packet", "p");
+    scenario("af_packet", "p", 1);
 }
 
 #[test]
 fn af_xdp_router_between_two_hosts() {
-    scenario("af_xdp", "x");
+    scenario("af_xdp", "x", 1);
+}
+
+/// Two workers receive from each port (the kernel's fanout spreads the flows), both
+/// transmit on their own sockets: the same behaviour, seen from the hosts.
+#[test]
+fn af_packet_router_with_two_workers() {
+    scenario("af_packet", "w", 2);
 }

@@ -504,6 +504,22 @@ impl Port for AfPacketQueue {
         self.fault.as_deref()
     }
 
+    fn describe(&self) -> String {
+        match self.spec.rx_member {
+            Some(_) => format!(
+                "worker {}: TPACKET_V3 ring {} MiB{}",
+                self.spec.worker,
+                BLOCK_SIZE * BLOCKS >> 20,
+                if self.spec.rx_members > 1 {
+                    format!(", fanout by hash over {} workers", self.spec.rx_members)
+                } else {
+                    String::new()
+                }
+            ),
+            None => format!("worker {}: transmit only", self.spec.worker),
+        }
+    }
+
     fn rx_fd(&self) -> Option<RawFd> {
         self.ring.as_ref().map(|_| self.fd.as_raw_fd())
     }

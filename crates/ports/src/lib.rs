@@ -81,6 +81,11 @@ pub trait Port: Send {
         None
     }
 
+    /// How the queue works, for the log (`netbatch run` prints it at start).
+    fn describe(&self) -> String {
+        String::new()
+    }
+
     /// A descriptor that becomes readable when frames wait to be received, for a worker
     /// that sleeps while idle.
     fn rx_fd(&self) -> Option<std::os::fd::RawFd> {

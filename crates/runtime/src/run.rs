@@ -53,6 +53,8 @@ pub struct Started {
     pub rx_workers: Vec<u16>,
     /// Offloads in use (ethtool names).
     pub features: Vec<&'static str>,
+    /// How each worker's queue works (the backend's own words).
+    pub queues: Vec<String>,
 }
 
 /// Opens every worker's queue of every port: `[port][worker]`.
@@ -104,14 +106,12 @@ pub fn run(
     mut started: impl FnMut(&Started),
 ) -> Result<RunReport, RunError> {
     let pool = Pool::new(cfg.pool).map_err(BuildError::from)?;
-    let mut queues: Vec<std::vec::IntoIter<Box<dyn Port>>> = open_ports(cfg, &pool)?
-        .into_iter()
-        .map(Vec::into_iter)
-        .collect();
+    let opened = open_ports(cfg, &pool)?;
     let infos: Vec<Started> = cfg
         .ports
         .iter()
-        .map(|p| Started {
+        .zip(&opened)
+        .map(|(p, q)| Started {
             port: p.setup.name.clone(),
             what: match &p.kind {
                 PortKind::AfPacket(i) => format!("af_packet on {i}"),
@@ -121,8 +121,15 @@ pub fn run(
             },
             rx_workers: p.rx_workers.clone(),
             features: p.setup.features.names_on(),
+            queues: q
+                .iter()
+                .map(|q| q.describe())
+                .filter(|d| !d.is_empty())
+                .collect(),
         })
         .collect();
+    let mut queues: Vec<std::vec::IntoIter<Box<dyn Port>>> =
+        opened.into_iter().map(Vec::into_iter).collect();
     // `build::datapath` asks for the queues worker by worker, port by port, in order.
     let (workers, fabric) = build::datapath(cfg, &pool, |_, p| {
         queues[p]

@@ -475,6 +475,28 @@ impl Port for AfXdpQueue {
         &self.name
     }
 
+    fn describe(&self) -> String {
+        format!(
+            "queue {}: {}, {} mode{}",
+            self.queue_id(),
+            match self.native_xdp() {
+                Some(true) => "native XDP",
+                Some(false) => "generic XDP",
+                None => "transmit only",
+            },
+            if self.zero_copy() {
+                "zero-copy"
+            } else {
+                "copy"
+            },
+            if self.need_wakeup() {
+                ", need-wakeup"
+            } else {
+                ""
+            }
+        )
+    }
+
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
         if self.fault.is_some() {
             return 0;

@@ -509,7 +509,7 @@ impl Port for AfPacketQueue {
             Some(_) => format!(
                 "worker {}: TPACKET_V3 ring {} MiB{}",
                 self.spec.worker,
-                BLOCK_SIZE * BLOCKS >> 20,
+                (BLOCK_SIZE * BLOCKS) >> 20,
                 if self.spec.rx_members > 1 {
                     format!(", fanout by hash over {} workers", self.spec.rx_members)
                 } else {

@@ -45,8 +45,6 @@ const FRAME_SLOT: usize = 2048;
 const RETIRE_MS: u32 = 1;
 /// Frames per `sendmmsg`.
 const TX_BATCH: usize = 64;
-/// How often the interface's presence and the kernel's drop counter are read.
-const CHECK_NS: u64 = 100_000_000;
 
 // Offsets in a block (`tpacket_block_desc` with its `tpacket_hdr_v1`).
 const BLK_STATUS: usize = 8;
@@ -135,8 +133,7 @@ pub struct AfPacketQueue {
     fd: OwnedFd,
     ring: Option<Ring>,
     stats: PortStats,
-    fault: Option<String>,
-    next_check_ns: u64,
+    health: sys::Health,
     // Transmit scratch, kept to avoid allocating per call.
     hdrs: Vec<[u8; vnet::LEN]>,
     iov: Vec<libc::iovec>,
@@ -239,8 +236,7 @@ impl AfPacketQueue {
             fd,
             ring,
             stats: PortStats::default(),
-            fault: None,
-            next_check_ns: 0,
+            health: sys::Health::new(&spec.name, &iface.name, iface.index),
             hdrs: Vec::with_capacity(TX_BATCH),
             iov: Vec::with_capacity(TX_BATCH * 4),
             msg_iov: Vec::with_capacity(TX_BATCH),
@@ -255,15 +251,7 @@ impl AfPacketQueue {
 
     /// Every ~100 ms: is the interface still there, and what did the kernel drop?
     fn check(&mut self, now_ns: u64) {
-        if now_ns < self.next_check_ns {
-            return;
-        }
-        self.next_check_ns = now_ns + CHECK_NS;
-        if !self.iface.present() {
-            self.set_fault(format!("interface {} went away", self.iface.name));
-            return;
-        }
-        if self.ring.is_some() {
+        if self.health.due(now_ns) && self.ring.is_some() {
             // Reading the counters resets them: each read adds what is new.
             if let Ok(s) = sys::getsockopt::<Stats3>(
                 self.fd.as_raw_fd(),
@@ -272,12 +260,6 @@ impl AfPacketQueue {
             ) {
                 self.stats.rx_dropped += u64::from(s.drops);
             }
-        }
-    }
-
-    fn set_fault(&mut self, why: String) {
-        if self.fault.is_none() {
-            self.fault = Some(format!("port {}: {why}", self.spec.name));
         }
     }
 }
@@ -296,7 +278,7 @@ impl Port for AfPacketQueue {
 
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
         self.check(cx.now_ns);
-        if self.fault.is_some() {
+        if self.health.failed() {
             return 0;
         }
         let Some(ring) = self.ring.as_mut() else {
@@ -412,7 +394,7 @@ impl Port for AfPacketQueue {
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
         let mut wire = 0;
-        while self.fault.is_none() && !pkts.is_empty() {
+        while !self.health.failed() && !pkts.is_empty() {
             let batch = pkts.len().min(TX_BATCH);
             self.hdrs.clear();
             self.iov.clear();
@@ -467,7 +449,8 @@ impl Port for AfPacketQueue {
                 let e = std::io::Error::last_os_error();
                 match e.raw_os_error() {
                     Some(libc::ENXIO) | Some(libc::ENODEV) => {
-                        self.set_fault(format!("transmit on {}: {e}", self.iface.name));
+                        self.health
+                            .fail(format!("transmit on {}: {e}", self.iface.name));
                     }
                     // Queue full, link down, a frame the device refuses: the caller
                     // counts what is left.
@@ -501,7 +484,7 @@ impl Port for AfPacketQueue {
     }
 
     fn fault(&self) -> Option<&str> {
-        self.fault.as_deref()
+        self.health.fault()
     }
 
     fn describe(&self) -> String {

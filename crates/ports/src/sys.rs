@@ -115,6 +115,65 @@ impl Interface {
     }
 }
 
+/// How often a queue checks that its interface is still there.
+pub const HEALTH_CHECK_NS: u64 = 100_000_000;
+
+/// Whether a kernel-backed queue still works: its interface is looked for at most every
+/// [`HEALTH_CHECK_NS`] (a deleted, or deleted and re-created, interface is gone for the
+/// sockets bound to it), and the first fault is kept, naming the port.
+#[derive(Debug, Clone)]
+pub struct Health {
+    port: String,
+    iface: String,
+    ifindex: u32,
+    next_ns: u64,
+    fault: Option<String>,
+}
+
+impl Health {
+    /// Watches interface `iface` (index `ifindex`) of port `port`.
+    pub fn new(port: &str, iface: &str, ifindex: u32) -> Self {
+        Self {
+            port: port.into(),
+            iface: iface.into(),
+            ifindex,
+            next_ns: 0,
+            fault: None,
+        }
+    }
+
+    /// Looks for the interface if a check is due at `now_ns`; true when a check ran and
+    /// found it (the moment for other periodic reads, such as the kernel's drop counters).
+    pub fn due(&mut self, now_ns: u64) -> bool {
+        if self.fault.is_some() || now_ns < self.next_ns {
+            return false;
+        }
+        self.next_ns = now_ns.saturating_add(HEALTH_CHECK_NS);
+        if ifindex(&self.iface) != Some(self.ifindex) {
+            self.fail(format!("interface {} went away", self.iface));
+            return false;
+        }
+        true
+    }
+
+    /// Records a fault (the first one is kept).
+    pub fn fail(&mut self, why: impl std::fmt::Display) {
+        if self.fault.is_none() {
+            self.fault = Some(format!("port {}: {why}", self.port));
+        }
+    }
+
+    /// The fault, once there is one.
+    pub fn fault(&self) -> Option<&str> {
+        self.fault.as_deref()
+    }
+
+    /// Whether the queue has faulted.
+    pub fn failed(&self) -> bool {
+        self.fault.is_some()
+    }
+}
+
 /// The index of interface `name`.
 pub fn ifindex(name: &str) -> Option<u32> {
     let c = CString::new(name).ok()?;

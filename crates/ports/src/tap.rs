@@ -31,19 +31,15 @@ use crate::{Port, PortCx, PortStats, QueueSpec};
 const READ_MAX: usize = vnet::LEN + 65_535 + 22;
 /// Offload flags for `TUNSETOFFLOAD`: checksums, TSO over IPv4, USO over IPv4.
 const TUN_F_USO4: libc::c_uint = 0x20;
-/// How often the device's presence is checked.
-const CHECK_NS: u64 = 100_000_000;
 
 /// One worker's queue of a `tap` port.
 #[derive(Debug)]
 pub struct TapQueue {
     spec: QueueSpec,
     fd: OwnedFd,
-    ifindex: u32,
     scratch: Vec<u8>,
     stats: PortStats,
-    fault: Option<String>,
-    next_check_ns: u64,
+    health: sys::Health,
 }
 
 /// Opens every worker's queue of one tap port (`specs`: one per worker).
@@ -130,28 +126,10 @@ impl TapQueue {
         Ok(Self {
             spec: spec.clone(),
             fd,
-            ifindex,
             scratch: vec![0; READ_MAX],
             stats: PortStats::default(),
-            fault: None,
-            next_check_ns: 0,
+            health: sys::Health::new(port, name, ifindex),
         })
-    }
-
-    fn check(&mut self, now_ns: u64) {
-        if now_ns < self.next_check_ns {
-            return;
-        }
-        self.next_check_ns = now_ns + CHECK_NS;
-        if sys::ifindex(&self.spec.interface) != Some(self.ifindex) {
-            self.set_fault(format!("tap {} went away", self.spec.interface));
-        }
-    }
-
-    fn set_fault(&mut self, why: String) {
-        if self.fault.is_none() {
-            self.fault = Some(format!("port {}: {why}", self.spec.name));
-        }
     }
 }
 
@@ -188,8 +166,8 @@ impl Port for TapQueue {
     }
 
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
-        self.check(cx.now_ns);
-        if self.fault.is_some() {
+        self.health.due(cx.now_ns);
+        if self.health.failed() {
             return 0;
         }
         let mut n = 0;
@@ -212,7 +190,9 @@ impl Port for TapQueue {
                 let e = std::io::Error::last_os_error();
                 match e.raw_os_error() {
                     Some(libc::EAGAIN) | Some(libc::EINTR) => {}
-                    _ => self.set_fault(format!("read from {}: {e}", self.spec.interface)),
+                    _ => self
+                        .health
+                        .fail(format!("read from {}: {e}", self.spec.interface)),
                 }
                 break;
             }
@@ -243,7 +223,7 @@ impl Port for TapQueue {
         let mut wire = 0;
         let mut taken = 0;
         let mut iov: Vec<libc::iovec> = Vec::with_capacity(8);
-        while self.fault.is_none() && taken < pkts.len() {
+        while !self.health.failed() && taken < pkts.len() {
             let p: &Pkt = &pkts[taken];
             let v = cx.pool.get(p);
             let mut h = VnetHdr::for_tx(v.meta, v.data()).bytes();
@@ -269,7 +249,8 @@ impl Port for TapQueue {
                 match e.raw_os_error() {
                     Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ENOBUFS) => {}
                     Some(libc::EIO) | Some(libc::EBADFD) | Some(libc::ENODEV) => {
-                        self.set_fault(format!("write to {}: {e}", self.spec.interface));
+                        self.health
+                            .fail(format!("write to {}: {e}", self.spec.interface));
                     }
                     // A frame the kernel refuses (bad header): dropped by the caller.
                     _ => {}
@@ -298,7 +279,7 @@ impl Port for TapQueue {
     }
 
     fn fault(&self) -> Option<&str> {
-        self.fault.as_deref()
+        self.health.fault()
     }
 
     fn rx_fd(&self) -> Option<RawFd> {

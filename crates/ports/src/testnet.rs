@@ -1,8 +1,13 @@
-//! Test topology: veth pairs and network namespaces the tests create and always remove
-//! (a guard deletes them on drop, panics included). Names carry the process id, so
+//! Test topology: veth pairs, bridges and network namespaces the tests create and always
+//! remove (a guard deletes them on drop, panics included). Names carry the process id, so
 //! concurrent test binaries do not collide; addresses are TEST-NET ranges only.
+//!
+//! Interface names are `nb`, a tag, the process id in five digits and a suffix (`a`/`b`
+//! for the ends of a veth pair, `br` for a bridge): at most 15 bytes with tags of up to
+//! four characters. Each test module has its own tag prefix, so names of different
+//! modules never meet: `ap…` for af_packet, `x…` for af_xdp.
 
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -26,8 +31,14 @@ pub(crate) fn is_root() -> bool {
     root
 }
 
-/// Runs `ip ARGS`, panicking with its output when it fails.
-pub(crate) fn ip(args: &str) {
+/// The lock of [`serial`], if the tests may create interfaces ([`is_root`]).
+pub(crate) fn serial_as_root() -> Option<MutexGuard<'static, ()>> {
+    let g = serial();
+    is_root().then_some(g)
+}
+
+/// Runs `ip ARGS`; returns its standard output, panicking with its errors on failure.
+pub(crate) fn ip(args: &str) -> String {
     let o = Command::new("ip")
         .args(args.split_whitespace())
         .output()
@@ -37,11 +48,24 @@ pub(crate) fn ip(args: &str) {
         "ip {args}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn no_ipv6(dev: &str) {
-    // No IPv6 autoconfiguration chatter on test links.
+/// The name of this process's interface `tag`, `suffix` (see the module's note).
+fn link_name(tag: &str, suffix: &str) -> String {
+    assert!(tag.len() <= 4, "tag {tag:?}: at most four characters");
+    format!("nb{tag}{:05}{suffix}", std::process::id() % 100_000)
+}
+
+/// Deletes interface `name` (and nothing, quietly, if there is none).
+fn del_link(name: &str) {
+    let _ = Command::new("ip").args(["link", "del", name]).output();
+}
+
+/// Turns `dev` on, without IPv6 autoconfiguration chatter.
+fn up(dev: &str) {
     let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{dev}/disable_ipv6"), "1");
+    ip(&format!("link set {dev} up"));
 }
 
 /// A veth pair `a` — `b`, both up.
@@ -51,17 +75,28 @@ pub(crate) struct Veth {
 }
 
 impl Veth {
-    /// A pair named after `tag` (≤ 4 characters) and the process id.
+    /// A pair named after `tag` (≤ 4 characters) and the process id, with the kernel's
+    /// default number of queues.
     pub(crate) fn new(tag: &str) -> Self {
-        let id = std::process::id() % 100_000;
-        let (a, b) = (format!("nb{tag}{id}a"), format!("nb{tag}{id}b"));
-        let _ = Command::new("ip").args(["link", "del", &a]).output();
-        ip(&format!("link add {a} type veth peer name {b}"));
+        Self::create(tag, "")
+    }
+
+    /// A pair as [`Veth::new`] makes, with `queues` receive and transmit queues on each
+    /// end.
+    pub(crate) fn with_queues(tag: &str, queues: u32) -> Self {
+        Self::create(tag, &format!("numrxqueues {queues} numtxqueues {queues}"))
+    }
+
+    /// Creates the pair with `ip link add` options `opts` on both ends.
+    fn create(tag: &str, opts: &str) -> Self {
+        let (a, b) = (link_name(tag, "a"), link_name(tag, "b"));
+        del_link(&a);
+        ip(&format!(
+            "link add {a} {opts} type veth peer name {b} {opts}"
+        ));
         let v = Self { a, b };
-        no_ipv6(&v.a);
-        no_ipv6(&v.b);
-        ip(&format!("link set {} up", v.a));
-        ip(&format!("link set {} up", v.b));
+        up(&v.a);
+        up(&v.b);
         v
     }
 
@@ -72,12 +107,41 @@ impl Veth {
             .trim()
             .to_string()
     }
+
+    /// The MAC addresses of ends `a` and `b`.
+    pub(crate) fn macs(&self) -> ([u8; 6], [u8; 6]) {
+        let mac = |dev: &str| crate::sys::mac_of(dev).expect("a veth end has a MAC");
+        (mac(&self.a), mac(&self.b))
+    }
 }
 
 impl Drop for Veth {
     fn drop(&mut self) {
         // Deleting one end deletes both (and nothing if a namespace took `b` with it).
-        let _ = Command::new("ip").args(["link", "del", &self.a]).output();
+        del_link(&self.a);
+    }
+}
+
+/// A bridge with no ports, up.
+pub(crate) struct Bridge {
+    pub(crate) name: String,
+}
+
+impl Bridge {
+    /// A bridge named after `tag` (≤ 4 characters) and the process id.
+    pub(crate) fn new(tag: &str) -> Self {
+        let name = link_name(tag, "br");
+        del_link(&name);
+        ip(&format!("link add {name} type bridge"));
+        let br = Self { name };
+        up(&br.name);
+        br
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        del_link(&self.name);
     }
 }
 
@@ -105,10 +169,7 @@ impl Netns {
 
     /// Runs a shell command in the namespace, panicking with its output when it fails.
     pub(crate) fn run(&self, cmd: &str) -> String {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &self.name, "sh", "-c", cmd])
-            .output()
-            .expect("ip netns exec");
+        let o = self.exec(cmd);
         assert!(
             o.status.success(),
             "in {}: {cmd}: {}{}",
@@ -117,6 +178,18 @@ impl Netns {
             String::from_utf8_lossy(&o.stderr)
         );
         String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Whether a shell command run in the namespace succeeds.
+    pub(crate) fn succeeds(&self, cmd: &str) -> bool {
+        self.exec(cmd).status.success()
+    }
+
+    fn exec(&self, cmd: &str) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name, "sh", "-c", cmd])
+            .output()
+            .expect("ip netns exec")
     }
 }
 

@@ -350,6 +350,34 @@ mod tests {
         (good, partial)
     }
 
+    /// What the kernel says of an untagged UDP/IPv4 frame with a partial checksum.
+    const UDP_PARTIAL: VnetHdr = VnetHdr {
+        flags: F_NEEDS_CSUM,
+        gso_type: GSO_NONE,
+        hdr_len: 0,
+        gso_size: 0,
+        csum_start: 34,
+        csum_offset: 6,
+    };
+
+    /// `import` into buffers of 1920 bytes, at time 0.
+    fn imp(
+        pool: &Pool,
+        cache: &mut netbatch_engine::BufCache,
+        frame: &[u8],
+        h: &VnetHdr,
+        tag: Option<StrippedTag>,
+        in_port: u16,
+        room: usize,
+    ) -> Result<Pkt, ImportError> {
+        let mut cx = PortCx {
+            pool,
+            cache,
+            now_ns: 0,
+        };
+        import(&mut cx, frame, h, tag, in_port, room)
+    }
+
     fn bytes(pool: &Pool, p: &Pkt) -> Vec<u8> {
         crate::frame_bytes(pool, p)
     }
@@ -375,20 +403,10 @@ mod tests {
     fn partial_checksum_is_completed_to_what_a_sender_without_offload_writes() {
         let pool = pool();
         let mut cache = pool.cache();
-        let mut cx = PortCx {
-            pool: &pool,
-            cache: &mut cache,
-            now_ns: 0,
-        };
         let (good, partial) = partial_udp(b"hello, netbatch");
         assert_ne!(good, partial);
-        let h = VnetHdr {
-            flags: F_NEEDS_CSUM,
-            csum_start: 34,
-            csum_offset: 6,
-            ..VnetHdr::default()
-        };
-        let p = import(&mut cx, &partial, &h, None, 3, 1920).unwrap();
+        let h = UDP_PARTIAL;
+        let p = imp(&pool, &mut cache, &partial, &h, None, 3, 1920).unwrap();
         assert_eq!(
             bytes(&pool, &p),
             good,
@@ -405,23 +423,13 @@ mod tests {
     fn stripped_vlan_tag_is_put_back_and_offsets_follow() {
         let pool = pool();
         let mut cache = pool.cache();
-        let mut cx = PortCx {
-            pool: &pool,
-            cache: &mut cache,
-            now_ns: 0,
-        };
         let (good, partial) = partial_udp(b"tagged");
-        let h = VnetHdr {
-            flags: F_NEEDS_CSUM,
-            csum_start: 34,
-            csum_offset: 6,
-            ..VnetHdr::default()
-        };
+        let h = UDP_PARTIAL;
         let tag = StrippedTag {
             tpid: 0x8100,
             tci: 0x2064,
         };
-        let p = import(&mut cx, &partial, &h, Some(tag), 0, 1920).unwrap();
+        let p = imp(&pool, &mut cache, &partial, &h, Some(tag), 0, 1920).unwrap();
         let mut want = good[..12].to_vec();
         want.extend_from_slice(&[0x81, 0x00, 0x20, 0x64]);
         want.extend_from_slice(&good[12..]);
@@ -474,12 +482,7 @@ mod tests {
             csum_start: 34,
             csum_offset: 16,
         };
-        let mut cx = PortCx {
-            pool: &pool,
-            cache: &mut cache,
-            now_ns: 0,
-        };
-        let p = import(&mut cx, &frame, &h, None, 0, 1920).unwrap();
+        let p = imp(&pool, &mut cache, &frame, &h, None, 0, 1920).unwrap();
         {
             let m = pool.get(&p).meta;
             assert_eq!((m.gso_type, m.gso_size, m.segs), (gso::TCPV4, 1000, 5));
@@ -522,11 +525,6 @@ mod tests {
     fn unsupported_gso_kinds_and_bad_offsets_are_refused_and_leak_nothing() {
         let pool = pool();
         let mut cache = pool.cache();
-        let mut cx = PortCx {
-            pool: &pool,
-            cache: &mut cache,
-            now_ns: 0,
-        };
         let (_, partial) = partial_udp(&[0u8; 100]);
         for h in [
             VnetHdr {
@@ -553,14 +551,14 @@ mod tests {
             },
         ] {
             assert_eq!(
-                import(&mut cx, &partial, &h, None, 0, 1920).unwrap_err(),
+                imp(&pool, &mut cache, &partial, &h, None, 0, 1920).unwrap_err(),
                 ImportError::Refused
             );
         }
         // Oversize without GSO.
         let big = vec![0u8; 3000];
         assert_eq!(
-            import(&mut cx, &big, &VnetHdr::default(), None, 0, 1920).unwrap_err(),
+            imp(&pool, &mut cache, &big, &VnetHdr::default(), None, 0, 1920).unwrap_err(),
             ImportError::Refused
         );
         cache.flush();

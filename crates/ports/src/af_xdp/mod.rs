@@ -63,7 +63,7 @@ use std::sync::Arc;
 use netbatch_engine::meta::flag;
 use netbatch_engine::{Pkt, PktList, Pool};
 
-use crate::sys::{Interface, PortError};
+use crate::sys::{self, Interface, PortError};
 use crate::{Port, PortCx, PortStats, QueueSpec};
 
 use ring::{Geometry, OpenError, Socket};
@@ -82,8 +82,6 @@ pub const RING_SIZE: u32 = 2048;
 const XDP_HEADROOM: u32 = 256;
 /// Longest frame the kernel can receive into one UMEM frame.
 pub const MAX_RX_FRAME: usize = (FRAME_SIZE - XDP_HEADROOM) as usize;
-/// How often the interface's presence is checked (worker clock).
-const CHECK_NS: u64 = 100_000_000;
 /// Longest run of `sendto` kicks in one call (copy mode sends at most 32 frames a kick).
 const MAX_TX_KICKS: u32 = RING_SIZE / 32 + 1;
 
@@ -235,8 +233,7 @@ pub struct AfXdpQueue {
     tx_dropped: u64,
     /// System calls made to wake the kernel: (receive, transmit).
     kicks: (u64, u64),
-    fault: Option<String>,
-    next_check_ns: u64,
+    health: sys::Health,
     /// The port's XDP attachment (absent when no queue of the port receives).
     xdp: Option<Arc<bpf::Attachment>>,
 }
@@ -254,6 +251,7 @@ impl AfXdpQueue {
             .rev()
             .map(|i| u64::from(i) * u64::from(FRAME_SIZE))
             .collect();
+        let health = sys::Health::new(&s.name, &iface.name, iface.index);
         let mut q = Self {
             sock,
             name: s.name.clone(),
@@ -268,8 +266,7 @@ impl AfXdpQueue {
             stats: PortStats::default(),
             tx_dropped: 0,
             kicks: (0, 0),
-            fault: None,
-            next_check_ns: 0,
+            health,
             xdp,
         };
         if q.sock.rx.is_some() {
@@ -328,33 +325,16 @@ impl AfXdpQueue {
         self.kicks
     }
 
-    /// Records a fault once.
-    fn set_fault(&mut self, why: String) {
-        if self.fault.is_none() {
-            self.fault = Some(why);
-        }
-    }
-
-    /// Checks, at most every [`CHECK_NS`], that the interface is still there.
     fn check_interface(&mut self, now_ns: u64) {
-        if now_ns < self.next_check_ns {
-            return;
-        }
-        self.next_check_ns = now_ns.saturating_add(CHECK_NS);
-        if !self.iface.present() {
-            self.set_fault(format!(
-                "port {}: interface {} went away (AF_XDP queue {} stopped)",
-                self.name, self.iface.name, self.queue
-            ));
-        }
+        self.health.due(now_ns);
     }
 
     /// Records a fault if `e` says the socket is no longer bound to a device.
     fn check_error(&mut self, op: &str, e: &io::Error) {
         if matches!(e.raw_os_error(), Some(libc::ENXIO) | Some(libc::ENODEV)) {
-            self.set_fault(format!(
-                "port {}: AF_XDP queue {} of {}: {op}: {e}",
-                self.name, self.queue, self.iface.name
+            self.health.fail(format!(
+                "AF_XDP queue {} of {}: {op}: {e}",
+                self.queue, self.iface.name
             ));
         }
     }
@@ -498,11 +478,11 @@ impl Port for AfXdpQueue {
     }
 
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
-        if self.fault.is_some() {
+        if self.health.failed() {
             return 0;
         }
         self.check_interface(cx.now_ns);
-        if self.fault.is_some() {
+        if self.health.failed() {
             return 0;
         }
         self.reap_completions();
@@ -570,10 +550,10 @@ impl Port for AfXdpQueue {
     }
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
-        if self.fault.is_none() {
+        if !self.health.failed() {
             self.check_interface(cx.now_ns);
         }
-        if self.fault.is_some() {
+        if self.health.failed() {
             self.stats.tx_refused += pkts.len() as u64;
             return 0;
         }
@@ -652,13 +632,13 @@ impl Port for AfXdpQueue {
     }
 
     fn fault(&self) -> Option<&str> {
-        self.fault.as_deref()
+        self.health.fault()
     }
 
     fn rx_fd(&self) -> Option<RawFd> {
         // After a fault nothing will arrive: no descriptor to wait on.
-        match (&self.sock.rx, &self.fault) {
-            (Some(_), None) => Some(self.sock.fd()),
+        match (&self.sock.rx, self.health.failed()) {
+            (Some(_), false) => Some(self.sock.fd()),
             _ => None,
         }
     }

@@ -3,9 +3,11 @@
 //!
 //! Frames come from the in-memory generator (one template per flow, the UDP source port
 //! telling the flows apart) and leave through a transmit-only `af_packet` queue, 64 at a
-//! time. A frame the queue does not take (the kernel refused it: the device's or the
-//! peer's queue is full) is freed at once and counted as not sent; it is never retried,
-//! so `sent + not_sent` is the load offered and `sent` what the kernel accepted.
+//! time. A frame the queue does not take (the kernel refused it: the socket's send buffer
+//! or a queue behind the device is full) is freed at once and counted as not sent; it is
+//! never retried. So `sent` is what went onto the link and `sent + not_sent` what the
+//! flood tried to send: on a veth whose peer queues frames for another CPU, refusals are
+//! mostly the send buffer pushing back (`EAGAIN`), not frames lost on the link.
 
 use core::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -113,6 +115,7 @@ fn paced_burst(rate: u64) -> usize {
         .clamp(1, BURST)
 }
 
+/// Runs `netbatch flood`: opens the queue, sends until the time is up, prints the result.
 pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     if !(a.seconds.is_finite() && a.seconds > 0.0) {
         bail!("--seconds must be a positive number of seconds");
@@ -249,10 +252,13 @@ fn flood(
     })
 }
 
+/// Pacing and frame-size arithmetic (sending needs root and an interface: the live
+/// benchmark `bench/live-forward.py` exercises it).
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Paced bursts stay between one frame and a full burst.
     #[test]
     fn paced_bursts_are_at_most_a_full_burst_and_at_least_one_frame() {
         assert_eq!(paced_burst(1), 1);
@@ -261,6 +267,7 @@ mod tests {
         assert_eq!(paced_burst(u64::MAX), BURST);
     }
 
+    /// `--size` counts the FCS, which is not written.
     #[test]
     fn a_64_byte_frame_carries_18_bytes_of_payload() {
         assert_eq!(MIN_FRAME - FCS - HEADERS, 18);

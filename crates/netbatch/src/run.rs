@@ -14,6 +14,9 @@ pub(crate) struct Args {
     /// Also write the counters, as JSON, to this file when stopping.
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    /// Measure TSC cycles per packet in every stage (costs two clock reads per stage call).
+    #[arg(long)]
+    stage_timing: bool,
 }
 
 pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
@@ -32,7 +35,7 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             .map(|r| format!(", RPS {}", r.policy.name()))
             .unwrap_or_default()
     );
-    let result = run::run(&cfg, &stop, |s| {
+    let result = run::run(&cfg, &stop, a.stage_timing, |s| {
         let feats = if s.features.is_empty() {
             String::new()
         } else {

@@ -298,6 +298,45 @@ pub fn wait_readable(fds: &[RawFd], timeout_ms: i32) -> bool {
     r > 0
 }
 
+/// An eventfd: one thread sleeps in [`wait_readable`] on it (with its ports' receive
+/// descriptors), others wake it.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// A new, non-blocking eventfd.
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: plain system call with integer arguments.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(last());
+        }
+        // SAFETY: the kernel just returned `fd` as a new descriptor nothing else owns.
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Makes it readable (wakes the sleeper).
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of `one`, a live local. A full counter (EAGAIN)
+        // already means "readable", so the result does not matter.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    /// Makes it unreadable again.
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into `v`, a live local; EAGAIN (nothing to clear)
+        // is fine.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&raw mut v).cast(), 8) };
+    }
+
+    /// Its descriptor.
+    pub fn fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
 /// A shared memory mapping of a socket's rings (unmapped on drop).
 #[derive(Debug)]
 pub struct Mmap {
@@ -408,6 +447,19 @@ mod tests {
         assert!(s.contains("CAP_NET_RAW"), "{s}");
         let e = PortError::sys("p1", "bind", io::Error::from_raw_os_error(libc::ENODEV));
         assert!(!e.to_string().contains("CAP_"), "{e}");
+    }
+
+    #[test]
+    fn eventfd_wakes_a_waiter_and_clears() {
+        let e = EventFd::new().unwrap();
+        assert!(!wait_readable(&[e.fd()], 0), "starts unreadable");
+        let fd = e.fd();
+        let t = std::thread::spawn(move || wait_readable(&[fd], 5000));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        e.wake();
+        assert!(t.join().unwrap(), "woken before the timeout");
+        e.clear();
+        assert!(!wait_readable(&[e.fd()], 0), "cleared");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //!
 //! A worker thread polls; when a round finds nothing to do it keeps polling for
 //! `idle_spin` (busy polling, as NAPI busy-poll does), then sleeps until another worker
-//! kicks it or a millisecond passes (its timers), so an idle datapath burns no cores.
+//! kicks it, a frame arrives on a kernel-backed port it receives from (it sleeps in
+//! `poll` on their descriptors and an eventfd for kicks), or a millisecond passes (its
+//! timers), so an idle datapath burns no cores.
 //! Stopping: every worker finishes its round and stops receiving; then each processes
 //! what other workers had already sent it; then the threads end and hand their workers
 //! back for counters and the final clean-up (every buffer back in the pool).
@@ -146,6 +148,24 @@ fn run_worker(
     faults: &Mutex<Vec<String>>,
 ) -> Worker {
     fabric.register_thread(me);
+    // A worker that receives from kernel-backed ports sleeps on their descriptors, so a
+    // frame wakes it at once; an eventfd joins them for kicks from other workers.
+    let mut fds: Vec<std::os::fd::RawFd> = w
+        .rx_ports
+        .iter()
+        .filter_map(|&p| w.ports.get(usize::from(p)).and_then(|q| q.rx_fd()))
+        .collect();
+    if !fds.is_empty() {
+        match netbatch_ports::sys::EventFd::new() {
+            Ok(e) => {
+                fds.push(e.fd());
+                fabric.register_waker(me, e);
+            }
+            // Without one, the worker sleeps as a worker without such ports does.
+            Err(_) => fds.clear(),
+        }
+    }
+    let waker = fds.last().copied();
     let mut idle_since: Option<u64> = None;
     let mut next_check = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -177,7 +197,13 @@ fn run_worker(
             continue;
         }
         if fabric.park_begin(me) {
-            std::thread::park_timeout(Duration::from_millis(1));
+            match waker {
+                Some(_) => {
+                    netbatch_ports::sys::wait_readable(&fds, 1);
+                    fabric.clear_waker(me);
+                }
+                None => std::thread::park_timeout(Duration::from_millis(1)),
+            }
             fabric.park_end(me);
         }
     }

@@ -117,6 +117,7 @@ struct Slot {
     kicked: AtomicBool,
     parked: AtomicBool,
     thread: OnceLock<Thread>,
+    waker: OnceLock<netbatch_ports::sys::EventFd>,
 }
 
 impl Fabric {
@@ -190,6 +191,30 @@ impl Fabric {
         }
     }
 
+    /// Registers the eventfd worker `w` sleeps on with its ports' descriptors (kicks
+    /// write it as well as unpark the thread).
+    pub fn register_waker(&self, w: usize, e: netbatch_ports::sys::EventFd) {
+        if let Some(s) = self.slots.get(w) {
+            let _ = s.waker.set(e);
+        }
+    }
+
+    /// Resets worker `w`'s eventfd after it woke.
+    pub fn clear_waker(&self, w: usize) {
+        if let Some(e) = self.slots.get(w).and_then(|s| s.waker.get()) {
+            e.clear();
+        }
+    }
+
+    fn wake_slot(s: &Slot) {
+        if let Some(t) = s.thread.get() {
+            t.unpark();
+        }
+        if let Some(e) = s.waker.get() {
+            e.wake();
+        }
+    }
+
     /// Tells worker `w` it has backlog; `true` if it was not told already.
     fn kick(&self, w: usize) -> bool {
         let Some(s) = self.slots.get(w) else {
@@ -198,10 +223,8 @@ impl Fabric {
         if s.kicked.swap(true, Ordering::AcqRel) {
             return false;
         }
-        if s.parked.load(Ordering::Acquire)
-            && let Some(t) = s.thread.get()
-        {
-            t.unpark();
+        if s.parked.load(Ordering::Acquire) {
+            Self::wake_slot(s);
         }
         true
     }
@@ -209,9 +232,7 @@ impl Fabric {
     /// Wakes every worker (to see `stop`).
     pub fn wake_all(&self) {
         for s in &self.slots {
-            if let Some(t) = s.thread.get() {
-                t.unpark();
-            }
+            Self::wake_slot(s);
         }
     }
 

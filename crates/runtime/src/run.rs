@@ -98,11 +98,13 @@ pub struct RunReport {
     pub stats: Value,
 }
 
-/// Runs `cfg` until `stop` is raised or a port fails. `started` is told about each port
-/// once everything is up.
+/// Runs `cfg` until `stop` is raised or a port fails, with per-stage TSC timing when
+/// `stage_timing` (two clock reads per stage call). `started` is told about each port once
+/// everything is up.
 pub fn run(
     cfg: &Config,
     stop: &Arc<AtomicBool>,
+    stage_timing: bool,
     mut started: impl FnMut(&Started),
 ) -> Result<RunReport, RunError> {
     let pool = Pool::new(cfg.pool).map_err(BuildError::from)?;
@@ -131,11 +133,14 @@ pub fn run(
     let mut queues: Vec<std::vec::IntoIter<Box<dyn Port>>> =
         opened.into_iter().map(Vec::into_iter).collect();
     // `build::datapath` asks for the queues worker by worker, port by port, in order.
-    let (workers, fabric) = build::datapath(cfg, &pool, |_, p| {
+    let (mut workers, fabric) = build::datapath(cfg, &pool, |_, p| {
         queues[p]
             .next()
             .unwrap_or_else(|| unreachable!("one queue per worker was opened"))
     })?;
+    for w in &mut workers {
+        w.graph.set_timing(stage_timing);
+    }
     let dp = Datapath::start(workers, fabric, &cfg.run)?;
     for s in &infos {
         started(s);

@@ -31,13 +31,21 @@ enum Cmd {
     Flood(flood::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.cmd {
+    let r = match cli.cmd {
         Cmd::Bench(a) => bench::main(&a),
         Cmd::Replay(a) => replay::main(&a),
         Cmd::Run(a) => run::main(&a),
         Cmd::CheckConfig(a) => check_config::main(&a),
         Cmd::Flood(a) => flood::main(&a),
+    };
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The error and its causes on one line; no backtrace (they are for bugs).
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }

@@ -260,3 +260,64 @@ fn gro_bench_reports_each_mode_with_its_frame_rate() {
     assert_eq!(seen, want);
     assert!(doc["failures"].as_array().unwrap().is_empty());
 }
+
+/// Without privileges, `run` says which capability is missing, naming the port. Needs
+/// root to drop to the `nobody` user (`setpriv`); without root it says so and passes.
+#[test]
+fn run_without_privileges_names_the_port_and_the_capabilities() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    let setpriv = Command::new("sh")
+        .args(["-c", "command -v setpriv"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !root || !setpriv {
+        eprintln!("skipped: needs root and setpriv to run as an unprivileged user");
+        return;
+    }
+    // A place the unprivileged user can read: the binary and the config.
+    let dir = std::env::temp_dir().join(format!("netbatch-cli-priv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let bin = dir.join("netbatch");
+    std::fs::copy(env!("CARGO_BIN_EXE_netbatch"), &bin).expect("copy");
+    let cfg = dir.join("lo.toml");
+    std::fs::write(
+        &cfg,
+        "[[port]]\nname = \"uplink\"\nkind = \"af_packet\"\ninterface = \"lo\"\nmac = \"02:00:5e:00:53:01\"\naddresses = [\"192.0.2.1/24\"]\n",
+    )
+    .expect("config");
+    let _ = Command::new("chmod")
+        .arg("-R")
+        .arg("a+rX")
+        .arg(&dir)
+        .status();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&bin)
+        .arg("run")
+        .arg(&cfg)
+        .output()
+        .expect("setpriv runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: port uplink: AF_PACKET socket: Operation not permitted"),
+        "{err}"
+    );
+    assert!(err.contains("CAP_NET_RAW"), "{err}");
+    assert_eq!(
+        err.matches("Operation not permitted").count(),
+        1,
+        "said once: {err}"
+    );
+}

@@ -177,6 +177,10 @@ bind = "192.0.2.1:7"
 
     /// Starts netbatch in namespace `r` and waits until it says both ports are up.
     fn start(&mut self) {
+        // The log is this run's only.
+        if let Ok(mut l) = self.log.lock() {
+            l.clear();
+        }
         let mut child = Command::new("ip")
             .args([
                 "netns",
@@ -451,6 +455,32 @@ fn scenario(kind: &str, id: &str, workers: usize) {
     );
     assert!(port(&stats, "r1", "rx_packets") >= sent);
     assert!(port(&stats, "r2", "tx_packets") >= sent - lost);
+
+    // An interface that goes away stops netbatch with an error naming the port, after
+    // the counters.
+    t.start();
+    t.must("r", &format!("ip link del nb{s}r1"));
+    let mut c = t.child.take().expect("running");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Ok(Some(st)) = c.try_wait() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "netbatch kept running without r1"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let log = t.log_text();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains(&format!("error: port r1: interface nb{s}r1 went away")),
+        "{log}"
+    );
+    assert!(log.contains("packets: rx"), "counters printed: {log}");
+    assert!(!log.contains("panicked"), "{log}");
 }
 
 #[test]

@@ -16,19 +16,19 @@ use crate::{PollParams, Worker};
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The host (routes, neighbours) could not be built.
-    #[error("{0}")]
+    #[error(transparent)]
     Setup(#[from] crate::setup::SetupError),
     /// The graph could not be built.
     #[error("graph: {0}")]
     Graph(#[from] netbatch_engine::GraphError),
     /// A node the worker needs is missing.
-    #[error("{0}")]
+    #[error(transparent)]
     Node(#[from] crate::worker::MissingNode),
     /// An application could not bind.
     #[error("app bind {0}: {1}")]
     Bind(String, netbatch_stack::udp::socket::BindError),
     /// The packet pool could not be created.
-    #[error("{0}")]
+    #[error(transparent)]
     Pool(#[from] netbatch_engine::PoolError),
 }
 

@@ -19,10 +19,10 @@ use crate::config::Config;
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
     /// The capture could not be read or written.
-    #[error("{0}")]
+    #[error(transparent)]
     Pcap(#[from] netbatch_ports::pcap::PcapError),
     /// The worker could not be assembled.
-    #[error("{0}")]
+    #[error(transparent)]
     Build(#[from] BuildError),
     /// `--port` names no configured port.
     #[error("no port named '{0}' in the configuration")]

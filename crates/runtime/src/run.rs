@@ -23,16 +23,16 @@ use crate::datapath::{Datapath, StartError};
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// A port could not be opened.
-    #[error("{0}")]
+    #[error(transparent)]
     Port(#[from] PortError),
     /// A port kind that only `bench` or `replay` can drive.
     #[error("port {0}: kind {1} is not a live interface (use it with `netbatch {2}`)")]
     NotLive(String, &'static str, &'static str),
     /// The workers could not be built.
-    #[error("{0}")]
+    #[error(transparent)]
     Build(#[from] BuildError),
     /// The workers could not be started.
-    #[error("{0}")]
+    #[error(transparent)]
     Start(#[from] StartError),
     /// A port stopped working while serving (the datapath stopped).
     #[error("stopped: {}", .0.join("; "))]

@@ -265,12 +265,7 @@ fn gro_bench_reports_each_mode_with_its_frame_rate() {
 /// root to drop to the `nobody` user (`setpriv`); without root it says so and passes.
 #[test]
 fn run_without_privileges_names_the_port_and_the_capabilities() {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
+    let root = netbatch_ports::sys::is_root();
     let setpriv = Command::new("sh")
         .args(["-c", "command -v setpriv"])
         .output()

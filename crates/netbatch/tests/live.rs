@@ -22,12 +22,7 @@ use std::time::{Duration, Instant};
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn is_root() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
+    let root = netbatch_ports::sys::is_root();
     if !root {
         eprintln!("skipped: the live tests create namespaces and need root");
     }
@@ -222,26 +217,30 @@ bind = "192.0.2.1:7"
         panic!("netbatch did not start:\n{}", self.log_text());
     }
 
+    /// Waits (10 s at most) for netbatch to exit, and for its last words.
+    fn wait_exit(&mut self, why: &str) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Ok(Some(st)) = c.try_wait() {
+                break st;
+            }
+            assert!(Instant::now() < deadline, "{why}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        status
+    }
+
     fn log_text(&self) -> String {
         self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
     }
 
     /// Stops netbatch with SIGTERM; returns its counters.
     fn stop(&mut self) -> serde_json::Value {
-        let mut c = self.child.take().expect("running");
+        let c = self.child.as_ref().expect("running");
         let _ = sh(&format!("kill -TERM {}", c.id()));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let status = loop {
-            if let Ok(Some(st)) = c.try_wait() {
-                break st;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "netbatch did not stop on SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        std::thread::sleep(Duration::from_millis(100));
+        let status = self.wait_exit("netbatch did not stop on SIGTERM");
         assert!(status.success(), "netbatch failed:\n{}", self.log_text());
         let text = std::fs::read_to_string(self.dir.join("stats.json")).expect("stats written");
         serde_json::from_str(&text).expect("stats are JSON")
@@ -460,19 +459,7 @@ fn scenario(kind: &str, id: &str, workers: usize) {
     // the counters.
     t.start();
     t.must("r", &format!("ip link del nb{s}r1"));
-    let mut c = t.child.take().expect("running");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Ok(Some(st)) = c.try_wait() {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "netbatch kept running without r1"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    std::thread::sleep(Duration::from_millis(100));
+    let status = t.wait_exit("netbatch kept running without r1");
     let log = t.log_text();
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(

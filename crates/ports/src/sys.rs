@@ -174,6 +174,13 @@ impl Health {
     }
 }
 
+/// Whether the process runs with the effective user id 0 (tests that create interfaces
+/// need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// The index of interface `name`.
 pub fn ifindex(name: &str) -> Option<u32> {
     let c = CString::new(name).ok()?;

@@ -19,12 +19,7 @@ pub(crate) fn serial() -> MutexGuard<'static, ()> {
 
 /// Whether the tests may create interfaces (they print a note and pass otherwise).
 pub(crate) fn is_root() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
+    let root = crate::sys::is_root();
     if !root {
         eprintln!("skipped: creating interfaces needs root");
     }

@@ -367,7 +367,7 @@ impl Port for AfPacketQueue {
                         v.meta.hash = hash;
                         v.meta.flags |= flag::HASH_VALID;
                     }
-                    self.stats.rx_packets += 1;
+                    self.stats.rx_packets += cx.pool.get(&p).meta.wire_packets();
                     self.stats.rx_bytes += u64::from(len);
                     out.push(p);
                     n += 1;
@@ -485,6 +485,10 @@ impl Port for AfPacketQueue {
 
     fn fault(&self) -> Option<&str> {
         self.health.fault()
+    }
+
+    fn rx_super_frames(&self) -> bool {
+        true
     }
 
     fn describe(&self) -> String {

@@ -33,7 +33,8 @@ pub struct PortCx<'a> {
 /// Counters every port keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PortStats {
-    /// Frames received.
+    /// Frames received, in wire packets (a super-frame from the kernel counts its
+    /// segments).
     pub rx_packets: u64,
     /// Bytes received.
     pub rx_bytes: u64,
@@ -79,6 +80,12 @@ pub trait Port: Send {
     /// it has; it then receives and transmits nothing more.
     fn fault(&self) -> Option<&str> {
         None
+    }
+
+    /// Whether received frames may be super-frames standing for several wire packets
+    /// (GSO super-packets made from the kernel's TSO or GRO output).
+    fn rx_super_frames(&self) -> bool {
+        false
     }
 
     /// How the queue works, for the log (`netbatch run` prints it at start).

@@ -204,7 +204,7 @@ impl Port for TapQueue {
             let hdr = VnetHdr::parse(h);
             match vnet::import(cx, frame, &hdr, None, self.spec.index, self.spec.room) {
                 Ok(p) => {
-                    self.stats.rx_packets += 1;
+                    self.stats.rx_packets += cx.pool.get(&p).meta.wire_packets();
                     self.stats.rx_bytes += frame.len() as u64;
                     out.push(p);
                     n += 1;
@@ -280,6 +280,10 @@ impl Port for TapQueue {
 
     fn fault(&self) -> Option<&str> {
         self.health.fault()
+    }
+
+    fn rx_super_frames(&self) -> bool {
+        true
     }
 
     fn rx_fd(&self) -> Option<RawFd> {

@@ -262,7 +262,16 @@ impl Worker {
                 break;
             }
             n += got;
-            self.acct.rx += got as u64;
+            // Counts are in wire packets: a super-frame from the kernel counts its segments.
+            self.acct.rx += if p.rx_super_frames() {
+                let from = self.list.len().saturating_sub(got);
+                self.list[from..]
+                    .iter()
+                    .map(|q| self.pool.get(q).meta.wire_packets())
+                    .sum()
+            } else {
+                got as u64
+            };
             if self.graph.trace().armed() {
                 for pk in &mut self.list {
                     self.graph.trace_mut().maybe_mark(&self.pool, pk);

@@ -27,12 +27,11 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use netbatch_engine::meta::flag;
 use netbatch_engine::offload::Features;
 use netbatch_engine::{Pkt, PktList};
 
 use crate::sys::{self, Interface, Mmap, PortError};
-use crate::vnet::{self, ImportError, StrippedTag, VnetHdr};
+use crate::vnet::{self, ImportError, RxInfo, StrippedTag, VnetHdr};
 use crate::{Port, PortCx, PortStats, QueueSpec};
 
 /// Bytes per ring block.
@@ -276,7 +275,7 @@ impl Port for AfPacketQueue {
         f
     }
 
-    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
+    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
         self.check(cx.now_ns);
         if self.health.failed() {
             return 0;
@@ -285,7 +284,7 @@ impl Port for AfPacketQueue {
             return 0;
         };
         let (index, room) = (self.spec.index, self.spec.room);
-        let mut n = 0;
+        let (mut n, mut got) = (0, 0);
         while n < max {
             let cur = match ring.cur {
                 Some(c) => c,
@@ -358,16 +357,16 @@ impl Port for AfPacketQueue {
                 },
                 tci: rd32(h, H_VLAN_TCI).unwrap_or(0) as u16,
             });
-            let hdr = VnetHdr::parse(vh);
-            match vnet::import(cx, frame, &hdr, tag, index, room) {
-                Ok(mut p) => {
-                    let hash = field(H_RXHASH);
-                    if hash != 0 {
-                        let v = cx.pool.get_mut(&mut p);
-                        v.meta.hash = hash;
-                        v.meta.flags |= flag::HASH_VALID;
-                    }
-                    self.stats.rx_packets += cx.pool.get(&p).meta.wire_packets();
+            let rx = RxInfo {
+                in_port: index,
+                room,
+                tag,
+                hash: field(H_RXHASH),
+            };
+            match vnet::import(cx, frame, &VnetHdr::parse(vh), &rx) {
+                Ok((p, wire)) => {
+                    self.stats.rx_packets += u64::from(wire);
+                    got += u64::from(wire);
                     self.stats.rx_bytes += u64::from(len);
                     out.push(p);
                     n += 1;
@@ -389,7 +388,7 @@ impl Port for AfPacketQueue {
         if let Some(Cursor { left: 0, .. }) = ring.cur {
             ring.release();
         }
-        n
+        got
     }
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
@@ -487,10 +486,6 @@ impl Port for AfPacketQueue {
         self.health.fault()
     }
 
-    fn rx_super_frames(&self) -> bool {
-        true
-    }
-
     fn describe(&self) -> String {
         match self.spec.rx_member {
             Some(_) => format!(
@@ -516,6 +511,7 @@ impl Port for AfPacketQueue {
 mod tests {
     use super::*;
     use crate::testnet::{Netns, Veth, is_root, serial};
+    use netbatch_engine::meta::flag;
     use netbatch_engine::{Pool, PoolConfig};
     use std::time::{Duration, Instant};
 

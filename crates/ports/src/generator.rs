@@ -406,7 +406,7 @@ impl Port for GenPort {
         self.features
     }
 
-    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
+    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
         let mut n = max;
         if let Some(l) = self.limit {
             n = n.min(usize::try_from(l).unwrap_or(usize::MAX));
@@ -467,15 +467,15 @@ impl Port for GenPort {
             got += 1;
         }
         if let Some(l) = self.limit.as_mut() {
-            *l -= got as u64;
+            *l -= got;
         }
         if let Some(c) = &self.counter {
-            c.fetch_add(got as u64, std::sync::atomic::Ordering::Relaxed);
+            c.fetch_add(got, std::sync::atomic::Ordering::Relaxed);
         }
         if let Some((_, Some(st))) = self.rate.as_mut() {
-            st.1 += got as u64;
+            st.1 += got;
         }
-        self.stats.rx_packets += got as u64;
+        self.stats.rx_packets += got;
         self.stats.rx_bytes += bytes;
         got
     }

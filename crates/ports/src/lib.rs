@@ -60,8 +60,9 @@ pub trait Port: Send {
         Features::default()
     }
 
-    /// Receives up to `max` frames into `out` (appending); returns how many.
-    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize;
+    /// Receives up to `max` frames into `out` (appending); returns the wire packets they
+    /// stand for (a super-frame from the kernel's TSO or GRO counts its segments).
+    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64;
 
     /// Takes frames from the front of `pkts` for transmission, in order, and returns the
     /// wire packets they stand for (a super-packet taken whole counts its segments).
@@ -80,12 +81,6 @@ pub trait Port: Send {
     /// it has; it then receives and transmits nothing more.
     fn fault(&self) -> Option<&str> {
         None
-    }
-
-    /// Whether received frames may be super-frames standing for several wire packets
-    /// (GSO super-packets made from the kernel's TSO or GRO output).
-    fn rx_super_frames(&self) -> bool {
-        false
     }
 
     /// How the queue works, for the log (`netbatch run` prints it at start).

@@ -93,7 +93,7 @@ impl Port for MemPort {
         self.features
     }
 
-    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
+    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
         let mut n = 0;
         while n < max {
             let Some((ts, frame)) = self.rx.front() else {
@@ -130,7 +130,7 @@ impl Port for MemPort {
             out.push(p);
             n += 1;
         }
-        n
+        n as u64
     }
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {

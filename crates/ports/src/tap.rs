@@ -24,7 +24,7 @@ use netbatch_engine::offload::Features;
 use netbatch_engine::{Pkt, PktList};
 
 use crate::sys::{self, PortError};
-use crate::vnet::{self, ImportError, VnetHdr};
+use crate::vnet::{self, ImportError, RxInfo, VnetHdr};
 use crate::{Port, PortCx, PortStats, QueueSpec};
 
 /// The largest frame read: a 64 KiB super-frame with its link header and VLAN tag.
@@ -38,9 +38,16 @@ pub struct TapQueue {
     spec: QueueSpec,
     fd: OwnedFd,
     scratch: Vec<u8>,
+    /// Transmit scratch: a frame's header and buffers (pointers live during one write).
+    iov: Vec<libc::iovec>,
     stats: PortStats,
     health: sys::Health,
 }
+
+// SAFETY: the iovec scratch holds raw pointers only during one `tx` call (rebuilt each
+// time); the descriptor and buffers are owned by the queue, which one worker thread uses
+// at a time.
+unsafe impl Send for TapQueue {}
 
 /// Opens every worker's queue of one tap port (`specs`: one per worker).
 pub fn open(specs: &[QueueSpec]) -> Result<Vec<Box<dyn Port>>, PortError> {
@@ -127,6 +134,7 @@ impl TapQueue {
             spec: spec.clone(),
             fd,
             scratch: vec![0; READ_MAX],
+            iov: Vec::with_capacity(8),
             stats: PortStats::default(),
             health: sys::Health::new(port, name, ifindex),
         })
@@ -165,19 +173,13 @@ impl Port for TapQueue {
         f
     }
 
-    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
+    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
         self.health.due(cx.now_ns);
         if self.health.failed() {
             return 0;
         }
-        let mut n = 0;
+        let (mut n, mut got) = (0, 0);
         while n < max {
-            // Reserve a buffer first: a frame read is out of the device for good.
-            let Some(probe) = cx.cache.alloc() else {
-                self.stats.rx_nobuf += 1;
-                break;
-            };
-            cx.cache.free(probe);
             // SAFETY: `scratch` is a live, writable buffer of `scratch.len()` bytes.
             let r = unsafe {
                 libc::read(
@@ -201,32 +203,40 @@ impl Port for TapQueue {
                 self.stats.rx_dropped += 1;
                 continue;
             };
-            let hdr = VnetHdr::parse(h);
-            match vnet::import(cx, frame, &hdr, None, self.spec.index, self.spec.room) {
-                Ok(p) => {
-                    self.stats.rx_packets += cx.pool.get(&p).meta.wire_packets();
+            let rx = RxInfo {
+                in_port: self.spec.index,
+                room: self.spec.room,
+                tag: None,
+                hash: 0,
+            };
+            match vnet::import(cx, frame, &VnetHdr::parse(h), &rx) {
+                Ok((p, wire)) => {
+                    self.stats.rx_packets += u64::from(wire);
+                    got += u64::from(wire);
                     self.stats.rx_bytes += frame.len() as u64;
                     out.push(p);
                     n += 1;
                 }
                 Err(ImportError::NoBuffer) => {
+                    // A frame read is out of the device: without buffers it is dropped
+                    // (as a NIC drops what it has no buffer for), counted here.
                     self.stats.rx_nobuf += 1;
                     break;
                 }
                 Err(ImportError::Refused) => self.stats.rx_dropped += 1,
             }
         }
-        n
+        got
     }
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
         let mut wire = 0;
         let mut taken = 0;
-        let mut iov: Vec<libc::iovec> = Vec::with_capacity(8);
         while !self.health.failed() && taken < pkts.len() {
             let p: &Pkt = &pkts[taken];
             let v = cx.pool.get(p);
             let mut h = VnetHdr::for_tx(v.meta, v.data()).bytes();
+            let iov = &mut self.iov;
             iov.clear();
             iov.push(libc::iovec {
                 iov_base: h.as_mut_ptr().cast(),
@@ -280,10 +290,6 @@ impl Port for TapQueue {
 
     fn fault(&self) -> Option<&str> {
         self.health.fault()
-    }
-
-    fn rx_super_frames(&self) -> bool {
-        true
     }
 
     fn rx_fd(&self) -> Option<RawFd> {

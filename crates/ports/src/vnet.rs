@@ -20,8 +20,8 @@
 //! The header is in host byte order (legacy virtio, little-endian on the hosts netbatch
 //! runs on), 10 bytes.
 
+use netbatch_engine::Pkt;
 use netbatch_engine::meta::{flag, gso};
-use netbatch_engine::{Pkt, Pool};
 use netbatch_wire::checksum;
 
 use crate::PortCx;
@@ -138,16 +138,28 @@ pub struct StrippedTag {
     pub tci: u16,
 }
 
-/// Copies `frame` (with its offload header `hdr` and a tag the kernel removed) into pool
-/// buffers of `room` bytes as a packet of port `in_port`.
+/// What the port knows of a received frame besides its bytes and offload header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxInfo {
+    /// The port's index (`Meta::in_port`).
+    pub in_port: u16,
+    /// Bytes a pool buffer holds after its headroom.
+    pub room: usize,
+    /// A VLAN tag the kernel took out of the frame.
+    pub tag: Option<StrippedTag>,
+    /// The kernel's flow hash (0: none).
+    pub hash: u32,
+}
+
+/// Copies `frame` (with its offload header `hdr`) into pool buffers as the port's packet;
+/// returns it and the wire packets it stands for.
 pub fn import(
     cx: &mut PortCx<'_>,
     frame: &[u8],
     hdr: &VnetHdr,
-    tag: Option<StrippedTag>,
-    in_port: u16,
-    room: usize,
-) -> Result<Pkt, ImportError> {
+    rx: &RxInfo,
+) -> Result<(Pkt, u16), ImportError> {
+    let (tag, room) = (rx.tag, rx.room);
     let extra = if tag.is_some() { 4 } else { 0 };
     let len = frame.len() + extra;
     let shift = |x: u16| usize::from(x) + if usize::from(x) >= 12 { extra } else { 0 };
@@ -180,73 +192,65 @@ pub fn import(
     if train.is_none() && len > room {
         return Err(ImportError::Refused);
     }
-    let bufs = len.div_ceil(room).max(1);
-    let mut head = cx.cache.alloc().ok_or(ImportError::NoBuffer)?;
-    let mut rest: Vec<Pkt> = Vec::new();
-    for _ in 1..bufs {
-        match cx.cache.alloc() {
-            Some(q) => rest.push(q),
-            None => {
-                cx.cache.free(head);
-                cx.cache.free_all(&mut rest);
-                return Err(ImportError::NoBuffer);
-            }
-        }
-    }
-    let pool: &Pool = cx.pool;
-    // The frame's bytes as they were on the wire (tag put back), in `room` pieces.
-    let mut src = Wire {
+    // The frame's bytes as they were on the wire (tag put back), in `room` pieces: the
+    // pieces behind the first are built back to front, so each is linked to the next
+    // as it is made.
+    let piece = |at: usize| Wire {
         frame,
         tag,
-        at: 0,
+        at,
         len,
     };
-    {
-        let mut v = pool.get_mut(&mut head);
-        let n = len.min(room);
-        let Some(b) = v.append(n) else {
+    let mut next: Option<Pkt> = None;
+    for i in (1..len.div_ceil(room)).rev() {
+        let Some(mut q) = cx.cache.alloc() else {
+            if let Some(n) = next {
+                cx.cache.free(n);
+            }
+            return Err(ImportError::NoBuffer);
+        };
+        let mut w = cx.pool.get_mut(&mut q);
+        let Some(b) = w.append((len - i * room).min(room)) else {
             unreachable!("room is the buffer's data room")
         };
-        src.fill(b);
-        if partial && train.is_none() {
-            // Not a super-frame: finish the checksum the sender left to the device.
-            complete(v.data_mut(), cs, co);
-        }
-        v.meta.in_port = in_port;
-        if partial || hdr.flags & F_DATA_VALID != 0 {
-            v.meta.flags |= flag::L4_CSUM_OK;
-        }
-    }
-    // Chain the rest back to front so each buffer's `chain` is set before it is linked.
-    let mut next: Option<Pkt> = None;
-    let mut pieces: Vec<(Pkt, usize)> = Vec::with_capacity(rest.len());
-    for q in rest {
-        let n = (len - src.at).min(room);
-        let mut q = q;
-        {
-            let mut w = pool.get_mut(&mut q);
-            let Some(b) = w.append(n) else {
-                unreachable!("room is the buffer's data room")
-            };
-            src.fill(b);
-        }
-        pieces.push((q, n));
-    }
-    let chained: usize = pieces.iter().map(|p| p.1).sum();
-    while let Some((mut q, _)) = pieces.pop() {
-        pool.get_mut(&mut q).meta.chain = next.take();
+        piece(i * room).fill(b);
+        w.meta.chain = next.take();
         next = Some(q);
     }
-    let v = pool.get_mut(&mut head);
+    let Some(mut head) = cx.cache.alloc() else {
+        if let Some(n) = next {
+            cx.cache.free(n);
+        }
+        return Err(ImportError::NoBuffer);
+    };
+    let mut v = cx.pool.get_mut(&mut head);
+    let Some(b) = v.append(len.min(room)) else {
+        unreachable!("room is the buffer's data room")
+    };
+    piece(0).fill(b);
+    if partial && train.is_none() {
+        // Not a super-frame: finish the checksum the sender left to the device.
+        complete(v.data_mut(), cs, co);
+    }
+    v.meta.in_port = rx.in_port;
+    if partial || hdr.flags & F_DATA_VALID != 0 {
+        v.meta.flags |= flag::L4_CSUM_OK;
+    }
+    if rx.hash != 0 {
+        v.meta.hash = rx.hash;
+        v.meta.flags |= flag::HASH_VALID;
+    }
     v.meta.chain = next;
-    v.meta.total_len = u32::from(v.meta.len) + chained as u32;
+    v.meta.total_len = len as u32;
+    let mut wire = 1;
     if let Some((kind, segs)) = train {
         v.meta.gso_type = kind;
         v.meta.gso_size = hdr.gso_size;
         v.meta.segs = segs;
         v.meta.flags |= flag::L4_CSUM_PARTIAL;
+        wire = segs;
     }
-    Ok(head)
+    Ok((head, wire))
 }
 
 /// The L4 header length of a super-frame, read at `csum_start`.
@@ -320,7 +324,7 @@ impl Wire<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netbatch_engine::{PoolConfig, meta::gso};
+    use netbatch_engine::{Pool, PoolConfig, meta::gso};
 
     fn pool() -> Pool {
         Pool::new(PoolConfig {
@@ -360,7 +364,7 @@ mod tests {
         csum_offset: 6,
     };
 
-    /// `import` into buffers of 1920 bytes, at time 0.
+    /// `import` at time 0, without a flow hash.
     fn imp(
         pool: &Pool,
         cache: &mut netbatch_engine::BufCache,
@@ -375,7 +379,13 @@ mod tests {
             cache,
             now_ns: 0,
         };
-        import(&mut cx, frame, h, tag, in_port, room)
+        let rx = RxInfo {
+            in_port,
+            room,
+            tag,
+            hash: 0,
+        };
+        import(&mut cx, frame, h, &rx).map(|(p, _)| p)
     }
 
     fn bytes(pool: &Pool, p: &Pkt) -> Vec<u8> {

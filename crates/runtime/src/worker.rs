@@ -249,7 +249,9 @@ impl Worker {
             let Some(p) = self.ports.get_mut(port) else {
                 break;
             };
-            let got = p.rx(
+            let before = self.list.len();
+            // Counts are in wire packets: a super-frame from the kernel counts its segments.
+            self.acct.rx += p.rx(
                 &mut PortCx {
                     pool: &self.pool,
                     cache: &mut self.cache,
@@ -258,20 +260,11 @@ impl Worker {
                 &mut self.list,
                 step.min(quota - n),
             );
+            let got = self.list.len() - before;
             if got == 0 {
                 break;
             }
             n += got;
-            // Counts are in wire packets: a super-frame from the kernel counts its segments.
-            self.acct.rx += if p.rx_super_frames() {
-                let from = self.list.len().saturating_sub(got);
-                self.list[from..]
-                    .iter()
-                    .map(|q| self.pool.get(q).meta.wire_packets())
-                    .sum()
-            } else {
-                got as u64
-            };
             if self.graph.trace().armed() {
                 for pk in &mut self.list {
                     self.graph.trace_mut().maybe_mark(&self.pool, pk);

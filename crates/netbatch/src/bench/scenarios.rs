@@ -200,9 +200,9 @@ impl Bench for Null {
                 &mut self.list,
                 want,
             );
-            self.freed += got as u64;
+            self.freed += got;
             self.cache.free_all(&mut self.list);
-            left -= got as u64;
+            left -= got;
         }
         n
     }

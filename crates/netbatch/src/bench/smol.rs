@@ -166,7 +166,7 @@ impl SmolBench {
                 &mut self.list,
                 want,
             );
-            self.rx += got as u64;
+            self.rx += got;
             self.dev.rx.extend(self.list.drain(..));
             let now = Instant::from_micros(self.clock.elapsed().as_micros() as i64);
             self.iface.poll(now, &mut self.dev, &mut self.sockets);

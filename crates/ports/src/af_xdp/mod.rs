@@ -477,7 +477,7 @@ impl Port for AfXdpQueue {
         )
     }
 
-    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> usize {
+    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
         if self.health.failed() {
             return 0;
         }
@@ -546,7 +546,7 @@ impl Port for AfXdpQueue {
         rx.release(taken);
         self.sock.fill.submit(refill);
         self.kick_fill();
-        got
+        got as u64
     }
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {

@@ -249,7 +249,7 @@ impl Bench {
     }
 
     /// One receive call on `q`, its frames freed at once; returns what `rx` returned.
-    fn rx_discard(&mut self, q: &mut AfXdpQueue) -> usize {
+    fn rx_discard(&mut self, q: &mut AfXdpQueue) -> u64 {
         let mut l = PktList::new();
         let n = q.rx(&mut self.cx(), &mut l, 64);
         self.cache.free_all(&mut l);

@@ -608,11 +608,7 @@ impl<S> Graph<S> {
     #[inline(always)]
     fn call_own(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, list: &mut PktList) {
         let i = usize::from(id);
-        let clock = if self.timing {
-            self.clock.as_ref()
-        } else {
-            None
-        };
+        let clock = self.clock.as_ref().filter(|_| self.timing);
         call_node(
             &mut self.nodes[i],
             &mut self.outs[i],
@@ -633,11 +629,7 @@ impl<S> Graph<S> {
         if self.nodes[i].busy {
             // Re-entered through a back edge while its own output is in flight.
             let mut o = self.spare_outs.pop().unwrap_or_else(Out::for_list);
-            let clock = if self.timing {
-                self.clock.as_ref()
-            } else {
-                None
-            };
+            let clock = self.clock.as_ref().filter(|_| self.timing);
             call_node(
                 &mut self.nodes[i],
                 &mut o,

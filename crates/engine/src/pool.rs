@@ -86,6 +86,11 @@ impl Default for PoolConfig {
 }
 
 impl PoolConfig {
+    /// Bytes a buffer holds after its headroom (what a port may receive into one).
+    pub fn room(&self) -> usize {
+        (self.buf_size - u32::from(self.headroom)) as usize
+    }
+
     /// Checks every field is in range.
     pub fn validate(&self) -> Result<(), PoolError> {
         if self.buffers == 0 || self.buffers > MAX_BUFFERS {

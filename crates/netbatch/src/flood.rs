@@ -136,16 +136,12 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         ..PoolConfig::default()
     })
     .context("packet pool")?;
-    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let room = pool.config().room();
     let payload_len = a.size - FCS - HEADERS;
-    let cfg = GenConfig {
-        flows: flows(a, MacAddr(iface.mac), payload_len),
-        order: FlowOrder::Interleaved,
-        limit: None,
-        timestamps: false,
-        capture: 0,
-        sequence: true,
-    };
+    let cfg = GenConfig::new(
+        flows(a, MacAddr(iface.mac), payload_len),
+        FlowOrder::Interleaved,
+    );
     let mut source = GenPort::new("flood", 0, &cfg, room)?;
     let mut queues = af_packet::open(&[QueueSpec {
         rx_member: None,

@@ -108,6 +108,21 @@ pub struct GenConfig {
     pub sequence: bool,
 }
 
+impl GenConfig {
+    /// Endless traffic of `flows` in `order`, with sequence numbers, no timestamps and no
+    /// capture: what a benchmark source usually wants (change fields by struct update).
+    pub fn new(flows: Vec<FlowSpec>, order: FlowOrder) -> Self {
+        Self {
+            flows,
+            order,
+            limit: None,
+            timestamps: false,
+            capture: 0,
+            sequence: true,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Flow {
     frame: Vec<u8>,

@@ -132,12 +132,25 @@ pub fn frame_bytes(pool: &Pool, p: &netbatch_engine::Pkt) -> Vec<u8> {
     out
 }
 
+/// Completes the partial L4 checksum of a frame the stack marked so
+/// (`flag::L4_CSUM_PARTIAL`), as a device's checksum offload does on transmit; `frame`
+/// holds the packet's bytes from its first (`Meta::data`) on. Other frames are left alone.
+pub(crate) fn complete_partial(m: &netbatch_engine::Meta, frame: &mut [u8]) {
+    if m.flags & netbatch_engine::meta::flag::L4_CSUM_PARTIAL != 0 {
+        complete_l4_checksum(
+            frame,
+            usize::from(m.l3.wrapping_sub(m.data)),
+            usize::from(m.l4.wrapping_sub(m.data)),
+        );
+    }
+}
+
 /// Completes a partial L4 checksum, as a device's checksum offload does on transmit: the
 /// TCP or UDP checksum field (holding the pseudo-header sum) of the IPv4 packet at `l3`,
 /// L4 header at `l4`, becomes the checksum over the L4 bytes up to the IP total length
 /// (RFC 1071; a UDP result of zero is sent as all ones, RFC 768). Anything else is left
 /// alone.
-pub(crate) fn complete_l4_checksum(frame: &mut [u8], l3: usize, l4: usize) {
+fn complete_l4_checksum(frame: &mut [u8], l3: usize, l4: usize) {
     let Some(ip) = frame.get(l3..l3 + 20) else {
         return;
     };

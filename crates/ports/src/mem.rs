@@ -146,14 +146,8 @@ impl Port for MemPort {
                 },
             );
             let mut bytes = frame_bytes(cx.pool, &p);
-            if v.meta.flags & netbatch_engine::meta::flag::L4_CSUM_PARTIAL != 0 {
-                // What the device's checksum offload puts on the wire.
-                crate::complete_l4_checksum(
-                    &mut bytes,
-                    usize::from(v.meta.l3.wrapping_sub(v.meta.data)),
-                    usize::from(v.meta.l4.wrapping_sub(v.meta.data)),
-                );
-            }
+            // What the device's checksum offload puts on the wire.
+            crate::complete_partial(v.meta, &mut bytes);
             self.stats.tx_packets += u64::from(segs);
             self.stats.tx_bytes += bytes.len() as u64;
             self.tx.push(TxFrame {

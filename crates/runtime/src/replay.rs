@@ -65,7 +65,7 @@ pub fn replay(
             .ok_or_else(|| ReplayError::NoPort(name.into()))?,
     };
     let pool = Pool::new(cfg.pool).map_err(BuildError::from)?;
-    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let room = pool.config().room();
     let ports: Vec<Box<dyn Port>> = cfg
         .ports
         .iter()

@@ -59,7 +59,7 @@ pub struct Started {
 
 /// Opens every worker's queue of every port: `[port][worker]`.
 pub fn open_ports(cfg: &Config, pool: &Pool) -> Result<Vec<Vec<Box<dyn Port>>>, RunError> {
-    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let room = pool.config().room();
     let mut all = Vec::with_capacity(cfg.ports.len());
     for (pi, p) in cfg.ports.iter().enumerate() {
         let name = &p.setup.name;

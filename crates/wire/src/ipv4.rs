@@ -378,10 +378,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Computes and stores the header checksum (over `header_len()` bytes).
     #[inline]
     pub fn fill_checksum(&mut self) {
-        self.set_checksum(0);
         let hl = self.header_len();
-        let c = checksum::checksum(&self.buffer.as_ref()[..hl]);
-        self.set_checksum(c);
+        fill_header_checksum(self.buffer.as_mut(), hl);
     }
 
     /// Mutable options area.
@@ -500,6 +498,17 @@ impl Ipv4Repr {
         packet.set_dst(self.dst);
         packet.fill_checksum();
     }
+}
+
+/// Computes and stores the header checksum of the IPv4 header at the start of `h`, whose
+/// header is `ihl` bytes long (RFC 791: the one's-complement sum of the header with the
+/// checksum field taken as zero). `h` must hold at least `ihl` (≥ 20) bytes.
+#[inline]
+pub fn fill_header_checksum(h: &mut [u8], ihl: usize) {
+    h[10] = 0;
+    h[11] = 0;
+    let c = checksum::checksum(&h[..ihl]);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
 }
 
 #[cfg(test)]

@@ -243,14 +243,10 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         &["gen0", "gen1"],
         v.dispatch.unwrap_or(Dispatch::Buckets),
     )?;
-    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let room = pool.config().room();
     let cfg = GenConfig {
-        flows: flows(&routes, 1024),
-        order: c.flow_order,
-        limit: None,
-        timestamps: false,
-        capture: 0,
         sequence: false,
+        ..GenConfig::new(flows(&routes, 1024), c.flow_order)
     };
     let gen0 = GenPort::new("gen0", 0, &cfg, room)?;
     // gen1 only transmits (it is never polled for receive).

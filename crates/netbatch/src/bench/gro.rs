@@ -143,15 +143,8 @@ pub(crate) fn build_gro_forward(
         ttl: 64,
         dont_frag: true,
     };
-    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
-    let cfg = GenConfig {
-        flows: vec![flow],
-        order: c.flow_order,
-        limit: None,
-        timestamps: false,
-        capture: 0,
-        sequence: true,
-    };
+    let room = pool.config().room();
+    let cfg = GenConfig::new(vec![flow], c.flow_order);
     let rx = GenPort::new("gen0", 0, &cfg, room)?.with_features(ports[0].features);
     // gen1 only transmits, with no offloads: GSO segments in software.
     let tx = GenPort::new("gen1", 1, &cfg, room)?;

@@ -164,15 +164,8 @@ fn udp_1b_flows() -> Vec<FlowSpec> {
 }
 
 fn gen_port(pool: &Pool, flows: Vec<FlowSpec>, order: FlowOrder) -> anyhow::Result<GenPort> {
-    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
-    let cfg = GenConfig {
-        flows,
-        order,
-        limit: None,
-        timestamps: false,
-        capture: 0,
-        sequence: true,
-    };
+    let room = pool.config().room();
+    let cfg = GenConfig::new(flows, order);
     Ok(GenPort::new("gen0", 0, &cfg, room)?)
 }
 

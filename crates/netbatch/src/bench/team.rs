@@ -335,12 +335,9 @@ fn generator(
     room: usize,
 ) -> anyhow::Result<GenPort> {
     let cfg = GenConfig {
-        flows,
-        order: c.flow_order,
         limit: Some(0),
         timestamps,
-        capture: 0,
-        sequence: true,
+        ..GenConfig::new(flows, c.flow_order)
     };
     Ok(GenPort::new(name, index, &cfg, room)?)
 }
@@ -362,7 +359,7 @@ pub(crate) fn build_local(
     rps: Option<RpsPolicy>,
 ) -> anyhow::Result<Box<dyn Bench>> {
     let pool = pool(65_536)?;
-    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let room = pool.config().room();
     let ports = vec![PortSetup::simple(
         "gen0",
         DUT_MAC,
@@ -490,7 +487,7 @@ pub(crate) fn build_forward_team(
     neighbours: &[StaticNeighbour],
 ) -> anyhow::Result<Box<dyn Bench>> {
     let pool = pool(16_384)?;
-    let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+    let room = pool.config().room();
     let received = Arc::new(AtomicU64::new(0));
     let spec = TeamSpec {
         ports,

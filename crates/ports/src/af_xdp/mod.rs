@@ -60,7 +60,6 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use netbatch_engine::meta::flag;
 use netbatch_engine::{Pkt, PktList, Pool};
 
 use crate::sys::{self, Interface, PortError};
@@ -226,9 +225,6 @@ pub struct AfXdpQueue {
     need_wakeup: bool,
     /// Transmit frames (UMEM addresses) free to use.
     tx_free: Vec<u64>,
-    /// Receive frames that found no fill-ring slot (never, while the kernel keeps to
-    /// the ring protocol); put back first on the next call.
-    rx_stash: Vec<u64>,
     stats: PortStats,
     tx_dropped: u64,
     /// System calls made to wake the kernel: (receive, transmit).
@@ -262,7 +258,6 @@ impl AfXdpQueue {
             zero_copy,
             need_wakeup,
             tx_free,
-            rx_stash: Vec::with_capacity(RX_FRAMES as usize),
             stats: PortStats::default(),
             tx_dropped: 0,
             kicks: (0, 0),
@@ -270,13 +265,12 @@ impl AfXdpQueue {
             xdp,
         };
         if q.sock.rx.is_some() {
-            // Lend every receive frame to the kernel.
-            q.rx_stash.extend(
-                (0..RX_FRAMES)
-                    .rev()
-                    .map(|i| u64::from(i) * u64::from(FRAME_SIZE)),
-            );
-            q.refill_from_stash();
+            // Lend every receive frame to the kernel: the fill ring holds them all.
+            for i in 0..RX_FRAMES {
+                let put = q.sock.fill.put(i, u64::from(i) * u64::from(FRAME_SIZE));
+                debug_assert!(put, "the fill ring has a slot for every receive frame");
+            }
+            q.sock.fill.submit(RX_FRAMES);
             q.kick_fill();
         }
         q
@@ -306,11 +300,6 @@ impl AfXdpQueue {
         self.queue
     }
 
-    /// The interface.
-    pub fn interface(&self) -> &Interface {
-        &self.iface
-    }
-
     /// Frames freed without being sent because they can never be sent here: longer than
     /// a UMEM frame ([`FRAME_SIZE`]), empty, or GSO super-packets (more than one wire
     /// packet: the port has no segmentation offload).
@@ -323,10 +312,6 @@ impl AfXdpQueue {
     /// queue needs none.
     pub fn kicks(&self) -> (u64, u64) {
         self.kicks
-    }
-
-    fn check_interface(&mut self, now_ns: u64) {
-        self.health.due(now_ns);
     }
 
     /// Records a fault if `e` says the socket is no longer bound to a device.
@@ -353,26 +338,6 @@ impl AfXdpQueue {
             }
         }
         self.sock.comp.release(n);
-    }
-
-    /// Puts stashed receive frames on the fill ring.
-    fn refill_from_stash(&mut self) {
-        if self.rx_stash.is_empty() {
-            return;
-        }
-        let room = self.sock.fill.free(self.rx_stash.len() as u32);
-        let mut put = 0;
-        while put < room {
-            let Some(&a) = self.rx_stash.last() else {
-                break;
-            };
-            if !self.sock.fill.put(put, a) {
-                break;
-            }
-            self.rx_stash.pop();
-            put += 1;
-        }
-        self.sock.fill.submit(put);
     }
 
     /// Wakes the kernel if it asks to be told about new fill-ring frames.
@@ -423,19 +388,7 @@ impl AfXdpQueue {
     }
 }
 
-/// Bytes of a frame over its buffer chain.
-fn chain_len(pool: &Pool, p: &Pkt) -> usize {
-    let mut n = 0;
-    let mut cur = Some(p);
-    while let Some(q) = cur {
-        let v = pool.get(q);
-        n += usize::from(v.meta.len);
-        cur = v.meta.chain.as_ref();
-    }
-    n
-}
-
-/// Copies a frame over its buffer chain into `dst` (exactly `chain_len` bytes long).
+/// Copies a frame over its buffer chain into `dst` (exactly `Meta::total_len` bytes long).
 fn copy_chain(pool: &Pool, p: &Pkt, dst: &mut [u8]) {
     let mut at = 0;
     let mut cur = Some(p);
@@ -478,17 +431,13 @@ impl Port for AfXdpQueue {
     }
 
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
-        if self.health.failed() {
-            return 0;
-        }
-        self.check_interface(cx.now_ns);
+        self.health.due(cx.now_ns);
         if self.health.failed() {
             return 0;
         }
         self.reap_completions();
         // Frames a previous call left in the TX ring (copy mode sends 32 a kick).
         self.kick_tx();
-        self.refill_from_stash();
         let Some(rx) = self.sock.rx.as_mut() else {
             return 0;
         };
@@ -497,7 +446,10 @@ impl Port for AfXdpQueue {
             self.kick_fill();
             return 0;
         }
+        // Every receive frame fits on the fill ring (`RING_SIZE == RX_FRAMES`): refreshing
+        // its consumer index once makes a slot for each frame taken below.
         let room = self.sock.fill.free(n);
+        debug_assert!(room >= n, "the fill ring has a slot for every receive frame");
         let rx_hi = u64::from(RX_FRAMES) * u64::from(FRAME_SIZE);
         let (mut taken, mut refill, mut got) = (0u32, 0u32, 0usize);
         while taken < n {
@@ -535,11 +487,9 @@ impl Port for AfXdpQueue {
                 self.stats.rx_dropped += 1;
             }
             if base < rx_hi {
-                if refill < room && self.sock.fill.put(refill, base) {
-                    refill += 1;
-                } else {
-                    self.rx_stash.push(base);
-                }
+                let put = self.sock.fill.put(refill, base);
+                debug_assert!(put, "the fill ring has a slot for every receive frame");
+                refill += u32::from(put);
             }
             taken += 1;
         }
@@ -550,9 +500,7 @@ impl Port for AfXdpQueue {
     }
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
-        if !self.health.failed() {
-            self.check_interface(cx.now_ns);
-        }
+        self.health.due(cx.now_ns);
         if self.health.failed() {
             self.stats.tx_refused += pkts.len() as u64;
             return 0;
@@ -570,7 +518,7 @@ impl Port for AfXdpQueue {
                 break;
             }
             let v = cx.pool.get(p);
-            let len = chain_len(cx.pool, p);
+            let len = v.meta.total_len as usize;
             // A super-packet would need segmentation, which the port does not offer.
             if v.meta.segs > 1 || len == 0 || len > FRAME_SIZE as usize {
                 self.tx_dropped += 1;
@@ -588,13 +536,7 @@ impl Port for AfXdpQueue {
                 break;
             };
             copy_chain(cx.pool, p, frame);
-            if v.meta.flags & flag::L4_CSUM_PARTIAL != 0 {
-                crate::complete_l4_checksum(
-                    frame,
-                    usize::from(v.meta.l3.wrapping_sub(v.meta.data)),
-                    usize::from(v.meta.l4.wrapping_sub(v.meta.data)),
-                );
-            }
+            crate::complete_partial(v.meta, frame);
             let desc = libc::xdp_desc {
                 addr,
                 len: len as u32,

@@ -237,7 +237,8 @@ impl Bench {
             .collect()
     }
 
-    /// One frame in a chain of pool buffers, one buffer per part.
+    /// One frame in a chain of pool buffers, one buffer per part (the head's
+    /// `total_len` covering them all, as the pool keeps it for chains).
     fn chain(&mut self, parts: &[&[u8]]) -> Pkt {
         let mut l = self.list(parts);
         let mut next = l.pop();
@@ -245,7 +246,9 @@ impl Bench {
             self.pool.get_mut(&mut p).meta.chain = next;
             next = Some(p);
         }
-        next.expect("at least one part")
+        let mut head = next.expect("at least one part");
+        self.pool.get_mut(&mut head).meta.total_len = parts.iter().map(|p| p.len() as u32).sum();
+        head
     }
 
     /// One receive call on `q`, its frames freed at once; returns what `rx` returned.

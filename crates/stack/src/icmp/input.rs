@@ -67,11 +67,9 @@ impl Stage<Host> for IcmpInput {
             m[6..8].copy_from_slice(&[0, 0]);
             m[8] = 64;
             m[9] = 1;
-            m[10..12].copy_from_slice(&[0, 0]);
             m[12..16].copy_from_slice(&dst);
             m[16..20].copy_from_slice(&src);
-            let c = checksum::checksum(&m[..20]);
-            m[10..12].copy_from_slice(&c.to_be_bytes());
+            netbatch_wire::ipv4::fill_header_checksum(m, 20);
             // Type 8 → 0, code unchanged: one word of the ICMP header changes.
             let old = be16(m, 20);
             let new = old & 0x00ff;

@@ -18,7 +18,6 @@
 
 use netbatch_engine::meta::flag;
 use netbatch_engine::{Cx, DropReason, Next, Out, Pkt, PktList, Stage};
-use netbatch_wire::checksum;
 
 use super::be16;
 use crate::host::Host;
@@ -64,14 +63,6 @@ fn copied_options(opts: &[u8], out: &mut [u8; 40]) -> Option<usize> {
     let padded = n.div_ceil(4) * 4;
     out[n..padded].fill(0);
     Some(padded)
-}
-
-#[inline]
-fn fill_checksum(h: &mut [u8], ihl: usize) {
-    h[10] = 0;
-    h[11] = 0;
-    let c = checksum::checksum(&h[..ihl]);
-    h[10..12].copy_from_slice(&c.to_be_bytes());
 }
 
 impl Ip4Fragment {
@@ -134,7 +125,7 @@ impl Ip4Fragment {
             let mf = if !last || orig_mf { 0x2000 } else { 0 };
             let fo = ((orig_off + off) / 8) as u16 | mf | (flags_off & 0x4000);
             b[6..8].copy_from_slice(&fo.to_be_bytes());
-            fill_checksum(b, other_ihl);
+            netbatch_wire::ipv4::fill_header_checksum(b, other_ihl);
             w.meta.l3 = w.meta.data;
             w.meta.l4 = w.meta.data + other_ihl as u16;
             (w.meta.in_if, w.meta.out_if, w.meta.next_hop, w.meta.flags) =
@@ -148,7 +139,7 @@ impl Ip4Fragment {
         h[2..4].copy_from_slice(&((ihl + first) as u16).to_be_bytes());
         let fo = (orig_off / 8) as u16 | 0x2000 | (flags_off & 0x4000);
         h[6..8].copy_from_slice(&fo.to_be_bytes());
-        fill_checksum(h, ihl);
+        netbatch_wire::ipv4::fill_header_checksum(h, ihl);
         self.fragmented += 1;
         self.fragments += 1 + frags.len() as u64;
         cx.originate(frags.len() as u64);

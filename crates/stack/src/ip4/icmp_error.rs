@@ -181,11 +181,9 @@ impl Stage<Host> for Ip4IcmpError {
             h[6..8].copy_from_slice(&[0, 0]);
             h[8] = 64;
             h[9] = 1;
-            h[10..12].copy_from_slice(&[0, 0]);
             h[12..16].copy_from_slice(&src.octets());
             h[16..20].copy_from_slice(&orig_src);
-            let c = checksum::checksum(&h[..20]);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
+            netbatch_wire::ipv4::fill_header_checksum(h, 20);
             h[20] = ty;
             h[21] = code;
             h[22..28].copy_from_slice(&[0, 0, 0, 0, 0, 0]);

@@ -10,7 +10,6 @@ use core::net::Ipv4Addr;
 
 use netbatch_engine::meta::flag;
 use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
-use netbatch_wire::checksum;
 
 use super::be32;
 use crate::host::Host;
@@ -50,7 +49,7 @@ impl Stage<Host> for Ip4LocalOut {
                     if be32(v.data(), 12) == 0 {
                         v.data_mut()[12..16].copy_from_slice(&dst.to_be_bytes());
                     }
-                    fill_checksum(v.data_mut(), ihl);
+                    netbatch_wire::ipv4::fill_header_checksum(v.data_mut(), ihl);
                     v.meta.flags |= flag::LOCAL | flag::L2_HOST;
                     if hop.kind == RouteKind::Broadcast {
                         v.meta.flags |= flag::L3_BROADCAST;
@@ -69,7 +68,7 @@ impl Stage<Host> for Ip4LocalOut {
                         };
                         v.data_mut()[12..16].copy_from_slice(&src.octets());
                     }
-                    fill_checksum(v.data_mut(), ihl);
+                    netbatch_wire::ipv4::fill_header_checksum(v.data_mut(), ihl);
                     v.meta.out_if = hop.out_if;
                     v.meta.next_hop = if hop.gateway == 0 { dst } else { hop.gateway };
                     out.push(OK, p);
@@ -80,12 +79,4 @@ impl Stage<Host> for Ip4LocalOut {
             }
         }
     }
-}
-
-#[inline]
-fn fill_checksum(h: &mut [u8], ihl: usize) {
-    h[10] = 0;
-    h[11] = 0;
-    let c = checksum::checksum(&h[..ihl]);
-    h[10..12].copy_from_slice(&c.to_be_bytes());
 }

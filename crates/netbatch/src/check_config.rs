@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use netbatch_runtime::config::{Config, PortKind};
+use netbatch_runtime::config::Config;
 use netbatch_runtime::setup::build_host;
 use netbatch_stack::route::RouteKind;
 
@@ -63,13 +63,7 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         }
     );
     for p in &cfg.ports {
-        let kind = match &p.kind {
-            PortKind::Pcap => "pcap".to_string(),
-            PortKind::Gen(_) => "gen".to_string(),
-            PortKind::AfPacket(i) => format!("af_packet on {i}"),
-            PortKind::AfXdp(i) => format!("af_xdp on {i}"),
-            PortKind::Tap(i) => format!("tap {i}"),
-        };
+        let kind = &p.kind;
         let on = p.setup.features.names_on();
         println!(
             "  port {} ({kind}), mac {}, mtu {}, offloads: {}; received by worker(s) {}{}",

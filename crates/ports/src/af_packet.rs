@@ -336,19 +336,15 @@ impl Port for AfPacketQueue {
                     ring.cur = Some(Cursor { left: 0, off: 0 });
                 }
             };
-            let (Some(frame), Some(vh), false) = (frame, vh, outgoing) else {
+            // A frame larger than a block (the kernel kept only its start, `snap < len`)
+            // or with offsets outside the block is dropped; our own transmissions skipped.
+            let (Some(frame), Some(vh), false, true) = (frame, vh, outgoing, snap >= len) else {
                 if !outgoing {
                     self.stats.rx_dropped += 1;
                 }
                 advance(ring);
                 continue;
             };
-            if snap < len {
-                // Larger than a block: the kernel kept only its start.
-                self.stats.rx_dropped += 1;
-                advance(ring);
-                continue;
-            }
             let tag = (status & libc::TP_STATUS_VLAN_VALID != 0).then(|| StrippedTag {
                 tpid: if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
                     rd16(h, H_VLAN_TPID).unwrap_or(0x8100)

@@ -405,6 +405,28 @@ pub enum PortKind {
     Tap(String),
 }
 
+impl PortKind {
+    /// The kernel interface of a kernel-backed port.
+    pub fn interface(&self) -> Option<&str> {
+        match self {
+            Self::AfPacket(i) | Self::AfXdp(i) | Self::Tap(i) => Some(i),
+            Self::Pcap | Self::Gen(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for PortKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pcap => f.write_str("pcap"),
+            Self::Gen(_) => f.write_str("gen"),
+            Self::AfPacket(i) => write!(f, "af_packet on {i}"),
+            Self::AfXdp(i) => write!(f, "af_xdp on {i}"),
+            Self::Tap(i) => write!(f, "tap {i}"),
+        }
+    }
+}
+
 /// Generator settings of a `gen` port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GenSpec {

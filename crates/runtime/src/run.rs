@@ -63,16 +63,18 @@ pub fn open_ports(cfg: &Config, pool: &Pool) -> Result<Vec<Vec<Box<dyn Port>>>, 
     let mut all = Vec::with_capacity(cfg.ports.len());
     for (pi, p) in cfg.ports.iter().enumerate() {
         let name = &p.setup.name;
-        let iface = match &p.kind {
-            PortKind::AfPacket(i) | PortKind::AfXdp(i) | PortKind::Tap(i) => i.clone(),
-            PortKind::Pcap => return Err(RunError::NotLive(name.clone(), "pcap", "replay")),
-            PortKind::Gen(_) => return Err(RunError::NotLive(name.clone(), "gen", "bench")),
+        let Some(iface) = p.kind.interface() else {
+            let (kind, cmd) = match p.kind {
+                PortKind::Pcap => ("pcap", "replay"),
+                _ => ("gen", "bench"),
+            };
+            return Err(RunError::NotLive(name.clone(), kind, cmd));
         };
         let specs: Vec<QueueSpec> = (0..cfg.workers)
             .map(|w| QueueSpec {
                 name: name.clone(),
                 index: pi as u16,
-                interface: iface.clone(),
+                interface: iface.to_string(),
                 worker: w,
                 rx_member: p.rx_workers.iter().position(|&x| usize::from(x) == w),
                 rx_members: p.rx_workers.len(),
@@ -115,12 +117,7 @@ pub fn run(
         .zip(&opened)
         .map(|(p, q)| Started {
             port: p.setup.name.clone(),
-            what: match &p.kind {
-                PortKind::AfPacket(i) => format!("af_packet on {i}"),
-                PortKind::AfXdp(i) => format!("af_xdp on {i}"),
-                PortKind::Tap(i) => format!("tap {i}"),
-                PortKind::Pcap | PortKind::Gen(_) => String::new(),
-            },
+            what: p.kind.to_string(),
             rx_workers: p.rx_workers.clone(),
             features: p.setup.features.names_on(),
             queues: q

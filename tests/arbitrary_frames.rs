@@ -8,17 +8,13 @@
 use netbatch_engine::{Dispatch, Mode};
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::frames;
-use netbatch_scenarios::{Lab, LabSpec, VARIANTS, ip, port};
+use netbatch_scenarios::{Gro, Lab, LabSpec, PEER, US, US2, VARIANTS, ip, port};
 use netbatch_stack::GraphOptions;
 use netbatch_stack::filter::{Chain, HookPoint, Rule, Verdict};
 use netbatch_stack::host::HostParams;
 use netbatch_stack::route::{Route, RouteKind};
 use netbatch_wire::ethernet::MacAddr;
 use proptest::prelude::*;
-
-const US: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
-const US2: MacAddr = MacAddr([2, 0, 0, 0, 1, 1]);
-const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
 
 fn spec() -> LabSpec {
     let mut drop_range = Rule::any(Verdict::Drop);
@@ -30,14 +26,12 @@ fn spec() -> LabSpec {
         ports: vec![
             {
                 let mut p = port("eth0", US, "198.51.100.1/24");
-                p.features.rx_gro = true;
-                p.features.rx_udp_gro_forwarding = true;
+                Gro::Standard.apply(&mut p);
                 p
             },
             {
                 let mut p = port("eth1", US2, "192.0.2.1/24");
-                p.features.rx_gro = true;
-                p.features.rx_gro_list = true;
+                Gro::Fraglist.apply(&mut p);
                 p
             },
         ],

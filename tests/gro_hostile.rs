@@ -7,40 +7,10 @@
 use etherparse::PacketBuilder;
 use netbatch_engine::{Dispatch, Mode};
 use netbatch_runtime::PollParams;
-use netbatch_runtime::setup::StaticNeighbour;
-use netbatch_scenarios::{Lab, LabSpec, ip, port};
-use netbatch_stack::GraphOptions;
-use netbatch_stack::host::HostParams;
-use netbatch_stack::route::{Route, RouteKind};
-use netbatch_wire::ethernet::MacAddr;
-
-const US: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
-const US2: MacAddr = MacAddr([2, 0, 0, 0, 1, 1]);
-const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+use netbatch_scenarios::{Gro, Lab, PEER, US, router};
 
 fn lab(gro: bool, mode: Mode) -> Lab {
-    let mut p0 = port("eth0", US, "198.51.100.1/24");
-    p0.features.rx_gro = gro;
-    p0.features.rx_udp_gro_forwarding = gro;
-    let spec = LabSpec {
-        ports: vec![p0, port("eth1", US2, "192.0.2.1/24")],
-        routes: vec![Route {
-            prefix: "203.0.113.0/24".parse().unwrap(),
-            kind: RouteKind::Unicast,
-            out_if: Some(1),
-            gateway: Some(ip("192.0.2.254")),
-        }],
-        neighbours: vec![StaticNeighbour {
-            iface: 1,
-            ip: ip("192.0.2.254"),
-            mac: MacAddr([2, 0, 0, 0, 2, 2]),
-        }],
-        params: HostParams::default(),
-        graph: GraphOptions {
-            gro,
-            ..GraphOptions::default()
-        },
-    };
+    let spec = router(if gro { Gro::Standard } else { Gro::Off });
     let mut l = Lab::new(&spec, mode, Dispatch::Buckets);
     // Large polls, so that one GRO window sees hundreds of frames.
     l.w.set_params(PollParams {

@@ -9,60 +9,16 @@ use std::collections::BTreeMap;
 
 use etherparse::PacketBuilder;
 use netbatch_engine::{Dispatch, Mode};
-use netbatch_runtime::setup::StaticNeighbour;
-use netbatch_scenarios::{Lab, LabSpec, VARIANTS, ip, port};
-use netbatch_stack::GraphOptions;
-use netbatch_stack::host::HostParams;
-use netbatch_stack::route::{Route, RouteKind};
-use netbatch_wire::ethernet::MacAddr;
+use netbatch_scenarios::frames::set_ip_ident;
+use netbatch_scenarios::{Gro, Lab, LabSpec, PEER, US, VARIANTS, router};
 use proptest::prelude::*;
-
-const US: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
-const US2: MacAddr = MacAddr([2, 0, 0, 0, 1, 1]);
-const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Gro {
-    Off,
-    Standard,
-    Fraglist,
-}
 
 /// The router; `rx_checksum`: eth0 validates L4 checksums as a NIC does (GRO then takes
 /// its fast path for trains).
 fn spec(gro: Gro, rx_checksum: bool) -> LabSpec {
-    let mut p0 = port("eth0", US, "198.51.100.1/24");
-    p0.features.rx_checksum = rx_checksum;
-    match gro {
-        Gro::Off => {}
-        Gro::Standard => {
-            p0.features.rx_gro = true;
-            p0.features.rx_udp_gro_forwarding = true;
-        }
-        Gro::Fraglist => {
-            p0.features.rx_gro = true;
-            p0.features.rx_gro_list = true;
-        }
-    }
-    LabSpec {
-        ports: vec![p0, port("eth1", US2, "192.0.2.1/24")],
-        routes: vec![Route {
-            prefix: "203.0.113.0/24".parse().unwrap(),
-            kind: RouteKind::Unicast,
-            out_if: Some(1),
-            gateway: Some(ip("192.0.2.254")),
-        }],
-        neighbours: vec![StaticNeighbour {
-            iface: 1,
-            ip: ip("192.0.2.254"),
-            mac: MacAddr([2, 0, 0, 0, 2, 2]),
-        }],
-        params: HostParams::default(),
-        graph: GraphOptions {
-            gro: gro != Gro::Off,
-            ..GraphOptions::default()
-        },
-    }
+    let mut spec = router(gro);
+    spec.ports[0].features.rx_checksum = rx_checksum;
+    spec
 }
 
 /// One flow: its protocol, how its IP IDs go, and its segments.
@@ -150,10 +106,7 @@ fn frames(n: usize, f: &Flow) -> Vec<Vec<u8>> {
             1 => 77,
             _ => s.rid,
         };
-        v[18..20].copy_from_slice(&id.to_be_bytes());
-        v[24..26].copy_from_slice(&[0, 0]);
-        let c = netbatch_wire::checksum::checksum(&v[14..34]);
-        v[24..26].copy_from_slice(&c.to_be_bytes());
+        set_ip_ident(&mut v, id);
         if s.corrupt {
             let at = if f.tcp { 14 + 20 + 16 } else { 14 + 20 + 6 };
             v[at] ^= 0x40;

@@ -7,15 +7,13 @@ use std::collections::BTreeMap;
 use netbatch_engine::DropReason;
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::frames::{self, parse};
-use netbatch_scenarios::{Lab, LabSpec, VARIANTS, ip, port};
+use netbatch_scenarios::{Lab, LabSpec, PEER, US, VARIANTS, ip, port};
 use netbatch_stack::host::HostParams;
 use netbatch_stack::udp::datagram;
 use netbatch_stack::udp::socket::SocketId;
 use netbatch_stack::{GraphOptions, host::Host};
 use netbatch_wire::ethernet::MacAddr;
 
-const US: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
-const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
 const OTHER: MacAddr = MacAddr([2, 0, 0, 0, 0, 3]);
 
 fn spec() -> LabSpec {
@@ -306,10 +304,7 @@ fn port_unreachable_quotes_the_datagram() {
     assert_eq!(h.source, ip("198.51.100.1").octets());
     assert_eq!(h.destination, ip("198.51.100.7").octets());
     assert_eq!(h.header_checksum, h.calc_header_checksum());
-    let Some(etherparse::TransportSlice::Icmpv4(icmp)) = p.transport else {
-        panic!("not ICMP")
-    };
-    let b = icmp.slice();
+    let b = frames::icmp(&tx[0].bytes);
     assert_eq!((b[0], b[1]), (3, 3));
     // The quote is the whole original IP datagram (it is short).
     assert_eq!(&b[8..], &sent[14..]);

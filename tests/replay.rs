@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+use etherparse::{NetSlice, SlicedPacket};
 use netbatch_ports::pcap::{CapturedFrame, read_frames, write_pcap};
 use netbatch_runtime::config::Config;
 use netbatch_runtime::replay::replay;
@@ -179,6 +179,37 @@ fn run_all(case: &str, input: &[(u64, Vec<u8>)], extra: &str, gw_static: bool) -
     results.pop().map(|(_, o)| o).expect("four variants")
 }
 
+/// A UDP datagram from the LAN host (192.0.2.10) to `dst`, received on eth0.
+fn host_udp(dst: &str, sport: u16, dport: u16, ttl: u8, payload: &[u8]) -> Vec<u8> {
+    frames::udp(HOST, ETH0, "192.0.2.10", dst, sport, dport, ttl, payload)
+}
+
+/// A TCP segment from the LAN host (192.0.2.10 port 40000, sequence 1, TTL 64) to
+/// 203.0.113.7 port `dport`, received on eth0.
+fn host_tcp(dport: u16, payload: &[u8]) -> Vec<u8> {
+    frames::tcp(
+        HOST,
+        ETH0,
+        "192.0.2.10",
+        "203.0.113.7",
+        40000,
+        dport,
+        1,
+        64,
+        payload,
+    )
+}
+
+/// The stats of stage `name`.
+fn stage<'a>(o: &'a Outcome, name: &str) -> &'a Value {
+    o.stats["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no stage {name}"))
+}
+
 fn ipv4(frame: &[u8]) -> etherparse::Ipv4Header {
     match SlicedPacket::from_ethernet(frame).expect("frame").net {
         Some(NetSlice::Ipv4(i)) => i.header().to_header(),
@@ -201,16 +232,7 @@ fn forwarding_decrements_ttl_and_rewrites_macs() {
         .map(|i| {
             (
                 u64::from(i) * 1000,
-                frames::udp(
-                    HOST,
-                    ETH0,
-                    "192.0.2.10",
-                    "203.0.113.7",
-                    4000,
-                    53,
-                    64 - i,
-                    &[i; 30],
-                ),
+                host_udp("203.0.113.7", 4000, 53, 64 - i, &[i; 30]),
             )
         })
         .collect();
@@ -243,16 +265,7 @@ fn forwarding_decrements_ttl_and_rewrites_macs() {
 
 #[test]
 fn ttl_one_gets_time_exceeded_quoting_the_original() {
-    let probe = frames::udp(
-        HOST,
-        ETH0,
-        "192.0.2.10",
-        "203.0.113.7",
-        33434,
-        33434,
-        1,
-        b"traceroute",
-    );
+    let probe = host_udp("203.0.113.7", 33434, 33434, 1, b"traceroute");
     let o = run_all("ttl", &[(0, probe.clone())], DEFAULT_ROUTE, true);
     assert!(o.eth1.is_empty(), "not forwarded");
     assert_eq!(o.eth0.len(), 1);
@@ -265,12 +278,7 @@ fn ttl_one_gets_time_exceeded_quoting_the_original() {
         "from the interface it arrived on"
     );
     assert_eq!(h.header_checksum, h.calc_header_checksum());
-    let Some(TransportSlice::Icmpv4(icmp)) =
-        SlicedPacket::from_ethernet(f).expect("frame").transport
-    else {
-        panic!("not ICMP")
-    };
-    let b = icmp.slice();
+    let b = frames::icmp(f);
     assert_eq!((b[0], b[1]), (11, 0), "time exceeded in transit");
     let (hdr, _) = etherparse::Icmpv4Header::from_slice(b).expect("icmp");
     assert_eq!(
@@ -283,15 +291,7 @@ fn ttl_one_gets_time_exceeded_quoting_the_original() {
         &probe[14..],
         "quotes the datagram as received, TTL 1 and all"
     );
-    assert_eq!(
-        o.stats["stages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["name"] == "ip4-icmp-error")
-            .unwrap()["events"]["sent_ttl_expired"],
-        1
-    );
+    assert_eq!(stage(&o, "ip4-icmp-error")["events"]["sent_ttl_expired"], 1);
     assert_eq!(
         o.stats["originated_packets"], 0,
         "the error is built in the probe's buffer"
@@ -303,43 +303,17 @@ fn unknown_destination_gets_unreachable() {
     // No default route: 203.0.113.7 is unknown; 10.67.0.0/16 is a prohibit route.
     let extra = "[[route]]\nprefix = \"10.67.0.0/16\"\nkind = \"prohibit\"\n";
     let input = vec![
-        (
-            0,
-            frames::udp(
-                HOST,
-                ETH0,
-                "192.0.2.10",
-                "203.0.113.7",
-                1,
-                2,
-                64,
-                b"nowhere",
-            ),
-        ),
-        (
-            1,
-            frames::udp(
-                HOST,
-                ETH0,
-                "192.0.2.10",
-                "10.67.1.1",
-                1,
-                2,
-                64,
-                b"prohibited",
-            ),
-        ),
+        (0, host_udp("203.0.113.7", 1, 2, 64, b"nowhere")),
+        (1, host_udp("10.67.1.1", 1, 2, 64, b"prohibited")),
     ];
     let o = run_all("unreach", &input, extra, true);
     let codes: Vec<(u8, u8)> = o
         .eth0
         .iter()
-        .map(
-            |f| match SlicedPacket::from_ethernet(f).expect("frame").transport {
-                Some(TransportSlice::Icmpv4(i)) => (i.slice()[0], i.slice()[1]),
-                other => panic!("{other:?}"),
-            },
-        )
+        .map(|f| {
+            let b = frames::icmp(f);
+            (b[0], b[1])
+        })
         .collect();
     assert_eq!(
         codes,
@@ -354,18 +328,7 @@ fn arp_resolves_the_next_hop_then_queued_packets_leave_in_order() {
     // second router on the LAN (192.0.2.254) for 203.0.113.0/24, answering on eth0.
     const LAN_GW: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0xfe]);
     let extra = "[[route]]\nprefix = \"203.0.113.0/24\"\nvia = \"192.0.2.254\"\n";
-    let pkt = |i: u8| {
-        frames::udp(
-            HOST,
-            ETH0,
-            "192.0.2.10",
-            "203.0.113.7",
-            5000,
-            53,
-            64,
-            &[i; 8],
-        )
-    };
+    let pkt = |i: u8| host_udp("203.0.113.7", 5000, 53, 64, &[i; 8]);
     let reply = frames::arp(2, LAN_GW, "192.0.2.254", ETH0, "192.0.2.1", ETH0);
     let input = vec![
         (0, pkt(0)),
@@ -402,19 +365,7 @@ fn arp_resolves_the_next_hop_then_queued_packets_leave_in_order() {
 #[test]
 fn unanswered_arp_gives_host_unreachable() {
     // Nothing answers for the gateway: after the retries the queued packet is failed.
-    let mut input = vec![(
-        0,
-        frames::udp(
-            HOST,
-            ETH0,
-            "192.0.2.10",
-            "203.0.113.7",
-            5000,
-            53,
-            64,
-            b"lost",
-        ),
-    )];
+    let mut input = vec![(0, host_udp("203.0.113.7", 5000, 53, 64, b"lost"))];
     // Later unrelated traffic lets the replay clock run past the retries (1 s each).
     for s in 1..=5u64 {
         input.push((
@@ -434,13 +385,8 @@ fn unanswered_arp_gives_host_unreachable() {
     assert_eq!(requests, 3, "max_probes requests");
     let unreach: Vec<&Vec<u8>> = o.eth0.iter().filter(|f| f[12..14] == [8, 0]).collect();
     assert_eq!(unreach.len(), 1);
-    let Some(TransportSlice::Icmpv4(i)) = SlicedPacket::from_ethernet(unreach[0])
-        .expect("frame")
-        .transport
-    else {
-        panic!("not ICMP")
-    };
-    assert_eq!((i.slice()[0], i.slice()[1]), (3, 1), "host unreachable");
+    let b = frames::icmp(unreach[0]);
+    assert_eq!((b[0], b[1]), (3, 1), "host unreachable");
     // The host's own ARP requests (for someone else) refresh its known entry: delivered.
     assert_eq!(o.stats["delivered_packets"], 5);
     assert_eq!(
@@ -455,75 +401,11 @@ fn forward_firewall_drops_exactly_what_it_names() {
         "{DEFAULT_ROUTE}\n[filter.forward]\n[[filter.forward.rule]]\nproto = \"tcp\"\ndport = \"22-23\"\nin = \"eth0\"\naction = \"drop\"\n"
     );
     let input = vec![
-        (
-            0,
-            frames::tcp(
-                HOST,
-                ETH0,
-                "192.0.2.10",
-                "203.0.113.7",
-                40000,
-                22,
-                1,
-                64,
-                b"ssh",
-            ),
-        ),
-        (
-            1,
-            frames::tcp(
-                HOST,
-                ETH0,
-                "192.0.2.10",
-                "203.0.113.7",
-                40000,
-                23,
-                1,
-                64,
-                b"telnet",
-            ),
-        ),
-        (
-            2,
-            frames::tcp(
-                HOST,
-                ETH0,
-                "192.0.2.10",
-                "203.0.113.7",
-                40000,
-                24,
-                1,
-                64,
-                b"fine",
-            ),
-        ),
-        (
-            3,
-            frames::udp(
-                HOST,
-                ETH0,
-                "192.0.2.10",
-                "203.0.113.7",
-                40000,
-                22,
-                64,
-                b"udp 22 is fine",
-            ),
-        ),
-        (
-            4,
-            frames::tcp(
-                HOST,
-                ETH0,
-                "192.0.2.10",
-                "203.0.113.7",
-                40000,
-                80,
-                1,
-                64,
-                b"web",
-            ),
-        ),
+        (0, host_tcp(22, b"ssh")),
+        (1, host_tcp(23, b"telnet")),
+        (2, host_tcp(24, b"fine")),
+        (3, host_udp("203.0.113.7", 40000, 22, 64, b"udp 22 is fine")),
+        (4, host_tcp(80, b"web")),
     ];
     let o = run_all("firewall", &input, &extra, true);
     assert_eq!(o.eth1.len(), 3);
@@ -531,20 +413,14 @@ fn forward_firewall_drops_exactly_what_it_names() {
         drops(&o),
         BTreeMap::from([("filter_forward".to_string(), 2)])
     );
-    let hook = o.stats["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "hook-forward")
-        .unwrap()
-        .clone();
+    let hook = stage(&o, "hook-forward");
     assert_eq!(hook["events"]["rule_0"], 2);
     assert_eq!(hook["events"]["policy"], 3);
 }
 
 #[test]
 fn malformed_frames_are_dropped_with_their_reasons() {
-    let good = frames::udp(HOST, ETH0, "192.0.2.10", "203.0.113.7", 1, 2, 64, b"ok");
+    let good = host_udp("203.0.113.7", 1, 2, 64, b"ok");
     let mut bad_sum = good.clone();
     bad_sum[24] ^= 1;
     let mut short_ihl = good.clone();
@@ -602,7 +478,7 @@ fn large_packets_are_fragmented_to_the_output_mtu() {
     // eth1 has MTU 1400: a 3000-byte datagram without DF is fragmented; with DF it is
     // answered with fragmentation needed and the MTU.
     let payload: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
-    let mut big = frames::udp(HOST, ETH0, "192.0.2.10", "203.0.113.7", 7, 9, 64, &payload);
+    let mut big = host_udp("203.0.113.7", 7, 9, 64, &payload);
     // etherparse sets DF by default: one copy without it, one with it.
     let mut df = big.clone();
     big[20] &= !0x40;
@@ -635,11 +511,7 @@ fn large_packets_are_fragmented_to_the_output_mtu() {
     );
     assert_eq!(o.eth0.len(), 1, "fragmentation needed for the DF copy");
     let f = &o.eth0[0];
-    let Some(TransportSlice::Icmpv4(i)) = SlicedPacket::from_ethernet(f).expect("frame").transport
-    else {
-        panic!("not ICMP")
-    };
-    let b = i.slice();
+    let b = frames::icmp(f);
     assert_eq!((b[0], b[1]), (3, 4));
     assert_eq!(
         u16::from_be_bytes([b[6], b[7]]),

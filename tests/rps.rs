@@ -18,16 +18,13 @@ use netbatch_runtime::apps::sink::UdpSink;
 use netbatch_runtime::datapath::{Datapath, RunParams};
 use netbatch_runtime::rps::{RpsParams, RpsPolicy, flow_hash};
 use netbatch_runtime::setup::StaticNeighbour;
-use netbatch_scenarios::{LabSpec, Team, frames, ip, port};
+use netbatch_scenarios::{LabSpec, PEER, Team, US, frames, ip, port};
 use netbatch_stack::GraphOptions;
 use netbatch_stack::host::HostParams;
 use netbatch_stack::udp::datagram;
 use netbatch_stack::udp::socket::UdpSocket;
-use netbatch_wire::ethernet::MacAddr;
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
-const US: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
-const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
 const PORTS: [u16; 4] = [5001, 5002, 5003, 5004];
 
 /// The tests of this file run one at a time (one of them measures the CPU time the

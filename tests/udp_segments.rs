@@ -13,59 +13,31 @@ use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 use netbatch_engine::{Cx, Dispatch, Mode};
 use netbatch_runtime::apps::App;
 use netbatch_runtime::setup::StaticNeighbour;
-use netbatch_scenarios::{Lab, LabSpec, VARIANTS, ip, port};
-use netbatch_stack::GraphOptions;
-use netbatch_stack::host::{Host, HostParams};
-use netbatch_stack::route::{Route, RouteKind};
+use netbatch_scenarios::frames::set_ip_ident;
+use netbatch_scenarios::{Gro, Lab, LabSpec, PEER, US, VARIANTS, ip, router};
+use netbatch_stack::host::Host;
 use netbatch_stack::udp::datagram;
 use netbatch_stack::udp::output::{SendError, send};
 use netbatch_stack::udp::socket::SocketId;
-use netbatch_wire::ethernet::MacAddr;
 
-const US: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
-const US2: MacAddr = MacAddr([2, 0, 0, 0, 1, 1]);
-const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
 const MSS: usize = 1500 - 28;
 
+/// The router with GRO mode `gro` ("off", "standard" or "fraglist") on eth0, and the
+/// peer's MAC configured on eth0.
 fn spec(gro: &str) -> LabSpec {
-    let mut p0 = port("eth0", US, "198.51.100.1/24");
-    match gro {
-        "standard" => {
-            p0.features.rx_gro = true;
-            p0.features.rx_udp_gro_forwarding = true;
-        }
-        "fraglist" => {
-            p0.features.rx_gro = true;
-            p0.features.rx_gro_list = true;
-        }
-        _ => {}
-    }
-    LabSpec {
-        ports: vec![p0, port("eth1", US2, "192.0.2.1/24")],
-        routes: vec![Route {
-            prefix: "203.0.113.0/24".parse().unwrap(),
-            kind: RouteKind::Unicast,
-            out_if: Some(1),
-            gateway: Some(ip("192.0.2.254")),
-        }],
-        neighbours: vec![
-            StaticNeighbour {
-                iface: 1,
-                ip: ip("192.0.2.254"),
-                mac: MacAddr([2, 0, 0, 0, 2, 2]),
-            },
-            StaticNeighbour {
-                iface: 0,
-                ip: ip("198.51.100.7"),
-                mac: PEER,
-            },
-        ],
-        params: HostParams::default(),
-        graph: GraphOptions {
-            gro: gro != "off",
-            ..GraphOptions::default()
-        },
-    }
+    let gro = match gro {
+        "off" => Gro::Off,
+        "standard" => Gro::Standard,
+        "fraglist" => Gro::Fraglist,
+        other => panic!("no GRO mode {other}"),
+    };
+    let mut spec = router(gro);
+    spec.neighbours.push(StaticNeighbour {
+        iface: 0,
+        ip: ip("198.51.100.7"),
+        mac: PEER,
+    });
+    spec
 }
 
 /// Datagram `n` of `len` payload bytes from the peer to our port 8000.
@@ -77,10 +49,7 @@ fn dgram(n: usize, len: usize) -> Vec<u8> {
         .udp(7000, 8000)
         .write(&mut v, &payload)
         .unwrap();
-    v[18..20].copy_from_slice(&(n as u16).to_be_bytes());
-    v[24..26].copy_from_slice(&[0, 0]);
-    let c = netbatch_wire::checksum::checksum(&v[14..34]);
-    v[24..26].copy_from_slice(&c.to_be_bytes());
+    set_ip_ident(&mut v, n as u16);
     v
 }
 

@@ -123,6 +123,22 @@ pub fn refresh_ip_checksum(frame: &mut [u8]) {
     frame[24..26].copy_from_slice(&c.to_be_bytes());
 }
 
+/// Sets the IPv4 identification of an Ethernet II frame and refreshes its header
+/// checksum (with etherparse).
+pub fn set_ip_ident(frame: &mut [u8], id: u16) {
+    frame[18..20].copy_from_slice(&id.to_be_bytes());
+    refresh_ip_checksum(frame);
+}
+
+/// The ICMP message (header and body) of an Ethernet II frame, as etherparse sees it;
+/// panics if the frame is not ICMPv4.
+pub fn icmp(frame: &[u8]) -> &[u8] {
+    match parse(frame).transport {
+        Some(etherparse::TransportSlice::Icmpv4(i)) => i.slice(),
+        other => panic!("not ICMP: {other:?}"),
+    }
+}
+
 /// A parsed frame for assertions (etherparse's view).
 pub fn parse(frame: &[u8]) -> etherparse::SlicedPacket<'_> {
     etherparse::SlicedPacket::from_ethernet(frame).expect("a frame etherparse can parse")

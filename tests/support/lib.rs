@@ -11,11 +11,73 @@ use netbatch_ports::mem::{MemPort, TxFrame};
 use netbatch_runtime::setup::{PortSetup, StaticNeighbour, build_host};
 use netbatch_runtime::{PollParams, Worker};
 use netbatch_stack::host::HostParams;
-use netbatch_stack::route::Route;
+use netbatch_stack::route::{Route, RouteKind};
 use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
 pub mod frames;
+
+/// Our MAC on eth0.
+pub const US: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+/// Our MAC on eth1.
+pub const US2: MacAddr = MacAddr([2, 0, 0, 0, 1, 1]);
+/// The peer on eth0's subnet.
+pub const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
+/// A port's GRO mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gro {
+    /// No GRO.
+    Off,
+    /// Standard GRO, UDP forwarding included.
+    Standard,
+    /// Fraglist GRO.
+    Fraglist,
+}
+
+impl Gro {
+    /// Sets the port's GRO features for this mode (none for `Off`).
+    pub fn apply(self, p: &mut PortSetup) {
+        match self {
+            Self::Off => {}
+            Self::Standard => {
+                p.features.rx_gro = true;
+                p.features.rx_udp_gro_forwarding = true;
+            }
+            Self::Fraglist => {
+                p.features.rx_gro = true;
+                p.features.rx_gro_list = true;
+            }
+        }
+    }
+}
+
+/// The two-port router: eth0 (`US`, 198.51.100.1/24, GRO mode `gro`), eth1 (`US2`,
+/// 192.0.2.1/24, no offload), 203.0.113.0/24 via 192.0.2.254 on eth1 (its MAC
+/// configured), and the GRO stage in the graph unless `gro` is `Off`.
+pub fn router(gro: Gro) -> LabSpec {
+    let mut p0 = port("eth0", US, "198.51.100.1/24");
+    gro.apply(&mut p0);
+    LabSpec {
+        ports: vec![p0, port("eth1", US2, "192.0.2.1/24")],
+        routes: vec![Route {
+            prefix: "203.0.113.0/24".parse().expect("prefix"),
+            kind: RouteKind::Unicast,
+            out_if: Some(1),
+            gateway: Some(ip("192.0.2.254")),
+        }],
+        neighbours: vec![StaticNeighbour {
+            iface: 1,
+            ip: ip("192.0.2.254"),
+            mac: MacAddr([2, 0, 0, 0, 2, 2]),
+        }],
+        params: HostParams::default(),
+        graph: GraphOptions {
+            gro: gro != Gro::Off,
+            ..GraphOptions::default()
+        },
+    }
+}
 
 /// Every combination of batch mode and dispatch strategy.
 pub const VARIANTS: [(Mode, Dispatch); 4] = [
@@ -61,7 +123,7 @@ impl Lab {
             build_host(&spec.ports, &spec.routes, &spec.neighbours, spec.params).expect("host");
         let names: Vec<&str> = spec.ports.iter().map(|p| p.name.as_str()).collect();
         let graph = build(&spec.graph, &names, dispatch).expect("graph");
-        let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+        let room = pool.config().room();
         let ports: Vec<Box<dyn Port>> = spec
             .ports
             .iter()
@@ -210,7 +272,7 @@ impl Team {
             ..PoolConfig::default()
         })
         .expect("pool");
-        let room = (pool.config().buf_size - u32::from(pool.config().headroom)) as usize;
+        let room = pool.config().room();
         let team = netbatch_runtime::build::TeamSpec {
             ports: &spec.ports,
             routes: &spec.routes,

@@ -24,6 +24,7 @@ use netbatch_engine::{
     Pool,
 };
 use netbatch_ports::{Port, PortCx, PortStats};
+use netbatch_stack::host::Injected;
 use netbatch_stack::{Host, node};
 
 use crate::apps::App;
@@ -119,6 +120,9 @@ impl core::fmt::Display for MissingNode {
 }
 
 impl std::error::Error for MissingNode {}
+
+/// Picks one of the queues of [`Injected`].
+type InjectedQueue = fn(&mut Injected) -> &mut PktList;
 
 impl Worker {
     /// A worker over a graph, host state and ports, drawing buffers from `pool`.
@@ -330,6 +334,12 @@ impl Worker {
     /// Runs `list` through the graph from its entry (as a list, or packet by packet).
     #[inline]
     fn run(&mut self, list: &mut PktList, now_ns: u64) {
+        self.run_at(self.entry, list, now_ns);
+    }
+
+    /// Runs `list` through the graph from `node` (as a list, or packet by packet).
+    #[inline]
+    fn run_at(&mut self, node: NodeId, list: &mut PktList, now_ns: u64) {
         if list.is_empty() {
             return;
         }
@@ -342,10 +352,10 @@ impl Worker {
         let one_by_one = self.params.mode == Mode::Packet;
         if one_by_one {
             for p in list.drain(..) {
-                self.graph.run_one(&mut self.host, &mut cx, self.entry, p);
+                self.graph.run_one(&mut self.host, &mut cx, node, p);
             }
         } else {
-            self.graph.run(&mut self.host, &mut cx, self.entry, list);
+            self.graph.run(&mut self.host, &mut cx, node, list);
         }
     }
 
@@ -444,44 +454,23 @@ impl Worker {
             return;
         }
         self.acct.originated += core::mem::take(&mut self.host.injected.originated);
-        for (node, which) in [
-            (self.icmp_error_node, 0),
-            (self.local_out_node, 1),
-            (self.neighbour_node, 3),
-            (self.tx_node, 2),
-        ] {
-            let slot = match which {
-                0 => &mut self.host.injected.to_icmp_error,
-                1 => &mut self.host.injected.to_local_out,
-                3 => &mut self.host.injected.to_neighbour,
-                _ => &mut self.host.injected.to_tx,
-            };
+        // Each queue with the node it enters the graph at, in this order.
+        let queues: [(NodeId, InjectedQueue); 4] = [
+            (self.icmp_error_node, |i| &mut i.to_icmp_error),
+            (self.local_out_node, |i| &mut i.to_local_out),
+            (self.neighbour_node, |i| &mut i.to_neighbour),
+            (self.tx_node, |i| &mut i.to_tx),
+        ];
+        for (node, queue) in queues {
+            let slot = queue(&mut self.host.injected);
             if slot.is_empty() {
                 continue;
             }
             let mut l = core::mem::take(slot);
             self.stats.processed += l.len() as u64;
-            let mut cx = Cx {
-                pool: &self.pool,
-                cache: &mut self.cache,
-                now_ns,
-                acct: &mut self.acct,
-            };
-            match self.params.mode {
-                Mode::List => self.graph.run(&mut self.host, &mut cx, node, &mut l),
-                Mode::Packet => {
-                    for p in l.drain(..) {
-                        self.graph.run_one(&mut self.host, &mut cx, node, p);
-                    }
-                }
-            }
+            self.run_at(node, &mut l, now_ns);
             // Give the emptied vector back: its capacity is reused next time.
-            let slot = match which {
-                0 => &mut self.host.injected.to_icmp_error,
-                1 => &mut self.host.injected.to_local_out,
-                3 => &mut self.host.injected.to_neighbour,
-                _ => &mut self.host.injected.to_tx,
-            };
+            let slot = queue(&mut self.host.injected);
             if slot.is_empty() {
                 *slot = l;
             }

@@ -97,11 +97,35 @@ struct Sample {
     ticks: u64,
 }
 
+impl Sample {
+    /// Throughput in millions of packets per second.
+    fn mpps(&self) -> f64 {
+        self.packets as f64 / self.secs / 1e6
+    }
+
+    /// Wall-clock nanoseconds per packet.
+    fn ns_per_packet(&self) -> f64 {
+        self.secs * 1e9 / self.packets as f64
+    }
+
+    /// TSC cycles per packet.
+    fn cycles_per_packet(&self) -> f64 {
+        self.ticks as f64 / self.packets as f64
+    }
+}
+
 struct Entry {
     v: Variant,
     bench: Box<dyn scenarios::Bench>,
     samples: Vec<Sample>,
     stages: Vec<NodeSnapshot>,
+}
+
+impl Entry {
+    /// The median of `f` over the samples (0 without samples).
+    fn median(&self, f: fn(&Sample) -> f64) -> f64 {
+        median(self.samples.iter().map(f).collect())
+    }
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -200,7 +224,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
                 e.v.gro_name(),
                 e.v.workers,
                 e.v.rps_name(),
-                s.packets as f64 / s.secs / 1e6
+                s.mpps()
             );
         }
     }
@@ -256,24 +280,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn mpps(s: &Sample) -> f64 {
-    s.packets as f64 / s.secs / 1e6
-}
-
 fn result_json(e: &Entry, tsc_hz: f64) -> Value {
-    let m = median(e.samples.iter().map(mpps).collect());
-    let ns = median(
-        e.samples
-            .iter()
-            .map(|s| s.secs * 1e9 / s.packets as f64)
-            .collect(),
-    );
-    let cyc = median(
-        e.samples
-            .iter()
-            .map(|s| s.ticks as f64 / s.packets as f64)
-            .collect(),
-    );
     let stages: Vec<Value> = e
         .stages
         .iter()
@@ -304,11 +311,11 @@ fn result_json(e: &Entry, tsc_hz: f64) -> Value {
         "workers": e.v.workers,
         "rps_policy": e.v.rps_name(),
         "packets": e.samples.first().map_or(0, |s| s.packets),
-        "mpps": m,
-        "ns_per_packet": ns,
-        "cycles_per_packet": cyc,
+        "mpps": e.median(Sample::mpps),
+        "ns_per_packet": e.median(Sample::ns_per_packet),
+        "cycles_per_packet": e.median(Sample::cycles_per_packet),
         "tsc_hz": tsc_hz,
-        "samples_mpps": e.samples.iter().map(mpps).collect::<Vec<_>>(),
+        "samples_mpps": e.samples.iter().map(Sample::mpps).collect::<Vec<_>>(),
         "stages": stages,
         "extra": extra,
     });
@@ -336,7 +343,6 @@ fn table(entries: &[Entry]) -> String {
         "cycles/pkt",
         "list/packet"
     );
-    let med = |e: &Entry| median(e.samples.iter().map(mpps).collect());
     for e in entries {
         let ratio = if e.v.mode == Some(Mode::List) {
             entries
@@ -349,23 +355,11 @@ fn table(entries: &[Entry]) -> String {
                         && o.v.rps == e.v.rps
                         && o.v.mode == Some(Mode::Packet)
                 })
-                .map(|o| format!("{:.2}x", med(e) / med(o)))
+                .map(|o| format!("{:.2}x", e.median(Sample::mpps) / o.median(Sample::mpps)))
                 .unwrap_or_default()
         } else {
             String::new()
         };
-        let ns = median(
-            e.samples
-                .iter()
-                .map(|s| s.secs * 1e9 / s.packets as f64)
-                .collect(),
-        );
-        let cyc = median(
-            e.samples
-                .iter()
-                .map(|s| s.ticks as f64 / s.packets as f64)
-                .collect(),
-        );
         let _ = writeln!(
             s,
             "{:<18} {:<6} {:<8} {:<8} {:>2} {:<8} {:>9.3} {:>9.1} {:>10.1} {:>12}",
@@ -375,9 +369,9 @@ fn table(entries: &[Entry]) -> String {
             e.v.gro_name(),
             e.v.workers,
             e.v.rps_name(),
-            med(e),
-            ns,
-            cyc,
+            e.median(Sample::mpps),
+            e.median(Sample::ns_per_packet),
+            e.median(Sample::cycles_per_packet),
             ratio
         );
     }
@@ -399,7 +393,7 @@ fn table(entries: &[Entry]) -> String {
                 e.v.mode_name(),
                 e.v.dispatch_name(),
                 e.v.gro_name(),
-                med(e) / med(off)
+                e.median(Sample::mpps) / off.median(Sample::mpps)
             );
         }
     }
@@ -421,7 +415,7 @@ fn table(entries: &[Entry]) -> String {
                 e.v.mode_name(),
                 e.v.dispatch_name(),
                 e.v.workers,
-                med(e) / med(one)
+                e.median(Sample::mpps) / one.median(Sample::mpps)
             );
         }
     }
@@ -453,7 +447,7 @@ fn table(entries: &[Entry]) -> String {
                 "udp-local-1b {} {} / smoltcp-udp-1b: {:.2}x",
                 e.v.mode_name(),
                 e.v.dispatch_name(),
-                med(e) / med(sm)
+                e.median(Sample::mpps) / sm.median(Sample::mpps)
             );
         }
     }

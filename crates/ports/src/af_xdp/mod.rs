@@ -449,7 +449,10 @@ impl Port for AfXdpQueue {
         // Every receive frame fits on the fill ring (`RING_SIZE == RX_FRAMES`): refreshing
         // its consumer index once makes a slot for each frame taken below.
         let room = self.sock.fill.free(n);
-        debug_assert!(room >= n, "the fill ring has a slot for every receive frame");
+        debug_assert!(
+            room >= n,
+            "the fill ring has a slot for every receive frame"
+        );
         let rx_hi = u64::from(RX_FRAMES) * u64::from(FRAME_SIZE);
         let (mut taken, mut refill, mut got) = (0u32, 0u32, 0usize);
         while taken < n {

@@ -208,6 +208,218 @@ fn replay_writes_frames_and_stats() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A replay whose packets outlast the buffer pool (they wait for next hops that never
+/// answer ARP) neither hangs nor loses count: like a NIC, the input port drops what
+/// finds no buffer, and every frame of the capture is in `rx_packets`, an oversize one
+/// included, with the conservation law holding.
+#[test]
+fn replay_out_of_buffers_finishes_and_counts_every_frame() {
+    let dir = std::env::temp_dir().join(format!("netbatch-cli-nobuf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("small.toml");
+    std::fs::write(
+        &config,
+        r#"
+        [pool]
+        buffers = 64
+        cache_size = 16
+        [[port]]
+        name = "eth0"
+        mac = "02:00:00:00:00:01"
+        addresses = ["192.0.2.1/24"]
+        [[port]]
+        name = "eth1"
+        mac = "02:00:00:00:01:01"
+        addresses = ["198.51.100.1/24"]
+        "#,
+    )
+    .unwrap();
+    // 300 datagrams to 30 hosts on eth1's subnet (10 each: within a neighbour's queue),
+    // none of which ever answers, then one frame longer than a buffer.
+    let mut frames: Vec<netbatch_ports::pcap::CapturedFrame> = (0..300u32)
+        .map(|i| {
+            let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0x0a], [2, 0, 0, 0, 0, 1])
+                .ipv4([192, 0, 2, 10], [198, 51, 100, 2 + (i % 30) as u8], 64)
+                .udp(1000, 2000);
+            let mut v = Vec::new();
+            b.write(&mut v, &i.to_be_bytes()).unwrap();
+            netbatch_ports::pcap::CapturedFrame {
+                ts_ns: 1_000_000_000 + u64::from(i) * 1000,
+                bytes: v,
+            }
+        })
+        .collect();
+    frames.push(netbatch_ports::pcap::CapturedFrame {
+        ts_ns: 1_001_000_000,
+        bytes: vec![0x55; 4000],
+    });
+    let input = dir.join("in.pcap");
+    netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();
+    let (out, stats) = (dir.join("out.pcapng"), dir.join("stats.json"));
+    let mut child = netbatch()
+        .args(["replay", "--config"])
+        .arg(&config)
+        .arg("--in")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .arg("--stats-json")
+        .arg(&stats)
+        .spawn()
+        .expect("run");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("replay did not finish within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success());
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let n = |k: &str| s[k].as_u64().unwrap();
+    assert_eq!(n("rx_packets"), 301, "every frame of the capture");
+    assert_eq!(s["drops"]["frame_too_long"], 1);
+    let nobuf = s["drops"]["no_buffer"].as_u64().unwrap_or(0);
+    assert!(nobuf > 0, "the pool of 64 ran out: {s}");
+    assert!(
+        n("held_packets") <= 64,
+        "held in neighbour queues, at most the pool"
+    );
+    assert_eq!(
+        n("rx_packets") + n("originated_packets"),
+        n("tx_packets") + n("delivered_packets") + n("dropped_packets") + n("held_packets"),
+        "{s}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Runs `netbatch bench` with `args` and returns its JSON document.
+fn bench_json(tag: &str, args: &[&str]) -> serde_json::Value {
+    let json = std::env::temp_dir().join(format!("netbatch-cli-{tag}-{}.json", std::process::id()));
+    let status = netbatch()
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .status()
+        .unwrap();
+    assert!(status.success(), "bench {args:?} failed its own checks");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    assert!(doc["failures"].as_array().unwrap().is_empty(), "{doc}");
+    doc
+}
+
+/// The receive scenarios each give one result per mode and dispatch with the fields the
+/// README's tables are made from, and per-stage counters whose packet counts add up:
+/// each frame of a run passes the Ethernet stage once.
+#[test]
+fn receive_bench_reports_every_variant_with_its_fields() {
+    let doc = bench_json(
+        "rx",
+        &[
+            "--scenario",
+            "null,udp-local-1b,udp-local-1b-nf1,smoltcp-udp-1b",
+            "--packets",
+            "20000",
+            "--repeat",
+            "1",
+        ],
+    );
+    let results = doc["results"].as_array().unwrap();
+    let mut seen = Vec::new();
+    for r in results {
+        for k in ["packets", "mpps", "ns_per_packet", "cycles_per_packet"] {
+            assert!(r[k].as_f64().is_some_and(|v| v > 0.0), "{k} in {r}");
+        }
+        // The count is rounded up to whole bursts.
+        let packets = r["packets"].as_u64().unwrap();
+        assert!((20000..20000 + 64).contains(&packets), "{r}");
+        let scenario = r["scenario"].as_str().unwrap().to_string();
+        if scenario.starts_with("udp-local") {
+            let stages = r["stages"].as_array().unwrap();
+            let eth = stages
+                .iter()
+                .find(|s| s["name"] == "eth-input")
+                .unwrap_or_else(|| panic!("no eth-input stage in {r}"));
+            assert_eq!(eth["packets"], packets, "{r}");
+        }
+        seen.push((
+            scenario,
+            r["mode"].as_str().unwrap().to_string(),
+            r["dispatch"].as_str().unwrap().to_string(),
+        ));
+    }
+    seen.sort();
+    seen.dedup();
+    let mut want = Vec::new();
+    // `null` has no graph to dispatch, smoltcp neither modes nor dispatch.
+    for m in ["list", "packet"] {
+        want.push(("null".to_string(), m.to_string(), "-".to_string()));
+    }
+    want.push((
+        "smoltcp-udp-1b".to_string(),
+        "-".to_string(),
+        "-".to_string(),
+    ));
+    for s in ["udp-local-1b", "udp-local-1b-nf1"] {
+        for m in ["list", "packet"] {
+            for d in ["buckets", "runs"] {
+                want.push((s.to_string(), m.to_string(), d.to_string()));
+            }
+        }
+    }
+    want.sort();
+    assert_eq!(seen, want);
+}
+
+/// The rps scenario gives one result per policy with the counters the issue names, and
+/// no datagram out of its flow's order.
+#[test]
+fn rps_bench_reports_each_policy() {
+    let doc = bench_json(
+        "rps",
+        &[
+            "--scenario",
+            "rps",
+            "--modes",
+            "list",
+            "--dispatch",
+            "buckets",
+            "--packets",
+            "20000",
+            "--repeat",
+            "1",
+            "--no-profile",
+        ],
+    );
+    let mut policies: Vec<&str> = Vec::new();
+    for r in doc["results"].as_array().unwrap() {
+        policies.push(r["rps_policy"].as_str().unwrap());
+        assert!(r["packets"].as_u64().unwrap() >= 20000, "{r}");
+        assert!(r["mpps"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["reordered"], 0, "{r}");
+        for k in ["wakeups", "backlog_polls"] {
+            assert!(r[k].as_u64().is_some(), "{k} in {r}");
+        }
+        assert!(
+            r["backlog_polls"].as_u64().unwrap() > 0,
+            "worker 1 polled its backlog: {r}"
+        );
+        let lat = &r["latency_ns"];
+        assert!(lat.is_object(), "latency percentiles in {r}");
+    }
+    policies.sort_unstable();
+    assert_eq!(policies, ["backlog", "deferred", "direct"]);
+}
+
 #[test]
 fn gro_bench_reports_each_mode_with_its_frame_rate() {
     let json = std::env::temp_dir().join(format!("netbatch-cli-gro-{}.json", std::process::id()));

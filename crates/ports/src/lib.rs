@@ -50,6 +50,22 @@ pub struct PortStats {
     pub tx_refused: u64,
 }
 
+/// Frames a port received and dropped itself (see [`Port::take_rx_drops`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxDrops {
+    /// No free buffer: dropped, as a NIC drops a frame it has no descriptor for.
+    pub no_buffer: u64,
+    /// Longer than a buffer holds.
+    pub too_long: u64,
+}
+
+impl RxDrops {
+    /// Frames in all.
+    pub fn total(&self) -> u64 {
+        self.no_buffer + self.too_long
+    }
+}
+
 /// A port.
 pub trait Port: Send {
     /// The configured name.
@@ -69,6 +85,23 @@ pub trait Port: Send {
     /// Frames it cannot take now (ring full) stay in `pkts` for the caller to drop or
     /// retry.
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64;
+
+    /// Frames `rx` took off the wire and dropped since the last call, because no buffer
+    /// was free or the frame was longer than a buffer: the caller counts them as
+    /// received and dropped (`no_buffer`, `frame_too_long`), so they are not lost to the
+    /// accounting. Ports whose frames wait (in a kernel ring) when no buffer is free
+    /// report nothing here.
+    fn take_rx_drops(&mut self) -> RxDrops {
+        RxDrops::default()
+    }
+
+    /// Wire packets `tx` freed since the last call because this port can never send
+    /// them (longer than its frames, or a super-packet it cannot segment); the caller
+    /// counts them as dropped (`frame_too_long`). The configuration keeps such frames
+    /// away from a port, so this stays 0 unless a frame slips past it.
+    fn take_unsendable(&mut self) -> u64 {
+        0
+    }
 
     /// Counters.
     fn stats(&self) -> PortStats;

@@ -3,14 +3,18 @@
 //! built on it.
 //!
 //! A frame larger than a buffer's room is dropped at receive and counted
-//! (`rx_dropped`), as a NIC drops an oversize frame.
+//! (`rx_dropped`), as a NIC drops an oversize frame; so is a frame that finds no free
+//! buffer (`rx_nobuf`), as a NIC drops what arrives while its ring has no descriptors. Both
+//! are reported to the worker ([`Port::take_rx_drops`]), which counts them as received
+//! and dropped: every frame fed to the port is accounted for, and a replay never waits
+//! for buffers that only later frames could free.
 
 use std::collections::VecDeque;
 
 use netbatch_engine::offload::Features;
 use netbatch_engine::{PktList, meta::gso};
 
-use crate::{Port, PortCx, PortStats, frame_bytes};
+use crate::{Port, PortCx, PortStats, RxDrops, frame_bytes};
 
 /// A frame that left through the port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +39,7 @@ pub struct MemPort {
     rx: VecDeque<(u64, Vec<u8>)>,
     tx: Vec<TxFrame>,
     stats: PortStats,
+    drops: RxDrops,
 }
 
 impl MemPort {
@@ -49,6 +54,7 @@ impl MemPort {
             rx: VecDeque::new(),
             tx: Vec::new(),
             stats: PortStats::default(),
+            drops: RxDrops::default(),
         }
     }
 
@@ -94,8 +100,9 @@ impl Port for MemPort {
     }
 
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
-        let mut n = 0;
-        while n < max {
+        let (mut n, mut seen) = (0, 0);
+        // Dropped frames count against `max` too, so one call stays bounded.
+        while seen < max {
             let Some((ts, frame)) = self.rx.front() else {
                 break;
             };
@@ -103,14 +110,18 @@ impl Port for MemPort {
                 // Not yet: frames arrive at their timestamps.
                 break;
             }
+            seen += 1;
             if frame.len() > self.room {
                 self.stats.rx_dropped += 1;
+                self.drops.too_long += 1;
                 self.rx.pop_front();
                 continue;
             }
             let Some(mut p) = cx.cache.alloc() else {
                 self.stats.rx_nobuf += 1;
-                break;
+                self.drops.no_buffer += 1;
+                self.rx.pop_front();
+                continue;
             };
             let Some((_, frame)) = self.rx.pop_front() else {
                 break;
@@ -131,6 +142,10 @@ impl Port for MemPort {
             n += 1;
         }
         n as u64
+    }
+
+    fn take_rx_drops(&mut self) -> RxDrops {
+        core::mem::take(&mut self.drops)
     }
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
@@ -209,4 +224,84 @@ fn l4_checksum_ok(frame: &[u8]) -> bool {
         l4,
         checksum::pseudo_header_v4(p.src(), p.dst(), proto, len),
     )) == 0xffff
+}
+
+#[cfg(test)]
+mod tests {
+    use netbatch_engine::{Pool, PoolConfig};
+
+    use super::*;
+
+    /// Like a NIC, the port drops what it cannot take instead of holding it back: a frame
+    /// longer than a buffer, and frames arriving while no buffer is free. Each is counted
+    /// once, in the port's counters and in what the caller is told.
+    #[test]
+    fn frames_without_a_buffer_or_too_long_are_dropped_and_reported() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 4,
+            cache_size: 4,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let mut cache = pool.cache();
+        let room = pool.config().room();
+        let mut port = MemPort::new("m0", 0, room);
+        port.push_rx(0, vec![0xaa; room + 1]);
+        for i in 0..6u8 {
+            port.push_rx(0, vec![i; 60]);
+        }
+        // A frame not due yet stays.
+        port.push_rx(10, vec![9; 60]);
+        let mut out = Vec::new();
+        let mut cx = PortCx {
+            pool: &pool,
+            cache: &mut cache,
+            now_ns: 5,
+        };
+        // Seven frames are due: one too long, four get the pool's four buffers, two
+        // find none.
+        assert_eq!(port.rx(&mut cx, &mut out, 64), 4);
+        assert_eq!(out.len(), 4);
+        let firsts: Vec<u8> = out.iter().map(|p| pool.get(p).data()[0]).collect();
+        assert_eq!(firsts, [0, 1, 2, 3], "in arrival order");
+        assert_eq!(
+            port.take_rx_drops(),
+            RxDrops {
+                no_buffer: 2,
+                too_long: 1
+            }
+        );
+        assert_eq!(port.take_rx_drops(), RxDrops::default(), "reported once");
+        let s = port.stats();
+        assert_eq!((s.rx_packets, s.rx_dropped, s.rx_nobuf), (4, 1, 2));
+        assert_eq!(port.rx_pending(), 1);
+        cache.free_all(&mut out);
+        cache.flush();
+    }
+
+    /// One call looks at no more than `max` frames, dropped ones included.
+    #[test]
+    fn a_call_is_bounded_by_max_even_when_dropping() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 4,
+            cache_size: 4,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let mut cache = pool.cache();
+        let room = pool.config().room();
+        let mut port = MemPort::new("m0", 0, room);
+        for _ in 0..10 {
+            port.push_rx(0, vec![0; room + 1]);
+        }
+        let mut out = Vec::new();
+        let mut cx = PortCx {
+            pool: &pool,
+            cache: &mut cache,
+            now_ns: 0,
+        };
+        assert_eq!(port.rx(&mut cx, &mut out, 3), 0);
+        assert_eq!(port.rx_pending(), 7);
+        assert_eq!(port.take_rx_drops().too_long, 3);
+    }
 }

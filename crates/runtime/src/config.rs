@@ -931,6 +931,43 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
                 format!("a {} port has no kernel interface", p.kind),
             );
         }
+        // What a kernel backend cannot do: take some super-packets whole on transmit, or
+        // carry long frames (an AF_XDP frame is a UMEM frame less the XDP headroom).
+        let (no_tx, max_mtu): (&[&str], Option<usize>) = match p.kind.as_str() {
+            "af_xdp" => (
+                &["tx-tcp-segmentation", "tx-udp-segmentation", "tx-gso-list"],
+                Some(netbatch_ports::af_xdp::MAX_RX_FRAME - 14 - 8),
+            ),
+            // Fraglist chains have no virtio-net header form.
+            "af_packet" | "tap" => (&["tx-gso-list"], None),
+            _ => (&[], None),
+        };
+        for (fi, f) in p.features.iter().enumerate() {
+            if no_tx.contains(&f.as_str()) {
+                e.add(
+                    format!("{key}.features[{fi}]"),
+                    format!(
+                        "{} ports cannot send '{f}' super-packets whole; leave it off and \
+                         the stack segments them",
+                        p.kind
+                    ),
+                );
+            }
+        }
+        if let Some(max) = max_mtu
+            && usize::from(p.mtu) > max
+        {
+            e.add(
+                format!("{key}.mtu"),
+                format!(
+                    "{} is too long for {} (at most {max}: its frames are {} bytes, with \
+                     room for two VLAN tags)",
+                    p.mtu,
+                    p.kind,
+                    netbatch_ports::af_xdp::MAX_RX_FRAME
+                ),
+            );
+        }
         if p.generator.is_some() && p.kind != "gen" {
             e.add(
                 format!("{key}.generator"),
@@ -1526,5 +1563,58 @@ mod tests {
             text.contains("filter.input.rule[0].out: packets at input have no output interface"),
             "{text}"
         );
+    }
+
+    /// A kernel backend is not configured to do what it cannot: AF_XDP has no
+    /// segmentation offload and frames of 2048 - 256 bytes, and neither AF_PACKET nor TAP
+    /// can send a fraglist chain whole.
+    #[test]
+    fn backends_refuse_offloads_and_mtus_they_cannot_carry() {
+        let bad = r#"
+            [[port]]
+            name = "x0"
+            kind = "af_xdp"
+            interface = "veth0"
+            mac = "02:00:00:00:00:01"
+            mtu = 9000
+            features = ["rx-gro", "tx-tcp-segmentation", "tx-gso-list"]
+            [[port]]
+            name = "p0"
+            kind = "af_packet"
+            interface = "veth1"
+            mac = "02:00:00:00:00:02"
+            features = ["tx-tcp-segmentation", "tx-gso-list"]
+        "#;
+        let e = parse(bad).unwrap_err();
+        let keys: Vec<&str> = e.errors.iter().map(|x| x.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "port[0].features[1]",
+                "port[0].features[2]",
+                "port[0].mtu",
+                "port[1].features[1]"
+            ],
+            "{e}"
+        );
+        // 1792-byte frames: 14 bytes of Ethernet header and 8 of VLAN tags leave 1770.
+        assert!(e.to_string().contains("at most 1770"), "{e}");
+        let ok = r#"
+            [[port]]
+            name = "x0"
+            kind = "af_xdp"
+            interface = "veth0"
+            mac = "02:00:00:00:00:01"
+            mtu = 1770
+            [[port]]
+            name = "p0"
+            kind = "af_packet"
+            interface = "veth1"
+            mac = "02:00:00:00:00:02"
+            features = ["tx-tcp-segmentation", "tx-udp-segmentation"]
+        "#;
+        if let Err(e) = parse(ok) {
+            panic!("refused: {e}");
+        }
     }
 }

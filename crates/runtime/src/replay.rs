@@ -157,8 +157,31 @@ pub fn stats(w: &Worker) -> Value {
         "host": w.host.stats.named().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<Map<_, _>>(),
         "neighbours": w.host.neigh.len(),
         "apps": apps,
-        "worker": { "rounds": w.stats.rounds, "time_squeeze": w.stats.time_squeeze, "processed": w.stats.processed },
+        "worker": softnet(w),
     })
+}
+
+/// A worker's softnet-style counters (`/proc/net/softnet_stat`'s columns that apply):
+/// its own, and with RPS its backlog's.
+fn softnet(w: &Worker) -> Value {
+    let mut m = Map::new();
+    m.insert("rounds".into(), json!(w.stats.rounds));
+    m.insert("processed".into(), json!(w.stats.processed));
+    m.insert("time_squeeze".into(), json!(w.stats.time_squeeze));
+    if let Some(st) = &w.steer {
+        let s = st.stats;
+        for (k, v) in [
+            ("dropped", s.dropped),
+            ("received_rps", s.received_rps),
+            ("backlog_polls", s.backlog_polls),
+            ("backlog_len", s.backlog_len),
+            ("handed_off", s.handed_off),
+            ("taken_over", s.taken_over),
+        ] {
+            m.insert(k.into(), json!(v));
+        }
+    }
+    Value::Object(m)
 }
 
 fn drops_has(stages: &[netbatch_engine::NodeSnapshot], r: DropReason) -> bool {

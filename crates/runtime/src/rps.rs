@@ -73,15 +73,12 @@ impl Default for RpsParams {
     }
 }
 
-/// Per-worker counters, as `/proc/net/softnet_stat` has them.
+/// Per-worker RPS counters, as `/proc/net/softnet_stat` has them (`processed` and
+/// `time_squeeze` are the worker's own: [`crate::WorkerStats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SoftnetStats {
-    /// Packets processed by this worker's graph (received here or taken from a backlog).
-    pub processed: u64,
     /// Packets dropped because a backlog was full.
     pub dropped: u64,
-    /// Rounds that ended on the budget or the time cap with work left.
-    pub time_squeeze: u64,
     /// Wake-ups received (kicks from other workers, and own-backlog schedules).
     pub received_rps: u64,
     /// Backlog polls that found packets.

@@ -235,6 +235,32 @@ pub fn summary(stats: &Value) -> String {
             f("tx_refused"),
         );
     }
+    for (i, w) in stats["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let ws = &w["worker"];
+        let f = |k: &str| ws[k].as_u64().unwrap_or(0);
+        s += &format!(
+            "worker {i}: processed {} rounds {} time_squeeze {}",
+            f("processed"),
+            f("rounds"),
+            f("time_squeeze"),
+        );
+        if ws.get("received_rps").is_some() {
+            s += &format!(
+                " handed_off {} taken_over {} received_rps {} backlog_polls {} backlog_dropped {}",
+                f("handed_off"),
+                f("taken_over"),
+                f("received_rps"),
+                f("backlog_polls"),
+                f("dropped"),
+            );
+        }
+        s += "\n";
+    }
     let mut drops: Vec<(String, u64)> = t["drops"]
         .as_object()
         .into_iter()

@@ -2,17 +2,20 @@
 //! applications, and the poll loop that ties them together.
 //!
 //! One round of [`Worker::poll`]:
-//! 1. each receive queue is polled for up to `weight` frames (64, the NAPI weight), the
-//!    round stopping once `budget` frames (300) have been taken or `time_cap_ns` (2 ms)
-//!    has passed (`time_squeeze`); in list mode each queue's frames go through the graph
-//!    as one list, in per-packet mode each frame goes through the whole graph before the
-//!    next is pulled from the port; then GRO hands on what it holds (the end of the
-//!    queue's poll is the end of the GRO window, as in NAPI). With RPS (several workers),
-//!    the frames are first spread over the workers (`rps`): other workers' shares go to
-//!    their rings, the own share is handled by the policy;
+//! 1. each receive queue is polled for up to `weight` frames (64, the NAPI weight); in
+//!    list mode each queue's frames go through the graph as one list, in per-packet mode
+//!    each frame goes through the whole graph before the next is pulled from the port;
+//!    then GRO hands on what it holds (the end of the queue's poll is the end of the GRO
+//!    window, as in NAPI). With RPS (several workers), the frames are first spread over
+//!    the workers (`rps`): other workers' shares go to their rings, the own share is
+//!    handled by the policy;
 //! 2. with RPS: the workers sent to are kicked (once each), the deferred own share runs as
 //!    one list, and the backlog (rings from other workers, own backlog) is processed a
-//!    list at a time, each list through the whole graph;
+//!    list of up to `weight` at a time, each list through the whole graph.
+//!
+//!    Steps 1 and 2 share the round's `budget` (300 frames) and time cap (2 ms): before
+//!    each queue or backlog source but the first, the round stops once either is spent
+//!    (`time_squeeze`), and the next round resumes where it stopped;
 //! 3. applications run (they read sockets, queue sends);
 //! 4. timers run (neighbour retries and failures), at most every millisecond;
 //! 5. packets injected by 3 and 4 run through the graph;
@@ -61,7 +64,8 @@ pub struct WorkerStats {
     pub rounds: u64,
     /// Rounds that stopped on the budget or the time cap with frames possibly left.
     pub time_squeeze: u64,
-    /// Frames processed (received, taken from a backlog, or injected).
+    /// Frames run through this worker's graph: received and kept here, taken from its
+    /// backlog, or injected. A frame handed to another worker counts there, not here.
     pub processed: u64,
 }
 
@@ -83,6 +87,8 @@ pub struct Worker {
     pub stats: WorkerStats,
     /// Drops outside the graph (transmit, backlog), by reason index.
     pub tx_drops: [u64; DropReason::COUNT],
+    /// Frames the ports dropped at receive: no buffer, too long.
+    rx_drops: [u64; 2],
     /// RPS: this worker's side (none with a single worker and no RPS).
     pub steer: Option<Steer>,
     pool: Pool,
@@ -98,6 +104,30 @@ pub struct Worker {
     drops: PktList,
     next_timer_ns: u64,
     clock: quanta::Clock,
+    /// The receive queue (index into `rx_ports`) the next round starts at.
+    rx_next: usize,
+    /// The backlog source the next round's backlog phase starts at.
+    backlog_next: usize,
+    /// The backlog phase goes first this round (the last round was cut short).
+    backlog_first: bool,
+}
+
+/// One round's progress against its budget and time cap.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    /// TSC when the round began.
+    start: u64,
+    /// Frames received or taken from the backlog so far.
+    taken: usize,
+    /// Units (receive queues, backlog sources) polled so far.
+    units: usize,
+}
+
+/// The two phases of a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Rx,
+    Backlog,
 }
 
 impl core::fmt::Debug for Worker {
@@ -153,6 +183,7 @@ impl Worker {
             acct: Accounting::default(),
             stats: WorkerStats::default(),
             tx_drops: [0; DropReason::COUNT],
+            rx_drops: [0; 2],
             steer: None,
             cache: pool.cache(),
             pool,
@@ -167,6 +198,9 @@ impl Worker {
             drops: Vec::new(),
             next_timer_ns: 0,
             clock: netbatch_engine::time::clock(),
+            rx_next: 0,
+            backlog_next: 0,
+            backlog_first: false,
         })
     }
 
@@ -192,46 +226,103 @@ impl Worker {
 
     /// Runs one round at time `now_ns`; returns the frames it received or took from its
     /// backlog (0: the worker had nothing to do).
+    ///
+    /// The round polls units, as `net_rx_action` polls NAPI instances: each receive queue,
+    /// and with RPS each backlog source (another worker's ring, or the own backlog), up to
+    /// `weight` frames each. Every frame counts against the round's `budget`, received and
+    /// backlog frames alike (a frame received here and then taken from the own backlog
+    /// counts twice, as in the kernel). Before each unit but the round's first, the round
+    /// stops if the budget is spent or `time_cap_ns` has passed since it began: that is a
+    /// `time_squeeze`, and the next round resumes where this one stopped (receive queues
+    /// and backlog sources each rotate, and the two phases swap order), so neither starves
+    /// the other.
     pub fn poll(&mut self, now_ns: u64) -> usize {
         self.stats.rounds += 1;
-        let mut taken = 0;
-        let budget = self.params.budget;
-        let weight = self.params.weight.min(LIST_MAX);
-        // The time cap needs a clock only with more than one queue (`now_ns` may be a
-        // replay's clock, not the real one).
-        let start = (self.rx_ports.len() > 1).then(|| self.clock.raw());
-        for qi in 0..self.rx_ports.len() {
-            if taken >= budget
-                || start.is_some_and(|s| {
-                    qi > 0
-                        && self.clock.delta_as_nanos(s, self.clock.raw()) >= self.params.time_cap_ns
-                })
-            {
+        self.host.sync_neighbours(now_ns);
+        let mut round = Round {
+            start: self.clock.raw(),
+            taken: 0,
+            units: 0,
+        };
+        let phases = if self.backlog_first {
+            [Phase::Backlog, Phase::Rx]
+        } else {
+            [Phase::Rx, Phase::Backlog]
+        };
+        self.backlog_first = false;
+        for ph in phases {
+            let cut = match ph {
+                Phase::Rx => {
+                    let cut = self.rx_phase(&mut round, now_ns);
+                    // Whatever was received this round: other workers are kicked once
+                    // each, and the deferred own share runs now that theirs left.
+                    self.after_rx(now_ns);
+                    cut
+                }
+                Phase::Backlog => self.backlog_phase(&mut round, now_ns),
+            };
+            if cut {
                 self.stats.time_squeeze += 1;
+                // The order flips: the phase that did not run, or did not finish, goes
+                // first next round (as the kernel's unpolled NAPIs stay at the front).
+                self.backlog_first = phases[0] == Phase::Rx;
                 break;
             }
-            let port = usize::from(self.rx_ports[qi]);
-            let quota = weight.min(budget - taken);
-            taken += self.rx_queue(port, quota, now_ns);
         }
-        self.stats.processed += taken as u64;
-        taken + self.finish_round(now_ns)
+        self.finish_round(now_ns);
+        round.taken
     }
 
-    /// A round without receiving (while stopping): the backlog, applications, timers,
-    /// injected packets and transmit. Returns the backlog packets processed.
+    /// A round without receiving (while stopping): the backlog (within the round's
+    /// budget), applications, timers, injected packets and transmit. Returns the backlog
+    /// packets processed.
     pub fn poll_drain(&mut self, now_ns: u64) -> usize {
         self.stats.rounds += 1;
-        self.finish_round(now_ns)
+        self.host.sync_neighbours(now_ns);
+        let mut round = Round {
+            start: self.clock.raw(),
+            taken: 0,
+            units: 0,
+        };
+        self.after_rx(now_ns);
+        if self.backlog_phase(&mut round, now_ns) {
+            self.stats.time_squeeze += 1;
+        }
+        self.finish_round(now_ns);
+        round.taken
+    }
+
+    /// Whether the round must stop before its next unit (budget or time cap). The first
+    /// unit of a round always runs.
+    fn round_over(&self, round: &Round) -> bool {
+        round.units > 0
+            && (round.taken >= self.params.budget
+                || self.clock.delta_as_nanos(round.start, self.clock.raw())
+                    >= self.params.time_cap_ns)
+    }
+
+    /// Polls the receive queues, from the one a cut-short round stopped at. Returns true
+    /// if the round was cut short.
+    fn rx_phase(&mut self, round: &mut Round, now_ns: u64) -> bool {
+        let n = self.rx_ports.len();
+        let weight = self.params.weight.min(LIST_MAX);
+        for k in 0..n {
+            let qi = (self.rx_next + k) % n;
+            if self.round_over(round) {
+                self.rx_next = qi;
+                return true;
+            }
+            let port = usize::from(self.rx_ports[qi]);
+            let quota = weight.min(self.params.budget.saturating_sub(round.taken).max(1));
+            round.taken += self.rx_queue(port, quota, now_ns);
+            round.units += 1;
+        }
+        self.rx_next = 0;
+        false
     }
 
     /// The part of a round after the receive queues.
-    fn finish_round(&mut self, now_ns: u64) -> usize {
-        self.host.sync_neighbours(now_ns);
-        let mut work = 0;
-        if self.steer.is_some() {
-            work += self.backlog(now_ns);
-        }
+    fn finish_round(&mut self, now_ns: u64) {
         self.run_apps(now_ns);
         if now_ns >= self.next_timer_ns {
             self.next_timer_ns = now_ns + 1_000_000;
@@ -239,7 +330,6 @@ impl Worker {
         }
         self.run_injected(now_ns);
         self.flush_tx(now_ns);
-        work
     }
 
     /// Receives up to `quota` frames from `port` and runs them (or, with RPS, spreads
@@ -276,6 +366,7 @@ impl Worker {
             }
             if self.steer.is_none() && mode == Mode::Packet {
                 // The per-packet twin, as lean as it was before RPS existed.
+                self.stats.processed += got as u64;
                 if let Some(pk) = self.list.pop() {
                     let mut cx = Cx {
                         pool: &self.pool,
@@ -298,6 +389,7 @@ impl Worker {
             };
             self.backlog_drops();
             let own = self.list.len();
+            self.stats.processed += own as u64;
             if own > 0 {
                 let mut l = core::mem::take(&mut self.list);
                 self.run(&mut l, now_ns);
@@ -313,7 +405,23 @@ impl Worker {
         if n > 0 {
             self.end_of_poll(now_ns);
         }
+        self.port_rx_drops(port);
         n
+    }
+
+    /// Counts what `port` received and dropped itself (no buffer, too long) as received
+    /// and dropped.
+    fn port_rx_drops(&mut self, port: usize) {
+        let Some(d) = self.ports.get_mut(port).map(|p| p.take_rx_drops()) else {
+            return;
+        };
+        if d.total() == 0 {
+            return;
+        }
+        self.acct.rx += d.total();
+        self.acct.dropped += d.total();
+        self.rx_drops[0] += d.no_buffer;
+        self.rx_drops[1] += d.too_long;
     }
 
     /// Counts and frees what RPS could not queue (full backlog).
@@ -378,42 +486,58 @@ impl Worker {
         self.graph.flush(&mut self.host, &mut cx, g, one_by_one);
     }
 
-    /// With RPS: kicks the workers sent to, runs the deferred own share, then processes
-    /// the backlog a list at a time. Returns the packets processed.
-    fn backlog(&mut self, now_ns: u64) -> usize {
-        let weight = self.params.weight.min(LIST_MAX);
+    /// With RPS, after the receive queues: kicks the workers sent to (once each), then
+    /// runs the deferred own share as one list (or a few), now that the others have
+    /// theirs.
+    fn after_rx(&mut self, now_ns: u64) {
         let Some(st) = self.steer.as_mut() else {
-            return 0;
+            return;
         };
         st.kick();
-        st.take_kick();
-        let mut work = 0;
-        // The deferred own share: one list (or a few), now that the others have theirs.
-        if !st.deferred.is_empty() {
-            let mut all = core::mem::take(&mut st.deferred);
-            let n = all.len();
-            let mut chunk = core::mem::take(&mut self.list);
-            while !all.is_empty() {
-                let k = all.len().min(LIST_MAX);
-                chunk.extend(all.drain(..k));
-                self.run(&mut chunk, now_ns);
-            }
-            self.end_of_poll(now_ns);
-            self.list = chunk;
-            work += n;
-            if let Some(st) = self.steer.as_mut() {
-                st.done_own(n);
-                st.deferred = all;
-            }
+        if st.deferred.is_empty() {
+            return;
         }
-        // The backlog: each source's ring (and the own backlog), a list at a time.
-        let n_workers = self.steer.as_ref().map_or(0, |s| s.fabric().workers());
-        for src in 0..n_workers {
+        let mut all = core::mem::take(&mut st.deferred);
+        let n = all.len();
+        let mut chunk = core::mem::take(&mut self.list);
+        while !all.is_empty() {
+            let k = all.len().min(LIST_MAX);
+            chunk.extend(all.drain(..k));
+            self.run(&mut chunk, now_ns);
+        }
+        self.end_of_poll(now_ns);
+        self.list = chunk;
+        self.stats.processed += n as u64;
+        if let Some(st) = self.steer.as_mut() {
+            st.done_own(n);
+            st.deferred = all;
+        }
+    }
+
+    /// With RPS: the backlog, each source (another worker's ring, or the own backlog) a
+    /// unit of up to `weight` packets run as one list, from the source a cut-short round
+    /// stopped at. Returns true if the round was cut short.
+    fn backlog_phase(&mut self, round: &mut Round, now_ns: u64) -> bool {
+        let weight = self.params.weight.min(LIST_MAX);
+        let Some(st) = self.steer.as_mut() else {
+            return false;
+        };
+        st.take_kick();
+        let n = st.fabric().workers();
+        let mut cut = false;
+        for k in 0..n {
+            let src = (self.backlog_next + k) % n;
+            if self.round_over(round) {
+                self.backlog_next = src;
+                cut = true;
+                break;
+            }
             let mut l = core::mem::take(&mut self.list);
+            let quota = weight.min(self.params.budget.saturating_sub(round.taken).max(1));
             let got = self
                 .steer
                 .as_mut()
-                .map_or(0, |st| st.take(src, &mut l, weight));
+                .map_or(0, |st| st.take(src, &mut l, quota));
             if got > 0 {
                 self.stats.processed += got as u64;
                 self.run(&mut l, now_ns);
@@ -423,14 +547,18 @@ impl Worker {
                     st.stats.backlog_polls += 1;
                     self.acct.taken_over = st.stats.taken_over;
                 }
-                work += got;
+                round.taken += got;
+                round.units += 1;
             }
             self.list = l;
+        }
+        if !cut {
+            self.backlog_next = 0;
         }
         if let Some(st) = self.steer.as_mut() {
             st.stats.backlog_len = st.backlog_len();
         }
-        work
+        cut
     }
 
     fn run_apps(&mut self, now_ns: u64) {
@@ -492,6 +620,9 @@ impl Worker {
                     },
                     q,
                 );
+                let bad = port.take_unsendable();
+                self.acct.dropped += bad;
+                self.tx_drops[DropReason::FrameTooLong.index()] += bad;
             }
             if !q.is_empty() {
                 let left: u64 = q.iter().map(|p| self.pool.get(p).meta.wire_packets()).sum();
@@ -502,14 +633,37 @@ impl Worker {
         }
     }
 
-    /// Per-stage counters, with drops outside the graph as a pseudo-stage `port-tx`
-    /// (transmit) and `rps` (full backlogs).
+    /// Per-stage counters, with drops outside the graph as pseudo-stages `port-rx`
+    /// (frames the ports dropped at receive), `port-tx` (transmit) and `rps` (full
+    /// backlogs).
     pub fn snapshot(&self) -> Vec<NodeSnapshot> {
         let mut s = self.graph.snapshot();
+        let rx: Vec<(DropReason, u64)> = [DropReason::NoBuffer, DropReason::FrameTooLong]
+            .into_iter()
+            .zip(self.rx_drops)
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        if !rx.is_empty() {
+            s.insert(
+                0,
+                NodeSnapshot {
+                    name: "port-rx",
+                    packets: 0,
+                    calls: 0,
+                    cycles: 0,
+                    drops: rx,
+                    events: Vec::new(),
+                },
+            );
+        }
         for (name, reasons) in [
             (
                 "port-tx",
-                &[DropReason::TxRingFull, DropReason::Shutdown][..],
+                &[
+                    DropReason::TxRingFull,
+                    DropReason::FrameTooLong,
+                    DropReason::Shutdown,
+                ][..],
             ),
             ("rps", &[DropReason::BacklogFull][..]),
         ] {

@@ -28,7 +28,9 @@
 //! - frames the port cannot take now (TX ring or free stack full, or the port faulted)
 //!   stay in the caller's list and are counted as `tx_refused`; frames that can never be
 //!   sent here (longer than a UMEM frame, or GSO super-packets: the port has no
-//!   segmentation offload) are freed and counted by [`AfXdpQueue::tx_dropped`];
+//!   segmentation offload; the configuration refuses an MTU or offloads that would
+//!   produce them) are freed, counted by [`AfXdpQueue::tx_dropped`] and reported to the
+//!   worker, which counts them as dropped (`frame_too_long`);
 //! - once the interface is gone (checked every 100 ms of the worker's clock) or a socket
 //!   call fails with `ENXIO`/`ENODEV` (the socket was unbound), the port records a fault
 //!   and moves nothing more. An interface that is merely down (`ENETDOWN`) is not a
@@ -227,6 +229,8 @@ pub struct AfXdpQueue {
     tx_free: Vec<u64>,
     stats: PortStats,
     tx_dropped: u64,
+    /// Of `tx_dropped`, what the caller has not been told yet (`take_unsendable`).
+    unsendable: u64,
     /// System calls made to wake the kernel: (receive, transmit).
     kicks: (u64, u64),
     health: sys::Health,
@@ -260,6 +264,7 @@ impl AfXdpQueue {
             tx_free,
             stats: PortStats::default(),
             tx_dropped: 0,
+            unsendable: 0,
             kicks: (0, 0),
             health,
             xdp,
@@ -300,9 +305,9 @@ impl AfXdpQueue {
         self.queue
     }
 
-    /// Frames freed without being sent because they can never be sent here: longer than
-    /// a UMEM frame ([`FRAME_SIZE`]), empty, or GSO super-packets (more than one wire
-    /// packet: the port has no segmentation offload).
+    /// Wire packets freed without being sent because they can never be sent here: longer
+    /// than a UMEM frame ([`FRAME_SIZE`]), empty, or GSO super-packets (the port has no
+    /// segmentation offload).
     pub fn tx_dropped(&self) -> u64 {
         self.tx_dropped
     }
@@ -524,7 +529,8 @@ impl Port for AfXdpQueue {
             let len = v.meta.total_len as usize;
             // A super-packet would need segmentation, which the port does not offer.
             if v.meta.segs > 1 || len == 0 || len > FRAME_SIZE as usize {
-                self.tx_dropped += 1;
+                self.tx_dropped += u64::from(v.meta.segs.max(1));
+                self.unsendable += u64::from(v.meta.segs.max(1));
                 consumed += 1;
                 continue;
             }
@@ -561,6 +567,10 @@ impl Port for AfXdpQueue {
         self.sock.tx.submit(sent);
         self.kick_tx();
         u64::from(sent)
+    }
+
+    fn take_unsendable(&mut self) -> u64 {
+        core::mem::take(&mut self.unsendable)
     }
 
     fn stats(&self) -> PortStats {

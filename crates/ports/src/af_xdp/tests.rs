@@ -413,6 +413,9 @@ fn chained_partial_and_oversize_frames_are_sent_completed_or_dropped() {
     assert_eq!(qs[0].tx(&mut t.cx(), &mut l), 2);
     assert!(l.is_empty());
     assert_eq!(qs[0].tx_dropped(), 1);
+    // The caller hears of it once, to count it as dropped.
+    assert_eq!(qs[0].take_unsendable(), 1);
+    assert_eq!(qs[0].take_unsendable(), 0);
     let got = raw.collect(2, 2);
     assert_eq!(got, vec![chained, full], "chain joined, checksum completed");
     t.finish(qs);

@@ -162,3 +162,32 @@ fn backlog_and_receive_queue_share_the_round() {
     team.assert_conserved();
     team.stop_and_check_pool();
 }
+
+/// A core the process cannot run on is refused at start, naming the worker, rather than
+/// the worker running unpinned.
+#[test]
+fn a_core_that_cannot_be_had_is_refused() {
+    use netbatch_runtime::datapath::{Datapath, RunParams};
+    let mut team = Team::new(
+        &spec(1),
+        Mode::List,
+        vec![vec![0], vec![0]],
+        vec![vec![0, 1]],
+        Some(RpsParams::default()),
+    );
+    let fabric = team.fabric.clone();
+    let workers = core::mem::take(&mut team.workers);
+    // No machine this runs on has a core 100000.
+    let params = RunParams {
+        cores: vec![0, 100_000],
+        ..RunParams::default()
+    };
+    match Datapath::start(workers, fabric, &params) {
+        Ok(_) => panic!("started with a core that does not exist"),
+        Err(e) => assert!(
+            e.to_string()
+                .starts_with("worker 1: core 100000 does not exist"),
+            "{e}"
+        ),
+    }
+}

@@ -26,14 +26,19 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, stop.clone())?;
     }
     eprintln!(
-        "netbatch: {} worker(s), {} mode, {} dispatch{}",
+        "netbatch: {} worker(s), {} mode, {} dispatch{}{}",
         cfg.workers,
         cfg.mode.name(),
         cfg.dispatch.name(),
         cfg.rps
             .as_ref()
             .map(|r| format!(", RPS {}", r.policy.name()))
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        if cfg.run.cores.is_empty() {
+            ", not pinned".to_string()
+        } else {
+            format!(", pinned to cores {:?}", cfg.run.cores)
+        }
     );
     let result = run::run(&cfg, &stop, a.stage_timing, |s| {
         let feats = if s.features.is_empty() {

@@ -88,8 +88,16 @@ impl Datapath {
             let t = std::thread::Builder::new()
                 .name(format!("netbatch-w{i}"))
                 .spawn(move || {
-                    if let Some(c) = core {
-                        core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                    // A worker that cannot have the core it was given stops the datapath
+                    // (a fault, reported like a port's) rather than run somewhere else.
+                    if let Some(c) = core
+                        && !core_affinity::set_for_current(core_affinity::CoreId { id: c })
+                    {
+                        if let Ok(mut f) = faults.lock() {
+                            f.push(format!("worker {i}: could not pin it to core {c}"));
+                        }
+                        stop.store(true, Ordering::SeqCst);
+                        fabric.wake_all();
                     }
                     run_worker(w, i, &fabric, &barrier, &stop, spin, &faults)
                 })

@@ -132,6 +132,9 @@ pub struct AfPacketQueue {
     fd: OwnedFd,
     ring: Option<Ring>,
     stats: PortStats,
+    /// Frames the kernel dropped for want of ring space (`PACKET_STATISTICS`, which
+    /// resets on every read: each read adds here).
+    kernel_drops: core::cell::Cell<u64>,
     health: sys::Health,
     // Transmit scratch, kept to avoid allocating per call.
     hdrs: Vec<[u8; vnet::LEN]>,
@@ -235,6 +238,7 @@ impl AfPacketQueue {
             fd,
             ring,
             stats: PortStats::default(),
+            kernel_drops: core::cell::Cell::new(0),
             health: sys::Health::new(&spec.name, &iface.name, iface.index),
             hdrs: Vec::with_capacity(TX_BATCH),
             iov: Vec::with_capacity(TX_BATCH * 4),
@@ -250,15 +254,23 @@ impl AfPacketQueue {
 
     /// Every ~100 ms: is the interface still there, and what did the kernel drop?
     fn check(&mut self, now_ns: u64) {
-        if self.health.due(now_ns) && self.ring.is_some() {
-            // Reading the counters resets them: each read adds what is new.
-            if let Ok(s) = sys::getsockopt::<Stats3>(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-            ) {
-                self.stats.rx_dropped += u64::from(s.drops);
-            }
+        if self.health.due(now_ns) {
+            self.read_kernel_drops();
+        }
+    }
+
+    /// Adds what the kernel dropped since the last read (reading resets its counter).
+    fn read_kernel_drops(&self) {
+        if self.ring.is_none() {
+            return;
+        }
+        if let Ok(s) = sys::getsockopt::<Stats3>(
+            self.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+        ) {
+            self.kernel_drops
+                .set(self.kernel_drops.get() + u64::from(s.drops));
         }
     }
 }
@@ -471,7 +483,11 @@ impl Port for AfPacketQueue {
     }
 
     fn stats(&self) -> PortStats {
-        self.stats
+        // Up to date at any time, the final report at stop included.
+        self.read_kernel_drops();
+        let mut s = self.stats;
+        s.rx_dropped += self.kernel_drops.get();
+        s
     }
 
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {

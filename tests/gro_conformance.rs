@@ -12,7 +12,18 @@
 //! must drop (RFC 1122 3.2.1.2), so that case expects the kernel's list without it and
 //! the drop counted.
 //!
-//! UDP GRO (the `udpgro_fwd.sh` cases) is checked the same way: one datagram train
+//! The same way, with the expected lists written from the kernel's rules (the selftest
+//! has no such cases):
+//! - fraglist TCP (`rx-gro-list`, forwarded), `flist_*`: each chain is one frame on a
+//!   port with `tx-gso-list` (its head's headers, every member's payload), and the
+//!   original segments on a port without offloads; and TCP to one of our addresses
+//!   getting standard GRO instead;
+//! - the 64-segment cap, `tcp_max_segs` and `flist_max_segs`;
+//! - UDP standard GRO for forwarding (`rx-udp-gro-forwarding`, `udp_gro_receive_segment`),
+//!   `udp_*`: each super-packet one frame on a port with `tx-udp-segmentation`;
+//! - `capacity` beyond 8 flows (the 8 × 8 table's overflow).
+//!
+//! UDP trains as in `udpgro_fwd.sh` are also checked end to end: one datagram train
 //! forwarded with `rx-udp-gro-forwarding` arrives as one frame on a port with
 //! `tx-udp-segmentation`, with `rx-gro-list` as one frame on a port with `tx-gso-list`,
 //! and on a port with no offload as the original datagrams.
@@ -71,6 +82,12 @@ struct Seg {
     sport: u16,
     bad_ip_csum: bool,
     bad_l4_csum: bool,
+    /// Destination address (default `DST`, forwarded).
+    dst: [u8; 4],
+    /// UDP: a length field that disagrees with the IP payload (`None`: the right one).
+    ulen: Option<u16>,
+    /// UDP: no checksum (a zero checksum field).
+    zero_csum: bool,
 }
 
 const ACK: u8 = 0x10;
@@ -98,6 +115,9 @@ impl Seg {
             sport: 1500,
             bad_ip_csum: false,
             bad_l4_csum: false,
+            dst: DST,
+            ulen: None,
+            zero_csum: false,
         }
     }
 
@@ -136,14 +156,18 @@ impl Seg {
             let mut u = Vec::new();
             u.extend_from_slice(&self.sport.to_be_bytes());
             u.extend_from_slice(&8000u16.to_be_bytes());
-            u.extend_from_slice(&((8 + self.len) as u16).to_be_bytes());
+            let ulen = self.ulen.unwrap_or((8 + self.len) as u16);
+            u.extend_from_slice(&ulen.to_be_bytes());
             u.extend_from_slice(&[0, 0]);
             u
         };
         let l4_len = (l4.len() + self.len) as u16;
+        // The pseudo-header carries the IP payload length (what GRO validates the
+        // checksum with, `inet_gro_compute_pseudo`), also when the UDP length field
+        // disagrees with it on purpose.
         let mut pseudo = Vec::new();
         pseudo.extend_from_slice(&SRC);
-        pseudo.extend_from_slice(&DST);
+        pseudo.extend_from_slice(&self.dst);
         pseudo.extend_from_slice(&[0, self.proto]);
         pseudo.extend_from_slice(&l4_len.to_be_bytes());
         let mut l4 = l4;
@@ -154,6 +178,9 @@ impl Seg {
         }
         if self.bad_l4_csum {
             c ^= 0x5a5a;
+        }
+        if self.zero_csum {
+            c = 0;
         }
         l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
         let ihl = 20 + self.ip_opts.len();
@@ -167,7 +194,7 @@ impl Seg {
         ip.push(self.proto);
         ip.extend_from_slice(&[0, 0]);
         ip.extend_from_slice(&SRC);
-        ip.extend_from_slice(&DST);
+        ip.extend_from_slice(&self.dst);
         ip.extend_from_slice(&self.ip_opts);
         let mut c = csum(&[&ip]);
         if self.bad_ip_csum {
@@ -218,7 +245,9 @@ fn variants() -> Vec<Variant> {
     v
 }
 
-/// The router: eth0 receives with `gro` (its `gro` key), eth1 sends with `tx`.
+/// The router: eth0 receives with `gro` (its `gro` key), eth1 sends with `tx`. A poll
+/// takes up to 256 frames, so every case (at most 144 frames per timestamp) is one GRO
+/// window, as the selftest's `SO_TXTIME` burst is one NAPI window.
 fn config(v: &Variant, gro: &str, tx: &[&str]) -> Config {
     let (mode, dispatch) = (v.mode, v.dispatch);
     let list = |fs: &[&str]| {
@@ -234,6 +263,8 @@ fn config(v: &Variant, gro: &str, tx: &[&str]) -> Config {
 [datapath]
 mode = "{mode}"
 dispatch = "{dispatch}"
+burst = 256
+budget = 1024
 
 [pool]
 buffers = 4096
@@ -311,6 +342,13 @@ fn run(case: &str, cap: &Capture, cfg: &Config) -> Outcome {
 
 /// Payload bytes of each TCP frame sent, up to the FIN (not counted, as in the selftest).
 fn tcp_lengths(case: &str, frames: &[Vec<u8>]) -> Vec<usize> {
+    tcp_lengths_in(case, frames, true)
+}
+
+/// As [`tcp_lengths`]; TCP checksums are checked only with `l4_csum`. A fraglist chain
+/// taken whole is its head's headers (lengths grown, the head's own checksum kept) and
+/// every member's payload: its checksum is not one over the whole.
+fn tcp_lengths_in(case: &str, frames: &[Vec<u8>], l4_csum: bool) -> Vec<usize> {
     let mut out = Vec::new();
     for f in frames {
         assert_eq!(&f[12..14], &[8, 0], "{case}: IPv4 frames only");
@@ -334,7 +372,7 @@ fn tcp_lengths(case: &str, frames: &[Vec<u8>]) -> Vec<usize> {
         let mut pseudo = Vec::from(&ip[12..20]);
         pseudo.extend_from_slice(&[0, 6]);
         pseudo.extend_from_slice(&((total - ihl) as u16).to_be_bytes());
-        if case != "tcp_csum" {
+        if case != "tcp_csum" && l4_csum {
             assert_eq!(csum(&[&pseudo, tcp]), 0, "{case}: TCP checksum");
         }
         out.push(total - ihl - doff);
@@ -342,8 +380,8 @@ fn tcp_lengths(case: &str, frames: &[Vec<u8>]) -> Vec<usize> {
     out
 }
 
-/// Replays `cap` (a FIN is appended) in every mode and checks the length list.
-fn check(case: &str, mut cap: Capture, want: &[usize]) -> Value {
+/// `cap` with the closing FIN appended (after the highest sequence number sent).
+fn with_fin(mut cap: Capture) -> Capture {
     let last = cap.last().map_or(0, |(t, _)| *t);
     let fin_seq = cap
         .iter()
@@ -352,6 +390,12 @@ fn check(case: &str, mut cap: Capture, want: &[usize]) -> Value {
         .max()
         .unwrap_or(0);
     cap.push((last, Seg::tcp(fin_seq, 0).flags(FIN)));
+    cap
+}
+
+/// Replays `cap` (a FIN is appended) in every mode and checks the length list.
+fn check(case: &str, cap: Capture, want: &[usize]) -> Value {
+    let cap = with_fin(cap);
     let mut stats = Value::Null;
     for v in variants() {
         let o = run(
@@ -361,6 +405,56 @@ fn check(case: &str, mut cap: Capture, want: &[usize]) -> Value {
         );
         assert_eq!(tcp_lengths(case, &o.frames), want, "{case} in {v:?}");
         stats = o.stats;
+    }
+    stats
+}
+
+/// The TCP payload bytes of `frames` up to the FIN, concatenated.
+fn tcp_payload(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in frames {
+        let ip = &f[14..];
+        let ihl = usize::from(ip[0] & 15) * 4;
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        let tcp = &ip[ihl..total];
+        if tcp[13] & FIN != 0 {
+            break;
+        }
+        out.extend_from_slice(&tcp[usize::from(tcp[12] >> 4) * 4..]);
+    }
+    out
+}
+
+/// As [`check`] with fraglist GRO (forwarded TCP: no local socket) and an output port
+/// that takes fraglist chains whole (`tx-gso-list` with `tx-tcp-segmentation`), so each
+/// chain is one frame: its head's headers and every member's payload. The same capture
+/// sent to a port without offloads must come out as the original segments (GSO gives
+/// every member back its own headers, checksums valid), carrying the same bytes as the
+/// chains.
+fn check_fraglist(case: &str, cap: Capture, want: &[usize]) -> Value {
+    let originals: Vec<usize> = cap.iter().map(|(_, s)| s.len).collect();
+    let cap = with_fin(cap);
+    let mut stats = Value::Null;
+    for v in variants() {
+        let whole = &["tx-tcp-segmentation", "tx-gso-list"][..];
+        let o = run(case, &cap, &config(&v, "fraglist", whole));
+        assert_eq!(
+            tcp_lengths_in(case, &o.frames, false),
+            want,
+            "{case} (fraglist, chains whole) in {v:?}"
+        );
+        stats = o.stats;
+        let chained = tcp_payload(&o.frames);
+        let o = run(case, &cap, &config(&v, "fraglist", &[]));
+        assert_eq!(
+            tcp_lengths(case, &o.frames),
+            originals,
+            "{case} (fraglist, segmented at transmit) in {v:?}"
+        );
+        assert!(
+            chained == tcp_payload(&o.frames),
+            "{case} in {v:?}: the chains carry the segments' bytes"
+        );
     }
     stats
 }
@@ -516,8 +610,10 @@ fn second_changed(f: fn(&mut Seg)) -> Capture {
     c
 }
 
-case!(ip_ecn, second_changed(|s| s.tos = 0x01), [100, 100]);
-case!(ip_tos, second_changed(|s| s.tos = 0x10), [100, 100]);
+// As the selftest: `ip_ecn` flips ECN to 10 (`buf[ETH_HLEN + 1] ^= 0x2`), `ip_tos` sets
+// the whole TOS byte to 1 (`iph->tos = 1`). Either way TOS differs: not merged.
+case!(ip_ecn, second_changed(|s| s.tos ^= 0x02), [100, 100]);
+case!(ip_tos, second_changed(|s| s.tos = 1), [100, 100]);
 case!(ip_ttl, second_changed(|s| s.ttl = 7), [100, 100]);
 // DF and MF: the first fragment of a datagram.
 case!(ip_frag4, second_changed(|s| s.frag = 0x6000), [100, 100]);
@@ -584,10 +680,36 @@ fn large_rem() {
     check("large_rem", c, &[16 * MSS, REM + 1, REM + 1]);
 }
 
-#[test]
-fn capacity() {
-    // Eight flows: every first segment, then every second segment (PSH).
-    let flows = 8u16;
+/// The stats document's event counter `name` of the `gro` stage.
+fn gro_event(stats: &Value, name: &str) -> u64 {
+    stats["stages"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == "gro"))
+        .and_then(|s| s["events"][name].as_u64())
+        .unwrap_or(0)
+}
+
+/// The selftest's `capacity` case with `flows` flows (sport 1500 + i), in one GRO window:
+/// every flow's first segment (200 bytes), then every flow's second (200 bytes, PSH).
+///
+/// Expected, from the kernel's rules (8 buckets × 8 flows; a new flow in a full bucket
+/// completes the bucket's oldest; a PSH segment merges and ends its train, and alone it
+/// is never held):
+/// - a flow still held when its second segment comes is one 400-byte frame, sent as the
+///   second segment arrives, so those frames follow the flows' order;
+/// - a flow evicted before its second segment came is two 200-byte frames: the first
+///   when it is evicted (during the first round, so before every frame of the second),
+///   the second alone (PSH, nothing held) at its place in the second round;
+/// - each eviction splits exactly one flow (the evicted flows hold one segment), and
+///   with more than 64 flows at least `flows - 64` must be evicted (pigeonhole: 64 fit).
+///
+/// Which flows share a bucket depends on the flow hash (the kernel's is the NIC's RSS
+/// hash; with none, as on the selftest's veth, every flow is in bucket 0, so 16 flows
+/// already overflow, which is why `gro.py` doubles the flow count until failure); the
+/// unit test `gro::tests::a_full_bucket_completes_its_oldest_flow` picks flows of one
+/// bucket to check that it is the oldest that goes.
+fn check_capacity(flows: u16) {
+    let case = format!("capacity_{flows}");
     let mut c = Capture::new();
     for i in 0..flows {
         let mut s = Seg::tcp(0, 200);
@@ -600,22 +722,67 @@ fn capacity() {
         c.push((0, s));
     }
     for v in variants() {
-        let o = run(
-            "capacity",
-            &c,
-            &config(&v, "standard", &["tx-tcp-segmentation"]),
-        );
-        let mut per_flow: Vec<(u16, usize)> = o
+        let o = run(&case, &c, &config(&v, "standard", &["tx-tcp-segmentation"]));
+        // (sport, sequence offset, payload) of every frame, in the order sent.
+        let got: Vec<(u16, u32, usize)> = o
             .frames
             .iter()
             .map(|f| {
                 let sport = u16::from_be_bytes([f[34], f[35]]);
-                (sport, tcp_lengths("capacity", std::slice::from_ref(f))[0])
+                let seq = u32::from_be_bytes([f[38], f[39], f[40], f[41]]) - 100;
+                (sport, seq, tcp_lengths(&case, std::slice::from_ref(f))[0])
             })
             .collect();
-        per_flow.sort_unstable();
-        let want: Vec<(u16, usize)> = (0..flows).map(|i| (1500 + i, 400)).collect();
-        assert_eq!(per_flow, want, "capacity in {v:?}");
+        let split: Vec<u16> = got
+            .iter()
+            .filter(|&&(_, seq, len)| seq == 0 && len == 200)
+            .map(|&(sport, _, _)| sport)
+            .collect();
+        let k = split.len();
+        // Evicted flows' first segments come first, then one frame per flow in flow
+        // order: the merged 400 bytes, or an evicted flow's second segment.
+        let want_rest: Vec<(u16, u32, usize)> = (0..flows)
+            .map(|i| {
+                if split.contains(&(1500 + i)) {
+                    (1500 + i, 200, 200)
+                } else {
+                    (1500 + i, 0, 400)
+                }
+            })
+            .collect();
+        assert_eq!(
+            got.len(),
+            k + usize::from(flows),
+            "{case} in {v:?}: {got:?}"
+        );
+        assert_eq!(&got[k..], &want_rest[..], "{case} in {v:?}: order");
+        assert_eq!(
+            gro_event(&o.stats, "evicted"),
+            k as u64,
+            "{case} in {v:?}: one split flow per eviction"
+        );
+        assert!(
+            k >= usize::from(flows.saturating_sub(64)),
+            "{case} in {v:?}: at most 64 flows are held"
+        );
+        if flows <= 8 {
+            assert_eq!(k, 0, "{case} in {v:?}: 8 flows always fit");
+        }
+        assert!(gro_event(&o.stats, "peak_flows") <= 64, "{case} in {v:?}");
+    }
+}
+
+#[test]
+fn capacity() {
+    // The selftest's default and gro.py's first step: every flow coalesced.
+    check_capacity(8);
+}
+
+#[test]
+fn capacity_beyond_8_flows() {
+    // gro.py doubles the flow count; past 64 some flows must be evicted.
+    for flows in [16, 32, 64, 72] {
+        check_capacity(flows);
     }
 }
 
@@ -660,5 +827,400 @@ fn udp_forwarding_cases() {
                 );
             }
         }
+    }
+}
+
+/// TCP's 64-segment cap: 70 segments of 100 bytes in one window. `tcp_gro_receive` puts a
+/// 64-segment cap on fraglist flows only (standard TCP is bounded by 64 KB alone, which
+/// would give [7000] here); netbatch caps standard trains at 64 segments too (the rule
+/// of its GRO issue, the kernel's for UDP and fraglist TCP; it bounds the buffers one
+/// flow holds, as the kernel's cap bounds truesize), so the list is the fraglist one:
+/// 64 segments, completed, then a new train of the last 6.
+#[test]
+fn tcp_max_segs() {
+    let stats = check("tcp_max_segs", train(&[100; 70]), &[6400, 600]);
+    assert_eq!(gro_event(&stats, "coalesced"), 2, "two super-packets");
+    assert_eq!(
+        gro_event(&stats, "merged"),
+        63 + 5,
+        "segments merged into a head"
+    );
+}
+
+/// Declares one fraglist TCP test: `flist_case!(name, capture, expected lengths)`.
+macro_rules! flist_case {
+    ($name:ident, $cap:expr, $want:expr) => {
+        #[test]
+        fn $name() {
+            check_fraglist(stringify!($name), $cap, &$want);
+        }
+    };
+}
+
+// Fraglist TCP (`rx-gro-list`, forwarded: `tcp4_check_fraglist_gro` finds no local
+// socket). `tcp_gro_receive` adds for fraglist flows: the flag word fully equal (PSH
+// and FIN included), the same checksum state, fewer than 64 segments; chaining fails past
+// 64 KB counting the new member whole (`skb_gro_receive_list`: `p->len + skb->len`).
+// The size and sequence rules are the standard ones.
+
+// Every flag equal: one chain.
+flist_case!(flist_data_same, train(&[100; 5]), [500]);
+// A shorter segment is chained and ends the chain.
+flist_case!(flist_data_lrg_sml, train(&[100, 100, 50]), [250]);
+// A segment larger than the first is never chained.
+flist_case!(flist_data_sml_lrg, train(&[50, 100]), [50, 100]);
+// PSH in the middle: standard merges it and ends the train ([300, 200], `flags_psh`);
+// fraglist does not chain it (its flags differ), completes the chain, and alone a PSH
+// segment is not held, so the next two start a new chain.
+flist_case!(
+    flist_flags_psh,
+    {
+        let mut c = train(&[100; 5]);
+        c[2].1.flags |= PSH;
+        c
+    },
+    [200, 100, 200]
+);
+// PSH on the last segment: standard gives [300]; fraglist leaves it out of the chain.
+flist_case!(
+    flist_flags_psh_last,
+    {
+        let mut c = train(&[100; 3]);
+        c[2].1.flags |= PSH;
+        c
+    },
+    [200, 100]
+);
+// CWR on the second and third: flags differ from the first, equal between them.
+flist_case!(
+    flist_flags_cwr,
+    {
+        let mut c = train(&[100; 5]);
+        c[1].1.flags |= CWR;
+        c[2].1.flags |= CWR;
+        c
+    },
+    [100, 200, 200]
+);
+// Every segment with PSH: none is held, so none is chained (as standard).
+flist_case!(
+    flist_flags_psh_all,
+    {
+        let mut c = train(&[100; 3]);
+        for (_, s) in &mut c {
+            s.flags |= PSH;
+        }
+        c
+    },
+    [100, 100, 100]
+);
+// A sequence gap ends the chain.
+flist_case!(
+    flist_tcp_seq,
+    {
+        let mut c = train(&[100; 4]);
+        c[2].1.seq += 1;
+        c[3].1.seq += 1;
+        c
+    },
+    [200, 200]
+);
+// The 64-segment cap (`count >= 64` flushes): 64 chained, then a new chain of 6.
+flist_case!(flist_max_segs, train(&[100; 70]), [6400, 600]);
+
+/// The largest remainder that still chains behind 16 full segments: the head packet
+/// (40 + 16 MSS bytes) plus the new member whole (40 + R bytes) must stay below 65,536.
+const FLIST_REM: usize = 65535 - 80 - 16 * MSS;
+
+// 16 × MSS then the largest member that fits: one chain; then one more with a gap.
+flist_case!(
+    flist_large_max,
+    {
+        let mut lens = vec![MSS; 16];
+        lens.push(FLIST_REM);
+        let mut c = train(&lens);
+        c.push((0, Seg::tcp((16 * MSS + FLIST_REM + 1) as u32, FLIST_REM)));
+        c
+    },
+    [16 * MSS + FLIST_REM, FLIST_REM]
+);
+// One byte more does not chain (the standard path would still merge it, `large_max`):
+// the chain is completed and the member starts its own, which the next (a gap) ends.
+flist_case!(
+    flist_large_rem,
+    {
+        let mut lens = vec![MSS; 16];
+        lens.push(FLIST_REM + 1);
+        let mut c = train(&lens);
+        c.push((
+            0,
+            Seg::tcp((16 * MSS + FLIST_REM + 2) as u32, FLIST_REM + 1),
+        ));
+        c
+    },
+    [16 * MSS, FLIST_REM + 1, FLIST_REM + 1]
+);
+
+/// UDP datagrams of `lens` payload bytes, one forwarded flow (1500 → 8000), IP IDs 0, 1,
+/// 2… (a sender's incrementing IDs), all at time 0.
+fn udp_train(lens: &[usize]) -> Capture {
+    lens.iter()
+        .enumerate()
+        .map(|(n, &l)| (0, Seg::udp(n as u32, l)))
+        .collect()
+}
+
+/// A UDP frame sent on eth1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct UdpOut {
+    /// Payload bytes, by the IP length.
+    len: usize,
+    /// The UDP length field agrees with the IP payload.
+    ulen_ok: bool,
+    /// The checksum field is zero (no checksum).
+    zero_csum: bool,
+}
+
+/// Reads each UDP frame sent; checks it is exactly its IP packet with a valid header
+/// checksum, and its UDP checksum (when it has one and its length field is right).
+fn udp_frames(case: &str, frames: &[Vec<u8>]) -> Vec<UdpOut> {
+    frames
+        .iter()
+        .map(|f| {
+            assert_eq!(&f[12..14], &[8, 0], "{case}: IPv4 frames only");
+            let ip = &f[14..];
+            assert_eq!((ip[0], ip[9]), (0x45, 17), "{case}: IPv4/UDP");
+            let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+            assert_eq!(f.len(), 14 + total, "{case}: a frame is its IP packet");
+            assert_eq!(csum(&[&ip[..20]]), 0, "{case}: IP header checksum");
+            let udp = &ip[20..total];
+            let ulen = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+            let c = u16::from_be_bytes([udp[6], udp[7]]);
+            let ulen_ok = ulen == udp.len();
+            if ulen_ok && c != 0 {
+                let mut pseudo = Vec::from(&ip[12..20]);
+                pseudo.extend_from_slice(&[0, 17]);
+                pseudo.extend_from_slice(&(udp.len() as u16).to_be_bytes());
+                assert_eq!(csum(&[&pseudo, udp]), 0, "{case}: UDP checksum");
+            }
+            UdpOut {
+                len: udp.len() - 8,
+                ulen_ok,
+                zero_csum: c == 0,
+            }
+        })
+        .collect()
+}
+
+/// Replays UDP capture `cap` in every mode with standard UDP GRO for forwarding
+/// (`rx-udp-gro-forwarding`) and an output port that takes UDP super-packets whole
+/// (`tx-udp-segmentation`); checks the payload-length list and that every datagram
+/// left. Returns the frames and stats of the last variant (every variant must give the
+/// same frames).
+fn check_udp(case: &str, cap: &Capture, want: &[usize]) -> (Vec<UdpOut>, Value) {
+    let mut last: Option<(Vec<UdpOut>, Value)> = None;
+    for v in variants() {
+        let o = run(case, cap, &config(&v, "standard", &["tx-udp-segmentation"]));
+        let got = udp_frames(case, &o.frames);
+        let lens: Vec<usize> = got.iter().map(|u| u.len).collect();
+        assert_eq!(lens, want, "{case} in {v:?}");
+        assert_eq!(
+            o.stats["tx_packets"].as_u64(),
+            Some(cap.len() as u64),
+            "{case} in {v:?}: every datagram forwarded"
+        );
+        if let Some((prev, _)) = &last {
+            assert_eq!(&got, prev, "{case} in {v:?}: same frames in every variant");
+        }
+        last = Some((got, o.stats));
+    }
+    last.expect("variants")
+}
+
+/// Declares one UDP test: `udp_case!(name, capture, expected lengths)`.
+macro_rules! udp_case {
+    ($name:ident, $cap:expr, $want:expr) => {
+        #[test]
+        fn $name() {
+            check_udp(stringify!($name), &$cap, &$want);
+        }
+    };
+}
+
+// UDP standard GRO (`udp_gro_receive_segment`): datagrams of a flow merge while they are
+// as long as the first; a shorter one merges and ends the train; a longer one is not
+// merged (the train is completed and it starts the next); no checksum, or a length field
+// that is not the IP payload, is never merged; at most 64 datagrams, and 64 KB.
+
+// Same-length datagrams merge.
+udp_case!(udp_data_same, udp_train(&[100; 4]), [400]);
+// A longer datagram after the first is not merged: it starts a new train, which the
+// next datagram of its length joins.
+udp_case!(udp_data_sml_lrg, udp_train(&[100, 200, 200]), [100, 400]);
+// A shorter datagram merges and ends the train; the next same-flow datagram starts a
+// new one.
+udp_case!(
+    udp_data_lrg_sml,
+    udp_train(&[100, 100, 50, 100, 100]),
+    [250, 200]
+);
+
+/// A zero checksum (no checksum) is never merged, into a train or as the start of one
+/// (`udp_gro_receive_segment`: "requires non zero csum"), and the datagram is forwarded
+/// as it came. Window 1: a datagram, then one without a checksum. Window 2 (100 ms later):
+/// one without a checksum, then two that merge.
+#[test]
+fn udp_csum_zero() {
+    let mut c = udp_train(&[100; 5]);
+    c[1].1.zero_csum = true;
+    c[2].1.zero_csum = true;
+    for e in &mut c[2..] {
+        e.0 = 100;
+    }
+    // (The kernel passes the unmergeable datagram before the held one, netbatch after:
+    // it never reorders a flow. The lengths are the same.)
+    let (got, _) = check_udp("udp_csum_zero", &c, &[100, 100, 100, 200]);
+    let zero: Vec<usize> = got.iter().filter(|u| u.zero_csum).map(|u| u.len).collect();
+    assert_eq!(
+        zero,
+        [100, 100],
+        "the two datagrams without checksum, unchanged"
+    );
+}
+
+/// A UDP length field that disagrees with the IP payload is never merged
+/// (`udp_gro_receive_segment`: `ulen != skb_gro_len(skb)` flushes). Forwarded, such a
+/// datagram is not the router's to judge (the kernel's `ip_forward` does not read UDP
+/// either): it leaves unchanged, nothing is dropped. Window 1: a datagram, then one whose
+/// length field is 4 bytes too long. Window 2: one whose field is 50 bytes short, then
+/// two that merge.
+#[test]
+fn udp_bad_len() {
+    let mut c = udp_train(&[100; 5]);
+    c[1].1.ulen = Some(8 + 100 + 4);
+    c[2].1.ulen = Some(8 + 50);
+    for e in &mut c[2..] {
+        e.0 = 100;
+    }
+    let (got, stats) = check_udp("udp_bad_len", &c, &[100, 100, 100, 200]);
+    let bad: Vec<usize> = got.iter().filter(|u| !u.ulen_ok).map(|u| u.len).collect();
+    assert_eq!(
+        bad,
+        [100, 100],
+        "the two datagrams with a wrong length, unmerged"
+    );
+    assert_eq!(stats["dropped_packets"], 0, "forwarded, not dropped");
+}
+
+/// The 64-datagram cap (`UDP_GRO_CNT_MAX`): 70 datagrams of 100 bytes are a super-packet
+/// of 64 datagrams (completed when the 64th merges) and one of the remaining 6.
+#[test]
+fn udp_max_segs() {
+    let (_, stats) = check_udp("udp_max_segs", &udp_train(&[100; 70]), &[6400, 600]);
+    assert_eq!(gro_event(&stats, "coalesced"), 2, "two super-packets");
+    assert_eq!(
+        gro_event(&stats, "merged"),
+        63 + 5,
+        "datagrams merged into a head"
+    );
+}
+
+/// The 64 KB limit: datagrams of the largest size the MTU allows (4,068 bytes); 16 make
+/// an IP packet of 28 + 65,088 bytes, a 17th would pass 65,535 (`skb_gro_receive`
+/// refuses it), so it is not merged and starts the next train.
+#[test]
+fn udp_large() {
+    let d = MTU - 28;
+    check_udp("udp_large", &udp_train(&[d; 17]), &[16 * d, d]);
+}
+
+/// The GRO kind decision for TCP (`tcp4_check_fraglist_gro`): under `rx-gro-list`,
+/// fraglist only for TCP with no local socket; TCP to one of our addresses gets standard
+/// GRO. netbatch terminates no TCP and keeps no TCP socket table, so "no local socket"
+/// is "the destination is not one of our addresses". The same train, [100, 100,
+/// 100 + PSH], to our address (198.51.100.1, eth1's) and to a forwarded one:
+/// - local, standard: PSH merges and ends the train: one super-packet [300] of 3
+///   segments, PSH set, its checksum completed as a TSO device would;
+/// - forwarded, fraglist: PSH is a differing flag: [200, 100].
+///
+/// Local TCP is handed to eth1's transmit node (where a host port would take it), so
+/// what GRO built for it can be seen; it arrives there without its link header.
+#[test]
+fn flist_local_tcp_gets_standard_gro() {
+    use netbatch_engine::Dispatch;
+    use netbatch_runtime::setup::StaticNeighbour;
+    use netbatch_scenarios::{Gro, Lab, LabSpec, VARIANTS, port};
+    use netbatch_stack::GraphOptions;
+    use netbatch_wire::ethernet::MacAddr;
+
+    let local = [198, 51, 100, 1];
+    let tcp_train = |dst: [u8; 4]| -> Vec<Vec<u8>> {
+        let mut c = train(&[100; 3]);
+        c[2].1.flags |= PSH;
+        c.into_iter()
+            .map(|(_, mut s)| {
+                s.dst = dst;
+                s.frame()
+            })
+            .collect()
+    };
+    for (mode, dispatch) in VARIANTS {
+        let _: Dispatch = dispatch;
+        let mut eth0 = port("eth0", MacAddr(ETH0), "192.0.2.1/24");
+        Gro::Fraglist.apply(&mut eth0);
+        let mut eth1 = port("eth1", MacAddr([2, 0, 0x5e, 0, 0x53, 2]), "198.51.100.1/24");
+        for f in ["tx-tcp-segmentation", "tx-udp-segmentation", "tx-gso-list"] {
+            assert!(eth1.features.set(f, true));
+        }
+        let spec = LabSpec {
+            ports: vec![eth0, eth1],
+            routes: Vec::new(),
+            neighbours: vec![StaticNeighbour {
+                iface: 1,
+                ip: DST.into(),
+                mac: MacAddr([2, 0, 0, 0, 0, 0x64]),
+            }],
+            params: Default::default(),
+            graph: GraphOptions {
+                gro: true,
+                tcp_to: Some("tx-eth1"),
+                ..GraphOptions::default()
+            },
+        };
+        let mut lab = Lab::new(&spec, mode, dispatch);
+        lab.feed(0, tcp_train(local));
+        lab.run();
+        let got = lab.tx(1);
+        let what = format!("local TCP in {mode:?}/{dispatch:?}");
+        assert_eq!(got.len(), 1, "{what}: one super-packet");
+        let (f, ip) = (&got[0], &got[0].bytes[..]);
+        assert_eq!(ip[0], 0x45, "{what}: from the IP header on");
+        assert_eq!((f.segs, f.gso_size), (3, 100), "{what}");
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        assert_eq!(
+            (total, ip.len()),
+            (340, 340),
+            "{what}: 300 bytes of payload"
+        );
+        assert_ne!(ip[33] & PSH, 0, "{what}: PSH inherited");
+        let mut pseudo = Vec::from(&ip[12..20]);
+        pseudo.extend_from_slice(&[0, 6]);
+        pseudo.extend_from_slice(&320u16.to_be_bytes());
+        assert_eq!(csum(&[&pseudo, &ip[20..]]), 0, "{what}: TCP checksum");
+
+        lab.feed(0, tcp_train(DST));
+        lab.run();
+        let got: Vec<(u16, usize)> = lab
+            .tx(1)
+            .iter()
+            .map(|f| (f.segs, f.bytes.len() - 14 - 40))
+            .collect();
+        assert_eq!(
+            got,
+            [(2, 200), (1, 100)],
+            "forwarded TCP in {mode:?}/{dispatch:?}"
+        );
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
     }
 }

@@ -1,16 +1,26 @@
-//! GRO under hostile input stays bounded and loses nothing: a flood of distinct flows
-//! (the table never holds more than 8 × 8 flows, the oldest are completed early and
-//! counted), a flow whose segments arrive out of order, and malformed segments of every
-//! kind. Every frame is either forwarded or dropped with the reason the router gives it
-//! without GRO; the conservation law holds and every buffer returns to the pool.
+//! GRO under hostile input stays bounded and loses nothing, in both GRO modes (standard,
+//! and fraglist: `rx-gro-list`, which chains forwarded TCP and UDP) and for TCP and UDP
+//! flows: a flood of distinct flows (the table never holds more than 8 × 8 flows, the
+//! oldest are completed early and counted), a flow whose packets arrive out of order, and
+//! malformed packets of every kind. Every frame is either forwarded or dropped with the
+//! reason the router gives it without GRO (the expectation is the router with GRO off,
+//! an independent path: no GRO stage, no GSO); the conservation law (rx = tx + delivered
+//! + dropped + held) holds and every buffer returns to the pool.
 
 use etherparse::PacketBuilder;
 use netbatch_engine::{Dispatch, Mode};
 use netbatch_runtime::PollParams;
+use netbatch_scenarios::frames::{refresh_ip_checksum, set_ip_ident};
 use netbatch_scenarios::{Gro, Lab, PEER, US, router};
 
-fn lab(gro: bool, mode: Mode) -> Lab {
-    let spec = router(if gro { Gro::Standard } else { Gro::Off });
+/// The GRO modes under test.
+const GRO_MODES: [Gro; 2] = [Gro::Standard, Gro::Fraglist];
+
+/// The router with `gro` on eth0; with `rx_csum` eth0 validates L4 checksums as a NIC
+/// does (frames arrive marked, and GRO takes its fast path for full-size segments).
+fn lab(gro: Gro, mode: Mode, rx_csum: bool) -> Lab {
+    let mut spec = router(gro);
+    spec.ports[0].features.rx_checksum = rx_csum;
     let mut l = Lab::new(&spec, mode, Dispatch::Buckets);
     // Large polls, so that one GRO window sees hundreds of frames.
     l.w.set_params(PollParams {
@@ -33,6 +43,20 @@ fn tcp(sport: u16, seq: u32, len: usize) -> Vec<u8> {
     v
 }
 
+/// A forwarded UDP datagram of `len` bytes (content from `id`) with IP identification
+/// `id`.
+fn udp(sport: u16, id: u16, len: usize) -> Vec<u8> {
+    let payload: Vec<u8> = (0..len).map(|i| (usize::from(id) * 7 + i) as u8).collect();
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2(PEER.0, US.0)
+        .ipv4([198, 51, 100, 7], [203, 0, 113, 9], 64)
+        .udp(sport, 4000)
+        .write(&mut v, &payload)
+        .unwrap();
+    set_ip_ident(&mut v, id);
+    v
+}
+
 /// An event counter of the `gro` stage.
 fn gro_event(l: &Lab, name: &str) -> u64 {
     l.w.snapshot()
@@ -42,45 +66,108 @@ fn gro_event(l: &Lab, name: &str) -> u64 {
         .map_or(0, |e| e.1)
 }
 
+/// Feeds a flood of `input` (two packets each of many distinct flows, every poll window
+/// holding far more than 64 flows) and checks: the table held at most 64 flows, the
+/// overflow completed old flows early, nothing is held after the polls, every wire
+/// packet was forwarded, conservation, a full pool.
+fn flood(what: &str, gro: Gro, mode: Mode, input: Vec<Vec<u8>>) {
+    for rx_csum in [false, true] {
+        flood_one(
+            &format!("{what} {gro:?} {mode:?} rx_csum={rx_csum}"),
+            gro,
+            mode,
+            rx_csum,
+            input.clone(),
+        );
+    }
+}
+
+fn flood_one(what: &str, gro: Gro, mode: Mode, rx_csum: bool, input: Vec<Vec<u8>>) {
+    let n = input.len() as u64;
+    let mut l = lab(gro, mode, rx_csum);
+    l.feed(0, input);
+    l.run();
+    assert!(gro_event(&l, "peak_flows") <= 64, "{what}: table bounded");
+    assert!(
+        gro_event(&l, "evicted") > 0,
+        "{what}: overflow completes old flows"
+    );
+    assert_eq!(l.w.held(), 0, "{what}: nothing held after a poll");
+    let wire: u64 = l.tx(1).iter().map(|f| u64::from(f.segs)).sum();
+    assert_eq!(wire, n, "{what}: every packet forwarded");
+    assert_eq!(l.w.acct.rx, n, "{what}: every packet received");
+    l.assert_conserved();
+    l.stop_and_check_pool();
+}
+
 #[test]
 fn a_flood_of_distinct_flows_keeps_the_table_bounded() {
-    for mode in [Mode::List, Mode::Packet] {
-        let mut l = lab(true, mode);
-        // Two segments each of 5,000 flows: every poll window holds 256 distinct flows.
-        let n = 5_000u32;
-        let input: Vec<Vec<u8>> = (0..2 * n)
-            .map(|i| tcp(1024 + (i % n) as u16, 1 + (i / n) * 100, 100))
-            .collect();
-        l.feed(0, input);
-        l.run();
-        assert!(gro_event(&l, "peak_flows") <= 64, "{mode:?}: table bounded");
-        assert!(
-            gro_event(&l, "evicted") > 0,
-            "{mode:?}: overflow completes old flows"
-        );
-        assert_eq!(l.w.held(), 0, "{mode:?}: nothing held after a poll");
-        let wire: u64 = l.tx(1).iter().map(|f| u64::from(f.segs)).sum();
-        assert_eq!(wire, u64::from(2 * n), "{mode:?}: every segment forwarded");
-        l.assert_conserved();
-        l.stop_and_check_pool();
+    // Two segments each of 5,000 flows: every poll window holds 256 distinct flows.
+    let n = 5_000u32;
+    for gro in GRO_MODES {
+        for mode in [Mode::List, Mode::Packet] {
+            let input: Vec<Vec<u8>> = (0..2 * n)
+                .map(|i| tcp(1024 + (i % n) as u16, 1 + (i / n) * 100, 100))
+                .collect();
+            flood("tcp", gro, mode, input);
+        }
+    }
+}
+
+#[test]
+fn a_flood_of_distinct_udp_flows_keeps_the_table_bounded() {
+    // Two datagrams each of 5,000 flows (consecutive IDs per flow), as above.
+    let n = 5_000u32;
+    for gro in GRO_MODES {
+        for mode in [Mode::List, Mode::Packet] {
+            let input: Vec<Vec<u8>> = (0..2 * n)
+                .map(|i| udp(1024 + (i % n) as u16, (i / n) as u16, 100))
+                .collect();
+            flood("udp", gro, mode, input);
+        }
     }
 }
 
 /// What forwarding gave: eth1's frames and the drops by reason.
 type Fate = (Vec<Vec<u8>>, Vec<(&'static str, u64)>);
 
-/// Forwards `input`; also returns the segments GRO merged.
-fn forward(gro: bool, mode: Mode, input: &[Vec<u8>]) -> (Fate, u64) {
-    let mut l = lab(gro, mode);
+/// Forwards `input`; also returns the packets GRO merged.
+fn forward(gro: Gro, mode: Mode, rx_csum: bool, input: &[Vec<u8>]) -> (Fate, u64) {
+    let mut l = lab(gro, mode, rx_csum);
     l.feed(0, input.iter().cloned());
     l.run();
     l.assert_conserved();
     assert_eq!(l.w.acct.rx, input.len() as u64);
+    assert!(gro_event(&l, "peak_flows") <= 64, "table bounded");
+    assert_eq!(l.w.held(), 0, "nothing held after a poll");
     let merged = gro_event(&l, "merged");
     let frames = l.tx(1).into_iter().map(|f| f.bytes).collect();
     let drops = l.drops().into_iter().collect();
     l.stop_and_check_pool();
     ((frames, drops), merged)
+}
+
+/// Forwards `input` with GRO off and in every GRO mode and batch mode, with and without
+/// device-validated checksums: the frames on eth1 and the drops must be the same, and
+/// GRO must have merged something.
+fn same_fate_as_without_gro(what: &str, input: &[Vec<u8>], some_drops: bool) {
+    for mode in [Mode::List, Mode::Packet] {
+        let (want, _) = forward(Gro::Off, mode, false, input);
+        assert_eq!(
+            !want.1.is_empty(),
+            some_drops,
+            "{what}: the input has frames the router drops: {:?}",
+            want.1
+        );
+        for gro in GRO_MODES {
+            for rx_csum in [false, true] {
+                let (got, merged) = forward(gro, mode, rx_csum, input);
+                let how = format!("{what} {gro:?} {mode:?} rx_csum={rx_csum}");
+                assert!(merged > 0, "{how}: the good runs merge");
+                assert_eq!(got, want, "{how}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -95,12 +182,29 @@ fn out_of_order_segments_are_forwarded_in_arrival_order() {
             w[6] = w[2].clone();
         }
     }
-    for mode in [Mode::List, Mode::Packet] {
-        let (want, _) = forward(false, mode, &input);
-        let (got, merged) = forward(true, mode, &input);
-        assert!(merged > 0, "{mode:?}: the in-sequence runs are merged");
-        assert_eq!(got, want, "{mode:?}");
+    same_fate_as_without_gro("tcp out of order", &input, false);
+}
+
+#[test]
+fn out_of_order_udp_datagrams_are_forwarded_in_arrival_order() {
+    // 2,000 datagrams of one flow, IDs in sending order; in every 7 the first two are
+    // swapped (their IDs no longer follow on), the last is a duplicate of an earlier one
+    // (same ID), and every 11th is shorter (ends a train) and every 13th longer (never
+    // merged, starts one). UDP has no sequence number: only the IP ID rule and the
+    // length rules decide, and the output must be the router's without GRO.
+    let len = |i: u16| match (i % 11, i % 13) {
+        (0, _) => 200,
+        (_, 0) => 800,
+        _ => 500,
+    };
+    let mut input: Vec<Vec<u8>> = (0..2000u16).map(|i| udp(5000, i, len(i))).collect();
+    for w in input.chunks_mut(7) {
+        w.swap(0, 1);
+        if w.len() == 7 {
+            w[6] = w[2].clone();
+        }
     }
+    same_fate_as_without_gro("udp out of order", &input, false);
 }
 
 #[test]
@@ -140,11 +244,45 @@ fn malformed_segments_meet_the_same_fate_as_without_gro() {
         }
         input.push(f);
     }
-    for mode in [Mode::List, Mode::Packet] {
-        let (want, _) = forward(false, mode, &input);
-        assert!(!want.1.is_empty(), "the input has frames the router drops");
-        let (got, merged) = forward(true, mode, &input);
-        assert!(merged > 0, "{mode:?}: the good segments between are merged");
-        assert_eq!(got, want, "{mode:?}");
+    same_fate_as_without_gro("malformed tcp", &input, true);
+}
+
+#[test]
+fn malformed_udp_datagrams_meet_the_same_fate_as_without_gro() {
+    // One flow of 300-byte datagrams with consecutive IDs; of every 12, three in a row
+    // are good (so they merge) and nine are malformed, each a way UDP GRO must refuse
+    // (`udp_gro_receive_segment`: non-zero checksum, length field = IP payload > 8) or
+    // the router must drop, in the middle of the flow's trains.
+    let mut input = Vec::new();
+    for k in 0..480u16 {
+        let mut f = udp(7000, k, 300);
+        let case = k % 12;
+        match case {
+            // No checksum.
+            1 => f[40..42].copy_from_slice(&[0, 0]),
+            // UDP length beyond the IP payload, and short of it.
+            2 => f[38..40].copy_from_slice(&(308u16 + 40).to_be_bytes()),
+            3 => f[38..40].copy_from_slice(&(308u16 - 100).to_be_bytes()),
+            // UDP length below the header, and exactly the header (no payload claimed).
+            4 => f[38..40].copy_from_slice(&4u16.to_be_bytes()),
+            5 => f[38..40].copy_from_slice(&8u16.to_be_bytes()),
+            // The frame cut inside the payload (the IP length claims more: dropped).
+            6 => f.truncate(14 + 20 + 8 + 100),
+            // The IP packet cut inside the UDP header (IP length says so: forwarded).
+            7 => {
+                f.truncate(14 + 20 + 4);
+                f[16..18].copy_from_slice(&24u16.to_be_bytes());
+            }
+            // Corrupt UDP checksum (forwarded: a router does not check it).
+            8 => f[45] ^= 0xff,
+            // A fragment (MF).
+            9 => f[20] |= 0x20,
+            _ => {}
+        }
+        if matches!(case, 7 | 9) {
+            refresh_ip_checksum(&mut f);
+        }
+        input.push(f);
     }
+    same_fate_as_without_gro("malformed udp", &input, true);
 }

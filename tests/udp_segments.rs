@@ -313,3 +313,127 @@ fn udp_segment_sends_follow_the_udpgso_table() {
         }
     }
 }
+
+/// What a socket on port 8000 got from a train: its reads (segment size, payload), the
+/// drops by reason, and the GRO stage's `merged` and `coalesced` counters.
+struct Delivery {
+    reads: Vec<(u16, Vec<u8>)>,
+    drops: std::collections::BTreeMap<&'static str, u64>,
+    merged: u64,
+    coalesced: u64,
+}
+
+/// Feeds `frames` in one GRO window to a socket on port 8000 (with `UDP_GRO` if
+/// `sock_gro`) behind a port with GRO mode `gro`.
+fn deliver(
+    gro: &str,
+    sock_gro: bool,
+    mode: Mode,
+    dispatch: Dispatch,
+    frames: Vec<Vec<u8>>,
+) -> Delivery {
+    let mut lab = Lab::new(&spec(gro), mode, dispatch);
+    let s = lab.w.host.sockets.bind(ip("0.0.0.0"), 8000, 64).unwrap();
+    lab.w.host.sockets.get(s).unwrap().set_gro(sock_gro);
+    lab.feed(0, frames);
+    lab.run();
+    let event = |name: &str| {
+        lab.w
+            .snapshot()
+            .iter()
+            .find(|n| n.name == "gro")
+            .and_then(|n| n.events.iter().find(|(k, _)| *k == name))
+            .map_or(0, |e| e.1)
+    };
+    let (merged, coalesced) = (event("merged"), event("coalesced"));
+    let reads = read(&mut lab, s);
+    let drops = lab.drops();
+    lab.assert_conserved();
+    lab.stop_and_check_pool();
+    Delivery {
+        reads,
+        drops,
+        merged,
+        coalesced,
+    }
+}
+
+/// The GRO kind for local UDP under `rx-gro-list` (`udp_gro_receive`: `is_flist` only
+/// when no local socket asked for `UDP_GRO`), seen at the socket. Sockets only ever
+/// receive standard super-datagrams whole (the kernel never gives a socket a fraglist
+/// chain: `udp_unexpected_gso` splits it), so:
+/// - a `UDP_GRO` socket under fraglist gets standard GRO: one super-datagram of the ten
+///   1472-byte datagrams, segment size 1472 (a fraglist chain would reach it split);
+/// - a plain socket under fraglist gets a fraglist chain (merged, then split before the
+///   socket): ten datagrams, and GRO made one chain of them;
+/// - a plain socket under standard GRO (`rx-udp-gro-forwarding`) gets no GRO at all (a
+///   socket was found that did not ask, and there is no fraglist): ten datagrams, and
+///   GRO merged nothing.
+#[test]
+fn udp_gro_socket_under_fraglist_gets_standard_gro() {
+    let frames: Vec<Vec<u8>> = (0..10).map(|n| dgram(n, 1472)).collect();
+    let want: Vec<u8> = frames.iter().flat_map(|f| f[42..].to_vec()).collect();
+    for (mode, dispatch) in VARIANTS {
+        let d = deliver("fraglist", true, mode, dispatch, frames.clone());
+        let what = format!("{mode:?}/{dispatch:?}");
+        assert_eq!(d.reads.len(), 1, "UDP_GRO socket, fraglist port, {what}");
+        assert_eq!(d.reads[0].0, 1472, "{what}: segment size");
+        assert_eq!(d.reads[0].1, want, "{what}");
+        assert_eq!((d.merged, d.coalesced), (9, 1), "{what}");
+
+        let d = deliver("fraglist", false, mode, dispatch, frames.clone());
+        assert_eq!(d.reads.len(), 10, "plain socket, fraglist port, {what}");
+        assert!(d.reads.iter().all(|(s, b)| *s == 0 && b.len() == 1472));
+        assert_eq!(d.reads.concat_bytes(), want, "{what}");
+        assert_eq!((d.merged, d.coalesced), (9, 1), "{what}: one chain");
+
+        let d = deliver("standard", false, mode, dispatch, frames.clone());
+        assert_eq!(d.reads.len(), 10, "plain socket, standard port, {what}");
+        assert_eq!(d.reads.concat_bytes(), want, "{what}");
+        assert_eq!((d.merged, d.coalesced), (0, 0), "{what}: no UDP GRO");
+    }
+}
+
+/// Malformed datagrams in a train to a `UDP_GRO` socket (standard GRO) are never merged
+/// (`udp_gro_receive_segment`) and meet their fate at the socket's input as without GRO
+/// (RFC 768, as the kernel's `udp_rcv`). Ten 1472-byte datagrams, IDs 0…9:
+/// - d2 has no checksum: not merged; delivered alone;
+/// - d4's length field is 40 bytes beyond the IP payload: not merged; dropped
+///   (`udp_bad_length`);
+/// - d7's length field says 1000 of its 1472 bytes: not merged; delivered trimmed to
+///   1000 bytes (its checksum covers those).
+///
+/// The others merge in runs: d0+d1, d3 (alone: d4 ends it), d5+d6, d8+d9. netbatch
+/// completes a held train before passing an unmergeable datagram of its flow (the kernel
+/// lets that datagram overtake it), so the reads are in sending order.
+#[test]
+fn malformed_datagrams_are_not_merged_and_meet_their_fate() {
+    let mut frames: Vec<Vec<u8>> = (0..10).map(|n| dgram(n, 1472)).collect();
+    frames[2][40..42].copy_from_slice(&[0, 0]);
+    frames[4][38..40].copy_from_slice(&(1480u16 + 40).to_be_bytes());
+    // d7: a datagram of 1000 bytes (etherparse's length and checksum) with 472 bytes
+    // after it inside the IP packet.
+    let mut d7 = dgram(7, 1000);
+    d7.extend_from_slice(&[0xee; 472]);
+    d7[16..18].copy_from_slice(&(20u16 + 8 + 1472).to_be_bytes());
+    set_ip_ident(&mut d7, 7);
+    frames[7] = d7;
+    let payload = |n: usize, len: usize| frames[n][42..42 + len].to_vec();
+    let two = |a: usize| [payload(a, 1472), payload(a + 1, 1472)].concat();
+    let want: Vec<(u16, Vec<u8>)> = vec![
+        (1472, two(0)),
+        (0, payload(2, 1472)),
+        (0, payload(3, 1472)),
+        (1472, two(5)),
+        (0, payload(7, 1000)),
+        (1472, two(8)),
+    ];
+    for (mode, dispatch) in VARIANTS {
+        let d = deliver("standard", true, mode, dispatch, frames.clone());
+        let what = format!("{mode:?}/{dispatch:?}");
+        assert_eq!(d.reads, want, "{what}");
+        assert_eq!(d.drops.get("udp_bad_length"), Some(&1), "{what}");
+        assert_eq!(d.drops.values().sum::<u64>(), 1, "{what}: {:?}", d.drops);
+        assert_eq!((d.merged, d.coalesced), (3, 3), "{what}");
+    }
+}

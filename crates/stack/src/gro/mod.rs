@@ -18,7 +18,10 @@
 //!   empty and not larger than the first segment's; fraglist flows need all flags equal;
 //!   a segment shorter than the first, or with URG/PSH/RST/SYN/FIN, ends the train;
 //! - UDP: the datagram is not longer than the first (a shorter one ends the train);
-//! - never past 64 segments or a 65,535-byte IP packet.
+//! - never past 64 segments (the kernel caps UDP and fraglist TCP so; its standard TCP
+//!   is bounded by 64 KB alone, netbatch caps it too, bounding the buffers a flow holds)
+//!   or a 65,535-byte IP packet (fraglist: the chain's packet plus the new member whole,
+//!   headers included, as `skb_gro_receive_list` counts).
 //!
 //! When a segment cannot merge, its flow's held packet is completed first and the segment
 //! is then handled as the first of its flow (held if it could start a train, else passed
@@ -366,6 +369,19 @@ impl Template {
     }
 }
 
+/// Whether a segment of `payload` bytes behind `hdr` bytes of IP and L4 header fits in
+/// `h` under the 64 KB limit. Standard: the super-packet stays one IPv4 packet
+/// (`skb_gro_receive`: the held packet's length plus the new payload below 65,536).
+/// Fraglist: the held packet (its headers and every payload so far) plus the new member
+/// *whole*, headers included, stays below 65,536 (`skb_gro_receive_list` compares
+/// `p->len + skb->len` before pulling the member's headers), so a chain holds one header
+/// fewer than a standard super-packet of the same segments.
+#[inline(always)]
+fn fits(h: &Held, payload: u16, hdr: u16) -> bool {
+    let member_hdr = if h.kind == Kind::Fraglist { hdr } else { 0 };
+    u32::from(h.first.l4_hdr) + 20 + h.payload + u32::from(payload) + u32::from(member_hdr) <= 65535
+}
+
 /// Whether `s` (whose TCP options are `opts`) may join `h`; if not, the held packet
 /// must be completed.
 fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
@@ -378,10 +394,7 @@ fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
         IdMode::Incrementing => s.id == f.id.wrapping_add(h.count),
         IdMode::Fixed => s.id == f.id,
     };
-    if !id_ok
-        || h.count >= MAX_SEGS
-        || usize::from(f.l4_hdr) + 20 + h.payload as usize + usize::from(s.payload) > 65535
-    {
+    if !id_ok || h.count >= MAX_SEGS || !fits(h, s.payload, 20 + s.l4_hdr) {
         return false;
     }
     if f.key.proto == 17 {
@@ -514,9 +527,16 @@ impl GroTable {
             IdMode::Fixed => id == f.id,
         };
         let csum_ok = be16(d, ip + 10) == checksum::update16(t.ip_csum, f.id, id);
-        let tcp_ok = f.key.proto != 6 || be32(d, l4 + 4) == h.next_seq;
-        let room = h.payload + u32::from(f.payload) + u32::from(f.l4_hdr) + 20 <= 65535;
-        if !(id_ok && csum_ok && tcp_ok && room && h.count < MAX_SEGS) {
+        // TCP: the next sequence number. UDP: a checksum (the template leaves the field
+        // out, and a device may report a datagram without one as verified; UDP GRO
+        // needs one, as `parse` says).
+        let l4_ok = if f.key.proto == 6 {
+            be32(d, l4 + 4) == h.next_seq
+        } else {
+            be16(d, l4 + 6) != 0
+        };
+        let room = fits(h, f.payload, 20 + f.l4_hdr);
+        if !(id_ok && csum_ok && l4_ok && room && h.count < MAX_SEGS) {
             return Err(p);
         }
         if h.id_mode == IdMode::Unknown {
@@ -835,5 +855,151 @@ mod tests {
         assert!(matches!(parse(&bad, 0, false), Parsed::Unmergeable(k) if k == s.key));
         // ARP is not GRO's business.
         assert!(matches!(parse(&[0u8; 42], 0, false), Parsed::Other));
+    }
+
+    use netbatch_engine::{Pool, PoolConfig};
+
+    fn pool() -> Pool {
+        Pool::new(PoolConfig {
+            buffers: 256,
+            buf_size: 2048,
+            cache_size: 32,
+            ..PoolConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// Runs `frames` through a table as the stage does (the fast path first, then the
+    /// full rules; every segment of `kind`), the frames marked as device-verified when
+    /// `csum_ok`, and completes what is held at the end. Returns, per packet handed on,
+    /// (source port, segments, payload bytes of its first segment); frees everything.
+    fn run(frames: &[Vec<u8>], kind: Kind, csum_ok: bool) -> (Vec<(u16, u16, u16)>, GroStats) {
+        let pool = pool();
+        let mut c = pool.cache();
+        let mut t = GroTable::new();
+        let mut done = Vec::new();
+        for f in frames {
+            let mut p = c.alloc().unwrap();
+            {
+                let mut v = pool.get_mut(&mut p);
+                assert!(v.set_data(128, f));
+                if csum_ok {
+                    v.meta.flags |= flag::L4_CSUM_OK;
+                }
+            }
+            let Err(p) = t.try_fast(&pool, p, &mut done) else {
+                continue;
+            };
+            match parse(f, 0, csum_ok) {
+                Parsed::Seg(s) => t.offer(&pool, p, s, kind, &mut done),
+                Parsed::Unmergeable(k) => {
+                    t.flush_flow(&pool, &k, &mut done);
+                    done.push(p);
+                }
+                Parsed::Other => done.push(p),
+            }
+        }
+        t.flush_all(&pool, &mut done);
+        assert_eq!(t.held(), 0);
+        let out = done
+            .iter()
+            .map(|p| {
+                let v = pool.get(p);
+                let d = v.data();
+                let payload = if v.meta.segs > 1 {
+                    v.meta.gso_size
+                } else {
+                    be16(d, 16) - 20 - if d[23] == 6 { 20 } else { 8 }
+                };
+                (be16(d, 34), v.meta.segs.max(1), payload)
+            })
+            .collect();
+        c.free_all(&mut done);
+        drop(c);
+        assert_eq!(pool.free_in_pool(), 256, "every buffer back");
+        (out, t.stats)
+    }
+
+    /// A TCP segment of flow `sport` (no PSH), at `seq`, 200 bytes.
+    fn seg(sport: u16, seq: u32) -> Vec<u8> {
+        let mut v = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([192, 0, 2, 1], [198, 51, 100, 1], 64)
+            .tcp(sport, 8000, seq, 1000)
+            .ack(100)
+            .write(&mut v, &[5u8; 200])
+            .unwrap();
+        v
+    }
+
+    fn bucket_of(f: &[u8]) -> usize {
+        let Parsed::Seg(s) = parse(f, 0, false) else {
+            panic!("not a segment")
+        };
+        (s.key.hash() as usize) & (BUCKETS - 1)
+    }
+
+    /// The kernel's table rule (`gro_flush_oldest`): a new flow in a full bucket (8 held)
+    /// completes the bucket's *oldest* flow, the one held first, even when that flow
+    /// merged a segment since (merging does not make a flow younger). Ten flows of one
+    /// bucket, f0…f9: the first segments of f0…f7 fill it; f0's second segment merges;
+    /// f8 evicts f0 (two segments), f9 evicts f1 (one); the end of the poll completes
+    /// the rest oldest first.
+    #[test]
+    fn a_full_bucket_completes_its_oldest_flow() {
+        let b = bucket_of(&seg(1000, 1));
+        let flows: Vec<u16> = (1000u16..)
+            .filter(|&sp| bucket_of(&seg(sp, 1)) == b)
+            .take(10)
+            .collect();
+        let mut frames: Vec<Vec<u8>> = flows[..8].iter().map(|&sp| seg(sp, 1)).collect();
+        frames.push(seg(flows[0], 201));
+        frames.extend(flows[8..].iter().map(|&sp| seg(sp, 1)));
+        let mut want = vec![(flows[0], 2, 200), (flows[1], 1, 200)];
+        want.extend(flows[2..].iter().map(|&sp| (sp, 1, 200)));
+        for csum_ok in [false, true] {
+            let (got, st) = run(&frames, Kind::Standard, csum_ok);
+            assert_eq!(got, want, "csum_ok {csum_ok}");
+            assert_eq!((st.evicted, st.peak_flows), (2, 8), "csum_ok {csum_ok}");
+        }
+    }
+
+    /// A UDP datagram of the flow 4000 → 8000, 300 bytes, IP ID `id`; `zero`: no checksum.
+    fn dgram(id: u16, zero: bool) -> Vec<u8> {
+        let mut v = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([192, 0, 2, 1], [198, 51, 100, 1], 64)
+            .udp(4000, 8000)
+            .write(&mut v, &[id as u8; 300])
+            .unwrap();
+        v[18..20].copy_from_slice(&id.to_be_bytes());
+        v[24..26].copy_from_slice(&[0, 0]);
+        let c = checksum::checksum(&v[14..34]);
+        v[24..26].copy_from_slice(&c.to_be_bytes());
+        if zero {
+            v[40..42].copy_from_slice(&[0, 0]);
+        }
+        v
+    }
+
+    /// UDP GRO needs a checksum (`udp_gro_receive_segment`), also on the fast path, where
+    /// the device reported every datagram verified (as a NIC may for one without a
+    /// checksum): d0, d1 merge; d2 has none, so the train is completed and d2 passes
+    /// alone; d3 starts a new train (alone at the end of the poll).
+    #[test]
+    fn a_udp_datagram_without_checksum_is_never_merged() {
+        let frames = [
+            dgram(0, false),
+            dgram(1, false),
+            dgram(2, true),
+            dgram(3, false),
+        ];
+        let want = vec![(4000, 2, 300), (4000, 1, 300), (4000, 1, 300)];
+        for kind in [Kind::Standard, Kind::Fraglist] {
+            for csum_ok in [false, true] {
+                let (got, _) = run(&frames, kind, csum_ok);
+                assert_eq!(got, want, "{kind:?} csum_ok {csum_ok}");
+            }
+        }
     }
 }

@@ -2,11 +2,22 @@
 //!
 //! Per packet, the port's GRO features and the packet's destination decide its kind (the
 //! kernel's rules, `udp_gro_receive` and `tcp4_check_fraglist_gro`):
-//! - TCP: fraglist when the port has `rx-gro-list` and the destination is not one of our
-//!   addresses (forwarded traffic), else standard when it has `rx-gro`;
+//! - TCP: fraglist when the port has `rx-gro-list` and there is no local socket, else
+//!   standard when it has `rx-gro`. netbatch terminates no TCP and keeps no TCP socket
+//!   table (local TCP goes to a host port, whose kernel may have the socket), so "no
+//!   local socket" is "the destination is not one of our addresses": forwarded TCP gets
+//!   fraglist, TCP to us standard GRO (the kernel's `__inet_lookup_established` finds no
+//!   socket for forwarded traffic either; it differs only for TCP to one of our
+//!   addresses with no connection, which netbatch still gives standard GRO);
 //! - UDP: fraglist when the port has `rx-gro-list` and no local socket asked for GRO
 //!   (`UDP_GRO`); else standard for a socket that asked, or, with no local socket, when
-//!   the port has `rx-udp-gro-forwarding`; else none.
+//!   the port has `rx-udp-gro-forwarding`; else none. The socket is looked up in the
+//!   socket table for our own addresses only: a forwarded datagram has no local socket
+//!   even when a socket bound to the wildcard address has its port (the kernel's lookup,
+//!   made before routing, would find that socket). And it is always looked up (the
+//!   kernel looks up only once some socket enabled `UDP_GRO` or a tunnel; until then a
+//!   plain local socket's traffic gets forwarding GRO and is split again before the
+//!   socket, which receives the same datagrams).
 //!
 //! The decision is cached per list by (destination, port, protocol). Packets that are not
 //! TCP/UDP over IPv4 pass straight on; nothing is ever dropped here. Everything held is
@@ -43,7 +54,8 @@ impl Gro {
     }
 }
 
-/// The GRO kind for a flow to `dst:dport` over `proto` arriving on a port with `f`.
+/// The GRO kind for a flow to `dst:dport` over `proto` arriving on a port with `f` (see
+/// the module's rules).
 fn decide(host: &Host, f: &Features, proto: u8, dst: u32, dport: u16) -> Option<Kind> {
     let local = host.is_local(dst.into());
     if proto == 6 {
@@ -176,5 +188,134 @@ impl Stage<Host> for Gro {
 
     fn held(&self) -> u64 {
         self.table.held()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+    use std::sync::Arc;
+
+    use netbatch_wire::ethernet::MacAddr;
+
+    use super::*;
+    use crate::host::HostParams;
+    use crate::iface::{Iface, Port, Tags};
+    use crate::route::Routes;
+
+    /// A host with one port (features `f`) and one address, 192.0.2.1/24.
+    fn host(f: Features) -> Host {
+        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
+        let port = Port {
+            name: "eth0".into(),
+            mac,
+            mtu: 1500,
+            native_if: Some(0),
+            vlans: Vec::new(),
+            features: f,
+        };
+        let iface = Iface {
+            name: "eth0".into(),
+            port: 0,
+            tags: Tags::None,
+            mac,
+            mtu: 1500,
+            addrs: vec!["192.0.2.1/24".parse().unwrap()],
+        };
+        Host::new(
+            vec![port],
+            vec![iface],
+            Arc::new(Routes::new()),
+            HostParams::default(),
+        )
+    }
+
+    fn features(names: &[&str]) -> Features {
+        let mut f = Features::default();
+        for n in names {
+            assert!(f.set(n, true));
+        }
+        f
+    }
+
+    /// The decision table, written from the kernel's rules (`tcp4_check_fraglist_gro`,
+    /// `udp_gro_receive`), for the port configurations a `gro` key gives (standard:
+    /// `rx-gro` + `rx-udp-gro-forwarding`; fraglist: `rx-gro` + `rx-gro-list`), plain
+    /// `rx-gro`, and all three.
+    #[test]
+    fn the_gro_kind_follows_the_kernel_rules() {
+        use Kind::{Fraglist as F, Standard as S};
+        let us = u32::from(Ipv4Addr::new(192, 0, 2, 1));
+        let fwd = u32::from(Ipv4Addr::new(198, 51, 100, 9));
+        // Port 8000: a UDP_GRO socket; 8001: a plain socket; 8002: none.
+        let configs: [(&str, &[&str]); 4] = [
+            ("standard", &["rx-gro", "rx-udp-gro-forwarding"]),
+            ("fraglist", &["rx-gro", "rx-gro-list"]),
+            ("rx-gro", &["rx-gro"]),
+            ("all", &["rx-gro", "rx-gro-list", "rx-udp-gro-forwarding"]),
+        ];
+        /// What, protocol, destination, destination port, kind per config above.
+        type Row = (&'static str, u8, u32, u16, [Option<Kind>; 4]);
+        let table: [Row; 6] = [
+            // Forwarded TCP: fraglist wherever rx-gro-list is on.
+            (
+                "tcp forwarded",
+                6,
+                fwd,
+                80,
+                [Some(S), Some(F), Some(S), Some(F)],
+            ),
+            // TCP to us: standard, never fraglist.
+            ("tcp local", 6, us, 80, [Some(S), Some(S), Some(S), Some(S)]),
+            // Forwarded UDP: no socket; fraglist with rx-gro-list, standard with
+            // rx-udp-gro-forwarding, else none.
+            (
+                "udp forwarded",
+                17,
+                fwd,
+                8000,
+                [Some(S), Some(F), None, Some(F)],
+            ),
+            // A socket that asked for UDP_GRO: standard, also under rx-gro-list.
+            (
+                "udp UDP_GRO socket",
+                17,
+                us,
+                8000,
+                [Some(S), Some(S), Some(S), Some(S)],
+            ),
+            // A plain socket: fraglist under rx-gro-list (split again before the
+            // socket), else no UDP GRO.
+            (
+                "udp plain socket",
+                17,
+                us,
+                8001,
+                [None, Some(F), None, Some(F)],
+            ),
+            // To us, no socket: as forwarded (the lookup finds nothing).
+            (
+                "udp no socket",
+                17,
+                us,
+                8002,
+                [Some(S), Some(F), None, Some(F)],
+            ),
+        ];
+        for (i, (name, names)) in configs.iter().enumerate() {
+            let f = features(names);
+            let h = host(f);
+            let any = Ipv4Addr::UNSPECIFIED;
+            let g = h.sockets.bind(any, 8000, 4).unwrap();
+            h.sockets.get(g).unwrap().set_gro(true);
+            h.sockets.bind(any, 8001, 4).unwrap();
+            for (what, proto, dst, dport, want) in &table {
+                assert_eq!(
+                    decide(&h, &f, *proto, *dst, *dport),
+                    want[i],
+                    "{what} on a port with {name}"
+                );
+            }
+        }
     }
 }

@@ -301,12 +301,18 @@ fn ttl_one_gets_time_exceeded_quoting_the_original() {
 #[test]
 fn unknown_destination_gets_unreachable() {
     // No default route: 203.0.113.7 is unknown; 10.67.0.0/16 is a prohibit route.
+    // Each error is checked against the hand-built input: from our address on the LAN
+    // (192.0.2.1) to the sender (192.0.2.10), to the sender's MAC, valid checksums
+    // (etherparse), and quoting the original IP header and at least its first 8 bytes of
+    // data (RFC 792, RFC 1812 4.3.2.3) exactly as received (these datagrams are short,
+    // so the whole of them).
     let extra = "[[route]]\nprefix = \"10.67.0.0/16\"\nkind = \"prohibit\"\n";
     let input = vec![
         (0, host_udp("203.0.113.7", 1, 2, 64, b"nowhere")),
         (1, host_udp("10.67.1.1", 1, 2, 64, b"prohibited")),
     ];
     let o = run_all("unreach", &input, extra, true);
+    assert!(o.eth1.is_empty());
     let codes: Vec<(u8, u8)> = o
         .eth0
         .iter()
@@ -320,6 +326,32 @@ fn unknown_destination_gets_unreachable() {
         vec![(3, 0), (3, 13)],
         "net unreachable, administratively prohibited"
     );
+    for (f, (_, orig)) in o.eth0.iter().zip(&input) {
+        assert_eq!(&f[0..6], &HOST.0, "back to the sender's MAC");
+        let h = ipv4(f);
+        assert_eq!(
+            (h.source, h.destination),
+            ([192, 0, 2, 1], [192, 0, 2, 10]),
+            "from our LAN address to the sender"
+        );
+        assert_eq!(h.protocol, etherparse::IpNumber::ICMP);
+        assert_eq!(h.header_checksum, h.calc_header_checksum());
+        assert_eq!(
+            usize::from(h.total_len),
+            20 + 8 + (orig.len() - 14),
+            "IP + ICMP headers + the quote"
+        );
+        let b = frames::icmp(f);
+        let (hdr, _) = etherparse::Icmpv4Header::from_slice(b).expect("icmp");
+        assert_eq!(hdr.checksum, hdr.icmp_type.calc_checksum(&b[8..]));
+        assert_eq!(&b[4..8], &[0, 0, 0, 0], "unused word is zero");
+        assert_eq!(
+            &b[8..8 + 20 + 8],
+            &orig[14..14 + 20 + 8],
+            "original IP header (TTL 64, not decremented) + first 8 bytes (UDP header)"
+        );
+        assert_eq!(&b[8..], &orig[14..], "the rest of the datagram");
+    }
 }
 
 #[test]

@@ -266,8 +266,11 @@ impl Team {
         maps: Vec<Vec<u16>>,
         rps: Option<netbatch_runtime::rps::RpsParams>,
     ) -> Self {
+        // More buffers than any test feeds at once: a `mem` port drops what finds no
+        // buffer, as a NIC does, and the threaded tests must not depend on how fast the
+        // other worker drains.
         let pool = Pool::new(PoolConfig {
-            buffers: 8192,
+            buffers: 16384,
             cache_size: 64,
             ..PoolConfig::default()
         })

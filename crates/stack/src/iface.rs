@@ -81,7 +81,8 @@ pub struct Iface {
     pub mac: MacAddr,
     /// L3 MTU.
     pub mtu: u16,
-    /// Addresses; the first is the primary (source of ICMP errors and ARP requests).
+    /// Addresses; the first is the primary (source of ARP requests, and of ICMP errors
+    /// when no better address applies: see `ip4::icmp_error`).
     pub addrs: Vec<IfAddr>,
 }
 

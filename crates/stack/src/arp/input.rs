@@ -1,9 +1,12 @@
 //! `arp-input`: answers requests for our addresses and learns neighbours (RFC 826).
 //!
 //! Checks: 28 bytes and a known operation (`ArpMalformed`), Ethernet/IPv4 only
-//! (`ArpUnsupported`), a unicast sender MAC and a sender address that is not ours
-//! (`ArpBadSender`; someone claiming our address is a conflict, not a neighbour). A
-//! sender address of 0.0.0.0 (an RFC 5227 probe) is answered but not learned.
+//! (`ArpUnsupported`), a unicast sender MAC and a sender address that is neither ours nor
+//! a broadcast, limited or the directed broadcast of one of our subnets (`ArpBadSender`;
+//! someone claiming our address is a conflict, not a neighbour, and no station owns a
+//! broadcast address; Linux's reverse route check of the sender, `fib_validate_source`,
+//! refuses ours always and a broadcast with `rp_filter` on). A sender address of 0.0.0.0
+//! (an RFC 5227 probe) is answered but not learned.
 //!
 //! Learning follows RFC 826's merge rule: an existing entry for the sender is updated
 //! from any ARP packet (this covers gratuitous ARP); a new entry is made only when the
@@ -21,6 +24,7 @@ use crate::host::Host;
 use crate::ip4::be16;
 use crate::l2::output::push_header;
 use crate::prefix::class;
+use crate::route::RouteKind;
 
 /// Arc to transmit (replies).
 pub const TX: Next = Next(0);
@@ -67,6 +71,7 @@ impl Stage<Host> for ArpInput {
             if sha.is_multicast()
                 || (spa_bits != 0 && (class::is_martian_source(spa_bits)))
                 || iface.has_addr(spa)
+                || matches!(host.routes.lookup(spa_bits), Some(h) if h.kind == RouteKind::Broadcast)
             {
                 out.drop(p, DropReason::ArpBadSender);
                 continue;

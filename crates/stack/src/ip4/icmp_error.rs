@@ -11,8 +11,13 @@
 //! multicast address; a non-first fragment; a datagram whose source is not a unicast
 //! address (this-network, loopback, multicast, class E); a packet we originated. Errors
 //! are rate limited by a token bucket (RFC 1812 4.3.2.8). The error quotes as much of the
-//! original as fits in 576 bytes (RFC 1812 4.3.2.3) and is sourced from the primary
-//! address of the interface the packet arrived on.
+//! original as fits in 576 bytes (RFC 1812 4.3.2.3). Its source is Linux's
+//! (`__icmp_send`): for a datagram to one of our addresses, that address; otherwise our
+//! address toward the sender, as the output route back to it would choose it (the address
+//! of its interface on the sender's or the gateway's subnet, else that interface's
+//! primary), falling back to the interface the datagram arrived on.
+
+use core::net::Ipv4Addr;
 
 use netbatch_engine::meta::flag;
 use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
@@ -21,7 +26,9 @@ use netbatch_wire::checksum;
 use super::{be16, be32};
 use crate::host::Host;
 use crate::icmp::is_error_type;
+use crate::iface::Iface;
 use crate::prefix::class;
+use crate::route::RouteKind;
 
 /// Arc to `ip4-local-out`.
 pub const OUT: Next = Next(0);
@@ -97,6 +104,38 @@ fn may_answer(d: &[u8], flags: u32) -> bool {
     true
 }
 
+/// The source address of an error about the datagram `d` (starting at its IP header,
+/// at least 20 bytes) that arrived on `in_if` with metadata flags `flags`.
+///
+/// Linux's `__icmp_send`: `saddr = iph->daddr` when the datagram was for us; else the
+/// source is left to the output route toward the sender, whose preferred source is our
+/// address on the subnet of the sender (connected) or of the gateway. RFC 1812 4.3.2.4
+/// only asks for one of our addresses; this one makes traceroute show the address the
+/// probe was sent to, and a multi-homed interface answer from the sender's subnet.
+fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Option<Ipv4Addr> {
+    let dst = Ipv4Addr::from(be32(d, 16));
+    if flags & flag::LOCAL != 0 && host.is_local(dst) {
+        return Some(dst);
+    }
+    let sender = be32(d, 12);
+    if let Some(hop) = host.routes.lookup(sender)
+        && hop.kind == RouteKind::Unicast
+        && let Some(a) = host.ifaces.get(usize::from(hop.out_if)).and_then(|i| {
+            i.source_for(Ipv4Addr::from(if hop.gateway == 0 {
+                sender
+            } else {
+                hop.gateway
+            }))
+        })
+    {
+        return Some(a);
+    }
+    host.ifaces
+        .get(usize::from(in_if))
+        .and_then(Iface::primary)
+        .or_else(|| host.ifaces.iter().find_map(Iface::primary))
+}
+
 impl Stage<Host> for Ip4IcmpError {
     fn arcs(&self) -> &[&'static str] {
         &["out"]
@@ -134,11 +173,7 @@ impl Stage<Host> for Ip4IcmpError {
                 out.drop(p, reason);
                 continue;
             }
-            let src = host
-                .ifaces
-                .get(usize::from(v.meta.in_if))
-                .and_then(|i| i.primary());
-            let Some(src) = src.or_else(|| host.ifaces.iter().find_map(|i| i.primary())) else {
+            let Some(src) = error_source(host, v.data(), v.meta.flags, v.meta.in_if) else {
                 host.stats.icmp_errors_suppressed += 1;
                 out.drop(p, reason);
                 continue;
@@ -263,6 +298,83 @@ mod tests {
         assert!(!may_answer(&icmp_err, 0), "ICMP error");
         icmp_err[20] = 8;
         assert!(may_answer(&icmp_err, 0), "ICMP echo may get an error");
+    }
+
+    #[test]
+    fn error_source_follows_linux() {
+        use std::sync::Arc;
+
+        use crate::host::HostParams;
+        use crate::iface::Tags;
+        use crate::route::{Route, Routes};
+        use netbatch_wire::ethernet::MacAddr;
+
+        let iface = |name: &str, addrs: &[&str]| Iface {
+            name: name.into(),
+            port: 0,
+            tags: Tags::None,
+            mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            mtu: 1500,
+            addrs: addrs.iter().map(|a| a.parse().expect("address")).collect(),
+        };
+        let mut routes = Routes::new();
+        for (p, kind, out_if, gw) in [
+            ("192.0.2.0/24", RouteKind::Unicast, 0, None),
+            ("10.9.0.0/16", RouteKind::Unicast, 0, None),
+            ("198.51.100.0/24", RouteKind::Unicast, 1, None),
+            ("192.0.2.1/32", RouteKind::Local, 0, None),
+            ("10.9.0.1/32", RouteKind::Local, 0, None),
+            ("198.51.100.1/32", RouteKind::Local, 1, None),
+            ("172.16.0.0/12", RouteKind::Unicast, 0, Some("10.9.0.254")),
+            ("100.64.0.0/10", RouteKind::Blackhole, 0, None),
+            ("0.0.0.0/0", RouteKind::Unicast, 1, Some("198.51.100.254")),
+        ] {
+            routes
+                .insert(Route {
+                    prefix: p.parse().expect("prefix"),
+                    kind,
+                    out_if: Some(out_if),
+                    gateway: gw.map(|g| g.parse().expect("gateway")),
+                })
+                .expect("route");
+        }
+        let host = Host::new(
+            Vec::new(),
+            vec![
+                iface("lan", &["192.0.2.1/24", "10.9.0.1/16"]),
+                iface("wan", &["198.51.100.1/24"]),
+            ],
+            Arc::new(routes),
+            HostParams::default(),
+        );
+        let a = |o: [u8; 4]| Some(Ipv4Addr::from(o));
+        let src = |s, d, flags, in_if| error_source(&host, &udp_to(s, d, 0), flags, in_if);
+        // For us: the address it was sent to, whichever interface it is on.
+        let lan_host = [192, 0, 2, 10];
+        assert_eq!(
+            src(lan_host, [198, 51, 100, 1], flag::LOCAL, 0),
+            a([198, 51, 100, 1])
+        );
+        assert_eq!(
+            src(lan_host, [10, 9, 0, 1], flag::LOCAL, 0),
+            a([10, 9, 0, 1])
+        );
+        // In transit: our address toward the sender (its subnet, or its gateway's).
+        let far = [203, 0, 113, 7];
+        assert_eq!(src(lan_host, far, 0, 0), a([192, 0, 2, 1]));
+        assert_eq!(src([10, 9, 3, 3], far, 0, 0), a([10, 9, 0, 1]));
+        assert_eq!(
+            src([172, 16, 5, 5], far, 0, 1),
+            a([10, 9, 0, 1]),
+            "back by the route to the sender, not by the arrival interface"
+        );
+        assert_eq!(
+            src([203, 0, 113, 9], [192, 0, 2, 10], 0, 0),
+            a([198, 51, 100, 1])
+        );
+        // No unicast route back: the arrival interface's primary.
+        assert_eq!(src([100, 64, 0, 9], far, 0, 1), a([198, 51, 100, 1]));
+        assert_eq!(src([100, 64, 0, 9], far, 0, 0), a([192, 0, 2, 1]));
     }
 
     #[test]

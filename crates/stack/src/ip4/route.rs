@@ -5,6 +5,14 @@
 //! result without a lookup (the kernel's route hint, `ip_list_rcv_finish`); the hint lives
 //! for one list only, so per-packet mode never has one.
 //!
+//! A source that is the directed broadcast of one of our subnets is martian (RFC 1812
+//! 5.3.7, 4.2.2.11 (e): `{<Network-prefix>, -1}` is never a source): such a packet is
+//! dropped (`Ip4MartianSource`) whatever its destination, neither forwarded nor answered,
+//! as Linux's `fib_validate_source` does when the reverse lookup of the source finds a
+//! broadcast route (`IP_INVALID_SOURCE`; Linux looks only with `rp_filter` on, the
+//! common distribution default, netbatch always). `ip4-input` has already refused the
+//! sources martian by class.
+//!
 //! A unicast packet received as link-layer broadcast or multicast is not forwarded (RFC
 //! 1812 5.3.4). Unreachable and prohibit routes and a missing route send the packet to
 //! `ip4-icmp-error` with the reason in `Meta::reason`; blackhole routes drop silently.
@@ -15,7 +23,7 @@ use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
 use super::be32;
 use crate::host::Host;
 use crate::prefix::class;
-use crate::route::{Hop, RouteKind};
+use crate::route::{Hop, RouteKind, Routes};
 
 /// Arc for local delivery.
 pub const LOCAL: Next = Next(0);
@@ -23,6 +31,14 @@ pub const LOCAL: Next = Next(0);
 pub const FORWARD: Next = Next(1);
 /// Arc to the ICMP error stage.
 pub const ERROR: Next = Next(2);
+
+/// Whether `src` is one of our subnets' directed broadcasts (a broadcast route covers
+/// it). Those are only made for subnets of length ≤ 30, whose broadcast ends in at least
+/// two one bits: the other three quarters of sources need no lookup.
+#[inline(always)]
+fn is_broadcast_source(routes: &Routes, src: u32) -> bool {
+    src & 3 == 3 && matches!(routes.lookup(src), Some(h) if h.kind == RouteKind::Broadcast)
+}
 
 /// The routing stage.
 #[derive(Debug, Default)]
@@ -44,8 +60,25 @@ impl Stage<Host> for Ip4Route {
         let routes = &*host.routes;
         let forwarding = host.params.forwarding;
         let mut hint: Option<(u32, Option<Hop>)> = None;
+        let mut src_hint: Option<(u32, bool)> = None;
         for mut p in list.drain(..) {
             let v = cx.pool.get_mut(&mut p);
+            // The last source's verdict is kept for the list, as the route hint is.
+            let src = be32(v.data(), 12);
+            if src & 3 == 3 {
+                let bad = match src_hint {
+                    Some((s, b)) if s == src => b,
+                    _ => {
+                        let b = is_broadcast_source(routes, src);
+                        src_hint = Some((src, b));
+                        b
+                    }
+                };
+                if bad {
+                    out.drop(p, DropReason::Ip4MartianSource);
+                    continue;
+                }
+            }
             let dst = be32(v.data(), 16);
             if class::is_multicast(dst) {
                 v.meta.flags |= flag::LOCAL | flag::L3_MULTICAST;
@@ -98,6 +131,64 @@ impl Stage<Host> for Ip4Route {
                     out.push(ERROR, p);
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::net::Ipv4Addr;
+
+    use super::*;
+    use crate::prefix::Ipv4Prefix;
+    use crate::route::Route;
+
+    #[test]
+    fn directed_broadcasts_end_in_two_one_bits() {
+        // The pre-check of `is_broadcast_source` rests on this: every subnet that has a
+        // directed broadcast (length ≤ 30) has it end in at least two one bits.
+        for len in 0..=32u8 {
+            for a in [0u32, 0x0a09_0001, 0xc000_0201, 0xc633_64fe, u32::MAX] {
+                let p = Ipv4Prefix::truncating(Ipv4Addr::from(a), len);
+                match p.broadcast() {
+                    Some(b) => assert_eq!(u32::from(b) & 3, 3, "{p}"),
+                    None => assert!(len >= 31, "{p}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn broadcast_sources_are_those_with_a_broadcast_route() {
+        let mut r = Routes::new();
+        let add = |r: &mut Routes, p: &str, kind| {
+            r.insert(Route {
+                prefix: p.parse().expect("prefix"),
+                kind,
+                out_if: Some(0),
+                gateway: None,
+            })
+            .expect("route");
+        };
+        add(&mut r, "192.0.2.0/24", RouteKind::Unicast);
+        add(&mut r, "192.0.2.255/32", RouteKind::Broadcast);
+        add(&mut r, "192.0.2.1/32", RouteKind::Local);
+        add(&mut r, "10.9.0.0/16", RouteKind::Unicast);
+        add(&mut r, "10.9.255.255/32", RouteKind::Broadcast);
+        add(&mut r, "0.0.0.0/0", RouteKind::Unicast);
+        let bits = |s: &str| u32::from(s.parse::<Ipv4Addr>().expect("address"));
+        for s in ["192.0.2.255", "10.9.255.255"] {
+            assert!(is_broadcast_source(&r, bits(s)), "{s}");
+        }
+        for s in [
+            "192.0.2.1",
+            "192.0.2.254",
+            "192.0.2.127",
+            "10.9.0.255",
+            "10.10.255.255",
+            "203.0.113.255",
+        ] {
+            assert!(!is_broadcast_source(&r, bits(s)), "{s}");
         }
     }
 }

@@ -6,7 +6,8 @@
 
 macro_rules! drop_reasons {
     ($($variant:ident = $name:literal : $desc:literal,)*) => {
-        /// A drop reason. `#[repr(u16)]`, dense from 1, so it indexes counter arrays.
+        /// A drop reason. `#[repr(u16)]`, dense from 0 (`Unspecified` is 0), so it indexes
+        /// counter arrays.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[repr(u16)]
         pub enum DropReason {
@@ -100,7 +101,6 @@ drop_reasons! {
     TcpNoHandler = "tcp_no_handler" : "TCP to a local address and no host port to hand it to",
     IcmpTruncated = "icmp_truncated" : "ICMP message cut short",
     IcmpChecksum = "icmp_checksum" : "ICMP checksum wrong",
-    IcmpConsumed = "icmp_consumed" : "ICMP message handled, nothing to answer",
     IcmpBroadcastEcho = "icmp_broadcast_echo" : "echo request to a broadcast or multicast address ignored",
     // GRO/GSO
     GsoFailed = "gso_failed" : "super-packet could not be segmented",
@@ -145,5 +145,7 @@ mod tests {
             assert!(!r.description().is_empty() && !r.description().ends_with('.'));
         }
         assert_eq!(DropReason::from_u16(DropReason::COUNT as u16), None);
+        // 0 is what `Meta::reason` holds while a packet is alive: no specific reason.
+        assert_eq!(DropReason::from_u16(0), Some(DropReason::Unspecified));
     }
 }

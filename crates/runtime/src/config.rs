@@ -1233,6 +1233,15 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         }
         if a.queue == 0 {
             e.add(format!("{key}.queue"), "must be at least 1");
+        } else if a.queue > pool.buffers as usize {
+            // The queue is allocated whole at bind, and could never fill past the pool.
+            e.add(
+                format!("{key}.queue"),
+                format!(
+                    "{} is more than the {} packet buffers there are (pool.buffers)",
+                    a.queue, pool.buffers
+                ),
+            );
         }
         if !binds.insert(sa) {
             e.add(
@@ -1518,6 +1527,10 @@ mod tests {
             kind = "udp-sink"
             bind = "0.0.0.0:9"
             worker = 2
+            [[app]]
+            kind = "udp-sink"
+            bind = "0.0.0.0:10"
+            queue = 20000
         "#;
         let e = parse(bad).unwrap_err();
         let keys: Vec<&str> = e.errors.iter().map(|x| x.key.as_str()).collect();
@@ -1540,6 +1553,7 @@ mod tests {
             "app[0].bind",
             "app[1].gro",
             "app[2].worker",
+            "app[3].queue",
             "datapath.rps",
             "datapath.cores",
             "port[0].rx_workers[0]",

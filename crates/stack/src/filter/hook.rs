@@ -15,7 +15,7 @@ pub struct HookStage {
     hook: HookPoint,
     chain: Chain,
     reason: DropReason,
-    /// Packets matched per rule (policy hits in the last slot).
+    /// Wire packets matched per rule (policy hits in the last slot).
     pub hits: Vec<u64>,
 }
 
@@ -97,7 +97,9 @@ impl Stage<Host> for HookStage {
                 if out_ok { v.meta.out_if } else { u16::MAX },
             );
             let (verdict, rule) = self.chain.eval(&k);
-            self.hits[rule.unwrap_or(policy_slot)] += 1;
+            // In wire packets, like the drop counters: a GRO super-packet is a hit for
+            // each datagram it stands for.
+            self.hits[rule.unwrap_or(policy_slot)] += v.meta.wire_packets();
             match verdict {
                 Verdict::Accept => out.push(ACCEPT, p),
                 Verdict::Drop => out.drop(p, self.reason),

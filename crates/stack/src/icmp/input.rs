@@ -29,7 +29,8 @@ impl Stage<Host> for IcmpInput {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
-            let ihl = usize::from(v.meta.l4 - v.meta.l3);
+            // `ip4-input` set both; a wrapped difference fails the length check below.
+            let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
             let d = v.data();
             if d.len() < ihl + 8 {
                 out.drop(p, DropReason::IcmpTruncated);

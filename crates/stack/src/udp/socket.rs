@@ -3,7 +3,8 @@
 //!
 //! Lookup order: exact local address first, then the wildcard (RFC 1122 4.1.3.5: the
 //! most specific binding wins). A queue never grows past its configured length; a full
-//! queue is a counted drop at the UDP stage.
+//! queue is a counted drop at the UDP stage. Its storage is allocated whole at bind time
+//! (at most [`MAX_QUEUE_LEN`] handles), so queueing a datagram never allocates.
 //!
 //! The table is shared by every worker (a clone of [`Sockets`] is the same table), as a
 //! kernel's sockets are shared by its CPUs: whichever worker processes a datagram queues
@@ -19,6 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use netbatch_engine::{BufCache, Pkt, Pool};
+
+/// Longest socket queue, in datagrams: a pool has at most this many buffers
+/// (`netbatch_engine::pool::MAX_BUFFERS`), so a longer queue could never fill. The queue
+/// is preallocated whole, 4 bytes per datagram (64 MiB at this length).
+pub const MAX_QUEUE_LEN: usize = netbatch_engine::pool::MAX_BUFFERS as usize;
 
 /// A socket's index in the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -222,6 +228,8 @@ pub enum BindError {
     PortZero,
     /// Queue length 0.
     ZeroQueue,
+    /// Queue length above [`MAX_QUEUE_LEN`].
+    QueueTooLong(usize),
 }
 
 impl fmt::Display for BindError {
@@ -230,6 +238,10 @@ impl fmt::Display for BindError {
             Self::InUse(a, p) => write!(f, "{a}:{p} is already bound"),
             Self::PortZero => f.write_str("cannot bind port 0"),
             Self::ZeroQueue => f.write_str("socket queue length must be at least 1"),
+            Self::QueueTooLong(n) => write!(
+                f,
+                "socket queue length {n} is above the maximum {MAX_QUEUE_LEN} (the most buffers a pool can have)"
+            ),
         }
     }
 }
@@ -335,13 +347,17 @@ impl Sockets {
         self.shared.generation.fetch_add(1, Ordering::Release);
     }
 
-    /// Binds `addr:port` with a queue of `queue_len` datagrams.
+    /// Binds `addr:port` with a queue of `queue_len` datagrams (1 ..= [`MAX_QUEUE_LEN`]),
+    /// allocated here whole.
     pub fn bind(&self, addr: Ipv4Addr, port: u16, queue_len: usize) -> Result<SocketId, BindError> {
         if port == 0 {
             return Err(BindError::PortZero);
         }
         if queue_len == 0 {
             return Err(BindError::ZeroQueue);
+        }
+        if queue_len > MAX_QUEUE_LEN {
+            return Err(BindError::QueueTooLong(queue_len));
         }
         let k = key(u32::from(addr), port);
         let mut out = Err(BindError::InUse(addr, port));
@@ -355,7 +371,8 @@ impl Sockets {
                 gro: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 queue: Mutex::new(Queue {
-                    q: VecDeque::with_capacity(queue_len.min(65_536)),
+                    // The whole configured length: pushing up to `cap` never grows it.
+                    q: VecDeque::with_capacity(queue_len),
                     ..Queue::default()
                 }),
                 cap: queue_len,
@@ -535,5 +552,54 @@ mod tests {
         );
         let t = std::thread::spawn(move || b.lookup(0, 7));
         assert_eq!(t.join().unwrap(), Some(id));
+    }
+
+    /// A queue longer than the old 65,536-handle preallocation (70,000 datagrams) is
+    /// allocated whole at bind and never grows while datagrams are queued, through the
+    /// UDP stage's writer and through `enqueue`, up to the configured length; the next
+    /// one is refused (counted full). Lengths 0 and above `MAX_QUEUE_LEN` are refused.
+    #[test]
+    fn queue_is_preallocated_to_its_configured_length() {
+        const LEN: usize = 70_000;
+        let pool = Pool::new(netbatch_engine::PoolConfig {
+            buffers: LEN as u32 + 1,
+            buf_size: 1024,
+            cache_size: 512,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut c = pool.cache();
+        let t = Sockets::new();
+        let (_, s) = t.open(Ipv4Addr::UNSPECIFIED, 9, LEN).unwrap();
+        let cap = s.lock().q.capacity();
+        assert!(cap >= LEN, "capacity {cap} after bind");
+        {
+            let mut w = s.writer();
+            for _ in 0..LEN / 2 {
+                assert!(w.push(c.alloc().unwrap(), 1).is_ok());
+            }
+        }
+        for _ in LEN / 2..LEN {
+            assert!(s.enqueue(c.alloc().unwrap(), 1).is_ok());
+        }
+        assert_eq!(s.queued(), LEN);
+        let extra = s.enqueue(c.alloc().unwrap(), 1).unwrap_err();
+        c.free(extra);
+        assert_eq!(s.lock().q.capacity(), cap, "the queue never reallocated");
+        assert_eq!(s.stats().queue_full, 1);
+        let mut out = Vec::with_capacity(LEN);
+        assert_eq!(s.recv_batch(&mut out, usize::MAX), LEN);
+        c.free_all(&mut out);
+        drop(c);
+        assert_eq!(pool.free_in_pool(), LEN + 1);
+
+        assert_eq!(
+            t.bind(Ipv4Addr::UNSPECIFIED, 10, MAX_QUEUE_LEN + 1),
+            Err(BindError::QueueTooLong(MAX_QUEUE_LEN + 1))
+        );
+        assert_eq!(
+            t.bind(Ipv4Addr::UNSPECIFIED, 10, 0),
+            Err(BindError::ZeroQueue)
+        );
     }
 }

@@ -9,16 +9,13 @@
 //! held`. Expectations come from etherparse, hand-made bytes or hand-computed values.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use etherparse::{
     ArpEthIpv4Packet, Icmpv4Type, NetSlice, PacketBuilder, SlicedPacket,
     icmpv4::DestUnreachableHeader,
 };
-use netbatch_ports::pcap::{CapturedFrame, read_frames, write_pcap};
-use netbatch_runtime::config::Config;
-use netbatch_runtime::replay::replay;
 use netbatch_scenarios::frames;
+use netbatch_scenarios::replay::{Outcome, run_variants};
 use netbatch_wire::ethernet::MacAddr;
 use serde_json::Value;
 
@@ -86,115 +83,18 @@ via = "198.51.100.254"
     )
 }
 
-/// What one replay produced: frames per output port and the stats document.
-struct Outcome {
-    eth0: Vec<Vec<u8>>,
-    eth1: Vec<Vec<u8>>,
-    stats: Value,
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("netbatch-router-control-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
-
 /// Replays `input` (frames with timestamps in nanoseconds, received on eth0) through the
-/// router in every variant; returns the list/buckets outcome after checking conservation,
-/// that the variants agree, and that a second run gives the same bytes.
+/// router in every variant (`netbatch_scenarios::replay::run_variants` checks what holds
+/// for every case); returns the list/buckets outcome.
 fn run_all(case: &str, input: &[(u64, Vec<u8>)], settings: &str, extra: &str) -> Outcome {
-    let cap: Vec<CapturedFrame> = input
-        .iter()
-        .map(|(t, b)| CapturedFrame {
-            ts_ns: 1_700_000_000_000_000_000 + t,
-            bytes: b.clone(),
-        })
-        .collect();
-    let inp = tmp(&format!("{case}.pcap"));
-    write_pcap(&inp, &cap).expect("write input");
-    let parse = |mode: &str, dispatch: &str| {
-        Config::parse(
-            &config(mode, dispatch, settings, extra),
-            std::path::Path::new("."),
-            case,
-        )
-        .unwrap_or_else(|e| panic!("{e}"))
-    };
-    let mut results: Vec<(String, Outcome)> = Vec::new();
-    for (mode, dispatch) in [
-        ("packet", "runs"),
-        ("packet", "buckets"),
-        ("list", "runs"),
-        ("list", "buckets"),
-    ] {
-        let out = tmp(&format!("{case}-{mode}-{dispatch}.pcapng"));
-        let r = replay(&parse(mode, dispatch), &inp, &out, None).expect("replay");
-        let (mut eth0, mut eth1) = (Vec::new(), Vec::new());
-        for f in read_frames(&out).expect("read output") {
-            match &f.bytes[6..12] {
-                s if s == ETH0.0 => eth0.push(f.bytes),
-                s if s == ETH1.0 => eth1.push(f.bytes),
-                other => panic!("{case}: frame from unknown MAC {other:?}"),
-            }
-        }
-        let s = &r.stats;
-        let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("stats has no {k}"));
-        assert_eq!(
-            n("rx_packets") + n("originated_packets"),
-            n("tx_packets") + n("delivered_packets") + n("dropped_packets") + n("held_packets"),
-            "{case} {mode}/{dispatch}: conservation"
-        );
-        assert_eq!(n("rx_packets"), input.len() as u64, "{case}");
-        assert_eq!(
-            n("tx_packets") as usize,
-            eth0.len() + eth1.len(),
-            "{case}: every transmitted frame is in the output"
-        );
-        results.push((
-            format!("{mode}/{dispatch}"),
-            Outcome {
-                eth0,
-                eth1,
-                stats: r.stats,
-            },
-        ));
-    }
-    let flows = |o: &Outcome| -> BTreeMap<Vec<u8>, Vec<Vec<u8>>> {
-        let mut m: BTreeMap<Vec<u8>, Vec<Vec<u8>>> = BTreeMap::new();
-        for f in o.eth0.iter().chain(&o.eth1) {
-            let key = if f.len() >= 34 && f[12..14] == [8, 0] {
-                [&f[0..12], &f[26..34]].concat()
-            } else {
-                f.clone()
-            };
-            m.entry(key).or_default().push(f.clone());
-        }
-        m
-    };
-    let (first_name, first) = &results[0];
-    for (name, o) in &results[1..] {
-        assert_eq!(
-            flows(o),
-            flows(first),
-            "{case}: {name} differs per flow from {first_name}"
-        );
-        if name.starts_with("list/runs") || name.starts_with("packet") {
-            assert_eq!(
-                (&o.eth0, &o.eth1),
-                (&first.eth0, &first.eth1),
-                "{case}: {name} differs in order from {first_name}"
-            );
-        }
-        for k in ["drops", "host"] {
-            assert_eq!(o.stats[k], first.stats[k], "{case}: {name} {k}");
-        }
-    }
-    let again = tmp(&format!("{case}-again.pcapng"));
-    replay(&parse("list", "buckets"), &inp, &again, None).expect("replay");
-    let a = std::fs::read(&again).expect("output");
-    let b = std::fs::read(tmp(&format!("{case}-list-buckets.pcapng"))).expect("output");
-    assert_eq!(a, b, "{case}: replay is deterministic");
-    results.pop().map(|(_, o)| o).expect("four variants")
+    run_variants(
+        "netbatch-router-control",
+        case,
+        input,
+        [ETH0, ETH1],
+        &["drops", "host"],
+        |mode, dispatch| config(mode, dispatch, settings, extra),
+    )
 }
 
 /// A UDP datagram from the LAN host (192.0.2.10) to `dst`, received on eth0.

@@ -16,6 +16,7 @@ use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
 pub mod frames;
+pub mod replay;
 
 /// Our MAC on eth0.
 pub const US: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);

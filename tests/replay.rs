@@ -6,11 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use etherparse::{NetSlice, SlicedPacket};
 use netbatch_scenarios::frames;
 use netbatch_scenarios::replay::{Outcome, run_variants};
 use netbatch_wire::ethernet::MacAddr;
-use serde_json::Value;
 
 const ETH0: MacAddr = MacAddr([0x02, 0, 0x5e, 0, 0x53, 0x01]);
 const ETH1: MacAddr = MacAddr([0x02, 0, 0x5e, 0, 0x53, 0x02]);
@@ -90,32 +88,6 @@ fn host_tcp(dport: u16, payload: &[u8]) -> Vec<u8> {
     )
 }
 
-/// The stats of stage `name`.
-fn stage<'a>(o: &'a Outcome, name: &str) -> &'a Value {
-    o.stats["stages"]
-        .as_array()
-        .expect("stages")
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no stage {name}"))
-}
-
-fn ipv4(frame: &[u8]) -> etherparse::Ipv4Header {
-    match SlicedPacket::from_ethernet(frame).expect("frame").net {
-        Some(NetSlice::Ipv4(i)) => i.header().to_header(),
-        other => panic!("not IPv4: {other:?}"),
-    }
-}
-
-fn drops(o: &Outcome) -> BTreeMap<String, u64> {
-    o.stats["drops"]
-        .as_object()
-        .expect("drops")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
-        .collect()
-}
-
 #[test]
 fn forwarding_decrements_ttl_and_rewrites_macs() {
     let input: Vec<(u64, Vec<u8>)> = (0..20u8)
@@ -132,7 +104,7 @@ fn forwarding_decrements_ttl_and_rewrites_macs() {
     for (i, f) in o.eth1.iter().enumerate() {
         assert_eq!(&f[0..6], &GW.0, "to the gateway");
         assert_eq!(&f[6..12], &ETH1.0, "from eth1");
-        let h = ipv4(f);
+        let h = frames::ipv4(f);
         assert_eq!(h.time_to_live, 64 - i as u8 - 1, "TTL decremented once");
         assert_eq!(
             h.header_checksum,
@@ -161,7 +133,7 @@ fn ttl_one_gets_time_exceeded_quoting_the_original() {
     assert_eq!(o.eth0.len(), 1);
     let f = &o.eth0[0];
     assert_eq!(&f[0..6], &HOST.0);
-    let h = ipv4(f);
+    let h = frames::ipv4(f);
     assert_eq!(
         (h.source, h.destination),
         ([192, 0, 2, 1], [192, 0, 2, 10]),
@@ -181,7 +153,7 @@ fn ttl_one_gets_time_exceeded_quoting_the_original() {
         &probe[14..],
         "quotes the datagram as received, TTL 1 and all"
     );
-    assert_eq!(stage(&o, "ip4-icmp-error")["events"]["sent_ttl_expired"], 1);
+    assert_eq!(o.stage("ip4-icmp-error")["events"]["sent_ttl_expired"], 1);
     assert_eq!(
         o.stats["originated_packets"], 0,
         "the error is built in the probe's buffer"
@@ -218,7 +190,7 @@ fn unknown_destination_gets_unreachable() {
     );
     for (f, (_, orig)) in o.eth0.iter().zip(&input) {
         assert_eq!(&f[0..6], &HOST.0, "back to the sender's MAC");
-        let h = ipv4(f);
+        let h = frames::ipv4(f);
         assert_eq!(
             (h.source, h.destination),
             ([192, 0, 2, 1], [192, 0, 2, 10]),
@@ -332,10 +304,10 @@ fn forward_firewall_drops_exactly_what_it_names() {
     let o = run_all("firewall", &input, &extra, true);
     assert_eq!(o.eth1.len(), 3);
     assert_eq!(
-        drops(&o),
+        o.drops(),
         BTreeMap::from([("filter_forward".to_string(), 2)])
     );
-    let hook = stage(&o, "hook-forward");
+    let hook = o.stage("hook-forward");
     assert_eq!(hook["events"]["rule_0"], 2);
     assert_eq!(hook["events"]["policy"], 3);
 }
@@ -377,7 +349,7 @@ fn malformed_frames_are_dropped_with_their_reasons() {
     let o = run_all("malformed", &input, DEFAULT_ROUTE, true);
     assert_eq!(o.eth1.len(), 1, "only the good one");
     assert_eq!(
-        drops(&o),
+        o.drops(),
         BTreeMap::from([
             ("ip4_checksum".to_string(), 1),
             ("ip4_header_len".to_string(), 1),
@@ -419,7 +391,7 @@ fn large_packets_are_fragmented_to_the_output_mtu() {
     let mut reassembled = Vec::new();
     let mut offsets = Vec::new();
     for f in &o.eth1 {
-        let h = ipv4(f);
+        let h = frames::ipv4(f);
         assert!(usize::from(h.total_len) <= 1400, "fits the MTU");
         assert_eq!(h.header_checksum, h.calc_header_checksum());
         offsets.push((h.fragment_offset.byte_offset(), h.more_fragments));

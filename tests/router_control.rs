@@ -17,7 +17,6 @@ use etherparse::{
 use netbatch_scenarios::frames;
 use netbatch_scenarios::replay::{Outcome, run_variants};
 use netbatch_wire::ethernet::MacAddr;
-use serde_json::Value;
 
 const ETH0: MacAddr = MacAddr([0x02, 0, 0x5e, 0, 0x53, 0x01]);
 const ETH1: MacAddr = MacAddr([0x02, 0, 0x5e, 0, 0x53, 0x02]);
@@ -102,16 +101,6 @@ fn host_udp(dst: &str, sport: u16, dport: u16, ttl: u8, payload: &[u8]) -> Vec<u
     frames::udp(HOST, ETH0, "192.0.2.10", dst, sport, dport, ttl, payload)
 }
 
-/// The stats of stage `name`.
-fn stage<'a>(o: &'a Outcome, name: &str) -> &'a Value {
-    o.stats["stages"]
-        .as_array()
-        .expect("stages")
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no stage {name}"))
-}
-
 /// A host event counter (`icmp_errors_suppressed`, ...).
 fn host(o: &Outcome, k: &str) -> u64 {
     o.stats["host"][k]
@@ -119,25 +108,8 @@ fn host(o: &Outcome, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("no host counter {k}"))
 }
 
-fn drops(o: &Outcome) -> BTreeMap<String, u64> {
-    o.stats["drops"]
-        .as_object()
-        .expect("drops")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
-        .collect()
-}
-
 fn reasons(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
     list.iter().map(|(k, v)| (k.to_string(), *v)).collect()
-}
-
-/// The IPv4 header of a frame, as etherparse reads it.
-fn ipv4(frame: &[u8]) -> etherparse::Ipv4Header {
-    match SlicedPacket::from_ethernet(frame).expect("frame").net {
-        Some(NetSlice::Ipv4(i)) => i.header().to_header(),
-        other => panic!("not IPv4: {other:?}"),
-    }
 }
 
 /// The ARP packet of a frame, as etherparse reads it.
@@ -160,7 +132,7 @@ fn assert_icmp_error(
     orig: &[u8],
     what: &str,
 ) {
-    let h = ipv4(f);
+    let h = frames::ipv4(f);
     assert_eq!((h.source, h.destination), (src, dst), "{what}: addresses");
     assert_eq!(
         h.header_checksum,
@@ -226,14 +198,14 @@ fn output_hook_drops_locally_originated_icmp_only() {
     );
     assert_eq!(o.eth1.len(), 2, "forwarded traffic never meets OUTPUT");
     assert!(o.eth1.iter().all(|f| f[0..6] == GW.0), "to the gateway");
-    let protos: Vec<u8> = o.eth1.iter().map(|f| ipv4(f).protocol.0).collect();
+    let protos: Vec<u8> = o.eth1.iter().map(|f| frames::ipv4(f).protocol.0).collect();
     assert_eq!(
         protos,
         vec![1, 17],
         "the forwarded echo request, then the UDP datagram"
     );
-    assert_eq!(drops(&o), reasons(&[("filter_output", 2)]));
-    let hook = stage(&o, "hook-output");
+    assert_eq!(o.drops(), reasons(&[("filter_output", 2)]));
+    let hook = o.stage("hook-output");
     assert_eq!(hook["events"]["rule_0"], 2);
     assert_eq!(hook["events"]["policy"], 0);
 }
@@ -263,15 +235,15 @@ fn postrouting_out_match_drops_one_port_only() {
     assert_eq!(o.eth0.len(), 2, "the peer's datagram and the echo reply");
     let f = &o.eth0[0];
     assert_eq!(&f[0..6], &PEER.0, "to the peer's MAC");
-    let h = ipv4(f);
+    let h = frames::ipv4(f);
     assert_eq!(h.destination, [192, 0, 2, 20]);
     assert_eq!(h.time_to_live, 63, "forwarded: TTL decremented once");
     assert_eq!(&f[34..], &to_peer[34..], "UDP header and payload unchanged");
     let r = &o.eth0[1];
     assert_eq!(&r[0..6], &HOST.0);
     assert_eq!(frames::icmp(r)[0], 0, "echo reply");
-    assert_eq!(drops(&o), reasons(&[("filter_postrouting", 2)]));
-    let hook = stage(&o, "hook-postrouting");
+    assert_eq!(o.drops(), reasons(&[("filter_postrouting", 2)]));
+    let hook = o.stage("hook-postrouting");
     assert_eq!(hook["events"]["rule_0"], 2);
     assert_eq!(hook["events"]["policy"], 2);
 }
@@ -311,8 +283,8 @@ fn icmp_errors_are_rate_limited_to_the_burst_then_the_rate() {
     }
     assert_eq!(host(&o, "icmp_errors_rate_limited"), 6 + 2);
     assert_eq!(host(&o, "icmp_errors_out"), 7);
-    assert_eq!(stage(&o, "ip4-icmp-error")["events"]["sent_ttl_expired"], 7);
-    assert_eq!(drops(&o), reasons(&[("ttl_expired", 8)]));
+    assert_eq!(o.stage("ip4-icmp-error")["events"]["sent_ttl_expired"], 7);
+    assert_eq!(o.drops(), reasons(&[("ttl_expired", 8)]));
 }
 
 /// RFC 1812 4.3.2.7 / RFC 1122 3.2.2: no error about an ICMP error, a non-first fragment,
@@ -385,7 +357,7 @@ fn icmp_errors_are_suppressed_where_rfc1812_forbids_them() {
     assert_icmp_error(&o.eth0[1], 3, 3, us, lan, &closed, "closed port");
     assert_icmp_error(&o.eth0[2], 11, 0, us, lan, &echo, "echo request with TTL 1");
     assert_eq!(
-        drops(&o),
+        o.drops(),
         reasons(&[
             ("forward_l2_broadcast", 1),
             ("ip4_martian_source", 1),
@@ -402,7 +374,7 @@ fn icmp_errors_are_suppressed_where_rfc1812_forbids_them() {
         "ICMP error, non-first fragment"
     );
     assert_eq!(o.stats["host"]["icmp_errors_rate_limited"], 0);
-    let ev = &stage(&o, "ip4-icmp-error")["events"];
+    let ev = &o.stage("ip4-icmp-error")["events"];
     assert_eq!(
         (&ev["sent_ttl_expired"], &ev["sent_no_socket"]),
         (&2.into(), &1.into())
@@ -511,7 +483,7 @@ fn arp_request_for_us_is_answered_and_the_requester_learned() {
     );
     let r = &o.eth0[1];
     assert_eq!(&r[0..6], &R.0, "the learned MAC");
-    let h = ipv4(r);
+    let h = frames::ipv4(r);
     assert_eq!((h.source, h.destination), ([192, 0, 2, 1], [192, 0, 2, 30]));
     let b = frames::icmp(r);
     assert_eq!(b[0..2], [0, 0], "echo reply");
@@ -557,7 +529,7 @@ fn gratuitous_arp_moves_a_known_neighbour_only() {
     for (f, (mac, m)) in o.eth0[1..4].iter().zip([(A, 1u8), (B, 2), (C, 3)]) {
         assert_eq!(&f[0..6], &mac.0, "packet {m} to the MAC announced last");
         assert_eq!(f[42], m);
-        assert_eq!(ipv4(f).destination, [192, 0, 2, 30]);
+        assert_eq!(frames::ipv4(f).destination, [192, 0, 2, 30]);
     }
     let req = arp(&o.eth0[4]);
     assert_eq!(&o.eth0[4][0..6], &bc.0);
@@ -566,7 +538,7 @@ fn gratuitous_arp_moves_a_known_neighbour_only() {
         (etherparse::ArpOperation::REQUEST, [192, 0, 2, 40]),
         "192.0.2.40 was not learned from its announcement"
     );
-    assert_eq!(drops(&o), reasons(&[("arp_not_for_us", 1)]));
+    assert_eq!(o.drops(), reasons(&[("arp_not_for_us", 1)]));
     assert_eq!(
         o.stats["delivered_packets"], 2,
         "the two announcements that updated"
@@ -607,7 +579,7 @@ fn neighbour_queue_overflow_keeps_the_newest() {
         })
         .collect();
     assert_eq!(released, vec![3, 4, 5, 6]);
-    assert_eq!(drops(&o), reasons(&[("neigh_queue_full", 3)]));
+    assert_eq!(o.drops(), reasons(&[("neigh_queue_full", 3)]));
     assert_eq!(o.stats["held_packets"], 0);
 }
 
@@ -655,10 +627,10 @@ fn directed_broadcast_source_is_martian() {
         o.eth0.is_empty(),
         "no echo reply, no ICMP error, no ARP reply"
     );
-    let sources: Vec<[u8; 4]> = o.eth1.iter().map(|f| ipv4(f).source).collect();
+    let sources: Vec<[u8; 4]> = o.eth1.iter().map(|f| frames::ipv4(f).source).collect();
     assert_eq!(sources, vec![[10, 10, 255, 255], [192, 0, 3, 255]]);
     assert_eq!(
-        drops(&o),
+        o.drops(),
         reasons(&[("arp_bad_sender", 1), ("ip4_martian_source", 5)])
     );
     assert_eq!(

@@ -143,3 +143,14 @@ pub fn icmp(frame: &[u8]) -> &[u8] {
 pub fn parse(frame: &[u8]) -> etherparse::SlicedPacket<'_> {
     etherparse::SlicedPacket::from_ethernet(frame).expect("a frame etherparse can parse")
 }
+
+/// The IPv4 header of an Ethernet frame, parsed by etherparse.
+pub fn ipv4(frame: &[u8]) -> etherparse::Ipv4Header {
+    match etherparse::SlicedPacket::from_ethernet(frame)
+        .expect("frame")
+        .net
+    {
+        Some(etherparse::NetSlice::Ipv4(i)) => i.header().to_header(),
+        other => panic!("not IPv4: {other:?}"),
+    }
+}

@@ -24,6 +24,28 @@ pub struct Outcome {
     pub stats: Value,
 }
 
+impl Outcome {
+    /// The stats of stage `name`.
+    pub fn stage(&self, name: &str) -> &Value {
+        self.stats["stages"]
+            .as_array()
+            .expect("stages")
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap_or_else(|| panic!("no stage {name}"))
+    }
+
+    /// Drops by reason name.
+    pub fn drops(&self) -> BTreeMap<String, u64> {
+        self.stats["drops"]
+            .as_object()
+            .expect("drops")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
+            .collect()
+    }
+}
+
 /// A path in this test process's temporary directory `dir`.
 pub fn tmp(dir: &str, name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("{dir}-{}", std::process::id()));

@@ -27,7 +27,6 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use netbatch_engine::offload::Features;
 use netbatch_engine::{Pkt, PktList};
 
 use crate::sys::{self, Interface, Mmap, PortError};
@@ -280,13 +279,6 @@ impl Port for AfPacketQueue {
         &self.spec.name
     }
 
-    fn features(&self) -> Features {
-        let mut f = self.spec.features;
-        // Fraglist chains have no virtio-net form: the stack unlinks them.
-        f.tx_gso_list = false;
-        f
-    }
-
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
         self.check(cx.now_ns);
         if self.health.failed() {
@@ -535,7 +527,7 @@ mod tests {
             worker,
             rx_member,
             rx_members,
-            features: Features::default(),
+            features: netbatch_engine::offload::Features::default(),
             room: 1920,
         }
     }

@@ -417,10 +417,6 @@ impl Port for GenPort {
         &self.name
     }
 
-    fn features(&self) -> Features {
-        self.features
-    }
-
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
         let mut n = max;
         if let Some(l) = self.limit {

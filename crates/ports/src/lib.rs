@@ -71,11 +71,6 @@ pub trait Port: Send {
     /// The configured name.
     fn name(&self) -> &str;
 
-    /// Offloads the port performs.
-    fn features(&self) -> Features {
-        Features::default()
-    }
-
     /// Receives up to `max` frames into `out` (appending); returns the wire packets they
     /// stand for (a super-frame from the kernel's TSO or GRO counts its segments).
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64;

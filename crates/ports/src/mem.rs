@@ -95,10 +95,6 @@ impl Port for MemPort {
         &self.name
     }
 
-    fn features(&self) -> Features {
-        self.features
-    }
-
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
         let (mut n, mut seen) = (0, 0);
         // Dropped frames count against `max` too, so one call stays bounded.
@@ -232,17 +228,21 @@ mod tests {
 
     use super::*;
 
+    fn four_buffers() -> Pool {
+        Pool::new(PoolConfig {
+            buffers: 4,
+            cache_size: 4,
+            ..PoolConfig::default()
+        })
+        .expect("pool")
+    }
+
     /// Like a NIC, the port drops what it cannot take instead of holding it back: a frame
     /// longer than a buffer, and frames arriving while no buffer is free. Each is counted
     /// once, in the port's counters and in what the caller is told.
     #[test]
     fn frames_without_a_buffer_or_too_long_are_dropped_and_reported() {
-        let pool = Pool::new(PoolConfig {
-            buffers: 4,
-            cache_size: 4,
-            ..PoolConfig::default()
-        })
-        .expect("pool");
+        let pool = four_buffers();
         let mut cache = pool.cache();
         let room = pool.config().room();
         let mut port = MemPort::new("m0", 0, room);
@@ -282,12 +282,7 @@ mod tests {
     /// One call looks at no more than `max` frames, dropped ones included.
     #[test]
     fn a_call_is_bounded_by_max_even_when_dropping() {
-        let pool = Pool::new(PoolConfig {
-            buffers: 4,
-            cache_size: 4,
-            ..PoolConfig::default()
-        })
-        .expect("pool");
+        let pool = four_buffers();
         let mut cache = pool.cache();
         let room = pool.config().room();
         let mut port = MemPort::new("m0", 0, room);

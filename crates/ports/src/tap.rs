@@ -20,7 +20,6 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use netbatch_engine::offload::Features;
 use netbatch_engine::{Pkt, PktList};
 
 use crate::sys::{self, PortError};
@@ -165,12 +164,6 @@ fn set_up(name: &str) -> std::io::Result<()> {
 impl Port for TapQueue {
     fn name(&self) -> &str {
         &self.spec.name
-    }
-
-    fn features(&self) -> Features {
-        let mut f = self.spec.features;
-        f.tx_gso_list = false;
-        f
     }
 
     fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
@@ -338,7 +331,7 @@ mod tests {
             worker,
             rx_member: Some(worker),
             rx_members: 1,
-            features: Features::default(),
+            features: netbatch_engine::offload::Features::default(),
             room: 1920,
         }
     }

@@ -69,6 +69,19 @@ pub struct WorkerStats {
     pub processed: u64,
 }
 
+/// The stage context of a worker's round: its pool, cache and fate counters at `now_ns`
+/// (a macro, so the borrow of those fields stays apart from the graph's and the host's).
+macro_rules! stage_cx {
+    ($w:ident, $now:expr) => {
+        Cx {
+            pool: &$w.pool,
+            cache: &mut $w.cache,
+            now_ns: $now,
+            acct: &mut $w.acct,
+        }
+    };
+}
+
 /// One worker.
 pub struct Worker {
     /// The stage graph.
@@ -368,12 +381,7 @@ impl Worker {
                 // The per-packet twin, as lean as it was before RPS existed.
                 self.stats.processed += got as u64;
                 if let Some(pk) = self.list.pop() {
-                    let mut cx = Cx {
-                        pool: &self.pool,
-                        cache: &mut self.cache,
-                        now_ns,
-                        acct: &mut self.acct,
-                    };
+                    let mut cx = stage_cx!(self, now_ns);
                     self.graph.run_one(&mut self.host, &mut cx, self.entry, pk);
                 }
                 continue;
@@ -451,12 +459,7 @@ impl Worker {
         if list.is_empty() {
             return;
         }
-        let mut cx = Cx {
-            pool: &self.pool,
-            cache: &mut self.cache,
-            now_ns,
-            acct: &mut self.acct,
-        };
+        let mut cx = stage_cx!(self, now_ns);
         let one_by_one = self.params.mode == Mode::Packet;
         if one_by_one {
             for p in list.drain(..) {
@@ -476,12 +479,7 @@ impl Worker {
         if self.graph.held() == 0 {
             return;
         }
-        let mut cx = Cx {
-            pool: &self.pool,
-            cache: &mut self.cache,
-            now_ns,
-            acct: &mut self.acct,
-        };
+        let mut cx = stage_cx!(self, now_ns);
         let one_by_one = self.params.mode == Mode::Packet;
         self.graph.flush(&mut self.host, &mut cx, g, one_by_one);
     }
@@ -565,12 +563,7 @@ impl Worker {
         if self.apps.is_empty() {
             return;
         }
-        let mut cx = Cx {
-            pool: &self.pool,
-            cache: &mut self.cache,
-            now_ns,
-            acct: &mut self.acct,
-        };
+        let mut cx = stage_cx!(self, now_ns);
         for a in &mut self.apps {
             a.poll(&mut self.host, &mut cx);
         }

@@ -825,9 +825,7 @@ mod tests {
         let mut v = Vec::new();
         b.write(&mut v, payload).unwrap();
         v[18..20].copy_from_slice(&id.to_be_bytes());
-        v[24..26].copy_from_slice(&[0, 0]);
-        let c = checksum::checksum(&v[14..34]);
-        v[24..26].copy_from_slice(&c.to_be_bytes());
+        netbatch_wire::ipv4::fill_header_checksum(&mut v[14..], 20);
         v
     }
 
@@ -973,9 +971,7 @@ mod tests {
             .write(&mut v, &[id as u8; 300])
             .unwrap();
         v[18..20].copy_from_slice(&id.to_be_bytes());
-        v[24..26].copy_from_slice(&[0, 0]);
-        let c = checksum::checksum(&v[14..34]);
-        v[24..26].copy_from_slice(&c.to_be_bytes());
+        netbatch_wire::ipv4::fill_header_checksum(&mut v[14..], 20);
         if zero {
             v[40..42].copy_from_slice(&[0, 0]);
         }

@@ -66,9 +66,7 @@ fn udp(n: u16, len: usize, id: u16, ttl: u8, dst: ([u8; 4], u16)) -> Vec<u8> {
 fn set_id(v: &mut [u8], id: u16) {
     v[18..20].copy_from_slice(&id.to_be_bytes());
     v[20] = 0x40;
-    v[24..26].copy_from_slice(&[0, 0]);
-    let c = netbatch_wire::checksum::checksum(&v[14..34]);
-    v[24..26].copy_from_slice(&c.to_be_bytes());
+    netbatch_wire::ipv4::fill_header_checksum(&mut v[14..], 20);
 }
 
 fn load(pool: &Pool, c: &mut BufCache, f: &[u8]) -> Pkt {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use netbatch_engine::DropReason;
+use netbatch_engine::Reason;
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::frames::{self, parse};
 use netbatch_scenarios::{Lab, LabSpec, PEER, US, US2, VARIANTS, ip, port};
@@ -53,34 +53,40 @@ fn good(sport: u16, dport: u16, seq: u8) -> Vec<u8> {
 /// undeliverable frame of each kind, and five datagrams to a socket that holds three.
 /// Returns the frames and the drops they must cause.
 fn traffic() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
-    let mut bad: Vec<(Vec<u8>, Option<DropReason>)> = Vec::new();
-    bad.push((vec![0u8; 10], Some(DropReason::L2Truncated)));
+    let mut bad: Vec<(Vec<u8>, Option<Reason>)> = Vec::new();
+    bad.push((
+        vec![0u8; 10],
+        Some(netbatch_stack::l2::input::reason::TRUNCATED),
+    ));
     let mut f = good(9, 5001, 0);
     f.truncate(14 + 10);
-    bad.push((f, Some(DropReason::Ip4Truncated)));
+    bad.push((f, Some(netbatch_stack::ip4::input::reason::TRUNCATED)));
     let mut f = good(9, 5001, 0);
     f[24] ^= 0xff;
-    bad.push((f, Some(DropReason::Ip4Checksum)));
+    bad.push((f, Some(netbatch_stack::ip4::input::reason::CHECKSUM)));
     let mut f = good(9, 5001, 0);
     f[16..18].copy_from_slice(&200u16.to_be_bytes());
     frames::refresh_ip_checksum(&mut f);
-    bad.push((f, Some(DropReason::Ip4TotalLenLong)));
+    bad.push((f, Some(netbatch_stack::ip4::input::reason::TOTAL_LEN_LONG)));
     let mut f = good(9, 5001, 0);
     f[16..18].copy_from_slice(&12u16.to_be_bytes());
     frames::refresh_ip_checksum(&mut f);
-    bad.push((f, Some(DropReason::Ip4TotalLenShort)));
+    bad.push((f, Some(netbatch_stack::ip4::input::reason::TOTAL_LEN_SHORT)));
     let mut f = good(9, 5001, 0);
     f[14] = 0x65;
-    bad.push((f, Some(DropReason::Ip4Version)));
+    bad.push((f, Some(netbatch_stack::ip4::input::reason::VERSION)));
     let mut f = good(9, 5001, 0);
     f[14] = 0x44;
-    bad.push((f, Some(DropReason::Ip4HeaderLen)));
+    bad.push((f, Some(netbatch_stack::ip4::input::reason::HEADER_LEN)));
     let mut f = good(9, 5001, 0);
     f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-    bad.push((f, Some(DropReason::L2UnknownEtherType)));
+    bad.push((
+        f,
+        Some(netbatch_stack::l2::input::reason::UNKNOWN_ETHERTYPE),
+    ));
     let mut f = good(9, 5001, 0);
     f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-    bad.push((f, Some(DropReason::Ip6Unsupported)));
+    bad.push((f, Some(netbatch_stack::l2::input::reason::IP6_UNSUPPORTED)));
     bad.push((
         frames::udp(
             PEER,
@@ -92,15 +98,15 @@ fn traffic() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
             64,
             b"x",
         ),
-        Some(DropReason::L2OtherHost),
+        Some(netbatch_stack::l2::input::reason::OTHER_HOST),
     ));
     let mut f = good(9, 5001, 0);
     let last = f.len() - 1;
     f[last] ^= 0x55;
-    bad.push((f, Some(DropReason::UdpChecksum)));
+    bad.push((f, Some(netbatch_stack::udp::input::reason::CHECKSUM)));
     let mut f = good(9, 5001, 0);
     f[38..40].copy_from_slice(&100u16.to_be_bytes());
-    bad.push((f, Some(DropReason::UdpBadLength)));
+    bad.push((f, Some(netbatch_stack::udp::input::reason::BAD_LENGTH)));
     // Answered with ICMP errors in their own buffers: not drops.
     bad.push((good(9, 6000, 0), None));
     bad.push((
@@ -109,7 +115,7 @@ fn traffic() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
     ));
     bad.push((
         frames::udp(PEER, US, "127.0.0.1", "198.51.100.1", 9, 5001, 64, b"x"),
-        Some(DropReason::Ip4MartianSource),
+        Some(netbatch_stack::ip4::input::reason::MARTIAN_SOURCE),
     ));
     bad.push((
         frames::udp(
@@ -122,12 +128,12 @@ fn traffic() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
             64,
             b"x",
         ),
-        Some(DropReason::NoSocket),
+        Some(netbatch_stack::udp::input::reason::NO_SOCKET),
     ));
     let mut f = good(9, 5001, 0);
     f[20] = 0x20; // more fragments
     frames::refresh_ip_checksum(&mut f);
-    bad.push((f, Some(DropReason::Ip4FragReassembly)));
+    bad.push((f, Some(netbatch_stack::ip4::local::reason::FRAG_REASSEMBLY)));
     let mut f = good(9, 5001, 0);
     f[23] = 47; // GRE: no handler, answered with protocol unreachable
     frames::refresh_ip_checksum(&mut f);
@@ -163,7 +169,9 @@ fn traffic() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
     for s in 0..5 {
         out.push(good(2000, 5002, s));
     }
-    *want.entry(DropReason::SocketQueueFull.name()).or_insert(0) += 2;
+    *want
+        .entry(netbatch_stack::udp::input::reason::QUEUE_FULL.name())
+        .or_insert(0) += 2;
     (out, want)
 }
 
@@ -428,20 +436,32 @@ fn vlan_demux_and_l2_drop_reasons() {
         ),
         (
             tagged(&v100(5001, 0), &[(DOT1Q, 999)]),
-            Some(DropReason::L2VlanUnknown),
+            Some(netbatch_stack::l2::input::reason::VLAN_UNKNOWN),
         ),
         (
             tagged(&v200(5001, 0), &[(DOT1AD, 200), (DOT1Q, 301)]),
-            Some(DropReason::L2VlanUnknown),
+            Some(netbatch_stack::l2::input::reason::VLAN_UNKNOWN),
         ),
         (
             tagged(&v100(5001, 0), &[(DOT1AD, 1), (DOT1Q, 2), (DOT1Q, 100)]),
-            Some(DropReason::L2VlanTooDeep),
+            Some(netbatch_stack::l2::input::reason::VLAN_TOO_DEEP),
         ),
-        (cut1, Some(DropReason::L2VlanTruncated)),
-        (cut2, Some(DropReason::L2VlanTruncated)),
-        (mcast_src, Some(DropReason::L2SourceMulticast)),
-        (bcast_src, Some(DropReason::L2SourceMulticast)),
+        (
+            cut1,
+            Some(netbatch_stack::l2::input::reason::VLAN_TRUNCATED),
+        ),
+        (
+            cut2,
+            Some(netbatch_stack::l2::input::reason::VLAN_TRUNCATED),
+        ),
+        (
+            mcast_src,
+            Some(netbatch_stack::l2::input::reason::SOURCE_MULTICAST),
+        ),
+        (
+            bcast_src,
+            Some(netbatch_stack::l2::input::reason::SOURCE_MULTICAST),
+        ),
         (
             frames::udp(
                 PEER,
@@ -453,9 +473,9 @@ fn vlan_demux_and_l2_drop_reasons() {
                 64,
                 b"x",
             ),
-            Some(DropReason::L2OtherHost),
+            Some(netbatch_stack::l2::input::reason::OTHER_HOST),
         ),
-        (other, Some(DropReason::L2OtherHost)),
+        (other, Some(netbatch_stack::l2::input::reason::OTHER_HOST)),
     ];
     let eth1 = vec![
         (
@@ -467,7 +487,7 @@ fn vlan_demux_and_l2_drop_reasons() {
         ),
         (
             frames::udp(PEER, US2, "10.5.0.7", "10.5.0.1", 7, 5001, 64, &[0]),
-            Some(DropReason::L2VlanUnknown),
+            Some(netbatch_stack::l2::input::reason::VLAN_UNKNOWN),
         ),
     ];
     let mut want: BTreeMap<&str, u64> = BTreeMap::new();
@@ -590,7 +610,7 @@ fn broadcast_and_multicast_get_no_icmp_error() {
         lab.feed(0, input.clone());
         lab.run();
         let mut want = BTreeMap::new();
-        want.insert(DropReason::NoSocket.name(), 5);
+        want.insert(netbatch_stack::udp::input::reason::NO_SOCKET.name(), 5);
         assert_eq!(lab.drops(), want, "{what}");
         let tx = lab.tx(0);
         assert_eq!(tx.len(), 1, "{what}: only the unicast one answered");
@@ -726,9 +746,12 @@ fn icmp_drop_reasons() {
         reply,
     ];
     let want: BTreeMap<&str, u64> = [
-        (DropReason::IcmpChecksum.name(), 1),
-        (DropReason::IcmpTruncated.name(), 1),
-        (DropReason::IcmpBroadcastEcho.name(), 3),
+        (netbatch_stack::icmp::input::reason::CHECKSUM.name(), 1),
+        (netbatch_stack::icmp::input::reason::TRUNCATED.name(), 1),
+        (
+            netbatch_stack::icmp::input::reason::BROADCAST_ECHO.name(),
+            3,
+        ),
     ]
     .into();
     for (mode, dispatch) in VARIANTS {
@@ -768,14 +791,22 @@ fn port_unreachable_is_rate_limited_per_batch() {
             assert_eq!((b[0], b[1]), (3, 3), "{what}: port unreachable");
         }
         assert_eq!(lab.w.host.stats.icmp_errors_rate_limited, 15, "{what}");
-        assert_eq!(lab.dropped(DropReason::NoSocket), 15, "{what}");
+        assert_eq!(
+            lab.dropped(netbatch_stack::udp::input::reason::NO_SOCKET),
+            15,
+            "{what}"
+        );
 
         lab.advance(1_000_000);
         lab.feed(0, (20..23).map(closed));
         lab.run();
         assert_eq!(lab.tx(0).len(), 1, "{what}: one token after 1 ms");
         assert_eq!(lab.w.host.stats.icmp_errors_rate_limited, 17, "{what}");
-        assert_eq!(lab.dropped(DropReason::NoSocket), 17, "{what}");
+        assert_eq!(
+            lab.dropped(netbatch_stack::udp::input::reason::NO_SOCKET),
+            17,
+            "{what}"
+        );
         assert_eq!(lab.w.acct.rx, 23, "{what}");
         assert_eq!(lab.w.acct.tx, 6, "{what}");
         lab.assert_conserved();

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use netbatch_engine::DropReason;
+use netbatch_engine::Reason;
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::frames::{self, parse};
 use netbatch_scenarios::{Gro, Lab, LabSpec, PEER, US, US2, VARIANTS, ip, router};
@@ -95,7 +95,7 @@ fn events(lab: &Lab, name: &str) -> Option<Vec<(&'static str, u64)>> {
         .map(|n| n.events)
 }
 
-fn drops(v: &[(DropReason, u64)]) -> BTreeMap<&'static str, u64> {
+fn drops(v: &[(Reason, u64)]) -> BTreeMap<&'static str, u64> {
     v.iter().map(|(r, n)| (r.name(), *n)).collect()
 }
 
@@ -135,8 +135,8 @@ fn nf1_prerouting_drops_the_port_range_and_nothing_else() {
 
         assert_eq!(lab.w.acct.rx, 11, "{what}");
         let want: BTreeMap<&str, u64> = drops(&[
-            (DropReason::FilterPrerouting, 5),
-            (DropReason::TcpNoHandler, 1),
+            (netbatch_stack::filter::hook::reason::PREROUTING, 5),
+            (netbatch_stack::tcp::reason::NO_HANDLER, 1),
         ]);
         assert_eq!(lab.drops(), want, "{what}: drop reasons");
         // 5 matched rule 0; the other 6 fell through to the policy.
@@ -222,7 +222,7 @@ fn input_rule_matches_interface_and_source_prefix() {
         assert_eq!(lab.w.acct.rx, 10, "{what}");
         assert_eq!(
             lab.drops(),
-            drops(&[(DropReason::FilterInput, 5)]),
+            drops(&[(netbatch_stack::filter::hook::reason::INPUT, 5)]),
             "{what}: drop reasons"
         );
         // Local packets: 9 (all but the forwarded one); 5 named by the rule.
@@ -315,7 +315,7 @@ fn first_matching_rule_decides() {
             assert_eq!(events(&lab, "hook-input"), Some(hits), "{what}: rule hits");
             assert_eq!(
                 lab.drops(),
-                drops(&[(DropReason::FilterInput, dropped)]),
+                drops(&[(netbatch_stack::filter::hook::reason::INPUT, dropped)]),
                 "{what}"
             );
             assert_eq!(read_socket(&mut lab, s1), delivered_5001, "{what}");
@@ -418,7 +418,7 @@ fn rule_hits_count_wire_packets_of_gro_super_packets() {
         lab.run();
         assert_eq!(
             lab.drops(),
-            drops(&[(DropReason::FilterPrerouting, 10)]),
+            drops(&[(netbatch_stack::filter::hook::reason::PREROUTING, 10)]),
             "{what}"
         );
         assert_eq!(

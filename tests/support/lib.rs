@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use netbatch_engine::{Dispatch, DropReason, Mode, Pool, PoolConfig};
+use netbatch_engine::{Dispatch, Mode, Pool, PoolConfig, Reason};
 use netbatch_ports::Port;
 use netbatch_ports::mem::{MemPort, TxFrame};
 use netbatch_runtime::setup::{PortSetup, StaticNeighbour, build_host};
@@ -210,7 +210,7 @@ impl Lab {
     }
 
     /// Drops of one reason.
-    pub fn dropped(&self, r: DropReason) -> u64 {
+    pub fn dropped(&self, r: Reason) -> u64 {
         self.drops().get(r.name()).copied().unwrap_or(0)
     }
 

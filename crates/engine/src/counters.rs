@@ -3,49 +3,45 @@
 //! `packets / calls` is the vector size a node sees (VPP's vectors/call); `cycles` are
 //! TSC ticks spent inside the node, collected only while timing is on.
 
-use crate::drop::DropReason;
+use crate::drop::Reason;
 
-/// Counters of one node on one worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeCounters {
-    /// Packet handles processed.
-    pub packets: u64,
-    /// Calls (lists) processed.
-    pub calls: u64,
-    /// TSC ticks inside the node (only while timing is on).
-    pub cycles: u64,
-    /// Wire packets dropped, by [`DropReason`] index.
-    pub drops: [u64; DropReason::COUNT],
-}
+/// Drop counters of one node: wire packets per reason, the reasons the stage declared
+/// first (each with its counter, zero or not), then others as they occur. A node drops
+/// for a handful of reasons, so a short scan finds the counter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DropCounters(Vec<(Reason, u64)>);
 
-impl Default for NodeCounters {
-    fn default() -> Self {
-        Self {
-            packets: 0,
-            calls: 0,
-            cycles: 0,
-            drops: [0; DropReason::COUNT],
+impl DropCounters {
+    /// Counters for the reasons a stage declares, all zero.
+    pub fn declared(reasons: &[Reason]) -> Self {
+        Self(reasons.iter().map(|&r| (r, 0)).collect())
+    }
+
+    /// Adds `n` wire packets dropped for `r`.
+    #[inline]
+    pub fn add(&mut self, r: Reason, n: u64) {
+        match self.0.iter_mut().find(|(x, _)| *x == r) {
+            Some((_, c)) => *c += n,
+            None => self.0.push((r, n)),
         }
     }
-}
 
-impl NodeCounters {
-    pub(crate) fn snapshot(
-        &self,
-        name: &'static str,
-        events: Vec<(&'static str, u64)>,
-    ) -> NodeSnapshot {
-        NodeSnapshot {
-            name,
-            events,
-            packets: self.packets,
-            calls: self.calls,
-            cycles: self.cycles,
-            drops: DropReason::ALL
-                .iter()
-                .filter(|r| self.drops[r.index()] != 0)
-                .map(|&r| (r, self.drops[r.index()]))
-                .collect(),
+    /// The non-zero counts, by name.
+    pub fn nonzero(&self) -> Vec<(Reason, u64)> {
+        let mut v: Vec<(Reason, u64)> = self.0.iter().filter(|(_, n)| *n != 0).copied().collect();
+        v.sort();
+        v
+    }
+
+    /// Every reason known to the node, with its count (zero included).
+    pub fn all(&self) -> &[(Reason, u64)] {
+        &self.0
+    }
+
+    /// Zeroes every count (the reasons stay known).
+    pub fn clear(&mut self) {
+        for (_, n) in &mut self.0 {
+            *n = 0;
         }
     }
 }
@@ -61,8 +57,8 @@ pub struct NodeSnapshot {
     pub calls: u64,
     /// TSC ticks inside the node (0 unless timing was on).
     pub cycles: u64,
-    /// Non-zero drop counts.
-    pub drops: Vec<(DropReason, u64)>,
+    /// Non-zero drop counts, by reason name.
+    pub drops: Vec<(Reason, u64)>,
     /// The stage's own event counters (see `Stage::counters`).
     pub events: Vec<(&'static str, u64)>,
 }
@@ -92,7 +88,7 @@ impl NodeSnapshot {
     }
 
     /// Drops for one reason.
-    pub fn drops_for(&self, r: DropReason) -> u64 {
+    pub fn drops_for(&self, r: Reason) -> u64 {
         self.drops
             .iter()
             .find(|(x, _)| *x == r)
@@ -120,17 +116,13 @@ impl NodeSnapshot {
     }
 }
 
-/// Sums drops by reason over a set of node snapshots.
-pub fn drops_by_reason(nodes: &[NodeSnapshot]) -> Vec<(DropReason, u64)> {
-    let mut v = [0u64; DropReason::COUNT];
+/// Sums drops by reason over a set of node snapshots, by reason name.
+pub fn drops_by_reason(nodes: &[NodeSnapshot]) -> Vec<(Reason, u64)> {
+    let mut all = DropCounters::default();
     for n in nodes {
         for &(r, c) in &n.drops {
-            v[r.index()] += c;
+            all.add(r, c);
         }
     }
-    DropReason::ALL
-        .iter()
-        .filter(|r| v[r.index()] != 0)
-        .map(|&r| (r, v[r.index()]))
-        .collect()
+    all.nonzero()
 }

@@ -16,8 +16,8 @@
 
 use std::fmt;
 
-use crate::counters::{NodeCounters, NodeSnapshot};
-use crate::drop::DropReason;
+use crate::counters::{DropCounters, NodeSnapshot};
+use crate::drop::{Reason, reason};
 use crate::meta::flag;
 use crate::pool::Pkt;
 use crate::stage::{Cx, LIST_MAX, MIXED, Out, PktList, Stage};
@@ -104,7 +104,7 @@ pub struct NodeId(pub u16);
 #[derive(Debug, Clone, Copy)]
 enum Target {
     Node(u16),
-    Drop(DropReason),
+    Drop(Reason),
 }
 
 struct Node<S> {
@@ -233,12 +233,12 @@ impl<S> GraphBuilder<S> {
     }
 
     /// Makes `node`'s arc `arc` drop its packets for `reason` (counted against `node`),
-    /// e.g. the IPv6 arc of L2 when IPv6 is off.
+    /// e.g. an arc to a protocol that is off.
     pub fn connect_drop(
         &mut self,
         node: &str,
         arc: &str,
-        reason: DropReason,
+        reason: Reason,
     ) -> Result<(), GraphError> {
         let n = self.find(node)?;
         let a = self.arc_index(n, arc)?;
@@ -281,7 +281,10 @@ impl<S> GraphBuilder<S> {
         let n = nodes.len();
         Ok(Graph {
             outs: (0..n).map(|_| Out::for_list()).collect(),
-            drops: vec![[0; DropReason::COUNT]; n],
+            drops: nodes
+                .iter()
+                .map(|n| DropCounters::declared(n.stage.reasons()))
+                .collect(),
             pending_mask: 0,
             nodes,
             spare_lists: Vec::new(),
@@ -300,7 +303,7 @@ pub struct Graph<S> {
     nodes: Vec<Node<S>>,
     /// Each node's output, reused call after call (indexed like `nodes`).
     outs: Vec<Out>,
-    drops: Vec<[u64; DropReason::COUNT]>,
+    drops: Vec<DropCounters>,
     pending_mask: u64,
     spare_lists: Vec<PktList>,
     spare_outs: Vec<Out>,
@@ -318,7 +321,7 @@ pub struct Graph<S> {
 fn call_node<S>(
     node: &mut Node<S>,
     out: &mut Out,
-    drops: &mut [u64; DropReason::COUNT],
+    drops: &mut DropCounters,
     trace: &mut Trace,
     clock: Option<&quanta::Clock>,
     st: &mut S,
@@ -351,7 +354,7 @@ fn call_node<S>(
 #[cold]
 fn leftovers(
     name: &str,
-    drops: &mut [u64; DropReason::COUNT],
+    drops: &mut DropCounters,
     trace: &mut Trace,
     cx: &mut Cx<'_>,
     id: u16,
@@ -359,13 +362,13 @@ fn leftovers(
 ) {
     debug_assert!(false, "stage {name} left packets in its input");
     for p in list.drain(..) {
-        drop_one(drops, trace, cx, id, p, DropReason::StageLeftover);
+        drop_one(drops, trace, cx, id, p, reason::STAGE_LEFTOVER);
     }
 }
 
 fn book_drops(
     out: &mut Out,
-    drops: &mut [u64; DropReason::COUNT],
+    drops: &mut DropCounters,
     trace: &mut Trace,
     cx: &mut Cx<'_>,
     id: u16,
@@ -374,7 +377,7 @@ fn book_drops(
         drop_one(drops, trace, cx, id, p, r);
     }
     for &(r, wire) in &out.counted_drops {
-        drops[r.index()] += wire;
+        drops.add(r, wire);
         cx.acct.dropped += wire;
     }
     out.clear_counts();
@@ -382,18 +385,18 @@ fn book_drops(
 
 #[inline]
 fn drop_one(
-    drops: &mut [u64; DropReason::COUNT],
+    drops: &mut DropCounters,
     trace: &mut Trace,
     cx: &mut Cx<'_>,
     id: u16,
     p: Pkt,
-    r: DropReason,
+    r: Reason,
 ) {
     if trace.armed() {
         trace.record_if_traced(cx.pool, &p, id, TraceEvent::Drop(r));
     }
     let wire = cx.pool.get(&p).meta.wire_packets();
-    drops[r.index()] += wire;
+    drops.add(r, wire);
     cx.acct.dropped += wire;
     cx.cache.free(p);
 }
@@ -461,14 +464,13 @@ impl<S> Graph<S> {
         self.nodes
             .iter()
             .zip(&self.drops)
-            .map(|(n, d)| {
-                NodeCounters {
-                    packets: n.packets,
-                    calls: n.calls,
-                    cycles: n.cycles,
-                    drops: *d,
-                }
-                .snapshot(n.name, n.stage.counters())
+            .map(|(n, d)| NodeSnapshot {
+                name: n.name,
+                packets: n.packets,
+                calls: n.calls,
+                cycles: n.cycles,
+                drops: d.nonzero(),
+                events: n.stage.counters(),
             })
             .collect()
     }
@@ -481,7 +483,7 @@ impl<S> Graph<S> {
             n.cycles = 0;
         }
         for d in &mut self.drops {
-            *d = [0; DropReason::COUNT];
+            d.clear();
         }
     }
 
@@ -805,6 +807,13 @@ mod tests {
     use crate::pool::{Pool, PoolConfig};
     use crate::stage::{Accounting, Next, PacketStage, PerPacket};
 
+    crate::reasons! {
+        mod test_reason {
+            BAD = "test_bad": "the toy classifier's explicit drop",
+            NOWHERE = "test_nowhere": "the toy classifier's arc that drops",
+        }
+    }
+
     /// Shared state of the toy graph: what each sink saw, in order.
     #[derive(Default)]
     struct Seen {
@@ -823,7 +832,7 @@ mod tests {
                 match cx.pool.get(&p).data()[0] {
                     1 => out.push(Next(1), p),
                     2 => out.push(Next(2), p),
-                    3 => out.drop(p, DropReason::Ip4Checksum),
+                    3 => out.drop(p, test_reason::BAD),
                     _ => out.push(Next(0), p),
                 }
             }
@@ -851,7 +860,7 @@ mod tests {
         b.add("b", Box::new(PerPacket(Sink("b")))).unwrap();
         b.connect("classify", "a", "a").unwrap();
         b.connect("classify", "b", "b").unwrap();
-        b.connect_drop("classify", "nowhere", DropReason::L2UnknownEtherType)
+        b.connect_drop("classify", "nowhere", test_reason::NOWHERE)
             .unwrap();
         b.build(d).unwrap()
     }
@@ -950,8 +959,8 @@ mod tests {
                 assert_eq!(acct.rx, acct.delivered + acct.dropped, "{d:?} {per_packet}");
                 let c = &snap[0];
                 assert_eq!(c.packets, n);
-                assert_eq!(c.drops_for(DropReason::Ip4Checksum), 2);
-                assert_eq!(c.drops_for(DropReason::L2UnknownEtherType), 2);
+                assert_eq!(c.drops_for(test_reason::BAD), 2);
+                assert_eq!(c.drops_for(test_reason::NOWHERE), 2);
                 let a = &snap[1];
                 let b = &snap[2];
                 assert_eq!(a.packets + b.packets, log.len() as u64);
@@ -1040,7 +1049,7 @@ mod tests {
                 crate::trace::TraceRecord {
                     pkt: idx[1],
                     node: 0,
-                    event: TraceEvent::Drop(DropReason::Ip4Checksum)
+                    event: TraceEvent::Drop(test_reason::BAD)
                 },
             ],
             "only the first two packets were marked"

@@ -12,14 +12,13 @@ pub mod counters;
 pub mod drop;
 pub mod graph;
 pub mod meta;
-pub mod offload;
 pub mod pool;
 pub mod stage;
 pub mod time;
 pub mod trace;
 
-pub use counters::{NodeCounters, NodeSnapshot};
-pub use drop::DropReason;
+pub use counters::{DropCounters, NodeSnapshot};
+pub use drop::{Reason, ReasonInfo, reason};
 pub use graph::{Dispatch, Graph, GraphBuilder, GraphError, Mode, NodeId, intern};
 pub use meta::Meta;
 pub use pool::{BufCache, Pkt, PktMut, PktRef, Pool, PoolConfig, PoolError};

@@ -6,7 +6,7 @@
 //! next stage. A stage that only knows single packets implements [`PacketStage`] and still
 //! works inside a list: the engine loops it ("creeping listification").
 
-use crate::drop::DropReason;
+use crate::drop::Reason;
 use crate::pool::{BufCache, Pkt, Pool};
 
 /// A list of packet handles: at most [`LIST_MAX`] from a port per poll, in arrival order.
@@ -22,6 +22,35 @@ pub(crate) const MIXED: u8 = u8::MAX;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Next(pub u8);
 
+/// Declares a stage's arcs once: one `Next` constant per arc, numbered in declaration
+/// order, and `ARCS`, their names in the same order (what `Stage::arcs` returns), so the
+/// two cannot disagree. One declaration per module.
+///
+/// ```
+/// netbatch_engine::arcs! {
+///     /// Packets that pass.
+///     pub OK = "ok";
+///     /// Packets that need an answer.
+///     pub ERROR = "error";
+/// }
+/// assert_eq!(ERROR, netbatch_engine::Next(1));
+/// assert_eq!(ARCS, &["ok", "error"]);
+/// ```
+#[macro_export]
+macro_rules! arcs {
+    ($($(#[$m:meta])* $vis:vis $c:ident = $name:literal;)+) => {
+        #[allow(non_camel_case_types, clippy::upper_case_acronyms, dead_code)]
+        #[repr(u8)]
+        enum ArcIndex { $($c,)+ }
+        $(
+            $(#[$m])*
+            $vis const $c: $crate::Next = $crate::Next(ArcIndex::$c as u8);
+        )+
+        /// The names of the arcs, in `Next` order.
+        pub const ARCS: &[&str] = &[$($name),+];
+    };
+}
+
 /// Where a stage's packets go: `(packet, arc)` pairs in the stage's output order, plus
 /// the packets it dropped.
 #[derive(Debug)]
@@ -32,10 +61,10 @@ pub struct Out {
     /// costs one vector push per packet and needs no scan to be recognised.
     pub(crate) uniform: u8,
     pub(crate) arcs: Vec<u8>,
-    pub(crate) drops: Vec<(Pkt, DropReason)>,
+    pub(crate) drops: Vec<(Pkt, Reason)>,
     /// Drops counted without freeing the buffer (the buffer was reused, e.g. turned into
     /// an ICMP error): `(reason, wire packets)`.
-    pub(crate) counted_drops: Vec<(DropReason, u64)>,
+    pub(crate) counted_drops: Vec<(Reason, u64)>,
 }
 
 impl Default for Out {
@@ -108,7 +137,7 @@ impl Out {
 
     /// Drops `p` for `reason` (counted against this stage; the engine frees the buffer).
     #[inline(always)]
-    pub fn drop(&mut self, p: Pkt, reason: DropReason) {
+    pub fn drop(&mut self, p: Pkt, reason: Reason) {
         self.drops.push((p, reason));
     }
 
@@ -116,7 +145,7 @@ impl Out {
     /// a GSO super-packet standing for several wire packets was turned into one answer
     /// (an ICMP error) in place, so all but one of its packets end here.
     #[inline]
-    pub fn count_drop(&mut self, reason: DropReason, wire_packets: u64) {
+    pub fn count_drop(&mut self, reason: Reason, wire_packets: u64) {
         self.counted_drops.push((reason, wire_packets));
     }
 
@@ -218,6 +247,13 @@ pub trait Stage<S>: Send {
     /// Processes every packet of `list` (leaving it empty), in order.
     fn process(&mut self, st: &mut S, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out);
 
+    /// The drop reasons the stage declares (its error table): the node counts each from
+    /// the start, zero or not. It may drop for others too (a reason carried from an
+    /// earlier stage); those are counted as they occur.
+    fn reasons(&self) -> &'static [Reason] {
+        &[]
+    }
+
     /// Stage-specific event counters (rule hits, route-hint hits, ICMP errors sent by
     /// reason …), for reports. Not drops: drops are counted by the engine.
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -240,6 +276,11 @@ pub trait PacketStage<S>: Send {
     /// Names of the outgoing arcs, in [`Next`] index order.
     fn arcs(&self) -> &[&'static str];
 
+    /// The drop reasons the stage declares (see [`Stage::reasons`]).
+    fn reasons(&self) -> &'static [Reason] {
+        &[]
+    }
+
     /// Handles one packet: push it to `out`, drop it, or keep it.
     fn packet(&mut self, st: &mut S, cx: &mut Cx<'_>, p: Pkt, out: &mut Out);
 }
@@ -250,6 +291,10 @@ pub struct PerPacket<T>(pub T);
 impl<S, T: PacketStage<S>> Stage<S> for PerPacket<T> {
     fn arcs(&self) -> &[&'static str] {
         self.0.arcs()
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        self.0.reasons()
     }
 
     fn process(&mut self, st: &mut S, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {

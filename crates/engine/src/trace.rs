@@ -2,7 +2,7 @@
 //! packet (its next arc, or its drop reason) is recorded. Costs one branch per stage
 //! call while disarmed.
 
-use crate::drop::DropReason;
+use crate::drop::Reason;
 use crate::meta::flag;
 use crate::pool::{Pkt, Pool};
 
@@ -12,7 +12,7 @@ pub enum TraceEvent {
     /// Sent on the node's arc with this index.
     Next(u8),
     /// Dropped.
-    Drop(DropReason),
+    Drop(Reason),
 }
 
 /// One trace record.

@@ -515,8 +515,8 @@ impl Port for AfPacketQueue {
 mod tests {
     use super::*;
     use crate::testnet::{Netns, Veth, is_root, serial};
-    use netbatch_engine::meta::flag;
     use netbatch_engine::{Pool, PoolConfig};
+    use netbatch_stack::meta::flag;
     use std::time::{Duration, Instant};
 
     fn spec(iface: &str, worker: usize, rx_member: Option<usize>, rx_members: usize) -> QueueSpec {
@@ -527,7 +527,7 @@ mod tests {
             worker,
             rx_member,
             rx_members,
-            features: netbatch_engine::offload::Features::default(),
+            features: netbatch_stack::offload::Features::default(),
             room: 1920,
         }
     }

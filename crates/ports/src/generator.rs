@@ -16,8 +16,8 @@
 use core::net::Ipv4Addr;
 use std::collections::VecDeque;
 
-use netbatch_engine::offload::Features;
 use netbatch_engine::{PktList, time};
+use netbatch_stack::offload::Features;
 use netbatch_wire::checksum;
 use netbatch_wire::ethernet::MacAddr;
 
@@ -471,7 +471,7 @@ impl Port for GenPort {
             v.meta.in_port = self.index;
             v.meta.rx_tsc = stamp;
             if self.features.rx_checksum {
-                v.meta.flags |= netbatch_engine::meta::flag::L4_CSUM_OK;
+                v.meta.flags |= netbatch_stack::meta::flag::L4_CSUM_OK;
             }
             bytes += len as u64;
             out.push(p);

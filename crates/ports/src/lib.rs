@@ -17,8 +17,8 @@ pub mod tap;
 mod testnet;
 pub mod vnet;
 
-use netbatch_engine::offload::Features;
 use netbatch_engine::{BufCache, PktList, Pool};
+use netbatch_stack::offload::Features;
 
 /// What a port may use.
 pub struct PortCx<'a> {
@@ -164,7 +164,7 @@ pub fn frame_bytes(pool: &Pool, p: &netbatch_engine::Pkt) -> Vec<u8> {
 /// (`flag::L4_CSUM_PARTIAL`), as a device's checksum offload does on transmit; `frame`
 /// holds the packet's bytes from its first (`Meta::data`) on. Other frames are left alone.
 pub(crate) fn complete_partial(m: &netbatch_engine::Meta, frame: &mut [u8]) {
-    if m.flags & netbatch_engine::meta::flag::L4_CSUM_PARTIAL != 0 {
+    if m.flags & netbatch_stack::meta::flag::L4_CSUM_PARTIAL != 0 {
         complete_l4_checksum(
             frame,
             usize::from(m.l3.wrapping_sub(m.data)),

@@ -11,8 +11,9 @@
 
 use std::collections::VecDeque;
 
-use netbatch_engine::offload::Features;
-use netbatch_engine::{PktList, meta::gso};
+use netbatch_engine::PktList;
+use netbatch_stack::meta::gso;
+use netbatch_stack::offload::Features;
 
 use crate::{Port, PortCx, PortStats, RxDrops, frame_bytes};
 
@@ -128,7 +129,7 @@ impl Port for MemPort {
             }
             v.meta.in_port = self.index;
             if self.features.rx_checksum && l4_checksum_ok(v.data()) {
-                v.meta.flags |= netbatch_engine::meta::flag::L4_CSUM_OK;
+                v.meta.flags |= netbatch_stack::meta::flag::L4_CSUM_OK;
             }
 
             self.stats.rx_packets += 1;

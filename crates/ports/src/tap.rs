@@ -294,8 +294,8 @@ impl Port for TapQueue {
 mod tests {
     use super::*;
     use crate::testnet::{is_root, serial};
-    use netbatch_engine::meta::flag;
     use netbatch_engine::{Pool, PoolConfig};
+    use netbatch_stack::meta::flag;
     use netbatch_wire::checksum;
     use std::process::Command;
     use std::time::{Duration, Instant};
@@ -331,7 +331,7 @@ mod tests {
             worker,
             rx_member: Some(worker),
             rx_members: 1,
-            features: netbatch_engine::offload::Features::default(),
+            features: netbatch_stack::offload::Features::default(),
             room: 1920,
         }
     }

@@ -21,7 +21,7 @@
 //! runs on), 10 bytes.
 
 use netbatch_engine::Pkt;
-use netbatch_engine::meta::{flag, gso};
+use netbatch_stack::meta::{flag, gso};
 use netbatch_wire::checksum;
 
 use crate::PortCx;
@@ -324,7 +324,8 @@ impl Wire<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netbatch_engine::{Pool, PoolConfig, meta::gso};
+    use netbatch_engine::{Pool, PoolConfig};
+    use netbatch_stack::meta::gso;
 
     fn pool() -> Pool {
         Pool::new(PoolConfig {

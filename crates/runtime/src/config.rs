@@ -10,13 +10,13 @@ use core::net::Ipv4Addr;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use netbatch_engine::offload::Features;
 use netbatch_engine::{Dispatch, Mode, PoolConfig};
 use netbatch_stack::GraphOptions;
 use netbatch_stack::filter::{Chain, HookPoint, PortRange, Rule, Verdict};
 use netbatch_stack::host::HostParams;
 use netbatch_stack::iface::Tags;
 use netbatch_stack::neigh::NeighParams;
+use netbatch_stack::offload::Features;
 use netbatch_stack::prefix::{IfAddr, Ipv4Prefix};
 use netbatch_stack::route::file::{self as route_file, Resolve};
 use netbatch_stack::route::{Route, RouteKind};

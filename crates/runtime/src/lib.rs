@@ -14,3 +14,22 @@ pub mod setup;
 pub mod worker;
 
 pub use worker::{PollParams, Worker, WorkerStats};
+
+/// Every drop reason the datapath can count: the engine's, the stack's and the runtime's.
+pub fn reason_sets() -> Vec<&'static [netbatch_engine::Reason]> {
+    let mut v = vec![netbatch_engine::reason::ALL];
+    v.extend_from_slice(netbatch_stack::REASON_SETS);
+    v.extend([worker::reason::ALL, rps::reason::ALL]);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_drop_reason_has_its_own_name_and_a_description() {
+        assert_eq!(
+            netbatch_engine::drop::check_sets(&super::reason_sets()),
+            Ok(())
+        );
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use netbatch_engine::{DropReason, Pool};
+use netbatch_engine::Pool;
 use netbatch_ports::Port;
 use netbatch_ports::mem::MemPort;
 use netbatch_ports::pcap::{read_frames, write_pcapng};
@@ -151,7 +151,7 @@ pub fn stats(w: &Worker) -> Value {
         "originated_packets": a.originated,
         "conservation": "rx_packets + originated_packets = tx_packets + delivered_packets + dropped_packets + held_packets",
         "drops": drops,
-        "drop_reasons": DropReason::ALL.iter().filter(|r| drops_has(&stages, **r)).map(|r| json!({"name": r.name(), "description": r.description()})).collect::<Vec<_>>(),
+        "drop_reasons": netbatch_engine::counters::drops_by_reason(&stages).iter().map(|(r, _)| json!({"name": r.name(), "description": r.description()})).collect::<Vec<_>>(),
         "stages": stage_list,
         "ports": ports,
         "host": w.host.stats.named().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<Map<_, _>>(),
@@ -182,8 +182,4 @@ fn softnet(w: &Worker) -> Value {
         }
     }
     Value::Object(m)
-}
-
-fn drops_has(stages: &[netbatch_engine::NodeSnapshot], r: DropReason) -> bool {
-    stages.iter().any(|s| s.drops_for(r) > 0)
 }

@@ -33,9 +33,16 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::thread::Thread;
 
-use netbatch_engine::meta::flag;
 use netbatch_engine::{Pkt, PktList, Pool};
+use netbatch_stack::meta::flag;
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
+
+netbatch_engine::reasons! {
+    /// Why steering drops a packet.
+    pub mod reason {
+        BACKLOG_FULL = "backlog_full": "RPS backlog of the target worker full",
+    }
+}
 
 netbatch_engine::named_enum! {
     /// What a worker does with the packets RPS gives to itself.

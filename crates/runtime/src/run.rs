@@ -269,10 +269,13 @@ pub fn summary(stats: &Value) -> String {
         .collect();
     drops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     for (r, c) in drops {
-        let why = netbatch_engine::DropReason::ALL
-            .iter()
-            .find(|d| d.name() == r)
-            .map_or("", |d| d.description());
+        let why = t["drop_reasons"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|d| d["name"] == r.as_str())
+            .and_then(|d| d["description"].as_str())
+            .unwrap_or("");
         s += &format!("drop {r}: {c} ({why})\n");
     }
     s

@@ -5,9 +5,9 @@
 use core::net::Ipv4Addr;
 use std::sync::Arc;
 
-use netbatch_engine::offload::Features;
 use netbatch_stack::host::{Host, HostParams};
 use netbatch_stack::iface::{Iface, Port, Tags};
+use netbatch_stack::offload::Features;
 use netbatch_stack::prefix::{IfAddr, Ipv4Prefix};
 use netbatch_stack::route::{Route, RouteError, RouteKind, Routes};
 use netbatch_wire::ethernet::MacAddr;

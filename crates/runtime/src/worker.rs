@@ -23,7 +23,7 @@
 //!    counted (`TxRingFull`).
 
 use netbatch_engine::{
-    Accounting, BufCache, Cx, DropReason, Graph, LIST_MAX, Mode, NodeId, NodeSnapshot, PktList,
+    Accounting, BufCache, Cx, DropCounters, Graph, LIST_MAX, Mode, NodeId, NodeSnapshot, PktList,
     Pool,
 };
 use netbatch_ports::{Port, PortCx, PortStats};
@@ -32,6 +32,13 @@ use netbatch_stack::{Host, node};
 
 use crate::apps::App;
 use crate::rps::Steer;
+
+netbatch_engine::reasons! {
+    /// Why the worker itself drops a packet.
+    pub mod reason {
+        SHUTDOWN = "shutdown": "still queued when the datapath stopped",
+    }
+}
 
 /// Poll-loop parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +89,11 @@ macro_rules! stage_cx {
     };
 }
 
+/// Indices of the pseudo-stages in `Worker::outside`.
+const PORT_RX: usize = 0;
+const PORT_TX: usize = 1;
+const RPS: usize = 2;
+
 /// One worker.
 pub struct Worker {
     /// The stage graph.
@@ -98,10 +110,9 @@ pub struct Worker {
     pub acct: Accounting,
     /// Softnet-style counters.
     pub stats: WorkerStats,
-    /// Drops outside the graph (transmit, backlog), by reason index.
-    pub tx_drops: [u64; DropReason::COUNT],
-    /// Frames the ports dropped at receive: no buffer, too long.
-    rx_drops: [u64; 2],
+    /// Drops outside the graph, as pseudo-stages: frames the ports dropped at receive
+    /// (`port-rx`), at transmit or when stopping (`port-tx`), full RPS backlogs (`rps`).
+    outside: [(&'static str, DropCounters); 3],
     /// RPS: this worker's side (none with a single worker and no RPS).
     pub steer: Option<Steer>,
     pool: Pool,
@@ -195,8 +206,11 @@ impl Worker {
             apps: Vec::new(),
             acct: Accounting::default(),
             stats: WorkerStats::default(),
-            tx_drops: [0; DropReason::COUNT],
-            rx_drops: [0; 2],
+            outside: [
+                ("port-rx", DropCounters::default()),
+                ("port-tx", DropCounters::default()),
+                ("rps", DropCounters::default()),
+            ],
             steer: None,
             cache: pool.cache(),
             pool,
@@ -428,8 +442,9 @@ impl Worker {
         }
         self.acct.rx += d.total();
         self.acct.dropped += d.total();
-        self.rx_drops[0] += d.no_buffer;
-        self.rx_drops[1] += d.too_long;
+        let c = &mut self.outside[PORT_RX].1;
+        c.add(netbatch_engine::reason::NO_BUFFER, d.no_buffer);
+        c.add(netbatch_engine::reason::FRAME_TOO_LONG, d.too_long);
     }
 
     /// Counts and frees what RPS could not queue (full backlog).
@@ -443,7 +458,7 @@ impl Worker {
             .map(|p| self.pool.get(p).meta.wire_packets())
             .sum();
         self.acct.dropped += n;
-        self.tx_drops[DropReason::BacklogFull.index()] += n;
+        self.outside[RPS].1.add(crate::rps::reason::BACKLOG_FULL, n);
         self.cache.free_all(&mut self.drops);
     }
 
@@ -615,67 +630,39 @@ impl Worker {
                 );
                 let bad = port.take_unsendable();
                 self.acct.dropped += bad;
-                self.tx_drops[DropReason::FrameTooLong.index()] += bad;
+                self.outside[PORT_TX]
+                    .1
+                    .add(netbatch_engine::reason::FRAME_TOO_LONG, bad);
             }
             if !q.is_empty() {
                 let left: u64 = q.iter().map(|p| self.pool.get(p).meta.wire_packets()).sum();
                 self.acct.dropped += left;
-                self.tx_drops[DropReason::TxRingFull.index()] += left;
+                self.outside[PORT_TX]
+                    .1
+                    .add(netbatch_engine::reason::TX_RING_FULL, left);
                 self.cache.free_all(q);
             }
         }
     }
 
     /// Per-stage counters, with drops outside the graph as pseudo-stages `port-rx`
-    /// (frames the ports dropped at receive), `port-tx` (transmit) and `rps` (full
-    /// backlogs).
+    /// (frames the ports dropped at receive) first, `port-tx` (transmit, stop) and `rps`
+    /// (full backlogs) last, each only when it dropped something.
     pub fn snapshot(&self) -> Vec<NodeSnapshot> {
-        let mut s = self.graph.snapshot();
-        let rx: Vec<(DropReason, u64)> = [DropReason::NoBuffer, DropReason::FrameTooLong]
-            .into_iter()
-            .zip(self.rx_drops)
-            .filter(|&(_, n)| n > 0)
-            .collect();
-        if !rx.is_empty() {
-            s.insert(
-                0,
-                NodeSnapshot {
-                    name: "port-rx",
-                    packets: 0,
-                    calls: 0,
-                    cycles: 0,
-                    drops: rx,
-                    events: Vec::new(),
-                },
-            );
-        }
-        for (name, reasons) in [
-            (
-                "port-tx",
-                &[
-                    DropReason::TxRingFull,
-                    DropReason::FrameTooLong,
-                    DropReason::Shutdown,
-                ][..],
-            ),
-            ("rps", &[DropReason::BacklogFull][..]),
-        ] {
-            let drops: Vec<(DropReason, u64)> = reasons
-                .iter()
-                .filter(|r| self.tx_drops[r.index()] > 0)
-                .map(|&r| (r, self.tx_drops[r.index()]))
-                .collect();
-            if !drops.is_empty() {
-                s.push(NodeSnapshot {
-                    name,
-                    packets: 0,
-                    calls: 0,
-                    cycles: 0,
-                    drops,
-                    events: Vec::new(),
-                });
-            }
-        }
+        let pseudo = |(name, c): &(&'static str, DropCounters)| {
+            let drops = c.nonzero();
+            (!drops.is_empty()).then(|| NodeSnapshot {
+                name,
+                packets: 0,
+                calls: 0,
+                cycles: 0,
+                drops,
+                events: Vec::new(),
+            })
+        };
+        let mut s: Vec<NodeSnapshot> = pseudo(&self.outside[PORT_RX]).into_iter().collect();
+        s.extend(self.graph.snapshot());
+        s.extend(self.outside[PORT_TX..].iter().filter_map(pseudo));
         s
     }
 
@@ -707,7 +694,7 @@ impl Worker {
     pub fn shutdown(&mut self) {
         let held = self.held();
         self.acct.dropped += held;
-        self.tx_drops[DropReason::Shutdown.index()] += held;
+        self.outside[PORT_TX].1.add(reason::SHUTDOWN, held);
         self.host.drain_all(&mut self.cache);
         self.stop_steer();
         self.cache.free_all(&mut self.list);
@@ -734,7 +721,7 @@ impl Worker {
         let ringed = st.stats.taken_over - before;
         self.acct.taken_over = st.stats.taken_over;
         self.acct.dropped += ringed;
-        self.tx_drops[DropReason::Shutdown.index()] += ringed;
+        self.outside[PORT_TX].1.add(reason::SHUTDOWN, ringed);
         st.drain(&mut self.cache);
     }
 }

@@ -5,7 +5,7 @@
 //! chain accepts everything is not added at all: its upstream arc is wired straight to
 //! the next stage, so an empty hook costs nothing.
 
-use netbatch_engine::{Dispatch, DropReason, Graph, GraphBuilder, GraphError};
+use netbatch_engine::{Dispatch, Graph, GraphBuilder, GraphError};
 
 use crate::arp::input::ArpInput;
 use crate::filter::hook::HookStage;
@@ -127,10 +127,7 @@ pub fn build(
     b.add(NEIGHBOUR, Box::new(Neighbour::new(ports)))?;
     b.add(GSO, Box::new(Gso::new(ports)))?;
     b.add(TX, Box::new(Tx))?;
-    let tx_ports: Vec<&'static str> = ports
-        .iter()
-        .map(|p| netbatch_engine::intern(&format!("tx-{p}")))
-        .collect();
+    let tx_ports: Vec<&'static str> = ports.iter().map(|p| crate::tx::node_name(p)).collect();
     for (i, &name) in tx_ports.iter().enumerate() {
         b.add(name, Box::new(TxPort::new(i as u16)))?;
     }
@@ -140,7 +137,7 @@ pub fn build(
     }
     b.connect(ETH_INPUT, "arp", ARP_INPUT)?;
     b.connect(ETH_INPUT, "ip4", IP4_INPUT)?;
-    b.connect_drop(ETH_INPUT, "ip6", DropReason::Ip6Unsupported)?;
+    b.connect_drop(ETH_INPUT, "ip6", crate::l2::input::reason::IP6_UNSUPPORTED)?;
     b.connect(ARP_INPUT, "tx", TX)?;
     b.connect(ARP_INPUT, "neighbour", NEIGHBOUR)?;
 
@@ -165,7 +162,7 @@ pub fn build(
     b.connect(ICMP_INPUT, "reply", IP4_LOCAL_OUT)?;
     match opts.tcp_to {
         Some(n) => b.connect(TCP_INPUT, "host", n)?,
-        None => b.connect_drop(TCP_INPUT, "host", DropReason::TcpNoHandler)?,
+        None => b.connect_drop(TCP_INPUT, "host", crate::tcp::reason::NO_HANDLER)?,
     }
 
     // Forwarded: FORWARD hook, then POSTROUTING, the neighbour stage.

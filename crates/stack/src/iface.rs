@@ -8,7 +8,7 @@ use core::net::Ipv4Addr;
 
 use netbatch_wire::ethernet::MacAddr;
 
-use netbatch_engine::offload::Features;
+use crate::offload::Features;
 
 use crate::prefix::IfAddr;
 

@@ -20,7 +20,9 @@ pub mod icmp;
 pub mod iface;
 pub mod ip4;
 pub mod l2;
+pub mod meta;
 pub mod neigh;
+pub mod offload;
 pub mod prefix;
 pub mod ratelimit;
 pub mod route;
@@ -30,4 +32,23 @@ pub mod tx;
 pub mod udp;
 
 pub use assemble::{GraphOptions, build, node};
+
+/// Every set of drop reasons the stack declares, one per protocol module (for reports,
+/// and for the check that no two reasons share a name).
+pub const REASON_SETS: &[&[netbatch_engine::Reason]] = &[
+    l2::input::reason::ALL,
+    arp::input::reason::ALL,
+    neigh::reason::ALL,
+    ip4::input::reason::ALL,
+    route::reason::ALL,
+    ip4::local::reason::ALL,
+    ip4::forward::reason::ALL,
+    ip4::fragment::reason::ALL,
+    ip4::icmp_error::reason::ALL,
+    filter::hook::reason::ALL,
+    udp::input::reason::ALL,
+    tcp::reason::ALL,
+    icmp::input::reason::ALL,
+    gso::reason::ALL,
+];
 pub use host::{Host, HostParams, HostStats};

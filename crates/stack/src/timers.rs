@@ -1,7 +1,7 @@
 //! Timer work of a worker, run between polls: neighbour retries, failures and ageing.
 //! What it produces waits in `Host::injected` until the worker runs it through the graph.
 
-use netbatch_engine::{BufCache, DropReason, Pool};
+use netbatch_engine::{BufCache, Pool};
 
 use crate::arp::build_request;
 use crate::host::Host;
@@ -25,7 +25,7 @@ pub fn run(host: &mut Host, pool: &Pool, cache: &mut BufCache, now_ns: u64) {
         }
     }
     for mut p in failed {
-        pool.get_mut(&mut p).meta.reason = DropReason::NeighFailed as u16;
+        pool.get_mut(&mut p).meta.note = crate::ip4::icmp_error::Cause::NeighFailed.note();
         host.injected.to_icmp_error.push(p);
     }
 }

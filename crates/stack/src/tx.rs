@@ -1,9 +1,31 @@
 //! `tx`: puts finished frames on their port's transmit queue; the worker flushes the
-//! queues to the ports in bursts after each poll.
+//! queues to the ports in bursts after each poll. `tx-<port>` is one port's own
+//! transmit node, which the output stages reach by a per-port arc.
 
-use netbatch_engine::{Cx, DropReason, Out, PktList, Stage};
+use netbatch_engine::{Cx, Next, Out, PktList, Stage};
 
 use crate::host::Host;
+
+/// The name of port `port`'s transmit node (`tx-<port>`), interned once per process.
+pub fn node_name(port: &str) -> &'static str {
+    netbatch_engine::intern(&format!("tx-{port}"))
+}
+
+/// A stage's arcs: its own `fixed` ones, then one `tx-<port>` arc per port.
+pub fn with_port_arcs(fixed: &[&'static str], ports: &[&str]) -> Vec<&'static str> {
+    let mut arcs = fixed.to_vec();
+    arcs.extend(ports.iter().map(|p| node_name(p)));
+    arcs
+}
+
+/// The arc to port `port`'s transmit node in `arcs` (made by [`with_port_arcs`] with
+/// `fixed` arcs in front), if the port has one.
+#[inline]
+pub fn port_arc(arcs: &[&'static str], fixed: usize, port: u16) -> Option<Next> {
+    let a = usize::from(port) + fixed;
+    (a < arcs.len()).then_some(())?;
+    u8::try_from(a).ok().map(Next)
+}
 
 /// The transmit stage.
 #[derive(Debug, Default)]
@@ -26,14 +48,14 @@ impl Stage<Host> for Tx {
                         port = usize::from(i.port);
                     }
                     None => {
-                        out.drop(p, DropReason::PortDown);
+                        out.drop(p, netbatch_engine::reason::PORT_DOWN);
                         continue;
                     }
                 }
             }
             match host.tx.get_mut(port) {
                 Some(q) => q.push(p),
-                None => out.drop(p, DropReason::PortDown),
+                None => out.drop(p, netbatch_engine::reason::PORT_DOWN),
             }
         }
     }
@@ -67,7 +89,7 @@ impl Stage<Host> for TxPort {
             Some(q) => q.append(list),
             None => {
                 for p in list.drain(..) {
-                    out.drop(p, DropReason::PortDown);
+                    out.drop(p, netbatch_engine::reason::PORT_DOWN);
                 }
             }
         }

@@ -11,7 +11,6 @@
 use core::net::Ipv4Addr;
 
 use anyhow::Context;
-use netbatch_engine::offload::Features;
 use netbatch_engine::{Dispatch, Pool, PoolConfig};
 use netbatch_ports::Port;
 use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
@@ -19,6 +18,7 @@ use netbatch_runtime::Worker;
 use netbatch_runtime::setup::{PortSetup, StaticNeighbour, build_host};
 use netbatch_stack::filter::{Chain, HookPoint, PortRange, Rule, Verdict};
 use netbatch_stack::host::HostParams;
+use netbatch_stack::offload::Features;
 use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 

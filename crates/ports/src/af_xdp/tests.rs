@@ -8,9 +8,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::offload::Features;
 use netbatch_engine::{BufCache, Pkt, PktList, Pool, PoolConfig};
+use netbatch_stack::meta::flag;
+use netbatch_stack::offload::Features;
 
 use super::*;
 use crate::sys;

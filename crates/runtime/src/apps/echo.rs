@@ -2,9 +2,9 @@
 //! buffer (addresses and ports swapped, a fresh IPv4 header, checksums recomputed), through
 //! `ip4-local-out` like any application send.
 
-use netbatch_engine::meta::flag;
 use netbatch_engine::{Cx, Pkt};
 use netbatch_stack::Host;
+use netbatch_stack::meta::flag;
 use std::sync::Arc;
 
 use netbatch_stack::udp::socket::UdpSocket;

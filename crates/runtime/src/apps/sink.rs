@@ -17,9 +17,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use netbatch_engine::meta::flag;
 use netbatch_engine::{Cx, Pkt};
 use netbatch_stack::Host;
+use netbatch_stack::meta::flag;
 use netbatch_stack::udp::datagram;
 use netbatch_stack::udp::socket::UdpSocket;
 

@@ -15,8 +15,8 @@
 
 use core::net::Ipv4Addr;
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use crate::meta::flag;
+use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::ethernet::{EtherType, MacAddr};
 
 use super::write_body;
@@ -26,10 +26,22 @@ use crate::l2::output::push_header;
 use crate::prefix::class;
 use crate::route::RouteKind;
 
-/// Arc to transmit (replies).
-pub const TX: Next = Next(0);
-/// Arc back to the neighbour stage (packets released by a resolution).
-pub const NEIGHBOUR: Next = Next(1);
+netbatch_engine::reasons! {
+    /// Why `arp-input` drops a packet.
+    pub mod reason {
+        MALFORMED = "arp_malformed": "ARP packet truncated or with an unknown operation",
+        UNSUPPORTED = "arp_unsupported": "ARP for a hardware/protocol pair other than Ethernet/IPv4",
+        NOT_FOR_US = "arp_not_for_us": "ARP request for an address that is not ours",
+        BAD_SENDER = "arp_bad_sender": "ARP sender address is invalid (multicast, broadcast, ours)",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc to transmit (replies).
+    pub TX = "tx";
+    /// Arc back to the neighbour stage (packets released by a resolution).
+    pub NEIGHBOUR = "neighbour";
+}
 
 /// The ARP input stage.
 #[derive(Debug, Default)]
@@ -39,7 +51,11 @@ pub struct ArpInput {
 
 impl Stage<Host> for ArpInput {
     fn arcs(&self) -> &[&'static str] {
-        &["tx", "neighbour"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
@@ -47,16 +63,16 @@ impl Stage<Host> for ArpInput {
             let mut v = cx.pool.get_mut(&mut p);
             let d = v.data();
             if d.len() < 28 {
-                out.drop(p, DropReason::ArpMalformed);
+                out.drop(p, reason::MALFORMED);
                 continue;
             }
             if be16(d, 0) != 1 || be16(d, 2) != EtherType::IPV4.0 || d[4] != 6 || d[5] != 4 {
-                out.drop(p, DropReason::ArpUnsupported);
+                out.drop(p, reason::UNSUPPORTED);
                 continue;
             }
             let oper = be16(d, 6);
             if oper != 1 && oper != 2 {
-                out.drop(p, DropReason::ArpMalformed);
+                out.drop(p, reason::MALFORMED);
                 continue;
             }
             let sha = MacAddr::from_bytes(&d[8..14]);
@@ -64,7 +80,7 @@ impl Stage<Host> for ArpInput {
             let tpa = Ipv4Addr::new(d[24], d[25], d[26], d[27]);
             let ifx = v.meta.in_if;
             let Some(iface) = host.ifaces.get(usize::from(ifx)) else {
-                out.drop(p, DropReason::PortDown);
+                out.drop(p, netbatch_engine::reason::PORT_DOWN);
                 continue;
             };
             let spa_bits = u32::from(spa);
@@ -73,7 +89,7 @@ impl Stage<Host> for ArpInput {
                 || iface.has_addr(spa)
                 || matches!(host.routes.lookup(spa_bits), Some(h) if h.kind == RouteKind::Broadcast)
             {
-                out.drop(p, DropReason::ArpBadSender);
+                out.drop(p, reason::BAD_SENDER);
                 continue;
             }
             let for_us = iface.has_addr(tpa);
@@ -92,7 +108,7 @@ impl Stage<Host> for ArpInput {
                     cx.deliver(1);
                     cx.cache.free(p);
                 } else {
-                    out.drop(p, DropReason::ArpNotForUs);
+                    out.drop(p, reason::NOT_FOR_US);
                 }
                 continue;
             }
@@ -107,7 +123,7 @@ impl Stage<Host> for ArpInput {
             write_body(&mut b[..28], 2, our_mac, tpa, sha, spa);
             let iface = &host.ifaces[usize::from(ifx)];
             if !push_header(&mut v, iface, sha, EtherType::ARP) {
-                out.drop(p, DropReason::NoHeadroom);
+                out.drop(p, netbatch_engine::reason::NO_HEADROOM);
                 continue;
             }
             v.meta.out_if = ifx;

@@ -4,7 +4,7 @@ pub mod input;
 
 use core::net::Ipv4Addr;
 
-use netbatch_engine::meta::flag;
+use crate::meta::flag;
 use netbatch_engine::{BufCache, Pkt, Pool};
 use netbatch_wire::ethernet::{EtherType, MacAddr};
 

@@ -1,20 +1,34 @@
 //! `hook-*`: one stage per hook point, evaluating its chain over the list.
 
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 
 use super::{Chain, HookPoint, Key, Verdict};
 use crate::host::Host;
 use crate::ip4::{be16, be32};
 
-/// Arc for accepted packets.
-pub const ACCEPT: Next = Next(0);
+netbatch_engine::reasons! {
+    /// Drops by a hook's rules, one reason per hook.
+    pub mod reason {
+        PREROUTING = "filter_prerouting": "dropped by a PREROUTING rule",
+        INPUT = "filter_input": "dropped by an INPUT rule",
+        FORWARD = "filter_forward": "dropped by a FORWARD rule",
+        OUTPUT = "filter_output": "dropped by an OUTPUT rule",
+        POSTROUTING = "filter_postrouting": "dropped by a POSTROUTING rule",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc for accepted packets.
+    pub ACCEPT = "accept";
+}
 
 /// A hook stage.
 #[derive(Debug)]
 pub struct HookStage {
     hook: HookPoint,
     chain: Chain,
-    reason: DropReason,
+    /// The one reason this hook drops for (a slice of the set, as `Stage::reasons`).
+    reason: &'static [Reason],
     /// Wire packets matched per rule (policy hits in the last slot).
     pub hits: Vec<u64>,
 }
@@ -22,13 +36,9 @@ pub struct HookStage {
 impl HookStage {
     /// The stage for `hook` with `chain`.
     pub fn new(hook: HookPoint, chain: Chain) -> Self {
-        let reason = match hook {
-            HookPoint::Prerouting => DropReason::FilterPrerouting,
-            HookPoint::Input => DropReason::FilterInput,
-            HookPoint::Forward => DropReason::FilterForward,
-            HookPoint::Output => DropReason::FilterOutput,
-            HookPoint::Postrouting => DropReason::FilterPostrouting,
-        };
+        // The set declares one reason per hook, in `HookPoint::ALL` order.
+        let i = HookPoint::ALL.iter().position(|&h| h == hook).unwrap_or(0);
+        let reason = &reason::ALL[i..=i];
         let hits = vec![0; chain.rules.len() + 1];
         Self {
             hook,
@@ -62,7 +72,11 @@ pub fn key_of(d: &[u8], in_if: u16, out_if: u16) -> Key {
 
 impl Stage<Host> for HookStage {
     fn arcs(&self) -> &[&'static str] {
-        &["accept"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        self.reason
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -102,7 +116,7 @@ impl Stage<Host> for HookStage {
             self.hits[rule.unwrap_or(policy_slot)] += v.meta.wire_packets();
             match verdict {
                 Verdict::Accept => out.push(ACCEPT, p),
-                Verdict::Drop => out.drop(p, self.reason),
+                Verdict::Drop => out.drop(p, self.reason[0]),
             }
         }
     }

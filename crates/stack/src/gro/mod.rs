@@ -42,7 +42,7 @@
 
 pub mod stage;
 
-use netbatch_engine::meta::{flag, gso};
+use crate::meta::{flag, gso};
 use netbatch_engine::{Pkt, Pool};
 use netbatch_wire::checksum;
 

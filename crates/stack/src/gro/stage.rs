@@ -25,15 +25,17 @@
 //! completes its flows at the end of the list and they go on with the rest of it; in
 //! per-packet mode the worker flushes the stage after the poll.
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::offload::Features;
-use netbatch_engine::{Cx, Next, Out, Pkt, PktList, Stage};
+use crate::meta::flag;
+use crate::offload::Features;
+use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 
 use super::{GroTable, Kind, Parsed, parse};
 use crate::host::Host;
 
-/// Arc to L2 input.
-pub const L2: Next = Next(0);
+netbatch_engine::arcs! {
+    /// Arc to L2 input.
+    pub L2 = "l2";
+}
 
 /// The GRO stage.
 #[derive(Debug, Default)]
@@ -86,7 +88,7 @@ fn decide(host: &Host, f: &Features, proto: u8, dst: u32, dport: u16) -> Option<
 
 impl Stage<Host> for Gro {
     fn arcs(&self) -> &[&'static str] {
-        &["l2"]
+        ARCS
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

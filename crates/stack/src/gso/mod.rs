@@ -30,9 +30,16 @@
 
 pub mod stage;
 
-use netbatch_engine::meta::{flag, gso};
-use netbatch_engine::{BufCache, DropReason, Meta, Pkt, Pool};
+use crate::meta::{flag, gso};
+use netbatch_engine::{BufCache, Meta, Pkt, Pool, Reason};
 use netbatch_wire::checksum;
+
+netbatch_engine::reasons! {
+    /// Why segmentation gives up.
+    pub mod reason {
+        FAILED = "gso_failed": "super-packet could not be segmented",
+    }
+}
 
 #[inline(always)]
 fn be16(b: &[u8], at: usize) -> u16 {
@@ -106,9 +113,8 @@ struct Inherit {
     in_port: u16,
     in_if: u16,
     out_if: u16,
-    next_hop: u32,
+    adj: u32,
     mark: u32,
-    vlan: u16,
     hash: u32,
     flags: u32,
     /// L4 offset from L3.
@@ -121,9 +127,8 @@ impl Inherit {
             in_port: m.in_port,
             in_if: m.in_if,
             out_if: m.out_if,
-            next_hop: m.next_hop,
+            adj: m.adj,
             mark: m.mark,
-            vlan: m.vlan,
             hash: m.hash,
             flags: m.flags & !flag::PAYLOAD_SUM,
             ihl: m.l4.wrapping_sub(m.l3),
@@ -136,9 +141,8 @@ impl Inherit {
         to.in_port = self.in_port;
         to.in_if = self.in_if;
         to.out_if = self.out_if;
-        to.next_hop = self.next_hop;
+        to.adj = self.adj;
         to.mark = self.mark;
-        to.vlan = self.vlan;
         to.hash = self.hash;
         to.flags = self.flags;
         to.l3 = to.data + l2 as u16;
@@ -163,16 +167,16 @@ pub fn segment(
     cache: &mut BufCache,
     p: Pkt,
     out: &mut Vec<Pkt>,
-) -> Result<(), (Pkt, DropReason)> {
+) -> Result<(), (Pkt, Reason)> {
     let v = pool.get(&p);
     let Some(lay) = layout(v.meta, v.data()) else {
-        return Err((p, DropReason::GsoFailed));
+        return Err((p, reason::FAILED));
     };
     if v.meta.flags & flag::GRO_CHAIN != 0 {
         unchain(pool, p, lay, out)
     } else if v.meta.gso_type & gso::KIND >= gso::FRAGLIST_TCPV4 {
         // Only GRO builds chains of whole packets.
-        Err((p, DropReason::GsoFailed))
+        Err((p, reason::FAILED))
     } else {
         segment_standard(pool, cache, p, lay, out)
     }
@@ -263,13 +267,13 @@ fn segment_standard(
     mut p: Pkt,
     lay: Layout,
     out: &mut Vec<Pkt>,
-) -> Result<(), (Pkt, DropReason)> {
+) -> Result<(), (Pkt, Reason)> {
     let hdr = lay.hdr();
     let v = pool.get(&p);
     let gso_size = usize::from(v.meta.gso_size);
     let total = v.meta.total_len as usize;
     if gso_size == 0 || total <= hdr || hdr > MAX_HDR {
-        return Err((p, DropReason::GsoFailed));
+        return Err((p, reason::FAILED));
     }
     let payload = total - hdr;
     let n = payload.div_ceil(gso_size);
@@ -320,7 +324,7 @@ fn segment_copy(
     tr: &Train,
     t: &[u8],
     out: &mut Vec<Pkt>,
-) -> Result<(), (Pkt, DropReason)> {
+) -> Result<(), (Pkt, Reason)> {
     let (n, gso_size, lay) = (tr.n, tr.gso_size, tr.lay);
     let hdr = t.len();
     let start = out.len();
@@ -331,14 +335,14 @@ fn segment_copy(
             None => {
                 let mut taken: Vec<Pkt> = out.drain(start..).collect();
                 cache.free_all(&mut taken);
-                return Err((p, DropReason::NoBuffer));
+                return Err((p, netbatch_engine::reason::NO_BUFFER));
             }
         }
     }
     if pool.get(&out[start]).meta.data as usize + hdr + gso_size > pool.config().buf_size as usize {
         let mut taken: Vec<Pkt> = out.drain(start..).collect();
         cache.free_all(&mut taken);
-        return Err((p, DropReason::GsoFailed));
+        return Err((p, reason::FAILED));
     }
     // A cursor over the payload: the head's bytes after its headers, then each chained
     // buffer's.
@@ -500,12 +504,7 @@ impl Delta {
 }
 
 /// A GRO-built super-packet back into the packets it was made of.
-fn unchain(
-    pool: &Pool,
-    mut p: Pkt,
-    lay: Layout,
-    out: &mut Vec<Pkt>,
-) -> Result<(), (Pkt, DropReason)> {
+fn unchain(pool: &Pool, mut p: Pkt, lay: Layout, out: &mut Vec<Pkt>) -> Result<(), (Pkt, Reason)> {
     // Check every member before changing anything.
     let v = pool.get(&p);
     let mut cur = v.meta.chain.as_ref();
@@ -514,7 +513,7 @@ fn unchain(
         let (l3, data) = (usize::from(m.l3), usize::from(m.data));
         // Room for the link header in front, and its own headers behind.
         if l3 < lay.l2 || data < l3 + 28 {
-            return Err((p, DropReason::GsoFailed));
+            return Err((p, reason::FAILED));
         }
         cur = m.chain.as_ref();
     }

@@ -4,12 +4,15 @@
 //! port in a list pass through unchanged, so the port sees them in list order. A super-packet that cannot be segmented is dropped
 //! whole (every wire packet it stands for counted) with the reason.
 
-use netbatch_engine::{Cx, Next, Out, Pkt, PktList, Stage};
+use netbatch_engine::{Cx, Out, Pkt, PktList, Reason, Stage};
 
 use crate::host::Host;
+use crate::tx::{port_arc, with_port_arcs};
 
-/// Arc to the generic transmit stage (ports without their own arc).
-pub const TX: Next = Next(0);
+netbatch_engine::arcs! {
+    /// Arc to the generic transmit stage (ports without their own arc).
+    pub TX = "tx";
+}
 
 /// The GSO stage.
 #[derive(Debug)]
@@ -26,14 +29,8 @@ pub struct Gso {
 impl Gso {
     /// The stage for a host with these ports.
     pub fn new(ports: &[&str]) -> Self {
-        let mut arcs = vec!["tx"];
-        arcs.extend(
-            ports
-                .iter()
-                .map(|p| netbatch_engine::intern(&format!("tx-{p}"))),
-        );
         Self {
-            arcs,
+            arcs: with_port_arcs(ARCS, ports),
             segs: Vec::new(),
             segmented: 0,
             segments: 0,
@@ -44,6 +41,10 @@ impl Gso {
 impl Stage<Host> for Gso {
     fn arcs(&self) -> &[&'static str] {
         &self.arcs
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        super::reason::ALL
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -59,11 +60,10 @@ impl Stage<Host> for Gso {
                 arc = host
                     .ifaces
                     .get(usize::from(out_if))
-                    .and_then(|i| u8::try_from(usize::from(i.port) + 1).ok())
-                    .filter(|&a| usize::from(a) < self.arcs.len())
-                    .map_or(TX, Next);
+                    .and_then(|i| port_arc(&self.arcs, ARCS.len(), i.port))
+                    .unwrap_or(TX);
             }
-            if cx.pool.get(&p).meta.gso_type == netbatch_engine::meta::gso::NONE {
+            if cx.pool.get(&p).meta.gso_type == crate::meta::gso::NONE {
                 // A plain packet that followed a super-packet here, to keep its place.
                 out.push(arc, p);
                 continue;

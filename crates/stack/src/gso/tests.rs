@@ -2,9 +2,9 @@
 //! checksum of the expected frames): GRO then GSO must give back the frames GRO took, and
 //! changes made to a super-packet's head must reach every segment.
 
+use crate::meta::gso;
 use etherparse::PacketBuilder;
-use netbatch_engine::meta::gso;
-use netbatch_engine::{BufCache, DropReason, Pkt, Pool, PoolConfig};
+use netbatch_engine::{BufCache, Pkt, Pool, PoolConfig};
 
 use crate::gro::{GroTable, Kind, Parsed, parse};
 
@@ -139,7 +139,7 @@ fn standard_tcp_round_trip_is_exact() {
     // The super-packet is one IP packet whose TCP checksum is partial, as a TSO device
     // expects: completing it over the whole segment gives etherparse's checksum.
     let whole = netbatch_ports_free_frame(&pool, &out[0]);
-    assert_ne!(m.flags & netbatch_engine::meta::flag::L4_CSUM_PARTIAL, 0);
+    assert_ne!(m.flags & crate::meta::flag::L4_CSUM_PARTIAL, 0);
     let parsed = etherparse::SlicedPacket::from_ethernet(&whole).unwrap();
     let Some(etherparse::NetSlice::Ipv4(ip)) = &parsed.net else {
         panic!()
@@ -318,7 +318,7 @@ fn failure_leaves_the_super_packet_untouched() {
     let before = netbatch_ports_free_frame(&pool, &p);
     let mut segs = Vec::new();
     let (p, r) = segment(&pool, &mut c, p, &mut segs).unwrap_err();
-    assert_eq!(r, DropReason::NoBuffer);
+    assert_eq!(r, netbatch_engine::reason::NO_BUFFER);
     assert!(segs.is_empty());
     assert_eq!(netbatch_ports_free_frame(&pool, &p), before);
     assert_eq!(pool.get(&p).meta.segs, 4);
@@ -331,7 +331,7 @@ fn failure_leaves_the_super_packet_untouched() {
         v.meta.l3 = v.meta.data + 14;
     }
     let (q, r) = segment(&pool, &mut c, q, &mut segs).unwrap_err();
-    assert_eq!(r, DropReason::GsoFailed);
+    assert_eq!(r, crate::gso::reason::FAILED);
     c.free(p);
     c.free(q);
     drop(c);

@@ -7,15 +7,26 @@
 //! to broadcast or multicast addresses are ignored (Linux's `icmp_echo_ignore_broadcasts`
 //! default). Other messages are consumed and counted.
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use crate::meta::flag;
+use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
 
 use crate::host::Host;
 use crate::ip4::be16;
 
-/// Arc to `ip4-local-out` (echo replies).
-pub const REPLY: Next = Next(0);
+netbatch_engine::reasons! {
+    /// Why `icmp-input` drops a message.
+    pub mod reason {
+        TRUNCATED = "icmp_truncated": "ICMP message cut short",
+        CHECKSUM = "icmp_checksum": "ICMP checksum wrong",
+        BROADCAST_ECHO = "icmp_broadcast_echo": "echo request to a broadcast or multicast address ignored",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc to `ip4-local-out` (echo replies).
+    pub REPLY = "reply";
+}
 
 /// The ICMP input stage.
 #[derive(Debug, Default)]
@@ -23,7 +34,11 @@ pub struct IcmpInput;
 
 impl Stage<Host> for IcmpInput {
     fn arcs(&self) -> &[&'static str] {
-        &["reply"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
@@ -33,11 +48,11 @@ impl Stage<Host> for IcmpInput {
             let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
             let d = v.data();
             if d.len() < ihl + 8 {
-                out.drop(p, DropReason::IcmpTruncated);
+                out.drop(p, reason::TRUNCATED);
                 continue;
             }
             if checksum::fold(checksum::sum(&d[ihl..], 0)) != 0xffff {
-                out.drop(p, DropReason::IcmpChecksum);
+                out.drop(p, reason::CHECKSUM);
                 continue;
             }
             let ty = d[ihl];
@@ -48,7 +63,7 @@ impl Stage<Host> for IcmpInput {
                 continue;
             }
             if v.meta.flags & (flag::L3_BROADCAST | flag::L3_MULTICAST) != 0 {
-                out.drop(p, DropReason::IcmpBroadcastEcho);
+                out.drop(p, reason::BROADCAST_ECHO);
                 continue;
             }
             let (tos, src, dst) = (

@@ -6,16 +6,25 @@
 //! stage, for forwarded and local packets alike: too large goes to `ip4-fragment`, which
 //! fragments or, with DF, answers ICMP fragmentation needed (RFC 1191).
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use crate::meta::flag;
+use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
 
 use crate::host::Host;
 
-/// Arc for packets that go on.
-pub const OK: Next = Next(0);
-/// Arc to the ICMP error stage.
-pub const ERROR: Next = Next(1);
+netbatch_engine::reasons! {
+    /// Why `ip4-forward` stops a packet.
+    pub mod reason {
+        TTL_EXPIRED = "ttl_expired": "TTL reached zero in transit",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc for packets that go on.
+    pub OK = "ok";
+    /// Arc to the ICMP error stage.
+    pub ERROR = "error";
+}
 
 /// Length of the TCP or UDP header after an IPv4 header of `ihl` bytes.
 #[inline]
@@ -32,19 +41,23 @@ pub struct Ip4Forward;
 
 impl Stage<Host> for Ip4Forward {
     fn arcs(&self) -> &[&'static str] {
-        &["ok", "error"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
     }
 
     fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
             let Some(h) = v.data_mut().first_chunk_mut::<20>() else {
-                out.drop(p, DropReason::Ip4Truncated);
+                out.drop(p, crate::ip4::input::reason::TRUNCATED);
                 continue;
             };
             let ttl = h[8];
             if ttl <= 1 {
-                v.meta.reason = DropReason::TtlExpired as u16;
+                v.meta.note = crate::ip4::icmp_error::Cause::TtlExpired.note();
                 out.push(ERROR, p);
                 continue;
             }

@@ -16,16 +16,26 @@
 //! their segment size; when their segments are too large and DF is clear they are
 //! segmented (GSO) and each segment is fragmented.
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, Pkt, PktList, Stage};
+use crate::meta::flag;
+use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 
 use super::be16;
 use crate::host::Host;
 
-/// Arc back to the neighbour stage.
-pub const OK: Next = Next(0);
-/// Arc to the ICMP error stage (fragmentation needed).
-pub const ERROR: Next = Next(1);
+netbatch_engine::reasons! {
+    /// Why a packet longer than its output MTU is not sent.
+    pub mod reason {
+        FRAG_NEEDED = "frag_needed": "packet larger than the output MTU with DF set",
+        FRAG_UNSUPPORTED = "frag_unsupported": "packet larger than the output MTU (no fragmentation)",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc back to the neighbour stage.
+    pub OK = "ok";
+    /// Arc to the ICMP error stage (fragmentation needed).
+    pub ERROR = "error";
+}
 
 /// The fragmentation stage.
 #[derive(Debug, Default)]
@@ -79,14 +89,14 @@ impl Ip4Fragment {
         let orig_mf = flags_off & 0x2000 != 0;
         let mut opts = [0u8; 40];
         let Some(other_opts) = copied_options(&d[20..ihl], &mut opts) else {
-            out.drop(p, DropReason::Ip4BadOptions);
+            out.drop(p, crate::ip4::input::reason::BAD_OPTIONS);
             return;
         };
         let other_ihl = 20 + other_opts;
         let first = mtu.saturating_sub(ihl) & !7;
         let other = mtu.saturating_sub(other_ihl) & !7;
         if first == 0 || other == 0 {
-            out.drop(p, DropReason::FragUnsupported);
+            out.drop(p, reason::FRAG_UNSUPPORTED);
             return;
         }
         let rest = payload.saturating_sub(first);
@@ -98,13 +108,12 @@ impl Ip4Fragment {
                 Some(q) => self.spare.push(q),
                 None => {
                     cx.cache.free_all(&mut self.spare);
-                    out.drop(p, DropReason::NoBuffer);
+                    out.drop(p, netbatch_engine::reason::NO_BUFFER);
                     return;
                 }
             }
         }
-        let (in_if, out_if, next_hop, flags) =
-            (v.meta.in_if, v.meta.out_if, v.meta.next_hop, v.meta.flags);
+        let (in_if, out_if, adj, flags) = (v.meta.in_if, v.meta.out_if, v.meta.adj, v.meta.flags);
         let mut header = [0u8; 20];
         header.copy_from_slice(&d[..20]);
         let mut frags = core::mem::take(&mut self.spare);
@@ -128,8 +137,7 @@ impl Ip4Fragment {
             netbatch_wire::ipv4::fill_header_checksum(b, other_ihl);
             w.meta.l3 = w.meta.data;
             w.meta.l4 = w.meta.data + other_ihl as u16;
-            (w.meta.in_if, w.meta.out_if, w.meta.next_hop, w.meta.flags) =
-                (in_if, out_if, next_hop, flags);
+            (w.meta.in_if, w.meta.out_if, w.meta.adj, w.meta.flags) = (in_if, out_if, adj, flags);
             off += n;
         }
         // The first fragment is the packet itself, cut short.
@@ -153,7 +161,11 @@ impl Ip4Fragment {
 
 impl Stage<Host> for Ip4Fragment {
     fn arcs(&self) -> &[&'static str] {
-        &["ok", "error"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -170,7 +182,7 @@ impl Stage<Host> for Ip4Fragment {
             let v = cx.pool.get_mut(&mut p);
             if v.meta.out_if != cur_if {
                 let Some(i) = host.ifaces.get(usize::from(v.meta.out_if)) else {
-                    out.drop(p, DropReason::PortDown);
+                    out.drop(p, netbatch_engine::reason::PORT_DOWN);
                     continue;
                 };
                 cur_if = v.meta.out_if;
@@ -182,11 +194,11 @@ impl Stage<Host> for Ip4Fragment {
             } else if be16(d, 6) & 0x4000 != 0 {
                 if v.meta.flags & flag::FORWARDED != 0 {
                     // RFC 1191: tell the sender the MTU of the hop that is too small.
-                    v.meta.reason = DropReason::FragNeeded as u16;
+                    v.meta.note = crate::ip4::icmp_error::Cause::FragNeeded.note();
                     v.meta.scratch = mtu as u32;
                     out.push(ERROR, p);
                 } else {
-                    out.drop(p, DropReason::FragNeeded);
+                    out.drop(p, reason::FRAG_NEEDED);
                 }
             } else if v.meta.gso_size != 0 {
                 // A super-packet whose segments are too large and may be fragmented:

@@ -19,8 +19,8 @@
 
 use core::net::Ipv4Addr;
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use crate::meta::flag;
+use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::checksum;
 
 use super::{be16, be32};
@@ -30,42 +30,115 @@ use crate::iface::Iface;
 use crate::prefix::class;
 use crate::route::RouteKind;
 
-/// Arc to `ip4-local-out`.
-pub const OUT: Next = Next(0);
+netbatch_engine::reasons! {
+    /// Why `ip4-icmp-error` drops a packet it has no cause for.
+    pub mod reason {
+        NO_CAUSE = "icmp_error_no_cause": "sent to the ICMP error stage without a cause (bug guard)",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc to `ip4-local-out`.
+    pub OUT = "out";
+}
 
 /// Largest ICMP error datagram (RFC 1812 4.3.2.3).
 const MAX_ERROR_LEN: usize = 576;
 
-/// Reasons that have an ICMP error, in counter order.
-const REASONS: [DropReason; 8] = [
-    DropReason::TtlExpired,
-    DropReason::NoRoute,
-    DropReason::RouteUnreachable,
-    DropReason::NeighFailed,
-    DropReason::UnknownProtocol,
-    DropReason::NoSocket,
-    DropReason::FragNeeded,
-    DropReason::RouteProhibit,
-];
+/// Why a packet is sent to `ip4-icmp-error` (carried in its `Meta::note`): the error it
+/// causes, and the drop reason it is counted under when no error may be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Cause {
+    /// TTL reached zero in transit: time exceeded (RFC 792, RFC 1812 5.3.1).
+    TtlExpired = 1,
+    /// No route: network unreachable.
+    NoRoute,
+    /// An unreachable route: host unreachable.
+    RouteUnreachable,
+    /// The next hop did not answer ARP: host unreachable.
+    NeighFailed,
+    /// No handler for the protocol: protocol unreachable.
+    UnknownProtocol,
+    /// No socket on the port: port unreachable.
+    NoSocket,
+    /// Too long for the next hop with DF set: fragmentation needed (RFC 1191), the MTU in
+    /// `Meta::scratch`.
+    FragNeeded,
+    /// A prohibit route: communication administratively prohibited (RFC 1812 5.2.7.1).
+    RouteProhibit,
+}
+
+impl Cause {
+    /// Every cause, in counter order.
+    pub const ALL: [Self; 8] = [
+        Self::TtlExpired,
+        Self::NoRoute,
+        Self::RouteUnreachable,
+        Self::NeighFailed,
+        Self::UnknownProtocol,
+        Self::NoSocket,
+        Self::FragNeeded,
+        Self::RouteProhibit,
+    ];
+
+    /// The value kept in `Meta::note`.
+    #[inline(always)]
+    pub const fn note(self) -> u16 {
+        self as u16
+    }
+
+    /// The cause a `Meta::note` holds, if any.
+    pub fn from_note(n: u16) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.note() == n)
+    }
+
+    /// The ICMP (type, code) it causes.
+    pub const fn icmp(self) -> (u8, u8) {
+        match self {
+            Self::TtlExpired => (11, 0),
+            Self::NoRoute => (3, 0),
+            Self::RouteUnreachable | Self::NeighFailed => (3, 1),
+            Self::UnknownProtocol => (3, 2),
+            Self::NoSocket => (3, 3),
+            Self::FragNeeded => (3, 4),
+            Self::RouteProhibit => (3, 13),
+        }
+    }
+
+    /// The drop reason of a packet with this cause that gets no error.
+    pub const fn reason(self) -> Reason {
+        match self {
+            Self::TtlExpired => crate::ip4::forward::reason::TTL_EXPIRED,
+            Self::NoRoute => crate::route::reason::NO_ROUTE,
+            Self::RouteUnreachable => crate::route::reason::UNREACHABLE,
+            Self::NeighFailed => crate::neigh::reason::FAILED,
+            Self::UnknownProtocol => crate::ip4::local::reason::UNKNOWN_PROTOCOL,
+            Self::NoSocket => crate::udp::input::reason::NO_SOCKET,
+            Self::FragNeeded => crate::ip4::fragment::reason::FRAG_NEEDED,
+            Self::RouteProhibit => crate::route::reason::PROHIBIT,
+        }
+    }
+
+    /// The name of the counter of errors sent for it.
+    const fn counter(self) -> &'static str {
+        match self {
+            Self::TtlExpired => "sent_ttl_expired",
+            Self::NoRoute => "sent_no_route",
+            Self::RouteUnreachable => "sent_route_unreachable",
+            Self::NeighFailed => "sent_neigh_failed",
+            Self::UnknownProtocol => "sent_unknown_protocol",
+            Self::NoSocket => "sent_no_socket",
+            Self::FragNeeded => "sent_frag_needed",
+            Self::RouteProhibit => "sent_route_prohibit",
+        }
+    }
+}
 
 /// The ICMP error generator.
 #[derive(Debug, Default)]
 pub struct Ip4IcmpError {
-    sent: [u64; REASONS.len()],
-}
-
-/// The (type, code) an error reason maps to.
-pub fn icmp_for(r: DropReason) -> Option<(u8, u8)> {
-    Some(match r {
-        DropReason::TtlExpired => (11, 0),
-        DropReason::NoRoute => (3, 0),
-        DropReason::RouteUnreachable | DropReason::NeighFailed => (3, 1),
-        DropReason::UnknownProtocol => (3, 2),
-        DropReason::NoSocket => (3, 3),
-        DropReason::FragNeeded => (3, 4),
-        DropReason::RouteProhibit => (3, 13),
-        _ => return None,
-    })
+    sent: [u64; Cause::ALL.len()],
 }
 
 /// Whether an error may be sent about the datagram `d` (starting at its IP header) with
@@ -138,36 +211,30 @@ fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Option<Ipv4Add
 
 impl Stage<Host> for Ip4IcmpError {
     fn arcs(&self) -> &[&'static str] {
-        &["out"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        reason::ALL
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        const NAMES: [&str; REASONS.len()] = [
-            "sent_ttl_expired",
-            "sent_no_route",
-            "sent_route_unreachable",
-            "sent_neigh_failed",
-            "sent_unknown_protocol",
-            "sent_no_socket",
-            "sent_frag_needed",
-            "sent_route_prohibit",
-        ];
-        NAMES
+        Cause::ALL
             .iter()
             .zip(self.sent)
             .filter(|(_, n)| *n > 0)
-            .map(|(k, n)| (*k, n))
+            .map(|(c, n)| (c.counter(), n))
             .collect()
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
-            let reason = DropReason::from_u16(v.meta.reason).unwrap_or(DropReason::Unspecified);
-            let Some((ty, code)) = icmp_for(reason) else {
-                out.drop(p, reason);
+            let Some(cause) = Cause::from_note(v.meta.note) else {
+                out.drop(p, reason::NO_CAUSE);
                 continue;
             };
+            let ((ty, code), reason) = (cause.icmp(), cause.reason());
             if !may_answer(v.data(), v.meta.flags) {
                 host.stats.icmp_errors_suppressed += 1;
                 out.drop(p, reason);
@@ -222,7 +289,7 @@ impl Stage<Host> for Ip4IcmpError {
             h[20] = ty;
             h[21] = code;
             h[22..28].copy_from_slice(&[0, 0, 0, 0, 0, 0]);
-            if reason == DropReason::FragNeeded {
+            if cause == Cause::FragNeeded {
                 // RFC 1191: next-hop MTU in the low 16 bits of the unused word.
                 h[26..28].copy_from_slice(&mtu.to_be_bytes());
             }
@@ -231,13 +298,13 @@ impl Stage<Host> for Ip4IcmpError {
             v.meta.l3 = v.meta.data;
             v.meta.l4 = v.meta.data + 20;
             v.meta.flags = (v.meta.flags & flag::TRACE) | flag::ORIGINATED | flag::IP_CSUM_OK;
-            v.meta.reason = 0;
+            v.meta.note = 0;
             v.meta.out_if = u16::MAX;
             v.meta.gso_size = 0;
             v.meta.gso_type = 0;
             v.meta.segs = 1;
             host.stats.icmp_errors_out += 1;
-            if let Some(i) = REASONS.iter().position(|&r| r == reason) {
+            if let Some(i) = Cause::ALL.iter().position(|&c| c == cause) {
                 self.sent[i] += 1;
             }
             if wire > 1 {
@@ -379,13 +446,17 @@ mod tests {
 
     #[test]
     fn reasons_map_to_rfc792_codes() {
-        assert_eq!(icmp_for(DropReason::TtlExpired), Some((11, 0)));
-        assert_eq!(icmp_for(DropReason::NoSocket), Some((3, 3)));
-        assert_eq!(icmp_for(DropReason::UnknownProtocol), Some((3, 2)));
-        assert_eq!(icmp_for(DropReason::NoRoute), Some((3, 0)));
-        assert_eq!(icmp_for(DropReason::RouteUnreachable), Some((3, 1)));
-        assert_eq!(icmp_for(DropReason::RouteProhibit), Some((3, 13)));
-        assert_eq!(icmp_for(DropReason::FragNeeded), Some((3, 4)));
-        assert_eq!(icmp_for(DropReason::Ip4Checksum), None);
+        assert_eq!(Cause::TtlExpired.icmp(), (11, 0));
+        assert_eq!(Cause::NoSocket.icmp(), (3, 3));
+        assert_eq!(Cause::UnknownProtocol.icmp(), (3, 2));
+        assert_eq!(Cause::NoRoute.icmp(), (3, 0));
+        assert_eq!(Cause::RouteUnreachable.icmp(), (3, 1));
+        assert_eq!(Cause::NeighFailed.icmp(), (3, 1));
+        assert_eq!(Cause::RouteProhibit.icmp(), (3, 13));
+        assert_eq!(Cause::FragNeeded.icmp(), (3, 4));
+        for c in Cause::ALL {
+            assert_eq!(Cause::from_note(c.note()), Some(c), "{c:?} round-trips");
+        }
+        assert_eq!(Cause::from_note(0), None, "0 is no cause");
     }
 }

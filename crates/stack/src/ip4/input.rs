@@ -8,16 +8,33 @@
 //! 1122 3.2.1.2 MUST discard on failure); well-formed options (RFC 791 3.1); source not
 //! martian (RFC 1122 3.2.1.3, RFC 1812 5.3.7) and destination not martian.
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use crate::meta::flag;
+use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
 use crate::host::Host;
 use crate::prefix::class;
 
-/// Arc for valid packets.
-pub const OK: Next = Next(0);
+netbatch_engine::reasons! {
+    /// Why `ip4-input` drops a packet (RFC 791, RFC 1122 3.2.1, RFC 1812 5.2.2).
+    pub mod reason {
+        TRUNCATED = "ip4_truncated": "IPv4 packet shorter than its header",
+        VERSION = "ip4_version": "IP version is not 4",
+        HEADER_LEN = "ip4_header_len": "IPv4 header length below 20 bytes",
+        TOTAL_LEN_SHORT = "ip4_total_len_short": "IPv4 total length smaller than the header",
+        TOTAL_LEN_LONG = "ip4_total_len_long": "IPv4 total length larger than the frame",
+        CHECKSUM = "ip4_checksum": "IPv4 header checksum wrong",
+        BAD_OPTIONS = "ip4_bad_options": "IPv4 options malformed",
+        MARTIAN_SOURCE = "ip4_martian_source": "IPv4 source is not a valid unicast address",
+        MARTIAN_DEST = "ip4_martian_dest": "IPv4 destination is not a valid address",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc for valid packets.
+    pub OK = "ok";
+}
 
 /// The IPv4 input stage.
 #[derive(Debug, Default)]
@@ -26,26 +43,26 @@ pub struct Ip4Input;
 /// Validates one header whose packet has `avail` bytes (the frame's, or a GRO
 /// super-packet's over its buffer chain); `Ok(total_len, ihl)` or the drop reason.
 #[inline(always)]
-fn check(d: &[u8], avail: usize) -> Result<(usize, usize), DropReason> {
+fn check(d: &[u8], avail: usize) -> Result<(usize, usize), Reason> {
     let Some(h) = d.first_chunk::<20>() else {
-        return Err(DropReason::Ip4Truncated);
+        return Err(reason::TRUNCATED);
     };
     if h[0] >> 4 != 4 {
-        return Err(DropReason::Ip4Version);
+        return Err(reason::VERSION);
     }
     let ihl = usize::from(h[0] & 0x0f) * 4;
     if ihl < 20 {
-        return Err(DropReason::Ip4HeaderLen);
+        return Err(reason::HEADER_LEN);
     }
     if d.len() < ihl {
-        return Err(DropReason::Ip4Truncated);
+        return Err(reason::TRUNCATED);
     }
     let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
     if total < ihl {
-        return Err(DropReason::Ip4TotalLenShort);
+        return Err(reason::TOTAL_LEN_SHORT);
     }
     if total > avail {
-        return Err(DropReason::Ip4TotalLenLong);
+        return Err(reason::TOTAL_LEN_LONG);
     }
     // The common header without options is verified as five 32-bit words.
     let ok = if ihl == 20 {
@@ -54,27 +71,31 @@ fn check(d: &[u8], avail: usize) -> Result<(usize, usize), DropReason> {
         checksum::fold(checksum::sum(&d[..ihl], 0)) == 0xffff
     };
     if !ok {
-        return Err(DropReason::Ip4Checksum);
+        return Err(reason::CHECKSUM);
     }
     if ihl > 20
         && Ipv4Packet::new_unchecked(&d[..ihl])
             .check_options()
             .is_err()
     {
-        return Err(DropReason::Ip4BadOptions);
+        return Err(reason::BAD_OPTIONS);
     }
     if class::is_martian_source(u32::from_be_bytes([h[12], h[13], h[14], h[15]])) {
-        return Err(DropReason::Ip4MartianSource);
+        return Err(reason::MARTIAN_SOURCE);
     }
     if class::is_martian_dest(u32::from_be_bytes([h[16], h[17], h[18], h[19]])) {
-        return Err(DropReason::Ip4MartianDest);
+        return Err(reason::MARTIAN_DEST);
     }
     Ok((total, ihl))
 }
 
 impl Stage<Host> for Ip4Input {
     fn arcs(&self) -> &[&'static str] {
-        &["ok"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        reason::ALL
     }
 
     fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
@@ -89,7 +110,7 @@ impl Stage<Host> for Ip4Input {
             match check(v.data(), avail) {
                 // GRO cut a super-packet's padding already: its length must be exact.
                 Ok((total, _)) if chained && total != avail => {
-                    out.drop(p, DropReason::Ip4TotalLenShort);
+                    out.drop(p, reason::TOTAL_LEN_SHORT);
                 }
                 Ok((total, ihl)) => {
                     v.truncate(total);
@@ -108,7 +129,7 @@ impl Stage<Host> for Ip4Input {
 mod tests {
     use super::*;
 
-    fn check_frame(d: &[u8]) -> Result<(usize, usize), DropReason> {
+    fn check_frame(d: &[u8]) -> Result<(usize, usize), Reason> {
         check(d, d.len())
     }
 
@@ -144,35 +165,35 @@ mod tests {
 
     #[test]
     fn each_failure_has_its_reason() {
-        assert_eq!(check_frame(&good()[..19]), Err(DropReason::Ip4Truncated));
+        assert_eq!(check_frame(&good()[..19]), Err(reason::TRUNCATED));
         let mut v6 = good();
         v6[0] = 0x65;
-        assert_eq!(check_frame(&v6), Err(DropReason::Ip4Version));
+        assert_eq!(check_frame(&v6), Err(reason::VERSION));
         let mut short_ihl = good();
         short_ihl[0] = 0x44;
-        assert_eq!(check_frame(&short_ihl), Err(DropReason::Ip4HeaderLen));
+        assert_eq!(check_frame(&short_ihl), Err(reason::HEADER_LEN));
         let mut long_ihl = good();
         long_ihl[0] = 0x4f;
-        assert_eq!(check_frame(&long_ihl[..40]), Err(DropReason::Ip4Truncated));
+        assert_eq!(check_frame(&long_ihl[..40]), Err(reason::TRUNCATED));
         let mut tl_short = good();
         tl_short[2..4].copy_from_slice(&19u16.to_be_bytes());
         refill(&mut tl_short);
-        assert_eq!(check_frame(&tl_short), Err(DropReason::Ip4TotalLenShort));
+        assert_eq!(check_frame(&tl_short), Err(reason::TOTAL_LEN_SHORT));
         let mut tl_long = good();
         tl_long[2..4].copy_from_slice(&200u16.to_be_bytes());
         refill(&mut tl_long);
-        assert_eq!(check_frame(&tl_long), Err(DropReason::Ip4TotalLenLong));
+        assert_eq!(check_frame(&tl_long), Err(reason::TOTAL_LEN_LONG));
         let mut bad_sum = good();
         bad_sum[11] ^= 1;
-        assert_eq!(check_frame(&bad_sum), Err(DropReason::Ip4Checksum));
+        assert_eq!(check_frame(&bad_sum), Err(reason::CHECKSUM));
         let mut martian = good();
         martian[12] = 127;
         refill(&mut martian);
-        assert_eq!(check_frame(&martian), Err(DropReason::Ip4MartianSource));
+        assert_eq!(check_frame(&martian), Err(reason::MARTIAN_SOURCE));
         let mut mdst = good();
         mdst[16] = 0;
         refill(&mut mdst);
-        assert_eq!(check_frame(&mdst), Err(DropReason::Ip4MartianDest));
+        assert_eq!(check_frame(&mdst), Err(reason::MARTIAN_DEST));
     }
 
     #[test]
@@ -188,6 +209,6 @@ mod tests {
         // An option claiming 10 bytes in a 4-byte area.
         h[20..24].copy_from_slice(&[0x07, 0x0a, 0x04, 0x00]);
         refill(&mut h);
-        assert_eq!(check_frame(&h), Err(DropReason::Ip4BadOptions));
+        assert_eq!(check_frame(&h), Err(reason::BAD_OPTIONS));
     }
 }

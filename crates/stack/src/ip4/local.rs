@@ -4,19 +4,29 @@
 //! and TCP go to their stages; any other protocol asks for ICMP protocol unreachable
 //! (RFC 1122 3.2.2.1), which `ip4-icmp-error` suppresses for broadcasts.
 
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::be16;
 use crate::host::Host;
 
-/// Arc to UDP.
-pub const UDP: Next = Next(0);
-/// Arc to ICMP.
-pub const ICMP: Next = Next(1);
-/// Arc to TCP (host hand-off or drop).
-pub const TCP: Next = Next(2);
-/// Arc to the ICMP error stage.
-pub const ERROR: Next = Next(3);
+netbatch_engine::reasons! {
+    /// Why `ip4-local` does not deliver a packet.
+    pub mod reason {
+        FRAG_REASSEMBLY = "ip4_frag_reassembly": "fragment for local delivery (no reassembly)",
+        UNKNOWN_PROTOCOL = "unknown_protocol": "no handler for the IP protocol",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc to UDP.
+    pub UDP = "udp";
+    /// Arc to ICMP.
+    pub ICMP = "icmp";
+    /// Arc to TCP (host hand-off or drop).
+    pub TCP = "tcp";
+    /// Arc to the ICMP error stage.
+    pub ERROR = "error";
+}
 
 /// The local delivery stage.
 #[derive(Debug, Default)]
@@ -24,7 +34,11 @@ pub struct Ip4Local;
 
 impl Stage<Host> for Ip4Local {
     fn arcs(&self) -> &[&'static str] {
-        &["udp", "icmp", "tcp", "error"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
     }
 
     fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
@@ -33,7 +47,7 @@ impl Stage<Host> for Ip4Local {
             let d = v.data();
             // MF set or a non-zero offset.
             if be16(d, 6) & 0x3fff != 0 {
-                out.drop(p, DropReason::Ip4FragReassembly);
+                out.drop(p, reason::FRAG_REASSEMBLY);
                 continue;
             }
             match d[9] {
@@ -41,7 +55,7 @@ impl Stage<Host> for Ip4Local {
                 1 => out.push(ICMP, p),
                 6 => out.push(TCP, p),
                 _ => {
-                    v.meta.reason = DropReason::UnknownProtocol as u16;
+                    v.meta.note = crate::ip4::icmp_error::Cause::UnknownProtocol.note();
                     out.push(ERROR, p);
                 }
             }

@@ -8,17 +8,19 @@
 
 use core::net::Ipv4Addr;
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use crate::meta::flag;
+use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::be32;
 use crate::host::Host;
 use crate::route::RouteKind;
 
-/// Arc toward the output hooks and the neighbour stage.
-pub const OK: Next = Next(0);
-/// Arc back into local delivery (destination is ours).
-pub const LOCAL: Next = Next(1);
+netbatch_engine::arcs! {
+    /// Arc toward the output hooks and the neighbour stage.
+    pub OK = "ok";
+    /// Arc back into local delivery (destination is ours).
+    pub LOCAL = "local";
+}
 
 /// The local output stage.
 #[derive(Debug, Default)]
@@ -26,19 +28,23 @@ pub struct Ip4LocalOut;
 
 impl Stage<Host> for Ip4LocalOut {
     fn arcs(&self) -> &[&'static str] {
-        &["ok", "local"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        crate::route::reason::ALL
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
             if v.meta.len < 20 {
-                out.drop(p, DropReason::Ip4Truncated);
+                out.drop(p, crate::ip4::input::reason::TRUNCATED);
                 continue;
             }
             let dst = be32(v.data(), 16);
-            let Some(hop) = host.routes.lookup(dst) else {
-                out.drop(p, DropReason::NoRoute);
+            let Some((adj, hop)) = host.routes.lookup_adj(dst) else {
+                out.drop(p, crate::route::reason::NO_ROUTE);
                 continue;
             };
             let ihl = usize::from(v.data()[0] & 0x0f) * 4;
@@ -58,24 +64,24 @@ impl Stage<Host> for Ip4LocalOut {
                 }
                 RouteKind::Unicast => {
                     let Some(iface) = host.ifaces.get(usize::from(hop.out_if)) else {
-                        out.drop(p, DropReason::PortDown);
+                        out.drop(p, netbatch_engine::reason::PORT_DOWN);
                         continue;
                     };
                     if be32(v.data(), 12) == 0 {
                         let Some(src) = iface.source_for(Ipv4Addr::from(dst)) else {
-                            out.drop(p, DropReason::NoRoute);
+                            out.drop(p, crate::route::reason::NO_ROUTE);
                             continue;
                         };
                         v.data_mut()[12..16].copy_from_slice(&src.octets());
                     }
                     netbatch_wire::ipv4::fill_header_checksum(v.data_mut(), ihl);
                     v.meta.out_if = hop.out_if;
-                    v.meta.next_hop = if hop.gateway == 0 { dst } else { hop.gateway };
+                    v.meta.adj = adj;
                     out.push(OK, p);
                 }
-                RouteKind::Blackhole => out.drop(p, DropReason::RouteBlackhole),
-                RouteKind::Unreachable => out.drop(p, DropReason::RouteUnreachable),
-                RouteKind::Prohibit => out.drop(p, DropReason::RouteProhibit),
+                RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
+                RouteKind::Unreachable => out.drop(p, crate::route::reason::UNREACHABLE),
+                RouteKind::Prohibit => out.drop(p, crate::route::reason::PROHIBIT),
             }
         }
     }

@@ -17,20 +17,23 @@
 //! 1812 5.3.4). Unreachable and prohibit routes and a missing route send the packet to
 //! `ip4-icmp-error` with the reason in `Meta::reason`; blackhole routes drop silently.
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use crate::meta::flag;
+use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::be32;
+use super::icmp_error::Cause;
 use crate::host::Host;
 use crate::prefix::class;
 use crate::route::{Hop, RouteKind, Routes};
 
-/// Arc for local delivery.
-pub const LOCAL: Next = Next(0);
-/// Arc for forwarding.
-pub const FORWARD: Next = Next(1);
-/// Arc to the ICMP error stage.
-pub const ERROR: Next = Next(2);
+netbatch_engine::arcs! {
+    /// Arc for local delivery.
+    pub LOCAL = "local";
+    /// Arc for forwarding.
+    pub FORWARD = "forward";
+    /// Arc to the ICMP error stage.
+    pub ERROR = "error";
+}
 
 /// Whether `src` is one of our subnets' directed broadcasts (a broadcast route covers
 /// it). Those are only made for subnets of length ≤ 30, whose broadcast ends in at least
@@ -49,7 +52,11 @@ pub struct Ip4Route {
 
 impl Stage<Host> for Ip4Route {
     fn arcs(&self) -> &[&'static str] {
-        &["local", "forward", "error"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        crate::route::reason::ALL
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
@@ -59,7 +66,7 @@ impl Stage<Host> for Ip4Route {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let routes = &*host.routes;
         let forwarding = host.params.forwarding;
-        let mut hint: Option<(u32, Option<Hop>)> = None;
+        let mut hint: Option<(u32, Option<(u32, Hop)>)> = None;
         let mut src_hint: Option<(u32, bool)> = None;
         for mut p in list.drain(..) {
             let v = cx.pool.get_mut(&mut p);
@@ -75,7 +82,7 @@ impl Stage<Host> for Ip4Route {
                     }
                 };
                 if bad {
-                    out.drop(p, DropReason::Ip4MartianSource);
+                    out.drop(p, crate::ip4::input::reason::MARTIAN_SOURCE);
                     continue;
                 }
             }
@@ -91,13 +98,13 @@ impl Stage<Host> for Ip4Route {
                     h
                 }
                 _ => {
-                    let h = routes.lookup(dst);
+                    let h = routes.lookup_adj(dst);
                     hint = Some((dst, h));
                     h
                 }
             };
-            let Some(hop) = hop else {
-                v.meta.reason = DropReason::NoRoute as u16;
+            let Some((adj, hop)) = hop else {
+                v.meta.note = Cause::NoRoute.note();
                 out.push(ERROR, p);
                 continue;
             };
@@ -112,22 +119,22 @@ impl Stage<Host> for Ip4Route {
                 }
                 RouteKind::Unicast => {
                     if !forwarding {
-                        out.drop(p, DropReason::ForwardingDisabled);
+                        out.drop(p, crate::route::reason::FORWARDING_DISABLED);
                     } else if v.meta.flags & flag::L2_HOST == 0 {
-                        out.drop(p, DropReason::ForwardL2Broadcast);
+                        out.drop(p, crate::route::reason::FORWARD_L2_BROADCAST);
                     } else {
                         v.meta.out_if = hop.out_if;
-                        v.meta.next_hop = if hop.gateway == 0 { dst } else { hop.gateway };
+                        v.meta.adj = adj;
                         out.push(FORWARD, p);
                     }
                 }
-                RouteKind::Blackhole => out.drop(p, DropReason::RouteBlackhole),
+                RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
                 RouteKind::Unreachable => {
-                    v.meta.reason = DropReason::RouteUnreachable as u16;
+                    v.meta.note = Cause::RouteUnreachable.note();
                     out.push(ERROR, p);
                 }
                 RouteKind::Prohibit => {
-                    v.meta.reason = DropReason::RouteProhibit as u16;
+                    v.meta.note = Cause::RouteProhibit.note();
                     out.push(ERROR, p);
                 }
             }

@@ -8,19 +8,35 @@
 //! (`L2UnknownEtherType`). The port's info is looked up once per run of packets from
 //! the same port (a list from one poll is one port).
 
-use netbatch_engine::meta::flag;
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use crate::meta::flag;
+use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::ethernet::{EtherType, HEADER_LEN, MacAddr};
 
 use crate::host::Host;
 use crate::iface::Tags;
 
-/// Arc to ARP input.
-pub const ARP: Next = Next(0);
-/// Arc to IPv4 input.
-pub const IP4: Next = Next(1);
-/// Arc to IPv6 input.
-pub const IP6: Next = Next(2);
+netbatch_engine::reasons! {
+    /// Why `eth-input` drops a frame.
+    pub mod reason {
+        TRUNCATED = "l2_truncated": "frame shorter than an Ethernet header",
+        OTHER_HOST = "l2_other_host": "destination MAC is another host's",
+        UNKNOWN_ETHERTYPE = "l2_unknown_ethertype": "no handler for the ethertype",
+        VLAN_TRUNCATED = "l2_vlan_truncated": "VLAN tag cut short",
+        VLAN_TOO_DEEP = "l2_vlan_too_deep": "more than two VLAN tags",
+        VLAN_UNKNOWN = "l2_vlan_unknown": "VLAN not configured on the port",
+        SOURCE_MULTICAST = "l2_source_multicast": "source MAC is multicast or broadcast",
+        IP6_UNSUPPORTED = "ip6_unsupported": "IPv6 is not enabled",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc to ARP input.
+    pub ARP = "arp";
+    /// Arc to IPv4 input.
+    pub IP4 = "ip4";
+    /// Arc to IPv6 input.
+    pub IP6 = "ip6";
+}
 
 /// The L2 input stage.
 #[derive(Debug, Default)]
@@ -33,7 +49,11 @@ fn be16(b: &[u8], at: usize) -> u16 {
 
 impl Stage<Host> for EthInput {
     fn arcs(&self) -> &[&'static str] {
-        &["arp", "ip4", "ip6"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
@@ -46,7 +66,7 @@ impl Stage<Host> for EthInput {
             let port = v.meta.in_port;
             if port != cur_port {
                 let Some(info) = host.ports.get(usize::from(port)) else {
-                    out.drop(p, DropReason::PortDown);
+                    out.drop(p, netbatch_engine::reason::PORT_DOWN);
                     continue;
                 };
                 cur_port = port;
@@ -55,17 +75,17 @@ impl Stage<Host> for EthInput {
             }
             let d = v.data();
             if d.len() < HEADER_LEN {
-                out.drop(p, DropReason::L2Truncated);
+                out.drop(p, reason::TRUNCATED);
                 continue;
             }
             if d[6] & 1 != 0 {
-                out.drop(p, DropReason::L2SourceMulticast);
+                out.drop(p, reason::SOURCE_MULTICAST);
                 continue;
             }
             let class = if d[..6] == our_mac.0 {
                 flag::L2_HOST
             } else if d[0] & 1 == 0 {
-                out.drop(p, DropReason::L2OtherHost);
+                out.drop(p, reason::OTHER_HOST);
                 continue;
             } else if d[..6] == [0xff; 6] {
                 flag::L2_BROADCAST
@@ -81,11 +101,11 @@ impl Stage<Host> for EthInput {
                 let mut bad = None;
                 while et == EtherType::VLAN.0 || et == EtherType::QINQ.0 {
                     if n == 2 {
-                        bad = Some(DropReason::L2VlanTooDeep);
+                        bad = Some(reason::VLAN_TOO_DEEP);
                         break;
                     }
                     if d.len() < off + 4 {
-                        bad = Some(DropReason::L2VlanTruncated);
+                        bad = Some(reason::VLAN_TRUNCATED);
                         break;
                     }
                     vids[n] = be16(d, off) & 0x0fff;
@@ -103,14 +123,13 @@ impl Stage<Host> for EthInput {
                     (1, [v0, _]) => Tags::Dot1q(v0),
                     (_, [s, c]) => Tags::QinQ(s, c),
                 };
-                v.meta.vlan = vids[0];
                 v.meta.flags |= flag::VLAN;
                 host.ports[usize::from(port)].iface_for(tags)
             } else {
                 native
             };
             let Some(iface) = iface else {
-                out.drop(p, DropReason::L2VlanUnknown);
+                out.drop(p, reason::VLAN_UNKNOWN);
                 continue;
             };
             v.meta.in_if = iface;
@@ -121,7 +140,7 @@ impl Stage<Host> for EthInput {
                 0x0800 => out.push(IP4, p),
                 0x0806 => out.push(ARP, p),
                 0x86dd => out.push(IP6, p),
-                _ => out.drop(p, DropReason::L2UnknownEtherType),
+                _ => out.drop(p, reason::UNKNOWN_ETHERTYPE),
             }
         }
     }

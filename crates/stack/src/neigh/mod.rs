@@ -16,6 +16,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use netbatch_engine::{BufCache, Pkt};
 use netbatch_wire::ethernet::MacAddr;
 
+netbatch_engine::reasons! {
+    /// Why a packet waiting for its next hop is dropped.
+    pub mod reason {
+        QUEUE_FULL = "neigh_queue_full": "too many packets waiting for one unresolved neighbour",
+        FAILED = "neigh_failed": "neighbour did not answer ARP",
+        TABLE_FULL = "neigh_table_full": "neighbour table full",
+    }
+}
+
 pub mod resolve;
 
 /// What workers learn from ARP, shared: each worker keeps its own table (and its own

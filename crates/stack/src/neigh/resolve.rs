@@ -12,7 +12,7 @@
 //! without ARP (RFC 1112 6.4). Within a list, each next hop is resolved once: its L2
 //! header is kept in a small direct-mapped cache for the rest of the list.
 
-use netbatch_engine::{Cx, DropReason, Next, Out, PktList, Stage};
+use netbatch_engine::{Cx, Next, Out, PktList, Stage};
 use netbatch_wire::ethernet::{EtherType, MacAddr};
 
 use super::Lookup;
@@ -20,15 +20,16 @@ use crate::arp::build_request;
 use crate::host::Host;
 use crate::iface::{Iface, Tags};
 use crate::prefix::class;
+use crate::tx::{port_arc, with_port_arcs};
 
-/// Arc to transmit.
-pub const TX: Next = Next(0);
-/// Arc to fragmentation (larger than the output MTU).
-pub const FRAG: Next = Next(1);
-/// Arc to GSO (a super-packet for a port without the matching offload).
-pub const GSO: Next = Next(2);
-/// Arcs before the per-port ones.
-const FIXED_ARCS: usize = 3;
+netbatch_engine::arcs! {
+    /// Arc to transmit.
+    pub TX = "tx";
+    /// Arc to fragmentation (larger than the output MTU).
+    pub FRAG = "frag";
+    /// Arc to GSO (a super-packet for a port without the matching offload).
+    pub GSO = "gso";
+}
 
 /// Bits of the per-list rewrite cache index.
 const CACHE_BITS: u32 = 3;
@@ -46,21 +47,14 @@ impl Neighbour {
     /// A neighbour stage for a host with these ports, with one transmit arc per port
     /// (`tx-<name>`, see [`crate::tx::TxPort`]).
     pub fn new(ports: &[&str]) -> Self {
-        let mut arcs = vec!["tx", "frag", "gso"];
-        arcs.extend(
-            ports
-                .iter()
-                .map(|p| netbatch_engine::intern(&format!("tx-{p}"))),
-        );
-        Self { arcs }
+        Self {
+            arcs: with_port_arcs(ARCS, ports),
+        }
     }
 
     /// The arc to `port`'s transmit node (the generic `tx` if there is none).
     fn port_arc(&self, port: u16) -> Next {
-        match u8::try_from(usize::from(port) + FIXED_ARCS) {
-            Ok(a) if usize::from(a) < self.arcs.len() => Next(a),
-            _ => TX,
-        }
+        port_arc(&self.arcs, ARCS.len(), port).unwrap_or(TX)
     }
 }
 
@@ -97,8 +91,8 @@ struct Rewrite {
 
 /// The GSO kinds a port with `f` transmits whole, one bit per kind (the kernel's
 /// `skb_gso_ok`: a fraglist chain needs the list offload and the L4 one).
-fn gso_kinds(f: &netbatch_engine::offload::Features) -> u8 {
-    use netbatch_engine::meta::gso;
+fn gso_kinds(f: &crate::offload::Features) -> u8 {
+    use crate::meta::gso;
     let mut k = 0u8;
     if f.tx_tcp_segmentation {
         k |= 1 << gso::TCPV4;
@@ -189,9 +183,9 @@ impl Neighbour {
             out.drop(
                 e,
                 if refused {
-                    DropReason::NeighTableFull
+                    crate::neigh::reason::TABLE_FULL
                 } else {
-                    DropReason::NeighQueueFull
+                    crate::neigh::reason::QUEUE_FULL
                 },
             );
         }
@@ -214,6 +208,10 @@ impl Stage<Host> for Neighbour {
         &self.arcs
     }
 
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        super::reason::ALL
+    }
+
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         // Rewrites resolved in this list, direct-mapped by next hop: interleaved flows to
         // a few next hops resolve each once per list. Only valid within the list (the
@@ -227,18 +225,32 @@ impl Stage<Host> for Neighbour {
         let mut via_gso = 0u64;
         // Borrowing the pool through its own reference leaves `cx` free for the slow paths.
         let pool = cx.pool;
+        // The gateway of the last adjacency (0: the destination itself), for the list.
+        let mut last_adj = (u32::MAX, 0u32);
         for mut p in list.drain(..) {
             let mut v = pool.get_mut(&mut p);
-            let (out_if, nh, len, gso, gso_type) = (
+            let (out_if, adj, len, gso, gso_type) = (
                 v.meta.out_if,
-                v.meta.next_hop,
+                v.meta.adj,
                 v.meta.len,
                 v.meta.gso_size,
                 v.meta.gso_type,
             );
+            if adj != last_adj.0 {
+                last_adj = (adj, host.routes.hop(adj).map_or(0, |h| h.gateway));
+            }
+            // On-link (no gateway): the next hop is the packet's own destination.
+            let nh = match (last_adj.1, v.data().first_chunk::<20>()) {
+                (0, Some(h)) => u32::from_be_bytes([h[16], h[17], h[18], h[19]]),
+                (0, None) => {
+                    out.drop(p, crate::ip4::input::reason::TRUNCATED);
+                    continue;
+                }
+                (gw, _) => gw,
+            };
             if out_if != mtu_if.0 {
                 let Some(i) = host.ifaces.get(usize::from(out_if)) else {
-                    out.drop(p, DropReason::PortDown);
+                    out.drop(p, netbatch_engine::reason::PORT_DOWN);
                     continue;
                 };
                 mtu_if = (out_if, i.mtu);
@@ -288,7 +300,7 @@ impl Stage<Host> for Neighbour {
                 Some(h) if n == 14 => h[..14].copy_from_slice(&rw.bytes[..14]),
                 Some(h) => h.copy_from_slice(&rw.bytes[..n]),
                 None => {
-                    out.drop(p, DropReason::NoHeadroom);
+                    out.drop(p, netbatch_engine::reason::NO_HEADROOM);
                     continue;
                 }
             }
@@ -298,7 +310,7 @@ impl Stage<Host> for Neighbour {
                 continue;
             }
             // A super-packet the port cannot take whole is segmented first.
-            let kind = gso_type & netbatch_engine::meta::gso::KIND;
+            let kind = gso_type & crate::meta::gso::KIND;
             let bit = 1u64 << (rw.arc.0 & 63);
             if kind != 0 && rw.gso_ok & (1 << kind) == 0 {
                 via_gso |= bit;

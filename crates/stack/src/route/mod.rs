@@ -12,6 +12,18 @@ use core::net::Ipv4Addr;
 use crate::fib::{FibError, Table};
 use crate::prefix::Ipv4Prefix;
 
+netbatch_engine::reasons! {
+    /// What routing refuses, for every address family.
+    pub mod reason {
+        NO_ROUTE = "no_route": "no route to the destination",
+        BLACKHOLE = "route_blackhole": "route is a blackhole",
+        UNREACHABLE = "route_unreachable": "route is unreachable",
+        PROHIBIT = "route_prohibit": "route is administratively prohibited",
+        FORWARDING_DISABLED = "forwarding_disabled": "not for us and forwarding is off",
+        FORWARD_L2_BROADCAST = "forward_l2_broadcast": "unicast IP in a link-layer broadcast or multicast frame is not forwarded",
+    }
+}
+
 pub mod file;
 
 /// What a route does with a packet.
@@ -44,7 +56,10 @@ pub struct Route {
     pub gateway: Option<Ipv4Addr>,
 }
 
-/// The fast-path form of a route: what the routing stage needs, 8 bytes.
+/// The fast-path form of a route: what the routing stage needs, 8 bytes. Hops are kept
+/// once each in a dense array; a hop's index there is the adjacency routing writes in
+/// `Meta::adj` for the output stages (VPP's adjacency: interface and next hop). Indices
+/// never change for the life of a [`Routes`] value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Hop {
     /// [`RouteKind`] as a byte.
@@ -172,8 +187,20 @@ impl Routes {
     /// Longest-prefix match: the hop for destination bits `dst`.
     #[inline(always)]
     pub fn lookup(&self, dst: u32) -> Option<Hop> {
+        self.lookup_adj(dst).map(|(_, h)| h)
+    }
+
+    /// Longest-prefix match: the adjacency (hop index) and hop for destination `dst`.
+    #[inline(always)]
+    pub fn lookup_adj(&self, dst: u32) -> Option<(u32, Hop)> {
         let i = self.fib.lookup(dst)?;
-        self.hops.get(i as usize).copied()
+        self.hops.get(i as usize).map(|&h| (i, h))
+    }
+
+    /// The hop of adjacency `adj` (from [`Routes::lookup_adj`]).
+    #[inline(always)]
+    pub fn hop(&self, adj: u32) -> Option<Hop> {
+        self.hops.get(adj as usize).copied()
     }
 
     /// Number of routes.

@@ -2,12 +2,21 @@
 //! packets to the host kernel when a host port (TAP) is configured, else drops them
 //! (`TcpNoHandler`).
 
-use netbatch_engine::{Cx, Next, Out, PktList, Stage};
+use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use crate::host::Host;
 
-/// Arc to the host hand-off.
-pub const HOST: Next = Next(0);
+netbatch_engine::reasons! {
+    /// Why local TCP is dropped.
+    pub mod reason {
+        NO_HANDLER = "tcp_no_handler": "TCP to a local address and no host port to hand it to",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc to the host hand-off.
+    pub HOST = "host";
+}
 
 /// The local TCP stage.
 #[derive(Debug, Default)]
@@ -15,7 +24,11 @@ pub struct TcpInput;
 
 impl Stage<Host> for TcpInput {
     fn arcs(&self) -> &[&'static str] {
-        &["host"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
     }
 
     fn process(&mut self, _: &mut Host, _: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {

@@ -15,15 +15,28 @@
 
 use core::net::Ipv4Addr;
 
-use netbatch_engine::meta::{flag, gso};
-use netbatch_engine::{Cx, DropReason, Next, Out, Pkt, PktList, Stage};
+use crate::meta::{flag, gso};
+use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 use netbatch_wire::checksum;
 
 use super::socket::{SocketId, SocketWriter, Table, TableCache};
 use crate::host::Host;
 
-/// Arc to the ICMP error stage (no socket).
-pub const ERROR: Next = Next(0);
+netbatch_engine::reasons! {
+    /// Why `udp-input` does not deliver a datagram (RFC 768).
+    pub mod reason {
+        TRUNCATED = "udp_truncated": "UDP header cut short",
+        BAD_LENGTH = "udp_bad_length": "UDP length field inconsistent with the IP payload",
+        CHECKSUM = "udp_checksum": "UDP checksum wrong",
+        NO_SOCKET = "no_socket": "no socket bound to the UDP destination port",
+        QUEUE_FULL = "socket_queue_full": "socket receive queue full",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc to the ICMP error stage (no socket).
+    pub ERROR = "error";
+}
 
 /// The UDP input stage.
 #[derive(Debug, Default)]
@@ -82,11 +95,11 @@ impl UdpInput {
         let d = v.data();
         let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
         let (Some(ip), Some(u)) = (d.first_chunk::<20>(), d.get(ihl..)) else {
-            out.drop(p, DropReason::UdpTruncated);
+            out.drop(p, reason::TRUNCATED);
             return;
         };
         let Some(uh) = u.first_chunk::<8>() else {
-            out.drop(p, DropReason::UdpTruncated);
+            out.drop(p, reason::TRUNCATED);
             return;
         };
         let ulen_avail = if chained {
@@ -96,7 +109,7 @@ impl UdpInput {
         };
         let ulen = usize::from(u16::from_be_bytes([uh[4], uh[5]]));
         if ulen < 8 || ulen > ulen_avail || (chained && ulen != ulen_avail) {
-            out.drop(p, DropReason::UdpBadLength);
+            out.drop(p, reason::BAD_LENGTH);
             return;
         }
         let src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
@@ -111,7 +124,7 @@ impl UdpInput {
                 ulen as u16,
             );
             if checksum::fold(checksum::sum(&u[..ulen], acc)) != 0xffff {
-                out.drop(p, DropReason::UdpChecksum);
+                out.drop(p, reason::CHECKSUM);
                 return;
             }
         }
@@ -137,9 +150,9 @@ impl UdpInput {
                     | flag::L2_MULTICAST)
                 != 0
             {
-                out.drop(p, DropReason::NoSocket);
+                out.drop(p, reason::NO_SOCKET);
             } else {
-                v.meta.reason = DropReason::NoSocket as u16;
+                v.meta.note = crate::ip4::icmp_error::Cause::NoSocket.note();
                 out.push(ERROR, p);
             }
             return;
@@ -149,21 +162,21 @@ impl UdpInput {
             match b.writer(sock) {
                 Some(w) => {
                     if let Err(p) = w.push(p, 1) {
-                        out.drop(p, DropReason::SocketQueueFull);
+                        out.drop(p, reason::QUEUE_FULL);
                     }
                 }
-                None => out.drop(p, DropReason::NoSocket),
+                None => out.drop(p, reason::NO_SOCKET),
             }
             return;
         }
         b.writer = None;
         let Some(s) = b.table.get(sock) else {
-            out.drop(p, DropReason::NoSocket);
+            out.drop(p, reason::NO_SOCKET);
             return;
         };
         if whole && s.gro() {
             if let Err(p) = s.enqueue(p, wire) {
-                out.drop(p, DropReason::SocketQueueFull);
+                out.drop(p, reason::QUEUE_FULL);
             }
             return;
         }
@@ -173,7 +186,7 @@ impl UdpInput {
                 self.segmented += 1;
                 for q in self.segs.drain(..) {
                     if let Err(q) = s.enqueue(q, 1) {
-                        out.drop(q, DropReason::SocketQueueFull);
+                        out.drop(q, reason::QUEUE_FULL);
                     }
                 }
             }
@@ -225,7 +238,11 @@ impl UdpInput {
 
 impl Stage<Host> for UdpInput {
     fn arcs(&self) -> &[&'static str] {
-        &["error"]
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {

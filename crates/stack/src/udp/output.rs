@@ -13,7 +13,7 @@
 use core::fmt;
 use core::net::{Ipv4Addr, SocketAddrV4};
 
-use netbatch_engine::meta::{flag, gso};
+use crate::meta::{flag, gso};
 use netbatch_engine::{Cx, Pkt};
 use netbatch_wire::checksum;
 

@@ -1,0 +1,75 @@
+//! What the stack keeps in a packet's metadata beyond the engine's own fields: the
+//! meaning of its flag bits and the kinds of super-packet.
+//!
+//! The engine reserves the top byte of `Meta::flags` ([`flag::RESERVED`]); every bit
+//! below it is the stack's, declared here once. `flag` re-exports the engine's and the
+//! ports' bits so that one namespace names them all.
+
+/// Per-packet flag bits (in `Meta::flags`).
+pub mod flag {
+    pub use netbatch_engine::meta::flag::{
+        HASH_VALID, L4_CSUM_OK, L4_CSUM_PARTIAL, RESERVED, TRACE,
+    };
+
+    /// L2 destination was one of our MAC addresses.
+    pub const L2_HOST: u32 = 1 << 0;
+    /// L2 destination was broadcast.
+    pub const L2_BROADCAST: u32 = 1 << 1;
+    /// L2 destination was a multicast group.
+    pub const L2_MULTICAST: u32 = 1 << 2;
+    /// The frame carried at least one VLAN tag.
+    pub const VLAN: u32 = 1 << 3;
+    /// The IPv4 header checksum has been verified.
+    pub const IP_CSUM_OK: u32 = 1 << 4;
+    /// The destination is one of our addresses (set by routing).
+    pub const LOCAL: u32 = 1 << 8;
+    /// The packet was originated by this host (not received).
+    pub const ORIGINATED: u32 = 1 << 9;
+    /// The packet was routed through the forwarding path.
+    pub const FORWARDED: u32 = 1 << 10;
+    /// L3 destination is a broadcast address (limited or directed).
+    pub const L3_BROADCAST: u32 = 1 << 11;
+    /// L3 destination is a multicast group.
+    pub const L3_MULTICAST: u32 = 1 << 12;
+    /// `Meta::csum_payload` holds this buffer's payload sum (GRO recorded it).
+    pub const PAYLOAD_SUM: u32 = 1 << 14;
+    /// A super-packet built by GRO: every chained buffer keeps its own received headers
+    /// in front of its data (at its `l3`), so GSO gives each segment its own headers
+    /// back instead of building them.
+    pub const GRO_CHAIN: u32 = 1 << 15;
+
+    /// Every stack bit, for the check that none is the engine's.
+    const ALL: u32 = L2_HOST
+        | L2_BROADCAST
+        | L2_MULTICAST
+        | VLAN
+        | IP_CSUM_OK
+        | LOCAL
+        | ORIGINATED
+        | FORWARDED
+        | L3_BROADCAST
+        | L3_MULTICAST
+        | PAYLOAD_SUM
+        | GRO_CHAIN;
+    const _: () = assert!(ALL & RESERVED == 0, "a stack flag uses an engine bit");
+}
+
+/// Kinds of super-packet (in `Meta::gso_type`).
+pub mod gso {
+    /// A plain packet.
+    pub const NONE: u8 = 0;
+    /// TCP over IPv4, payload merged (standard GRO): segment at `gso_size` bytes.
+    pub const TCPV4: u8 = 1;
+    /// UDP over IPv4, payload merged (standard UDP GRO / UDP_SEGMENT).
+    pub const UDPV4: u8 = 2;
+    /// A chain of complete packets (fraglist GRO): each buffer in the chain is one
+    /// wire packet with its own headers (pulled, so the data is its payload).
+    pub const FRAGLIST_TCPV4: u8 = 3;
+    /// As [`FRAGLIST_TCPV4`] for UDP.
+    pub const FRAGLIST_UDPV4: u8 = 4;
+    /// Flag bit: the segments share one IPv4 identification (GRO saw them fixed), so GSO
+    /// must not increment it.
+    pub const FIXED_ID: u8 = 0x80;
+    /// Mask of the kind without flag bits.
+    pub const KIND: u8 = 0x7f;
+}

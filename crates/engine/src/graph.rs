@@ -279,7 +279,11 @@ impl<S> GraphBuilder<S> {
             });
         }
         let n = nodes.len();
+        let holders = (0..n as u16)
+            .filter(|&i| nodes[usize::from(i)].stage.holds())
+            .collect();
         Ok(Graph {
+            holders,
             outs: (0..n).map(|_| Out::for_list()).collect(),
             drops: nodes
                 .iter()
@@ -301,6 +305,8 @@ impl<S> GraphBuilder<S> {
 /// A built graph of stages over per-worker state `S`. One per worker.
 pub struct Graph<S> {
     nodes: Vec<Node<S>>,
+    /// The nodes whose stages may hold packets across calls, in node order.
+    holders: Vec<u16>,
     /// Each node's output, reused call after call (indexed like `nodes`).
     outs: Vec<Out>,
     drops: Vec<DropCounters>,
@@ -502,6 +508,19 @@ impl<S> Graph<S> {
         }
     }
 
+    /// The end of a poll: every stage that holds packets across calls (`Stage::holds`)
+    /// and holds some now hands them over (`Stage::flush`), in node order, and they are
+    /// carried through the rest of the graph: as one list, or, with `one_by_one`
+    /// (per-packet mode), each packet through every stage before the next.
+    pub fn flush_held(&mut self, st: &mut S, cx: &mut Cx<'_>, one_by_one: bool) {
+        for k in 0..self.holders.len() {
+            let id = self.holders[k];
+            if self.nodes[usize::from(id)].stage.held() > 0 {
+                self.flush(st, cx, NodeId(id), one_by_one);
+            }
+        }
+    }
+
     /// Lets node `id` hand over what it holds (`Stage::flush`) and carries it through
     /// the rest of the graph: as one list, or, with `one_by_one` (per-packet mode), each
     /// packet through every stage before the next.
@@ -579,9 +598,12 @@ impl<S> Graph<S> {
         }
     }
 
-    /// Wire packets held by the stages themselves (GRO tables).
+    /// Wire packets held by the stages themselves (coalescing tables).
     pub fn held(&self) -> u64 {
-        self.nodes.iter().map(|n| n.stage.held()).sum()
+        self.holders
+            .iter()
+            .map(|&i| self.nodes[usize::from(i)].stage.held())
+            .sum()
     }
 
     /// Runs a single packet through the graph from `entry` (per-packet mode).

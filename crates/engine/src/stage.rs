@@ -260,8 +260,14 @@ pub trait Stage<S>: Send {
         Vec::new()
     }
 
-    /// For a stage that holds packets across calls (GRO): hands everything it holds to
-    /// `out`. The worker calls it at the end of every poll, so nothing is held longer.
+    /// Whether the stage may keep packets across calls (a coalescing table): then the
+    /// graph asks it to [`Stage::flush`] them at the end of every poll
+    /// (`Graph::flush_held`).
+    fn holds(&self) -> bool {
+        false
+    }
+
+    /// For a stage that holds packets across calls: hands everything it holds to `out`.
     fn flush(&mut self, _st: &mut S, _cx: &mut Cx<'_>, _out: &mut Out) {}
 
     /// Wire packets the stage holds right now (for the conservation law).

@@ -21,9 +21,6 @@ pub enum BuildError {
     /// The graph could not be built.
     #[error("graph: {0}")]
     Graph(#[from] netbatch_engine::GraphError),
-    /// A node the worker needs is missing.
-    #[error(transparent)]
-    Node(#[from] crate::worker::MissingNode),
     /// An application could not bind.
     #[error("app bind {0}: {1}")]
     Bind(String, netbatch_stack::udp::socket::BindError),

@@ -23,12 +23,11 @@
 //!    counted (`TxRingFull`).
 
 use netbatch_engine::{
-    Accounting, BufCache, Cx, DropCounters, Graph, LIST_MAX, Mode, NodeId, NodeSnapshot, PktList,
-    Pool,
+    Accounting, BufCache, Cx, DropCounters, Graph, GraphError, LIST_MAX, Mode, NodeId,
+    NodeSnapshot, PktList, Pool,
 };
 use netbatch_ports::{Port, PortCx, PortStats};
-use netbatch_stack::host::Injected;
-use netbatch_stack::{Host, node};
+use netbatch_stack::{Entries, Host};
 
 use crate::apps::App;
 use crate::rps::Steer;
@@ -118,12 +117,8 @@ pub struct Worker {
     pool: Pool,
     cache: BufCache,
     params: PollParams,
-    entry: NodeId,
-    gro_node: Option<NodeId>,
-    tx_node: NodeId,
-    icmp_error_node: NodeId,
-    local_out_node: NodeId,
-    neighbour_node: NodeId,
+    /// Where received frames and injected packets enter the graph.
+    entries: Entries,
     list: PktList,
     drops: PktList,
     next_timer_ns: u64,
@@ -163,21 +158,6 @@ impl core::fmt::Debug for Worker {
     }
 }
 
-/// A required node is missing from the graph.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MissingNode(pub &'static str);
-
-impl core::fmt::Display for MissingNode {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "the graph has no '{}' node", self.0)
-    }
-}
-
-impl std::error::Error for MissingNode {}
-
-/// Picks one of the queues of [`Injected`].
-type InjectedQueue = fn(&mut Injected) -> &mut PktList;
-
 impl Worker {
     /// A worker over a graph, host state and ports, drawing buffers from `pool`.
     pub fn new(
@@ -186,17 +166,8 @@ impl Worker {
         ports: Vec<Box<dyn Port>>,
         pool: Pool,
         params: PollParams,
-    ) -> Result<Self, MissingNode> {
-        let find = |n: &'static str| graph.node(n).ok_or(MissingNode(n));
-        let gro_node = graph.node(node::GRO);
-        let entry = match gro_node {
-            Some(g) => g,
-            None => find(node::ETH_INPUT)?,
-        };
-        let tx_node = find(node::TX)?;
-        let icmp_error_node = find(node::IP4_ICMP_ERROR)?;
-        let local_out_node = find(node::IP4_LOCAL_OUT)?;
-        let neighbour_node = find(node::NEIGHBOUR)?;
+    ) -> Result<Self, GraphError> {
+        let entries = netbatch_stack::entries(&graph)?;
         let rx_ports = (0..ports.len() as u16).collect();
         Ok(Self {
             graph,
@@ -215,12 +186,7 @@ impl Worker {
             cache: pool.cache(),
             pool,
             params,
-            entry,
-            gro_node,
-            tx_node,
-            icmp_error_node,
-            local_out_node,
-            neighbour_node,
+            entries,
             list: Vec::with_capacity(LIST_MAX),
             drops: Vec::new(),
             next_timer_ns: 0,
@@ -396,7 +362,8 @@ impl Worker {
                 self.stats.processed += got as u64;
                 if let Some(pk) = self.list.pop() {
                     let mut cx = stage_cx!(self, now_ns);
-                    self.graph.run_one(&mut self.host, &mut cx, self.entry, pk);
+                    self.graph
+                        .run_one(&mut self.host, &mut cx, self.entries.receive, pk);
                 }
                 continue;
             }
@@ -465,7 +432,7 @@ impl Worker {
     /// Runs `list` through the graph from its entry (as a list, or packet by packet).
     #[inline]
     fn run(&mut self, list: &mut PktList, now_ns: u64) {
-        self.run_at(self.entry, list, now_ns);
+        self.run_at(self.entries.receive, list, now_ns);
     }
 
     /// Runs `list` through the graph from `node` (as a list, or packet by packet).
@@ -485,18 +452,15 @@ impl Worker {
         }
     }
 
-    /// The end of a poll (of a receive queue, or of a backlog): GRO hands on what it
-    /// holds.
+    /// The end of a poll (of a receive queue, or of a backlog): stages that hold packets
+    /// across calls (GRO) hand them on.
     fn end_of_poll(&mut self, now_ns: u64) {
-        let Some(g) = self.gro_node else {
-            return;
-        };
         if self.graph.held() == 0 {
             return;
         }
         let mut cx = stage_cx!(self, now_ns);
         let one_by_one = self.params.mode == Mode::Packet;
-        self.graph.flush(&mut self.host, &mut cx, g, one_by_one);
+        self.graph.flush_held(&mut self.host, &mut cx, one_by_one);
     }
 
     /// With RPS, after the receive queues: kicks the workers sent to (once each), then
@@ -584,30 +548,27 @@ impl Worker {
         }
     }
 
-    /// Runs packets queued in `Host::injected` through the graph.
+    /// Runs packets queued in `Host::injected` through the graph, each queue from its
+    /// entry point.
     pub fn run_injected(&mut self, now_ns: u64) {
         if self.host.injected.is_empty() {
             return;
         }
         self.acct.originated += core::mem::take(&mut self.host.injected.originated);
-        // Each queue with the node it enters the graph at, in this order.
-        let queues: [(NodeId, InjectedQueue); 4] = [
-            (self.icmp_error_node, |i| &mut i.to_icmp_error),
-            (self.local_out_node, |i| &mut i.to_local_out),
-            (self.neighbour_node, |i| &mut i.to_neighbour),
-            (self.tx_node, |i| &mut i.to_tx),
-        ];
-        for (node, queue) in queues {
-            let slot = queue(&mut self.host.injected);
+        for i in 0..self.entries.injected.len() {
+            let Some(slot) = self.host.injected.queues_mut().get_mut(i) else {
+                break;
+            };
             if slot.is_empty() {
                 continue;
             }
             let mut l = core::mem::take(slot);
             self.stats.processed += l.len() as u64;
-            self.run_at(node, &mut l, now_ns);
+            self.run_at(self.entries.injected[i], &mut l, now_ns);
             // Give the emptied vector back: its capacity is reused next time.
-            let slot = queue(&mut self.host.injected);
-            if slot.is_empty() {
+            if let Some(slot) = self.host.injected.queues_mut().get_mut(i)
+                && slot.is_empty()
+            {
                 *slot = l;
             }
         }

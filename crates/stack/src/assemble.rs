@@ -5,14 +5,14 @@
 //! chain accepts everything is not added at all: its upstream arc is wired straight to
 //! the next stage, so an empty hook costs nothing.
 
-use netbatch_engine::{Dispatch, Graph, GraphBuilder, GraphError};
+use netbatch_engine::{Dispatch, Graph, GraphBuilder, GraphError, NodeId};
 
 use crate::arp::input::ArpInput;
 use crate::filter::hook::HookStage;
 use crate::filter::{Chain, HookPoint};
 use crate::gro::stage::Gro;
 use crate::gso::stage::Gso;
-use crate::host::Host;
+use crate::host::{Entry, Host};
 use crate::icmp::input::IcmpInput;
 use crate::ip4::forward::Ip4Forward;
 use crate::ip4::fragment::Ip4Fragment;
@@ -61,6 +61,30 @@ pub mod node {
     pub const GSO: &str = "gso";
     /// Transmit queues: entry for complete frames.
     pub const TX: &str = "tx";
+}
+
+/// Where packets enter a built graph: received frames, and each [`Entry`] for packets
+/// made outside a stage call (what a worker needs to know of the graph, no more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entries {
+    /// Received frames (GRO when the graph has it, else L2 input).
+    pub receive: NodeId,
+    /// The node of each [`Entry`], in [`Entry::ALL`] order.
+    pub injected: [NodeId; Entry::ALL.len()],
+}
+
+/// The entry points of `g`, a graph [`build`] made.
+pub fn entries(g: &Graph<Host>) -> Result<Entries, GraphError> {
+    let find = |n: &str| g.node(n).ok_or_else(|| GraphError::UnknownNode(n.into()));
+    let receive = match g.node(node::GRO) {
+        Some(n) => n,
+        None => find(node::ETH_INPUT)?,
+    };
+    let mut injected = [NodeId(0); Entry::ALL.len()];
+    for (slot, e) in injected.iter_mut().zip(Entry::ALL) {
+        *slot = find(e.node())?;
+    }
+    Ok(Entries { receive, injected })
 }
 
 /// What varies between graphs.

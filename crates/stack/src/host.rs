@@ -5,7 +5,7 @@
 use core::net::Ipv4Addr;
 use std::sync::Arc;
 
-use netbatch_engine::{BufCache, PktList};
+use netbatch_engine::{BufCache, Pkt, PktList};
 
 use crate::iface::{Iface, Port};
 use crate::neigh::{NeighParams, NeighTable};
@@ -50,29 +50,82 @@ impl HostStats {
     }
 }
 
-/// Packets produced outside the graph that the worker must run through it.
+/// Where packets made outside a stage call (by timers, applications, other workers)
+/// enter the graph: the stack's entry points besides receive, in the order the worker
+/// runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// Packets whose `Meta::note` names an ICMP error cause (failed resolutions).
+    IcmpError,
+    /// Locally originated IP packets (application sends).
+    LocalOut,
+    /// Packets released by a neighbour another worker learned.
+    Neighbour,
+    /// Complete frames (ARP requests from timers).
+    Transmit,
+}
+
+impl Entry {
+    /// Every entry, in the order the worker runs what waits at them.
+    pub const ALL: [Self; 4] = [
+        Self::IcmpError,
+        Self::LocalOut,
+        Self::Neighbour,
+        Self::Transmit,
+    ];
+
+    /// The graph node packets enter at.
+    pub const fn node(self) -> &'static str {
+        use crate::assemble::node;
+        match self {
+            Self::IcmpError => node::IP4_ICMP_ERROR,
+            Self::LocalOut => node::IP4_LOCAL_OUT,
+            Self::Neighbour => node::NEIGHBOUR,
+            Self::Transmit => node::TX,
+        }
+    }
+}
+
+/// Packets produced outside the graph that wait to enter it, one queue per [`Entry`].
 #[derive(Debug, Default)]
 pub struct Injected {
-    /// Complete frames for the `tx` stage (ARP requests from timers).
-    pub to_tx: PktList,
-    /// Packets whose `Meta::reason` asks for an ICMP error (failed resolutions).
-    pub to_icmp_error: PktList,
-    /// Locally originated IPv4 packets for `ip4-local-out` (application sends).
-    pub to_local_out: PktList,
-    /// Packets released by a neighbour another worker learned, for `neighbour`.
-    pub to_neighbour: PktList,
+    queues: [PktList; Entry::ALL.len()],
     /// Packets created outside the graph (ARP requests from timers, application sends)
     /// not yet counted in the worker's accounting.
     pub originated: u64,
 }
 
 impl Injected {
+    /// Queues `p` to enter at `e`.
+    #[inline]
+    pub fn push(&mut self, e: Entry, p: Pkt) {
+        self.queues[e as usize].push(p);
+    }
+
     /// Whether nothing waits.
     pub fn is_empty(&self) -> bool {
-        self.to_tx.is_empty()
-            && self.to_icmp_error.is_empty()
-            && self.to_local_out.is_empty()
-            && self.to_neighbour.is_empty()
+        self.queues.iter().all(Vec::is_empty)
+    }
+
+    /// The queues, in [`Entry::ALL`] order (the worker empties them into the graph).
+    pub fn queues_mut(&mut self) -> &mut [PktList] {
+        &mut self.queues
+    }
+
+    /// Wire packets waiting.
+    pub fn held(&self, pool: &netbatch_engine::Pool) -> u64 {
+        self.queues
+            .iter()
+            .flatten()
+            .map(|p| pool.get(p).meta.wire_packets())
+            .sum()
+    }
+
+    /// Frees everything waiting.
+    pub fn drain_all(&mut self, cache: &mut BufCache) {
+        for q in &mut self.queues {
+            cache.free_all(q);
+        }
     }
 }
 
@@ -165,23 +218,18 @@ impl Host {
     }
 
     /// Learns what other workers learned from ARP since the last call; packets that
-    /// were waiting for those neighbours go to `injected.to_neighbour`.
+    /// were waiting for those neighbours wait to enter at [`Entry::Neighbour`].
     pub fn sync_neighbours(&mut self, now_ns: u64) {
         let Some((shared, me)) = &self.neigh_shared else {
             return;
         };
         let me = *me;
         self.neigh_seen = shared.since(self.neigh_seen, &mut self.learned);
+        let released = &mut self.injected.queues[Entry::Neighbour as usize];
         for l in self.learned.drain(..) {
             if l.origin != me {
-                self.neigh.learn(
-                    l.iface,
-                    l.ip,
-                    l.mac,
-                    now_ns,
-                    true,
-                    &mut self.injected.to_neighbour,
-                );
+                self.neigh
+                    .learn(l.iface, l.ip, l.mac, now_ns, true, released);
             }
         }
     }
@@ -216,12 +264,7 @@ impl Host {
                 .map(|p| pool.get(p).meta.wire_packets())
                 .sum::<u64>()
         };
-        self.neigh.held()
-            + self.tx.iter().map(list).sum::<u64>()
-            + list(&self.injected.to_tx)
-            + list(&self.injected.to_icmp_error)
-            + list(&self.injected.to_local_out)
-            + list(&self.injected.to_neighbour)
+        self.neigh.held() + self.tx.iter().map(list).sum::<u64>() + self.injected.held(pool)
     }
 
     /// Frees everything the host holds (at shutdown).
@@ -231,10 +274,7 @@ impl Host {
         for q in &mut self.tx {
             cache.free_all(q);
         }
-        cache.free_all(&mut self.injected.to_tx);
-        cache.free_all(&mut self.injected.to_icmp_error);
-        cache.free_all(&mut self.injected.to_local_out);
-        cache.free_all(&mut self.injected.to_neighbour);
+        self.injected.drain_all(cache);
     }
 
     /// The next IPv4 identification value.

@@ -31,7 +31,7 @@ pub mod timers;
 pub mod tx;
 pub mod udp;
 
-pub use assemble::{GraphOptions, build, node};
+pub use assemble::{Entries, GraphOptions, build, entries, node};
 
 /// Every set of drop reasons the stack declares, one per protocol module (for reports,
 /// and for the check that no two reasons share a name).

@@ -4,7 +4,7 @@
 use netbatch_engine::{BufCache, Pool};
 
 use crate::arp::build_request;
-use crate::host::Host;
+use crate::host::{Entry, Host};
 
 /// Advances the host's timers to `now_ns`.
 pub fn run(host: &mut Host, pool: &Pool, cache: &mut BufCache, now_ns: u64) {
@@ -18,7 +18,7 @@ pub fn run(host: &mut Host, pool: &Pool, cache: &mut BufCache, now_ns: u64) {
         match build_request(pool, cache, iface, pr.iface, pr.target, pr.unicast) {
             Some(r) => {
                 host.stats.arp_requests_out += 1;
-                host.injected.to_tx.push(r);
+                host.injected.push(Entry::Transmit, r);
                 host.injected.originated += 1;
             }
             None => host.stats.alloc_failures += 1,
@@ -26,6 +26,6 @@ pub fn run(host: &mut Host, pool: &Pool, cache: &mut BufCache, now_ns: u64) {
     }
     for mut p in failed {
         pool.get_mut(&mut p).meta.note = crate::ip4::icmp_error::Cause::NeighFailed.note();
-        host.injected.to_icmp_error.push(p);
+        host.injected.push(Entry::IcmpError, p);
     }
 }

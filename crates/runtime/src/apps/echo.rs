@@ -100,7 +100,7 @@ impl App for UdpEcho {
             if ok {
                 cx.originate(1);
                 self.echoed += 1;
-                host.injected.to_local_out.push(p);
+                host.injected.push(netbatch_stack::host::Entry::LocalOut, p);
             } else {
                 self.failed += 1;
                 cx.cache.free(p);

@@ -188,6 +188,10 @@ impl Stage<Host> for Gro {
         }
     }
 
+    fn holds(&self) -> bool {
+        true
+    }
+
     fn held(&self) -> u64 {
         self.table.held()
     }

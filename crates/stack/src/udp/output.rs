@@ -194,6 +194,6 @@ pub fn send(
         s.count_sent(n as u64);
     }
     cx.originate(n as u64);
-    host.injected.to_local_out.push(head);
+    host.injected.push(crate::host::Entry::LocalOut, head);
     Ok(n as u16)
 }

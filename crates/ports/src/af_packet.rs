@@ -31,7 +31,14 @@ use netbatch_engine::{Pkt, PktList};
 
 use crate::sys::{self, Interface, Mmap, PortError};
 use crate::vnet::{self, ImportError, RxInfo, StrippedTag, VnetHdr};
-use crate::{Port, PortCx, PortStats, QueueSpec};
+use crate::{Carries, Port, PortCx, PortStats, QueueSpec};
+
+/// What an AF_PACKET port carries: TCP and UDP super-packets go whole with their
+/// virtio-net header, fraglist chains (`tx-gso-list`) have no such header form.
+pub const CARRIES: Carries = Carries {
+    tx_offloads_refused: &["tx-gso-list"],
+    max_frame: None,
+};
 
 /// Bytes per ring block.
 pub const BLOCK_SIZE: usize = 1 << 18;

@@ -21,7 +21,10 @@ use netbatch_stack::offload::Features;
 use netbatch_wire::checksum;
 use netbatch_wire::ethernet::MacAddr;
 
-use crate::{Port, PortCx, PortStats};
+use crate::{Carries, Port, PortCx, PortStats};
+
+/// What a `gen` port carries: anything (transmit counts and frees).
+pub const CARRIES: Carries = Carries::ANYTHING;
 
 /// Transport of a generated flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

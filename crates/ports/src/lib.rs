@@ -123,6 +123,57 @@ pub trait Port: Send {
     }
 }
 
+/// What a backend can carry, as the backend declares it: the configuration refuses the
+/// offloads and MTUs a port's backend cannot honour ([`carries`]), so the frames they
+/// would produce never reach it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carries {
+    /// Transmit offloads (as [`Features::set`] names them) whose super-packets the
+    /// backend cannot send whole; left off, the stack segments in software instead.
+    pub tx_offloads_refused: &'static [&'static str],
+    /// The longest frame it carries, link header and VLAN tags included (`None`: as
+    /// long as the MTU allows).
+    pub max_frame: Option<usize>,
+}
+
+impl Carries {
+    /// Carries whatever the stack produces.
+    pub const ANYTHING: Self = Self {
+        tx_offloads_refused: &[],
+        max_frame: None,
+    };
+
+    /// Bytes a frame holds beyond its MTU: the Ethernet header and two VLAN tags.
+    pub const LINK_OVERHEAD: usize = 14 + 8;
+
+    /// The largest MTU: the longest frame less [`Carries::LINK_OVERHEAD`].
+    pub const fn max_mtu(&self) -> Option<usize> {
+        match self.max_frame {
+            Some(f) => Some(f - Self::LINK_OVERHEAD),
+            None => None,
+        }
+    }
+
+    /// Whether super-packets of the transmit offload `feature` cannot be sent whole.
+    pub fn refuses_tx(&self, feature: &str) -> bool {
+        self.tx_offloads_refused.contains(&feature)
+    }
+}
+
+/// What the backend of a port kind carries, by the name a configuration gives the kind
+/// (`af_xdp`, `af_packet`, `tap`, `gen`, `pcap`; also `mem`); `None` for an unknown one.
+pub fn carries(kind: &str) -> Option<Carries> {
+    match kind {
+        "af_xdp" => Some(af_xdp::CARRIES),
+        "af_packet" => Some(af_packet::CARRIES),
+        "tap" => Some(tap::CARRIES),
+        "gen" => Some(generator::CARRIES),
+        "pcap" => Some(pcap::CARRIES),
+        "mem" => Some(mem::CARRIES),
+        _ => None,
+    }
+}
+
 /// Which queue of a kernel-backed port a worker opens: every worker has one queue of
 /// every port, to transmit; the workers named in the port's `rx_workers` receive on theirs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,4 +246,47 @@ fn complete_l4_checksum(frame: &mut [u8], l3: usize, l4: usize) {
         return;
     }
     vnet::complete(&mut frame[..end], l4, field);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each backend declares what the configuration refused before the declarations
+    /// existed: AF_XDP has no segmentation offload and 1792-byte frames (MTU 1770),
+    /// AF_PACKET and TAP cannot send a fraglist chain whole, the in-memory ports take
+    /// anything.
+    #[test]
+    fn each_backend_declares_what_it_carries() {
+        let xdp = carries("af_xdp").unwrap();
+        assert_eq!(
+            xdp.tx_offloads_refused,
+            ["tx-tcp-segmentation", "tx-udp-segmentation", "tx-gso-list"]
+        );
+        assert_eq!(xdp.max_frame, Some(af_xdp::MAX_RX_FRAME));
+        assert_eq!(xdp.max_mtu(), Some(af_xdp::MAX_RX_FRAME - 14 - 8));
+        assert_eq!(xdp.max_mtu(), Some(1770));
+        for kind in ["af_packet", "tap"] {
+            let c = carries(kind).unwrap();
+            assert_eq!(c.tx_offloads_refused, ["tx-gso-list"], "{kind}");
+            assert!(c.refuses_tx("tx-gso-list") && !c.refuses_tx("tx-tcp-segmentation"));
+            assert_eq!(c.max_mtu(), None, "{kind}");
+        }
+        for kind in ["gen", "pcap", "mem"] {
+            assert_eq!(carries(kind), Some(Carries::ANYTHING), "{kind}");
+        }
+        assert_eq!(carries("weird"), None);
+    }
+
+    /// A refused offload is one the configuration knows, or refusing it would refuse
+    /// nothing.
+    #[test]
+    fn refused_offloads_are_known_transmit_features() {
+        for kind in ["af_xdp", "af_packet", "tap", "gen", "pcap", "mem"] {
+            for f in carries(kind).unwrap().tx_offloads_refused {
+                assert!(Features::NAMES.contains(f), "{kind}: {f}");
+                assert!(f.starts_with("tx-"), "{kind}: {f}");
+            }
+        }
+    }
 }

@@ -15,7 +15,10 @@ use netbatch_engine::PktList;
 use netbatch_stack::meta::gso;
 use netbatch_stack::offload::Features;
 
-use crate::{Port, PortCx, PortStats, RxDrops, frame_bytes};
+use crate::{Carries, Port, PortCx, PortStats, RxDrops, frame_bytes};
+
+/// What a `mem` port carries: anything (a super-packet is recorded whole).
+pub const CARRIES: Carries = Carries::ANYTHING;
 
 /// A frame that left through the port.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,11 @@ use pcap_file::pcapng::blocks::interface_description::{
 };
 use pcap_file::pcapng::{Block, PcapNgReader, PcapNgWriter};
 
+use crate::Carries;
 use crate::mem::TxFrame;
+
+/// What a `pcap` port carries: what the `mem` port it is built on carries.
+pub const CARRIES: Carries = crate::mem::CARRIES;
 
 /// A frame read from a capture.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -24,7 +24,14 @@ use netbatch_engine::{Pkt, PktList};
 
 use crate::sys::{self, PortError};
 use crate::vnet::{self, ImportError, RxInfo, VnetHdr};
-use crate::{Port, PortCx, PortStats, QueueSpec};
+use crate::{Carries, Port, PortCx, PortStats, QueueSpec};
+
+/// What a TAP port carries: TCP and UDP super-packets go whole with their virtio-net
+/// header, fraglist chains (`tx-gso-list`) have no such header form.
+pub const CARRIES: Carries = Carries {
+    tx_offloads_refused: &["tx-gso-list"],
+    max_frame: None,
+};
 
 /// The largest frame read: a 64 KiB super-frame with its link header and VLAN tag.
 const READ_MAX: usize = vnet::LEN + 65_535 + 22;

@@ -65,7 +65,7 @@ use std::sync::Arc;
 use netbatch_engine::{Pkt, PktList, Pool};
 
 use crate::sys::{self, Interface, PortError};
-use crate::{Port, PortCx, PortStats, QueueSpec};
+use crate::{Carries, Port, PortCx, PortStats, QueueSpec};
 
 use ring::{Geometry, OpenError, Socket};
 
@@ -83,6 +83,12 @@ pub const RING_SIZE: u32 = 2048;
 const XDP_HEADROOM: u32 = 256;
 /// Longest frame the kernel can receive into one UMEM frame.
 pub const MAX_RX_FRAME: usize = (FRAME_SIZE - XDP_HEADROOM) as usize;
+/// What an AF_XDP port carries: no segmentation offload (a super-packet is never sent
+/// whole), and frames of at most [`MAX_RX_FRAME`] bytes.
+pub const CARRIES: Carries = Carries {
+    tx_offloads_refused: &["tx-tcp-segmentation", "tx-udp-segmentation", "tx-gso-list"],
+    max_frame: Some(MAX_RX_FRAME),
+};
 /// Longest run of `sendto` kicks in one call (copy mode sends at most 32 frames a kick).
 const MAX_TX_KICKS: u32 = RING_SIZE / 32 + 1;
 

@@ -1,0 +1,27 @@
+//! `[icmp]`: the ICMP error rate limit and echo replies; nothing in it can be wrong. The
+//! host settings are assembled here, with `datapath.forwarding` and the neighbour
+//! tunables.
+
+use netbatch_stack::host::HostParams;
+use netbatch_stack::neigh::NeighParams;
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct IcmpFile {
+    rate: Option<u64>,
+    burst: Option<u64>,
+    echo: Option<bool>,
+}
+
+/// The host settings: `[icmp]`'s (unset keys keep the host's defaults), `forwarding`
+/// and the neighbour tunables.
+pub(super) fn host(raw: &IcmpFile, forwarding: bool, neigh: NeighParams) -> HostParams {
+    let hd = HostParams::default();
+    HostParams {
+        forwarding,
+        icmp_rate: raw.rate.unwrap_or(hd.icmp_rate),
+        icmp_burst: raw.burst.unwrap_or(hd.icmp_burst),
+        neigh,
+        icmp_echo: raw.echo.unwrap_or(true),
+    }
+}

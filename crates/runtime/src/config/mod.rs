@@ -1,0 +1,447 @@
+//! The configuration file (TOML): what `netbatch run`, `replay` and `check-config` read.
+//!
+//! Parsing is strict: an unknown key is an error (so a typo is never silently ignored),
+//! and every semantic problem is reported with the key it belongs to
+//! (`port[1].addresses[0]`), all of them at once. A configuration either validates
+//! entirely or nothing starts. Each section validates its own keys, in a module of its
+//! own; this one runs them in turn and hands on what later sections need (the worker
+//! count, the pool size, the interface names the ports define). See `examples/` for
+//! commented files.
+
+mod apps;
+mod datapath;
+mod filter;
+mod icmp;
+mod neighbour;
+mod pool;
+mod ports;
+mod routes;
+
+use core::fmt;
+use std::path::Path;
+
+use netbatch_engine::{Dispatch, Mode, PoolConfig};
+use netbatch_stack::GraphOptions;
+use netbatch_stack::host::HostParams;
+use netbatch_stack::route::Route;
+use serde::Deserialize;
+
+use crate::setup::StaticNeighbour;
+
+pub use apps::AppConfig;
+pub use ports::{GenSpec, PortConfig, PortKind};
+
+/// One problem in a configuration: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Key path (`port[0].mac`), or the file for syntax errors.
+    pub key: String,
+    /// What is wrong, in a sentence.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.reason)
+    }
+}
+
+/// Every problem found in a configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors {
+    /// The file.
+    pub file: String,
+    /// The problems, in file order.
+    pub errors: Vec<ConfigError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: {} error{}",
+            self.file,
+            self.errors.len(),
+            if self.errors.len() == 1 { "" } else { "s" }
+        )?;
+        for e in &self.errors {
+            writeln!(f, "  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// The file as written: one table (or array of tables) per section.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    datapath: datapath::DatapathFile,
+    #[serde(default)]
+    pool: pool::PoolFile,
+    #[serde(default)]
+    icmp: icmp::IcmpFile,
+    #[serde(default)]
+    neighbour: neighbour::NeighFile,
+    #[serde(default, rename = "port")]
+    ports: Vec<ports::PortFile>,
+    #[serde(default, rename = "route")]
+    routes: Vec<routes::RouteFile>,
+    #[serde(default)]
+    route_files: Vec<String>,
+    #[serde(default)]
+    filter: filter::FilterFile,
+    #[serde(default, rename = "app")]
+    apps: Vec<apps::AppFile>,
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Batch mode.
+    pub mode: Mode,
+    /// Dispatch strategy.
+    pub dispatch: Dispatch,
+    /// Frames per queue per round.
+    pub burst: usize,
+    /// Frames per round.
+    pub budget: usize,
+    /// Time a round may take, in ns.
+    pub time_cap_ns: u64,
+    /// Worker threads.
+    pub workers: usize,
+    /// How they run (pinning, idle busy-poll).
+    pub run: crate::datapath::RunParams,
+    /// RPS (none: off).
+    pub rps: Option<crate::rps::RpsParams>,
+    /// Buffer pool.
+    pub pool: PoolConfig,
+    /// Host settings.
+    pub host: HostParams,
+    /// Ports in order.
+    pub ports: Vec<PortConfig>,
+    /// Routes (from the file and route files).
+    pub routes: Vec<Route>,
+    /// Static neighbours.
+    pub neighbours: Vec<StaticNeighbour>,
+    /// Hooks.
+    pub graph: GraphOptions,
+    /// Applications.
+    pub apps: Vec<AppConfig>,
+}
+
+/// Collects errors with their keys.
+#[derive(Default)]
+struct Errs(Vec<ConfigError>);
+
+impl Errs {
+    fn add(&mut self, key: impl Into<String>, reason: impl Into<String>) {
+        self.0.push(ConfigError {
+            key: key.into(),
+            reason: reason.into(),
+        });
+    }
+
+    fn parse<T: core::str::FromStr>(&mut self, key: &str, s: &str, what: &str) -> Option<T>
+    where
+        T::Err: fmt::Display,
+    {
+        match s.parse::<T>() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.add(key, format!("'{s}' is not {what}: {e}"));
+                None
+            }
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigErrors> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+            file: file.clone(),
+            errors: vec![ConfigError {
+                key: file.clone(),
+                reason: format!("cannot read: {e}"),
+            }],
+        })?;
+        Self::parse(&text, path.parent().unwrap_or(Path::new(".")), &file)
+    }
+
+    /// Validates configuration text; route files are resolved relative to `dir`.
+    pub fn parse(text: &str, dir: &Path, file: &str) -> Result<Self, ConfigErrors> {
+        let raw: File = toml::from_str(text).map_err(|e| ConfigErrors {
+            file: file.into(),
+            errors: vec![ConfigError {
+                key: file.into(),
+                reason: e.to_string().trim_end().replace('\n', "\n    "),
+            }],
+        })?;
+        let mut e = Errs::default();
+        let cfg = validate(&raw, dir, &mut e);
+        if e.0.is_empty() {
+            // `validate` only returns None when it recorded an error.
+            cfg.ok_or_else(|| ConfigErrors {
+                file: file.into(),
+                errors: vec![],
+            })
+        } else {
+            Err(ConfigErrors {
+                file: file.into(),
+                errors: e.0,
+            })
+        }
+    }
+}
+
+/// Validates the sections in file order, each reporting its own errors, and passes on
+/// what later ones need: the worker count, whether RPS is on, the pool size, the
+/// interface names the ports define.
+fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
+    let dp = datapath::validate(&raw.datapath, e);
+    let pool = pool::validate(&raw.pool, e);
+    let neigh = neighbour::tunables(&raw.neighbour, e);
+    let host = icmp::host(&raw.icmp, dp.forwarding, neigh);
+    let (ports, names) = ports::validate(&raw.ports, dp.workers, dp.rps.is_some(), e);
+    let routes = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
+    let neighbours = neighbour::statics(&raw.neighbour, &names, e);
+    let graph = GraphOptions {
+        chains: filter::validate(&raw.filter, &names, e),
+        // The GRO stage when any port does GRO.
+        gro: ports.iter().any(|p| p.setup.features.any_rx_gro()),
+        ..GraphOptions::default()
+    };
+    let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, e);
+    Some(Config {
+        mode: dp.mode?,
+        dispatch: dp.dispatch?,
+        burst: dp.burst,
+        budget: dp.budget,
+        time_cap_ns: dp.time_cap_ns,
+        workers: dp.workers,
+        run: dp.run,
+        rps: dp.rps,
+        pool,
+        host,
+        ports,
+        routes,
+        neighbours,
+        graph,
+        apps,
+    })
+}
+
+/// Validates `text` as a file in the current directory.
+#[cfg(test)]
+fn parse_test(text: &str) -> Result<Config, ConfigErrors> {
+    Config::parse(text, Path::new("."), "test.toml")
+}
+
+#[cfg(test)]
+mod tests {
+    use netbatch_engine::{Dispatch, Mode};
+    use netbatch_stack::filter::{HookPoint, PortRange};
+    use netbatch_stack::route::RouteKind;
+
+    use super::AppConfig;
+    use super::parse_test as parse;
+
+    const GOOD: &str = r#"
+        [datapath]
+        mode = "packet"
+        dispatch = "runs"
+        workers = 2
+        rps = "deferred"
+
+        [[port]]
+        name = "eth0"
+        mac = "02:00:00:00:00:01"
+        addresses = ["192.0.2.1/24"]
+        gro = "fraglist"
+
+        [[port]]
+        name = "eth1"
+        mac = "02:00:00:00:00:02"
+        addresses = ["198.51.100.1/24"]
+        features = ["tx-tcp-segmentation"]
+        [[port.vlan]]
+        id = 100
+        addresses = ["203.0.113.1/28"]
+
+        [[route]]
+        prefix = "10.0.0.0/8"
+        via = "198.51.100.254"
+
+        [[route]]
+        prefix = "10.66.0.0/16"
+        kind = "blackhole"
+
+        [[neighbour.static]]
+        ip = "198.51.100.254"
+        mac = "02:00:00:00:00:fe"
+        dev = "eth1"
+
+        [filter.forward]
+        policy = "accept"
+        [[filter.forward.rule]]
+        proto = "udp"
+        dport = "9000-9100"
+        in = "eth0"
+        action = "drop"
+
+        [[app]]
+        kind = "udp-sink"
+        bind = "0.0.0.0:5001"
+        gro = true
+        worker = 1
+    "#;
+
+    #[test]
+    fn a_good_file_validates() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!((c.mode, c.dispatch), (Mode::Packet, Dispatch::Runs));
+        assert_eq!(c.ports.len(), 2);
+        assert!(c.ports[1].setup.features.tx_tcp_segmentation);
+        // gro = "fraglist" is rx-gro + rx-gro-list, and puts the gro stage in the graph.
+        let f = c.ports[0].setup.features;
+        assert!(f.rx_gro && f.rx_gro_list && !f.rx_udp_gro_forwarding);
+        assert!(!c.ports[1].setup.features.any_rx_gro());
+        assert!(c.graph.gro);
+        assert!(matches!(
+            c.apps[0],
+            AppConfig::UdpSink {
+                gro: true,
+                worker: 1,
+                ..
+            }
+        ));
+        // Two workers, RPS deferred: every port spread over both, received on worker 0.
+        assert_eq!(c.workers, 2);
+        assert_eq!(
+            c.rps.as_ref().map(|r| r.policy),
+            Some(crate::rps::RpsPolicy::Deferred)
+        );
+        assert_eq!(
+            (c.ports[0].rx_workers.clone(), c.ports[0].rps_map.clone()),
+            (vec![0], vec![0, 1])
+        );
+        assert_eq!(c.ports[1].setup.vlans[0].name, "eth1.100");
+        assert_eq!(c.routes[0].out_if, Some(1), "gateway on eth1's subnet");
+        assert_eq!(c.routes[1].kind, RouteKind::Blackhole);
+        assert_eq!(c.neighbours[0].iface, 1);
+        let (hook, chain) = &c.graph.chains[0];
+        assert_eq!(*hook, HookPoint::Forward);
+        assert_eq!(chain.rules[0].dport, Some(PortRange { lo: 9000, hi: 9100 }));
+        assert_eq!(chain.rules[0].in_if, Some(0));
+        assert_eq!(c.apps.len(), 1);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_place() {
+        let e = parse("[datapath]\nmod = \"list\"\n").unwrap_err();
+        assert_eq!(e.errors.len(), 1);
+        assert!(e.errors[0].reason.contains("mod"), "{e}");
+        assert!(e.errors[0].reason.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn every_semantic_error_is_reported_with_its_key() {
+        let bad = r#"
+            [datapath]
+            mode = "batch"
+            burst = 0
+            workers = 2
+            rps = "sometimes"
+            cores = [0]
+            [[port]]
+            name = "eth0"
+            mac = "01:00:5e:00:00:01"
+            addresses = ["192.0.2.1/33", "192.0.2.300/24"]
+            features = ["tso"]
+            gro = "on"
+            rx_workers = [3]
+            [[port]]
+            name = "eth0"
+            kind = "af_xdp"
+            mac = "02:00:00:00:00:02"
+            [[route]]
+            prefix = "10.0.0.1/8"
+            via = "192.0.2.254"
+            [[route]]
+            prefix = "10.1.0.0/16"
+            via = "8.8.8.8"
+            [[route]]
+            prefix = "10.2.0.0/16"
+            dev = "eth9"
+            [filter.input]
+            [[filter.input.rule]]
+            dport = 53
+            out = "eth0"
+            action = "reject"
+            [[app]]
+            kind = "udp-sink"
+            bind = "0.0.0.0:0"
+            [[app]]
+            kind = "udp-echo"
+            bind = "0.0.0.0:7"
+            gro = true
+            [[app]]
+            kind = "udp-sink"
+            bind = "0.0.0.0:9"
+            worker = 2
+            [[app]]
+            kind = "udp-sink"
+            bind = "0.0.0.0:10"
+            queue = 20000
+        "#;
+        let e = parse(bad).unwrap_err();
+        let keys: Vec<&str> = e.errors.iter().map(|x| x.key.as_str()).collect();
+        for want in [
+            "datapath.mode",
+            "datapath.burst",
+            "port[0].mac",
+            "port[0].addresses[0]",
+            "port[0].addresses[1]",
+            "port[0].features[0]",
+            "port[0].gro",
+            "port[1].name",
+            "port[1].interface",
+            "route[0].prefix",
+            "route[1].via",
+            "route[2].dev",
+            "filter.input.rule[0].action",
+            "filter.input.rule[0]",
+            "filter.input.rule[0].out",
+            "app[0].bind",
+            "app[1].gro",
+            "app[2].worker",
+            "app[3].queue",
+            "datapath.rps",
+            "datapath.cores",
+            "port[0].rx_workers[0]",
+        ] {
+            assert!(keys.contains(&want), "missing {want} in:\n{e}");
+        }
+        let text = e.to_string();
+        assert!(
+            text.contains("port[0].features[0]: unknown feature 'tso'"),
+            "{text}"
+        );
+        assert!(
+            text.contains("port[0].gro: unknown GRO mode 'on' (off, standard, fraglist)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("route[0].prefix: '10.0.0.1/8' is not a prefix"),
+            "{text}"
+        );
+        assert!(
+            text.contains("filter.input.rule[0].out: packets at input have no output interface"),
+            "{text}"
+        );
+    }
+}

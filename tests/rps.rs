@@ -16,10 +16,11 @@ use netbatch_engine::Mode;
 use netbatch_runtime::apps::App;
 use netbatch_runtime::apps::sink::UdpSink;
 use netbatch_runtime::datapath::{Datapath, RunParams};
-use netbatch_runtime::rps::{RpsParams, RpsPolicy, flow_hash};
+use netbatch_runtime::rps::{RpsParams, RpsPolicy};
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::{LabSpec, PEER, Team, US, frames, ip, port};
 use netbatch_stack::GraphOptions;
+use netbatch_stack::dissect::hash_frame;
 use netbatch_stack::host::HostParams;
 use netbatch_stack::udp::datagram;
 use netbatch_stack::udp::socket::UdpSocket;
@@ -157,7 +158,7 @@ fn stepped(policy: RpsPolicy, mode: Mode, seed: u64) {
             2 | 3 => {
                 for _ in 0..rng.below(20) {
                     let f = rng.below(u64::from(flows)) as u32;
-                    let h = flow_hash(&t, &frame(f, 0));
+                    let h = hash_frame(&frame(f, 0), &t);
                     team.fabric.record_flow(h, rng.below(2) as usize);
                     moves += 1;
                 }

@@ -600,6 +600,18 @@ impl PktMut<'_> {
             .unwrap_or(&[])
     }
 
+    /// The metadata and the packet's bytes together, to read the bytes while recording
+    /// what they hold.
+    #[inline(always)]
+    pub fn split(&mut self) -> (&mut Meta, &[u8]) {
+        let start = usize::from(self.meta.data);
+        let d = self
+            .buf
+            .get(start..start + usize::from(self.meta.len))
+            .unwrap_or(&[]);
+        (self.meta, d)
+    }
+
     /// The bytes of the packet in this buffer, writable.
     #[inline(always)]
     pub fn data_mut(&mut self) -> &mut [u8] {

@@ -1,9 +1,9 @@
 //! RPS and RFS between workers: which worker processes a received packet, and how it
 //! gets there without breaking its list or its flow's order.
 //!
-//! Each received packet gets a flow hash (the port's, or the Toeplitz hash of its IPv4
-//! 4-tuple, of its addresses for fragments and other protocols; non-IPv4 frames have none
-//! and stay on the receiving worker). The hash picks a worker from the receive queue's RPS
+//! Each received packet gets a flow hash (the port's, or the Toeplitz hash of the flow
+//! the dissector finds: the IPv4 4-tuple, the addresses for fragments and protocols
+//! without ports; frames with no IP flow have none and stay on the receiving worker). The hash picks a worker from the receive queue's RPS
 //! map (`map[(hash × len) >> 32]`, the kernel's `reciprocal_scale`), unless RFS knows the
 //! worker whose application reads the flow's socket: then that one.
 //!
@@ -34,7 +34,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use std::thread::Thread;
 
 use netbatch_engine::{Pkt, PktList, Pool};
-use netbatch_stack::meta::flag;
+use netbatch_stack::dissect::flow_hash;
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
 netbatch_engine::reasons! {
@@ -380,45 +380,6 @@ pub fn fabric(
     (fabric, steers)
 }
 
-/// The flow hash of frame `d`: Toeplitz over the IPv4 4-tuple (TCP, UDP, SCTP, UDP-Lite
-/// first fragments), over the addresses otherwise; 0 for non-IPv4 frames.
-pub fn flow_hash(t: &Toeplitz, d: &[u8]) -> u32 {
-    let be16 = |at: usize| d.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
-    let (mut et, mut l3) = (be16(12), 14);
-    // Up to two VLAN tags.
-    for _ in 0..2 {
-        if matches!(et, Some(0x8100 | 0x88a8)) {
-            et = be16(l3 + 2);
-            l3 += 4;
-        }
-    }
-    if et != Some(0x0800) {
-        return 0;
-    }
-    let Some(ip) = d.get(l3..).and_then(<[u8]>::first_chunk::<20>) else {
-        return 0;
-    };
-    if ip[0] >> 4 != 4 {
-        return 0;
-    }
-    let src = [ip[12], ip[13], ip[14], ip[15]];
-    let dst = [ip[16], ip[17], ip[18], ip[19]];
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
-    let first = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff == 0;
-    let ports = match ip[9] {
-        6 | 17 | 132 | 136 if first => d.get(l3 + ihl..l3 + ihl + 4).map(|p| {
-            (
-                u16::from_be_bytes([p[0], p[1]]),
-                u16::from_be_bytes([p[2], p[3]]),
-            )
-        }),
-        _ => None,
-    };
-    let h = t.ipv4(src, dst, ports);
-    // 0 means "no hash": fold it away.
-    if h == 0 { 1 } else { h }
-}
-
 impl Steer {
     /// This worker.
     pub fn me(&self) -> usize {
@@ -491,16 +452,7 @@ impl Steer {
         let mut keep = core::mem::take(&mut self.scratch);
         for mut p in list.drain(..) {
             let (hash, target) = if steered {
-                let v = pool.get_mut(&mut p);
-                let h = if v.meta.flags & flag::HASH_VALID != 0 {
-                    v.meta.hash
-                } else {
-                    flow_hash(&self.toeplitz, v.data())
-                };
-                if h != 0 {
-                    v.meta.hash = h;
-                    v.meta.flags |= flag::HASH_VALID;
-                }
+                let h = flow_hash(&mut pool.get_mut(&mut p), &self.toeplitz);
                 (h, self.target(port, h))
             } else {
                 (0, self.me)

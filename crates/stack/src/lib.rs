@@ -11,6 +11,7 @@
 
 pub mod arp;
 pub mod assemble;
+pub mod dissect;
 pub mod fib;
 pub mod filter;
 pub mod gro;

@@ -17,10 +17,12 @@ pub mod flag {
     pub const L2_BROADCAST: u32 = 1 << 1;
     /// L2 destination was a multicast group.
     pub const L2_MULTICAST: u32 = 1 << 2;
-    /// The frame carried at least one VLAN tag.
+    /// The frame carried at least one VLAN tag (dissector).
     pub const VLAN: u32 = 1 << 3;
     /// The IPv4 header checksum has been verified.
     pub const IP_CSUM_OK: u32 = 1 << 4;
+    /// The frame carried two VLAN tags (dissector).
+    pub const QINQ: u32 = 1 << 5;
     /// The destination is one of our addresses (set by routing).
     pub const LOCAL: u32 = 1 << 8;
     /// The packet was originated by this host (not received).
@@ -44,6 +46,7 @@ pub mod flag {
         | L2_MULTICAST
         | VLAN
         | IP_CSUM_OK
+        | QINQ
         | LOCAL
         | ORIGINATED
         | FORWARDED

@@ -57,12 +57,6 @@ impl From<ArpOperation> for u16 {
     }
 }
 
-/// Reads an IPv4 address from four bytes at `at`.
-#[inline(always)]
-fn get_ipv4(b: &[u8], at: usize) -> Ipv4Addr {
-    Ipv4Addr::new(b[at], b[at + 1], b[at + 2], b[at + 3])
-}
-
 /// A view of an Ethernet/IPv4 ARP packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArpPacket<T: AsRef<[u8]>> {
@@ -85,13 +79,13 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
     /// Hardware type (1 for Ethernet).
     #[inline]
     pub fn htype(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::HTYPE)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::HTYPE)
     }
 
     /// Protocol type (an EtherType, 0x0800 for IPv4).
     #[inline]
     pub fn ptype(&self) -> EtherType {
-        EtherType(crate::get_u16(self.buffer.as_ref(), field::PTYPE))
+        EtherType(crate::bytes::get_u16(self.buffer.as_ref(), field::PTYPE))
     }
 
     /// Hardware address length.
@@ -109,7 +103,7 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
     /// Raw operation code (see [`ArpOperation`]).
     #[inline]
     pub fn oper(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::OPER)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::OPER)
     }
 
     /// Sender hardware address.
@@ -121,7 +115,7 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
     /// Sender protocol address.
     #[inline]
     pub fn spa(&self) -> Ipv4Addr {
-        get_ipv4(self.buffer.as_ref(), field::SPA.start)
+        crate::bytes::get_ipv4(self.buffer.as_ref(), field::SPA.start)
     }
 
     /// Target hardware address.
@@ -133,7 +127,7 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
     /// Target protocol address.
     #[inline]
     pub fn tpa(&self) -> Ipv4Addr {
-        get_ipv4(self.buffer.as_ref(), field::TPA.start)
+        crate::bytes::get_ipv4(self.buffer.as_ref(), field::TPA.start)
     }
 }
 
@@ -141,13 +135,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
     /// Sets the hardware type.
     #[inline]
     pub fn set_htype(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::HTYPE, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::HTYPE, v);
     }
 
     /// Sets the protocol type.
     #[inline]
     pub fn set_ptype(&mut self, v: EtherType) {
-        crate::put_u16(self.buffer.as_mut(), field::PTYPE, v.0);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::PTYPE, v.0);
     }
 
     /// Sets the hardware address length.
@@ -165,7 +159,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
     /// Sets the raw operation code.
     #[inline]
     pub fn set_oper(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::OPER, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::OPER, v);
     }
 
     /// Sets the sender hardware address.

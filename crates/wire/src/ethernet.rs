@@ -20,7 +20,10 @@ impl MacAddr {
     /// Reads an address from the first six bytes of `b` (panics if shorter).
     #[inline]
     pub fn from_bytes(b: &[u8]) -> Self {
-        Self([b[0], b[1], b[2], b[3], b[4], b[5]])
+        match b.first_chunk::<6>() {
+            Some(a) => Self(*a),
+            None => Self([b[0], b[1], b[2], b[3], b[4], b[5]]),
+        }
     }
 
     /// The six address bytes.
@@ -179,7 +182,10 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// EtherType of the payload.
     #[inline]
     pub fn ethertype(&self) -> EtherType {
-        EtherType(crate::get_u16(self.buffer.as_ref(), field::ETHERTYPE))
+        EtherType(crate::bytes::get_u16(
+            self.buffer.as_ref(),
+            field::ETHERTYPE,
+        ))
     }
 
     /// Bytes after the header (including any padding and, if captured, the FCS).
@@ -205,7 +211,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the EtherType.
     #[inline]
     pub fn set_ethertype(&mut self, ethertype: EtherType) {
-        crate::put_u16(self.buffer.as_mut(), field::ETHERTYPE, ethertype.0);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::ETHERTYPE, ethertype.0);
     }
 
     /// Mutable bytes after the header.

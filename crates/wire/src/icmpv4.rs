@@ -135,7 +135,7 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
     /// Checksum field.
     #[inline]
     pub fn checksum(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::CHECKSUM)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
     /// Whether the message type is an error (see [`Icmpv4Type::is_error`]).
@@ -147,25 +147,25 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
     /// The four type-specific header bytes as one number (the "unused" field of most errors).
     #[inline]
     pub fn rest_of_header(&self) -> u32 {
-        crate::get_u32(self.buffer.as_ref(), field::REST)
+        crate::bytes::get_u32(self.buffer.as_ref(), field::REST)
     }
 
     /// Echo identifier (bytes 4-5).
     #[inline]
     pub fn ident(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::IDENT)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::IDENT)
     }
 
     /// Echo sequence number (bytes 6-7).
     #[inline]
     pub fn seq_no(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::SEQ_NO)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::SEQ_NO)
     }
 
     /// Next-hop MTU of a "fragmentation needed" message (bytes 6-7, RFC 1191).
     #[inline]
     pub fn next_hop_mtu(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::MTU)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::MTU)
     }
 
     /// Everything after the header: echo data, or the quoted datagram of an error.
@@ -197,31 +197,31 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
     /// Sets the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::CHECKSUM, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::CHECKSUM, v);
     }
 
     /// Sets the four type-specific header bytes.
     #[inline]
     pub fn set_rest_of_header(&mut self, v: u32) {
-        crate::put_u32(self.buffer.as_mut(), field::REST, v);
+        crate::bytes::put_u32(self.buffer.as_mut(), field::REST, v);
     }
 
     /// Sets the echo identifier.
     #[inline]
     pub fn set_ident(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::IDENT, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::IDENT, v);
     }
 
     /// Sets the echo sequence number.
     #[inline]
     pub fn set_seq_no(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::SEQ_NO, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::SEQ_NO, v);
     }
 
     /// Sets the next-hop MTU.
     #[inline]
     pub fn set_next_hop_mtu(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::MTU, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::MTU, v);
     }
 
     /// Mutable data after the header.

@@ -22,6 +22,10 @@ impl Protocol {
     pub const TCP: Self = Self(6);
     /// User Datagram Protocol.
     pub const UDP: Self = Self(17);
+    /// Stream Control Transmission Protocol.
+    pub const SCTP: Self = Self(132);
+    /// Lightweight User Datagram Protocol (RFC 3828).
+    pub const UDPLITE: Self = Self(136);
 }
 
 impl From<u8> for Protocol {
@@ -68,12 +72,6 @@ pub const MAX_HEADER_LEN: usize = 60;
 const FLAG_DF: u16 = 0x4000;
 const FLAG_MF: u16 = 0x2000;
 const OFFSET_MASK: u16 = 0x1fff;
-
-/// Reads an IPv4 address from four bytes at `at`.
-#[inline(always)]
-fn get_ipv4(b: &[u8], at: usize) -> Ipv4Addr {
-    Ipv4Addr::new(b[at], b[at + 1], b[at + 2], b[at + 3])
-}
 
 /// A view of an IPv4 packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,37 +139,37 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Total length field: header plus payload, in bytes.
     #[inline]
     pub fn total_len(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::LENGTH)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::LENGTH)
     }
 
     /// Identification field.
     #[inline]
     pub fn ident(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::IDENT)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::IDENT)
     }
 
     /// Don't-fragment flag.
     #[inline]
     pub fn dont_frag(&self) -> bool {
-        crate::get_u16(self.buffer.as_ref(), field::FLG_OFF) & FLAG_DF != 0
+        crate::bytes::get_u16(self.buffer.as_ref(), field::FLG_OFF) & FLAG_DF != 0
     }
 
     /// More-fragments flag.
     #[inline]
     pub fn more_frags(&self) -> bool {
-        crate::get_u16(self.buffer.as_ref(), field::FLG_OFF) & FLAG_MF != 0
+        crate::bytes::get_u16(self.buffer.as_ref(), field::FLG_OFF) & FLAG_MF != 0
     }
 
     /// Fragment offset **in bytes** (the 13-bit field times 8; always a multiple of 8).
     #[inline]
     pub fn frag_offset(&self) -> u16 {
-        (crate::get_u16(self.buffer.as_ref(), field::FLG_OFF) & OFFSET_MASK) << 3
+        (crate::bytes::get_u16(self.buffer.as_ref(), field::FLG_OFF) & OFFSET_MASK) << 3
     }
 
     /// Whether this is a fragment: more-fragments set or a non-zero offset.
     #[inline]
     pub fn is_fragment(&self) -> bool {
-        crate::get_u16(self.buffer.as_ref(), field::FLG_OFF) & (FLAG_MF | OFFSET_MASK) != 0
+        crate::bytes::get_u16(self.buffer.as_ref(), field::FLG_OFF) & (FLAG_MF | OFFSET_MASK) != 0
     }
 
     /// Whether this is the first fragment of a fragmented datagram: more-fragments set and
@@ -179,7 +177,8 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// payload starts with the transport header).
     #[inline]
     pub fn is_first_fragment(&self) -> bool {
-        crate::get_u16(self.buffer.as_ref(), field::FLG_OFF) & (FLAG_MF | OFFSET_MASK) == FLAG_MF
+        crate::bytes::get_u16(self.buffer.as_ref(), field::FLG_OFF) & (FLAG_MF | OFFSET_MASK)
+            == FLAG_MF
     }
 
     /// Time to live.
@@ -197,19 +196,19 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Header checksum field.
     #[inline]
     pub fn checksum(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::CHECKSUM)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
     /// Source address.
     #[inline]
     pub fn src(&self) -> Ipv4Addr {
-        get_ipv4(self.buffer.as_ref(), field::SRC.start)
+        crate::bytes::get_ipv4(self.buffer.as_ref(), field::SRC.start)
     }
 
     /// Destination address.
     #[inline]
     pub fn dst(&self) -> Ipv4Addr {
-        get_ipv4(self.buffer.as_ref(), field::DST.start)
+        crate::bytes::get_ipv4(self.buffer.as_ref(), field::DST.start)
     }
 
     /// The options area: bytes 20 to `header_len()` (empty when IHL is 5).
@@ -308,13 +307,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets the total length field.
     #[inline]
     pub fn set_total_len(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::LENGTH, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::LENGTH, v);
     }
 
     /// Sets the identification field.
     #[inline]
     pub fn set_ident(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::IDENT, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::IDENT, v);
     }
 
     /// Sets or clears the don't-fragment flag.
@@ -331,18 +330,18 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
 
     #[inline]
     fn set_flag(&mut self, flag: u16, v: bool) {
-        let old = crate::get_u16(self.buffer.as_ref(), field::FLG_OFF);
+        let old = crate::bytes::get_u16(self.buffer.as_ref(), field::FLG_OFF);
         let new = if v { old | flag } else { old & !flag };
-        crate::put_u16(self.buffer.as_mut(), field::FLG_OFF, new);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::FLG_OFF, new);
     }
 
     /// Sets the fragment offset **in bytes**; it should be a multiple of 8 (the low 3 bits are
     /// dropped). The flags are kept.
     #[inline]
     pub fn set_frag_offset(&mut self, bytes: u16) {
-        let old = crate::get_u16(self.buffer.as_ref(), field::FLG_OFF);
+        let old = crate::bytes::get_u16(self.buffer.as_ref(), field::FLG_OFF);
         let new = (old & !OFFSET_MASK) | (bytes >> 3);
-        crate::put_u16(self.buffer.as_mut(), field::FLG_OFF, new);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::FLG_OFF, new);
     }
 
     /// Sets the time to live (the checksum is not updated).
@@ -360,7 +359,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::CHECKSUM, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::CHECKSUM, v);
     }
 
     /// Sets the source address.
@@ -488,9 +487,9 @@ impl Ipv4Repr {
             let b = packet.buffer.as_mut();
             b[field::VER_IHL] = 0x45;
             b[field::DSCP_ECN] = self.dscp_ecn;
-            crate::put_u16(b, field::LENGTH, total_len);
-            crate::put_u16(b, field::IDENT, self.ident);
-            crate::put_u16(b, field::FLG_OFF, if self.dont_frag { FLAG_DF } else { 0 });
+            crate::bytes::put_u16(b, field::LENGTH, total_len);
+            crate::bytes::put_u16(b, field::IDENT, self.ident);
+            crate::bytes::put_u16(b, field::FLG_OFF, if self.dont_frag { FLAG_DF } else { 0 });
             b[field::TTL] = self.ttl;
             b[field::PROTOCOL] = self.protocol.0;
         }

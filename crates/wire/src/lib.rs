@@ -70,6 +70,7 @@ macro_rules! view_constructors {
 }
 
 pub mod arp;
+pub mod bytes;
 pub mod checksum;
 pub mod ethernet;
 pub mod icmpv4;
@@ -120,30 +121,6 @@ pub type Result<T> = core::result::Result<T, Error>;
 
 /// A byte range of a header field.
 pub(crate) type Field = core::ops::Range<usize>;
-
-/// Reads a big-endian `u16` at `at`.
-#[inline(always)]
-pub(crate) fn get_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-
-/// Reads a big-endian `u32` at `at`.
-#[inline(always)]
-pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-/// Writes a big-endian `u16` at `at`.
-#[inline(always)]
-pub(crate) fn put_u16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
-}
-
-/// Writes a big-endian `u32` at `at`.
-#[inline(always)]
-pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
-}
 
 #[cfg(test)]
 mod tests {

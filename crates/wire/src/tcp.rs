@@ -222,8 +222,8 @@ impl<'a> Iterator for TcpOptionIter<'a> {
                 TcpOption::SackRange(body)
             }
             kind::TIMESTAMP if body.len() == 8 => TcpOption::Timestamp {
-                tsval: crate::get_u32(body, 0),
-                tsecr: crate::get_u32(body, 4),
+                tsval: crate::bytes::get_u32(body, 0),
+                tsecr: crate::bytes::get_u32(body, 4),
             },
             kind::MSS | kind::WS | kind::SACK_PERMITTED | kind::SACK | kind::TIMESTAMP => {
                 return self.fail();
@@ -265,25 +265,25 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// Source port.
     #[inline]
     pub fn src_port(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::SRC_PORT)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::SRC_PORT)
     }
 
     /// Destination port.
     #[inline]
     pub fn dst_port(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::DST_PORT)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::DST_PORT)
     }
 
     /// Sequence number.
     #[inline]
     pub fn seq_number(&self) -> u32 {
-        crate::get_u32(self.buffer.as_ref(), field::SEQ)
+        crate::bytes::get_u32(self.buffer.as_ref(), field::SEQ)
     }
 
     /// Acknowledgment number (meaningful when ACK is set).
     #[inline]
     pub fn ack_number(&self) -> u32 {
-        crate::get_u32(self.buffer.as_ref(), field::ACK)
+        crate::bytes::get_u32(self.buffer.as_ref(), field::ACK)
     }
 
     /// Header length in bytes (data offset times 4, options included).
@@ -295,25 +295,25 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// Control bits (the 3 reserved bits are dropped).
     #[inline]
     pub fn flags(&self) -> TcpFlags {
-        TcpFlags(crate::get_u16(self.buffer.as_ref(), field::OFF_FLAGS) & TcpFlags::ALL.0)
+        TcpFlags(crate::bytes::get_u16(self.buffer.as_ref(), field::OFF_FLAGS) & TcpFlags::ALL.0)
     }
 
     /// Receive window (unscaled).
     #[inline]
     pub fn window(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::WINDOW)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::WINDOW)
     }
 
     /// Checksum field.
     #[inline]
     pub fn checksum(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::CHECKSUM)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
     /// Urgent pointer (meaningful when URG is set).
     #[inline]
     pub fn urgent_pointer(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::URGENT)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::URGENT)
     }
 
     /// The raw options area: bytes 20 to `header_len()`.
@@ -355,25 +355,25 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     /// Sets the source port (the checksum is not updated).
     #[inline]
     pub fn set_src_port(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::SRC_PORT, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::SRC_PORT, v);
     }
 
     /// Sets the destination port (the checksum is not updated).
     #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::DST_PORT, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::DST_PORT, v);
     }
 
     /// Sets the sequence number.
     #[inline]
     pub fn set_seq_number(&mut self, v: u32) {
-        crate::put_u32(self.buffer.as_mut(), field::SEQ, v);
+        crate::bytes::put_u32(self.buffer.as_mut(), field::SEQ, v);
     }
 
     /// Sets the acknowledgment number.
     #[inline]
     pub fn set_ack_number(&mut self, v: u32) {
-        crate::put_u32(self.buffer.as_mut(), field::ACK, v);
+        crate::bytes::put_u32(self.buffer.as_mut(), field::ACK, v);
     }
 
     /// Sets the header length in bytes (stored as `len / 4`; use a multiple of 4 in 20..=60),
@@ -388,27 +388,27 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     /// Sets the nine control bits, keeping the data offset and reserved bits.
     #[inline]
     pub fn set_flags(&mut self, flags: TcpFlags) {
-        let old = crate::get_u16(self.buffer.as_ref(), field::OFF_FLAGS);
+        let old = crate::bytes::get_u16(self.buffer.as_ref(), field::OFF_FLAGS);
         let new = (old & !TcpFlags::ALL.0) | (flags.0 & TcpFlags::ALL.0);
-        crate::put_u16(self.buffer.as_mut(), field::OFF_FLAGS, new);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::OFF_FLAGS, new);
     }
 
     /// Sets the receive window.
     #[inline]
     pub fn set_window(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::WINDOW, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::WINDOW, v);
     }
 
     /// Sets the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::CHECKSUM, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::CHECKSUM, v);
     }
 
     /// Sets the urgent pointer.
     #[inline]
     pub fn set_urgent_pointer(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::URGENT, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::URGENT, v);
     }
 
     /// Computes and stores the checksum over the IPv4 pseudo-header and the whole buffer.
@@ -546,14 +546,14 @@ impl TcpRepr {
         let header_len = self.header_len();
         {
             let b = packet.buffer.as_mut();
-            crate::put_u16(b, field::SRC_PORT, self.src_port);
-            crate::put_u16(b, field::DST_PORT, self.dst_port);
-            crate::put_u32(b, field::SEQ, self.seq_number);
-            crate::put_u32(b, field::ACK, self.ack_number);
+            crate::bytes::put_u16(b, field::SRC_PORT, self.src_port);
+            crate::bytes::put_u16(b, field::DST_PORT, self.dst_port);
+            crate::bytes::put_u32(b, field::SEQ, self.seq_number);
+            crate::bytes::put_u32(b, field::ACK, self.ack_number);
             let off_flags = ((header_len as u16 / 4) << 12) | (self.flags.0 & TcpFlags::ALL.0);
-            crate::put_u16(b, field::OFF_FLAGS, off_flags);
-            crate::put_u16(b, field::WINDOW, self.window);
-            crate::put_u16(b, field::URGENT, self.urgent_pointer);
+            crate::bytes::put_u16(b, field::OFF_FLAGS, off_flags);
+            crate::bytes::put_u16(b, field::WINDOW, self.window);
+            crate::bytes::put_u16(b, field::URGENT, self.urgent_pointer);
 
             let opts = &mut b[HEADER_LEN..header_len];
             let mut i = 0;
@@ -572,8 +572,8 @@ impl TcpRepr {
             }
             if let Some(ts) = self.timestamp {
                 opts[i..i + 2].copy_from_slice(&[kind::TIMESTAMP, 10]);
-                crate::put_u32(opts, i + 2, ts.tsval);
-                crate::put_u32(opts, i + 6, ts.tsecr);
+                crate::bytes::put_u32(opts, i + 2, ts.tsval);
+                crate::bytes::put_u32(opts, i + 6, ts.tsecr);
                 i += 10;
             }
             opts[i..].fill(kind::END);

@@ -84,13 +84,13 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     /// Source port.
     #[inline]
     pub fn src_port(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::SRC_PORT)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::SRC_PORT)
     }
 
     /// Destination port.
     #[inline]
     pub fn dst_port(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::DST_PORT)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::DST_PORT)
     }
 
     /// Length field: header plus data, in bytes.
@@ -100,13 +100,13 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         reason = "reads the UDP length field; not a container length"
     )]
     pub fn len(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::LENGTH)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::LENGTH)
     }
 
     /// Checksum field (0: not computed).
     #[inline]
     pub fn checksum(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::CHECKSUM)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::CHECKSUM)
     }
 
     /// End of the datagram: the length field clamped to `8..=buffer length`.
@@ -144,25 +144,25 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     /// Sets the source port (the checksum is not updated).
     #[inline]
     pub fn set_src_port(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::SRC_PORT, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::SRC_PORT, v);
     }
 
     /// Sets the destination port (the checksum is not updated).
     #[inline]
     pub fn set_dst_port(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::DST_PORT, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::DST_PORT, v);
     }
 
     /// Sets the length field (header plus data).
     #[inline]
     pub fn set_len(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::LENGTH, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::LENGTH, v);
     }
 
     /// Sets the checksum field.
     #[inline]
     pub fn set_checksum(&mut self, v: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::CHECKSUM, v);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::CHECKSUM, v);
     }
 
     /// Computes and stores the checksum over the pseudo-header, header and data (as delimited

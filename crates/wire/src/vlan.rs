@@ -41,7 +41,7 @@ impl<T: AsRef<[u8]>> VlanHeader<T> {
     /// The raw 16-bit tag control information.
     #[inline]
     pub fn tci(&self) -> u16 {
-        crate::get_u16(self.buffer.as_ref(), field::TCI)
+        crate::bytes::get_u16(self.buffer.as_ref(), field::TCI)
     }
 
     /// Priority code point (0-7).
@@ -65,7 +65,10 @@ impl<T: AsRef<[u8]>> VlanHeader<T> {
     /// EtherType of the encapsulated payload.
     #[inline]
     pub fn ethertype(&self) -> EtherType {
-        EtherType(crate::get_u16(self.buffer.as_ref(), field::ETHERTYPE))
+        EtherType(crate::bytes::get_u16(
+            self.buffer.as_ref(),
+            field::ETHERTYPE,
+        ))
     }
 
     /// Bytes after the tag.
@@ -79,7 +82,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VlanHeader<T> {
     /// Sets the raw tag control information.
     #[inline]
     pub fn set_tci(&mut self, tci: u16) {
-        crate::put_u16(self.buffer.as_mut(), field::TCI, tci);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::TCI, tci);
     }
 
     /// Sets the priority code point (only the low 3 bits are used).
@@ -106,7 +109,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> VlanHeader<T> {
     /// Sets the EtherType of the payload.
     #[inline]
     pub fn set_ethertype(&mut self, ethertype: EtherType) {
-        crate::put_u16(self.buffer.as_mut(), field::ETHERTYPE, ethertype.0);
+        crate::bytes::put_u16(self.buffer.as_mut(), field::ETHERTYPE, ethertype.0);
     }
 
     /// Mutable bytes after the tag.

@@ -13,15 +13,13 @@
 //! packet was for one of our addresses. Packets that were waiting for the sender leave
 //! on the `neighbour` arc, in order. A request for us is turned into the reply in place.
 
-use core::net::Ipv4Addr;
-
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
-use netbatch_wire::ethernet::{EtherType, MacAddr};
+use netbatch_wire::Error;
+use netbatch_wire::arp::{ArpOperation, ArpPacket, ArpRepr};
+use netbatch_wire::ethernet::EtherType;
 
-use super::write_body;
 use crate::host::Host;
-use crate::ip4::be16;
 use crate::l2::output::push_header;
 use crate::prefix::class;
 use crate::route::RouteKind;
@@ -61,23 +59,19 @@ impl Stage<Host> for ArpInput {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
-            let d = v.data();
-            if d.len() < 28 {
-                out.drop(p, reason::MALFORMED);
-                continue;
-            }
-            if be16(d, 0) != 1 || be16(d, 2) != EtherType::IPV4.0 || d[4] != 6 || d[5] != 4 {
-                out.drop(p, reason::UNSUPPORTED);
-                continue;
-            }
-            let oper = be16(d, 6);
-            if oper != 1 && oper != 2 {
-                out.drop(p, reason::MALFORMED);
-                continue;
-            }
-            let sha = MacAddr::from_bytes(&d[8..14]);
-            let spa = Ipv4Addr::new(d[14], d[15], d[16], d[17]);
-            let tpa = Ipv4Addr::new(d[24], d[25], d[26], d[27]);
+            let arp = match ArpRepr::parse(&ArpPacket::new_unchecked(v.data())) {
+                Ok(a) => a,
+                Err(Error::Unsupported) => {
+                    out.drop(p, reason::UNSUPPORTED);
+                    continue;
+                }
+                // Cut short, or an operation other than request and reply.
+                Err(_) => {
+                    out.drop(p, reason::MALFORMED);
+                    continue;
+                }
+            };
+            let ArpRepr { sha, spa, tpa, .. } = arp;
             let ifx = v.meta.in_if;
             let Some(iface) = host.ifaces.get(usize::from(ifx)) else {
                 out.drop(p, netbatch_engine::reason::PORT_DOWN);
@@ -112,15 +106,21 @@ impl Stage<Host> for ArpInput {
                 }
                 continue;
             }
-            if oper == 2 {
+            if arp.operation == ArpOperation::Reply {
                 cx.deliver(1);
                 cx.cache.free(p);
                 continue;
             }
             // A request for us: answer in place.
             let our_mac = iface.mac;
-            let b = v.data_mut();
-            write_body(&mut b[..28], 2, our_mac, tpa, sha, spa);
+            let reply = ArpRepr {
+                operation: ArpOperation::Reply,
+                sha: our_mac,
+                spa: tpa,
+                tha: sha,
+                tpa: spa,
+            };
+            reply.emit(&mut ArpPacket::new_unchecked(v.data_mut()));
             let iface = &host.ifaces[usize::from(ifx)];
             if !push_header(&mut v, iface, sha, EtherType::ARP) {
                 out.drop(p, netbatch_engine::reason::NO_HEADROOM);

@@ -1,10 +1,11 @@
 //! `hook-*`: one stage per hook point, evaluating its chain over the list.
 
-use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
+use netbatch_engine::{Cx, Out, PktList, PktRef, Reason, Stage};
+use netbatch_wire::ipv4::Ipv4Packet;
 
 use super::{Chain, HookPoint, Key, Verdict};
+use crate::dissect::{self, Dissected};
 use crate::host::Host;
-use crate::ip4::{be16, be32};
 
 netbatch_engine::reasons! {
     /// Drops by a hook's rules, one reason per hook.
@@ -49,22 +50,27 @@ impl HookStage {
     }
 }
 
-/// Reads the match key of the IPv4 packet in `d` (starting at its header).
+/// The match key of packet `v` (an IPv4 packet, which the dissector located), at a
+/// hook where its interfaces are `in_if` and `out_if`.
 #[inline(always)]
-pub fn key_of(d: &[u8], in_if: u16, out_if: u16) -> Key {
-    let proto = d[9];
-    let ihl = usize::from(d[0] & 0x0f) * 4;
-    let first = be16(d, 6) & 0x1fff == 0;
-    let ports = if (proto == 6 || proto == 17) && first && d.len() >= ihl + 4 {
-        Some((be16(d, ihl), be16(d, ihl + 2)))
-    } else {
-        None
+pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
+    let r = Dissected::load(v.meta);
+    let d = v.data();
+    let (proto, src, dst) = match d
+        .get(usize::from(r.l3)..)
+        .and_then(<[u8]>::first_chunk::<20>)
+    {
+        Some(h) => {
+            let ip = Ipv4Packet::new_unchecked(h);
+            (ip.protocol().0, u32::from(ip.src()), u32::from(ip.dst()))
+        }
+        None => (0, 0, 0),
     };
     Key {
         proto,
-        src: be32(d, 12),
-        dst: be32(d, 16),
-        ports,
+        src,
+        dst,
+        ports: dissect::ports(&r, d),
         in_if,
         out_if,
     }
@@ -106,7 +112,7 @@ impl Stage<Host> for HookStage {
         for p in list.drain(..) {
             let v = cx.pool.get(&p);
             let k = key_of(
-                v.data(),
+                &v,
                 if in_ok { v.meta.in_if } else { u16::MAX },
                 if out_ok { v.meta.out_if } else { u16::MAX },
             );

@@ -44,7 +44,15 @@ pub mod stage;
 
 use crate::meta::{flag, gso};
 use netbatch_engine::{Pkt, Pool};
+use netbatch_wire::bytes::{get_u16, get_u32};
 use netbatch_wire::checksum;
+use netbatch_wire::ethernet::{self, EthernetFrame};
+use netbatch_wire::tcp::{TcpFlags, TcpPacket};
+use netbatch_wire::udp::{self, UdpPacket};
+use netbatch_wire::vlan::{self, VlanHeader};
+
+use crate::dissect::{self, Dissected, Frag, L3, L4};
+use crate::ip4::header;
 
 /// The most segments in one super-packet.
 pub const MAX_SEGS: u16 = 64;
@@ -53,11 +61,11 @@ pub const BUCKETS: usize = 8;
 /// Flows per bucket.
 pub const PER_BUCKET: usize = 8;
 
-const TCP_FIN: u16 = 0x01;
-const TCP_SYN: u16 = 0x02;
-const TCP_RST: u16 = 0x04;
-const TCP_PSH: u16 = 0x08;
-const TCP_URG: u16 = 0x20;
+const TCP_FIN: u16 = TcpFlags::FIN.bits();
+const TCP_SYN: u16 = TcpFlags::SYN.bits();
+const TCP_RST: u16 = TcpFlags::RST.bits();
+const TCP_PSH: u16 = TcpFlags::PSH.bits();
+const TCP_URG: u16 = TcpFlags::URG.bits();
 /// Flags that end a train (and keep a lone segment from starting one).
 const TCP_FINAL: u16 = TCP_URG | TCP_PSH | TCP_RST | TCP_SYN | TCP_FIN;
 
@@ -74,8 +82,9 @@ pub enum Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FlowKey {
     port: u16,
-    /// 0x8000 | VID when tagged, 0 untagged.
-    vlan: u16,
+    /// The VLAN tags: 0x8000 | VID of the outer in the high half, of the inner in the low
+    /// half (0 where there is no tag).
+    tags: u32,
     macs: [u8; 12],
     src: u32,
     dst: u32,
@@ -85,6 +94,12 @@ pub(crate) struct FlowKey {
 }
 
 impl FlowKey {
+    /// Whether the flow is TCP (else UDP: GRO takes nothing else).
+    #[inline(always)]
+    fn tcp(&self) -> bool {
+        L4::of(self.proto) == L4::Tcp
+    }
+
     fn hash(&self) -> u32 {
         let mut h = self.src.wrapping_mul(0x9e37_79b1);
         h ^= self.dst.rotate_left(7).wrapping_mul(0x85eb_ca6b);
@@ -140,96 +155,98 @@ pub(crate) struct Seg {
 /// `Seg::psum` not computed.
 const NO_PSUM: u32 = u32::MAX;
 
-#[inline(always)]
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-
-#[inline(always)]
-fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-/// Reads frame `d` (from its Ethernet header) received on `port`. `csum_ok`: the device
-/// already validated the L4 checksum.
-pub(crate) fn parse(d: &[u8], port: u16, csum_ok: bool) -> Parsed {
-    if d.len() < 14 {
-        return Parsed::Other;
-    }
-    let (mut et, mut l3, mut vlan) = (be16(d, 12), 14usize, 0u16);
-    if et == 0x8100 {
-        if d.len() < 18 {
-            return Parsed::Other;
+/// The VLAN tags of frame `d`, which the dissector found `flags` on, as `FlowKey::tags`.
+fn tags_of(d: &[u8], flags: u32) -> u32 {
+    let tag = |at: usize| {
+        d.get(at..)
+            .and_then(<[u8]>::first_chunk::<{ vlan::HEADER_LEN }>)
+            .map_or(0, |t| {
+                0x8000 | u32::from(VlanHeader::new_unchecked(t).vid())
+            })
+    };
+    match (flags & flag::VLAN != 0, flags & flag::QINQ != 0) {
+        (false, _) => 0,
+        (true, false) => tag(ethernet::HEADER_LEN) << 16,
+        (true, true) => {
+            (tag(ethernet::HEADER_LEN) << 16) | tag(ethernet::HEADER_LEN + vlan::HEADER_LEN)
         }
-        vlan = 0x8000 | (be16(d, 14) & 0x0fff);
-        et = be16(d, 16);
-        l3 = 18;
     }
-    if et != 0x0800 || d.len() < l3 + 20 {
+}
+
+/// Reads frame `d` (from its Ethernet header), received on `port` and dissected as `r`.
+/// `csum_ok`: the device already validated the L4 checksum.
+pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed {
+    if r.l3_type != L3::Ipv4 || !matches!(r.l4_kind(), Some(L4::Tcp | L4::Udp)) {
         return Parsed::Other;
     }
-    let ip = &d[l3..];
-    let proto = ip[9];
-    if proto != 6 && proto != 17 || ip[0] >> 4 != 4 {
+    let (l3, ihl) = (usize::from(r.l3), usize::from(r.l4 - r.l3));
+    let (Some(eth), Some(ip)) = (
+        d.first_chunk::<{ ethernet::HEADER_LEN }>(),
+        d.get(l3..).and_then(header),
+    ) else {
         return Parsed::Other;
-    }
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
+    };
+    let eth = EthernetFrame::new_unchecked(eth);
     let mut macs = [0u8; 12];
-    macs.copy_from_slice(&d[..12]);
-    let mut key = FlowKey {
+    macs[..6].copy_from_slice(&eth.dst().0);
+    macs[6..].copy_from_slice(&eth.src().0);
+    let proto = r.l4_type;
+    // Flows are told by their ports: only a packet whose ports can be read can match a
+    // held flow (a later fragment cannot).
+    let Some((sport, dport)) = dissect::ports(r, d) else {
+        return Parsed::Other;
+    };
+    let key = FlowKey {
         port,
-        vlan,
+        tags: tags_of(d, r.flags),
         macs,
-        src: be32(ip, 12),
-        dst: be32(ip, 16),
-        ports: 0,
+        src: u32::from(ip.src()),
+        dst: u32::from(ip.dst()),
+        ports: (u32::from(sport) << 16) | u32::from(dport),
         proto,
     };
-    let frag = be16(ip, 6);
-    if ihl < 20 || ip.len() < ihl + 4 || frag & 0x3fff != 0 {
-        // No ports to read (or not the first fragment): flows are told by ports, so
-        // only a packet whose ports we can read can match a held flow.
-        if ihl >= 20 && ip.len() >= ihl + 4 && frag & 0x1fff == 0 {
-            key.ports = be32(ip, ihl);
-            return Parsed::Unmergeable(key);
-        }
-        return Parsed::Other;
-    }
-    key.ports = be32(ip, ihl);
-    let total = usize::from(be16(ip, 2));
-    // Options, a length beyond the frame or a bad header checksum: no GRO.
-    if ihl != 20 || total > ip.len() || total < 20 {
+    // A first fragment, options, a length beyond the frame or a bad header checksum: no
+    // GRO.
+    let total = usize::from(ip.total_len());
+    let avail = d.len() - l3;
+    if dissect::fragment(r, d) != Frag::Whole || ihl != 20 || total > avail || total < 20 {
         return Parsed::Unmergeable(key);
     }
-    let Some(h20) = ip.first_chunk::<20>() else {
+    let Some(h20) = d.get(l3..).and_then(<[u8]>::first_chunk::<20>) else {
         return Parsed::Unmergeable(key);
     };
     if !checksum::verify_words(h20) {
         return Parsed::Unmergeable(key);
     }
-    let l4 = &ip[20..total];
-    let l4_hdr = if proto == 6 {
-        if l4.len() < 20 {
+    let l4 = &d[l3 + 20..l3 + total];
+    let (l4_hdr, seq, ack, word12, tcp_flags, urg, ulen) = if L4::of(proto) == L4::Tcp {
+        let Ok(t) = TcpPacket::new_checked(l4) else {
             return Parsed::Unmergeable(key);
-        }
-        let doff = usize::from(l4[12] >> 4) * 4;
-        if doff < 20 || doff > l4.len() {
-            return Parsed::Unmergeable(key);
-        }
-        doff
+        };
+        (
+            t.header_len(),
+            t.seq_number(),
+            t.ack_number(),
+            // Data offset, flags and window, compared as one word.
+            get_u32(l4, 12),
+            t.flags().bits(),
+            t.urgent_pointer(),
+            0,
+        )
     } else {
-        if l4.len() < 8 || usize::from(be16(l4, 4)) != l4.len() || l4.len() == 8 || be16(l4, 6) == 0
-        {
-            // UDP GRO needs the length to match the IP payload, a payload, and a checksum.
+        let Ok(u) = UdpPacket::new_checked(l4) else {
+            return Parsed::Unmergeable(key);
+        };
+        // UDP GRO needs the length to match the IP payload, a payload, and a checksum.
+        if usize::from(u.len()) != l4.len() || l4.len() == udp::HEADER_LEN || u.checksum() == 0 {
             return Parsed::Unmergeable(key);
         }
-        8
+        (udp::HEADER_LEN, 0, 0, 0, 0, 0, u.len())
     };
     let psum = if csum_ok {
         NO_PSUM
     } else {
-        let pseudo =
-            checksum::pseudo_header_v4(key.src.into(), key.dst.into(), proto, l4.len() as u16);
+        let pseudo = checksum::pseudo_header_v4(ip.src(), ip.dst(), proto, l4.len() as u16);
         let hsum = checksum::sum(&l4[..l4_hdr], pseudo);
         let p = checksum::sum(&l4[l4_hdr..], 0);
         if checksum::fold(hsum + p) != 0xffff {
@@ -237,28 +254,16 @@ pub(crate) fn parse(d: &[u8], port: u16, csum_ok: bool) -> Parsed {
         }
         u32::from(checksum::fold(p))
     };
-    let (seq, ack, word12, tcp_flags, urg, ulen) = if proto == 6 {
-        (
-            be32(l4, 4),
-            be32(l4, 8),
-            be32(l4, 12),
-            u16::from(l4[13]) | (u16::from(l4[12] & 1) << 8),
-            be16(l4, 18),
-            0,
-        )
-    } else {
-        (0, 0, 0, 0, 0, be16(l4, 4))
-    };
     Parsed::Seg(Seg {
         key,
         l3: l3 as u16,
         hdr: (l3 + 20 + l4_hdr) as u16,
         l4_hdr: l4_hdr as u16,
         payload: (l4.len() - l4_hdr) as u16,
-        ttl: ip[8],
-        tos: ip[1],
-        frag,
-        id: be16(ip, 4),
+        ttl: ip.ttl(),
+        tos: ip.dscp_ecn(),
+        frag: get_u16(h20, 6),
+        id: ip.ident(),
         urg,
         seq,
         ack,
@@ -331,7 +336,7 @@ impl Template {
         // IP identification and header checksum.
         m[ip + 4..ip + 6].fill(0);
         m[ip + 10..ip + 12].fill(0);
-        if s.key.proto == 6 {
+        if s.key.tcp() {
             m[l4 + 4..l4 + 8].fill(0); // sequence number
             m[l4 + 16..l4 + 18].fill(0); // checksum
         } else {
@@ -345,7 +350,7 @@ impl Template {
         let mut t = Self {
             bytes: [0; TMPL / 8],
             mask: [0; TMPL / 8],
-            ip_csum: be16(d, ip + 10),
+            ip_csum: get_u16(d, ip + 10),
         };
         for k in 0..TMPL / 8 {
             t.mask[k] = word(&m, k);
@@ -397,7 +402,7 @@ fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
     if !id_ok || h.count >= MAX_SEGS || !fits(h, s.payload, 20 + s.l4_hdr) {
         return false;
     }
-    if f.key.proto == 17 {
+    if !f.key.tcp() {
         return s.ulen <= f.ulen;
     }
     // TCP: flag word equal except FIN/PSH (fraglist: all of it), same ACK, same options,
@@ -419,7 +424,7 @@ fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
 
 /// The TCP options of segment `s` in its frame `d` (empty for UDP).
 fn tcp_options<'a>(d: &'a [u8], s: &Seg) -> &'a [u8] {
-    if s.key.proto == 6 {
+    if s.key.tcp() {
         &d[usize::from(s.hdr - s.l4_hdr + 20)..usize::from(s.hdr)]
     } else {
         &[]
@@ -428,7 +433,7 @@ fn tcp_options<'a>(d: &'a [u8], s: &Seg) -> &'a [u8] {
 
 /// Whether a segment can start a train.
 fn holdable(s: &Seg) -> bool {
-    s.payload > 0 && (s.key.proto == 17 || s.tcp_flags & TCP_FINAL == 0)
+    s.payload > 0 && (!s.key.tcp() || s.tcp_flags & TCP_FINAL == 0)
 }
 
 /// Counters.
@@ -520,20 +525,20 @@ impl GroTable {
         // then the header checksum is the one that goes with it (a header differing from
         // the first only in its identification: RFC 1624).
         let (ip, l4) = (usize::from(f.l3), usize::from(f.hdr - f.l4_hdr));
-        let id = be16(d, ip + 4);
+        let id = get_u16(d, ip + 4);
         let id_ok = match h.id_mode {
             IdMode::Unknown => id == f.id || id == f.id.wrapping_add(1),
             IdMode::Incrementing => id == f.id.wrapping_add(h.count),
             IdMode::Fixed => id == f.id,
         };
-        let csum_ok = be16(d, ip + 10) == checksum::update16(t.ip_csum, f.id, id);
+        let csum_ok = get_u16(d, ip + 10) == checksum::update16(t.ip_csum, f.id, id);
         // TCP: the next sequence number. UDP: a checksum (the template leaves the field
         // out, and a device may report a datagram without one as verified; UDP GRO
         // needs one, as `parse` says).
-        let l4_ok = if f.key.proto == 6 {
-            be32(d, l4 + 4) == h.next_seq
+        let l4_ok = if f.key.tcp() {
+            get_u32(d, l4 + 4) == h.next_seq
         } else {
-            be16(d, l4 + 6) != 0
+            get_u16(d, l4 + 6) != 0
         };
         let room = fits(h, f.payload, 20 + f.l4_hdr);
         if !(id_ok && csum_ok && l4_ok && room && h.count < MAX_SEGS) {
@@ -700,7 +705,7 @@ impl GroTable {
         self.last = Some((b, i));
         self.held_wire += 1;
         self.stats.merged += 1;
-        let last = if s.key.proto == 6 {
+        let last = if s.key.tcp() {
             s.payload < h.first.payload || s.tcp_flags & TCP_FINAL != 0
         } else {
             s.ulen < h.first.ulen
@@ -761,12 +766,12 @@ impl GroTable {
         // TCP inherits the FIN/PSH seen on later segments.
         let l4_len = u32::from(f.l4_hdr) + h.payload;
         let new_total = (20 + l4_len) as u16;
-        let old_total = be16(d, l3 + 2);
+        let old_total = get_u16(d, l3 + 2);
         d[l3 + 2..l3 + 4].copy_from_slice(&new_total.to_be_bytes());
-        let ic = checksum::update16(be16(d, l3 + 10), old_total, new_total);
+        let ic = checksum::update16(get_u16(d, l3 + 10), old_total, new_total);
         d[l3 + 10..l3 + 12].copy_from_slice(&ic.to_be_bytes());
         let standard = h.kind == Kind::Standard;
-        let (kind, csum_at) = if f.key.proto == 6 {
+        let (kind, csum_at) = if f.key.tcp() {
             if standard {
                 d[l4 + 13] |= (h.flags_or & 0xff) as u8;
             }
@@ -816,6 +821,12 @@ impl GroTable {
 mod tests {
     use super::*;
 
+    /// GRO's reading of frame `f` received on port 0, as the stage makes it: dissected
+    /// first.
+    fn parse_frame(f: &[u8], csum_ok: bool) -> Parsed {
+        parse(&dissect::parse(f), f, 0, csum_ok)
+    }
+
     fn tcp_frame(seq: u32, flags: u8, payload: &[u8], id: u16) -> Vec<u8> {
         let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
             .ipv4([192, 0, 2, 1], [198, 51, 100, 1], 64)
@@ -832,7 +843,7 @@ mod tests {
     #[test]
     fn parse_reads_segments_and_payload_sums() {
         let f = tcp_frame(100, 0, &[7u8; 100], 8);
-        let Parsed::Seg(s) = parse(&f, 0, false) else {
+        let Parsed::Seg(s) = parse_frame(&f, false) else {
             panic!("not a segment")
         };
         assert_eq!((s.payload, s.seq, s.hdr, s.l4_hdr), (100, 100, 54, 20));
@@ -842,7 +853,7 @@ mod tests {
         );
         // On the device-validated path no payload byte is read: the sum is left to be
         // derived from the header when the segment starts a train.
-        let Parsed::Seg(t) = parse(&f, 0, true) else {
+        let Parsed::Seg(t) = parse_frame(&f, true) else {
             panic!("not a segment")
         };
         assert_eq!(t.psum, NO_PSUM);
@@ -850,9 +861,9 @@ mod tests {
         let mut bad = f.clone();
         let n = bad.len();
         bad[n - 1] ^= 1;
-        assert!(matches!(parse(&bad, 0, false), Parsed::Unmergeable(k) if k == s.key));
+        assert!(matches!(parse_frame(&bad, false), Parsed::Unmergeable(k) if k == s.key));
         // ARP is not GRO's business.
-        assert!(matches!(parse(&[0u8; 42], 0, false), Parsed::Other));
+        assert!(matches!(parse_frame(&[0u8; 42], false), Parsed::Other));
     }
 
     use netbatch_engine::{Pool, PoolConfig};
@@ -888,7 +899,7 @@ mod tests {
             let Err(p) = t.try_fast(&pool, p, &mut done) else {
                 continue;
             };
-            match parse(f, 0, csum_ok) {
+            match parse_frame(f, csum_ok) {
                 Parsed::Seg(s) => t.offer(&pool, p, s, kind, &mut done),
                 Parsed::Unmergeable(k) => {
                     t.flush_flow(&pool, &k, &mut done);
@@ -907,9 +918,9 @@ mod tests {
                 let payload = if v.meta.segs > 1 {
                     v.meta.gso_size
                 } else {
-                    be16(d, 16) - 20 - if d[23] == 6 { 20 } else { 8 }
+                    get_u16(d, 16) - 20 - if d[23] == 6 { 20 } else { 8 }
                 };
-                (be16(d, 34), v.meta.segs.max(1), payload)
+                (get_u16(d, 34), v.meta.segs.max(1), payload)
             })
             .collect();
         c.free_all(&mut done);
@@ -931,7 +942,7 @@ mod tests {
     }
 
     fn bucket_of(f: &[u8]) -> usize {
-        let Parsed::Seg(s) = parse(f, 0, false) else {
+        let Parsed::Seg(s) = parse_frame(f, false) else {
             panic!("not a segment")
         };
         (s.key.hash() as usize) & (BUCKETS - 1)

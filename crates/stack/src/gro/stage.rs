@@ -30,6 +30,7 @@ use crate::offload::Features;
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 
 use super::{GroTable, Kind, Parsed, parse};
+use crate::dissect::{self, Dissected, L4};
 use crate::host::Host;
 
 netbatch_engine::arcs! {
@@ -60,7 +61,7 @@ impl Gro {
 /// the module's rules).
 fn decide(host: &Host, f: &Features, proto: u8, dst: u32, dport: u16) -> Option<Kind> {
     let local = host.is_local(dst.into());
-    if proto == 6 {
+    if L4::of(proto) == L4::Tcp {
         return if f.rx_gro_list && !local {
             Some(Kind::Fraglist)
         } else if f.rx_gro {
@@ -119,7 +120,7 @@ impl Stage<Host> for Gro {
         for p in list.drain(..) {
             // The common case, the next full-size segment of the last train (its port
             // does GRO), takes a shortcut.
-            let p = match self.table.try_fast(pool, p, &mut self.done) {
+            let mut p = match self.table.try_fast(pool, p, &mut self.done) {
                 Ok(()) => {
                     if !self.done.is_empty() {
                         for q in self.done.drain(..) {
@@ -144,8 +145,9 @@ impl Stage<Host> for Gro {
                 continue;
             }
             let csum_ok = v.meta.flags & flag::L4_CSUM_OK != 0;
-            let v = pool.get(&p);
-            match parse(v.data(), port, csum_ok) {
+            let mut v = pool.get_mut(&mut p);
+            dissect::frame(&mut v);
+            match parse(&Dissected::load(v.meta), v.data(), port, csum_ok) {
                 Parsed::Other => out.push(L2, p),
                 Parsed::Unmergeable(key) => {
                     self.table.flush_flow(pool, &key, &mut self.done);

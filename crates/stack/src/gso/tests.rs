@@ -83,7 +83,7 @@ fn gro(pool: &Pool, c: &mut BufCache, frames: &[Vec<u8>], kind: Kind) -> Vec<Pkt
     let mut done = Vec::new();
     for f in frames {
         let p = load(pool, c, f);
-        match parse(f, 0, false) {
+        match parse(&crate::dissect::parse(f), f, 0, false) {
             Parsed::Seg(s) => t.offer(pool, p, s, kind, &mut done),
             _ => done.push(p),
         }

@@ -12,7 +12,10 @@ use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
 
 use crate::host::Host;
-use crate::ip4::be16;
+use netbatch_wire::icmpv4::{Icmpv4Packet, Icmpv4Type};
+use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+
+use crate::ip4::header;
 
 netbatch_engine::reasons! {
     /// Why `icmp-input` drops a message.
@@ -47,16 +50,18 @@ impl Stage<Host> for IcmpInput {
             // `ip4-input` set both; a wrapped difference fails the length check below.
             let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
             let d = v.data();
-            if d.len() < ihl + 8 {
+            let (Some(ip), Some(msg)) = (
+                header(d),
+                d.get(ihl..).and_then(|m| Icmpv4Packet::new_checked(m).ok()),
+            ) else {
                 out.drop(p, reason::TRUNCATED);
                 continue;
-            }
-            if checksum::fold(checksum::sum(&d[ihl..], 0)) != 0xffff {
+            };
+            if !msg.verify_checksum() {
                 out.drop(p, reason::CHECKSUM);
                 continue;
             }
-            let ty = d[ihl];
-            if ty != 8 || !host.params.icmp_echo {
+            if msg.msg_type() != Icmpv4Type::ECHO_REQUEST || !host.params.icmp_echo {
                 host.stats.icmp_in_other += 1;
                 cx.deliver(v.meta.wire_packets());
                 cx.cache.free(p);
@@ -66,34 +71,26 @@ impl Stage<Host> for IcmpInput {
                 out.drop(p, reason::BROADCAST_ECHO);
                 continue;
             }
-            let (tos, src, dst) = (
-                [d[1]],
-                [d[12], d[13], d[14], d[15]],
-                [d[16], d[17], d[18], d[19]],
-            );
+            let reply = Ipv4Repr {
+                src: ip.dst(),
+                dst: ip.src(),
+                protocol: Protocol::ICMP,
+                payload_len: d.len() - ihl,
+                ttl: 64,
+                dscp_ecn: ip.dscp_ecn(),
+                ident: host.next_ident(),
+                dont_frag: false,
+            };
             // Drop any options: the new 20-byte header goes right before the ICMP message.
             v.pull(ihl - 20);
-            let ident = host.next_ident();
-            let icmp_len = v.meta.len as usize - 20;
-            let m = v.data_mut();
-            m[0] = 0x45;
-            m[1] = tos[0];
-            m[2..4].copy_from_slice(&((20 + icmp_len) as u16).to_be_bytes());
-            m[4..6].copy_from_slice(&ident.to_be_bytes());
-            m[6..8].copy_from_slice(&[0, 0]);
-            m[8] = 64;
-            m[9] = 1;
-            m[12..16].copy_from_slice(&dst);
-            m[16..20].copy_from_slice(&src);
-            netbatch_wire::ipv4::fill_header_checksum(m, 20);
-            // Type 8 → 0, code unchanged: one word of the ICMP header changes.
-            let old = be16(m, 20);
-            let new = old & 0x00ff;
-            m[20] = 0;
-            let hc = checksum::update16(be16(m, 22), old, new);
-            m[22..24].copy_from_slice(&hc.to_be_bytes());
-            v.meta.l3 = v.meta.data;
-            v.meta.l4 = v.meta.data + 20;
+            let (h, m) = v.data_mut().split_at_mut(20);
+            reply.emit(&mut Ipv4Packet::new_unchecked(h));
+            // Type 8 → 0, code unchanged: one word of the ICMP header changes (RFC 1624).
+            let mut msg = Icmpv4Packet::new_unchecked(m);
+            let code = u16::from(msg.code());
+            let old = (u16::from(Icmpv4Type::ECHO_REQUEST.0) << 8) | code;
+            msg.set_msg_type(Icmpv4Type::ECHO_REPLY);
+            msg.set_checksum(checksum::update16(msg.checksum(), old, code));
             v.meta.flags = (v.meta.flags & flag::TRACE) | flag::ORIGINATED | flag::IP_CSUM_OK;
             v.meta.out_if = u16::MAX;
             host.stats.icmp_echo_replies += 1;

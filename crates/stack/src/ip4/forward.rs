@@ -10,6 +10,7 @@ use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
 
+use super::header_mut;
 use crate::host::Host;
 
 netbatch_engine::reasons! {
@@ -24,15 +25,6 @@ netbatch_engine::arcs! {
     pub OK = "ok";
     /// Arc to the ICMP error stage.
     pub ERROR = "error";
-}
-
-/// Length of the TCP or UDP header after an IPv4 header of `ihl` bytes.
-#[inline]
-pub(crate) fn l4_header_len(d: &[u8], ihl: usize) -> usize {
-    match d[9] {
-        6 => d.get(ihl + 12).map_or(20, |&o| usize::from(o >> 4) * 4),
-        _ => 8,
-    }
 }
 
 /// The forwarding stage.
@@ -51,21 +43,20 @@ impl Stage<Host> for Ip4Forward {
     fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
-            let Some(h) = v.data_mut().first_chunk_mut::<20>() else {
+            let Some(mut ip) = header_mut(v.data_mut()) else {
                 out.drop(p, crate::ip4::input::reason::TRUNCATED);
                 continue;
             };
-            let ttl = h[8];
+            let ttl = ip.ttl();
             if ttl <= 1 {
                 v.meta.note = crate::ip4::icmp_error::Cause::TtlExpired.note();
                 out.push(ERROR, p);
                 continue;
             }
             // TTL shares a 16-bit word with the protocol: RFC 1624 eqn. 3 on that word.
-            let old = u16::from_be_bytes([ttl, h[9]]);
-            h[8] = ttl - 1;
-            let hc = checksum::update16(u16::from_be_bytes([h[10], h[11]]), old, old - 0x0100);
-            h[10..12].copy_from_slice(&hc.to_be_bytes());
+            let old = u16::from_be_bytes([ttl, ip.protocol().0]);
+            ip.set_ttl(ttl - 1);
+            ip.set_checksum(checksum::update16(ip.checksum(), old, old - 0x0100));
             v.meta.flags |= flag::FORWARDED;
             out.push(OK, p);
         }

@@ -17,9 +17,13 @@
 //! segmented (GSO) and each segment is fragmented.
 
 use crate::meta::flag;
-use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
+use netbatch_engine::{Cx, Meta, Out, Pkt, PktList, Stage};
 
-use super::be16;
+use netbatch_wire::ipv4::Ipv4Packet;
+use netbatch_wire::tcp::TcpPacket;
+
+use super::header;
+use crate::dissect::{self, L4};
 use crate::host::Host;
 
 netbatch_engine::reasons! {
@@ -81,14 +85,20 @@ impl Ip4Fragment {
     fn fragment(&mut self, cx: &mut Cx<'_>, mut p: Pkt, mtu: usize, out: &mut Out) {
         let v = cx.pool.get(&p);
         let d = v.data();
-        let ihl = usize::from(d[0] & 0x0f) * 4;
+        let Some(ip) = header(d) else {
+            out.drop(p, crate::ip4::input::reason::TRUNCATED);
+            return;
+        };
+        let ihl = ip.header_len();
         let total = d.len();
-        let payload = total - ihl;
-        let flags_off = be16(d, 6);
-        let orig_off = usize::from(flags_off & 0x1fff) * 8;
-        let orig_mf = flags_off & 0x2000 != 0;
+        let payload = total.saturating_sub(ihl);
+        let (orig_off, orig_mf, df) = (
+            usize::from(ip.frag_offset()),
+            ip.more_frags(),
+            ip.dont_frag(),
+        );
         let mut opts = [0u8; 40];
-        let Some(other_opts) = copied_options(&d[20..ihl], &mut opts) else {
+        let Some(other_opts) = d.get(20..ihl).and_then(|o| copied_options(o, &mut opts)) else {
             out.drop(p, crate::ip4::input::reason::BAD_OPTIONS);
             return;
         };
@@ -114,8 +124,8 @@ impl Ip4Fragment {
             }
         }
         let (in_if, out_if, adj, flags) = (v.meta.in_if, v.meta.out_if, v.meta.adj, v.meta.flags);
-        let mut header = [0u8; 20];
-        header.copy_from_slice(&d[..20]);
+        let mut fixed = [0u8; 20];
+        fixed.copy_from_slice(&d[..20]);
         let mut frags = core::mem::take(&mut self.spare);
         let mut off = first;
         for q in &mut frags {
@@ -126,28 +136,29 @@ impl Ip4Fragment {
             let Some(b) = w.append(other_ihl + n) else {
                 unreachable!("a fragment fits a buffer the packet fit")
             };
-            b[..20].copy_from_slice(&header);
-            b[0] = 0x40 | (other_ihl / 4) as u8;
-            b[20..other_ihl].copy_from_slice(&opts[..other_opts]);
+            b[..20].copy_from_slice(&fixed);
             b[other_ihl..].copy_from_slice(src);
-            b[2..4].copy_from_slice(&((other_ihl + n) as u16).to_be_bytes());
-            let mf = if !last || orig_mf { 0x2000 } else { 0 };
-            let fo = ((orig_off + off) / 8) as u16 | mf | (flags_off & 0x4000);
-            b[6..8].copy_from_slice(&fo.to_be_bytes());
-            netbatch_wire::ipv4::fill_header_checksum(b, other_ihl);
-            w.meta.l3 = w.meta.data;
-            w.meta.l4 = w.meta.data + other_ihl as u16;
+            let mut h = Ipv4Packet::new_unchecked(&mut b[..other_ihl]);
+            h.set_header_len(other_ihl);
+            h.options_mut().copy_from_slice(&opts[..other_opts]);
+            h.set_total_len((other_ihl + n) as u16);
+            h.set_frag_offset((orig_off + off) as u16);
+            h.set_more_frags(!last || orig_mf);
+            h.set_dont_frag(df);
+            h.fill_checksum();
             (w.meta.in_if, w.meta.out_if, w.meta.adj, w.meta.flags) = (in_if, out_if, adj, flags);
+            dissect::ip4_packet(&mut w);
             off += n;
         }
         // The first fragment is the packet itself, cut short.
         let mut v = cx.pool.get_mut(&mut p);
         v.truncate(ihl + first);
-        let h = v.data_mut();
-        h[2..4].copy_from_slice(&((ihl + first) as u16).to_be_bytes());
-        let fo = (orig_off / 8) as u16 | 0x2000 | (flags_off & 0x4000);
-        h[6..8].copy_from_slice(&fo.to_be_bytes());
-        netbatch_wire::ipv4::fill_header_checksum(h, ihl);
+        if let Some(mut h) = v.data_mut().get_mut(..ihl).map(Ipv4Packet::new_unchecked) {
+            h.set_total_len((ihl + first) as u16);
+            h.set_more_frags(true);
+            h.fill_checksum();
+        }
+        dissect::ip4_packet(&mut v);
         self.fragmented += 1;
         self.fragments += 1 + frags.len() as u64;
         cx.originate(frags.len() as u64);
@@ -189,9 +200,13 @@ impl Stage<Host> for Ip4Fragment {
                 mtu = usize::from(i.mtu);
             }
             let d = v.data();
-            if d.len() < 20 || wire_len(d, v.meta.gso_size) <= mtu {
+            let Some(ip) = header(d) else {
                 out.push(OK, p);
-            } else if be16(d, 6) & 0x4000 != 0 {
+                continue;
+            };
+            if wire_len(d, v.meta) <= mtu {
+                out.push(OK, p);
+            } else if ip.dont_frag() {
                 if v.meta.flags & flag::FORWARDED != 0 {
                     // RFC 1191: tell the sender the MTU of the hop that is too small.
                     v.meta.note = crate::ip4::icmp_error::Cause::FragNeeded.note();
@@ -225,14 +240,22 @@ impl Stage<Host> for Ip4Fragment {
     }
 }
 
-/// The size on the wire of the IP packet `d` (of a super-packet: of each segment).
+/// The size on the wire of the IP packet `d` with metadata `m` (of a super-packet: of
+/// each segment, its IP and L4 headers as the dissector located them).
 #[inline]
-pub(crate) fn wire_len(d: &[u8], gso_size: u16) -> usize {
-    if gso_size == 0 {
+pub(crate) fn wire_len(d: &[u8], m: &Meta) -> usize {
+    if m.gso_size == 0 {
         return d.len();
     }
-    let ihl = usize::from(d[0] & 0x0f) * 4;
-    ihl + super::forward::l4_header_len(d, ihl) + usize::from(gso_size)
+    let ihl = usize::from(m.l4.wrapping_sub(m.l3));
+    let l4 = match L4::of(m.l4_type) {
+        L4::Tcp => d
+            .get(ihl..)
+            .and_then(|t| TcpPacket::new_checked(t).ok())
+            .map_or(20, |t| t.header_len()),
+        _ => 8,
+    };
+    ihl + l4 + usize::from(m.gso_size)
 }
 
 #[cfg(test)]

@@ -23,9 +23,12 @@ use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::checksum;
 
-use super::{be16, be32};
+use netbatch_wire::icmpv4::{Icmpv4Packet, Icmpv4Type};
+use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+
+use super::{header, header_mut};
+use crate::dissect::L4;
 use crate::host::Host;
-use crate::icmp::is_error_type;
 use crate::iface::Iface;
 use crate::prefix::class;
 use crate::route::RouteKind;
@@ -154,23 +157,22 @@ fn may_answer(d: &[u8], flags: u32) -> bool {
     {
         return false;
     }
-    if d.len() < 20 {
+    let Some(ip) = header(d) else {
+        return false;
+    };
+    if ip.frag_offset() != 0 {
         return false;
     }
-    let ihl = usize::from(d[0] & 0x0f) * 4;
-    if be16(d, 6) & 0x1fff != 0 {
-        return false;
-    }
-    let src = be32(d, 12);
-    let dst = be32(d, 16);
+    let (src, dst) = (u32::from(ip.src()), u32::from(ip.dst()));
     if class::is_martian_source(src) || class::is_multicast(dst) || class::is_limited_broadcast(dst)
     {
         return false;
     }
-    if d[9] == 1 {
+    if L4::of(ip.protocol().0) == L4::Icmp {
         // An ICMP error (or an ICMP message too short to tell) is never answered.
-        match d.get(ihl) {
-            Some(&t) if !is_error_type(t) => {}
+        let icmp = d.get(ip.header_len()..).filter(|m| !m.is_empty());
+        match icmp.map(|m| Icmpv4Packet::new_unchecked(m).msg_type()) {
+            Some(t) if !t.is_error() => {}
             _ => return false,
         }
     }
@@ -186,11 +188,12 @@ fn may_answer(d: &[u8], flags: u32) -> bool {
 /// only asks for one of our addresses; this one makes traceroute show the address the
 /// probe was sent to, and a multi-homed interface answer from the sender's subnet.
 fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Option<Ipv4Addr> {
-    let dst = Ipv4Addr::from(be32(d, 16));
+    let ip = header(d)?;
+    let dst = ip.dst();
     if flags & flag::LOCAL != 0 && host.is_local(dst) {
         return Some(dst);
     }
-    let sender = be32(d, 12);
+    let sender = u32::from(ip.src());
     if let Some(hop) = host.routes.lookup(sender)
         && hop.kind == RouteKind::Unicast
         && let Some(a) = host.ifaces.get(usize::from(hop.out_if)).and_then(|i| {
@@ -254,20 +257,23 @@ impl Stage<Host> for Ip4IcmpError {
             if let Some(chain) = v.meta.chain.take() {
                 cx.cache.free(chain);
             }
-            if v.meta.flags & flag::FORWARDED != 0 {
+            let forwarded = v.meta.flags & flag::FORWARDED != 0;
+            let Some(mut ip) = header_mut(v.data_mut()) else {
+                out.drop(p, reason);
+                continue;
+            };
+            if forwarded {
                 // Quote the header as it was received: undo the TTL decrement (and its
                 // checksum update) that forwarding made before the error was found.
-                let h = v.data_mut();
-                let old = u16::from_be_bytes([h[8], h[9]]);
-                h[8] = h[8].wrapping_add(1);
-                let hc = checksum::update16(
-                    u16::from_be_bytes([h[10], h[11]]),
+                let old = u16::from_be_bytes([ip.ttl(), ip.protocol().0]);
+                ip.set_ttl(ip.ttl().wrapping_add(1));
+                ip.set_checksum(checksum::update16(
+                    ip.checksum(),
                     old,
                     old.wrapping_add(0x0100),
-                );
-                h[10..12].copy_from_slice(&hc.to_be_bytes());
+                ));
             }
-            let orig_src = [v.data()[12], v.data()[13], v.data()[14], v.data()[15]];
+            let orig_src = ip.src();
             let quote = (v.meta.len as usize).min(MAX_ERROR_LEN - 28);
             v.truncate(quote);
             let ident = host.next_ident();
@@ -276,27 +282,27 @@ impl Stage<Host> for Ip4IcmpError {
                 out.drop(p, reason);
                 continue;
             };
-            h[0] = 0x45;
-            h[1] = 0xc0; // precedence "internetwork control", as Linux marks ICMP errors
-            h[2..4].copy_from_slice(&((28 + quote) as u16).to_be_bytes());
-            h[4..6].copy_from_slice(&ident.to_be_bytes());
-            h[6..8].copy_from_slice(&[0, 0]);
-            h[8] = 64;
-            h[9] = 1;
-            h[12..16].copy_from_slice(&src.octets());
-            h[16..20].copy_from_slice(&orig_src);
-            netbatch_wire::ipv4::fill_header_checksum(h, 20);
-            h[20] = ty;
-            h[21] = code;
-            h[22..28].copy_from_slice(&[0, 0, 0, 0, 0, 0]);
+            let ip = Ipv4Repr {
+                src,
+                dst: orig_src,
+                protocol: Protocol::ICMP,
+                payload_len: 8 + quote,
+                ttl: 64,
+                // Precedence "internetwork control", as Linux marks ICMP errors.
+                dscp_ecn: 0xc0,
+                ident,
+                dont_frag: false,
+            };
+            ip.emit(&mut Ipv4Packet::new_unchecked(&mut h[..20]));
+            let mut icmp = Icmpv4Packet::new_unchecked(&mut v.data_mut()[20..]);
+            icmp.set_msg_type(Icmpv4Type(ty));
+            icmp.set_code(code);
+            icmp.set_rest_of_header(0);
             if cause == Cause::FragNeeded {
                 // RFC 1191: next-hop MTU in the low 16 bits of the unused word.
-                h[26..28].copy_from_slice(&mtu.to_be_bytes());
+                icmp.set_next_hop_mtu(mtu);
             }
-            let c = checksum::checksum(&v.data()[20..]);
-            v.data_mut()[22..24].copy_from_slice(&c.to_be_bytes());
-            v.meta.l3 = v.meta.data;
-            v.meta.l4 = v.meta.data + 20;
+            icmp.fill_checksum();
             v.meta.flags = (v.meta.flags & flag::TRACE) | flag::ORIGINATED | flag::IP_CSUM_OK;
             v.meta.note = 0;
             v.meta.out_if = u16::MAX;

@@ -47,17 +47,33 @@ fn check(d: &[u8], avail: usize) -> Result<(usize, usize), Reason> {
     let Some(h) = d.first_chunk::<20>() else {
         return Err(reason::TRUNCATED);
     };
-    if h[0] >> 4 != 4 {
+    let fixed = Ipv4Packet::new_unchecked(h);
+    if fixed.version() != 4 {
         return Err(reason::VERSION);
     }
-    let ihl = usize::from(h[0] & 0x0f) * 4;
+    let ihl = fixed.header_len();
     if ihl < 20 {
         return Err(reason::HEADER_LEN);
     }
     if d.len() < ihl {
         return Err(reason::TRUNCATED);
     }
-    let total = usize::from(u16::from_be_bytes([h[2], h[3]]));
+    check_sane(d, ihl, avail).map(|total| (total, ihl))
+}
+
+/// The checks of a header whose fixed part the dissector found sane (version 4, an IHL of
+/// at least 5, the whole header in `d`, `ihl` bytes of it): lengths, checksum, options,
+/// addresses. `Ok(total_len)` or the drop reason.
+#[inline(always)]
+fn check_sane(d: &[u8], ihl: usize, avail: usize) -> Result<usize, Reason> {
+    let (Some(h), Some(whole)) = (d.first_chunk::<20>(), d.get(..ihl)) else {
+        return Err(reason::TRUNCATED);
+    };
+    let (fixed, whole) = (
+        Ipv4Packet::new_unchecked(h),
+        Ipv4Packet::new_unchecked(whole),
+    );
+    let total = usize::from(fixed.total_len());
     if total < ihl {
         return Err(reason::TOTAL_LEN_SHORT);
     }
@@ -68,25 +84,21 @@ fn check(d: &[u8], avail: usize) -> Result<(usize, usize), Reason> {
     let ok = if ihl == 20 {
         checksum::verify_words(h)
     } else {
-        checksum::fold(checksum::sum(&d[..ihl], 0)) == 0xffff
+        whole.verify_checksum()
     };
     if !ok {
         return Err(reason::CHECKSUM);
     }
-    if ihl > 20
-        && Ipv4Packet::new_unchecked(&d[..ihl])
-            .check_options()
-            .is_err()
-    {
+    if ihl > 20 && whole.check_options().is_err() {
         return Err(reason::BAD_OPTIONS);
     }
-    if class::is_martian_source(u32::from_be_bytes([h[12], h[13], h[14], h[15]])) {
+    if class::is_martian_source(u32::from(fixed.src())) {
         return Err(reason::MARTIAN_SOURCE);
     }
-    if class::is_martian_dest(u32::from_be_bytes([h[16], h[17], h[18], h[19]])) {
+    if class::is_martian_dest(u32::from(fixed.dst())) {
         return Err(reason::MARTIAN_DEST);
     }
-    Ok((total, ihl))
+    Ok(total)
 }
 
 impl Stage<Host> for Ip4Input {
@@ -107,16 +119,21 @@ impl Stage<Host> for Ip4Input {
             } else {
                 usize::from(v.meta.len)
             };
-            match check(v.data(), avail) {
+            let (m, d) = v.split();
+            // Where the dissector located the L4 header, it found the fixed header sane.
+            let checked = if m.l4 != 0 && m.l3 == m.data {
+                check_sane(d, usize::from(m.l4 - m.l3), avail)
+            } else {
+                check(d, avail).map(|(total, _)| total)
+            };
+            match checked {
                 // GRO cut a super-packet's padding already: its length must be exact.
-                Ok((total, _)) if chained && total != avail => {
+                Ok(total) if chained && total != avail => {
                     out.drop(p, reason::TOTAL_LEN_SHORT);
                 }
-                Ok((total, ihl)) => {
+                Ok(total) => {
+                    m.flags |= flag::IP_CSUM_OK;
                     v.truncate(total);
-                    v.meta.l3 = v.meta.data;
-                    v.meta.l4 = v.meta.data + ihl as u16;
-                    v.meta.flags |= flag::IP_CSUM_OK;
                     out.push(OK, p);
                 }
                 Err(r) => out.drop(p, r),

@@ -6,7 +6,7 @@
 
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
-use super::be16;
+use crate::dissect::{self, L4};
 use crate::host::Host;
 
 netbatch_engine::reasons! {
@@ -44,16 +44,14 @@ impl Stage<Host> for Ip4Local {
     fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let v = cx.pool.get_mut(&mut p);
-            let d = v.data();
-            // MF set or a non-zero offset.
-            if be16(d, 6) & 0x3fff != 0 {
+            if dissect::is_fragment(v.meta, v.data()) {
                 out.drop(p, reason::FRAG_REASSEMBLY);
                 continue;
             }
-            match d[9] {
-                17 => out.push(UDP, p),
-                1 => out.push(ICMP, p),
-                6 => out.push(TCP, p),
+            match L4::of(v.meta.l4_type) {
+                L4::Udp => out.push(UDP, p),
+                L4::Icmp => out.push(ICMP, p),
+                L4::Tcp => out.push(TCP, p),
                 _ => {
                     v.meta.note = crate::ip4::icmp_error::Cause::UnknownProtocol.note();
                     out.push(ERROR, p);

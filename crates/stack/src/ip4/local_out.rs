@@ -6,12 +6,13 @@
 //! unset (computed here). A destination that is ours loops back to `ip4-local`. No ICMP
 //! error is generated about our own packets: failures are drops.
 
-use core::net::Ipv4Addr;
-
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
-use super::be32;
+use netbatch_wire::ipv4::Ipv4Packet;
+
+use super::header;
+use crate::dissect;
 use crate::host::Host;
 use crate::route::RouteKind;
 
@@ -38,24 +39,26 @@ impl Stage<Host> for Ip4LocalOut {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
-            if v.meta.len < 20 {
+            let Some((src, dst)) = header(v.data()).map(|ip| (ip.src(), ip.dst())) else {
                 out.drop(p, crate::ip4::input::reason::TRUNCATED);
                 continue;
-            }
-            let dst = be32(v.data(), 16);
-            let Some((adj, hop)) = host.routes.lookup_adj(dst) else {
+            };
+            let Some((adj, hop)) = host.routes.lookup_adj(u32::from(dst)) else {
                 out.drop(p, crate::route::reason::NO_ROUTE);
                 continue;
             };
-            let ihl = usize::from(v.data()[0] & 0x0f) * 4;
-            v.meta.l3 = v.meta.data;
-            v.meta.l4 = v.meta.data + ihl as u16;
+            dissect::ip4_packet(&mut v);
+            let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
+            let Some(mut ip) = v.data_mut().get_mut(..ihl).map(Ipv4Packet::new_unchecked) else {
+                out.drop(p, crate::ip4::input::reason::TRUNCATED);
+                continue;
+            };
             match hop.kind {
                 RouteKind::Local | RouteKind::Broadcast => {
-                    if be32(v.data(), 12) == 0 {
-                        v.data_mut()[12..16].copy_from_slice(&dst.to_be_bytes());
+                    if src.is_unspecified() {
+                        ip.set_src(dst);
                     }
-                    netbatch_wire::ipv4::fill_header_checksum(v.data_mut(), ihl);
+                    ip.fill_checksum();
                     v.meta.flags |= flag::LOCAL | flag::L2_HOST;
                     if hop.kind == RouteKind::Broadcast {
                         v.meta.flags |= flag::L3_BROADCAST;
@@ -67,14 +70,14 @@ impl Stage<Host> for Ip4LocalOut {
                         out.drop(p, netbatch_engine::reason::PORT_DOWN);
                         continue;
                     };
-                    if be32(v.data(), 12) == 0 {
-                        let Some(src) = iface.source_for(Ipv4Addr::from(dst)) else {
+                    if src.is_unspecified() {
+                        let Some(src) = iface.source_for(dst) else {
                             out.drop(p, crate::route::reason::NO_ROUTE);
                             continue;
                         };
-                        v.data_mut()[12..16].copy_from_slice(&src.octets());
+                        ip.set_src(src);
                     }
-                    netbatch_wire::ipv4::fill_header_checksum(v.data_mut(), ihl);
+                    ip.fill_checksum();
                     v.meta.out_if = hop.out_if;
                     v.meta.adj = adj;
                     out.push(OK, p);

@@ -18,20 +18,18 @@ pub mod local;
 pub mod local_out;
 pub mod route;
 
-/// Reads a big-endian u16 (one bounds check; callers have checked the length).
+use netbatch_wire::ipv4::{HEADER_LEN, Ipv4Packet};
+
+/// A view of the fixed part of the IPv4 header `d` starts with; `None` when `d` is
+/// shorter. Stages after `ip4-input` see packets whose header is whole, so they treat
+/// `None` as a truncated packet.
 #[inline(always)]
-pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
-    match b[at..at + 2] {
-        [x, y] => u16::from_be_bytes([x, y]),
-        _ => unreachable!("a two-byte range has two bytes"),
-    }
+pub(crate) fn header(d: &[u8]) -> Option<Ipv4Packet<&[u8; HEADER_LEN]>> {
+    d.first_chunk().map(Ipv4Packet::new_unchecked)
 }
 
-/// Reads a big-endian u32 (one bounds check; callers have checked the length).
+/// As [`header`], to rewrite fields in place.
 #[inline(always)]
-pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
-    match b[at..at + 4] {
-        [w, x, y, z] => u32::from_be_bytes([w, x, y, z]),
-        _ => unreachable!("a four-byte range has four bytes"),
-    }
+pub(crate) fn header_mut(d: &mut [u8]) -> Option<Ipv4Packet<&mut [u8; HEADER_LEN]>> {
+    d.first_chunk_mut().map(Ipv4Packet::new_unchecked)
 }

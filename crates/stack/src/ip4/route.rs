@@ -20,7 +20,7 @@
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
-use super::be32;
+use super::header;
 use super::icmp_error::Cause;
 use crate::host::Host;
 use crate::prefix::class;
@@ -66,12 +66,18 @@ impl Stage<Host> for Ip4Route {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let routes = &*host.routes;
         let forwarding = host.params.forwarding;
-        let mut hint: Option<(u32, Option<(u32, Hop)>)> = None;
+        // The last destination looked up (none matches `u64::MAX`) and what it found.
+        let mut hint_dst = u64::MAX;
+        let mut hint: Option<(u32, Hop)> = None;
         let mut src_hint: Option<(u32, bool)> = None;
         for mut p in list.drain(..) {
             let v = cx.pool.get_mut(&mut p);
+            let Some(ip) = header(v.data()) else {
+                out.drop(p, crate::ip4::input::reason::TRUNCATED);
+                continue;
+            };
+            let (src, dst) = (u32::from(ip.src()), u32::from(ip.dst()));
             // The last source's verdict is kept for the list, as the route hint is.
-            let src = be32(v.data(), 12);
             if src & 3 == 3 {
                 let bad = match src_hint {
                     Some((s, b)) if s == src => b,
@@ -86,24 +92,18 @@ impl Stage<Host> for Ip4Route {
                     continue;
                 }
             }
-            let dst = be32(v.data(), 16);
             if class::is_multicast(dst) {
                 v.meta.flags |= flag::LOCAL | flag::L3_MULTICAST;
                 out.push(LOCAL, p);
                 continue;
             }
-            let hop = match hint {
-                Some((d, h)) if d == dst => {
-                    self.hint_hits += 1;
-                    h
-                }
-                _ => {
-                    let h = routes.lookup_adj(dst);
-                    hint = Some((dst, h));
-                    h
-                }
-            };
-            let Some((adj, hop)) = hop else {
+            if u64::from(dst) == hint_dst {
+                self.hint_hits += 1;
+            } else {
+                hint = routes.lookup_adj(dst);
+                hint_dst = u64::from(dst);
+            }
+            let Some((adj, hop)) = hint else {
                 v.meta.note = Cause::NoRoute.note();
                 out.push(ERROR, p);
                 continue;

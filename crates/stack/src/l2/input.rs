@@ -1,19 +1,23 @@
 //! `eth-input`: Ethernet and VLAN demux.
 //!
-//! Per packet: frame at least 14 bytes (`L2Truncated`); source MAC unicast (IEEE 802:
-//! a group address is never a valid source, `L2SourceMulticast`); destination ours,
-//! broadcast or multicast (`L2OtherHost` otherwise: a router does not pick up frames for
-//! other stations); up to two tags mapped to a configured (sub-)interface
-//! (`L2VlanUnknown`, `L2VlanTruncated`, `L2VlanTooDeep`); ethertype IPv4, ARP or IPv6
-//! (`L2UnknownEtherType`). The port's info is looked up once per run of packets from
-//! the same port (a list from one poll is one port).
+//! Reads what the dissector found (dissecting the frame first if no earlier stage did)
+//! and checks, per packet: frame at least 14 bytes (`l2_truncated`); source MAC unicast
+//! (IEEE 802: a group address is never a valid source, `l2_source_multicast`);
+//! destination ours, broadcast or multicast (`l2_other_host` otherwise: a router does not
+//! pick up frames for other stations); at most two tags, whole (`l2_vlan_too_deep`,
+//! `l2_vlan_truncated`), mapped to a configured (sub-)interface (`l2_vlan_unknown`);
+//! ethertype IPv4, ARP or IPv6 (`l2_unknown_ethertype`). The port's info is looked up
+//! once per run of packets from the same port (a list from one poll is one port). The
+//! link header is pulled: later stages see the packet start at its L3 header.
 
-use crate::meta::flag;
-use netbatch_engine::{Cx, Out, PktList, Stage};
-use netbatch_wire::ethernet::{EtherType, HEADER_LEN, MacAddr};
+use netbatch_engine::{Cx, Next, Out, PktList, Reason, Stage};
+use netbatch_wire::ethernet::{EthernetFrame, HEADER_LEN, MacAddr};
+use netbatch_wire::vlan::VlanHeader;
 
+use crate::dissect::{self, L3};
 use crate::host::Host;
 use crate::iface::Tags;
+use crate::meta::flag;
 
 netbatch_engine::reasons! {
     /// Why `eth-input` drops a frame.
@@ -42,9 +46,42 @@ netbatch_engine::arcs! {
 #[derive(Debug, Default)]
 pub struct EthInput;
 
-#[inline(always)]
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+/// The arc of each `L3` kind the dissector records (`Meta::l3_type`), if it has one.
+const NEXT: [Option<Next>; 5] = {
+    let mut t = [None; 5];
+    t[L3::Ipv4 as usize] = Some(IP4);
+    t[L3::Ipv6 as usize] = Some(IP6);
+    t[L3::Arp as usize] = Some(ARP);
+    t
+};
+
+/// The drop reason of a link header the dissector could not get past.
+#[cold]
+fn link_error(kind: u8) -> Reason {
+    if kind == L3::VlanTooDeep as u8 {
+        reason::VLAN_TOO_DEEP
+    } else {
+        reason::VLAN_TRUNCATED
+    }
+}
+
+/// The tag stack of a frame the dissector found `flags` on (VIDs read from the tags).
+#[inline]
+fn tags_of(d: &[u8], flags: u32) -> Tags {
+    let vid = |at: usize| {
+        d.get(at..)
+            .and_then(<[u8]>::first_chunk::<4>)
+            .map_or(0, |t| VlanHeader::new_unchecked(t).vid())
+    };
+    if flags & flag::QINQ != 0 {
+        Tags::QinQ(vid(HEADER_LEN), vid(HEADER_LEN + 4))
+    } else {
+        match vid(HEADER_LEN) {
+            // Priority-tagged (VID 0) frames belong to the untagged interface.
+            0 => Tags::None,
+            v => Tags::Dot1q(v),
+        }
+    }
 }
 
 impl Stage<Host> for EthInput {
@@ -52,7 +89,7 @@ impl Stage<Host> for EthInput {
         ARCS
     }
 
-    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+    fn reasons(&self) -> &'static [Reason] {
         reason::ALL
     }
 
@@ -73,58 +110,36 @@ impl Stage<Host> for EthInput {
                 our_mac = info.mac;
                 native = info.native_if;
             }
-            let d = v.data();
-            if d.len() < HEADER_LEN {
+            let (m, d) = v.split();
+            dissect::frame_in(m, d);
+            let kind = m.l3_type;
+            let Some(h) = d.first_chunk::<HEADER_LEN>() else {
                 out.drop(p, reason::TRUNCATED);
                 continue;
-            }
-            if d[6] & 1 != 0 {
+            };
+            let eth = EthernetFrame::new_unchecked(h);
+            if eth.src().is_multicast() {
                 out.drop(p, reason::SOURCE_MULTICAST);
                 continue;
             }
-            let class = if d[..6] == our_mac.0 {
+            let dst = eth.dst();
+            let class = if dst == our_mac {
                 flag::L2_HOST
-            } else if d[0] & 1 == 0 {
+            } else if dst.is_unicast() {
                 out.drop(p, reason::OTHER_HOST);
                 continue;
-            } else if d[..6] == [0xff; 6] {
+            } else if dst == MacAddr::BROADCAST {
                 flag::L2_BROADCAST
             } else {
                 flag::L2_MULTICAST
             };
-            let mut et = be16(d, 12);
-            let mut off = HEADER_LEN;
-            let iface = if et == EtherType::VLAN.0 || et == EtherType::QINQ.0 {
-                // Tagged: map the tag stack to a sub-interface.
-                let mut vids = [0u16; 2];
-                let mut n = 0;
-                let mut bad = None;
-                while et == EtherType::VLAN.0 || et == EtherType::QINQ.0 {
-                    if n == 2 {
-                        bad = Some(reason::VLAN_TOO_DEEP);
-                        break;
-                    }
-                    if d.len() < off + 4 {
-                        bad = Some(reason::VLAN_TRUNCATED);
-                        break;
-                    }
-                    vids[n] = be16(d, off) & 0x0fff;
-                    et = be16(d, off + 2);
-                    off += 4;
-                    n += 1;
-                }
-                if let Some(r) = bad {
-                    out.drop(p, r);
-                    continue;
-                }
-                let tags = match (n, vids) {
-                    // Priority-tagged (VID 0) frames belong to the untagged interface.
-                    (1, [0, _]) => Tags::None,
-                    (1, [v0, _]) => Tags::Dot1q(v0),
-                    (_, [s, c]) => Tags::QinQ(s, c),
-                };
-                v.meta.flags |= flag::VLAN;
-                host.ports[usize::from(port)].iface_for(tags)
+            // A broken tag stack is reported before the interface it does not select.
+            if kind >= L3::VlanTruncated as u8 {
+                out.drop(p, link_error(kind));
+                continue;
+            }
+            let iface = if m.flags & flag::VLAN != 0 {
+                host.ports[usize::from(port)].iface_for(tags_of(d, m.flags))
             } else {
                 native
             };
@@ -132,15 +147,13 @@ impl Stage<Host> for EthInput {
                 out.drop(p, reason::VLAN_UNKNOWN);
                 continue;
             };
-            v.meta.in_if = iface;
-            v.meta.flags |= class;
-            v.pull(off);
-            v.meta.l3 = v.meta.data;
-            match et {
-                0x0800 => out.push(IP4, p),
-                0x0806 => out.push(ARP, p),
-                0x86dd => out.push(IP6, p),
-                _ => out.drop(p, reason::UNKNOWN_ETHERTYPE),
+            m.in_if = iface;
+            m.flags |= class;
+            let l2 = usize::from(m.l2_len);
+            v.pull(l2);
+            match NEXT.get(usize::from(kind)).copied().flatten() {
+                Some(arc) => out.push(arc, p),
+                None => out.drop(p, reason::UNKNOWN_ETHERTYPE),
             }
         }
     }

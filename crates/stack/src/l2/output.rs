@@ -1,34 +1,47 @@
-//! Building Ethernet headers for transmission.
+//! Building Ethernet headers for transmission: the one place VLAN tags are written.
 
 use netbatch_engine::PktMut;
-use netbatch_wire::ethernet::{EtherType, MacAddr};
+use netbatch_wire::ethernet::{self, EtherType, EthernetFrame, MacAddr};
+use netbatch_wire::vlan::{self, VlanHeader};
 
 use crate::iface::{Iface, Tags};
+
+/// The longest link header [`write_header`] writes (two tags).
+pub const MAX_HEADER_LEN: usize = ethernet::HEADER_LEN + 2 * vlan::HEADER_LEN;
+
+/// Writes the link header of a frame from `iface` to `dst` carrying `ethertype` at the
+/// start of `h` (Ethernet II, then the interface's tags: an 802.1ad S-tag before an
+/// 802.1Q C-tag); returns its length. `h` must hold `14 + iface.tags.len()` bytes.
+#[inline]
+pub fn write_header(h: &mut [u8], iface: &Iface, dst: MacAddr, ethertype: EtherType) -> usize {
+    let (tags, n): ([(EtherType, u16); 2], usize) = match iface.tags {
+        Tags::None => ([(ethertype, 0); 2], 0),
+        Tags::Dot1q(vid) => ([(EtherType::VLAN, vid), (ethertype, 0)], 1),
+        Tags::QinQ(s, c) => ([(EtherType::QINQ, s), (EtherType::VLAN, c)], 2),
+    };
+    let (eth, rest) = h.split_at_mut(ethernet::HEADER_LEN);
+    let mut eth = EthernetFrame::new_unchecked(eth);
+    eth.set_dst(dst);
+    eth.set_src(iface.mac);
+    eth.set_ethertype(if n == 0 { ethertype } else { tags[0].0 });
+    for (i, t) in rest.chunks_exact_mut(vlan::HEADER_LEN).take(n).enumerate() {
+        let mut tag = VlanHeader::new_unchecked(t);
+        tag.set_tci(tags[i].1);
+        tag.set_ethertype(
+            tags.get(i + 1)
+                .filter(|_| i + 1 < n)
+                .map_or(ethertype, |t| t.0),
+        );
+    }
+    ethernet::HEADER_LEN + n * vlan::HEADER_LEN
+}
 
 /// Pushes an Ethernet header (with the interface's VLAN tags) in front of the packet.
 /// Returns `false` if the headroom is too small (the packet is unchanged).
 #[inline]
 pub fn push_header(v: &mut PktMut<'_>, iface: &Iface, dst: MacAddr, ethertype: EtherType) -> bool {
-    let n = 14 + iface.tags.len();
+    let n = ethernet::HEADER_LEN + iface.tags.len();
     let Some(h) = v.push(n) else { return false };
-    h[0..6].copy_from_slice(&dst.0);
-    h[6..12].copy_from_slice(&iface.mac.0);
-    let mut at = 12;
-    match iface.tags {
-        Tags::None => {}
-        Tags::Dot1q(vid) => {
-            h[12..14].copy_from_slice(&EtherType::VLAN.0.to_be_bytes());
-            h[14..16].copy_from_slice(&vid.to_be_bytes());
-            at = 16;
-        }
-        Tags::QinQ(s, c) => {
-            h[12..14].copy_from_slice(&EtherType::QINQ.0.to_be_bytes());
-            h[14..16].copy_from_slice(&s.to_be_bytes());
-            h[16..18].copy_from_slice(&EtherType::VLAN.0.to_be_bytes());
-            h[18..20].copy_from_slice(&c.to_be_bytes());
-            at = 20;
-        }
-    }
-    h[at..at + 2].copy_from_slice(&ethertype.0.to_be_bytes());
+    write_header(h, iface, dst, ethertype);
     true
 }

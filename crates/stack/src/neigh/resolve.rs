@@ -18,8 +18,10 @@ use netbatch_wire::ethernet::{EtherType, MacAddr};
 use super::Lookup;
 use crate::arp::build_request;
 use crate::host::Host;
-use crate::iface::{Iface, Tags};
+use crate::iface::Iface;
+use crate::l2::output::{MAX_HEADER_LEN, write_header};
 use crate::prefix::class;
+use crate::route::ADJ_ON_LINK;
 use crate::tx::{port_arc, with_port_arcs};
 
 netbatch_engine::arcs! {
@@ -80,13 +82,14 @@ fn group_mac(nh: u32, host: &Host, out_if: u16) -> Option<MacAddr> {
 /// hop) and copied in front of every packet that follows (VPP's adjacency rewrite).
 #[derive(Clone, Copy)]
 struct Rewrite {
-    out_if: u16,
-    nh: u32,
+    /// What it is for: the adjacency, and for an on-link one the destination
+    /// ([`Rewrite::key`]); `u64::MAX` for an empty slot.
+    key: u64,
     len: u8,
     arc: Next,
     /// GSO kinds (bit per `gso` kind) the port takes whole.
     gso_ok: u8,
-    bytes: [u8; 22],
+    bytes: [u8; MAX_HEADER_LEN],
 }
 
 /// The GSO kinds a port with `f` transmits whole, one bit per kind (the kernel's
@@ -110,28 +113,27 @@ fn gso_kinds(f: &crate::offload::Features) -> u8 {
 }
 
 impl Rewrite {
-    fn new(iface: &Iface, out_if: u16, nh: u32, dst: MacAddr, arc: Next, gso_ok: u8) -> Self {
-        let mut bytes = [0u8; 22];
-        bytes[0..6].copy_from_slice(&dst.0);
-        bytes[6..12].copy_from_slice(&iface.mac.0);
-        let mut at = 12;
-        for (tpid, vid) in match iface.tags {
-            Tags::None => [None, None],
-            Tags::Dot1q(v) => [Some((EtherType::VLAN.0, v)), None],
-            Tags::QinQ(s, c) => [Some((EtherType::QINQ.0, s)), Some((EtherType::VLAN.0, c))],
-        }
-        .into_iter()
-        .flatten()
-        {
-            bytes[at..at + 2].copy_from_slice(&tpid.to_be_bytes());
-            bytes[at + 2..at + 4].copy_from_slice(&vid.to_be_bytes());
-            at += 4;
-        }
-        bytes[at..at + 2].copy_from_slice(&EtherType::IPV4.0.to_be_bytes());
+    /// The key of adjacency `adj` toward `on_link` (0 through a gateway).
+    #[inline(always)]
+    fn key(adj: u32, on_link: u32) -> u64 {
+        (u64::from(adj) << 32) | u64::from(on_link)
+    }
+
+    /// A slot nothing matches (an adjacency is below 2^32 - 1).
+    const EMPTY: Self = Self {
+        key: u64::MAX,
+        len: 0,
+        arc: TX,
+        gso_ok: 0,
+        bytes: [0; MAX_HEADER_LEN],
+    };
+
+    fn new(iface: &Iface, key: u64, dst: MacAddr, arc: Next, gso_ok: u8) -> Self {
+        let mut bytes = [0u8; MAX_HEADER_LEN];
+        let len = write_header(&mut bytes, iface, dst, EtherType::IPV4);
         Self {
-            out_if,
-            nh,
-            len: (at + 2) as u8,
+            key,
+            len: len as u8,
             arc,
             gso_ok,
             bytes,
@@ -216,7 +218,7 @@ impl Stage<Host> for Neighbour {
         // Rewrites resolved in this list, direct-mapped by next hop: interleaved flows to
         // a few next hops resolve each once per list. Only valid within the list (the
         // table may change between lists), so it starts empty every call.
-        let mut cache: [Option<Rewrite>; CACHE] = [None; CACHE];
+        let mut cache = [Rewrite::EMPTY; CACHE];
         let mut mtu_if = (u16::MAX, 0u16);
         // Ports (by arc, modulo 64) whose packets go through `gso` for the rest of the
         // list: once a super-packet for a port takes the detour, the packets after it
@@ -225,8 +227,6 @@ impl Stage<Host> for Neighbour {
         let mut via_gso = 0u64;
         // Borrowing the pool through its own reference leaves `cx` free for the slow paths.
         let pool = cx.pool;
-        // The gateway of the last adjacency (0: the destination itself), for the list.
-        let mut last_adj = (u32::MAX, 0u32);
         for mut p in list.drain(..) {
             let mut v = pool.get_mut(&mut p);
             let (out_if, adj, len, gso, gso_type) = (
@@ -236,17 +236,18 @@ impl Stage<Host> for Neighbour {
                 v.meta.gso_size,
                 v.meta.gso_type,
             );
-            if adj != last_adj.0 {
-                last_adj = (adj, host.routes.hop(adj).map_or(0, |h| h.gateway));
-            }
-            // On-link (no gateway): the next hop is the packet's own destination.
-            let nh = match (last_adj.1, v.data().first_chunk::<20>()) {
-                (0, Some(h)) => u32::from_be_bytes([h[16], h[17], h[18], h[19]]),
-                (0, None) => {
-                    out.drop(p, crate::ip4::input::reason::TRUNCATED);
-                    continue;
+            // On link (no gateway), the next hop is the packet's own destination; through
+            // a gateway, the adjacency says it all.
+            let on_link = if adj & ADJ_ON_LINK == 0 {
+                0
+            } else {
+                match crate::ip4::header(v.data()) {
+                    Some(ip) => u32::from(ip.dst()),
+                    None => {
+                        out.drop(p, crate::ip4::input::reason::TRUNCATED);
+                        continue;
+                    }
                 }
-                (gw, _) => gw,
             };
             if out_if != mtu_if.0 {
                 let Some(i) = host.ifaces.get(usize::from(out_if)) else {
@@ -259,15 +260,18 @@ impl Stage<Host> for Neighbour {
             // length) is what the MTU bounds.
             if len > mtu_if.1
                 && (gso == 0
-                    || crate::ip4::fragment::wire_len(v.data(), gso) > usize::from(mtu_if.1))
+                    || crate::ip4::fragment::wire_len(v.data(), v.meta) > usize::from(mtu_if.1))
             {
                 out.push(FRAG, p);
                 continue;
             }
-            let slot =
-                (nh ^ u32::from(out_if)).wrapping_mul(0x9e37_79b9) as usize >> (32 - CACHE_BITS);
-            let hit = matches!(&cache[slot], Some(r) if r.out_if == out_if && r.nh == nh);
-            if !hit {
+            let key = Rewrite::key(adj, on_link);
+            let slot = (adj ^ on_link).wrapping_mul(0x9e37_79b9) as usize >> (32 - CACHE_BITS);
+            if cache[slot].key != key {
+                let nh = match on_link {
+                    0 => host.routes.hop(adj).map_or(0, |h| h.gateway),
+                    dst => dst,
+                };
                 match Self::resolve(host, cx, out_if, nh, out) {
                     Some(mac) => {
                         let iface = &host.ifaces[usize::from(out_if)];
@@ -275,14 +279,8 @@ impl Stage<Host> for Neighbour {
                             .ports
                             .get(usize::from(iface.port))
                             .map_or(0, |p| gso_kinds(&p.features));
-                        cache[slot] = Some(Rewrite::new(
-                            iface,
-                            out_if,
-                            nh,
-                            mac,
-                            self.port_arc(iface.port),
-                            gso_ok,
-                        ));
+                        cache[slot] =
+                            Rewrite::new(iface, key, mac, self.port_arc(iface.port), gso_ok);
                     }
                     None => {
                         Self::wait(host, cx, out_if, nh, p, out);
@@ -290,9 +288,7 @@ impl Stage<Host> for Neighbour {
                     }
                 }
             }
-            let Some(rw) = &cache[slot] else {
-                unreachable!("filled above")
-            };
+            let rw = &cache[slot];
             let n = usize::from(rw.len);
 
             match v.push(n) {

@@ -70,6 +70,10 @@ pub struct Hop {
     pub gateway: u32,
 }
 
+/// Set in an adjacency whose next hop is the packet's own destination (a connected
+/// route, no gateway): the output stages then key the neighbour by the destination.
+pub const ADJ_ON_LINK: u32 = 1 << 31;
+
 /// Why a route was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteError {
@@ -140,6 +144,7 @@ impl Routes {
             return Ok(i);
         }
         let i = u32::try_from(self.hops.len()).map_err(|_| RouteError::TooManyHops)?;
+        // Below the adjacency's flag bit, and within the FIB's 24-bit values.
         if i >= (1 << 24) - 1 {
             return Err(RouteError::TooManyHops);
         }
@@ -190,17 +195,19 @@ impl Routes {
         self.lookup_adj(dst).map(|(_, h)| h)
     }
 
-    /// Longest-prefix match: the adjacency (hop index) and hop for destination `dst`.
+    /// Longest-prefix match: the adjacency (the hop's index, with [`ADJ_ON_LINK`] when
+    /// it has no gateway) and the hop for destination `dst`.
     #[inline(always)]
     pub fn lookup_adj(&self, dst: u32) -> Option<(u32, Hop)> {
         let i = self.fib.lookup(dst)?;
-        self.hops.get(i as usize).map(|&h| (i, h))
+        let h = *self.hops.get(i as usize)?;
+        Some((if h.gateway == 0 { i | ADJ_ON_LINK } else { i }, h))
     }
 
     /// The hop of adjacency `adj` (from [`Routes::lookup_adj`]).
     #[inline(always)]
     pub fn hop(&self, adj: u32) -> Option<Hop> {
-        self.hops.get(adj as usize).copied()
+        self.hops.get((adj & !ADJ_ON_LINK) as usize).copied()
     }
 
     /// Number of routes.

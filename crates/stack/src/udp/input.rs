@@ -13,14 +13,15 @@
 //! `udp_unexpected_gso`). A super-datagram whose checksum nobody verified is segmented
 //! before the checks.
 
-use core::net::Ipv4Addr;
-
 use crate::meta::{flag, gso};
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 use netbatch_wire::checksum;
+use netbatch_wire::ipv4::Protocol;
+use netbatch_wire::udp::{self, UdpPacket};
 
 use super::socket::{SocketId, SocketWriter, Table, TableCache};
 use crate::host::Host;
+use crate::ip4::header;
 
 netbatch_engine::reasons! {
     /// Why `udp-input` does not deliver a datagram (RFC 768).
@@ -94,40 +95,37 @@ impl UdpInput {
         let chained = SUPER && v.meta.chain.is_some();
         let d = v.data();
         let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
-        let (Some(ip), Some(u)) = (d.first_chunk::<20>(), d.get(ihl..)) else {
+        let (Some(ip), Some(u)) = (header(d), d.get(ihl..)) else {
             out.drop(p, reason::TRUNCATED);
             return;
         };
-        let Some(uh) = u.first_chunk::<8>() else {
+        let Some(uh) = u.first_chunk::<{ udp::HEADER_LEN }>() else {
             out.drop(p, reason::TRUNCATED);
             return;
         };
+        let uh = UdpPacket::new_unchecked(uh);
         let ulen_avail = if chained {
             (v.meta.total_len as usize).saturating_sub(ihl)
         } else {
             u.len()
         };
-        let ulen = usize::from(u16::from_be_bytes([uh[4], uh[5]]));
+        let ulen = usize::from(uh.len());
         if ulen < 8 || ulen > ulen_avail || (chained && ulen != ulen_avail) {
             out.drop(p, reason::BAD_LENGTH);
             return;
         }
-        let src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
-        let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
-        let dport = u16::from_be_bytes([uh[2], uh[3]]);
-        let csum = u16::from_be_bytes([uh[6], uh[7]]);
-        if csum != 0 && v.meta.flags & flag::L4_CSUM_OK == 0 {
-            let acc = checksum::pseudo_header_v4(
-                Ipv4Addr::from(src),
-                Ipv4Addr::from(dst),
-                17,
-                ulen as u16,
-            );
+        let (src, dst) = (ip.src(), ip.dst());
+        let dport = uh.dst_port();
+        // The datagram's checksum, unless the device verified it (a zero one means none:
+        // RFC 768).
+        if uh.checksum() != 0 && v.meta.flags & flag::L4_CSUM_OK == 0 {
+            let acc = checksum::pseudo_header_v4(src, dst, Protocol::UDP.0, ulen as u16);
             if checksum::fold(checksum::sum(&u[..ulen], acc)) != 0xffff {
                 out.drop(p, reason::CHECKSUM);
                 return;
             }
         }
+        let dst = u32::from(dst);
         if ulen < ulen_avail {
             v.truncate(ihl + ulen);
         }

@@ -11,6 +11,7 @@ pub mod socket;
 use core::net::Ipv4Addr;
 
 use netbatch_engine::{Pkt, PktRef, Pool};
+use netbatch_wire::udp::{self, UdpPacket};
 
 /// A received datagram as an application sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,14 +67,14 @@ pub fn datagram<'a>(v: &PktRef<'a>) -> Option<Datagram<'a>> {
     let l4 = usize::from(v.meta.l4);
     let end = usize::from(v.meta.data) + usize::from(v.meta.len);
     let b: &'a [u8] = v.buf;
-    let ip = b.get(l3..)?.first_chunk::<20>()?;
-    let u = b.get(l4..)?.first_chunk::<8>()?;
-    let payload = b.get(l4 + 8..end)?;
+    let ip = crate::ip4::header(b.get(l3..)?)?;
+    let u = UdpPacket::new_unchecked(b.get(l4..)?.first_chunk::<{ udp::HEADER_LEN }>()?);
+    let payload = b.get(l4 + udp::HEADER_LEN..end)?;
     Some(Datagram {
-        src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
-        dst: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
-        src_port: u16::from_be_bytes([u[0], u[1]]),
-        dst_port: u16::from_be_bytes([u[2], u[3]]),
+        src: ip.src(),
+        dst: ip.dst(),
+        src_port: u.src_port(),
+        dst_port: u.dst_port(),
         payload,
         segment_size: v.meta.gso_size,
         segments: v.meta.segs.max(1),

@@ -11,11 +11,15 @@
 //! buffer, payload sums recorded), so GSO never copies it.
 
 use core::fmt;
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::SocketAddrV4;
 
 use crate::meta::{flag, gso};
 use netbatch_engine::{Cx, Pkt};
 use netbatch_wire::checksum;
+use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+use netbatch_wire::udp::{self, UdpPacket};
+
+use crate::dissect;
 
 use super::socket::SocketId;
 use crate::host::Host;
@@ -156,29 +160,29 @@ pub fn send(
     };
     let ulen = (8 + payload.len()) as u16;
     let mut v = cx.pool.get_mut(&mut head);
-    let d = v.data_mut();
-    d[0] = 0x45;
-    d[1] = 0;
-    d[2..4].copy_from_slice(&(ulen + 20).to_be_bytes());
-    d[4..6].copy_from_slice(&ident.to_be_bytes());
-    d[6..8].copy_from_slice(&[0, 0]);
-    d[8] = 64;
-    d[9] = 17;
-    d[10..12].copy_from_slice(&[0, 0]);
-    d[12..16].copy_from_slice(&src.octets());
-    d[16..20].copy_from_slice(&dst.ip().octets());
-    d[20..22].copy_from_slice(&sport.to_be_bytes());
-    d[22..24].copy_from_slice(&dst.port().to_be_bytes());
-    d[24..26].copy_from_slice(&ulen.to_be_bytes());
-    d[26..28].copy_from_slice(&[0, 0]);
-    let acc = checksum::pseudo_header_v4(src, Ipv4Addr::from(daddr), 17, ulen);
-    let c = netbatch_wire::udp::checksum_on_wire(checksum::finish(checksum::sum(
-        &d[20..28],
-        acc + psum,
-    )));
-    d[26..28].copy_from_slice(&c.to_be_bytes());
-    v.meta.l3 = v.meta.data;
-    v.meta.l4 = v.meta.data + 20;
+    let (h, u) = v.data_mut().split_at_mut(20);
+    let ip = Ipv4Repr {
+        src,
+        dst: *dst.ip(),
+        protocol: Protocol::UDP,
+        payload_len: usize::from(ulen),
+        ttl: 64,
+        dscp_ecn: 0,
+        ident,
+        dont_frag: false,
+    };
+    ip.emit(&mut Ipv4Packet::new_unchecked(h));
+    let mut uh = UdpPacket::new_unchecked(&mut u[..udp::HEADER_LEN]);
+    uh.set_src_port(sport);
+    uh.set_dst_port(dst.port());
+    uh.set_len(ulen);
+    uh.set_checksum(0);
+    // The checksum from the header and the payload parts' sums, without reading them again.
+    let acc = checksum::pseudo_header_v4(src, *dst.ip(), Protocol::UDP.0, ulen);
+    let c = checksum::sum(&u[..udp::HEADER_LEN], acc + psum);
+    UdpPacket::new_unchecked(&mut u[..udp::HEADER_LEN])
+        .set_checksum(udp::checksum_on_wire(checksum::finish(c)));
+    dissect::ip4_packet(&mut v);
     v.meta.in_port = u16::MAX;
     v.meta.out_if = u16::MAX;
     v.meta.flags = (v.meta.flags & flag::PAYLOAD_SUM) | flag::ORIGINATED | flag::L4_CSUM_OK;

@@ -1,0 +1,639 @@
+//! The dissector: the one parse of a packet's headers. Everything that needs to know
+//! where a packet's L2, L3 and L4 headers are, what they are, or which flow the packet
+//! belongs to reads what this module recorded (GRO, RPS, the hooks, L2 and L3 input, the
+//! classifiers); nothing else walks the headers.
+//!
+//! A received frame is dissected once, by the first stage that needs it (GRO, RPS
+//! steering, or L2 input), which records in the packet's metadata:
+//! - `l2_len`: bytes of Ethernet header and VLAN tags (802.1Q, 802.1ad; at most two);
+//! - `l3_type` ([`L3`]): what follows the tags, or why the link header is unusable;
+//! - `l3` and, for an IP header whose fixed part is whole and sane (version, header
+//!   length inside the frame), `l4` and `l4_type` (the IP protocol number);
+//! - flags: [`flag::VLAN`] and [`flag::QINQ`].
+//!
+//! What lies at those offsets is then read through this module, not walked again:
+//! whether the packet is a fragment ([`fragment`]), its ports ([`ports`]), its flow
+//! ([`FlowKey`]) and flow hash ([`flow_hash`]), each a field read at a known place.
+//!
+//! The dissector does not validate: it locates. The input stages check what they own
+//! (`ip4-input` the checksum, lengths and addresses) and give each failure its reason.
+//! Packets this host originates are dissected from their L3 header ([`ip4_packet`]).
+//!
+//! Invariant: `Meta::l4` is 0 (not located) or at least 20 bytes past `Meta::l3`, and
+//! the IP header between them was whole in the frame when it was dissected.
+
+use core::net::Ipv4Addr;
+
+use netbatch_engine::{Meta, PktMut};
+use netbatch_wire::ethernet::{self, EtherType, EthernetFrame};
+use netbatch_wire::ipv4::{Ipv4Packet, Protocol};
+use netbatch_wire::toeplitz::Toeplitz;
+use netbatch_wire::vlan::VlanHeader;
+
+use crate::meta::flag;
+
+/// Dissector flags (in `Meta::flags`).
+const FLAGS: u32 = flag::VLAN | flag::QINQ;
+
+/// What the dissector found after the link header (`Meta::l3_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum L3 {
+    /// Not dissected yet.
+    Unparsed = 0,
+    /// IPv4.
+    Ipv4,
+    /// IPv6 (recognised; not walked further yet).
+    Ipv6,
+    /// ARP.
+    Arp,
+    /// Another ethertype.
+    Other,
+    /// Shorter than an Ethernet header.
+    L2Truncated,
+    /// A VLAN tag cut short.
+    VlanTruncated,
+    /// More than two VLAN tags.
+    VlanTooDeep,
+}
+
+impl L3 {
+    /// The kind of what follows the link header, by its ethertype.
+    #[inline(always)]
+    pub fn of_ethertype(et: EtherType) -> Self {
+        match et {
+            EtherType::IPV4 => Self::Ipv4,
+            EtherType::ARP => Self::Arp,
+            EtherType::IPV6 => Self::Ipv6,
+            _ => Self::Other,
+        }
+    }
+
+    /// The kind recorded in `m`.
+    #[inline(always)]
+    pub fn of(m: &Meta) -> Self {
+        match m.l3_type {
+            1 => Self::Ipv4,
+            2 => Self::Ipv6,
+            3 => Self::Arp,
+            4 => Self::Other,
+            5 => Self::L2Truncated,
+            6 => Self::VlanTruncated,
+            7 => Self::VlanTooDeep,
+            _ => Self::Unparsed,
+        }
+    }
+}
+
+/// The transport protocols the stack tells apart: the one place IP protocol numbers are
+/// demultiplexed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L4 {
+    /// ICMP for IPv4.
+    Icmp,
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+    /// UDP-Lite.
+    UdpLite,
+    /// Anything else.
+    Other,
+}
+
+impl L4 {
+    /// The kind of IP protocol number `proto`.
+    #[inline(always)]
+    pub const fn of(proto: u8) -> Self {
+        match Protocol(proto) {
+            Protocol::ICMP => Self::Icmp,
+            Protocol::TCP => Self::Tcp,
+            Protocol::UDP => Self::Udp,
+            Protocol::SCTP => Self::Sctp,
+            Protocol::UDPLITE => Self::UdpLite,
+            _ => Self::Other,
+        }
+    }
+
+    /// Whether its header begins with source and destination ports (RFC 768, RFC 9293,
+    /// RFC 9260, RFC 3828): what flow hashes and port matches read.
+    #[inline(always)]
+    pub const fn has_ports(self) -> bool {
+        matches!(self, Self::Tcp | Self::Udp | Self::Sctp | Self::UdpLite)
+    }
+}
+
+/// What [`parse`] found in one frame, with offsets from the frame's first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dissected {
+    /// See [`L3`].
+    pub l3_type: L3,
+    /// Bytes of Ethernet header and tags.
+    pub l2_len: u8,
+    /// Offset of the L3 header.
+    pub l3: u16,
+    /// Offset of the L4 header (0 when not located).
+    pub l4: u16,
+    /// The IP protocol number (when `l4` is located).
+    pub l4_type: u8,
+    /// Dissector flag bits (see the module doc).
+    pub flags: u32,
+}
+
+impl Dissected {
+    const NOTHING: Self = Self {
+        l3_type: L3::Unparsed,
+        l2_len: 0,
+        l3: 0,
+        l4: 0,
+        l4_type: 0,
+        flags: 0,
+    };
+
+    /// Records this in `m`, whose packet starts at `m.data`.
+    #[inline(always)]
+    fn store(&self, m: &mut Meta) {
+        m.l3_type = self.l3_type as u8;
+        m.l2_len = self.l2_len;
+        m.l3 = m.data + self.l3;
+        m.l4 = if self.l4 == 0 { 0 } else { m.data + self.l4 };
+        m.l4_type = self.l4_type;
+        m.flags = (m.flags & !FLAGS) | self.flags;
+    }
+
+    /// What `m` records (offsets from `m.data`, so call it before L2 input pulls the
+    /// link header, or on a packet whose data starts where its dissection did).
+    #[inline(always)]
+    pub fn load(m: &Meta) -> Self {
+        Self {
+            l3_type: L3::of(m),
+            l2_len: m.l2_len,
+            l3: m.l3.wrapping_sub(m.data),
+            l4: if m.l4 == 0 {
+                0
+            } else {
+                m.l4.wrapping_sub(m.data)
+            },
+            l4_type: m.l4_type,
+            flags: m.flags & FLAGS,
+        }
+    }
+
+    /// The L4 protocol kind, when the L4 header was located.
+    #[inline(always)]
+    pub fn l4_kind(&self) -> Option<L4> {
+        (self.l4 != 0).then_some(L4::of(self.l4_type))
+    }
+}
+
+/// Parses frame `d` (from its Ethernet header): link header, tags, and an IPv4 header.
+#[inline]
+pub fn parse(d: &[u8]) -> Dissected {
+    let mut r = Dissected::NOTHING;
+    let Some(eth) = d.first_chunk::<{ ethernet::HEADER_LEN }>() else {
+        r.l3_type = L3::L2Truncated;
+        return r;
+    };
+    let mut et = EthernetFrame::new_unchecked(eth).ethertype();
+    let mut off = ethernet::HEADER_LEN;
+    let mut tags = 0;
+    while et == EtherType::VLAN || et == EtherType::QINQ {
+        if tags == 2 {
+            r.l3_type = L3::VlanTooDeep;
+            return r;
+        }
+        let Some(t) = d.get(off..).and_then(<[u8]>::first_chunk::<4>) else {
+            r.l3_type = L3::VlanTruncated;
+            return r;
+        };
+        et = VlanHeader::new_unchecked(t).ethertype();
+        off += 4;
+        tags += 1;
+    }
+    r.flags = match tags {
+        0 => 0,
+        1 => flag::VLAN,
+        _ => flag::VLAN | flag::QINQ,
+    };
+    r.l2_len = off as u8;
+    r.l3 = off as u16;
+    r.l3_type = L3::of_ethertype(et);
+    if r.l3_type == L3::Ipv4 {
+        ip4(&d[off..], off, &mut r);
+    }
+    r
+}
+
+/// Locates the L4 header of the IPv4 packet `ip`, which starts `at` bytes into the
+/// dissected buffer.
+#[inline(always)]
+fn ip4(ip: &[u8], at: usize, r: &mut Dissected) {
+    let Some(h) = ip.first_chunk::<20>() else {
+        return;
+    };
+    let v = Ipv4Packet::new_unchecked(h);
+    let ihl = v.header_len();
+    if v.version() != 4 || ihl < 20 || ip.len() < ihl {
+        return;
+    }
+    r.l4 = (at + ihl) as u16;
+    r.l4_type = v.protocol().0;
+}
+
+/// Dissects the frame `v` starts with, unless it was dissected already.
+#[inline(always)]
+pub fn frame(v: &mut PktMut<'_>) {
+    let (m, d) = v.split();
+    frame_in(m, d);
+}
+
+/// Dissects frame `d`, whose metadata is `m`, unless it was dissected already (for a
+/// stage that goes on reading `d`).
+#[inline(always)]
+pub fn frame_in(m: &mut Meta, d: &[u8]) {
+    if m.l3_type != L3::Unparsed as u8 {
+        return;
+    }
+    // The common case in one test: an untagged IPv4 frame without options.
+    if let Some((eth, rest)) = d.split_first_chunk::<{ ethernet::HEADER_LEN }>()
+        && let Some(ip) = rest.first_chunk::<20>().map(Ipv4Packet::new_unchecked)
+        && EthernetFrame::new_unchecked(eth).ethertype() == EtherType::IPV4
+        && ip.version() == 4
+        && ip.ihl() == 5
+    {
+        m.l3_type = L3::Ipv4 as u8;
+        m.l2_len = ethernet::HEADER_LEN as u8;
+        m.l3 = m.data + ethernet::HEADER_LEN as u16;
+        m.l4 = m.l3 + 20;
+        m.l4_type = ip.protocol().0;
+        return;
+    }
+    frame_slow(m, d);
+}
+
+/// [`frame_in`] for everything but the common case.
+#[inline(never)]
+fn frame_slow(m: &mut Meta, d: &[u8]) {
+    parse(d).store(m);
+}
+
+/// Dissects an IPv4 packet that starts at `v`'s data, without a link header (packets
+/// this host originates, and packets rebuilt in place).
+#[inline]
+pub fn ip4_packet(v: &mut PktMut<'_>) {
+    let mut r = Dissected {
+        l3_type: L3::Ipv4,
+        ..Dissected::NOTHING
+    };
+    ip4(v.data(), 0, &mut r);
+    r.store(v.meta);
+}
+
+/// A packet's flow: what RPS hashes and GRO and the classifiers tell flows apart by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination address.
+    pub dst: Ipv4Addr,
+    /// IP protocol number.
+    pub proto: u8,
+    /// Source and destination ports, for a protocol with ports in a packet that is not
+    /// a fragment: every fragment of a datagram is one flow, told by its addresses (the
+    /// kernel's flow dissector without `FLOW_DISSECTOR_F_PARSE_1ST_FRAG`), so that all of
+    /// them go the same way.
+    pub ports: Option<(u16, u16)>,
+}
+
+impl FlowKey {
+    /// The flow of an IPv4 packet dissected as `r`, in buffer `d` (which `r`'s offsets
+    /// index); `None` for other packets or a cut IPv4 header.
+    #[inline]
+    pub fn of(r: &Dissected, d: &[u8]) -> Option<Self> {
+        if r.l3_type != L3::Ipv4 {
+            return None;
+        }
+        let h = d.get(usize::from(r.l3)..)?.first_chunk::<20>()?;
+        let ip = Ipv4Packet::new_unchecked(h);
+        let ports = if fragment(r, d) == Frag::Whole {
+            ports(r, d)
+        } else {
+            None
+        };
+        Some(Self {
+            src: ip.src(),
+            dst: ip.dst(),
+            proto: ip.protocol().0,
+            ports,
+        })
+    }
+
+    /// The Toeplitz hash of the flow, as a NIC's RSS computes it (the 4-tuple for TCP,
+    /// UDP, SCTP and UDP-Lite, the address pair otherwise).
+    #[inline]
+    pub fn toeplitz(&self, t: &Toeplitz) -> u32 {
+        t.ipv4(self.src.octets(), self.dst.octets(), self.ports)
+    }
+}
+
+/// Where an IP packet stands in its datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frag {
+    /// Not a fragment.
+    Whole,
+    /// The first fragment (more follow; the L4 header is here).
+    First,
+    /// A later fragment (no L4 header).
+    Later,
+}
+
+/// Whether the IP packet `d` starts with, whose metadata is `m`, is a fragment of any
+/// kind (what local delivery, which does not reassemble, asks).
+#[inline(always)]
+pub fn is_fragment(m: &Meta, d: &[u8]) -> bool {
+    let at = usize::from(m.l3.wrapping_sub(m.data));
+    d.get(at..)
+        .and_then(<[u8]>::first_chunk::<20>)
+        .is_some_and(|h| Ipv4Packet::new_unchecked(h).is_fragment())
+}
+
+/// Whether the IP packet dissected as `r` in `d` is a fragment (RFC 791: more fragments
+/// set, or a non-zero offset).
+#[inline]
+pub fn fragment(r: &Dissected, d: &[u8]) -> Frag {
+    let Some(ip) = d
+        .get(usize::from(r.l3)..)
+        .and_then(<[u8]>::first_chunk::<20>)
+    else {
+        return Frag::Whole;
+    };
+    let ip = Ipv4Packet::new_unchecked(ip);
+    match (ip.is_fragment(), ip.frag_offset()) {
+        (false, _) => Frag::Whole,
+        (true, 0) => Frag::First,
+        (true, _) => Frag::Later,
+    }
+}
+
+/// The end (offset in `d`) of the IP packet dissected as `r` in `d`: its total length
+/// when that is sane, else the end of `d`.
+#[inline]
+fn ip_end(r: &Dissected, d: &[u8]) -> usize {
+    let l3 = usize::from(r.l3);
+    let total = d
+        .get(l3..)
+        .and_then(<[u8]>::first_chunk::<20>)
+        .map_or(0, |h| usize::from(Ipv4Packet::new_unchecked(h).total_len()));
+    if total >= usize::from(r.l4 - r.l3) {
+        (l3 + total).min(d.len())
+    } else {
+        d.len()
+    }
+}
+
+/// The source and destination ports of a packet dissected as `r` in `d`, when its
+/// protocol has ports and they lie inside the IP packet (a first fragment's too: what a
+/// port match of a filter reads; never a later fragment's).
+#[inline]
+pub fn ports(r: &Dissected, d: &[u8]) -> Option<(u16, u16)> {
+    match r.l4_kind() {
+        Some(k) if k.has_ports() && fragment(r, d) != Frag::Later => {
+            let at = usize::from(r.l4);
+            let p = d.get(at..ip_end(r, d))?.first_chunk::<4>()?;
+            Some((
+                u16::from_be_bytes([p[0], p[1]]),
+                u16::from_be_bytes([p[2], p[3]]),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The flow hash of the packet `v` (dissecting it first if needed): the device's when it
+/// gave one, else the Toeplitz hash of its flow; recorded in `Meta::hash`. 0 for
+/// packets with no flow (not IP): those are not steered.
+#[inline]
+pub fn flow_hash(v: &mut PktMut<'_>, t: &Toeplitz) -> u32 {
+    if v.meta.flags & flag::HASH_VALID != 0 {
+        return v.meta.hash;
+    }
+    frame(v);
+    let h = hash_of(&Dissected::load(v.meta), v.data(), t);
+    if h != 0 {
+        v.meta.hash = h;
+        v.meta.flags |= flag::HASH_VALID;
+    }
+    h
+}
+
+/// The flow hash of frame `d` (see [`flow_hash`]), for tools and tests.
+pub fn hash_frame(d: &[u8], t: &Toeplitz) -> u32 {
+    hash_of(&parse(d), d, t)
+}
+
+/// The Toeplitz hash of the flow dissected as `r` in `d`; 0 when it has none (a hash of
+/// 0 is folded to 1, as 0 means "no hash").
+#[inline]
+fn hash_of(r: &Dissected, d: &[u8], t: &Toeplitz) -> u32 {
+    FlowKey::of(r, d).map_or(0, |k| k.toeplitz(t).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Ethernet header with `tags` (TPID, VID) and the final ethertype.
+    fn eth(tags: &[(u16, u16)], et: u16) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+        for &(tpid, vid) in tags {
+            f.extend_from_slice(&tpid.to_be_bytes());
+            f.extend_from_slice(&vid.to_be_bytes());
+        }
+        f.extend_from_slice(&et.to_be_bytes());
+        f
+    }
+
+    /// An IPv4 header (IHL `ihl` words, total length `total`, fragment word `frag`,
+    /// protocol `proto`) from 192.0.2.1 to 198.51.100.7, then `payload`.
+    fn ip(ihl: u8, total: u16, frag: u16, proto: u8, payload: &[u8]) -> Vec<u8> {
+        let mut h = vec![0x40 | ihl, 0];
+        h.extend_from_slice(&total.to_be_bytes());
+        h.extend_from_slice(&[0, 1]);
+        h.extend_from_slice(&frag.to_be_bytes());
+        h.extend_from_slice(&[64, proto, 0, 0, 192, 0, 2, 1, 198, 51, 100, 7]);
+        h.resize(usize::from(ihl) * 4, 1); // options: NOPs
+        h.extend_from_slice(payload);
+        h
+    }
+
+    const PORTS: [u8; 8] = [0x13, 0x88, 0x00, 0x35, 0, 8, 0, 0]; // 5000 → 53
+
+    #[test]
+    fn untagged_udp_is_located_with_its_ports() {
+        let mut f = eth(&[], 0x0800);
+        f.extend(ip(5, 28, 0, 17, &PORTS));
+        let r = parse(&f);
+        assert_eq!(
+            r,
+            Dissected {
+                l3_type: L3::Ipv4,
+                l2_len: 14,
+                l3: 14,
+                l4: 34,
+                l4_type: 17,
+                flags: 0,
+            }
+        );
+        assert_eq!(fragment(&r, &f), Frag::Whole);
+        let k = FlowKey::of(&r, &f).unwrap();
+        assert_eq!(
+            (k.src, k.dst, k.proto, k.ports),
+            (
+                Ipv4Addr::new(192, 0, 2, 1),
+                Ipv4Addr::new(198, 51, 100, 7),
+                17,
+                Some((5000, 53))
+            )
+        );
+    }
+
+    #[test]
+    fn tags_options_and_fragments() {
+        // 802.1ad + 802.1Q, IHL 6 (one option word), TCP.
+        let mut f = eth(&[(0x88a8, 100), (0x8100, 200)], 0x0800);
+        f.extend(ip(6, 32, 0, 6, &PORTS));
+        let r = parse(&f);
+        assert_eq!((r.l2_len, r.l3, r.l4), (22, 22, 46));
+        assert_eq!(r.flags, flag::VLAN | flag::QINQ);
+        assert_eq!(r.l4_kind(), Some(L4::Tcp));
+        assert_eq!(ports(&r, &f), Some((5000, 53)));
+        // A first fragment (MF, offset 0) has its ports, but its flow is told by its
+        // addresses, as every fragment's; a later one has no ports at all.
+        let mut first = eth(&[(0x8100, 7)], 0x0800);
+        first.extend(ip(5, 28, 0x2000, 17, &PORTS));
+        let r = parse(&first);
+        assert_eq!((r.flags, fragment(&r, &first)), (flag::VLAN, Frag::First));
+        assert_eq!(ports(&r, &first), Some((5000, 53)));
+        assert_eq!(FlowKey::of(&r, &first).unwrap().ports, None);
+        let mut later = eth(&[], 0x0800);
+        later.extend(ip(5, 28, 0x0001, 17, &PORTS));
+        let r = parse(&later);
+        assert_eq!(fragment(&r, &later), Frag::Later);
+        assert_eq!(FlowKey::of(&r, &later).unwrap().ports, None);
+        assert_eq!(ports(&r, &later), None);
+        // ICMP has no ports, but its type and code are located.
+        let mut icmp = eth(&[], 0x0800);
+        icmp.extend(ip(5, 28, 0, 1, &[8, 0, 0, 0, 0, 1, 0, 1]));
+        let r = parse(&icmp);
+        assert_eq!(r.l4_kind(), Some(L4::Icmp));
+        assert_eq!(FlowKey::of(&r, &icmp).unwrap().ports, None);
+    }
+
+    #[test]
+    fn what_cannot_be_located_is_said() {
+        assert_eq!(parse(&[0u8; 13]).l3_type, L3::L2Truncated);
+        let cut = eth(&[(0x8100, 1)], 0x0800);
+        assert_eq!(parse(&cut[..16]).l3_type, L3::VlanTruncated);
+        let deep = eth(&[(0x8100, 1), (0x8100, 2), (0x8100, 3)], 0x0800);
+        assert_eq!(parse(&deep).l3_type, L3::VlanTooDeep);
+        assert_eq!(parse(&eth(&[], 0x0806)).l3_type, L3::Arp);
+        assert_eq!(parse(&eth(&[], 0x86dd)).l3_type, L3::Ipv6);
+        assert_eq!(parse(&eth(&[], 0x88cc)).l3_type, L3::Other);
+        // IPv4 that is not sane enough to find L4 in: recognised, L4 not located.
+        for bad in [
+            ip(5, 28, 0, 17, &PORTS)[..19].to_vec(), // cut fixed header
+            ip(4, 28, 0, 17, &PORTS),                // IHL below 5
+            ip(15, 80, 0, 17, &[]),                  // options past the frame
+        ] {
+            let mut f = eth(&[], 0x0800);
+            f.extend(&bad);
+            if bad.len() == 60 {
+                f.truncate(14 + 40);
+            }
+            let r = parse(&f);
+            assert_eq!((r.l3_type, r.l4, r.flags), (L3::Ipv4, 0, 0), "{bad:?}");
+        }
+        let mut v6 = eth(&[], 0x0800);
+        let mut h = ip(5, 28, 0, 17, &PORTS);
+        h[0] = 0x65;
+        v6.extend(h);
+        assert_eq!(parse(&v6).l4, 0, "version 6 in an IPv4 frame");
+        // Ports cut by the total length are not ports.
+        let mut short = eth(&[], 0x0800);
+        short.extend(ip(5, 22, 0, 17, &PORTS));
+        assert_eq!(ports(&parse(&short), &short), None);
+        // A total length below the header's: the frame bounds the ports.
+        let mut bogus = eth(&[], 0x0800);
+        bogus.extend(ip(5, 3, 0, 17, &PORTS));
+        assert_eq!(ports(&parse(&bogus), &bogus), Some((5000, 53)));
+    }
+
+    /// The common-case shortcut of [`frame`] records what [`parse`] finds, for valid
+    /// frames and for every one-byte corruption of their headers and every length cut.
+    #[test]
+    fn the_shortcut_agrees_with_the_full_parse() {
+        use netbatch_engine::{Pool, PoolConfig};
+        let pool = Pool::new(PoolConfig {
+            buffers: 8,
+            cache_size: 4,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        let mut c = pool.cache();
+        let mut frames = Vec::new();
+        for (tags, ihl, total, frag, proto) in [
+            (&[][..], 5, 28, 0, 17),
+            (&[][..], 5, 24, 0, 6),
+            (&[][..], 6, 32, 0, 17),
+            (&[(0x8100, 5)][..], 5, 28, 0, 17),
+            (&[][..], 5, 28, 0x2000, 17),
+        ] {
+            let mut f = eth(tags, 0x0800);
+            f.extend(ip(ihl, total, frag, proto, &PORTS));
+            frames.push(f);
+        }
+        let mut cases = Vec::new();
+        for f in &frames {
+            for cut in 0..=f.len() {
+                cases.push(f[..cut].to_vec());
+            }
+            for at in 12..f.len().min(40) {
+                for x in [0x01u8, 0x08, 0x40, 0xff] {
+                    let mut g = f.clone();
+                    g[at] ^= x;
+                    cases.push(g);
+                }
+            }
+        }
+        for f in cases {
+            let mut p = c.alloc().unwrap();
+            let mut v = pool.get_mut(&mut p);
+            assert!(v.set_data(128, &f));
+            frame(&mut v);
+            let r = parse(&f);
+            assert_eq!(Dissected::load(v.meta), r, "{f:02x?}");
+            c.free(p);
+        }
+    }
+
+    #[test]
+    fn the_flow_hash_is_the_rss_hash() {
+        // The Microsoft RSS verification suite's first IPv4 vector:
+        // 66.9.149.187:2794 → 161.142.100.80:1766, TCP.
+        let t = Toeplitz::new(&netbatch_wire::toeplitz::MS_KEY);
+        let k = FlowKey {
+            src: Ipv4Addr::new(66, 9, 149, 187),
+            dst: Ipv4Addr::new(161, 142, 100, 80),
+            proto: 6,
+            ports: Some((2794, 1766)),
+        };
+        assert_eq!(k.toeplitz(&t), 0x51cc_c178);
+        assert_eq!(
+            FlowKey { ports: None, ..k }.toeplitz(&t),
+            0x323e_8fc2,
+            "addresses only"
+        );
+    }
+}

@@ -24,6 +24,7 @@
 //! - when the interface disappears the port records a fault and moves nothing more.
 #![allow(unsafe_code)]
 
+use netbatch_wire::ethernet::EtherType;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -358,9 +359,9 @@ impl Port for AfPacketQueue {
             };
             let tag = (status & libc::TP_STATUS_VLAN_VALID != 0).then(|| StrippedTag {
                 tpid: if status & libc::TP_STATUS_VLAN_TPID_VALID != 0 {
-                    rd16(h, H_VLAN_TPID).unwrap_or(0x8100)
+                    rd16(h, H_VLAN_TPID).unwrap_or(EtherType::VLAN.0)
                 } else {
-                    0x8100
+                    EtherType::VLAN.0
                 },
                 tci: rd32(h, H_VLAN_TCI).unwrap_or(0) as u16,
             });

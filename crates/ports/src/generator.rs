@@ -14,6 +14,12 @@
 //! wire that always has room; it can also keep the last frames for tests.
 
 use core::net::Ipv4Addr;
+use netbatch_wire::ethernet::EtherType;
+use netbatch_wire::ethernet::EthernetFrame;
+use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+use netbatch_wire::tcp::{self, TcpFlags, TcpPacket};
+use netbatch_wire::udp::UdpPacket;
+use netbatch_wire::vlan::{self, VlanHeader};
 use std::collections::VecDeque;
 
 use netbatch_engine::{PktList, time};
@@ -175,55 +181,64 @@ fn template(f: &FlowSpec) -> Flow {
     let l4 = ip + 20;
     let payload = l4 + l4_hdr;
     let mut b = vec![0u8; payload + f.payload_len];
-    b[0..6].copy_from_slice(&f.dst_mac.0);
-    b[6..12].copy_from_slice(&f.src_mac.0);
-    if let Some(v) = f.vlan {
-        b[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
-        b[14..16].copy_from_slice(&(v & 0x0fff).to_be_bytes());
-    }
-    b[ip - 2..ip].copy_from_slice(&0x0800u16.to_be_bytes());
-    let total = (20 + l4_hdr + f.payload_len) as u16;
-    b[ip] = 0x45;
-    b[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
-    if f.dont_frag {
-        b[ip + 6] = 0x40;
-    }
-    b[ip + 8] = f.ttl;
-    b[ip + 9] = match f.l4 {
-        L4::Udp => 17,
-        L4::Tcp => 6,
+    let l4_len = (l4_hdr + f.payload_len) as u16;
+    let proto = match f.l4 {
+        L4::Udp => Protocol::UDP,
+        L4::Tcp => Protocol::TCP,
     };
-    b[ip + 12..ip + 16].copy_from_slice(&f.src.octets());
-    b[ip + 16..ip + 20].copy_from_slice(&f.dst.octets());
-    let ip_csum = checksum::checksum(&b[ip..ip + 20]);
-    b[ip + 10..ip + 12].copy_from_slice(&ip_csum.to_be_bytes());
-    b[l4..l4 + 2].copy_from_slice(&f.sport.to_be_bytes());
-    b[l4 + 2..l4 + 4].copy_from_slice(&f.dport.to_be_bytes());
+    {
+        let mut eth = EthernetFrame::new_unchecked(&mut b[..14]);
+        eth.set_dst(f.dst_mac);
+        eth.set_src(f.src_mac);
+        eth.set_ethertype(if f.vlan.is_some() {
+            EtherType::VLAN
+        } else {
+            EtherType::IPV4
+        });
+    }
+    if let Some(v) = f.vlan {
+        let mut tag = VlanHeader::new_unchecked(&mut b[14..18]);
+        tag.set_tci(v & vlan::VID_MAX);
+        tag.set_ethertype(EtherType::IPV4);
+    }
+    let ip_hdr = Ipv4Repr {
+        src: f.src,
+        dst: f.dst,
+        protocol: proto,
+        payload_len: usize::from(l4_len),
+        ttl: f.ttl,
+        dscp_ecn: 0,
+        ident: 0,
+        dont_frag: f.dont_frag,
+    };
+    ip_hdr.emit(&mut Ipv4Packet::new_unchecked(&mut b[ip..l4]));
+    let ip_csum = Ipv4Packet::new_unchecked(&b[ip..l4]).checksum();
     let seq_bytes = f.payload_len.min(8);
     // A fixed pattern after the sequence bytes, different per flow.
     for (j, x) in b[payload + seq_bytes..].iter_mut().enumerate() {
         *x = (j as u8).wrapping_add(f.sport as u8);
     }
-    let l4_len = (l4_hdr + f.payload_len) as u16;
-    let csum_at = match f.l4 {
+    let l4_csum = match f.l4 {
         L4::Udp => {
-            b[l4 + 4..l4 + 6].copy_from_slice(&l4_len.to_be_bytes());
-            l4 + 6
+            let mut u = UdpPacket::new_unchecked(&mut b[l4..]);
+            u.set_src_port(f.sport);
+            u.set_dst_port(f.dport);
+            u.set_len(l4_len);
+            u.fill_checksum(f.src, f.dst);
+            u.checksum()
         }
         L4::Tcp => {
-            b[l4 + 8..l4 + 12].copy_from_slice(&1u32.to_be_bytes()); // ack
-            b[l4 + 12] = 5 << 4;
-            b[l4 + 13] = 0x10; // ACK
-            b[l4 + 14..l4 + 16].copy_from_slice(&0xffffu16.to_be_bytes());
-            l4 + 16
+            let mut t = TcpPacket::new_unchecked(&mut b[l4..]);
+            t.set_src_port(f.sport);
+            t.set_dst_port(f.dport);
+            t.set_ack_number(1);
+            t.set_header_len(tcp::HEADER_LEN);
+            t.set_flags(TcpFlags::ACK);
+            t.set_window(0xffff);
+            t.fill_checksum(f.src, f.dst);
+            t.checksum()
         }
     };
-    let acc = checksum::pseudo_header_v4(f.src, f.dst, b[ip + 9], l4_len);
-    let mut l4_csum = checksum::finish(checksum::sum(&b[l4..], acc));
-    if f.l4 == L4::Udp && l4_csum == 0 {
-        l4_csum = 0xffff;
-    }
-    b[csum_at..csum_at + 2].copy_from_slice(&l4_csum.to_be_bytes());
     let frame = b.clone();
     Flow {
         frame,

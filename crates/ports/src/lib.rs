@@ -230,18 +230,23 @@ pub(crate) fn complete_partial(m: &netbatch_engine::Meta, frame: &mut [u8]) {
 /// (RFC 1071; a UDP result of zero is sent as all ones, RFC 768). Anything else is left
 /// alone.
 fn complete_l4_checksum(frame: &mut [u8], l3: usize, l4: usize) {
-    let Some(ip) = frame.get(l3..l3 + 20) else {
+    let Some(ip) = frame
+        .get(l3..)
+        .and_then(<[u8]>::first_chunk::<20>)
+        .map(netbatch_wire::ipv4::Ipv4Packet::new_unchecked)
+    else {
         return;
     };
-    if ip[0] >> 4 != 4 {
+    if ip.version() != 4 {
         return;
     }
-    let field = match ip[9] {
-        6 => 16,
-        17 => 6,
+    // Where the checksum field is in the L4 header.
+    let field = match netbatch_stack::dissect::L4::of(ip.protocol().0) {
+        netbatch_stack::dissect::L4::Tcp => 16,
+        netbatch_stack::dissect::L4::Udp => 6,
         _ => return,
     };
-    let end = (l3 + usize::from(u16::from_be_bytes([ip[2], ip[3]]))).min(frame.len());
+    let end = (l3 + usize::from(ip.total_len())).min(frame.len());
     if end < l4 + field + 2 {
         return;
     }

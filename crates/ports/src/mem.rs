@@ -186,37 +186,29 @@ impl Port for MemPort {
     }
 }
 
-/// Whether `frame` is Ethernet (optionally one VLAN tag) / IPv4 / TCP or UDP with a
-/// valid L4 checksum: what a NIC with receive checksum offload reports.
+/// Whether `frame` is Ethernet (VLAN tags allowed) / IPv4 / TCP or UDP with a valid L4
+/// checksum: what a NIC with receive checksum offload reports. The frame is located by
+/// the stack's dissector (it is dissected again when received: this is the device's
+/// view, not the stack's).
 fn l4_checksum_ok(frame: &[u8]) -> bool {
+    use netbatch_stack::dissect::{self, L3, L4};
     use netbatch_wire::checksum;
-    let mut at = 14;
-    let Some(et) = frame.get(12..14) else {
+    let r = dissect::parse(frame);
+    let (L3::Ipv4, Some(kind @ (L4::Tcp | L4::Udp))) = (r.l3_type, r.l4_kind()) else {
         return false;
     };
-    let mut et = u16::from_be_bytes([et[0], et[1]]);
-    if et == 0x8100 {
-        let Some(inner) = frame.get(16..18) else {
-            return false;
-        };
-        et = u16::from_be_bytes([inner[0], inner[1]]);
-        at = 18;
-    }
-    if et != 0x0800 {
-        return false;
-    }
-    let Some(ip) = frame.get(at..) else {
-        return false;
-    };
+    let ip = &frame[usize::from(r.l3)..];
     let Ok(p) = netbatch_wire::ipv4::Ipv4Packet::new_checked(ip) else {
         return false;
     };
     let proto = p.protocol().0;
-    if (proto != 6 && proto != 17) || p.is_fragment() || usize::from(p.total_len()) > ip.len() {
+    if p.is_fragment() || usize::from(p.total_len()) > ip.len() {
         return false;
     }
     let l4 = p.payload();
-    if proto == 17 && l4.get(6..8) == Some(&[0, 0]) {
+    if kind == L4::Udp
+        && netbatch_wire::udp::UdpPacket::new_checked(l4).is_ok_and(|u| u.checksum() == 0)
+    {
         return false; // no checksum to validate
     }
     let len = u16::try_from(l4.len()).unwrap_or(u16::MAX);

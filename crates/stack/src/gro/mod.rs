@@ -47,6 +47,7 @@ use netbatch_engine::{Pkt, Pool};
 use netbatch_wire::bytes::{get_u16, get_u32};
 use netbatch_wire::checksum;
 use netbatch_wire::ethernet::{self, EthernetFrame};
+use netbatch_wire::ipv4::Ipv4Packet;
 use netbatch_wire::tcp::{TcpFlags, TcpPacket};
 use netbatch_wire::udp::{self, UdpPacket};
 use netbatch_wire::vlan::{self, VlanHeader};
@@ -350,7 +351,7 @@ impl Template {
         let mut t = Self {
             bytes: [0; TMPL / 8],
             mask: [0; TMPL / 8],
-            ip_csum: get_u16(d, ip + 10),
+            ip_csum: header(&d[ip..])?.checksum(),
         };
         for k in 0..TMPL / 8 {
             t.mask[k] = word(&m, k);
@@ -524,21 +525,26 @@ impl GroTable {
         // segment's; the identification must be the next one (or the same, fixed), and
         // then the header checksum is the one that goes with it (a header differing from
         // the first only in its identification: RFC 1624).
-        let (ip, l4) = (usize::from(f.l3), usize::from(f.hdr - f.l4_hdr));
-        let id = get_u16(d, ip + 4);
+        let (Some(ip), Some(l4)) = (
+            d.get(usize::from(f.l3)..).and_then(header),
+            d.get(usize::from(f.hdr - f.l4_hdr)..),
+        ) else {
+            return Err(p);
+        };
+        let id = ip.ident();
         let id_ok = match h.id_mode {
             IdMode::Unknown => id == f.id || id == f.id.wrapping_add(1),
             IdMode::Incrementing => id == f.id.wrapping_add(h.count),
             IdMode::Fixed => id == f.id,
         };
-        let csum_ok = get_u16(d, ip + 10) == checksum::update16(t.ip_csum, f.id, id);
+        let csum_ok = ip.checksum() == checksum::update16(t.ip_csum, f.id, id);
         // TCP: the next sequence number. UDP: a checksum (the template leaves the field
         // out, and a device may report a datagram without one as verified; UDP GRO
         // needs one, as `parse` says).
         let l4_ok = if f.key.tcp() {
-            get_u32(d, l4 + 4) == h.next_seq
+            TcpPacket::new_checked(l4).is_ok_and(|t| t.seq_number() == h.next_seq)
         } else {
-            get_u16(d, l4 + 6) != 0
+            UdpPacket::new_checked(l4).is_ok_and(|u| u.checksum() != 0)
         };
         let room = fits(h, f.payload, 20 + f.l4_hdr);
         if !(id_ok && csum_ok && l4_ok && room && h.count < MAX_SEGS) {
@@ -757,53 +763,49 @@ impl GroTable {
         }
         self.spare.push(h.members);
         let mut v = pool.get_mut(&mut head);
-        let l3 = usize::from(f.l3);
-        let l4 = l3 + 20;
         // The frame ends at the IP length (padding past it is not part of the packet).
         v.truncate(usize::from(f.hdr) + usize::from(f.payload));
-        let d = v.data_mut();
+        let (iph, l4h) = v.data_mut()[usize::from(f.l3)..usize::from(f.hdr)].split_at_mut(20);
         // The head's headers describe the whole super-packet: lengths grow, and standard
         // TCP inherits the FIN/PSH seen on later segments.
         let l4_len = u32::from(f.l4_hdr) + h.payload;
-        let new_total = (20 + l4_len) as u16;
-        let old_total = get_u16(d, l3 + 2);
-        d[l3 + 2..l3 + 4].copy_from_slice(&new_total.to_be_bytes());
-        let ic = checksum::update16(get_u16(d, l3 + 10), old_total, new_total);
-        d[l3 + 10..l3 + 12].copy_from_slice(&ic.to_be_bytes());
+        let mut ip = Ipv4Packet::new_unchecked(iph);
+        let (old_total, new_total) = (ip.total_len(), (20 + l4_len) as u16);
+        ip.set_total_len(new_total);
+        ip.set_checksum(checksum::update16(ip.checksum(), old_total, new_total));
         let standard = h.kind == Kind::Standard;
-        let (kind, csum_at) = if f.key.tcp() {
+        // The partial checksum a segmentation offload completes per segment: the
+        // pseudo-header sum of the whole (RFC 1071 arithmetic, not inverted).
+        let partial = checksum::fold(checksum::pseudo_header_v4(
+            f.key.src.into(),
+            f.key.dst.into(),
+            f.key.proto,
+            l4_len as u16,
+        ));
+        let kind = if f.key.tcp() {
+            let mut tcp = TcpPacket::new_unchecked(l4h);
             if standard {
-                d[l4 + 13] |= (h.flags_or & 0xff) as u8;
+                tcp.set_flags(tcp.flags() | TcpFlags(h.flags_or));
+                tcp.set_checksum(partial);
             }
-            (
-                if standard {
-                    gso::TCPV4
-                } else {
-                    gso::FRAGLIST_TCPV4
-                },
-                l4 + 16,
-            )
+            if standard {
+                gso::TCPV4
+            } else {
+                gso::FRAGLIST_TCPV4
+            }
         } else {
-            d[l4 + 4..l4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
-            (
-                if standard {
-                    gso::UDPV4
-                } else {
-                    gso::FRAGLIST_UDPV4
-                },
-                l4 + 6,
-            )
+            let mut udp = UdpPacket::new_unchecked(l4h);
+            udp.set_len(l4_len as u16);
+            if standard {
+                udp.set_checksum(partial);
+            }
+            if standard {
+                gso::UDPV4
+            } else {
+                gso::FRAGLIST_UDPV4
+            }
         };
         if standard {
-            // The partial checksum a segmentation offload completes per segment: the
-            // pseudo-header sum of the whole (RFC 1071 arithmetic, not inverted).
-            let acc = checksum::pseudo_header_v4(
-                f.key.src.into(),
-                f.key.dst.into(),
-                f.key.proto,
-                l4_len as u16,
-            );
-            d[csum_at..csum_at + 2].copy_from_slice(&checksum::fold(acc).to_be_bytes());
             v.meta.flags |= flag::L4_CSUM_PARTIAL;
         }
         let fixed = standard && h.id_mode == IdMode::Fixed;

@@ -30,25 +30,23 @@
 
 pub mod stage;
 
-use crate::meta::{flag, gso};
+use core::net::Ipv4Addr;
+
 use netbatch_engine::{BufCache, Meta, Pkt, Pool, Reason};
+use netbatch_wire::bytes::{get_u16, put_u16};
 use netbatch_wire::checksum;
+use netbatch_wire::ipv4::{Ipv4Packet, Protocol};
+use netbatch_wire::tcp::{TcpFlags, TcpPacket};
+use netbatch_wire::udp::{self, UdpPacket};
+
+use crate::dissect::L4;
+use crate::meta::{flag, gso};
 
 netbatch_engine::reasons! {
     /// Why segmentation gives up.
     pub mod reason {
         FAILED = "gso_failed": "super-packet could not be segmented",
     }
-}
-
-#[inline(always)]
-fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
-}
-
-#[inline(always)]
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
 /// The longest header block a segment carries: link (22), IPv4 (60), TCP (60).
@@ -63,48 +61,50 @@ struct Layout {
     ihl: usize,
     /// L4 header length.
     l4h: usize,
-    /// TCP (6) or UDP (17).
-    proto: u8,
+    /// TCP (else UDP: the only kinds of super-packet).
+    tcp: bool,
 }
 
 impl Layout {
     fn hdr(&self) -> usize {
         self.l2 + self.ihl + self.l4h
     }
+
+    /// Offset of the L4 checksum from the L4 header.
+    fn csum_at(&self) -> usize {
+        if self.tcp { 16 } else { 6 }
+    }
+
+    /// The IP protocol number.
+    fn proto(&self) -> u8 {
+        if self.tcp {
+            Protocol::TCP.0
+        } else {
+            Protocol::UDP.0
+        }
+    }
 }
 
 /// Reads the head's header layout; `None` if it is not what its GSO kind says.
 fn layout(m: &Meta, d: &[u8]) -> Option<Layout> {
     let l2 = usize::from(m.l3.checked_sub(m.data)?);
-    let ip = d.get(l2..)?;
-    let first = *ip.first()?;
-    let ihl = usize::from(first & 0x0f) * 4;
-    if first >> 4 != 4 || ihl < 20 || ip.len() < ihl + 8 {
+    let ip = Ipv4Packet::new_checked(d.get(l2..)?).ok()?;
+    let ihl = ip.header_len();
+    if ip.version() != 4 {
         return None;
     }
-    let proto = ip[9];
-    let want = match m.gso_type & gso::KIND {
-        gso::TCPV4 | gso::FRAGLIST_TCPV4 => 6,
-        gso::UDPV4 | gso::FRAGLIST_UDPV4 => 17,
+    let tcp = match m.gso_type & gso::KIND {
+        gso::TCPV4 | gso::FRAGLIST_TCPV4 => true,
+        gso::UDPV4 | gso::FRAGLIST_UDPV4 => false,
         _ => return None,
     };
-    if proto != want {
-        return None;
-    }
-    let l4h = if proto == 6 {
-        usize::from(ip.get(ihl + 12)? >> 4) * 4
-    } else {
-        8
+    let l4 = d.get(l2 + ihl..)?;
+    let l4h = match (tcp, L4::of(ip.protocol().0)) {
+        (true, L4::Tcp) => TcpPacket::new_checked(l4).ok()?.header_len(),
+        (false, L4::Udp) => UdpPacket::new_checked(l4).ok().map(|_| udp::HEADER_LEN)?,
+        _ => return None,
     };
-    if (proto == 6 && l4h < 20) || ip.len() < ihl + l4h {
-        return None;
-    }
-    Some(Layout {
-        l2,
-        ihl,
-        l4h,
-        proto,
-    })
+    Some(Layout { l2, ihl, l4h, tcp })
 }
 
 /// The metadata a segment inherits from its super-packet's head.
@@ -194,42 +194,53 @@ struct Train {
     fixed: bool,
 }
 
+/// Sets the L4 header `l4` (of a segment laid out as `lay`, `l4_len` bytes of L4 header
+/// and payload from `src` to `dst`, the payload summing to `psum`) its checksum.
+fn fill_l4_checksum(
+    l4: &mut [u8],
+    lay: &Layout,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    l4_len: usize,
+    psum: u64,
+) {
+    put_u16(l4, lay.csum_at(), 0);
+    let acc = checksum::pseudo_header_v4(src, dst, lay.proto(), l4_len as u16);
+    let c = checksum::finish(checksum::sum(&l4[..lay.l4h], acc + psum));
+    // RFC 768: a computed zero is sent as all ones.
+    put_u16(
+        l4,
+        lay.csum_at(),
+        if lay.tcp { c } else { udp::checksum_on_wire(c) },
+    );
+}
+
 /// The header block of segment `i` (payload `plen` bytes summing to `psum`), rebuilt
 /// from the head's in place.
 fn rebuild(t: &mut [u8], tr: &Train, i: usize, plen: usize, psum: u64) {
     let (lay, n, gso_size, fixed) = (&tr.lay, tr.n, tr.gso_size, tr.fixed);
-    let ip = lay.l2;
-    let l4 = ip + lay.ihl;
+    let (iph, l4h) = t[lay.l2..].split_at_mut(lay.ihl);
     let l4_len = lay.l4h + plen;
-    put16(t, ip + 2, (lay.ihl + l4_len) as u16);
+    let mut ip = Ipv4Packet::new_unchecked(iph);
+    ip.set_total_len((lay.ihl + l4_len) as u16);
     if !fixed {
-        let id = be16(t, ip + 4).wrapping_add(i as u16);
-        put16(t, ip + 4, id);
+        ip.set_ident(ip.ident().wrapping_add(i as u16));
     }
-    put16(t, ip + 10, 0);
-    let c = checksum::checksum(&t[ip..l4]);
-    put16(t, ip + 10, c);
-    let csum_at = if lay.proto == 6 {
-        let seq = u32::from_be_bytes([t[l4 + 4], t[l4 + 5], t[l4 + 6], t[l4 + 7]])
-            .wrapping_add((i * gso_size) as u32);
-        t[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+    ip.fill_checksum();
+    let (src, dst) = (ip.src(), ip.dst());
+    if lay.tcp {
+        let mut tcp = TcpPacket::new_unchecked(&mut l4h[..lay.l4h]);
+        tcp.set_seq_number(tcp.seq_number().wrapping_add((i * gso_size) as u32));
         if i + 1 < n {
-            t[l4 + 13] &= !0x09; // FIN, PSH: the last segment's
+            // FIN and PSH are the last segment's.
+            let mut f = tcp.flags();
+            f.remove(TcpFlags::FIN | TcpFlags::PSH);
+            tcp.set_flags(f);
         }
-        l4 + 16
     } else {
-        put16(t, l4 + 4, l4_len as u16);
-        l4 + 6
-    };
-    put16(t, csum_at, 0);
-    let src = u32::from_be_bytes([t[ip + 12], t[ip + 13], t[ip + 14], t[ip + 15]]);
-    let dst = u32::from_be_bytes([t[ip + 16], t[ip + 17], t[ip + 18], t[ip + 19]]);
-    let acc = checksum::pseudo_header_v4(src.into(), dst.into(), lay.proto, l4_len as u16);
-    let mut c = checksum::finish(checksum::sum(&t[l4..l4 + lay.l4h], acc + psum));
-    if lay.proto == 17 && c == 0 {
-        c = 0xffff; // RFC 768: a computed zero is sent as all ones
+        UdpPacket::new_unchecked(&mut l4h[..lay.l4h]).set_len(l4_len as u16);
     }
-    put16(t, csum_at, c);
+    fill_l4_checksum(l4h, lay, src, dst, l4_len, psum);
 }
 
 /// Whether a standard super-packet is laid out as GRO builds it: the head holds one full
@@ -432,7 +443,7 @@ const DELTA_MASK: [u8; 24] = [
 impl Delta {
     /// The delta from member header `d` (20-byte IPv4 header, then L4) to the head's
     /// `iph` and `ports`.
-    fn new(d: &[u8], iph: &[u8; 20], ports: &[u8; 4], proto: u8) -> Self {
+    fn new(d: &[u8], iph: &[u8; 20], ports: &[u8; 4], lay: &Layout) -> Self {
         let mut orig = [0u8; 24];
         orig.copy_from_slice(&d[..24]);
         let mut dl = Self {
@@ -441,17 +452,17 @@ impl Delta {
             n: 0,
             ip_add: 0,
             l4_add: 0,
-            csum_at: 20 + if proto == 6 { 16 } else { 6 },
+            csum_at: 20 + lay.csum_at(),
         };
         let want = |at: usize| {
             if at < 20 {
-                u16::from_be_bytes([iph[at], iph[at + 1]])
+                get_u16(iph, at)
             } else {
-                u16::from_be_bytes([ports[at - 20], ports[at - 19]])
+                get_u16(ports, at - 20)
             }
         };
         for at in IP_WORDS.into_iter().chain([20, 22]) {
-            let (old, new) = (be16(&orig, at), want(at));
+            let (old, new) = (get_u16(&orig, at), want(at));
             if old != new {
                 dl.words[dl.n] = (at, new);
                 dl.n += 1;
@@ -475,29 +486,28 @@ impl Delta {
         let Some(h) = d.first_chunk::<24>() else {
             return false;
         };
-        if h[0] != 0x45 || words24(h, &DELTA_MASK) != self.orig {
+        let ip = Ipv4Packet::new_unchecked(&h[..20]);
+        if ip.version() != 4 || ip.header_len() != 20 || words24(h, &DELTA_MASK) != self.orig {
             return false;
         }
         if self.n == 0 {
             return true;
         }
         for &(at, v) in &self.words[..self.n] {
-            put16(d, at, v);
+            put_u16(d, at, v);
         }
-        let ipc = checksum::finish(u64::from(!be16(d, 10)) + self.ip_add);
-        put16(d, 10, ipc);
+        let mut ip = Ipv4Packet::new_unchecked(&mut d[..20]);
+        ip.set_checksum(checksum::finish(u64::from(!ip.checksum()) + self.ip_add));
         let at = self.csum_at;
         if self.l4_add != 0 && d.len() >= at + 2 {
-            let old = be16(d, at);
+            let old = get_u16(d, at);
+            let udp = self.csum_at == 20 + 6;
             // A UDP datagram without a checksum keeps none (RFC 768).
-            if self.csum_at == 26 && old == 0 {
+            if udp && old == 0 {
                 return true;
             }
-            let mut c = checksum::finish(u64::from(!old) + self.l4_add);
-            if self.csum_at == 26 && c == 0 {
-                c = 0xffff;
-            }
-            put16(d, at, c);
+            let c = checksum::finish(u64::from(!old) + self.l4_add);
+            put_u16(d, at, if udp { udp::checksum_on_wire(c) } else { c });
         }
         true
     }
@@ -532,35 +542,28 @@ fn unchain(pool: &Pool, mut p: Pkt, lay: Layout, out: &mut Vec<Pkt>) -> Result<(
     let standard = hv.meta.gso_type & gso::KIND <= gso::UDPV4;
     let psum = (hv.meta.flags & flag::PAYLOAD_SUM != 0).then_some(hv.meta.csum_payload);
     let own = usize::from(hv.meta.len) - lay.l2;
-    let d = hv.data_mut();
-    let ip = lay.l2;
-    let l4 = ip + lay.ihl;
-    let old = be16(d, ip + 2);
-    put16(d, ip + 2, own as u16);
-    let c = checksum::update16(be16(d, ip + 10), old, own as u16);
-    put16(d, ip + 10, c);
+    let (head_ip, head_l4) = hv.data_mut()[lay.l2..].split_at_mut(lay.ihl);
+    let mut ip = Ipv4Packet::new_unchecked(head_ip);
+    let old = ip.total_len();
+    ip.set_total_len(own as u16);
+    ip.set_checksum(checksum::update16(ip.checksum(), old, own as u16));
+    let (src, dst) = (ip.src(), ip.dst());
     let l4_len = own - lay.ihl;
-    if lay.proto == 17 {
-        put16(d, l4 + 4, l4_len as u16);
+    if !lay.tcp {
+        UdpPacket::new_unchecked(&mut head_l4[..lay.l4h]).set_len(l4_len as u16);
     }
     if standard {
-        let csum_at = l4 + if lay.proto == 6 { 16 } else { 6 };
-        if lay.proto == 6 {
-            d[l4 + 13] &= !0x09;
+        if lay.tcp {
+            let mut tcp = TcpPacket::new_unchecked(&mut head_l4[..lay.l4h]);
+            let mut f = tcp.flags();
+            f.remove(TcpFlags::FIN | TcpFlags::PSH);
+            tcp.set_flags(f);
         }
-        put16(d, csum_at, 0);
-        let src = u32::from_be_bytes([d[ip + 12], d[ip + 13], d[ip + 14], d[ip + 15]]);
-        let dst = u32::from_be_bytes([d[ip + 16], d[ip + 17], d[ip + 18], d[ip + 19]]);
-        let acc = checksum::pseudo_header_v4(src.into(), dst.into(), lay.proto, l4_len as u16);
         let payload = match psum {
             Some(s) => u64::from(s),
-            None => checksum::sum(&d[l4 + lay.l4h..], 0),
+            None => checksum::sum(&head_l4[lay.l4h..], 0),
         };
-        let mut c = checksum::finish(checksum::sum(&d[l4..l4 + lay.l4h], acc + payload));
-        if lay.proto == 17 && c == 0 {
-            c = 0xffff;
-        }
-        put16(d, csum_at, c);
+        fill_l4_checksum(head_l4, &lay, src, dst, l4_len, payload);
     }
     plain(hv.meta);
     let head = Inherit::of(hv.meta);
@@ -580,11 +583,11 @@ fn unchain(pool: &Pool, mut p: Pkt, lay: Layout, out: &mut Vec<Pkt>) -> Result<(
         };
         front[..l2].copy_from_slice(&l2h[..l2]);
         let d = &mut front[l2..];
-        let dl = delta.get_or_insert_with(|| Delta::new(d, &iph, &ports, lay.proto));
+        let dl = delta.get_or_insert_with(|| Delta::new(d, &iph, &ports, &lay));
         if !dl.apply(d) {
             // Other header fields than the first member's (GRO never builds that): this
             // member's own delta.
-            Delta::new(d, &iph, &ports, lay.proto).apply(d);
+            Delta::new(d, &iph, &ports, &lay).apply(d);
         }
         head.apply(w.meta, lay.l2);
         out.push(q);

@@ -5,14 +5,16 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use netbatch_engine::{Dispatch, Mode, Pool, PoolConfig, Reason};
+use netbatch_engine::{Dispatch, Mode, Pool, Reason};
 use netbatch_ports::Port;
 use netbatch_ports::mem::{MemPort, TxFrame};
-use netbatch_runtime::setup::{PortSetup, StaticNeighbour, build_host};
-use netbatch_runtime::{PollParams, Worker};
+use netbatch_runtime::Worker;
+use netbatch_runtime::build;
+use netbatch_runtime::config::{Config, PortConfig};
+use netbatch_runtime::setup::{PortSetup, StaticNeighbour};
+use netbatch_stack::GraphOptions;
 use netbatch_stack::host::HostParams;
 use netbatch_stack::route::{Route, RouteKind};
-use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
 pub mod frames;
@@ -88,7 +90,7 @@ pub const VARIANTS: [(Mode, Dispatch); 4] = [
     (Mode::List, Dispatch::Buckets),
 ];
 
-/// What a lab is made of.
+/// What a lab is made of: the parts of a configuration the tests vary.
 #[derive(Debug, Clone)]
 pub struct LabSpec {
     /// Ports (each backed by a `mem` port).
@@ -99,8 +101,32 @@ pub struct LabSpec {
     pub neighbours: Vec<StaticNeighbour>,
     /// Host settings.
     pub params: HostParams,
-    /// Hooks and hand-offs.
+    /// Hooks and hand-offs (the GRO stage follows the ports' features).
     pub graph: GraphOptions,
+}
+
+impl LabSpec {
+    /// The configuration: these ports (`mem` ports, each received by worker 0), routes,
+    /// neighbours, host settings and hooks, in `mode` and `dispatch`, with a pool of
+    /// `buffers` (a cache of 64 per worker); everything else at its default.
+    pub fn config(&self, mode: Mode, dispatch: Dispatch, buffers: u32) -> Config {
+        let mut cfg = Config::new(self.ports.iter().cloned().map(PortConfig::new).collect());
+        cfg.mode = mode;
+        cfg.dispatch = dispatch;
+        cfg.pool.buffers = buffers;
+        cfg.pool.cache_size = 64;
+        cfg.host = self.params;
+        cfg.routes = self.routes.clone();
+        cfg.neighbours = self.neighbours.clone();
+        cfg.graph = self.graph.clone();
+        cfg
+    }
+}
+
+/// A `mem` queue of port `index` of `cfg` (with the port's offloads), for `pool`.
+fn mem_port(cfg: &Config, index: usize, pool: &Pool) -> Box<dyn Port> {
+    let s = &cfg.ports[index].setup;
+    Box::new(MemPort::new(&s.name, index as u16, pool.config().room()).with_features(s.features))
 }
 
 /// One worker over in-memory ports.
@@ -114,37 +140,12 @@ pub struct Lab {
 impl Lab {
     /// Builds the lab in the given mode and dispatch.
     pub fn new(spec: &LabSpec, mode: Mode, dispatch: Dispatch) -> Self {
-        let pool = Pool::new(PoolConfig {
-            buffers: 4096,
-            cache_size: 64,
-            ..PoolConfig::default()
-        })
-        .expect("pool");
-        let host =
-            build_host(&spec.ports, &spec.routes, &spec.neighbours, spec.params).expect("host");
-        let names: Vec<&str> = spec.ports.iter().map(|p| p.name.as_str()).collect();
-        let graph = build(&spec.graph, &names, dispatch).expect("graph");
-        let room = pool.config().room();
-        let ports: Vec<Box<dyn Port>> = spec
-            .ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                Box::new(MemPort::new(&p.name, i as u16, room).with_features(p.features))
-                    as Box<dyn Port>
-            })
+        let cfg = spec.config(mode, dispatch, 4096);
+        let pool = Pool::new(cfg.pool).expect("pool");
+        let ports = (0..cfg.ports.len())
+            .map(|i| mem_port(&cfg, i, &pool))
             .collect();
-        let w = Worker::new(
-            graph,
-            host,
-            ports,
-            pool.clone(),
-            PollParams {
-                mode,
-                ..PollParams::default()
-            },
-        )
-        .expect("worker");
+        let w = build::worker(&cfg, ports, pool.clone()).expect("worker");
         Self {
             w,
             pool,
@@ -270,34 +271,18 @@ impl Team {
         // More buffers than any test feeds at once: a `mem` port drops what finds no
         // buffer, as a NIC does, and the threaded tests must not depend on how fast the
         // other worker drains.
-        let pool = Pool::new(PoolConfig {
-            buffers: 16384,
-            cache_size: 64,
-            ..PoolConfig::default()
-        })
-        .expect("pool");
-        let room = pool.config().room();
-        let team = netbatch_runtime::build::TeamSpec {
-            ports: &spec.ports,
-            routes: &spec.routes,
-            neighbours: &spec.neighbours,
-            host: spec.params,
-            graph: &spec.graph,
-            dispatch: Dispatch::Buckets,
-            poll: PollParams {
-                mode,
-                ..PollParams::default()
-            },
-            rps,
-            maps,
-            rx,
-        };
-        let (workers, fabric) = netbatch_runtime::build::team(&team, &pool, |_, p| {
-            let s = &spec.ports[p];
-            Box::new(MemPort::new(&s.name, p as u16, room).with_features(s.features))
-                as Box<dyn Port>
-        })
-        .expect("team");
+        let mut cfg = spec.config(mode, Dispatch::Buckets, 16384);
+        cfg.workers = rx.len();
+        for (p, port) in cfg.ports.iter_mut().enumerate() {
+            port.rx_workers = (0..rx.len() as u16)
+                .filter(|&w| rx[usize::from(w)].contains(&(p as u16)))
+                .collect();
+            port.rps_map = maps.get(p).cloned().unwrap_or_default();
+        }
+        cfg.rps = rps;
+        let pool = Pool::new(cfg.pool).expect("pool");
+        let (workers, fabric) =
+            build::datapath(&cfg, &pool, |_, p| mem_port(&cfg, p, &pool)).expect("team");
         Self {
             workers,
             fabric,

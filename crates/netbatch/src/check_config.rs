@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
+use netbatch_runtime::build;
 use netbatch_runtime::config::Config;
-use netbatch_runtime::setup::build_host;
 use netbatch_stack::route::RouteKind;
 
 /// Arguments of `netbatch check-config`.
@@ -22,8 +22,7 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         }
     };
     // Build the host too: route table limits and static neighbours are checked there.
-    let setups: Vec<_> = cfg.ports.iter().map(|p| p.setup.clone()).collect();
-    let host = match build_host(&setups, &cfg.routes, &cfg.neighbours, cfg.host) {
+    let host = match build::host(&cfg) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("{}: routes and neighbours: {e}", a.file.display());

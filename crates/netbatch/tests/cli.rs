@@ -528,3 +528,70 @@ fn run_without_privileges_names_the_port_and_the_capabilities() {
         "said once: {err}"
     );
 }
+
+/// `replay` runs one worker and feeds the capture to the port it names, whatever that
+/// port's `rx_workers` says: a port no worker receives from (a transmit-only port) still
+/// drains, and every frame is counted.
+#[test]
+fn replay_receives_on_its_port_whatever_rx_workers_says() {
+    let dir = std::env::temp_dir().join(format!("netbatch-cli-rxw-{}", std::process::id()));
+    // (Before replay took its port whatever the configuration said, this one never
+    // finished.)
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("rxw.toml");
+    std::fs::write(
+        &config,
+        r#"
+        [[port]]
+        name = "eth0"
+        mac = "02:00:00:00:00:01"
+        addresses = ["192.0.2.1/24"]
+        rx_workers = []
+        "#,
+    )
+    .unwrap();
+    let frames: Vec<netbatch_ports::pcap::CapturedFrame> = (0..5u64)
+        .map(|i| {
+            let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0x0a], [2, 0, 0, 0, 0, 1])
+                .ipv4([192, 0, 2, 10], [192, 0, 2, 1], 64)
+                .udp(1000, 9);
+            let mut v = Vec::new();
+            b.write(&mut v, b"x").unwrap();
+            netbatch_ports::pcap::CapturedFrame {
+                ts_ns: 1_000_000_000 + i * 1000,
+                bytes: v,
+            }
+        })
+        .collect();
+    let input = dir.join("in.pcap");
+    netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();
+    let (out, stats) = (dir.join("out.pcapng"), dir.join("stats.json"));
+    let mut child = netbatch()
+        .args(["replay", "--config"])
+        .arg(&config)
+        .arg("--in")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .arg("--stats-json")
+        .arg(&stats)
+        .spawn()
+        .expect("run");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("replay did not finish within 20 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success());
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(s["rx_packets"], 5, "{s}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -76,6 +76,12 @@ pub fn replay(
         })
         .collect();
     let mut w = build::worker(cfg, ports, pool.clone())?;
+    // The one worker receives the capture on its port, whatever `rx_workers` says (a
+    // port no worker receives from would never drain).
+    let rx16 = rx as u16;
+    if !w.rx_ports.contains(&rx16) {
+        w.rx_ports.push(rx16);
+    }
     let mut now = frames.first().map_or(0, |f| f.ts_ns);
     for f in frames {
         mem(&mut w, rx).push_rx(f.ts_ns, f.bytes);

@@ -187,64 +187,28 @@ pub fn build_routes(ifaces: &[Iface], routes: &[Route]) -> Result<Routes, SetupE
     Ok(t)
 }
 
-/// Builds a host.
-pub fn build_host(
-    ports: &[PortSetup],
-    routes: &[Route],
-    neighbours: &[StaticNeighbour],
-    params: HostParams,
-) -> Result<Host, SetupError> {
-    let (p, ifaces) = interfaces(ports)?;
-    let table = Arc::new(build_routes(&ifaces, routes)?);
-    build_host_with(p, ifaces, table, neighbours, params)
-}
-
-/// Builds a host over a route table built beforehand (shared by several hosts with the
-/// same interfaces, e.g. the workers of one datapath).
-pub fn build_host_shared(
+/// Builds `n` hosts (at least one) over the route table `table` (built by
+/// [`build_routes`] for these ports), for the workers of one datapath: the route table,
+/// the socket table and (with more than one) one stream of learned neighbours shared;
+/// everything else (neighbour queues, transmit queues, counters) each worker's own.
+pub(crate) fn build_hosts(
     ports: &[PortSetup],
     table: Arc<Routes>,
-    neighbours: &[StaticNeighbour],
-    params: HostParams,
-) -> Result<Host, SetupError> {
-    let (p, ifaces) = interfaces(ports)?;
-    build_host_with(p, ifaces, table, neighbours, params)
-}
-
-fn build_host_with(
-    ports: Vec<Port>,
-    ifaces: Vec<Iface>,
-    table: Arc<Routes>,
-    neighbours: &[StaticNeighbour],
-    params: HostParams,
-) -> Result<Host, SetupError> {
-    let mut host = Host::new(ports, ifaces, table, params);
-    for n in neighbours {
-        if !host.neigh.add_static(n.iface, n.ip, n.mac) {
-            return Err(SetupError::Neighbour(n.ip));
-        }
-    }
-    Ok(host)
-}
-
-/// Builds `n` hosts for the workers of one datapath: one route table, one socket table
-/// and (with more than one) one stream of learned neighbours, shared; everything else
-/// (neighbour queues, transmit queues, counters) each worker's own.
-pub fn build_hosts(
-    ports: &[PortSetup],
-    routes: &[Route],
     neighbours: &[StaticNeighbour],
     params: HostParams,
     n: usize,
 ) -> Result<Vec<Host>, SetupError> {
     let (p, ifaces) = interfaces(ports)?;
-    let table = Arc::new(build_routes(&ifaces, routes)?);
     let shared = Arc::new(netbatch_stack::neigh::NeighShared::default());
-    let mut hosts = Vec::with_capacity(n);
+    let mut hosts: Vec<Host> = Vec::with_capacity(n);
     for i in 0..n.max(1) {
-        let mut h = build_host_with(p.clone(), ifaces.clone(), table.clone(), neighbours, params)?;
+        let mut h = Host::new(p.clone(), ifaces.clone(), table.clone(), params);
+        for s in neighbours {
+            if !h.neigh.add_static(s.iface, s.ip, s.mac) {
+                return Err(SetupError::Neighbour(s.ip));
+            }
+        }
         if let Some(first) = hosts.first() {
-            let first: &Host = first;
             h.sockets = first.sockets.clone();
         }
         if n > 1 {

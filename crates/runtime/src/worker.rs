@@ -159,8 +159,9 @@ impl core::fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// A worker over a graph, host state and ports, drawing buffers from `pool`.
-    pub fn new(
+    /// A worker over a graph, host state and ports, drawing buffers from `pool` (built
+    /// from a configuration by [`crate::build`]).
+    pub(crate) fn new(
         graph: Graph<Host>,
         host: Host,
         ports: Vec<Box<dyn Port>>,

@@ -11,20 +11,17 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::Context;
-use netbatch_engine::{Dispatch, Pool, PoolConfig};
+use netbatch_engine::{Dispatch, Pool};
 use netbatch_ports::Port;
 use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
-use netbatch_runtime::Worker;
-use netbatch_runtime::setup::{
-    PortSetup, StaticNeighbour, build_host_shared, build_routes, interfaces,
-};
-use netbatch_stack::host::HostParams;
+use netbatch_runtime::build::{self, Builder};
+use netbatch_runtime::config::{Config, PortConfig};
+use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_stack::prefix::Ipv4Prefix;
 use netbatch_stack::route::{Route, RouteKind, Routes};
-use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
-use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench, poll_params};
+use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench, config, port};
 
 /// Routes per prefix length per million, /8 to /32 (/24 takes what is left).
 const MIX: [(u8, u32); 24] = [
@@ -78,19 +75,12 @@ impl Rng {
     }
 }
 
-fn ports() -> Vec<PortSetup> {
-    vec![
-        PortSetup::simple(
-            "gen0",
-            GEN0_MAC,
-            "198.51.100.1/24".parse().unwrap_or_else(|_| unreachable!()),
-        ),
-        PortSetup::simple(
-            "gen1",
-            GEN1_MAC,
-            "192.0.2.1/24".parse().unwrap_or_else(|_| unreachable!()),
-        ),
-    ]
+/// `gen0`, which receives, and `gen1`, which only transmits (no worker receives from
+/// it: it is never polled).
+fn ports() -> anyhow::Result<Vec<PortConfig>> {
+    let mut gen1 = port("gen1", GEN1_MAC, "192.0.2.1/24")?;
+    gen1.rx_workers.clear();
+    Ok(vec![port("gen0", GEN0_MAC, "198.51.100.1/24")?, gen1])
 }
 
 /// Generates `n` distinct unicast routes via the four gateways, outside the connected
@@ -161,10 +151,10 @@ fn shared_table(n: usize) -> anyhow::Result<Table> {
     if let Some((_, tab)) = t.iter().find(|(k, _)| *k == n) {
         return Ok(tab.clone());
     }
-    let routes = generate_routes(n, 0x6e65_7462_6174_6368);
-    let (_, ifaces) = interfaces(&ports())?;
+    let mut cfg = Config::new(ports()?);
+    cfg.routes = generate_routes(n, 0x6e65_7462_6174_6368);
     let t0 = Instant::now();
-    let table = Arc::new(build_routes(&ifaces, &routes)?);
+    let table = Arc::new(build::route_table(&cfg)?);
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     eprintln!(
         "ip4-forward: {} routes loaded in {load_ms:.0} ms ({} MiB FIB)",
@@ -172,7 +162,7 @@ fn shared_table(n: usize) -> anyhow::Result<Table> {
         table.fib_bytes() >> 20
     );
     let tab = Table {
-        routes,
+        routes: cfg.routes,
         table,
         load_ms,
     };
@@ -205,19 +195,18 @@ fn flows(routes: &[Route], count: usize) -> Vec<FlowSpec> {
         .collect()
 }
 
-/// Builds an `ip4-forward` variant.
+/// Builds an `ip4-forward` variant: the generated routes in the configuration, the
+/// table built from them shared.
 pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
     let Table {
         routes,
         table,
         load_ms,
     } = shared_table(c.routes)?;
-    let pool = Pool::new(PoolConfig {
-        buffers: 8192,
-        ..PoolConfig::default()
-    })
-    .context("pool")?;
-    let neighbours: Vec<StaticNeighbour> = GATEWAYS
+    let flows = flows(&routes, 1024);
+    let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
+    cfg.routes = routes;
+    cfg.neighbours = GATEWAYS
         .iter()
         .enumerate()
         .map(|(i, &ip)| StaticNeighbour {
@@ -227,50 +216,34 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         })
         .collect();
     if v.workers > 1 {
-        return super::team::build_forward_team(
-            v,
-            c,
-            v.workers,
-            &routes,
-            flows(&routes, 1024),
-            &ports(),
-            &neighbours,
-        );
+        return super::team::build_forward_team(v, c, cfg, table, flows);
     }
-    let host = build_host_shared(&ports(), table, &neighbours, HostParams::default())?;
-    let graph = build(
-        &GraphOptions::default(),
-        &["gen0", "gen1"],
-        v.dispatch.unwrap_or(Dispatch::Buckets),
-    )?;
+    cfg.pool.buffers = 8192;
+    let pool = Pool::new(cfg.pool).context("pool")?;
     let room = pool.config().room();
-    let cfg = GenConfig {
+    let gen_cfg = GenConfig {
         sequence: false,
-        ..GenConfig::new(flows(&routes, 1024), c.flow_order)
+        ..GenConfig::new(flows, c.flow_order)
     };
-    let gen0 = GenPort::new("gen0", 0, &cfg, room)?;
-    // gen1 only transmits (it is never polled for receive).
+    let gen0 = GenPort::new("gen0", 0, &gen_cfg, room)?;
     let gen1 = GenPort::new(
         "gen1",
         1,
         &GenConfig {
-            flows: cfg.flows[..1].to_vec(),
-            ..cfg.clone()
+            flows: gen_cfg.flows[..1].to_vec(),
+            ..gen_cfg.clone()
         },
         room,
     )?;
     let ports: Vec<Box<dyn Port>> = vec![Box::new(gen0), Box::new(gen1)];
-    let params = poll_params(v, c);
-    let mut w = Worker::new(graph, host, ports, pool, params)?;
-    w.rx_ports = vec![0];
-    let facts = vec![
-        ("routes".into(), c.routes as u64),
-        ("route_load_us".into(), (load_ms * 1e3) as u64),
-    ];
+    let w = Builder::new(&cfg).routes(table).worker(ports, pool)?;
     Ok(Box::new(WorkerBench {
         w,
         expect: Expect::Forwarded,
-        facts,
+        facts: vec![
+            ("routes".into(), c.routes as u64),
+            ("route_load_us".into(), (load_ms * 1e3) as u64),
+        ],
     }))
 }
 

@@ -11,18 +11,16 @@
 use core::net::Ipv4Addr;
 
 use anyhow::Context;
-use netbatch_engine::{Dispatch, Pool, PoolConfig};
+use netbatch_engine::{Dispatch, Pool};
 use netbatch_ports::Port;
 use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
-use netbatch_runtime::Worker;
-use netbatch_runtime::setup::{PortSetup, StaticNeighbour, build_host};
+use netbatch_runtime::build;
+use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_stack::filter::{Chain, HookPoint, PortRange, Rule, Verdict};
-use netbatch_stack::host::HostParams;
 use netbatch_stack::offload::Features;
-use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
-use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench, poll_params};
+use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench, config, port};
 
 /// GRO on the receiving port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -79,31 +77,24 @@ pub(crate) fn build_gro_forward(
     tcp: bool,
 ) -> anyhow::Result<Box<dyn Bench>> {
     let gro = v.gro.unwrap_or(GroMode::Off);
-    let pool = Pool::new(PoolConfig {
-        buffers: 8192,
-        ..PoolConfig::default()
-    })
-    .context("pool")?;
-    let mut gen0 = PortSetup::simple("gen0", GEN0_MAC, "198.51.100.1/24".parse()?);
-    // rx-checksum in every mode, so only GRO differs.
-    gen0.features = gro.features();
-    let mut gen1 = PortSetup::simple("gen1", GEN1_MAC, "192.0.2.1/24".parse()?);
+    let mut gen0 = port("gen0", GEN0_MAC, "198.51.100.1/24")?;
+    // rx-checksum in every mode, so only GRO differs (the GRO stage comes with it).
+    gen0.setup.features = gro.features();
+    // gen1 only transmits (no worker receives from it).
+    let mut gen1 = port("gen1", GEN1_MAC, "192.0.2.1/24")?;
+    gen1.rx_workers.clear();
     if c.tx_offload {
-        gen1.features.tx_tcp_segmentation = true;
-        gen1.features.tx_udp_segmentation = true;
-        gen1.features.tx_gso_list = true;
+        gen1.setup.features.tx_tcp_segmentation = true;
+        gen1.setup.features.tx_udp_segmentation = true;
+        gen1.setup.features.tx_gso_list = true;
     }
-    let ports = vec![gen0, gen1];
-    let neighbours = [StaticNeighbour {
+    let mut cfg = config(v, c, vec![gen0, gen1], Dispatch::Buckets);
+    cfg.pool.buffers = 8192;
+    cfg.neighbours = vec![StaticNeighbour {
         iface: 1,
         ip: RECEIVER,
         mac: MacAddr([0x02, 0, 0, 0, 2, 1]),
     }];
-    let host = build_host(&ports, &[], &neighbours, HostParams::default())?;
-    let mut opts = GraphOptions {
-        gro: gro != GroMode::Off,
-        ..GraphOptions::default()
-    };
     if c.fwd_rules > 0 {
         // Rules on other traffic (UDP/TCP to ports this stream does not use), evaluated
         // in full for every packet of it.
@@ -116,7 +107,7 @@ pub(crate) fn build_gro_forward(
                 r
             })
             .collect();
-        opts.chains.push((
+        cfg.graph.chains.push((
             HookPoint::Forward,
             Chain {
                 rules,
@@ -124,11 +115,7 @@ pub(crate) fn build_gro_forward(
             },
         ));
     }
-    let graph = build(
-        &opts,
-        &["gen0", "gen1"],
-        v.dispatch.unwrap_or(Dispatch::Buckets),
-    )?;
+    let pool = Pool::new(cfg.pool).context("pool")?;
     let (l4, hdr) = if tcp { (L4::Tcp, 20) } else { (L4::Udp, 8) };
     let flow = FlowSpec {
         src_mac: SENDER_MAC,
@@ -144,14 +131,12 @@ pub(crate) fn build_gro_forward(
         dont_frag: true,
     };
     let room = pool.config().room();
-    let cfg = GenConfig::new(vec![flow], c.flow_order);
-    let rx = GenPort::new("gen0", 0, &cfg, room)?.with_features(ports[0].features);
-    // gen1 only transmits, with no offloads: GSO segments in software.
-    let tx = GenPort::new("gen1", 1, &cfg, room)?;
+    let gen_cfg = GenConfig::new(vec![flow], c.flow_order);
+    let rx = GenPort::new("gen0", 0, &gen_cfg, room)?.with_features(cfg.ports[0].setup.features);
+    // gen1 only transmits; without --tx-offload, GSO segments in software.
+    let tx = GenPort::new("gen1", 1, &gen_cfg, room)?;
     let gens: Vec<Box<dyn Port>> = vec![Box::new(rx), Box::new(tx)];
-    let params = poll_params(v, c);
-    let mut w = Worker::new(graph, host, gens, pool, params)?;
-    w.rx_ports = vec![0];
+    let w = build::worker(&cfg, gens, pool)?;
     Ok(Box::new(WorkerBench {
         w,
         expect: Expect::Forwarded,

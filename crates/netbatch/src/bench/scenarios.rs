@@ -7,13 +7,10 @@ use anyhow::{Context, bail};
 use netbatch_engine::{Dispatch, Mode, NodeSnapshot, Pool, PoolConfig};
 use netbatch_ports::generator::{FlowOrder, FlowSpec, GenConfig, GenPort, L4};
 use netbatch_ports::{Port, PortCx};
-use netbatch_runtime::apps::App;
-use netbatch_runtime::apps::sink::UdpSink;
-use netbatch_runtime::setup::{PortSetup, build_host};
-use netbatch_runtime::{PollParams, Worker};
+use netbatch_runtime::config::{AppConfig, Config, PortConfig};
+use netbatch_runtime::setup::PortSetup;
+use netbatch_runtime::{PollParams, Worker, build};
 use netbatch_stack::filter::{Chain, HookPoint, Rule, Verdict};
-use netbatch_stack::host::HostParams;
-use netbatch_stack::{GraphOptions, build};
 use netbatch_wire::ethernet::MacAddr;
 
 use super::gro::GroMode;
@@ -95,6 +92,43 @@ pub(crate) fn poll_params(v: &Variant, c: &Common) -> PollParams {
         budget: c.burst.max(300),
         mode: v.mode.unwrap_or(Mode::List),
         ..PollParams::default()
+    }
+}
+
+/// The configuration of a variant's datapath over `ports`: the variant's dispatch
+/// (`dispatch` when it has none) and its [`poll_params`].
+pub(crate) fn config(
+    v: &Variant,
+    c: &Common,
+    ports: Vec<PortConfig>,
+    dispatch: Dispatch,
+) -> Config {
+    let poll = poll_params(v, c);
+    let mut cfg = Config::new(ports);
+    cfg.mode = poll.mode;
+    cfg.dispatch = v.dispatch.unwrap_or(dispatch);
+    cfg.burst = poll.weight;
+    cfg.budget = poll.budget;
+    cfg.time_cap_ns = poll.time_cap_ns;
+    cfg
+}
+
+/// A port with one address, its frames supplied by the benchmark.
+pub(crate) fn port(name: &str, mac: MacAddr, addr: &str) -> anyhow::Result<PortConfig> {
+    Ok(PortConfig::new(PortSetup::simple(name, mac, addr.parse()?)))
+}
+
+/// A UDP sink on worker `worker` reading `ports` of any address (`queue` datagrams per
+/// socket); with `check`, it checks every flow's order and records latencies.
+pub(crate) fn sink(worker: usize, ports: Vec<u16>, queue: usize, check: bool) -> AppConfig {
+    AppConfig::UdpSink {
+        worker,
+        addr: Ipv4Addr::UNSPECIFIED,
+        ports,
+        queue,
+        check,
+        gro: false,
+        latency: check,
     }
 }
 
@@ -305,24 +339,17 @@ impl Bench for WorkerBench {
 }
 
 fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench>> {
-    let pool = pool(8192)?;
-    let ports = vec![PortSetup::simple(
-        "gen0",
-        DUT_MAC,
-        format!("{DUT_ADDR}/24").parse()?,
-    )];
-    let host = build_host(&ports, &[], &[], HostParams::default())?;
-    let mut socks = Vec::new();
-    for p in UDP_PORTS {
-        socks.push(host.sockets.open(Ipv4Addr::UNSPECIFIED, p, 1024)?.1);
-    }
-    let mut opts = GraphOptions::default();
+    let ports = vec![port("gen0", DUT_MAC, &format!("{DUT_ADDR}/24"))?];
+    let mut cfg = config(v, c, ports, Dispatch::Runs);
+    cfg.pool.buffers = 8192;
+    // One sink reading the four streams' sockets.
+    cfg.apps = vec![sink(0, UDP_PORTS.to_vec(), 1024, false)];
     if nf1 {
         // Seed 001: one iptables rule that matches nothing of the test traffic.
         let mut r = Rule::any(Verdict::Drop);
         r.proto = Some(17);
         r.dport = Some("9000-9100".parse().map_err(anyhow::Error::msg)?);
-        opts.chains.push((
+        cfg.graph.chains.push((
             HookPoint::Prerouting,
             Chain {
                 rules: vec![r],
@@ -330,12 +357,9 @@ fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench
             },
         ));
     }
-    let graph = build(&opts, &["gen0"], v.dispatch.unwrap_or(Dispatch::Runs))?;
+    let pool = Pool::new(cfg.pool).context("packet pool")?;
     let source = gen_port(&pool, udp_1b_flows(), c.flow_order)?;
-    let params = poll_params(v, c);
-    let mut w = Worker::new(graph, host, vec![Box::new(source)], pool, params)?;
-    let sink: Box<dyn App> = Box::new(UdpSink::new(socks, 256, false));
-    w.apps.push(sink);
+    let w = build::worker(&cfg, vec![Box::new(source)], pool)?;
     Ok(Box::new(WorkerBench {
         w,
         expect: Expect::Delivered,

@@ -11,22 +11,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
-use netbatch_engine::{Dispatch, NodeSnapshot, Pool, PoolConfig};
+use netbatch_engine::{Dispatch, NodeSnapshot, Pool};
 use netbatch_ports::Port;
 use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
 use netbatch_runtime::Worker;
-use netbatch_runtime::apps::App;
-use netbatch_runtime::apps::sink::UdpSink;
-use netbatch_runtime::build::{TeamSpec, team};
+use netbatch_runtime::build::{self, Builder};
+use netbatch_runtime::config::Config;
 use netbatch_runtime::datapath::{Datapath, RunParams};
 use netbatch_runtime::rps::{Fabric, RpsParams, RpsPolicy};
-use netbatch_runtime::setup::{PortSetup, StaticNeighbour};
-use netbatch_stack::GraphOptions;
-use netbatch_stack::host::HostParams;
+use netbatch_stack::route::Routes;
 use serde_json::{Value, json};
 
 use super::scenarios::{
-    Bench, Common, DUT_ADDR, DUT_MAC, Expect, PEER_MAC, UDP_PORTS, Variant, poll_params,
+    Bench, Common, DUT_ADDR, DUT_MAC, Expect, PEER_MAC, UDP_PORTS, Variant, config, port, sink,
 };
 
 /// Workers on threads.
@@ -297,13 +294,15 @@ fn busy_pinned(workers: usize) -> RunParams {
     }
 }
 
-fn pool(buffers: u32) -> anyhow::Result<Pool> {
-    Pool::new(PoolConfig {
-        buffers,
-        cache_size: 512,
-        ..PoolConfig::default()
-    })
-    .context("packet pool")
+/// `cfg` on `workers` busy-polling pinned workers, with a pool of `buffers` and a cache
+/// of 512 buffers per worker; and that pool.
+fn team_config(mut cfg: Config, workers: usize, buffers: u32) -> anyhow::Result<(Config, Pool)> {
+    cfg.workers = workers;
+    cfg.run = busy_pinned(workers);
+    cfg.pool.buffers = buffers;
+    cfg.pool.cache_size = 512;
+    let pool = Pool::new(cfg.pool).context("packet pool")?;
+    Ok((cfg, pool))
 }
 
 /// `n` UDP flows of `payload`-byte datagrams to our four sockets: sources 192.0.2.1..,
@@ -358,13 +357,41 @@ pub(crate) fn build_local(
     workers: usize,
     rps: Option<RpsPolicy>,
 ) -> anyhow::Result<Box<dyn Bench>> {
-    let pool = pool(65_536)?;
+    // Without RPS each worker receives from its own queue of gen0; with RPS only worker
+    // 0 does, and RPS spreads gen0's packets over all of them.
+    let mut gen0 = port("gen0", DUT_MAC, &format!("{DUT_ADDR}/24"))?;
+    let all: Vec<u16> = (0..workers as u16).collect();
+    if rps.is_some() {
+        gen0.rps_map = all;
+    } else {
+        gen0.rx_workers = all;
+    }
+    let mut cfg = config(v, c, vec![gen0], Dispatch::Runs);
+    cfg.rps = rps.map(|policy| RpsParams {
+        policy,
+        // Room for a few milliseconds of traffic: a worker thread that the OS
+        // schedules away for a timeslice must not lose packets.
+        max_backlog: 32_768,
+        rfs_log: 0,
+        ..RpsParams::default()
+    });
+    // Sockets: each is read by one sink (two per worker with RPS, the worker's own
+    // flows' sockets without).
+    cfg.apps = (0..workers)
+        .map(|w| {
+            let mine: Vec<u16> = UDP_PORTS
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % workers == w)
+                .map(|(_, &p)| p)
+                .collect();
+            (w, mine)
+        })
+        .filter(|(_, mine)| !mine.is_empty())
+        .map(|(w, mine)| sink(w, mine, 1 << 16, rps.is_some()))
+        .collect();
+    let (cfg, pool) = team_config(cfg, workers, 65_536)?;
     let room = pool.config().room();
-    let ports = vec![PortSetup::simple(
-        "gen0",
-        DUT_MAC,
-        format!("{DUT_ADDR}/24").parse()?,
-    )];
     // With RPS: many flows, each datagram carrying its flow's full 8-byte sequence
     // number, so the sinks tell a reordered datagram from a lost one.
     let flows = if rps.is_some() {
@@ -373,36 +400,8 @@ pub(crate) fn build_local(
         udp_flows(4, 1)
     };
     let received = Arc::new(AtomicU64::new(0));
-    let rx: Vec<Vec<u16>> = (0..workers)
-        .map(|w| {
-            if rps.is_some() && w > 0 {
-                vec![]
-            } else {
-                vec![0]
-            }
-        })
-        .collect();
-    let spec = TeamSpec {
-        ports: &ports,
-        routes: &[],
-        neighbours: &[],
-        host: HostParams::default(),
-        graph: &GraphOptions::default(),
-        dispatch: v.dispatch.unwrap_or(Dispatch::Runs),
-        poll: poll_params(v, c),
-        rps: rps.map(|policy| RpsParams {
-            policy,
-            // Room for a few milliseconds of traffic: a worker thread that the OS
-            // schedules away for a timeslice must not lose packets.
-            max_backlog: 32_768,
-            rfs_log: 0,
-            ..RpsParams::default()
-        }),
-        maps: vec![(0..workers as u16).collect()],
-        rx,
-    };
     let mut err = None;
-    let (mut workers_v, fabric) = team(&spec, &pool, |w, p| {
+    let (workers_v, fabric) = build::datapath(&cfg, &pool, |w, p| {
         // Each worker's queue: with RPS only worker 0's generates; without, each worker
         // generates its own share of the flows.
         let mine: Vec<FlowSpec> = if rps.is_some() {
@@ -432,31 +431,6 @@ pub(crate) fn build_local(
     if let Some(e) = err {
         return Err(e);
     }
-    // Sockets: shared; each is read by one sink (two per worker with RPS, the worker's
-    // own flows' sockets without).
-    let socks: Vec<_> = UDP_PORTS
-        .iter()
-        .map(|&p| {
-            workers_v[0]
-                .host
-                .sockets
-                .open(Ipv4Addr::UNSPECIFIED, p, 1 << 16)
-                .map(|s| s.1)
-        })
-        .collect::<Result<_, _>>()?;
-    for (w, worker) in workers_v.iter_mut().enumerate() {
-        let mine: Vec<_> = socks
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % workers == w)
-            .map(|(_, s)| s.clone())
-            .collect();
-        let mut sink = UdpSink::new(mine, 256, rps.is_some());
-        if rps.is_some() {
-            sink = sink.with_latency();
-        }
-        worker.apps.push(Box::new(sink) as Box<dyn App>);
-    }
     let inputs = (0..workers)
         .filter(|&w| rps.is_none() || w == 0)
         .map(|w| (w, 0))
@@ -468,41 +442,29 @@ pub(crate) fn build_local(
         inputs,
         expect: Expect::Delivered,
         policy: rps,
-        run: busy_pinned(workers),
+        run: cfg.run.clone(),
         clock: netbatch_engine::time::clock(),
         running: None,
         rate_pps: c.rate_pps.filter(|_| rps.is_some()),
     }))
 }
 
-/// `ip4-forward` on `workers` workers, each with its own receive queue and its share of
-/// the 1024 flows, all forwarding through one FIB.
+/// `ip4-forward` on `v.workers` workers (`cfg`, its route table `table`), each with its
+/// own receive queue and its share of the 1024 `flows`, all forwarding through one FIB.
 pub(crate) fn build_forward_team(
     v: &Variant,
     c: &Common,
-    workers: usize,
-    routes: &[netbatch_stack::route::Route],
+    mut cfg: Config,
+    table: Arc<Routes>,
     flows: Vec<FlowSpec>,
-    ports: &[PortSetup],
-    neighbours: &[StaticNeighbour],
 ) -> anyhow::Result<Box<dyn Bench>> {
-    let pool = pool(16_384)?;
+    let workers = v.workers;
+    cfg.ports[0].rx_workers = (0..workers as u16).collect();
+    let (cfg, pool) = team_config(cfg, workers, 16_384)?;
     let room = pool.config().room();
     let received = Arc::new(AtomicU64::new(0));
-    let spec = TeamSpec {
-        ports,
-        routes,
-        neighbours,
-        host: HostParams::default(),
-        graph: &GraphOptions::default(),
-        dispatch: v.dispatch.unwrap_or(Dispatch::Buckets),
-        poll: poll_params(v, c),
-        rps: None,
-        maps: Vec::new(),
-        rx: (0..workers).map(|_| vec![0]).collect(),
-    };
     let mut err = None;
-    let (workers_v, fabric) = team(&spec, &pool, |w, p| {
+    let (workers_v, fabric) = Builder::new(&cfg).routes(table).datapath(&pool, |w, p| {
         let mine: Vec<FlowSpec> = flows
             .iter()
             .enumerate()
@@ -529,7 +491,7 @@ pub(crate) fn build_forward_team(
         inputs: (0..workers).map(|w| (w, 0)).collect(),
         expect: Expect::Forwarded,
         policy: None,
-        run: busy_pinned(workers),
+        run: cfg.run.clone(),
         clock: netbatch_engine::time::clock(),
         running: None,
         rate_pps: None,

@@ -286,7 +286,6 @@ impl App for UdpSink {
 mod tests {
     use super::*;
     use netbatch_engine::{Accounting, Pool, PoolConfig};
-    use netbatch_stack::HostParams;
     use netbatch_stack::udp::socket::Sockets;
 
     const SRC: u32 = 0xc633_6407; // 198.51.100.7
@@ -375,16 +374,13 @@ mod tests {
         let headroom = usize::from(pool.config().headroom);
         let socks = Sockets::new();
         let (_, sock) = socks.open(core::net::Ipv4Addr::UNSPECIFIED, 9, 64).unwrap();
-        let mut host = crate::setup::build_host(
-            &[crate::setup::PortSetup::simple(
+        let mut host = crate::build::host(&crate::config::Config::new(vec![
+            crate::config::PortConfig::new(crate::setup::PortSetup::simple(
                 "eth0",
                 netbatch_wire::ethernet::MacAddr([2, 0, 0, 0, 0, 1]),
                 "198.51.100.1/24".parse().unwrap(),
-            )],
-            &[],
-            &[],
-            HostParams::default(),
-        )
+            )),
+        ]))
         .unwrap();
         let mut queue = |sport: u16, seq: u8, len: usize| {
             let mut payload = vec![0xa5; len];

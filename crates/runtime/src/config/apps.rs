@@ -1,8 +1,13 @@
-//! `[[app]]`: the built-in applications, each bound to a distinct address and port, on
+//! `[[app]]`: the built-in applications, each bound to distinct addresses and ports, on
 //! a worker that exists, with a queue the pool can fill.
+//!
+//! `bind` is `address:port`. A `udp-sink` may read several ports of one address: a range
+//! (`0.0.0.0:5001-5004`), a list (`0.0.0.0:5001,5003`) or both (`0.0.0.0:53,5001-5004`),
+//! one socket per port (each with its own `queue`), one sink reading them all. Every
+//! socket counts against the others: no address and port is bound twice.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use super::Errs;
 
@@ -36,14 +41,17 @@ pub enum AppConfig {
         worker: usize,
         /// Address bound.
         addr: Ipv4Addr,
-        /// Port bound.
-        port: u16,
-        /// Queue length.
+        /// Ports bound, one socket each, in order (at least one).
+        ports: Vec<u16>,
+        /// Queue length of each socket.
         queue: usize,
         /// Check per-flow sequence numbers.
         check: bool,
         /// Take GRO super-datagrams whole (`UDP_GRO`).
         gro: bool,
+        /// Record the latency from each frame's receive timestamp to its reading (set in
+        /// code, by the benchmark; a file has no key for it, as no report shows it).
+        latency: bool,
     },
     /// Sends every datagram back to its sender.
     UdpEcho {
@@ -66,14 +74,24 @@ pub(super) fn validate(
     e: &mut Errs,
 ) -> Vec<AppConfig> {
     let mut apps = Vec::new();
-    let mut binds = HashSet::new();
+    // Every socket bound so far, and the app that binds it.
+    let mut binds: HashMap<SocketAddrV4, usize> = HashMap::new();
     for (ai, a) in raw.iter().enumerate() {
         let key = format!("app[{ai}]");
-        let Some(sa) = e.parse::<SocketAddrV4>(&format!("{key}.bind"), &a.bind, "an address:port")
-        else {
-            continue;
+        let (addr, ports) = match bind(&a.bind) {
+            Ok(b) => b,
+            Err(why) => {
+                e.add(
+                    format!("{key}.bind"),
+                    format!(
+                        "'{}' is not an address:port (or a udp-sink's address:ports): {why}",
+                        a.bind
+                    ),
+                );
+                continue;
+            }
         };
-        if sa.port() == 0 {
+        if ports.contains(&0) {
             e.add(format!("{key}.bind"), "port 0 cannot be bound");
         }
         if a.queue == 0 {
@@ -88,11 +106,18 @@ pub(super) fn validate(
                 ),
             );
         }
-        if !binds.insert(sa) {
-            e.add(
-                format!("{key}.bind"),
-                format!("{sa} is bound by another app"),
-            );
+        for &port in &ports {
+            let sa = SocketAddrV4::new(addr, port);
+            match binds.insert(sa, ai) {
+                Some(other) if other == ai => {
+                    e.add(format!("{key}.bind"), format!("{sa} is listed twice"));
+                }
+                Some(_) => e.add(
+                    format!("{key}.bind"),
+                    format!("{sa} is bound by another app"),
+                ),
+                None => {}
+            }
         }
         match a.kind.as_str() {
             _ if a.worker >= workers => e.add(
@@ -104,20 +129,25 @@ pub(super) fn validate(
             ),
             "udp-sink" => apps.push(AppConfig::UdpSink {
                 worker: a.worker,
-                addr: *sa.ip(),
-                port: sa.port(),
+                addr,
+                ports,
                 queue: a.queue,
                 check: a.check,
                 gro: a.gro,
+                latency: false,
             }),
             "udp-echo" if a.gro => e.add(
                 format!("{key}.gro"),
                 "udp-echo answers datagram by datagram; only udp-sink takes super-datagrams",
             ),
+            "udp-echo" if ports.len() > 1 => e.add(
+                format!("{key}.bind"),
+                "udp-echo binds one port; only udp-sink reads several",
+            ),
             "udp-echo" => apps.push(AppConfig::UdpEcho {
                 worker: a.worker,
-                addr: *sa.ip(),
-                port: sa.port(),
+                addr,
+                port: ports[0],
                 queue: a.queue,
             }),
             other => e.add(
@@ -127,4 +157,120 @@ pub(super) fn validate(
         }
     }
     apps
+}
+
+/// `address:ports`: an IPv4 address and one or more ports, each a port or a range
+/// `lo-hi`, separated by commas.
+fn bind(text: &str) -> Result<(Ipv4Addr, Vec<u16>), String> {
+    let (addr, list) = text.rsplit_once(':').ok_or("no ':port'")?;
+    let addr = addr
+        .parse::<Ipv4Addr>()
+        .map_err(|err| format!("'{addr}': {err}"))?;
+    let port = |p: &str| {
+        p.trim()
+            .parse::<u16>()
+            .map_err(|err| format!("port '{p}': {err}"))
+    };
+    let mut ports = Vec::new();
+    for item in list.split(',') {
+        let (lo, hi) = match item.split_once('-') {
+            Some((lo, hi)) => (port(lo)?, port(hi)?),
+            None => (port(item)?, port(item)?),
+        };
+        if lo > hi {
+            return Err(format!("range {item} runs backwards"));
+        }
+        ports.extend(lo..=hi);
+    }
+    Ok((addr, ports))
+}
+
+#[cfg(test)]
+mod tests {
+    use core::net::Ipv4Addr;
+
+    use super::super::parse_test as parse;
+    use super::AppConfig;
+
+    const PORT: &str = r#"
+        [[port]]
+        name = "eth0"
+        mac = "02:00:00:00:00:01"
+        addresses = ["192.0.2.1/24"]
+    "#;
+
+    /// A sink reads a range and a list of ports of one address, one socket each; an echo
+    /// binds one port.
+    #[test]
+    fn a_sink_binds_ports_ranges_and_lists() {
+        let text = format!(
+            r#"{PORT}
+            [[app]]
+            kind = "udp-sink"
+            bind = "0.0.0.0:5001-5004"
+            [[app]]
+            kind = "udp-sink"
+            bind = "192.0.2.1:53,6000-6001, 7000"
+            [[app]]
+            kind = "udp-echo"
+            bind = "192.0.2.1:7"
+            "#
+        );
+        let c = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        let sinks: Vec<(Ipv4Addr, Vec<u16>)> = c
+            .apps
+            .iter()
+            .filter_map(|a| match a {
+                AppConfig::UdpSink { addr, ports, .. } => Some((*addr, ports.clone())),
+                AppConfig::UdpEcho { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            sinks,
+            [
+                (Ipv4Addr::UNSPECIFIED, vec![5001, 5002, 5003, 5004]),
+                (Ipv4Addr::new(192, 0, 2, 1), vec![53, 6000, 6001, 7000])
+            ]
+        );
+        assert!(matches!(c.apps[2], AppConfig::UdpEcho { port: 7, .. }));
+    }
+
+    /// Each socket of a range is checked as a single bind is: port 0, a port bound by
+    /// another app or listed twice; a backwards range, a bad port and an echo on several
+    /// ports are refused, each with the app's bind key.
+    #[test]
+    fn every_socket_of_a_range_is_checked() {
+        let bad = [
+            ("0.0.0.0:0-3", "port 0 cannot be bound"),
+            ("0.0.0.0:4999-5001", "0.0.0.0:5001 is bound by another app"),
+            ("0.0.0.0:6000,6000", "0.0.0.0:6000 is listed twice"),
+            ("0.0.0.0:7002-7001", "range 7002-7001 runs backwards"),
+            ("0.0.0.0:70000", "port '70000'"),
+            ("0.0.0.0", "no ':port'"),
+        ];
+        let mut text =
+            format!("{PORT}\n[[app]]\nkind = \"udp-sink\"\nbind = \"0.0.0.0:5001-5004\"\n");
+        for (b, _) in bad {
+            text += &format!("[[app]]\nkind = \"udp-sink\"\nbind = \"{b}\"\n");
+        }
+        text += "[[app]]\nkind = \"udp-echo\"\nbind = \"0.0.0.0:8000-8001\"\n";
+        let e = parse(&text).unwrap_err();
+        for (i, (_, why)) in bad.iter().enumerate() {
+            let want = format!("app[{}].bind", i + 1);
+            assert!(
+                e.errors
+                    .iter()
+                    .any(|x| x.key == want && x.reason.contains(why)),
+                "no '{why}' for {want} in:\n{e}"
+            );
+        }
+        let last = format!("app[{}].bind", bad.len() + 1);
+        assert!(
+            e.errors
+                .iter()
+                .any(|x| x.key == last && x.reason.contains("udp-echo binds one port")),
+            "{e}"
+        );
+        assert_eq!(e.errors.len(), bad.len() + 1, "{e}");
+    }
 }

@@ -7,6 +7,15 @@
 //! own; this one runs them in turn and hands on what later sections need (the worker
 //! count, the pool size, the interface names the ports define). See `examples/` for
 //! commented files.
+//!
+//! A `udp-sink` app reads one or more ports of one address, one socket per port:
+//! `bind = "0.0.0.0:5001"`, a range `"0.0.0.0:5001-5004"`, a list `"0.0.0.0:5001,5003"`
+//! (or ranges in a list). Port 0 is refused, and no socket is bound twice.
+//!
+//! A configuration can also be made in code: [`Config::new`] gives what a file with only
+//! those `[[port]]`s would (every other key at its default), and its fields are then set
+//! directly; [`PortConfig::new`] is a port with no other keys. The tests and the
+//! benchmark build their datapaths so, through [`crate::build`] as `run` and `replay` do.
 
 mod apps;
 mod datapath;
@@ -29,6 +38,7 @@ use serde::Deserialize;
 use crate::setup::StaticNeighbour;
 
 pub use apps::AppConfig;
+pub(crate) use ports::any_gro;
 pub use ports::{GenSpec, PortConfig, PortKind};
 
 /// One problem in a configuration: where, and what.
@@ -126,7 +136,8 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// Static neighbours.
     pub neighbours: Vec<StaticNeighbour>,
-    /// Hooks.
+    /// Hooks and hand-offs. The GRO stage follows the ports: `gro` is set when some port
+    /// does GRO, by validation and again by the build (whatever it says here).
     pub graph: GraphOptions,
     /// Applications.
     pub apps: Vec<AppConfig>,
@@ -159,6 +170,42 @@ impl Errs {
 }
 
 impl Config {
+    /// The configuration of a file with only these `ports` (not validated): every other
+    /// setting at the default an empty file gets.
+    pub fn new(ports: Vec<PortConfig>) -> Self {
+        let raw = File::default();
+        let mut e = Errs::default();
+        let dp = datapath::validate(&raw.datapath, &mut e);
+        let pool = pool::validate(&raw.pool, &mut e);
+        let host = icmp::host(
+            &raw.icmp,
+            dp.forwarding,
+            neighbour::tunables(&raw.neighbour, &mut e),
+        );
+        debug_assert!(e.0.is_empty(), "the defaults are valid");
+        let graph = GraphOptions {
+            gro: any_gro(&ports),
+            ..GraphOptions::default()
+        };
+        Self {
+            mode: dp.mode.unwrap_or(Mode::List),
+            dispatch: dp.dispatch.unwrap_or(Dispatch::Buckets),
+            burst: dp.burst,
+            budget: dp.budget,
+            time_cap_ns: dp.time_cap_ns,
+            workers: dp.workers,
+            run: dp.run,
+            rps: dp.rps,
+            pool,
+            host,
+            ports,
+            routes: Vec::new(),
+            neighbours: Vec::new(),
+            graph,
+            apps: Vec::new(),
+        }
+    }
+
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Self, ConfigErrors> {
         let file = path.display().to_string();
@@ -212,7 +259,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let graph = GraphOptions {
         chains: filter::validate(&raw.filter, &names, e),
         // The GRO stage when any port does GRO.
-        gro: ports.iter().any(|p| p.setup.features.any_rx_gro()),
+        gro: any_gro(&ports),
         ..GraphOptions::default()
     };
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, e);
@@ -338,6 +385,34 @@ mod tests {
         assert_eq!(chain.rules[0].dport, Some(PortRange { lo: 9000, hi: 9100 }));
         assert_eq!(chain.rules[0].in_if, Some(0));
         assert_eq!(c.apps.len(), 1);
+    }
+
+    /// `Config::new` is what a file with only those ports gives: every other setting at
+    /// the same default, the GRO stage when a port does GRO.
+    #[test]
+    fn new_is_a_file_with_only_its_ports() {
+        let file = parse(
+            r#"
+            [[port]]
+            name = "eth0"
+            mac = "02:00:00:00:00:01"
+            addresses = ["192.0.2.1/24"]
+            gro = "fraglist"
+            [[port]]
+            name = "eth1"
+            mac = "02:00:00:00:00:02"
+            addresses = ["198.51.100.1/24"]
+            "#,
+        )
+        .unwrap();
+        let made = super::Config::new(
+            file.ports
+                .iter()
+                .map(|p| super::PortConfig::new(p.setup.clone()))
+                .collect(),
+        );
+        assert_eq!(format!("{made:?}"), format!("{file:?}"));
+        assert!(made.graph.gro);
     }
 
     #[test]

@@ -100,7 +100,8 @@ fn default_size() -> usize {
 /// Where a port's frames come from and go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PortKind {
-    /// Frames from a capture (`replay`) or from the test harness.
+    /// Frames in memory, from a capture (`replay`), or on ports the caller supplies (the
+    /// tests' `mem` ports, the benchmark's generators).
     Pcap,
     /// The in-memory traffic generator.
     Gen(GenSpec),
@@ -168,6 +169,24 @@ pub struct PortConfig {
     pub rx_workers: Vec<u16>,
     /// Workers RPS spreads its packets over (empty: not steered).
     pub rps_map: Vec<u16>,
+}
+
+impl PortConfig {
+    /// The port `setup` as a `[[port]]` with no other keys: its frames supplied by the
+    /// caller (kind `pcap`), received by worker 0, not steered by RPS.
+    pub fn new(setup: PortSetup) -> Self {
+        Self {
+            setup,
+            kind: PortKind::Pcap,
+            rx_workers: vec![0],
+            rps_map: Vec::new(),
+        }
+    }
+}
+
+/// Whether the graph needs the GRO stage: some port does GRO.
+pub(crate) fn any_gro(ports: &[PortConfig]) -> bool {
+    ports.iter().any(|p| p.setup.features.any_rx_gro())
 }
 
 /// Interface names to indices, as `setup::interfaces` numbers them.

@@ -349,16 +349,6 @@ pub enum Frag {
     Later,
 }
 
-/// Whether the IP packet `d` starts with, whose metadata is `m`, is a fragment of any
-/// kind (what local delivery, which does not reassemble, asks).
-#[inline(always)]
-pub fn is_fragment(m: &Meta, d: &[u8]) -> bool {
-    let at = usize::from(m.l3.wrapping_sub(m.data));
-    d.get(at..)
-        .and_then(<[u8]>::first_chunk::<20>)
-        .is_some_and(|h| Ipv4Packet::new_unchecked(h).is_fragment())
-}
-
 /// Whether the IP packet dissected as `r` in `d` is a fragment (RFC 791: more fragments
 /// set, or a non-zero offset).
 #[inline]

@@ -6,7 +6,8 @@
 
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
-use crate::dissect::{self, L4};
+use super::header;
+use crate::dissect::L4;
 use crate::host::Host;
 
 netbatch_engine::reasons! {
@@ -44,7 +45,8 @@ impl Stage<Host> for Ip4Local {
     fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let v = cx.pool.get_mut(&mut p);
-            if dissect::is_fragment(v.meta, v.data()) {
+            // MF set or a non-zero offset (the packet starts at its IP header).
+            if header(v.data()).is_some_and(|ip| ip.is_fragment()) {
                 out.drop(p, reason::FRAG_REASSEMBLY);
                 continue;
             }

@@ -20,7 +20,8 @@ pub mod flag {
     pub const L4_CSUM_OK: u32 = 1 << 29;
     /// The L4 checksum is partial (only the pseudo-header sum is filled in, as a device
     /// with transmit checksum offload expects); it must be completed before leaving on a
-    /// port without that offload.
+    /// port without that offload. The packet's `l4` and `l4_type` are recorded (the
+    /// dissector's): a port reads there which checksum to complete.
     pub const L4_CSUM_PARTIAL: u32 = 1 << 28;
 }
 

@@ -240,11 +240,8 @@ fn complete_l4_checksum(frame: &mut [u8], l3: usize, l4: usize) {
     if ip.version() != 4 {
         return;
     }
-    // Where the checksum field is in the L4 header.
-    let field = match netbatch_stack::dissect::L4::of(ip.protocol().0) {
-        netbatch_stack::dissect::L4::Tcp => 16,
-        netbatch_stack::dissect::L4::Udp => 6,
-        _ => return,
+    let Some(field) = netbatch_stack::dissect::L4::of(ip.protocol().0).checksum_at() else {
+        return;
     };
     let end = (l3 + usize::from(ip.total_len())).min(frame.len());
     if end < l4 + field + 2 {

@@ -420,8 +420,8 @@ mod tests {
             {
                 let mut v = pool.get_mut(&mut p);
                 v.append(frame.len()).unwrap().copy_from_slice(&frame);
-                v.meta.l3 = v.meta.data + 14;
-                v.meta.l4 = v.meta.data + 34;
+                // Located as the stack leaves what it sends.
+                netbatch_stack::dissect::frame(&mut v);
             }
             let mut l = vec![p];
             let mut cx = PortCx {

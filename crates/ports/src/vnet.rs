@@ -21,8 +21,11 @@
 //! runs on), 10 bytes.
 
 use netbatch_engine::Pkt;
+use netbatch_stack::dissect::L4;
 use netbatch_stack::meta::{flag, gso};
 use netbatch_wire::checksum;
+use netbatch_wire::tcp::TcpPacket;
+use netbatch_wire::udp;
 
 use crate::PortCx;
 
@@ -95,14 +98,15 @@ impl VnetHdr {
     /// segmentation.
     pub fn for_tx(m: &netbatch_engine::Meta, data: &[u8]) -> Self {
         let mut h = Self::default();
-        let l3 = usize::from(m.l3.wrapping_sub(m.data));
         let l4 = m.l4.wrapping_sub(m.data);
-        if m.flags & flag::L4_CSUM_PARTIAL != 0 && usize::from(l4) < data.len() {
-            // The stack marks only TCP and UDP partial.
-            let tcp = data.get(l3 + 9) == Some(&6);
+        let field = L4::of(m.l4_type).checksum_at();
+        if m.flags & flag::L4_CSUM_PARTIAL != 0
+            && usize::from(l4) < data.len()
+            && let Some(field) = field
+        {
             h.flags = F_NEEDS_CSUM;
             h.csum_start = l4;
-            h.csum_offset = if tcp { 16 } else { 6 };
+            h.csum_offset = field as u16;
         }
         match m.gso_type & gso::KIND {
             gso::TCPV4 if m.segs > 1 => {
@@ -256,12 +260,12 @@ pub fn import(
 /// The L4 header length of a super-frame, read at `csum_start`.
 fn l4_header_len(frame: &[u8], hdr: &VnetHdr, kind: u8) -> Option<usize> {
     // Offsets in `frame` (the tag, if any, is not in it).
-    let at = usize::from(hdr.csum_start);
+    let l4 = frame.get(usize::from(hdr.csum_start)..)?;
     if kind == gso::TCPV4 {
-        let off = usize::from(*frame.get(at + 12)? >> 4) * 4;
-        (off >= 20 && at + off <= frame.len()).then_some(off)
+        let tcp = TcpPacket::new_checked(l4).ok()?;
+        Some(tcp.header_len())
     } else {
-        (at + 8 <= frame.len()).then_some(8)
+        (l4.len() >= udp::HEADER_LEN).then_some(udp::HEADER_LEN)
     }
 }
 

@@ -166,7 +166,11 @@ pub fn run(
 
 /// The counters of stopped workers: each worker's stats document and their sums.
 pub fn report(workers: &[crate::Worker]) -> Value {
-    let per: Vec<Value> = workers.iter().map(crate::replay::stats).collect();
+    summed(workers.iter().map(crate::replay::stats).collect())
+}
+
+/// Each worker's stats document (`per`) and their sums.
+fn summed(per: Vec<Value>) -> Value {
     let mut totals = Map::new();
     for k in [
         "rx_packets",
@@ -187,6 +191,16 @@ pub fn report(workers: &[crate::Worker]) -> Value {
         }
     }
     totals.insert("drops".into(), Value::Object(drops));
+    // Every reason that dropped something anywhere, with its description.
+    let mut reasons: Vec<Value> = Vec::new();
+    for w in &per {
+        for r in w["drop_reasons"].as_array().into_iter().flatten() {
+            if !reasons.iter().any(|x| x["name"] == r["name"]) {
+                reasons.push(r.clone());
+            }
+        }
+    }
+    totals.insert("drop_reasons".into(), Value::Array(reasons));
     // Ports: each worker has a queue of every port; sum them by port.
     let mut ports: Vec<Value> = Vec::new();
     for w in &per {
@@ -279,4 +293,29 @@ pub fn summary(stats: &Value) -> String {
         s += &format!("drop {r}: {c} ({why})\n");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The summary printed at stop names each drop reason with its description, summed
+    /// over the workers.
+    #[test]
+    fn the_summary_describes_every_drop_reason() {
+        let worker = |n: u64| {
+            json!({
+                "rx_packets": n, "tx_packets": 0, "delivered_packets": 0,
+                "dropped_packets": n, "held_packets": 0, "originated_packets": 0,
+                "drops": {"no_route": n},
+                "drop_reasons": [{"name": "no_route", "description": "no route to the destination"}],
+                "ports": [],
+            })
+        };
+        let s = summary(&summed(vec![worker(2), worker(3)]));
+        assert!(
+            s.contains("drop no_route: 5 (no route to the destination)"),
+            "{s}"
+        );
+    }
 }

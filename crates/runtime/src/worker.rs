@@ -20,7 +20,7 @@
 //! 4. timers run (neighbour retries and failures), at most every millisecond;
 //! 5. packets injected by 3 and 4 run through the graph;
 //! 6. transmit queues are flushed to the ports; frames a port refuses are dropped and
-//!    counted (`TxRingFull`).
+//!    counted (`tx_ring_full`).
 
 use netbatch_engine::{
     Accounting, BufCache, Cx, DropCounters, Graph, GraphError, LIST_MAX, Mode, NodeId,

@@ -92,7 +92,7 @@ pub fn entries(g: &Graph<Host>) -> Result<Entries, GraphError> {
 pub struct GraphOptions {
     /// Rule chains per hook (missing hooks accept everything).
     pub chains: Vec<(HookPoint, Chain)>,
-    /// Name of the node local TCP goes to; `None` drops it (`TcpNoHandler`).
+    /// Name of the node local TCP goes to; `None` drops it (`tcp_no_handler`).
     pub tcp_to: Option<&'static str>,
     /// Put the `gro` stage in front of `eth-input` (some port does GRO). Without it,
     /// frames enter at `eth-input` and the graph costs nothing for GRO.

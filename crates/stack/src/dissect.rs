@@ -25,10 +25,12 @@
 use core::net::Ipv4Addr;
 
 use netbatch_engine::{Meta, PktMut};
+use netbatch_wire::bytes::get_u16;
 use netbatch_wire::ethernet::{self, EtherType, EthernetFrame};
 use netbatch_wire::ipv4::{Ipv4Packet, Protocol};
 use netbatch_wire::toeplitz::Toeplitz;
-use netbatch_wire::vlan::VlanHeader;
+use netbatch_wire::vlan::{self, VlanHeader};
+use netbatch_wire::{tcp, udp};
 
 use crate::meta::flag;
 
@@ -123,6 +125,17 @@ impl L4 {
     pub const fn has_ports(self) -> bool {
         matches!(self, Self::Tcp | Self::Udp | Self::Sctp | Self::UdpLite)
     }
+
+    /// Where the checksum field is in the header, for the protocols whose checksum the
+    /// stack leaves partial for a device to complete (TCP, UDP).
+    #[inline]
+    pub const fn checksum_at(self) -> Option<usize> {
+        match self {
+            Self::Tcp => Some(tcp::CHECKSUM_AT),
+            Self::Udp => Some(udp::CHECKSUM_AT),
+            _ => None,
+        }
+    }
 }
 
 /// What [`parse`] found in one frame, with offsets from the frame's first byte.
@@ -163,8 +176,8 @@ impl Dissected {
         m.flags = (m.flags & !FLAGS) | self.flags;
     }
 
-    /// What `m` records (offsets from `m.data`, so call it before L2 input pulls the
-    /// link header, or on a packet whose data starts where its dissection did).
+    /// What `m` records, with offsets from `m.data` (`l2_len` aside, so after L2 input
+    /// pulled the link header `l3` is 0 and `d` starts at the IP header).
     #[inline(always)]
     pub fn load(m: &Meta) -> Self {
         Self {
@@ -312,15 +325,14 @@ impl FlowKey {
     /// index); `None` for other packets or a cut IPv4 header.
     #[inline]
     pub fn of(r: &Dissected, d: &[u8]) -> Option<Self> {
-        if r.l3_type != L3::Ipv4 {
+        let ip = ip4_header(r, d)?;
+        if ip.version() != 4 {
             return None;
         }
-        let h = d.get(usize::from(r.l3)..)?.first_chunk::<20>()?;
-        let ip = Ipv4Packet::new_unchecked(h);
-        let ports = if fragment(r, d) == Frag::Whole {
-            ports(r, d)
-        } else {
+        let ports = if ip.is_fragment() {
             None
+        } else {
+            ports_in(&ip, r.l4, d)
         };
         Some(Self {
             src: ip.src(),
@@ -338,6 +350,17 @@ impl FlowKey {
     }
 }
 
+/// The fixed part of the IPv4 header of a packet dissected as `r` in `d`.
+#[inline(always)]
+fn ip4_header<'a>(r: &Dissected, d: &'a [u8]) -> Option<Ipv4Packet<&'a [u8; 20]>> {
+    if r.l3_type != L3::Ipv4 {
+        return None;
+    }
+    d.get(usize::from(r.l3)..)
+        .and_then(<[u8]>::first_chunk::<20>)
+        .map(Ipv4Packet::new_unchecked)
+}
+
 /// Where an IP packet stands in its datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frag {
@@ -353,51 +376,98 @@ pub enum Frag {
 /// set, or a non-zero offset).
 #[inline]
 pub fn fragment(r: &Dissected, d: &[u8]) -> Frag {
-    let Some(ip) = d
-        .get(usize::from(r.l3)..)
-        .and_then(<[u8]>::first_chunk::<20>)
-    else {
-        return Frag::Whole;
-    };
-    let ip = Ipv4Packet::new_unchecked(ip);
-    match (ip.is_fragment(), ip.frag_offset()) {
-        (false, _) => Frag::Whole,
-        (true, 0) => Frag::First,
-        (true, _) => Frag::Later,
-    }
-}
-
-/// The end (offset in `d`) of the IP packet dissected as `r` in `d`: its total length
-/// when that is sane, else the end of `d`.
-#[inline]
-fn ip_end(r: &Dissected, d: &[u8]) -> usize {
-    let l3 = usize::from(r.l3);
-    let total = d
-        .get(l3..)
-        .and_then(<[u8]>::first_chunk::<20>)
-        .map_or(0, |h| usize::from(Ipv4Packet::new_unchecked(h).total_len()));
-    if total >= usize::from(r.l4 - r.l3) {
-        (l3 + total).min(d.len())
-    } else {
-        d.len()
+    match ip4_header(r, d) {
+        Some(ip) if ip.is_fragment() && ip.frag_offset() == 0 => Frag::First,
+        Some(ip) if ip.is_fragment() => Frag::Later,
+        _ => Frag::Whole,
     }
 }
 
 /// The source and destination ports of a packet dissected as `r` in `d`, when its
-/// protocol has ports and they lie inside the IP packet (a first fragment's too: what a
-/// port match of a filter reads; never a later fragment's).
+/// protocol has ports and the frame holds them (a first fragment's too: what a port
+/// match of a filter reads; never a later fragment's). As the kernel's flow dissector,
+/// this reads within the buffer, not the IP total length: `ip4-input` checks that, and
+/// trims the packet to it before any filter reads the ports.
 #[inline]
 pub fn ports(r: &Dissected, d: &[u8]) -> Option<(u16, u16)> {
-    match r.l4_kind() {
-        Some(k) if k.has_ports() && fragment(r, d) != Frag::Later => {
-            let at = usize::from(r.l4);
-            let p = d.get(at..ip_end(r, d))?.first_chunk::<4>()?;
-            Some((
-                u16::from_be_bytes([p[0], p[1]]),
-                u16::from_be_bytes([p[2], p[3]]),
-            ))
+    ports_in(&ip4_header(r, d)?, r.l4, d)
+}
+
+/// [`ports`] for the packet whose IPv4 header `ip` was read already and whose L4 header
+/// is `l4` bytes into `d` (0: not located).
+#[inline(always)]
+fn ports_in(ip: &Ipv4Packet<&[u8; 20]>, l4: u16, d: &[u8]) -> Option<(u16, u16)> {
+    if l4 == 0 || !L4::of(ip.protocol().0).has_ports() || ip.frag_offset() != 0 {
+        return None;
+    }
+    let p = d.get(usize::from(l4)..)?.first_chunk::<4>()?;
+    Some((get_u16(p, 0), get_u16(p, 2)))
+}
+
+/// What a filter matches: protocol, addresses and ports of an IPv4 packet, read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatchKey {
+    /// IP protocol number.
+    pub proto: u8,
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination address.
+    pub dst: Ipv4Addr,
+    /// Ports (see [`ports`]).
+    pub ports: Option<(u16, u16)>,
+}
+
+impl MatchKey {
+    /// The key of a packet without an IPv4 header: protocol 0, unspecified addresses, no
+    /// ports.
+    pub const NONE: Self = Self {
+        proto: 0,
+        src: Ipv4Addr::UNSPECIFIED,
+        dst: Ipv4Addr::UNSPECIFIED,
+        ports: None,
+    };
+
+    /// The key of the packet whose metadata is `m` and data `d` ([`Self::NONE`] if it
+    /// has no IPv4 header). Read from the metadata directly: a hook runs this per packet.
+    #[inline(always)]
+    pub fn of(m: &Meta, d: &[u8]) -> Self {
+        let ip = match d
+            .get(usize::from(m.l3.wrapping_sub(m.data))..)
+            .and_then(<[u8]>::first_chunk::<20>)
+        {
+            Some(h) if m.l3_type == L3::Ipv4 as u8 => Ipv4Packet::new_unchecked(h),
+            _ => return Self::NONE,
+        };
+        let l4 = if m.l4 == 0 {
+            0
+        } else {
+            m.l4.wrapping_sub(m.data)
+        };
+        Self {
+            proto: ip.protocol().0,
+            src: ip.src(),
+            dst: ip.dst(),
+            ports: ports_in(&ip, l4, d),
         }
-        _ => None,
+    }
+}
+
+/// The VLAN ids of a frame dissected as `r` in `d`: the outer tag's and, with two tags,
+/// the inner one's (802.1ad S-tag, then 802.1Q C-tag).
+#[inline]
+pub fn vids(r: &Dissected, d: &[u8]) -> (Option<u16>, Option<u16>) {
+    let vid = |at: usize| {
+        d.get(at..)
+            .and_then(<[u8]>::first_chunk::<{ vlan::HEADER_LEN }>)
+            .map(|t| VlanHeader::new_unchecked(t).vid())
+    };
+    match (r.flags & flag::VLAN != 0, r.flags & flag::QINQ != 0) {
+        (false, _) => (None, None),
+        (true, false) => (vid(ethernet::HEADER_LEN), None),
+        (true, true) => (
+            vid(ethernet::HEADER_LEN),
+            vid(ethernet::HEADER_LEN + vlan::HEADER_LEN),
+        ),
     }
 }
 
@@ -550,18 +620,20 @@ mod tests {
         h[0] = 0x65;
         v6.extend(h);
         assert_eq!(parse(&v6).l4, 0, "version 6 in an IPv4 frame");
-        // Ports cut by the total length are not ports.
+        // Ports cut by the frame are not ports.
         let mut short = eth(&[], 0x0800);
         short.extend(ip(5, 22, 0, 17, &PORTS));
+        short.truncate(short.len() - PORTS.len() + 2);
         assert_eq!(ports(&parse(&short), &short), None);
-        // A total length below the header's: the frame bounds the ports.
+        // The frame bounds the ports, not the total length (ip4-input checks that).
         let mut bogus = eth(&[], 0x0800);
         bogus.extend(ip(5, 3, 0, 17, &PORTS));
         assert_eq!(ports(&parse(&bogus), &bogus), Some((5000, 53)));
     }
 
     /// The common-case shortcut of [`frame`] records what [`parse`] finds, for valid
-    /// frames and for every one-byte corruption of their headers and every length cut.
+    /// frames, every length cut of them, and each header byte from the ethertype on
+    /// flipped by four bit patterns.
     #[test]
     fn the_shortcut_agrees_with_the_full_parse() {
         use netbatch_engine::{Pool, PoolConfig};

@@ -211,10 +211,21 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         crate::bytes::get_ipv4(self.buffer.as_ref(), field::DST.start)
     }
 
+    /// Where the header ends in the buffer: `header_len()`, kept between the fixed part
+    /// and the buffer's end. Equal to `header_len()` on a checked view; on a view of the
+    /// fixed part alone (`new_unchecked` over 20 bytes, IHL unchecked) it keeps the
+    /// accessors below from panicking: they see no options and no payload.
+    #[inline]
+    fn header_end(&self) -> usize {
+        let len = self.buffer.as_ref().len();
+        self.header_len().max(HEADER_LEN).min(len)
+    }
+
     /// The options area: bytes 20 to `header_len()` (empty when IHL is 5).
     #[inline]
     pub fn options(&self) -> &[u8] {
-        &self.buffer.as_ref()[HEADER_LEN..self.header_len()]
+        let end = self.header_end();
+        &self.buffer.as_ref()[HEADER_LEN.min(end)..end]
     }
 
     /// End of the payload: `total_len` clamped to the buffer, and not before the header end.
@@ -223,7 +234,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         let len = self.buffer.as_ref().len();
         usize::from(self.total_len())
             .min(len)
-            .max(self.header_len())
+            .max(self.header_end())
     }
 
     /// The payload: bytes from `header_len()` up to `min(total_len, buffer length)`; empty if
@@ -231,13 +242,13 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     #[inline]
     pub fn payload(&self) -> &[u8] {
         let end = self.payload_end();
-        &self.buffer.as_ref()[self.header_len()..end]
+        &self.buffer.as_ref()[self.header_end()..end]
     }
 
     /// Whether the header checksum verifies (the header, options included, sums to 0xffff).
     #[inline]
     pub fn verify_checksum(&self) -> bool {
-        let header = &self.buffer.as_ref()[..self.header_len()];
+        let header = &self.buffer.as_ref()[..self.header_end()];
         checksum::fold(checksum::sum(header, 0)) == 0xffff
     }
 
@@ -377,21 +388,21 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Computes and stores the header checksum (over `header_len()` bytes).
     #[inline]
     pub fn fill_checksum(&mut self) {
-        let hl = self.header_len();
+        let hl = self.header_end();
         fill_header_checksum(self.buffer.as_mut(), hl);
     }
 
     /// Mutable options area.
     #[inline]
     pub fn options_mut(&mut self) -> &mut [u8] {
-        let hl = self.header_len();
-        &mut self.buffer.as_mut()[HEADER_LEN..hl]
+        let hl = self.header_end();
+        &mut self.buffer.as_mut()[HEADER_LEN.min(hl)..hl]
     }
 
     /// Mutable payload, with the same bounds as [`Self::payload`].
     #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let (start, end) = (self.header_len(), self.payload_end());
+        let (start, end) = (self.header_end(), self.payload_end());
         &mut self.buffer.as_mut()[start..end]
     }
 }
@@ -852,6 +863,24 @@ mod tests {
                 let _ = (m.options_mut().len(), m.payload_mut().len());
                 m.fill_checksum();
             }
+        }
+
+        /// A view of the fixed header alone (what the stack reads through a 20-byte
+        /// array, its IHL unchecked) panics on no accessor, whatever the IHL and total
+        /// length say: the options and payload it cannot hold are empty, the checksum
+        /// covers the 20 bytes it holds.
+        #[test]
+        fn a_fixed_part_view_never_panics(mut h in any::<[u8; 20]>(), ihl in 0u8..16) {
+            h[0] = 0x40 | ihl;
+            let p = Ipv4Packet::new_unchecked(&h);
+            prop_assert!(p.options().is_empty());
+            prop_assert!(p.payload().is_empty());
+            let _ = (p.verify_checksum(), p.check_options());
+            let mut copy = h;
+            let mut m = Ipv4Packet::new_unchecked(&mut copy);
+            prop_assert!(m.options_mut().is_empty() && m.payload_mut().is_empty());
+            m.fill_checksum();
+            prop_assert!(Ipv4Packet::new_unchecked(&copy).verify_checksum());
         }
 
         /// Headers built by etherparse (with options) read the same through our view.

@@ -27,6 +27,10 @@ mod field {
 /// Length of a TCP header without options (the minimum).
 pub const HEADER_LEN: usize = field::OPTIONS;
 
+/// Where the checksum field is in the header (what a device completing a partial
+/// checksum is told).
+pub const CHECKSUM_AT: usize = field::CHECKSUM;
+
 /// Longest TCP header (data offset 15).
 pub const MAX_HEADER_LEN: usize = 60;
 
@@ -319,7 +323,8 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// The raw options area: bytes 20 to `header_len()`.
     #[inline]
     pub fn options(&self) -> &[u8] {
-        &self.buffer.as_ref()[HEADER_LEN..self.header_len()]
+        let end = self.header_end();
+        &self.buffer.as_ref()[HEADER_LEN.min(end)..end]
     }
 
     /// Iterates over the parsed options.
@@ -331,7 +336,17 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// The data: everything after the header.
     #[inline]
     pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[self.header_len()..]
+        &self.buffer.as_ref()[self.header_end()..]
+    }
+
+    /// Where the header ends in the buffer: `header_len()`, kept between the fixed part
+    /// and the buffer's end. Equal to `header_len()` on a checked view; on a view of the
+    /// fixed part alone (`new_unchecked`, data offset unchecked) it keeps the accessors
+    /// from panicking: they see no options and no payload.
+    #[inline]
+    fn header_end(&self) -> usize {
+        let len = self.buffer.as_ref().len();
+        self.header_len().max(HEADER_LEN).min(len)
     }
 
     /// Sum of pseudo-header and segment; `None` if the segment is longer than 65535 bytes.
@@ -423,14 +438,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     /// Mutable options area.
     #[inline]
     pub fn options_mut(&mut self) -> &mut [u8] {
-        let hl = self.header_len();
-        &mut self.buffer.as_mut()[HEADER_LEN..hl]
+        let hl = self.header_end();
+        &mut self.buffer.as_mut()[HEADER_LEN.min(hl)..hl]
     }
 
     /// Mutable data.
     #[inline]
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let hl = self.header_len();
+        let hl = self.header_end();
         &mut self.buffer.as_mut()[hl..]
     }
 }
@@ -935,6 +950,18 @@ mod tests {
                 let _ = (m.options_mut().len(), m.payload_mut().len());
                 m.fill_checksum(Ipv4Addr::LOCALHOST, Ipv4Addr::BROADCAST);
             }
+        }
+
+        /// A view of the fixed header alone (20 bytes, data offset unchecked) panics on
+        /// no accessor: the options and payload it cannot hold are empty.
+        #[test]
+        fn a_fixed_part_view_never_panics(h in any::<[u8; 20]>()) {
+            let p = TcpPacket::new_unchecked(&h);
+            prop_assert!(p.options().is_empty() && p.payload().is_empty());
+            prop_assert_eq!(p.options_iter().count(), 0);
+            let mut copy = h;
+            let mut m = TcpPacket::new_unchecked(&mut copy);
+            prop_assert!(m.options_mut().is_empty() && m.payload_mut().is_empty());
         }
 
         #[test]

@@ -32,6 +32,10 @@ mod field {
 /// Length of the UDP header.
 pub const HEADER_LEN: usize = field::PAYLOAD;
 
+/// Where the checksum field is in the header (what a device completing a partial
+/// checksum is told).
+pub const CHECKSUM_AT: usize = field::CHECKSUM;
+
 /// The value to transmit for a computed UDP checksum: 0 becomes 0xffff (0 on the wire means
 /// "no checksum").
 #[inline]

@@ -8,7 +8,8 @@ use netbatch_stack::meta::flag;
 use std::sync::Arc;
 
 use netbatch_stack::udp::socket::UdpSocket;
-use netbatch_wire::checksum;
+use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+use netbatch_wire::udp::UdpPacket;
 
 use super::App;
 
@@ -38,48 +39,46 @@ impl UdpEcho {
 }
 
 /// Turns a queued datagram (starting at its IPv4 header, as the UDP stage leaves it) into
-/// its echo. Returns `false` if the layout is not as expected.
+/// its echo: a fresh 20-byte IPv4 header (options dropped) from us to its sender, the
+/// ports swapped and the UDP checksum recomputed. Returns `false` if the datagram is not
+/// whole (the UDP stage checked it; a bug otherwise).
 fn make_echo(b: &mut netbatch_engine::PktMut<'_>, ident: u16) -> bool {
-    let ihl = usize::from(b.meta.l4.wrapping_sub(b.meta.l3));
-    if b.meta.data != b.meta.l3 || ihl < 20 {
+    if b.meta.data != b.meta.l3 {
         return false;
     }
-    // Drop IP options: a fresh 20-byte header right before the UDP header.
-    let d = b.data();
-    if d.len() < ihl + 8 {
+    let Ok(ip) = Ipv4Packet::new_checked(b.data()) else {
+        return false;
+    };
+    let ihl = ip.header_len();
+    let Ok(udp) = UdpPacket::new_checked(&b.data()[ihl..]) else {
+        return false;
+    };
+    // The reply goes back: its source is the request's destination.
+    let reply = Ipv4Repr {
+        src: ip.dst(),
+        dst: ip.src(),
+        protocol: Protocol::UDP,
+        payload_len: 0,
+        ttl: 64,
+        dscp_ecn: ip.dscp_ecn(),
+        ident,
+        dont_frag: false,
+    };
+    let (sport, dport) = (udp.src_port(), udp.dst_port());
+    if !b.pull(ihl - Ipv4Repr::HEADER_LEN) {
         return false;
     }
-    let (src, dst, tos) = (
-        [d[12], d[13], d[14], d[15]],
-        [d[16], d[17], d[18], d[19]],
-        d[1],
-    );
-    if !b.pull(ihl - 20) {
-        return false;
+    let payload_len = b.data().len() - Ipv4Repr::HEADER_LEN;
+    let (h, l4) = b.data_mut().split_at_mut(Ipv4Repr::HEADER_LEN);
+    Ipv4Repr {
+        payload_len,
+        ..reply
     }
-    let total = b.meta.len;
-    let m = b.data_mut();
-    m[0] = 0x45;
-    m[1] = tos;
-    m[2..4].copy_from_slice(&total.to_be_bytes());
-    m[4..6].copy_from_slice(&ident.to_be_bytes());
-    m[6..8].copy_from_slice(&[0, 0]);
-    m[8] = 64;
-    m[9] = 17;
-    m[10..12].copy_from_slice(&[0, 0]);
-    m[12..16].copy_from_slice(&dst);
-    m[16..20].copy_from_slice(&src);
-    let (sp, dp) = ([m[20], m[21]], [m[22], m[23]]);
-    m[20..22].copy_from_slice(&dp);
-    m[22..24].copy_from_slice(&sp);
-    m[26..28].copy_from_slice(&[0, 0]);
-    let ulen = u16::from_be_bytes([m[24], m[25]]);
-    let acc = checksum::pseudo_header_v4(dst.into(), src.into(), 17, ulen);
-    let end = (20 + usize::from(ulen)).min(m.len());
-    let c = netbatch_wire::udp::checksum_on_wire(checksum::finish(checksum::sum(&m[20..end], acc)));
-    m[26..28].copy_from_slice(&c.to_be_bytes());
-    b.meta.l3 = b.meta.data;
-    b.meta.l4 = b.meta.data + 20;
+    .emit(&mut Ipv4Packet::new_unchecked(h));
+    let mut udp = UdpPacket::new_unchecked(l4);
+    udp.set_src_port(dport);
+    udp.set_dst_port(sport);
+    udp.fill_checksum(reply.src, reply.dst);
     b.meta.flags = (b.meta.flags & flag::TRACE) | flag::ORIGINATED;
     b.meta.out_if = u16::MAX;
     true
@@ -111,5 +110,64 @@ impl App for UdpEcho {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![("echoed", self.echoed), ("failed", self.failed)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netbatch_engine::{Pool, PoolConfig};
+
+    /// A request with IP options, TOS 0x28 and TTL 3 (built by etherparse) becomes its
+    /// echo, as etherparse reads it: addresses and ports swapped, a 20-byte header with
+    /// TTL 64, the TOS kept and the given identification, valid header and UDP
+    /// checksums, the payload untouched.
+    #[test]
+    fn a_request_becomes_its_echo() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 8,
+            cache_size: 4,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        let mut cache = pool.cache();
+        let headroom = usize::from(pool.config().headroom);
+        let payload = b"echo me, please";
+        let mut ip = etherparse::Ipv4Header::new(
+            (8 + payload.len()) as u16,
+            3,
+            etherparse::IpNumber::UDP,
+            [198, 51, 100, 7],
+            [198, 51, 100, 1],
+        )
+        .unwrap();
+        ip.dscp = etherparse::IpDscp::try_new(0x28 >> 2).unwrap();
+        ip.options = [1, 1, 1, 0].into(); // NOP, NOP, NOP, end of options
+        let udp = etherparse::UdpHeader::with_ipv4_checksum(4000, 7, &ip, payload).unwrap();
+        let mut bytes = ip.to_bytes().to_vec();
+        bytes.extend_from_slice(&udp.to_bytes());
+        bytes.extend_from_slice(payload);
+
+        let mut p = cache.alloc().unwrap();
+        let mut v = pool.get_mut(&mut p);
+        assert!(v.set_data(headroom, &bytes));
+        v.meta.l3 = v.meta.data;
+        assert!(make_echo(&mut v, 0x1234));
+
+        let (h, rest) = etherparse::Ipv4Header::from_slice(v.data()).unwrap();
+        assert_eq!(
+            (h.source, h.destination),
+            ([198, 51, 100, 1], [198, 51, 100, 7])
+        );
+        assert_eq!((h.time_to_live, h.dscp.value() << 2), (64, 0x28));
+        assert_eq!((h.identification, h.options.len()), (0x1234, 0));
+        assert_eq!(h.header_checksum, h.calc_header_checksum());
+        assert_eq!(usize::from(h.total_len), 20 + 8 + payload.len());
+        let (u, data) = etherparse::UdpHeader::from_slice(rest).unwrap();
+        assert_eq!((u.source_port, u.destination_port), (7, 4000));
+        assert_eq!(data, payload);
+        assert_eq!(u.checksum, u.calc_checksum_ipv4(&h, data).unwrap());
+        assert!(v.meta.flags & flag::ORIGINATED != 0);
+        cache.free(p);
     }
 }

@@ -1,10 +1,9 @@
 //! `hook-*`: one stage per hook point, evaluating its chain over the list.
 
 use netbatch_engine::{Cx, Out, PktList, PktRef, Reason, Stage};
-use netbatch_wire::ipv4::Ipv4Packet;
 
 use super::{Chain, HookPoint, Key, Verdict};
-use crate::dissect::{self, Dissected};
+use crate::dissect::MatchKey;
 use crate::host::Host;
 
 netbatch_engine::reasons! {
@@ -37,9 +36,13 @@ pub struct HookStage {
 impl HookStage {
     /// The stage for `hook` with `chain`.
     pub fn new(hook: HookPoint, chain: Chain) -> Self {
-        // The set declares one reason per hook, in `HookPoint::ALL` order.
-        let i = HookPoint::ALL.iter().position(|&h| h == hook).unwrap_or(0);
-        let reason = &reason::ALL[i..=i];
+        let reason: &'static [Reason] = match hook {
+            HookPoint::Prerouting => &[reason::PREROUTING],
+            HookPoint::Input => &[reason::INPUT],
+            HookPoint::Forward => &[reason::FORWARD],
+            HookPoint::Output => &[reason::OUTPUT],
+            HookPoint::Postrouting => &[reason::POSTROUTING],
+        };
         let hits = vec![0; chain.rules.len() + 1];
         Self {
             hook,
@@ -54,23 +57,12 @@ impl HookStage {
 /// hook where its interfaces are `in_if` and `out_if`.
 #[inline(always)]
 pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
-    let r = Dissected::load(v.meta);
-    let d = v.data();
-    let (proto, src, dst) = match d
-        .get(usize::from(r.l3)..)
-        .and_then(<[u8]>::first_chunk::<20>)
-    {
-        Some(h) => {
-            let ip = Ipv4Packet::new_unchecked(h);
-            (ip.protocol().0, u32::from(ip.src()), u32::from(ip.dst()))
-        }
-        None => (0, 0, 0),
-    };
+    let k = MatchKey::of(v.meta, v.data());
     Key {
-        proto,
-        src,
-        dst,
-        ports: dissect::ports(&r, d),
+        proto: k.proto,
+        src: u32::from(k.src),
+        dst: u32::from(k.dst),
+        ports: k.ports,
         in_if,
         out_if,
     }

@@ -6,9 +6,10 @@
 //! POSTROUTING (everything leaving). A hook with no rules and an accept policy is left
 //! out of the graph altogether, so it costs nothing (the kernel's static key).
 //!
-//! Matching reads the IPv4 header at `Meta::l3`; ports are matched only for TCP and UDP
-//! first fragments whose header holds them (a rule with a port match never matches a
-//! packet whose ports are unknown).
+//! Matching reads the packet's [`MatchKey`](crate::dissect::MatchKey): the IPv4 header at
+//! `Meta::l3` and, for protocols with ports (TCP, UDP, SCTP, UDP-Lite) in a packet that
+//! is not a later fragment, the ports where the dissector located the L4 header (a rule
+//! with a port match never matches a packet whose ports are unknown).
 
 use core::fmt;
 

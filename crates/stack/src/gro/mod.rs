@@ -50,7 +50,6 @@ use netbatch_wire::ethernet::{self, EthernetFrame};
 use netbatch_wire::ipv4::Ipv4Packet;
 use netbatch_wire::tcp::{TcpFlags, TcpPacket};
 use netbatch_wire::udp::{self, UdpPacket};
-use netbatch_wire::vlan::{self, VlanHeader};
 
 use crate::dissect::{self, Dissected, Frag, L3, L4};
 use crate::ip4::header;
@@ -156,22 +155,11 @@ pub(crate) struct Seg {
 /// `Seg::psum` not computed.
 const NO_PSUM: u32 = u32::MAX;
 
-/// The VLAN tags of frame `d`, which the dissector found `flags` on, as `FlowKey::tags`.
-fn tags_of(d: &[u8], flags: u32) -> u32 {
-    let tag = |at: usize| {
-        d.get(at..)
-            .and_then(<[u8]>::first_chunk::<{ vlan::HEADER_LEN }>)
-            .map_or(0, |t| {
-                0x8000 | u32::from(VlanHeader::new_unchecked(t).vid())
-            })
-    };
-    match (flags & flag::VLAN != 0, flags & flag::QINQ != 0) {
-        (false, _) => 0,
-        (true, false) => tag(ethernet::HEADER_LEN) << 16,
-        (true, true) => {
-            (tag(ethernet::HEADER_LEN) << 16) | tag(ethernet::HEADER_LEN + vlan::HEADER_LEN)
-        }
-    }
+/// The VLAN tags of frame `d`, dissected as `r`, as `FlowKey::tags`.
+fn tags_of(r: &Dissected, d: &[u8]) -> u32 {
+    let tag = |v: Option<u16>| v.map_or(0, |v| 0x8000 | u32::from(v));
+    let (outer, inner) = dissect::vids(r, d);
+    (tag(outer) << 16) | tag(inner)
 }
 
 /// Reads frame `d` (from its Ethernet header), received on `port` and dissected as `r`.
@@ -199,7 +187,7 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
     };
     let key = FlowKey {
         port,
-        tags: tags_of(d, r.flags),
+        tags: tags_of(r, d),
         macs,
         src: u32::from(ip.src()),
         dst: u32::from(ip.dst()),
@@ -917,12 +905,15 @@ mod tests {
             .map(|p| {
                 let v = pool.get(p);
                 let d = v.data();
+                let r = dissect::parse(d);
+                let (l3, l4) = (usize::from(r.l3), usize::from(r.l4));
                 let payload = if v.meta.segs > 1 {
                     v.meta.gso_size
                 } else {
-                    get_u16(d, 16) - 20 - if d[23] == 6 { 20 } else { 8 }
+                    let l4_hdr = if r.l4_kind() == Some(L4::Tcp) { 20 } else { 8 };
+                    get_u16(d, l3 + 2) - (l4 - l3) as u16 - l4_hdr
                 };
-                (get_u16(d, 34), v.meta.segs.max(1), payload)
+                (get_u16(d, l4), v.meta.segs.max(1), payload)
             })
             .collect();
         c.free_all(&mut done);
@@ -941,6 +932,44 @@ mod tests {
             .write(&mut v, &[5u8; 200])
             .unwrap();
         v
+    }
+
+    /// `f` with two tags inserted after its MAC addresses: an 802.1ad S-tag of VLAN
+    /// `outer`, then an 802.1Q C-tag of VLAN `inner`.
+    fn qinq(f: &[u8], outer: u16, inner: u16) -> Vec<u8> {
+        let mut g = f[..12].to_vec();
+        g.extend([0x88, 0xa8]);
+        g.extend(outer.to_be_bytes());
+        g.extend([0x81, 0x00]);
+        g.extend(inner.to_be_bytes());
+        g.extend(&f[12..]);
+        g
+    }
+
+    /// Double-tagged frames merge as untagged ones do, per tag stack (the kernel's VLAN
+    /// GRO peels each tag in turn; a flow is its tags too): flow 1000 behind S-VLAN 100,
+    /// C-VLAN 200 merges its three in-order segments although a segment of the same
+    /// TCP flow behind C-VLAN 300 comes between them, which stays alone; both kinds of
+    /// GRO.
+    #[test]
+    fn double_tagged_segments_merge_per_tag_stack() {
+        let frames = [
+            qinq(&seg(1000, 1), 100, 200),
+            qinq(&seg(1000, 201), 100, 200),
+            qinq(&seg(1000, 201), 100, 300),
+            qinq(&seg(1000, 401), 100, 200),
+        ];
+        for kind in [Kind::Standard, Kind::Fraglist] {
+            let (out, _) = run(&frames, kind, false);
+            let mut out = out;
+            out.sort_unstable();
+            assert_eq!(out, [(1000, 1, 200), (1000, 3, 200)], "{kind:?}");
+        }
+        // Untagged, the same segments are one flow: the third, out of sequence,
+        // completes the first two and starts a train that the fourth joins.
+        let plain = [seg(1000, 1), seg(1000, 201), seg(1000, 201), seg(1000, 401)];
+        let (out, _) = run(&plain, Kind::Standard, false);
+        assert_eq!(out, [(1000, 2, 200), (1000, 2, 200)]);
     }
 
     fn bucket_of(f: &[u8]) -> usize {

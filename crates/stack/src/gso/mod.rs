@@ -72,7 +72,11 @@ impl Layout {
 
     /// Offset of the L4 checksum from the L4 header.
     fn csum_at(&self) -> usize {
-        if self.tcp { 16 } else { 6 }
+        if self.tcp {
+            netbatch_wire::tcp::CHECKSUM_AT
+        } else {
+            udp::CHECKSUM_AT
+        }
     }
 
     /// The IP protocol number.

@@ -1,4 +1,4 @@
-//! `ip4-icmp-error`: turns a packet whose `Meta::reason` names an ICMP-worthy failure
+//! `ip4-icmp-error`: turns a packet whose `Meta::note` holds the [`Cause`] of an ICMP-worthy failure
 //! into that ICMP error, in its own buffer, and sends it to `ip4-local-out`.
 //!
 //! The error is built in the offending packet's own buffer (nothing is allocated), so
@@ -464,5 +464,27 @@ mod tests {
             assert_eq!(Cause::from_note(c.note()), Some(c), "{c:?} round-trips");
         }
         assert_eq!(Cause::from_note(0), None, "0 is no cause");
+    }
+
+    /// A cause that gets no error is counted under the drop reason its stage declares,
+    /// by the names operators see (those of the drop counters before causes moved out of
+    /// the reasons), and its sent-errors counter is named after that reason.
+    #[test]
+    fn causes_count_under_their_stages_reasons() {
+        let want = [
+            (Cause::TtlExpired, "ttl_expired"),
+            (Cause::NoRoute, "no_route"),
+            (Cause::RouteUnreachable, "route_unreachable"),
+            (Cause::NeighFailed, "neigh_failed"),
+            (Cause::UnknownProtocol, "unknown_protocol"),
+            (Cause::NoSocket, "no_socket"),
+            (Cause::FragNeeded, "frag_needed"),
+            (Cause::RouteProhibit, "route_prohibit"),
+        ];
+        assert_eq!(want.len(), Cause::ALL.len());
+        for (c, name) in want {
+            assert_eq!(c.reason().to_string(), name, "{c:?}");
+            assert_eq!(c.counter(), format!("sent_{name}"), "{c:?}");
+        }
     }
 }

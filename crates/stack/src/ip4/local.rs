@@ -1,6 +1,6 @@
 //! `ip4-local`: local delivery demux by IP protocol.
 //!
-//! Fragments are dropped (`Ip4FragReassembly`: netbatch does not reassemble); UDP, ICMP
+//! Fragments are dropped (`ip4_frag_reassembly`: netbatch does not reassemble); UDP, ICMP
 //! and TCP go to their stages; any other protocol asks for ICMP protocol unreachable
 //! (RFC 1122 3.2.2.1), which `ip4-icmp-error` suppresses for broadcasts.
 

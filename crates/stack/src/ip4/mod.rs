@@ -4,7 +4,7 @@
 //! demux) | `ip4-forward` (TTL, MTU) → … and, for packets this host originates,
 //! `ip4-local-out` (route and finish the header). `ip4-fragment` takes what the
 //! neighbour stage finds too large for its output MTU. `ip4-icmp-error` turns a packet whose
-//! `Meta::reason` names an ICMP-worthy failure into that ICMP error, in place.
+//! `Meta::note` holds an ICMP-worthy cause into that ICMP error, in place.
 //!
 //! Invariant after `ip4-input`: the packet starts at a valid IPv4 header
 //! (`Meta::data == Meta::l3`), its length equals the header's total length, the header

@@ -15,7 +15,7 @@
 //!
 //! A unicast packet received as link-layer broadcast or multicast is not forwarded (RFC
 //! 1812 5.3.4). Unreachable and prohibit routes and a missing route send the packet to
-//! `ip4-icmp-error` with the reason in `Meta::reason`; blackhole routes drop silently.
+//! `ip4-icmp-error` with the cause in `Meta::note`; blackhole routes drop silently.
 
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};

@@ -10,11 +10,10 @@
 //! once per run of packets from the same port (a list from one poll is one port). The
 //! link header is pulled: later stages see the packet start at its L3 header.
 
-use netbatch_engine::{Cx, Next, Out, PktList, Reason, Stage};
+use netbatch_engine::{Cx, Meta, Next, Out, PktList, Reason, Stage};
 use netbatch_wire::ethernet::{EthernetFrame, HEADER_LEN, MacAddr};
-use netbatch_wire::vlan::VlanHeader;
 
-use crate::dissect::{self, L3};
+use crate::dissect::{self, Dissected, L3};
 use crate::host::Host;
 use crate::iface::Tags;
 use crate::meta::flag;
@@ -65,22 +64,14 @@ fn link_error(kind: u8) -> Reason {
     }
 }
 
-/// The tag stack of a frame the dissector found `flags` on (VIDs read from the tags).
+/// The tag stack of a frame the dissector found tags on.
 #[inline]
-fn tags_of(d: &[u8], flags: u32) -> Tags {
-    let vid = |at: usize| {
-        d.get(at..)
-            .and_then(<[u8]>::first_chunk::<4>)
-            .map_or(0, |t| VlanHeader::new_unchecked(t).vid())
-    };
-    if flags & flag::QINQ != 0 {
-        Tags::QinQ(vid(HEADER_LEN), vid(HEADER_LEN + 4))
-    } else {
-        match vid(HEADER_LEN) {
-            // Priority-tagged (VID 0) frames belong to the untagged interface.
-            0 => Tags::None,
-            v => Tags::Dot1q(v),
-        }
+fn tags_of(m: &Meta, d: &[u8]) -> Tags {
+    match dissect::vids(&Dissected::load(m), d) {
+        (Some(s), Some(c)) => Tags::QinQ(s, c),
+        // Priority-tagged (VID 0) frames belong to the untagged interface.
+        (Some(0) | None, _) => Tags::None,
+        (Some(v), None) => Tags::Dot1q(v),
     }
 }
 
@@ -139,7 +130,7 @@ impl Stage<Host> for EthInput {
                 continue;
             }
             let iface = if m.flags & flag::VLAN != 0 {
-                host.ports[usize::from(port)].iface_for(tags_of(d, m.flags))
+                host.ports[usize::from(port)].iface_for(tags_of(m, d))
             } else {
                 native
             };

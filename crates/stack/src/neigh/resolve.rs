@@ -5,12 +5,13 @@
 //! the fragments back, or answers ICMP fragmentation needed.
 //!
 //! Resolved → header pushed, on to the port's `tx-<port>` node (a super-packet the port
-//! cannot take whole, and what follows it to that port in the list, to `gso`). Stale → sent, and a unicast ARP probe is due
-//! once per retransmit interval. Unresolved → the packet waits in the neighbour's bounded
-//! queue (the oldest is dropped when it is full, `NeighQueueFull`) and a broadcast ARP
-//! request goes out (originated). Broadcast and multicast next hops map to their MACs
-//! without ARP (RFC 1112 6.4). Within a list, each next hop is resolved once: its L2
-//! header is kept in a small direct-mapped cache for the rest of the list.
+//! cannot take whole, and what follows it to that port in the list, to `gso`). Stale →
+//! sent, and a unicast ARP probe is due once per retransmit interval. Unresolved → the
+//! packet waits in the neighbour's bounded queue (the oldest is dropped when it is full,
+//! `neigh_queue_full`) and a broadcast ARP request goes out (originated). Broadcast and
+//! multicast next hops map to their MACs without ARP (RFC 1112 6.4). Within a list, each
+//! adjacency (for an on-link route, each destination) is resolved once: its L2 header is
+//! kept in a small direct-mapped cache for the rest of the list.
 
 use netbatch_engine::{Cx, Next, Out, PktList, Stage};
 use netbatch_wire::ethernet::{EtherType, MacAddr};
@@ -77,9 +78,9 @@ fn group_mac(nh: u32, host: &Host, out_if: u16) -> Option<MacAddr> {
         .then_some(MacAddr::BROADCAST)
 }
 
-/// The L2 header for one (interface, next hop): destination and source MAC, the
-/// interface's VLAN tags, the IPv4 ethertype. Built once per list (or per change of next
-/// hop) and copied in front of every packet that follows (VPP's adjacency rewrite).
+/// The L2 header for one adjacency (interface and next hop): destination and source MAC,
+/// the interface's VLAN tags, the IPv4 ethertype. Built once per list for each adjacency
+/// met and copied in front of every packet that follows (VPP's adjacency rewrite).
 #[derive(Clone, Copy)]
 struct Rewrite {
     /// What it is for: the adjacency, and for an on-link one the destination

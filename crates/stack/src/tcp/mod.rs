@@ -1,6 +1,6 @@
 //! TCP to our own addresses: netbatch terminates no TCP itself. `tcp-input` hands such
 //! packets to the host kernel when a host port (TAP) is configured, else drops them
-//! (`TcpNoHandler`).
+//! (`tcp_no_handler`).
 
 use netbatch_engine::{Cx, Out, PktList, Stage};
 

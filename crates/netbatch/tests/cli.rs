@@ -12,6 +12,44 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
+/// Runs `netbatch replay` of `input` with `config`, writing into `dir`, and returns the
+/// capture it wrote and its stats document; fails the test if it does not finish
+/// successfully within `secs` seconds (it is killed then).
+fn replay_within(
+    config: &Path,
+    input: &Path,
+    dir: &Path,
+    secs: u64,
+) -> (PathBuf, serde_json::Value) {
+    let (out, stats) = (dir.join("out.pcapng"), dir.join("stats.json"));
+    let mut child = netbatch()
+        .args(["replay", "--config"])
+        .arg(config)
+        .arg("--in")
+        .arg(input)
+        .arg("--out")
+        .arg(&out)
+        .arg("--stats-json")
+        .arg(&stats)
+        .spawn()
+        .expect("run");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(secs) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("replay did not finish within {secs} s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success());
+    let s = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    (out, s)
+}
+
 #[test]
 fn shipped_examples_validate() {
     let out = netbatch()
@@ -158,21 +196,7 @@ fn replay_writes_frames_and_stats() {
     ];
     let input = dir.join("in.pcap");
     netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();
-    let (out, stats) = (dir.join("out.pcapng"), dir.join("stats.json"));
-    let status = netbatch()
-        .args(["replay", "--config"])
-        .arg(examples().join("router.toml"))
-        .arg("--in")
-        .arg(&input)
-        .arg("--out")
-        .arg(&out)
-        .arg("--stats-json")
-        .arg(&stats)
-        .status()
-        .expect("run");
-    assert!(status.success());
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let (out, s) = replay_within(&examples().join("router.toml"), &input, &dir, 60);
     for k in [
         "rx_packets",
         "tx_packets",
@@ -255,33 +279,7 @@ fn replay_out_of_buffers_finishes_and_counts_every_frame() {
     });
     let input = dir.join("in.pcap");
     netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();
-    let (out, stats) = (dir.join("out.pcapng"), dir.join("stats.json"));
-    let mut child = netbatch()
-        .args(["replay", "--config"])
-        .arg(&config)
-        .arg("--in")
-        .arg(&input)
-        .arg("--out")
-        .arg(&out)
-        .arg("--stats-json")
-        .arg(&stats)
-        .spawn()
-        .expect("run");
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if started.elapsed() > std::time::Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("replay did not finish within 60 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    assert!(status.success());
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let (_, s) = replay_within(&config, &input, &dir, 60);
     let n = |k: &str| s[k].as_u64().unwrap();
     assert_eq!(n("rx_packets"), 301, "every frame of the capture");
     assert_eq!(s["drops"]["frame_too_long"], 1);
@@ -565,33 +563,7 @@ fn replay_receives_on_its_port_whatever_rx_workers_says() {
         .collect();
     let input = dir.join("in.pcap");
     netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();
-    let (out, stats) = (dir.join("out.pcapng"), dir.join("stats.json"));
-    let mut child = netbatch()
-        .args(["replay", "--config"])
-        .arg(&config)
-        .arg("--in")
-        .arg(&input)
-        .arg("--out")
-        .arg(&out)
-        .arg("--stats-json")
-        .arg(&stats)
-        .spawn()
-        .expect("run");
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if started.elapsed() > std::time::Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("replay did not finish within 20 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    assert!(status.success());
-    let s: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let (_, s) = replay_within(&config, &input, &dir, 20);
     assert_eq!(s["rx_packets"], 5, "{s}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -11,9 +11,11 @@
 //!   length inside the frame), `l4` and `l4_type` (the IP protocol number);
 //! - flags: [`flag::VLAN`] and [`flag::QINQ`].
 //!
-//! What lies at those offsets is then read through this module, not walked again:
-//! whether the packet is a fragment ([`fragment`]), its ports ([`ports`]), its flow
-//! ([`FlowKey`]) and flow hash ([`flow_hash`]), each a field read at a known place.
+//! What lies at those offsets is then read through this module, not walked again: the
+//! tag stack ([`vids`]), whether the packet is a fragment ([`fragment`]), its ports
+//! ([`ports`]), TCP control bits ([`tcp_flags`]), ICMP type and code ([`icmp_type`]), what
+//! a filter matches ([`MatchKey`]), its flow ([`FlowKey`]) and flow hash ([`flow_hash`]),
+//! each a field read at a known place.
 //!
 //! The dissector does not validate: it locates. The input stages check what they own
 //! (`ip4-input` the checksum, lengths and addresses) and give each failure its reason.
@@ -27,10 +29,12 @@ use core::net::Ipv4Addr;
 use netbatch_engine::{Meta, PktMut};
 use netbatch_wire::bytes::get_u16;
 use netbatch_wire::ethernet::{self, EtherType, EthernetFrame};
+use netbatch_wire::icmpv4::{self, Icmpv4Packet, Icmpv4Type};
 use netbatch_wire::ipv4::{Ipv4Packet, Protocol};
+use netbatch_wire::tcp::{self, TcpFlags, TcpPacket};
 use netbatch_wire::toeplitz::Toeplitz;
+use netbatch_wire::udp;
 use netbatch_wire::vlan::{self, VlanHeader};
-use netbatch_wire::{tcp, udp};
 
 use crate::meta::flag;
 
@@ -404,6 +408,34 @@ fn ports_in(ip: &Ipv4Packet<&[u8; 20]>, l4: u16, d: &[u8]) -> Option<(u16, u16)>
     Some((get_u16(p, 0), get_u16(p, 2)))
 }
 
+/// The L4 header of a packet dissected as `r` in `d`, when it is of kind `kind`, located,
+/// whole (`len` bytes in the buffer) and not in a later fragment (which has none).
+#[inline]
+fn l4_header<'a>(r: &Dissected, d: &'a [u8], kind: L4, len: usize) -> Option<&'a [u8]> {
+    let ip = ip4_header(r, d)?;
+    if r.l4_kind()? != kind || ip.frag_offset() != 0 {
+        return None;
+    }
+    d.get(usize::from(r.l4)..)?.get(..len)
+}
+
+/// The control bits of a TCP segment dissected as `r` in `d` (RFC 9293 3.1), when its
+/// header's fixed part is in the buffer.
+#[inline]
+pub fn tcp_flags(r: &Dissected, d: &[u8]) -> Option<TcpFlags> {
+    let h = l4_header(r, d, L4::Tcp, tcp::HEADER_LEN)?;
+    Some(TcpPacket::new_unchecked(h).flags())
+}
+
+/// The type and code of an ICMP message dissected as `r` in `d` (RFC 792), when its
+/// header is in the buffer.
+#[inline]
+pub fn icmp_type(r: &Dissected, d: &[u8]) -> Option<(Icmpv4Type, u8)> {
+    let h = l4_header(r, d, L4::Icmp, icmpv4::HEADER_LEN)?;
+    let m = Icmpv4Packet::new_unchecked(h);
+    Some((m.msg_type(), m.code()))
+}
+
 /// What a filter matches: protocol, addresses and ports of an IPv4 packet, read once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MatchKey {
@@ -589,6 +621,27 @@ mod tests {
         let r = parse(&icmp);
         assert_eq!(r.l4_kind(), Some(L4::Icmp));
         assert_eq!(FlowKey::of(&r, &icmp).unwrap().ports, None);
+        assert_eq!(icmp_type(&r, &icmp), Some((Icmpv4Type::ECHO_REQUEST, 0)));
+        assert_eq!(tcp_flags(&r, &icmp), None, "not TCP");
+        // TCP: the control bits of byte 13 (and the low bit of byte 12), SYN|ACK here.
+        let mut seg = [0u8; 20];
+        seg[..4].copy_from_slice(&PORTS[..4]);
+        seg[12] = 0x50;
+        seg[13] = 0x12;
+        let mut syn_ack = eth(&[(0x8100, 9)], 0x0800);
+        syn_ack.extend(ip(5, 40, 0, 6, &seg));
+        let r = parse(&syn_ack);
+        assert_eq!(tcp_flags(&r, &syn_ack), Some(TcpFlags(0x012)));
+        assert_eq!(icmp_type(&r, &syn_ack), None, "not ICMP");
+        assert_eq!(
+            tcp_flags(&r, &syn_ack[..syn_ack.len() - 1]),
+            None,
+            "header cut"
+        );
+        // A later fragment has no L4 header to read.
+        let mut later_icmp = eth(&[], 0x0800);
+        later_icmp.extend(ip(5, 28, 0x0001, 1, &[8, 0, 0, 0, 0, 1, 0, 1]));
+        assert_eq!(icmp_type(&parse(&later_icmp), &later_icmp), None);
     }
 
     #[test]

@@ -271,14 +271,15 @@ fn l4_header_len(frame: &[u8], hdr: &VnetHdr, kind: u8) -> Option<usize> {
 
 /// Completes a partial checksum: the one's-complement sum of `d[start..]` (whose field at
 /// `start + off` holds the pseudo-header sum), stored inverted at the field (RFC 1071).
-/// A UDP result of zero is sent as all ones (RFC 768); TCP keeps zero.
+/// A UDP result of zero is sent as all ones (RFC 768); TCP keeps zero (the field's place
+/// tells which: the two are at different offsets).
 pub fn complete(d: &mut [u8], start: usize, off: usize) {
     if start + off + 2 > d.len() {
         return;
     }
     let mut c = checksum::checksum(&d[start..]);
-    if c == 0 && off == 6 {
-        c = 0xffff;
+    if off == udp::CHECKSUM_AT {
+        c = udp::checksum_on_wire(c);
     }
     d[start + off..start + off + 2].copy_from_slice(&c.to_be_bytes());
 }

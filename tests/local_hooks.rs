@@ -403,7 +403,6 @@ fn rule_hits_count_wire_packets_of_gro_super_packets() {
         let mut s = spec(vec![(HookPoint::Prerouting, chain.clone())]);
         let gro = router(Gro::Standard);
         s.ports = gro.ports;
-        s.graph.gro = true;
         let mut lab = Lab::new(&s, mode, dispatch);
         let sock = lab
             .w

@@ -33,11 +33,6 @@ impl DropCounters {
         v
     }
 
-    /// Every reason known to the node, with its count (zero included).
-    pub fn all(&self) -> &[(Reason, u64)] {
-        &self.0
-    }
-
     /// Zeroes every count (the reasons stay known).
     pub fn clear(&mut self) {
         for (_, n) in &mut self.0 {

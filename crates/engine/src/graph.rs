@@ -524,7 +524,7 @@ impl<S> Graph<S> {
     /// Lets node `id` hand over what it holds (`Stage::flush`) and carries it through
     /// the rest of the graph: as one list, or, with `one_by_one` (per-packet mode), each
     /// packet through every stage before the next.
-    pub fn flush(&mut self, st: &mut S, cx: &mut Cx<'_>, id: NodeId, one_by_one: bool) {
+    fn flush(&mut self, st: &mut S, cx: &mut Cx<'_>, id: NodeId, one_by_one: bool) {
         let i = usize::from(id.0);
         let mut out = core::mem::take(&mut self.outs[i]);
         if out.pkts.capacity() == 0 {
@@ -600,10 +600,9 @@ impl<S> Graph<S> {
 
     /// Wire packets held by the stages themselves (coalescing tables).
     pub fn held(&self) -> u64 {
-        self.holders
-            .iter()
-            .map(|&i| self.nodes[usize::from(i)].stage.held())
-            .sum()
+        // Every node, not only those that declared `holds`: what the conservation law
+        // counts must not depend on a declaration.
+        self.nodes.iter().map(|n| n.stage.held()).sum()
     }
 
     /// Runs a single packet through the graph from `entry` (per-packet mode).

@@ -18,7 +18,7 @@ pub mod time;
 pub mod trace;
 
 pub use counters::{DropCounters, NodeSnapshot};
-pub use drop::{Reason, ReasonInfo, reason};
+pub use drop::{Reason, reason};
 pub use graph::{Dispatch, Graph, GraphBuilder, GraphError, Mode, NodeId, intern};
 pub use meta::Meta;
 pub use pool::{BufCache, Pkt, PktMut, PktRef, Pool, PoolConfig, PoolError};

@@ -247,9 +247,10 @@ pub trait Stage<S>: Send {
     /// Processes every packet of `list` (leaving it empty), in order.
     fn process(&mut self, st: &mut S, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out);
 
-    /// The drop reasons the stage declares (its error table): the node counts each from
-    /// the start, zero or not. It may drop for others too (a reason carried from an
-    /// earlier stage); those are counted as they occur.
+    /// The drop reasons the stage declares (its error table): the node keeps a counter
+    /// for each from the start, found first when it drops. It may drop for others too (a
+    /// reason carried from an earlier stage); those get a counter as they occur. Reports
+    /// list the non-zero counts.
     fn reasons(&self) -> &'static [Reason] {
         &[]
     }

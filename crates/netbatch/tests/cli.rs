@@ -12,6 +12,25 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
+/// Frame `i` of a capture: a UDP datagram from 192.0.2.10 (port 1000) to `dst`:`dport`,
+/// sent to `02:00:00:00:00:01` at 1 s + `i` µs.
+fn udp_frame(
+    dst: [u8; 4],
+    dport: u16,
+    payload: &[u8],
+    i: u64,
+) -> netbatch_ports::pcap::CapturedFrame {
+    let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0x0a], [2, 0, 0, 0, 0, 1])
+        .ipv4([192, 0, 2, 10], dst, 64)
+        .udp(1000, dport);
+    let mut v = Vec::new();
+    b.write(&mut v, payload).unwrap();
+    netbatch_ports::pcap::CapturedFrame {
+        ts_ns: 1_000_000_000 + i * 1000,
+        bytes: v,
+    }
+}
+
 /// Runs `netbatch replay` of `input` with `config`, writing into `dir`, and returns the
 /// capture it wrote and its stats document; fails the test if it does not finish
 /// successfully within `secs` seconds (it is killed then).
@@ -262,15 +281,12 @@ fn replay_out_of_buffers_finishes_and_counts_every_frame() {
     // none of which ever answers, then one frame longer than a buffer.
     let mut frames: Vec<netbatch_ports::pcap::CapturedFrame> = (0..300u32)
         .map(|i| {
-            let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0x0a], [2, 0, 0, 0, 0, 1])
-                .ipv4([192, 0, 2, 10], [198, 51, 100, 2 + (i % 30) as u8], 64)
-                .udp(1000, 2000);
-            let mut v = Vec::new();
-            b.write(&mut v, &i.to_be_bytes()).unwrap();
-            netbatch_ports::pcap::CapturedFrame {
-                ts_ns: 1_000_000_000 + u64::from(i) * 1000,
-                bytes: v,
-            }
+            udp_frame(
+                [198, 51, 100, 2 + (i % 30) as u8],
+                2000,
+                &i.to_be_bytes(),
+                u64::from(i),
+            )
         })
         .collect();
     frames.push(netbatch_ports::pcap::CapturedFrame {
@@ -549,17 +565,7 @@ fn replay_receives_on_its_port_whatever_rx_workers_says() {
     )
     .unwrap();
     let frames: Vec<netbatch_ports::pcap::CapturedFrame> = (0..5u64)
-        .map(|i| {
-            let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0x0a], [2, 0, 0, 0, 0, 1])
-                .ipv4([192, 0, 2, 10], [192, 0, 2, 1], 64)
-                .udp(1000, 9);
-            let mut v = Vec::new();
-            b.write(&mut v, b"x").unwrap();
-            netbatch_ports::pcap::CapturedFrame {
-                ts_ns: 1_000_000_000 + i * 1000,
-                bytes: v,
-            }
-        })
+        .map(|i| udp_frame([192, 0, 2, 1], 9, b"x", i))
         .collect();
     let input = dir.join("in.pcap");
     netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();

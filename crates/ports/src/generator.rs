@@ -14,11 +14,11 @@
 //! wire that always has room; it can also keep the last frames for tests.
 
 use core::net::Ipv4Addr;
-use netbatch_wire::ethernet::EtherType;
-use netbatch_wire::ethernet::EthernetFrame;
-use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+use netbatch_wire::bytes::put_u16;
+use netbatch_wire::ethernet::{self, EtherType, EthernetFrame};
+use netbatch_wire::ipv4::{self, Ipv4Packet, Ipv4Repr, Protocol};
 use netbatch_wire::tcp::{self, TcpFlags, TcpPacket};
-use netbatch_wire::udp::UdpPacket;
+use netbatch_wire::udp::{self, UdpPacket};
 use netbatch_wire::vlan::{self, VlanHeader};
 use std::collections::VecDeque;
 
@@ -140,6 +140,8 @@ struct Flow {
     payload: usize,
     seq_bytes: usize,
     tcp: bool,
+    /// Where the L4 checksum is in the frame.
+    csum_at: usize,
     payload_len: u32,
     /// IPv4 checksum of the template (ident 0).
     ip_csum: u16,
@@ -173,12 +175,16 @@ impl std::error::Error for GenError {}
 
 fn template(f: &FlowSpec) -> Flow {
     let l4_hdr = match f.l4 {
-        L4::Udp => 8,
-        L4::Tcp => 20,
+        L4::Udp => udp::HEADER_LEN,
+        L4::Tcp => tcp::HEADER_LEN,
     };
-    let vlan = if f.vlan.is_some() { 4 } else { 0 };
-    let ip = 14 + vlan;
-    let l4 = ip + 20;
+    let tags = if f.vlan.is_some() {
+        vlan::HEADER_LEN
+    } else {
+        0
+    };
+    let ip = ethernet::HEADER_LEN + tags;
+    let l4 = ip + ipv4::HEADER_LEN;
     let payload = l4 + l4_hdr;
     let mut b = vec![0u8; payload + f.payload_len];
     let l4_len = (l4_hdr + f.payload_len) as u16;
@@ -187,7 +193,7 @@ fn template(f: &FlowSpec) -> Flow {
         L4::Tcp => Protocol::TCP,
     };
     {
-        let mut eth = EthernetFrame::new_unchecked(&mut b[..14]);
+        let mut eth = EthernetFrame::new_unchecked(&mut b[..ethernet::HEADER_LEN]);
         eth.set_dst(f.dst_mac);
         eth.set_src(f.src_mac);
         eth.set_ethertype(if f.vlan.is_some() {
@@ -197,7 +203,7 @@ fn template(f: &FlowSpec) -> Flow {
         });
     }
     if let Some(v) = f.vlan {
-        let mut tag = VlanHeader::new_unchecked(&mut b[14..18]);
+        let mut tag = VlanHeader::new_unchecked(&mut b[ethernet::HEADER_LEN..ip]);
         tag.set_tci(v & vlan::VID_MAX);
         tag.set_ethertype(EtherType::IPV4);
     }
@@ -247,6 +253,11 @@ fn template(f: &FlowSpec) -> Flow {
         payload,
         seq_bytes,
         tcp: f.l4 == L4::Tcp,
+        csum_at: l4
+            + match f.l4 {
+                L4::Udp => udp::CHECKSUM_AT,
+                L4::Tcp => tcp::CHECKSUM_AT,
+            },
         payload_len: f.payload_len as u32,
         ip_csum,
         l4_csum,
@@ -409,25 +420,21 @@ fn seq_word_sum(seq: u64, n: usize) -> u64 {
 #[inline(always)]
 fn patch(f: &Flow, b: &mut [u8], seq: u64) {
     let ident = seq as u16;
-    b[f.ip + 4..f.ip + 6].copy_from_slice(&ident.to_be_bytes());
-    let ipc = checksum::update16(f.ip_csum, 0, ident);
-    b[f.ip + 10..f.ip + 12].copy_from_slice(&ipc.to_be_bytes());
+    let mut ip = Ipv4Packet::new_unchecked(&mut b[f.ip..f.l4]);
+    ip.set_ident(ident);
+    ip.set_checksum(checksum::update16(f.ip_csum, 0, ident));
     let n = f.seq_bytes;
     b[f.payload..f.payload + n].copy_from_slice(&seq.to_be_bytes()[8 - n..]);
     let mut acc = u64::from(!f.l4_csum) + seq_word_sum(seq, n);
-    let at = if f.tcp {
+    let c = if f.tcp {
         let tseq = (seq as u32).wrapping_mul(f.payload_len);
-        b[f.l4 + 4..f.l4 + 8].copy_from_slice(&tseq.to_be_bytes());
+        TcpPacket::new_unchecked(&mut b[f.l4..f.payload]).set_seq_number(tseq);
         acc += u64::from(tseq >> 16) + u64::from(tseq & 0xffff);
-        f.l4 + 16
+        !checksum::fold(acc)
     } else {
-        f.l4 + 6
+        udp::checksum_on_wire(!checksum::fold(acc))
     };
-    let mut c = !checksum::fold(acc);
-    if !f.tcp && c == 0 {
-        c = 0xffff;
-    }
-    b[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    put_u16(b, f.csum_at, c);
 }
 
 impl Port for GenPort {

@@ -144,7 +144,8 @@ impl Carries {
     };
 
     /// Bytes a frame holds beyond its MTU: the Ethernet header and two VLAN tags.
-    pub const LINK_OVERHEAD: usize = 14 + 8;
+    pub const LINK_OVERHEAD: usize =
+        netbatch_wire::ethernet::HEADER_LEN + 2 * netbatch_wire::vlan::HEADER_LEN;
 
     /// The largest MTU: the longest frame less [`Carries::LINK_OVERHEAD`].
     pub const fn max_mtu(&self) -> Option<usize> {
@@ -161,7 +162,8 @@ impl Carries {
 }
 
 /// What the backend of a port kind carries, by the name a configuration gives the kind
-/// (`af_xdp`, `af_packet`, `tap`, `gen`, `pcap`; also `mem`); `None` for an unknown one.
+/// (`af_xdp`, `af_packet`, `tap`, `gen`, `pcap`: replayed through the in-memory port);
+/// `None` for an unknown one.
 pub fn carries(kind: &str) -> Option<Carries> {
     match kind {
         "af_xdp" => Some(af_xdp::CARRIES),
@@ -169,7 +171,6 @@ pub fn carries(kind: &str) -> Option<Carries> {
         "tap" => Some(tap::CARRIES),
         "gen" => Some(generator::CARRIES),
         "pcap" => Some(pcap::CARRIES),
-        "mem" => Some(mem::CARRIES),
         _ => None,
     }
 }
@@ -214,33 +215,18 @@ pub fn frame_bytes(pool: &Pool, p: &netbatch_engine::Pkt) -> Vec<u8> {
 /// Completes the partial L4 checksum of a frame the stack marked so
 /// (`flag::L4_CSUM_PARTIAL`), as a device's checksum offload does on transmit; `frame`
 /// holds the packet's bytes from its first (`Meta::data`) on. Other frames are left alone.
+/// The TCP or UDP checksum field (holding the pseudo-header sum) becomes the checksum
+/// over the L4 bytes up to the IP total length (link-layer padding excluded; RFC 1071).
 pub(crate) fn complete_partial(m: &netbatch_engine::Meta, frame: &mut [u8]) {
-    if m.flags & netbatch_stack::meta::flag::L4_CSUM_PARTIAL != 0 {
-        complete_l4_checksum(
-            frame,
-            usize::from(m.l3.wrapping_sub(m.data)),
-            usize::from(m.l4.wrapping_sub(m.data)),
-        );
-    }
-}
-
-/// Completes a partial L4 checksum, as a device's checksum offload does on transmit: the
-/// TCP or UDP checksum field (holding the pseudo-header sum) of the IPv4 packet at `l3`,
-/// L4 header at `l4`, becomes the checksum over the L4 bytes up to the IP total length
-/// (RFC 1071; a UDP result of zero is sent as all ones, RFC 768). Anything else is left
-/// alone.
-fn complete_l4_checksum(frame: &mut [u8], l3: usize, l4: usize) {
+    let Some((l4, field)) = netbatch_stack::offload::partial_checksum(m) else {
+        return;
+    };
+    let l3 = usize::from(m.l3.wrapping_sub(m.data));
     let Some(ip) = frame
         .get(l3..)
         .and_then(<[u8]>::first_chunk::<20>)
         .map(netbatch_wire::ipv4::Ipv4Packet::new_unchecked)
     else {
-        return;
-    };
-    if ip.version() != 4 {
-        return;
-    }
-    let Some(field) = netbatch_stack::dissect::L4::of(ip.protocol().0).checksum_at() else {
         return;
     };
     let end = (l3 + usize::from(ip.total_len())).min(frame.len());
@@ -274,7 +260,7 @@ mod tests {
             assert!(c.refuses_tx("tx-gso-list") && !c.refuses_tx("tx-tcp-segmentation"));
             assert_eq!(c.max_mtu(), None, "{kind}");
         }
-        for kind in ["gen", "pcap", "mem"] {
+        for kind in ["gen", "pcap"] {
             assert_eq!(carries(kind), Some(Carries::ANYTHING), "{kind}");
         }
         assert_eq!(carries("weird"), None);
@@ -284,7 +270,7 @@ mod tests {
     /// nothing.
     #[test]
     fn refused_offloads_are_known_transmit_features() {
-        for kind in ["af_xdp", "af_packet", "tap", "gen", "pcap", "mem"] {
+        for kind in ["af_xdp", "af_packet", "tap", "gen", "pcap"] {
             for f in carries(kind).unwrap().tx_offloads_refused {
                 assert!(Features::NAMES.contains(f), "{kind}: {f}");
                 assert!(f.starts_with("tx-"), "{kind}: {f}");

@@ -131,8 +131,13 @@ impl Port for MemPort {
                 b.copy_from_slice(&frame);
             }
             v.meta.in_port = self.index;
-            if self.features.rx_checksum && l4_checksum_ok(v.data()) {
-                v.meta.flags |= netbatch_stack::meta::flag::L4_CSUM_OK;
+            if self.features.rx_checksum {
+                // Located once: the stages read the record this leaves.
+                netbatch_stack::dissect::frame(&mut v);
+                let r = netbatch_stack::dissect::Dissected::load(v.meta);
+                if l4_checksum_ok(&r, v.data()) {
+                    v.meta.flags |= netbatch_stack::meta::flag::L4_CSUM_OK;
+                }
             }
 
             self.stats.rx_packets += 1;
@@ -186,14 +191,11 @@ impl Port for MemPort {
     }
 }
 
-/// Whether `frame` is Ethernet (VLAN tags allowed) / IPv4 / TCP or UDP with a valid L4
-/// checksum: what a NIC with receive checksum offload reports. The frame is located by
-/// the stack's dissector (it is dissected again when received: this is the device's
-/// view, not the stack's).
-fn l4_checksum_ok(frame: &[u8]) -> bool {
-    use netbatch_stack::dissect::{self, L3, L4};
+/// Whether `frame`, dissected as `r`, is Ethernet (VLAN tags allowed) / IPv4 / TCP or
+/// UDP with a valid L4 checksum: what a NIC with receive checksum offload reports.
+fn l4_checksum_ok(r: &netbatch_stack::dissect::Dissected, frame: &[u8]) -> bool {
+    use netbatch_stack::dissect::{L3, L4};
     use netbatch_wire::checksum;
-    let r = dissect::parse(frame);
     let (L3::Ipv4, Some(kind @ (L4::Tcp | L4::Udp))) = (r.l3_type, r.l4_kind()) else {
         return false;
     };
@@ -201,7 +203,6 @@ fn l4_checksum_ok(frame: &[u8]) -> bool {
     let Ok(p) = netbatch_wire::ipv4::Ipv4Packet::new_checked(ip) else {
         return false;
     };
-    let proto = p.protocol().0;
     if p.is_fragment() || usize::from(p.total_len()) > ip.len() {
         return false;
     }
@@ -214,7 +215,7 @@ fn l4_checksum_ok(frame: &[u8]) -> bool {
     let len = u16::try_from(l4.len()).unwrap_or(u16::MAX);
     checksum::fold(checksum::sum(
         l4,
-        checksum::pseudo_header_v4(p.src(), p.dst(), proto, len),
+        checksum::pseudo_header_v4(p.src(), p.dst(), r.l4_type, len),
     )) == 0xffff
 }
 

@@ -21,8 +21,8 @@
 //! runs on), 10 bytes.
 
 use netbatch_engine::Pkt;
-use netbatch_stack::dissect::L4;
 use netbatch_stack::meta::{flag, gso};
+use netbatch_wire::bytes::put_u16;
 use netbatch_wire::checksum;
 use netbatch_wire::tcp::TcpPacket;
 use netbatch_wire::udp;
@@ -98,14 +98,11 @@ impl VnetHdr {
     /// segmentation.
     pub fn for_tx(m: &netbatch_engine::Meta, data: &[u8]) -> Self {
         let mut h = Self::default();
-        let l4 = m.l4.wrapping_sub(m.data);
-        let field = L4::of(m.l4_type).checksum_at();
-        if m.flags & flag::L4_CSUM_PARTIAL != 0
-            && usize::from(l4) < data.len()
-            && let Some(field) = field
+        if let Some((l4, field)) = netbatch_stack::offload::partial_checksum(m)
+            && l4 < data.len()
         {
             h.flags = F_NEEDS_CSUM;
-            h.csum_start = l4;
+            h.csum_start = l4 as u16;
             h.csum_offset = field as u16;
         }
         match m.gso_type & gso::KIND {
@@ -271,17 +268,14 @@ fn l4_header_len(frame: &[u8], hdr: &VnetHdr, kind: u8) -> Option<usize> {
 
 /// Completes a partial checksum: the one's-complement sum of `d[start..]` (whose field at
 /// `start + off` holds the pseudo-header sum), stored inverted at the field (RFC 1071).
-/// A UDP result of zero is sent as all ones (RFC 768); TCP keeps zero (the field's place
-/// tells which: the two are at different offsets).
+/// A result of zero is sent as all ones, as the kernel's `skb_checksum_help` does: UDP
+/// must (RFC 768), and for TCP the two are the same ones'-complement value.
 pub fn complete(d: &mut [u8], start: usize, off: usize) {
     if start + off + 2 > d.len() {
         return;
     }
-    let mut c = checksum::checksum(&d[start..]);
-    if off == udp::CHECKSUM_AT {
-        c = udp::checksum_on_wire(c);
-    }
-    d[start + off..start + off + 2].copy_from_slice(&c.to_be_bytes());
+    let c = udp::checksum_on_wire(checksum::checksum(&d[start..]));
+    put_u16(d, start + off, c);
 }
 
 /// A cursor over a frame's wire bytes: the frame with a removed tag put back after the

@@ -17,7 +17,7 @@ use netbatch_stack::{GraphOptions, Host, build as build_graph};
 use crate::apps::App;
 use crate::apps::echo::UdpEcho;
 use crate::apps::sink::UdpSink;
-use crate::config::{AppConfig, Config};
+use crate::config::{AppConfig, Config, PortConfig};
 use crate::rps::Fabric;
 use crate::setup::{PortSetup, build_hosts, build_routes, interfaces};
 use crate::{PollParams, Worker};
@@ -91,15 +91,35 @@ impl<'a> Builder<'a> {
     /// One worker over `ports` (in configuration order): it receives from every port
     /// some worker receives from, and runs every application.
     pub fn worker(&self, ports: Vec<Box<dyn Port>>, pool: Pool) -> Result<Worker, BuildError> {
-        let cfg = self.cfg;
         let host = self.hosts(1)?.remove(0);
-        let graph = build_graph(&self.graph_options(), &self.names(), cfg.dispatch)?;
-        let apps = apps_for(cfg, &host.sockets, 0, None)?;
-        let mut w = Worker::new(graph, host, ports, pool, self.poll())?;
-        w.rx_ports = (0..cfg.ports.len() as u16)
-            .filter(|&p| !cfg.ports[usize::from(p)].rx_workers.is_empty())
-            .collect();
+        let apps = apps_for(self.cfg, &host.sockets, 0, None)?;
+        let mut w = self.one(
+            host,
+            &self.graph_options(),
+            &self.names(),
+            ports,
+            pool,
+            |p| !p.rx_workers.is_empty(),
+        )?;
         w.apps = apps;
+        Ok(w)
+    }
+
+    /// A worker on `host` over `ports`, receiving from the ports `receives` picks.
+    fn one(
+        &self,
+        host: Host,
+        opts: &GraphOptions,
+        names: &[&str],
+        ports: Vec<Box<dyn Port>>,
+        pool: Pool,
+        receives: impl Fn(&PortConfig) -> bool,
+    ) -> Result<Worker, BuildError> {
+        let graph = build_graph(opts, names, self.cfg.dispatch)?;
+        let mut w = Worker::new(graph, host, ports, pool, self.poll())?;
+        w.rx_ports = (0..self.cfg.ports.len() as u16)
+            .filter(|&p| receives(&self.cfg.ports[usize::from(p)]))
+            .collect();
         Ok(w)
     }
 
@@ -127,12 +147,10 @@ impl<'a> Builder<'a> {
         let names = self.names();
         let mut workers = Vec::with_capacity(n);
         for ((i, host), steer) in hosts.into_iter().enumerate().zip(steers) {
-            let graph = build_graph(&opts, &names, cfg.dispatch)?;
             let ports = (0..cfg.ports.len()).map(|p| queue(i, p)).collect();
-            let mut w = Worker::new(graph, host, ports, pool.clone(), self.poll())?;
-            w.rx_ports = (0..cfg.ports.len() as u16)
-                .filter(|&p| cfg.ports[usize::from(p)].rx_workers.contains(&(i as u16)))
-                .collect();
+            let mut w = self.one(host, &opts, &names, ports, pool.clone(), |p| {
+                p.rx_workers.contains(&(i as u16))
+            })?;
             if cfg.rps.is_some() {
                 w.steer = Some(steer);
             }
@@ -164,7 +182,7 @@ impl<'a> Builder<'a> {
 
     /// The graph options: the configured hooks and hand-offs, the GRO stage when some
     /// port does GRO.
-    fn graph_options(&self) -> GraphOptions {
+    pub(crate) fn graph_options(&self) -> GraphOptions {
         GraphOptions {
             gro: crate::config::any_gro(&self.cfg.ports),
             ..self.cfg.graph.clone()

@@ -75,13 +75,11 @@ pub fn replay(
                 as Box<dyn Port>
         })
         .collect();
-    let mut w = build::worker(cfg, ports, pool.clone())?;
     // The one worker receives the capture on its port, whatever `rx_workers` says (a
     // port no worker receives from would never drain).
-    let rx16 = rx as u16;
-    if !w.rx_ports.contains(&rx16) {
-        w.rx_ports.push(rx16);
-    }
+    let mut cfg = cfg.clone();
+    cfg.ports[rx].rx_workers = vec![0];
+    let mut w = build::worker(&cfg, ports, pool.clone())?;
     let mut now = frames.first().map_or(0, |f| f.ts_ns);
     for f in frames {
         mem(&mut w, rx).push_rx(f.ts_ns, f.bytes);
@@ -114,9 +112,14 @@ pub fn replay(
 pub fn stats(w: &Worker) -> Value {
     let a = w.acct;
     let stages = w.snapshot();
-    let drops: Map<String, Value> = netbatch_engine::counters::drops_by_reason(&stages)
-        .into_iter()
+    let by_reason = netbatch_engine::counters::drops_by_reason(&stages);
+    let drops: Map<String, Value> = by_reason
+        .iter()
         .map(|(r, n)| (r.name().to_string(), json!(n)))
+        .collect();
+    let reasons: Vec<Value> = by_reason
+        .iter()
+        .map(|(r, _)| json!({"name": r.name(), "description": r.description()}))
         .collect();
     let stage_list: Vec<Value> = stages
         .iter()
@@ -157,7 +160,7 @@ pub fn stats(w: &Worker) -> Value {
         "originated_packets": a.originated,
         "conservation": "rx_packets + originated_packets = tx_packets + delivered_packets + dropped_packets + held_packets",
         "drops": drops,
-        "drop_reasons": netbatch_engine::counters::drops_by_reason(&stages).iter().map(|(r, _)| json!({"name": r.name(), "description": r.description()})).collect::<Vec<_>>(),
+        "drop_reasons": reasons,
         "stages": stage_list,
         "ports": ports,
         "host": w.host.stats.named().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<Map<_, _>>(),

@@ -190,16 +190,12 @@ fn summed(per: Vec<Value>) -> Value {
             *e = json!(e.as_u64().unwrap_or(0) + n.as_u64().unwrap_or(0));
         }
     }
-    totals.insert("drops".into(), Value::Object(drops));
     // Every reason that dropped something anywhere, with its description.
-    let mut reasons: Vec<Value> = Vec::new();
-    for w in &per {
-        for r in w["drop_reasons"].as_array().into_iter().flatten() {
-            if !reasons.iter().any(|x| x["name"] == r["name"]) {
-                reasons.push(r.clone());
-            }
-        }
-    }
+    let reasons: Vec<Value> = drops
+        .keys()
+        .map(|r| json!({"name": r, "description": describe(r)}))
+        .collect();
+    totals.insert("drops".into(), Value::Object(drops));
     totals.insert("drop_reasons".into(), Value::Array(reasons));
     // Ports: each worker has a queue of every port; sum them by port.
     let mut ports: Vec<Value> = Vec::new();
@@ -283,16 +279,18 @@ pub fn summary(stats: &Value) -> String {
         .collect();
     drops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     for (r, c) in drops {
-        let why = t["drop_reasons"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|d| d["name"] == r.as_str())
-            .and_then(|d| d["description"].as_str())
-            .unwrap_or("");
-        s += &format!("drop {r}: {c} ({why})\n");
+        s += &format!("drop {r}: {c} ({})\n", describe(&r));
     }
     s
+}
+
+/// The description of the drop reason named `name` ("" for a name no set declares).
+fn describe(name: &str) -> &'static str {
+    crate::reason_sets()
+        .into_iter()
+        .flatten()
+        .find(|r| r.name() == name)
+        .map_or("", |r| r.description())
 }
 
 #[cfg(test)]

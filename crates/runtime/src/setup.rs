@@ -80,7 +80,7 @@ pub enum SetupError {
 }
 
 /// The interfaces of `ports`, in order: each port's untagged interface, then its VLANs.
-pub fn interfaces(ports: &[PortSetup]) -> Result<(Vec<Port>, Vec<Iface>), SetupError> {
+pub(crate) fn interfaces(ports: &[PortSetup]) -> Result<(Vec<Port>, Vec<Iface>), SetupError> {
     let mut out_ports = Vec::new();
     let mut ifaces = Vec::new();
     for (pi, ps) in ports.iter().enumerate() {

@@ -19,14 +19,15 @@
 //! 3. applications run (they read sockets, queue sends);
 //! 4. timers run (neighbour retries and failures), at most every millisecond;
 //! 5. packets injected by 3 and 4 run through the graph;
-//! 6. transmit queues are flushed to the ports; frames a port refuses are dropped and
-//!    counted (`tx_ring_full`).
+//! 6. transmit queues are flushed to the ports; frames a port cannot take are dropped
+//!    and counted (`tx_ring_full`; `frame_too_long` for frames beyond what it carries).
 
 use netbatch_engine::{
     Accounting, BufCache, Cx, DropCounters, Graph, GraphError, LIST_MAX, Mode, NodeId,
     NodeSnapshot, PktList, Pool,
 };
 use netbatch_ports::{Port, PortCx, PortStats};
+use netbatch_stack::host::Entry;
 use netbatch_stack::{Entries, Host};
 
 use crate::apps::App;
@@ -180,7 +181,13 @@ impl Worker {
             stats: WorkerStats::default(),
             outside: [
                 ("port-rx", DropCounters::default()),
-                ("port-tx", DropCounters::default()),
+                (
+                    "port-tx",
+                    DropCounters::declared(&[
+                        netbatch_engine::reason::FRAME_TOO_LONG,
+                        netbatch_engine::reason::TX_RING_FULL,
+                    ]),
+                ),
                 ("rps", DropCounters::default()),
             ],
             steer: None,
@@ -456,9 +463,6 @@ impl Worker {
     /// The end of a poll (of a receive queue, or of a backlog): stages that hold packets
     /// across calls (GRO) hand them on.
     fn end_of_poll(&mut self, now_ns: u64) {
-        if self.graph.held() == 0 {
-            return;
-        }
         let mut cx = stage_cx!(self, now_ns);
         let one_by_one = self.params.mode == Mode::Packet;
         self.graph.flush_held(&mut self.host, &mut cx, one_by_one);
@@ -556,22 +560,13 @@ impl Worker {
             return;
         }
         self.acct.originated += core::mem::take(&mut self.host.injected.originated);
-        for i in 0..self.entries.injected.len() {
-            let Some(slot) = self.host.injected.queues_mut().get_mut(i) else {
-                break;
-            };
-            if slot.is_empty() {
-                continue;
+        for (e, node) in Entry::ALL.into_iter().zip(self.entries.injected) {
+            let mut l = self.host.injected.take(e);
+            if !l.is_empty() {
+                self.stats.processed += l.len() as u64;
+                self.run_at(node, &mut l, now_ns);
             }
-            let mut l = core::mem::take(slot);
-            self.stats.processed += l.len() as u64;
-            self.run_at(self.entries.injected[i], &mut l, now_ns);
-            // Give the emptied vector back: its capacity is reused next time.
-            if let Some(slot) = self.host.injected.queues_mut().get_mut(i)
-                && slot.is_empty()
-            {
-                *slot = l;
-            }
+            self.host.injected.give_back(e, l);
         }
     }
 
@@ -591,10 +586,12 @@ impl Worker {
                     q,
                 );
                 let bad = port.take_unsendable();
-                self.acct.dropped += bad;
-                self.outside[PORT_TX]
-                    .1
-                    .add(netbatch_engine::reason::FRAME_TOO_LONG, bad);
+                if bad > 0 {
+                    self.acct.dropped += bad;
+                    self.outside[PORT_TX]
+                        .1
+                        .add(netbatch_engine::reason::FRAME_TOO_LONG, bad);
+                }
             }
             if !q.is_empty() {
                 let left: u64 = q.iter().map(|p| self.pool.get(p).meta.wire_packets()).sum();
@@ -650,7 +647,7 @@ impl Worker {
         self.held_own() + self.host.sockets.held(&self.pool)
     }
 
-    /// Frees everything held (counted as dropped, `Shutdown`) and returns cached buffers
+    /// Frees everything held (counted as dropped, `shutdown`) and returns cached buffers
     /// to the pool (on stop). Shared sockets are freed too: with several workers, call
     /// this after every worker has stopped.
     pub fn shutdown(&mut self) {
@@ -664,7 +661,7 @@ impl Worker {
     }
 
     /// Frees what waits in this worker's own queues and in the rings to it (at stop),
-    /// counting the rings' packets as taken over and dropped (`Shutdown`).
+    /// counting the rings' packets as taken over and dropped (`shutdown`).
     fn stop_steer(&mut self) {
         let Some(st) = self.steer.as_mut() else {
             return;

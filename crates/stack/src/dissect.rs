@@ -1,7 +1,9 @@
 //! The dissector: the one parse of a packet's headers. Everything that needs to know
 //! where a packet's L2, L3 and L4 headers are, what they are, or which flow the packet
 //! belongs to reads what this module recorded (GRO, RPS, the hooks, L2 and L3 input, the
-//! classifiers); nothing else walks the headers.
+//! classifiers); nothing else finds the headers. Stages then read and write the fields
+//! they own through the wire views at those offsets (`ip4-input` checks the IPv4 header,
+//! `ip4-forward` rewrites it, GSO and fragmentation build new ones).
 //!
 //! A received frame is dissected once, by the first stage that needs it (GRO, RPS
 //! steering, or L2 input), which records in the packet's metadata:
@@ -11,11 +13,10 @@
 //!   length inside the frame), `l4` and `l4_type` (the IP protocol number);
 //! - flags: [`flag::VLAN`] and [`flag::QINQ`].
 //!
-//! What lies at those offsets is then read through this module, not walked again: the
-//! tag stack ([`vids`]), whether the packet is a fragment ([`fragment`]), its ports
+//! What classifiers ask of a packet is read through this module, each a field at a known
+//! place: the tag stack ([`vids`]), the IP header length ([`ihl`]), its ports
 //! ([`ports`]), TCP control bits ([`tcp_flags`]), ICMP type and code ([`icmp_type`]), what
-//! a filter matches ([`MatchKey`]), its flow ([`FlowKey`]) and flow hash ([`flow_hash`]),
-//! each a field read at a known place.
+//! a filter matches ([`MatchKey`]), its flow ([`FlowKey`]) and flow hash ([`flow_hash`]).
 //!
 //! The dissector does not validate: it locates. The input stages check what they own
 //! (`ip4-input` the checksum, lengths and addresses) and give each failure its reason.
@@ -308,6 +309,14 @@ pub fn ip4_packet(v: &mut PktMut<'_>) {
     r.store(v.meta);
 }
 
+/// The IP header length of the packet whose metadata is `m`: from its L3 to its L4
+/// header, as the dissector located them; `None` when the L4 header was not located (an
+/// unusable IP header).
+#[inline(always)]
+pub fn ihl(m: &Meta) -> Option<usize> {
+    (m.l4 != 0).then(|| usize::from(m.l4.wrapping_sub(m.l3)))
+}
+
 /// A packet's flow: what RPS hashes and GRO and the classifiers tell flows apart by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowKey {
@@ -365,28 +374,6 @@ fn ip4_header<'a>(r: &Dissected, d: &'a [u8]) -> Option<Ipv4Packet<&'a [u8; 20]>
         .map(Ipv4Packet::new_unchecked)
 }
 
-/// Where an IP packet stands in its datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Frag {
-    /// Not a fragment.
-    Whole,
-    /// The first fragment (more follow; the L4 header is here).
-    First,
-    /// A later fragment (no L4 header).
-    Later,
-}
-
-/// Whether the IP packet dissected as `r` in `d` is a fragment (RFC 791: more fragments
-/// set, or a non-zero offset).
-#[inline]
-pub fn fragment(r: &Dissected, d: &[u8]) -> Frag {
-    match ip4_header(r, d) {
-        Some(ip) if ip.is_fragment() && ip.frag_offset() == 0 => Frag::First,
-        Some(ip) if ip.is_fragment() => Frag::Later,
-        _ => Frag::Whole,
-    }
-}
-
 /// The source and destination ports of a packet dissected as `r` in `d`, when its
 /// protocol has ports and the frame holds them (a first fragment's too: what a port
 /// match of a filter reads; never a later fragment's). As the kernel's flow dissector,
@@ -400,7 +387,7 @@ pub fn ports(r: &Dissected, d: &[u8]) -> Option<(u16, u16)> {
 /// [`ports`] for the packet whose IPv4 header `ip` was read already and whose L4 header
 /// is `l4` bytes into `d` (0: not located).
 #[inline(always)]
-fn ports_in(ip: &Ipv4Packet<&[u8; 20]>, l4: u16, d: &[u8]) -> Option<(u16, u16)> {
+pub(crate) fn ports_in(ip: &Ipv4Packet<&[u8; 20]>, l4: u16, d: &[u8]) -> Option<(u16, u16)> {
     if l4 == 0 || !L4::of(ip.protocol().0).has_ports() || ip.frag_offset() != 0 {
         return None;
     }
@@ -484,16 +471,17 @@ impl MatchKey {
     }
 }
 
-/// The VLAN ids of a frame dissected as `r` in `d`: the outer tag's and, with two tags,
-/// the inner one's (802.1ad S-tag, then 802.1Q C-tag).
+/// The VLAN ids of frame `d` (from its Ethernet header), whose dissector flags are
+/// `flags` (`Meta::flags` or `Dissected::flags`): the outer tag's and, with two tags, the
+/// inner one's (802.1ad S-tag, then 802.1Q C-tag).
 #[inline]
-pub fn vids(r: &Dissected, d: &[u8]) -> (Option<u16>, Option<u16>) {
+pub fn vids(flags: u32, d: &[u8]) -> (Option<u16>, Option<u16>) {
     let vid = |at: usize| {
         d.get(at..)
             .and_then(<[u8]>::first_chunk::<{ vlan::HEADER_LEN }>)
             .map(|t| VlanHeader::new_unchecked(t).vid())
     };
-    match (r.flags & flag::VLAN != 0, r.flags & flag::QINQ != 0) {
+    match (flags & flag::VLAN != 0, flags & flag::QINQ != 0) {
         (false, _) => (None, None),
         (true, false) => (vid(ethernet::HEADER_LEN), None),
         (true, true) => (
@@ -578,7 +566,6 @@ mod tests {
                 flags: 0,
             }
         );
-        assert_eq!(fragment(&r, &f), Frag::Whole);
         let k = FlowKey::of(&r, &f).unwrap();
         assert_eq!(
             (k.src, k.dst, k.proto, k.ports),
@@ -606,13 +593,12 @@ mod tests {
         let mut first = eth(&[(0x8100, 7)], 0x0800);
         first.extend(ip(5, 28, 0x2000, 17, &PORTS));
         let r = parse(&first);
-        assert_eq!((r.flags, fragment(&r, &first)), (flag::VLAN, Frag::First));
+        assert_eq!(r.flags, flag::VLAN);
         assert_eq!(ports(&r, &first), Some((5000, 53)));
         assert_eq!(FlowKey::of(&r, &first).unwrap().ports, None);
         let mut later = eth(&[], 0x0800);
         later.extend(ip(5, 28, 0x0001, 17, &PORTS));
         let r = parse(&later);
-        assert_eq!(fragment(&r, &later), Frag::Later);
         assert_eq!(FlowKey::of(&r, &later).unwrap().ports, None);
         assert_eq!(ports(&r, &later), None);
         // ICMP has no ports, but its type and code are located.

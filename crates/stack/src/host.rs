@@ -107,9 +107,18 @@ impl Injected {
         self.queues.iter().all(Vec::is_empty)
     }
 
-    /// The queues, in [`Entry::ALL`] order (the worker empties them into the graph).
-    pub fn queues_mut(&mut self) -> &mut [PktList] {
-        &mut self.queues
+    /// Takes what waits at `e` (the worker runs it through the graph).
+    pub fn take(&mut self, e: Entry) -> PktList {
+        core::mem::take(&mut self.queues[e as usize])
+    }
+
+    /// Gives back an emptied list taken from `e`, so that its capacity is reused (unless
+    /// packets were queued there meanwhile).
+    pub fn give_back(&mut self, e: Entry, l: PktList) {
+        let q = &mut self.queues[e as usize];
+        if q.is_empty() {
+            *q = l;
+        }
     }
 
     /// Wire packets waiting.

@@ -74,6 +74,20 @@ impl Features {
     }
 }
 
+/// Where a device completes the partial L4 checksum of the packet whose metadata is `m`
+/// (marked `L4_CSUM_PARTIAL`, located by the dissector): the L4 header's offset from the
+/// packet's first byte, and the checksum field's offset in that header. `None` when the
+/// packet is not marked, or its L4 header was not located or has no checksum a device
+/// completes.
+#[inline]
+pub fn partial_checksum(m: &netbatch_engine::Meta) -> Option<(usize, usize)> {
+    if m.flags & crate::meta::flag::L4_CSUM_PARTIAL == 0 || m.l4 == 0 {
+        return None;
+    }
+    let field = crate::dissect::L4::of(m.l4_type).checksum_at()?;
+    Some((usize::from(m.l4.wrapping_sub(m.data)), field))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

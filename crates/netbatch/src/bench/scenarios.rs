@@ -9,7 +9,7 @@ use netbatch_ports::generator::{FlowOrder, FlowSpec, GenConfig, GenPort, L4};
 use netbatch_ports::{Port, PortCx};
 use netbatch_runtime::config::{AppConfig, Config, PortConfig};
 use netbatch_runtime::setup::PortSetup;
-use netbatch_runtime::{PollParams, Worker, build};
+use netbatch_runtime::{Worker, build};
 use netbatch_stack::filter::{Chain, HookPoint, Rule, Verdict};
 use netbatch_wire::ethernet::MacAddr;
 
@@ -84,32 +84,20 @@ pub(crate) struct Common {
     pub(crate) rate_pps: Option<u64>,
 }
 
-/// The poll parameters of a variant: the burst as the NAPI weight, a budget of at least
-/// 300 frames, the variant's batch mode.
-pub(crate) fn poll_params(v: &Variant, c: &Common) -> PollParams {
-    PollParams {
-        weight: c.burst,
-        budget: c.burst.max(300),
-        mode: v.mode.unwrap_or(Mode::List),
-        ..PollParams::default()
-    }
-}
-
-/// The configuration of a variant's datapath over `ports`: the variant's dispatch
-/// (`dispatch` when it has none) and its [`poll_params`].
+/// The configuration of a variant's datapath over `ports`: the variant's batch mode and
+/// dispatch (`dispatch` when it has none), the burst as the NAPI weight, a budget of at
+/// least 300 frames.
 pub(crate) fn config(
     v: &Variant,
     c: &Common,
     ports: Vec<PortConfig>,
     dispatch: Dispatch,
 ) -> Config {
-    let poll = poll_params(v, c);
     let mut cfg = Config::new(ports);
-    cfg.mode = poll.mode;
+    cfg.mode = v.mode.unwrap_or(Mode::List);
     cfg.dispatch = v.dispatch.unwrap_or(dispatch);
-    cfg.burst = poll.weight;
-    cfg.budget = poll.budget;
-    cfg.time_cap_ns = poll.time_cap_ns;
+    cfg.burst = c.burst;
+    cfg.budget = c.burst.max(300);
     cfg
 }
 

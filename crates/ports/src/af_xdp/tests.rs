@@ -401,10 +401,10 @@ fn chained_partial_and_oversize_frames_are_sent_completed_or_dropped() {
     let mut partial = full.clone();
     partial[40..42].copy_from_slice(&pseudo_sum(&full).to_be_bytes());
     let mut pp = t.chain(&[&partial]);
-    let m = &mut t.pool.get_mut(&mut pp).meta;
-    m.flags |= flag::L4_CSUM_PARTIAL;
-    m.l3 = m.data + 14;
-    m.l4 = m.data + 34;
+    let mut v = t.pool.get_mut(&mut pp);
+    v.meta.flags |= flag::L4_CSUM_PARTIAL;
+    // Located as the stack leaves what it sends.
+    netbatch_stack::dissect::frame(&mut v);
 
     // 3: longer than a UMEM frame (two buffers).
     let big = t.chain(&[&[1; 1500], &[2; 1000]]);

@@ -7,6 +7,7 @@
 //! socket counts against the others: no address and port is bound twice.
 
 use core::net::{Ipv4Addr, SocketAddrV4};
+use netbatch_stack::filter::PortRange;
 use std::collections::HashMap;
 
 use super::Errs;
@@ -160,27 +161,16 @@ pub(super) fn validate(
 }
 
 /// `address:ports`: an IPv4 address and one or more ports, each a port or a range
-/// `lo-hi`, separated by commas.
+/// `lo-hi` as a filter rule writes it, separated by commas.
 fn bind(text: &str) -> Result<(Ipv4Addr, Vec<u16>), String> {
     let (addr, list) = text.rsplit_once(':').ok_or("no ':port'")?;
     let addr = addr
         .parse::<Ipv4Addr>()
         .map_err(|err| format!("'{addr}': {err}"))?;
-    let port = |p: &str| {
-        p.trim()
-            .parse::<u16>()
-            .map_err(|err| format!("port '{p}': {err}"))
-    };
     let mut ports = Vec::new();
     for item in list.split(',') {
-        let (lo, hi) = match item.split_once('-') {
-            Some((lo, hi)) => (port(lo)?, port(hi)?),
-            None => (port(item)?, port(item)?),
-        };
-        if lo > hi {
-            return Err(format!("range {item} runs backwards"));
-        }
-        ports.extend(lo..=hi);
+        let r: PortRange = item.parse()?;
+        ports.extend(r.lo..=r.hi);
     }
     Ok((addr, ports))
 }
@@ -244,8 +234,8 @@ mod tests {
             ("0.0.0.0:0-3", "port 0 cannot be bound"),
             ("0.0.0.0:4999-5001", "0.0.0.0:5001 is bound by another app"),
             ("0.0.0.0:6000,6000", "0.0.0.0:6000 is listed twice"),
-            ("0.0.0.0:7002-7001", "range 7002-7001 runs backwards"),
-            ("0.0.0.0:70000", "port '70000'"),
+            ("0.0.0.0:7002-7001", "port range '7002-7001' is empty"),
+            ("0.0.0.0:70000", "'70000' is not a port"),
             ("0.0.0.0", "no ':port'"),
         ];
         let mut text =

@@ -136,8 +136,8 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// Static neighbours.
     pub neighbours: Vec<StaticNeighbour>,
-    /// Hooks and hand-offs. The GRO stage follows the ports: `gro` is set when some port
-    /// does GRO, by validation and again by the build (whatever it says here).
+    /// Hooks and hand-offs. `gro` is not read: the build puts the GRO stage in when some
+    /// port does GRO, whatever the ports are by then.
     pub graph: GraphOptions,
     /// Applications.
     pub apps: Vec<AppConfig>,
@@ -183,10 +183,7 @@ impl Config {
             neighbour::tunables(&raw.neighbour, &mut e),
         );
         debug_assert!(e.0.is_empty(), "the defaults are valid");
-        let graph = GraphOptions {
-            gro: any_gro(&ports),
-            ..GraphOptions::default()
-        };
+        let graph = GraphOptions::default();
         Self {
             mode: dp.mode.unwrap_or(Mode::List),
             dispatch: dp.dispatch.unwrap_or(Dispatch::Buckets),
@@ -258,8 +255,6 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let neighbours = neighbour::statics(&raw.neighbour, &names, e);
     let graph = GraphOptions {
         chains: filter::validate(&raw.filter, &names, e),
-        // The GRO stage when any port does GRO.
-        gro: any_gro(&ports),
         ..GraphOptions::default()
     };
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, e);
@@ -357,7 +352,7 @@ mod tests {
         let f = c.ports[0].setup.features;
         assert!(f.rx_gro && f.rx_gro_list && !f.rx_udp_gro_forwarding);
         assert!(!c.ports[1].setup.features.any_rx_gro());
-        assert!(c.graph.gro);
+        assert!(crate::build::Builder::new(&c).graph_options().gro);
         assert!(matches!(
             c.apps[0],
             AppConfig::UdpSink {
@@ -412,7 +407,7 @@ mod tests {
                 .collect(),
         );
         assert_eq!(format!("{made:?}"), format!("{file:?}"));
-        assert!(made.graph.gro);
+        assert!(crate::build::Builder::new(&made).graph_options().gro);
     }
 
     #[test]

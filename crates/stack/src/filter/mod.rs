@@ -175,7 +175,7 @@ pub struct Key {
     pub src: u32,
     /// Destination address bits.
     pub dst: u32,
-    /// TCP/UDP ports, when known.
+    /// Ports (TCP, UDP, SCTP, UDP-Lite), when known: [`MatchKey`](crate::dissect::MatchKey).
     pub ports: Option<(u16, u16)>,
     /// Input interface (`u16::MAX` if none).
     pub in_if: u16,

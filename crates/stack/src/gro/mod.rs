@@ -5,7 +5,8 @@
 //! `udp_gro_receive_segment`).
 //!
 //! Table: 8 buckets × 8 flows, bucket by flow hash; a full bucket completes its oldest
-//! flow. Same flow = same port, VLAN tag, Ethernet header, addresses, protocol and ports.
+//! flow. Same flow = same port, VLAN tag stack (up to two tags), Ethernet header,
+//! addresses, protocol and ports.
 //! Everything held is completed at the end of every poll.
 //!
 //! A segment is a candidate when it is IPv4 without options (first byte 0x45), not a
@@ -51,7 +52,7 @@ use netbatch_wire::ipv4::Ipv4Packet;
 use netbatch_wire::tcp::{TcpFlags, TcpPacket};
 use netbatch_wire::udp::{self, UdpPacket};
 
-use crate::dissect::{self, Dissected, Frag, L3, L4};
+use crate::dissect::{self, Dissected, L3, L4};
 use crate::ip4::header;
 
 /// The most segments in one super-packet.
@@ -158,7 +159,7 @@ const NO_PSUM: u32 = u32::MAX;
 /// The VLAN tags of frame `d`, dissected as `r`, as `FlowKey::tags`.
 fn tags_of(r: &Dissected, d: &[u8]) -> u32 {
     let tag = |v: Option<u16>| v.map_or(0, |v| 0x8000 | u32::from(v));
-    let (outer, inner) = dissect::vids(r, d);
+    let (outer, inner) = dissect::vids(r.flags, d);
     (tag(outer) << 16) | tag(inner)
 }
 
@@ -169,12 +170,13 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
         return Parsed::Other;
     }
     let (l3, ihl) = (usize::from(r.l3), usize::from(r.l4 - r.l3));
-    let (Some(eth), Some(ip)) = (
+    let (Some(eth), Some(h20)) = (
         d.first_chunk::<{ ethernet::HEADER_LEN }>(),
-        d.get(l3..).and_then(header),
+        d.get(l3..).and_then(<[u8]>::first_chunk::<20>),
     ) else {
         return Parsed::Other;
     };
+    let ip = Ipv4Packet::new_unchecked(h20);
     let eth = EthernetFrame::new_unchecked(eth);
     let mut macs = [0u8; 12];
     macs[..6].copy_from_slice(&eth.dst().0);
@@ -182,7 +184,7 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
     let proto = r.l4_type;
     // Flows are told by their ports: only a packet whose ports can be read can match a
     // held flow (a later fragment cannot).
-    let Some((sport, dport)) = dissect::ports(r, d) else {
+    let Some((sport, dport)) = dissect::ports_in(&ip, r.l4, d) else {
         return Parsed::Other;
     };
     let key = FlowKey {
@@ -198,12 +200,9 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
     // GRO.
     let total = usize::from(ip.total_len());
     let avail = d.len() - l3;
-    if dissect::fragment(r, d) != Frag::Whole || ihl != 20 || total > avail || total < 20 {
+    if ip.is_fragment() || ihl != 20 || total > avail || total < 20 {
         return Parsed::Unmergeable(key);
     }
-    let Some(h20) = d.get(l3..).and_then(<[u8]>::first_chunk::<20>) else {
-        return Parsed::Unmergeable(key);
-    };
     if !checksum::verify_words(h20) {
         return Parsed::Unmergeable(key);
     }
@@ -761,39 +760,33 @@ impl GroTable {
         let (old_total, new_total) = (ip.total_len(), (20 + l4_len) as u16);
         ip.set_total_len(new_total);
         ip.set_checksum(checksum::update16(ip.checksum(), old_total, new_total));
-        let standard = h.kind == Kind::Standard;
-        // The partial checksum a segmentation offload completes per segment: the
-        // pseudo-header sum of the whole (RFC 1071 arithmetic, not inverted).
-        let partial = checksum::fold(checksum::pseudo_header_v4(
-            f.key.src.into(),
-            f.key.dst.into(),
-            f.key.proto,
-            l4_len as u16,
-        ));
-        let kind = if f.key.tcp() {
-            let mut tcp = TcpPacket::new_unchecked(l4h);
-            if standard {
-                tcp.set_flags(tcp.flags() | TcpFlags(h.flags_or));
-                tcp.set_checksum(partial);
-            }
-            if standard {
-                gso::TCPV4
-            } else {
-                gso::FRAGLIST_TCPV4
-            }
-        } else {
-            let mut udp = UdpPacket::new_unchecked(l4h);
-            udp.set_len(l4_len as u16);
-            if standard {
-                udp.set_checksum(partial);
-            }
-            if standard {
-                gso::UDPV4
-            } else {
-                gso::FRAGLIST_UDPV4
-            }
+        let (tcp, standard) = (f.key.tcp(), h.kind == Kind::Standard);
+        let kind = match (tcp, standard) {
+            (true, true) => gso::TCPV4,
+            (true, false) => gso::FRAGLIST_TCPV4,
+            (false, true) => gso::UDPV4,
+            (false, false) => gso::FRAGLIST_UDPV4,
         };
+        if tcp && standard {
+            let mut t = TcpPacket::new_unchecked(&mut *l4h);
+            t.set_flags(t.flags() | TcpFlags(h.flags_or));
+        } else if !tcp {
+            UdpPacket::new_unchecked(&mut *l4h).set_len(l4_len as u16);
+        }
         if standard {
+            // The partial checksum a segmentation offload completes per segment: the
+            // pseudo-header sum of the whole (RFC 1071 arithmetic, not inverted).
+            let partial = checksum::fold(checksum::pseudo_header_v4(
+                f.key.src.into(),
+                f.key.dst.into(),
+                f.key.proto,
+                l4_len as u16,
+            ));
+            if tcp {
+                TcpPacket::new_unchecked(l4h).set_checksum(partial);
+            } else {
+                UdpPacket::new_unchecked(l4h).set_checksum(partial);
+            }
             v.meta.flags |= flag::L4_CSUM_PARTIAL;
         }
         let fixed = standard && h.id_mode == IdMode::Fixed;

@@ -39,7 +39,7 @@ use netbatch_wire::ipv4::{Ipv4Packet, Protocol};
 use netbatch_wire::tcp::{TcpFlags, TcpPacket};
 use netbatch_wire::udp::{self, UdpPacket};
 
-use crate::dissect::L4;
+use crate::dissect::{L3, L4};
 use crate::meta::{flag, gso};
 
 netbatch_engine::reasons! {
@@ -121,8 +121,6 @@ struct Inherit {
     mark: u32,
     hash: u32,
     flags: u32,
-    /// L4 offset from L3.
-    ihl: u16,
 }
 
 impl Inherit {
@@ -135,13 +133,12 @@ impl Inherit {
             mark: m.mark,
             hash: m.hash,
             flags: m.flags & !flag::PAYLOAD_SUM,
-            ihl: m.l4.wrapping_sub(m.l3),
         }
     }
 
-    /// Makes `to` (whose data starts with `l2` bytes of link header) a plain packet of
-    /// the head's metadata.
-    fn apply(&self, to: &mut Meta, l2: usize) {
+    /// Makes `to` (whose data starts with the head's headers, as laid out in `lay`) a
+    /// plain packet of the head's metadata, located as the dissector records it.
+    fn apply(&self, to: &mut Meta, lay: &Layout) {
         to.in_port = self.in_port;
         to.in_if = self.in_if;
         to.out_if = self.out_if;
@@ -149,8 +146,11 @@ impl Inherit {
         to.mark = self.mark;
         to.hash = self.hash;
         to.flags = self.flags;
-        to.l3 = to.data + l2 as u16;
-        to.l4 = to.l3 + self.ihl;
+        to.l2_len = lay.l2 as u8;
+        to.l3_type = L3::Ipv4 as u8;
+        to.l3 = to.data + lay.l2 as u16;
+        to.l4 = to.l3 + lay.ihl as u16;
+        to.l4_type = lay.proto();
         plain(to);
     }
 }
@@ -323,7 +323,7 @@ fn segment_standard(
         };
         h.copy_from_slice(&t[..hdr]);
         rebuild(h, &tr, i, plen, psum);
-        head.apply(w.meta, lay.l2);
+        head.apply(w.meta, &lay);
         out.push(q);
         i += 1;
     }
@@ -395,7 +395,7 @@ fn segment_copy(
         let psum = checksum::sum(&w.data()[hdr..], 0);
         let d = w.data_mut();
         rebuild(&mut d[..hdr], tr, i, plen, psum);
-        inh.apply(w.meta, lay.l2);
+        inh.apply(w.meta, &lay);
     }
     cache.free(p);
     Ok(())
@@ -418,8 +418,10 @@ struct Delta {
     n: usize,
     ip_add: u64,
     l4_add: u64,
-    /// Offset of the L4 checksum, and whether the packet has one (UDP may not).
+    /// Offset of the L4 checksum.
     csum_at: usize,
+    /// UDP (whose checksum may be absent, RFC 768), else TCP.
+    udp: bool,
 }
 
 /// The three words of `b` under `mask`.
@@ -457,6 +459,7 @@ impl Delta {
             ip_add: 0,
             l4_add: 0,
             csum_at: 20 + lay.csum_at(),
+            udp: !lay.tcp,
         };
         let want = |at: usize| {
             if at < 20 {
@@ -505,13 +508,20 @@ impl Delta {
         let at = self.csum_at;
         if self.l4_add != 0 && d.len() >= at + 2 {
             let old = get_u16(d, at);
-            let udp = self.csum_at == 20 + 6;
             // A UDP datagram without a checksum keeps none (RFC 768).
-            if udp && old == 0 {
+            if self.udp && old == 0 {
                 return true;
             }
             let c = checksum::finish(u64::from(!old) + self.l4_add);
-            put_u16(d, at, if udp { udp::checksum_on_wire(c) } else { c });
+            put_u16(
+                d,
+                at,
+                if self.udp {
+                    udp::checksum_on_wire(c)
+                } else {
+                    c
+                },
+            );
         }
         true
     }
@@ -593,7 +603,7 @@ fn unchain(pool: &Pool, mut p: Pkt, lay: Layout, out: &mut Vec<Pkt>) -> Result<(
             // member's own delta.
             Delta::new(d, &iph, &ports, &lay).apply(d);
         }
-        head.apply(w.meta, lay.l2);
+        head.apply(w.meta, &lay);
         out.push(q);
     }
     Ok(())

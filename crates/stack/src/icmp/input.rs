@@ -47,8 +47,8 @@ impl Stage<Host> for IcmpInput {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
-            // `ip4-input` set both; a wrapped difference fails the length check below.
-            let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
+            // Not located: `usize::MAX` fails the length check below.
+            let ihl = crate::dissect::ihl(v.meta).unwrap_or(usize::MAX);
             let d = v.data();
             let (Some(ip), Some(msg)) = (
                 header(d),

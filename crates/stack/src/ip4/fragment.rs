@@ -92,11 +92,7 @@ impl Ip4Fragment {
         let ihl = ip.header_len();
         let total = d.len();
         let payload = total.saturating_sub(ihl);
-        let (orig_off, orig_mf, df) = (
-            usize::from(ip.frag_offset()),
-            ip.more_frags(),
-            ip.dont_frag(),
-        );
+        let (orig_off, orig_mf) = (usize::from(ip.frag_offset()), ip.more_frags());
         let mut opts = [0u8; 40];
         let Some(other_opts) = d.get(20..ihl).and_then(|o| copied_options(o, &mut opts)) else {
             out.drop(p, crate::ip4::input::reason::BAD_OPTIONS);
@@ -143,8 +139,8 @@ impl Ip4Fragment {
             h.options_mut().copy_from_slice(&opts[..other_opts]);
             h.set_total_len((other_ihl + n) as u16);
             h.set_frag_offset((orig_off + off) as u16);
+            // The flags are the packet's (DF clear: a DF packet is answered instead).
             h.set_more_frags(!last || orig_mf);
-            h.set_dont_frag(df);
             h.fill_checksum();
             (w.meta.in_if, w.meta.out_if, w.meta.adj, w.meta.flags) = (in_if, out_if, adj, flags);
             dissect::ip4_packet(&mut w);
@@ -158,7 +154,7 @@ impl Ip4Fragment {
             h.set_more_frags(true);
             h.fill_checksum();
         }
-        dissect::ip4_packet(&mut v);
+        // Its record stands: truncating kept its headers where they were.
         self.fragmented += 1;
         self.fragments += 1 + frags.len() as u64;
         cx.originate(frags.len() as u64);
@@ -247,7 +243,9 @@ pub(crate) fn wire_len(d: &[u8], m: &Meta) -> usize {
     if m.gso_size == 0 {
         return d.len();
     }
-    let ihl = usize::from(m.l4.wrapping_sub(m.l3));
+    let Some(ihl) = dissect::ihl(m) else {
+        return d.len();
+    };
     let l4 = match L4::of(m.l4_type) {
         L4::Tcp => d
             .get(ihl..)

@@ -48,7 +48,10 @@ impl Stage<Host> for Ip4LocalOut {
                 continue;
             };
             dissect::ip4_packet(&mut v);
-            let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
+            let Some(ihl) = dissect::ihl(v.meta) else {
+                out.drop(p, crate::ip4::input::reason::HEADER_LEN);
+                continue;
+            };
             let Some(mut ip) = v.data_mut().get_mut(..ihl).map(Ipv4Packet::new_unchecked) else {
                 out.drop(p, crate::ip4::input::reason::TRUNCATED);
                 continue;

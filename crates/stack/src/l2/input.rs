@@ -13,7 +13,7 @@
 use netbatch_engine::{Cx, Meta, Next, Out, PktList, Reason, Stage};
 use netbatch_wire::ethernet::{EthernetFrame, HEADER_LEN, MacAddr};
 
-use crate::dissect::{self, Dissected, L3};
+use crate::dissect::{self, L3};
 use crate::host::Host;
 use crate::iface::Tags;
 use crate::meta::flag;
@@ -67,7 +67,7 @@ fn link_error(kind: u8) -> Reason {
 /// The tag stack of a frame the dissector found tags on.
 #[inline]
 fn tags_of(m: &Meta, d: &[u8]) -> Tags {
-    match dissect::vids(&Dissected::load(m), d) {
+    match dissect::vids(m.flags, d) {
         (Some(s), Some(c)) => Tags::QinQ(s, c),
         // Priority-tagged (VID 0) frames belong to the untagged interface.
         (Some(0) | None, _) => Tags::None,

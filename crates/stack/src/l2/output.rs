@@ -14,24 +14,24 @@ pub const MAX_HEADER_LEN: usize = ethernet::HEADER_LEN + 2 * vlan::HEADER_LEN;
 /// 802.1Q C-tag); returns its length. `h` must hold `14 + iface.tags.len()` bytes.
 #[inline]
 pub fn write_header(h: &mut [u8], iface: &Iface, dst: MacAddr, ethertype: EtherType) -> usize {
-    let (tags, n): ([(EtherType, u16); 2], usize) = match iface.tags {
-        Tags::None => ([(ethertype, 0); 2], 0),
-        Tags::Dot1q(vid) => ([(EtherType::VLAN, vid), (ethertype, 0)], 1),
+    // The tags, outermost first: (TPID, VID).
+    let (tags, n) = match iface.tags {
+        Tags::None => ([(EtherType::VLAN, 0); 2], 0),
+        Tags::Dot1q(vid) => ([(EtherType::VLAN, vid); 2], 1),
         Tags::QinQ(s, c) => ([(EtherType::QINQ, s), (EtherType::VLAN, c)], 2),
     };
+    // Each header's type field names what follows it: the next tag's TPID, then
+    // `ethertype` after the last.
+    let type_after = |i: usize| if i < n { tags[i].0 } else { ethertype };
     let (eth, rest) = h.split_at_mut(ethernet::HEADER_LEN);
     let mut eth = EthernetFrame::new_unchecked(eth);
     eth.set_dst(dst);
     eth.set_src(iface.mac);
-    eth.set_ethertype(if n == 0 { ethertype } else { tags[0].0 });
+    eth.set_ethertype(type_after(0));
     for (i, t) in rest.chunks_exact_mut(vlan::HEADER_LEN).take(n).enumerate() {
         let mut tag = VlanHeader::new_unchecked(t);
         tag.set_tci(tags[i].1);
-        tag.set_ethertype(
-            tags.get(i + 1)
-                .filter(|_| i + 1 < n)
-                .map_or(ethertype, |t| t.0),
-        );
+        tag.set_ethertype(type_after(i + 1));
     }
     ethernet::HEADER_LEN + n * vlan::HEADER_LEN
 }

@@ -94,7 +94,7 @@ impl UdpInput {
         }
         let chained = SUPER && v.meta.chain.is_some();
         let d = v.data();
-        let ihl = usize::from(v.meta.l4.wrapping_sub(v.meta.l3));
+        let ihl = crate::dissect::ihl(v.meta).unwrap_or(usize::MAX);
         let (Some(ip), Some(u)) = (header(d), d.get(ihl..)) else {
             out.drop(p, reason::TRUNCATED);
             return;

@@ -19,8 +19,6 @@ use netbatch_wire::checksum;
 use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
 use netbatch_wire::udp::{self, UdpPacket};
 
-use crate::dissect;
-
 use super::socket::SocketId;
 use crate::host::Host;
 use crate::route::RouteKind;
@@ -182,7 +180,6 @@ pub fn send(
     let c = checksum::sum(&u[..udp::HEADER_LEN], acc + psum);
     UdpPacket::new_unchecked(&mut u[..udp::HEADER_LEN])
         .set_checksum(udp::checksum_on_wire(checksum::finish(c)));
-    dissect::ip4_packet(&mut v);
     v.meta.in_port = u16::MAX;
     v.meta.out_if = u16::MAX;
     v.meta.flags = (v.meta.flags & flag::PAYLOAD_SUM) | flag::ORIGINATED | flag::L4_CSUM_OK;

@@ -151,6 +151,9 @@ pub struct HostParams {
     pub neigh: NeighParams,
     /// Answer echo requests.
     pub icmp_echo: bool,
+    /// Honour loose and strict source-route options (Linux's `accept_source_route`); when
+    /// off, packets carrying them are dropped.
+    pub accept_source_route: bool,
 }
 
 impl Default for HostParams {
@@ -161,6 +164,7 @@ impl Default for HostParams {
             icmp_burst: 50,
             neigh: NeighParams::default(),
             icmp_echo: true,
+            accept_source_route: false,
         }
     }
 }

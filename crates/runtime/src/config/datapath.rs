@@ -1,5 +1,6 @@
 //! `[datapath]`: batch mode and dispatch, burst, budget and time cap of a round, workers
-//! and their cores, RPS (backlog, RFS), idle busy-polling, and whether to forward.
+//! and their cores, RPS (backlog, RFS), idle busy-polling, whether to forward, and
+//! whether to honour source-route options.
 
 use netbatch_engine::{Dispatch, Mode};
 
@@ -16,6 +17,9 @@ pub(super) struct DatapathFile {
     dispatch: String,
     #[serde(default = "yes")]
     forwarding: bool,
+    /// Honour source-route options (LSRR, SSRR); off drops them, as Linux's default.
+    #[serde(default)]
+    accept_source_route: bool,
     #[serde(default = "default_burst")]
     burst: usize,
     #[serde(default = "default_budget")]
@@ -49,6 +53,7 @@ impl Default for DatapathFile {
             mode: default_mode(),
             dispatch: default_dispatch(),
             forwarding: true,
+            accept_source_route: false,
             burst: default_burst(),
             budget: default_budget(),
             time_cap_us: default_time_cap_us(),
@@ -115,6 +120,8 @@ pub(super) struct Datapath {
     pub(super) rps: Option<RpsParams>,
     /// Forward packets not addressed to us.
     pub(super) forwarding: bool,
+    /// Honour source-route options.
+    pub(super) accept_source_route: bool,
 }
 
 /// Validates `[datapath]`.
@@ -190,5 +197,6 @@ pub(super) fn validate(raw: &DatapathFile, e: &mut Errs) -> Datapath {
         },
         rps,
         forwarding: raw.forwarding,
+        accept_source_route: raw.accept_source_route,
     }
 }

@@ -1,6 +1,6 @@
 //! `[icmp]`: the ICMP error rate limit and echo replies; nothing in it can be wrong. The
-//! host settings are assembled here, with `datapath.forwarding` and the neighbour
-//! tunables.
+//! host settings are assembled here, with `datapath.forwarding`,
+//! `datapath.accept_source_route` and the neighbour tunables.
 
 use netbatch_stack::host::HostParams;
 use netbatch_stack::neigh::NeighParams;
@@ -13,12 +13,17 @@ pub(super) struct IcmpFile {
     echo: Option<bool>,
 }
 
-/// The host settings: `[icmp]`'s (unset keys keep the host's defaults), `forwarding`
-/// and the neighbour tunables.
-pub(super) fn host(raw: &IcmpFile, forwarding: bool, neigh: NeighParams) -> HostParams {
+/// The host settings: `[icmp]`'s (unset keys keep the host's defaults), `[datapath]`'s
+/// `forwarding` and `accept_source_route`, and the neighbour tunables.
+pub(super) fn host(
+    raw: &IcmpFile,
+    dp: &super::datapath::Datapath,
+    neigh: NeighParams,
+) -> HostParams {
     let hd = HostParams::default();
     HostParams {
-        forwarding,
+        forwarding: dp.forwarding,
+        accept_source_route: dp.accept_source_route,
         icmp_rate: raw.rate.unwrap_or(hd.icmp_rate),
         icmp_burst: raw.burst.unwrap_or(hd.icmp_burst),
         neigh,

@@ -177,11 +177,7 @@ impl Config {
         let mut e = Errs::default();
         let dp = datapath::validate(&raw.datapath, &mut e);
         let pool = pool::validate(&raw.pool, &mut e);
-        let host = icmp::host(
-            &raw.icmp,
-            dp.forwarding,
-            neighbour::tunables(&raw.neighbour, &mut e),
-        );
+        let host = icmp::host(&raw.icmp, &dp, neighbour::tunables(&raw.neighbour, &mut e));
         debug_assert!(e.0.is_empty(), "the defaults are valid");
         let graph = GraphOptions::default();
         Self {
@@ -249,7 +245,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let dp = datapath::validate(&raw.datapath, e);
     let pool = pool::validate(&raw.pool, e);
     let neigh = neighbour::tunables(&raw.neighbour, e);
-    let host = icmp::host(&raw.icmp, dp.forwarding, neigh);
+    let host = icmp::host(&raw.icmp, &dp, neigh);
     let (ports, names) = ports::validate(&raw.ports, dp.workers, dp.rps.is_some(), e);
     let routes = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
     let neighbours = neighbour::statics(&raw.neighbour, &names, e);

@@ -255,6 +255,8 @@ fn run(mode: Mode, dispatch: Dispatch, input: &[(u8, Vec<u8>)]) {
         lab.feed(usize::from(p % 2), [f.clone()]);
     }
     lab.run();
+    // Conserved while packets (GRO super-packets among them) wait for ARP, too.
+    lab.assert_conserved();
     // Let ARP resolution time out so queued packets are failed and released.
     for _ in 0..5 {
         lab.advance(1_000_000_000);

@@ -353,7 +353,7 @@ impl Team {
     pub fn assert_conserved(&self) {
         let a = self.acct();
         let own: u64 = self.workers.iter().map(Worker::held_own).sum();
-        let sockets = self.workers[0].host.sockets.held(&self.pool);
+        let sockets = self.workers[0].host.sockets.held();
         let held = own + sockets + a.in_flight();
         assert_eq!(
             a.rx + a.originated,

@@ -74,6 +74,15 @@ impl Datapath {
             }
         }
         let n = workers.len();
+        // Threads run on the monotonic clock; IP timestamps want UTC.
+        let utc = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(0));
+        let to_utc = utc.saturating_sub(netbatch_engine::time::mono_ns());
+        let mut workers = workers;
+        for w in &mut workers {
+            w.host.clock_to_utc_ns = to_utc;
+        }
         let barrier = Arc::new(Barrier::new(n));
         let stop = fabric.stop_flag();
         // A team may be started again after a stop.

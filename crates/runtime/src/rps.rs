@@ -9,7 +9,9 @@
 //!
 //! Packets for another worker travel through a single-producer ring per (from, to) pair,
 //! as handles (the buffer is owned by whoever holds the handle); a full ring is a counted
-//! drop (`backlog_full`). After its receive queues, a worker kicks each worker it sent to,
+//! drop (`backlog_full`). Backlogs are bounded and counted in wire packets, as every queue
+//! is: a super-frame a kernel port hands over (TSO, GRO) counts its segments against
+//! `max_backlog`, in the handed-off and taken-over counts, and in what is held. After its receive queues, a worker kicks each worker it sent to,
 //! once per round. The worker's own share is handled by the policy:
 //! - `backlog`, the kernel's: queued to its own backlog like everyone else's;
 //! - `direct`, the seed's patch: processed at once, list by list;
@@ -61,7 +63,8 @@ netbatch_engine::named_enum! {
 pub struct RpsParams {
     /// Own-share policy.
     pub policy: RpsPolicy,
-    /// Capacity of each backlog ring, in packets (`netdev_max_backlog`).
+    /// Capacity of each backlog ring and of the own backlog, in wire packets
+    /// (`netdev_max_backlog`).
     pub max_backlog: usize,
     /// Flow-table slots per receive queue, log2 (`rps_flow_cnt`).
     pub flow_log: u8,
@@ -84,17 +87,18 @@ impl Default for RpsParams {
 /// `time_squeeze` are the worker's own: [`crate::WorkerStats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SoftnetStats {
-    /// Packets dropped because a backlog was full.
+    /// Wire packets dropped because a backlog was full.
     pub dropped: u64,
     /// Wake-ups received (kicks from other workers, and own-backlog schedules).
     pub received_rps: u64,
     /// Backlog polls that found packets.
     pub backlog_polls: u64,
-    /// Backlog length at the last look (rings to this worker plus its own backlog).
+    /// Backlog length at the last look (rings to this worker plus its own backlog), in
+    /// wire packets.
     pub backlog_len: u64,
-    /// Packets sent to other workers.
+    /// Wire packets sent to other workers.
     pub handed_off: u64,
-    /// Packets taken from other workers' rings.
+    /// Wire packets taken from other workers' rings.
     pub taken_over: u64,
 }
 
@@ -105,6 +109,10 @@ pub struct Fabric {
     slots: Vec<Slot>,
     /// `heads[from * n + to]`: packets of the (from, to) queue processed by `to`.
     heads: Vec<AtomicU64>,
+    /// `pushed[from * n + to]`: wire packets `from` put in the (from, to) ring.
+    pushed: Vec<AtomicU64>,
+    /// `taken[from * n + to]`: wire packets `to` took from the (from, to) ring.
+    taken: Vec<AtomicU64>,
     /// RFS: (hash with the worker bits cleared) | worker; `EMPTY` when unset.
     rfs: Box<[AtomicU32]>,
     /// RPS maps per port, replaced as a whole.
@@ -277,8 +285,12 @@ pub struct Steer {
     to: Vec<Option<rtrb::Producer<Pkt>>>,
     /// Rings from each worker.
     from: Vec<Option<rtrb::Consumer<Pkt>>>,
-    /// Own backlog (`backlog` policy).
-    own: std::collections::VecDeque<Pkt>,
+    /// Own backlog (`backlog` policy), with the wire packets each carries.
+    own: std::collections::VecDeque<(Pkt, u32)>,
+    /// Wire packets in `own`.
+    own_wire: u64,
+    /// Wire packets in `deferred`.
+    deferred_wire: u64,
     /// Packets enqueued to each worker (own share included).
     tails: Vec<u64>,
     /// Own share processed (this worker's head of its own queue).
@@ -324,6 +336,8 @@ pub fn fabric(
         n,
         slots: (0..n).map(|_| Slot::default()).collect(),
         heads: (0..n * n).map(|_| AtomicU64::new(0)).collect(),
+        pushed: (0..n * n).map(|_| AtomicU64::new(0)).collect(),
+        taken: (0..n * n).map(|_| AtomicU64::new(0)).collect(),
         rfs: (0..rfs_len).map(|_| AtomicU32::new(EMPTY)).collect(),
         maps: RwLock::new(Arc::new(maps)),
         maps_gen: AtomicU64::new(0),
@@ -356,6 +370,8 @@ pub fn fabric(
             to,
             from,
             own: std::collections::VecDeque::with_capacity(params.max_backlog.min(65_536)),
+            own_wire: 0,
+            deferred_wire: 0,
             tails: vec![0; n],
             own_head: 0,
             flows: (0..ports)
@@ -450,24 +466,34 @@ impl Steer {
         self.refresh_maps();
         let steered = self.maps.get(port).is_some_and(|m| !m.is_empty());
         let mut keep = core::mem::take(&mut self.scratch);
+        let limit = self.params.max_backlog as u64;
+        let n = self.fabric.n;
         for mut p in list.drain(..) {
-            let (hash, target) = if steered {
-                let h = flow_hash(&mut pool.get_mut(&mut p), &self.toeplitz);
-                (h, self.target(port, h))
-            } else {
-                (0, self.me)
+            let (hash, target, wire) = {
+                let mut v = pool.get_mut(&mut p);
+                let wire = v.meta.wire_packets();
+                if steered {
+                    let h = flow_hash(&mut v, &self.toeplitz);
+                    (h, self.target(port, h), wire)
+                } else {
+                    (0, self.me, wire)
+                }
             };
             if target == self.me {
                 match self.params.policy {
                     RpsPolicy::Direct => keep.push(p),
-                    RpsPolicy::Deferred => self.deferred.push(p),
+                    RpsPolicy::Deferred => {
+                        self.deferred.push(p);
+                        self.deferred_wire += wire;
+                    }
                     RpsPolicy::Backlog => {
-                        if self.own.len() >= self.params.max_backlog {
-                            self.stats.dropped += 1;
+                        if self.own_wire + wire > limit {
+                            self.stats.dropped += wire;
                             drops.push(p);
                             continue;
                         }
-                        self.own.push_back(p);
+                        self.own.push_back((p, wire as u32));
+                        self.own_wire += wire;
                         self.sent[self.me] = true;
                     }
                 }
@@ -475,15 +501,23 @@ impl Steer {
                 self.note(port, hash, target);
                 continue;
             }
+            let pair = self.me * n + target;
+            let pushed = self.fabric.pushed[pair].load(Ordering::Relaxed);
+            if pushed - self.fabric.taken[pair].load(Ordering::Acquire) + wire > limit {
+                self.stats.dropped += wire;
+                drops.push(p);
+                continue;
+            }
             match self.to[target].as_mut().map(|r| r.push(p)) {
                 Some(Ok(())) => {
+                    self.fabric.pushed[pair].store(pushed + wire, Ordering::Relaxed);
                     self.tails[target] += 1;
                     self.note(port, hash, target);
                     self.sent[target] = true;
-                    self.stats.handed_off += 1;
+                    self.stats.handed_off += wire;
                 }
                 Some(Err(rtrb::PushError::Full(p))) => {
-                    self.stats.dropped += 1;
+                    self.stats.dropped += wire;
                     drops.push(p);
                 }
                 None => unreachable!("rings exist between every pair of workers"),
@@ -538,11 +572,17 @@ impl Steer {
     }
 
     /// Up to `max` packets from worker `from`'s ring (or the own backlog for `from ==
-    /// me`) into `out`; returns how many.
-    pub fn take(&mut self, from: usize, out: &mut PktList, max: usize) -> usize {
+    /// me`) into `out`; returns how many (handles; the wire packets they carry are
+    /// counted taken over).
+    pub fn take(&mut self, pool: &Pool, from: usize, out: &mut PktList, max: usize) -> usize {
         if from == self.me {
             let n = max.min(self.own.len());
-            out.extend(self.own.drain(..n));
+            let mut wire = 0;
+            for (p, w) in self.own.drain(..n) {
+                out.push(p);
+                wire += u64::from(w);
+            }
+            self.own_wire -= wire;
             return n;
         }
         let Some(c) = self.from[from].as_mut() else {
@@ -552,10 +592,16 @@ impl Steer {
         if n == 0 {
             return 0;
         }
+        let start = out.len();
         if let Ok(chunk) = c.read_chunk(n) {
             out.extend(chunk);
         }
-        self.stats.taken_over += n as u64;
+        let wire: u64 = out[start..]
+            .iter()
+            .map(|p| pool.get(p).meta.wire_packets())
+            .sum();
+        self.fabric.taken[from * self.fabric.n + self.me].fetch_add(wire, Ordering::Release);
+        self.stats.taken_over += wire;
         n
     }
 
@@ -574,17 +620,33 @@ impl Steer {
         self.own_head += n as u64;
     }
 
-    /// Packets waiting for this worker (its rings and own backlog).
+    /// Wire packets waiting for this worker (its rings and own backlog).
     pub fn backlog_len(&self) -> u64 {
-        let rings: usize = self.from.iter().flatten().map(rtrb::Consumer::slots).sum();
-        (rings + self.own.len()) as u64
+        let n = self.fabric.n;
+        let rings: u64 = (0..n)
+            .filter(|&f| f != self.me)
+            .map(|f| {
+                let pair = f * n + self.me;
+                let taken = self.fabric.taken[pair].load(Ordering::Relaxed);
+                self.fabric.pushed[pair]
+                    .load(Ordering::Acquire)
+                    .saturating_sub(taken)
+            })
+            .sum();
+        rings + self.own_wire
     }
 
-    /// Packets this worker received and has not processed yet (own backlog, deferred
-    /// list). Packets in rings are counted by the difference of `handed_off` and
-    /// `taken_over` over the workers.
+    /// Wire packets this worker received and has not processed yet (own backlog,
+    /// deferred list). Packets in rings are counted by the difference of `handed_off`
+    /// and `taken_over` over the workers.
     pub fn held(&self) -> u64 {
-        (self.own.len() + self.deferred.len()) as u64
+        self.own_wire + self.deferred_wire
+    }
+
+    /// The deferred own share, to run now (its wire packets no longer held here).
+    pub(crate) fn take_deferred(&mut self) -> PktList {
+        self.deferred_wire = 0;
+        core::mem::take(&mut self.deferred)
     }
 
     /// Frees everything in the rings to this worker and its own queues (at stop).
@@ -594,14 +656,82 @@ impl Steer {
                 cache.free(p);
             }
         }
-        for p in self.own.drain(..) {
+        for (p, _) in self.own.drain(..) {
             cache.free(p);
         }
+        self.own_wire = 0;
+        self.deferred_wire = 0;
         cache.free_all(&mut self.deferred);
     }
 
     /// The flow hash of an IPv4 4-tuple with this worker's hasher (for tests and tools).
     pub fn hash_of(&self, src: Ipv4Addr, dst: Ipv4Addr, ports: Option<(u16, u16)>) -> u32 {
         self.toeplitz.ipv4(src.octets(), dst.octets(), ports)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netbatch_engine::PoolConfig;
+
+    /// A UDP frame of the flow 198.51.100.7:4000 → 203.0.113.9:5000, written by hand.
+    fn udp_frame() -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&28u16.to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        f[26..30].copy_from_slice(&[198, 51, 100, 7]);
+        f[30..34].copy_from_slice(&[203, 0, 113, 9]);
+        f[34..36].copy_from_slice(&4000u16.to_be_bytes());
+        f[36..38].copy_from_slice(&5000u16.to_be_bytes());
+        f[38..40].copy_from_slice(&8u16.to_be_bytes());
+        f
+    }
+
+    /// A super-frame of 5 segments steered to another worker counts 5 wire packets
+    /// handed off, in that worker's backlog and taken over; the backlog's limit (8 wire
+    /// packets) refuses a second one whole although the ring has slots left.
+    #[test]
+    fn backlogs_count_wire_packets() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 16,
+            cache_size: 4,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut c = pool.cache();
+        let params = RpsParams {
+            policy: RpsPolicy::Backlog,
+            max_backlog: 8,
+            ..RpsParams::default()
+        };
+        let (_fabric, mut steers) = fabric(2, &params, vec![vec![1]], 1);
+        let mut list = Vec::new();
+        for _ in 0..2 {
+            let mut p = c.alloc().unwrap();
+            let mut v = pool.get_mut(&mut p);
+            assert!(v.set_data(64, &udp_frame()));
+            v.meta.segs = 5;
+            drop(v);
+            list.push(p);
+        }
+        let mut drops = Vec::new();
+        let (s0, rest) = steers.split_at_mut(1);
+        let (s0, s1) = (&mut s0[0], &mut rest[0]);
+        s0.distribute(&pool, 0, &mut list, &mut drops);
+        assert!(list.is_empty());
+        assert_eq!(drops.len(), 1, "5 + 5 > 8: the second is refused whole");
+        assert_eq!((s0.stats.handed_off, s0.stats.dropped), (5, 5));
+        assert_eq!(s1.backlog_len(), 5);
+        let mut got = Vec::new();
+        assert_eq!(s1.take(&pool, 0, &mut got, 64), 1);
+        assert_eq!((s1.stats.taken_over, s1.backlog_len()), (5, 0));
+        c.free_all(&mut got);
+        c.free_all(&mut drops);
+        drop(c);
+        assert_eq!(pool.free_in_pool(), 16);
     }
 }

@@ -479,7 +479,7 @@ impl Worker {
         if st.deferred.is_empty() {
             return;
         }
-        let mut all = core::mem::take(&mut st.deferred);
+        let mut all = st.take_deferred();
         let n = all.len();
         let mut chunk = core::mem::take(&mut self.list);
         while !all.is_empty() {
@@ -519,7 +519,7 @@ impl Worker {
             let got = self
                 .steer
                 .as_mut()
-                .map_or(0, |st| st.take(src, &mut l, quota));
+                .map_or(0, |st| st.take(&self.pool, src, &mut l, quota));
             if got > 0 {
                 self.stats.processed += got as u64;
                 self.run(&mut l, now_ns);
@@ -644,7 +644,7 @@ impl Worker {
     /// Wire packets held right now (sockets, neighbour queues, unflushed queues, GRO):
     /// the `held` of the conservation law for a worker on its own.
     pub fn held(&self) -> u64 {
-        self.held_own() + self.host.sockets.held(&self.pool)
+        self.held_own() + self.host.sockets.held()
     }
 
     /// Frees everything held (counted as dropped, `shutdown`) and returns cached buffers
@@ -673,7 +673,7 @@ impl Worker {
         let mut l = Vec::new();
         let n = st.fabric().workers();
         for src in 0..n {
-            while st.take(src, &mut l, LIST_MAX) > 0 {
+            while st.take(&self.pool, src, &mut l, LIST_MAX) > 0 {
                 self.cache.free_all(&mut l);
             }
         }

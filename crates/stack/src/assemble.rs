@@ -177,6 +177,7 @@ pub fn build(
     }
     b.connect(IP4_ROUTE, "forward", IP4_FORWARD)?;
     b.connect(IP4_ROUTE, "error", IP4_ICMP_ERROR)?;
+    b.connect(IP4_INPUT, "error", IP4_ICMP_ERROR)?;
 
     b.connect(IP4_LOCAL, "udp", UDP_INPUT)?;
     b.connect(IP4_LOCAL, "icmp", ICMP_INPUT)?;

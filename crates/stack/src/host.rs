@@ -198,6 +198,9 @@ pub struct Host {
     pub neigh_shared: Option<(Arc<crate::neigh::NeighShared>, usize)>,
     neigh_seen: u64,
     learned: Vec<crate::neigh::Learned>,
+    /// Added to the worker's clock, nanoseconds since the Unix epoch (for IP timestamps):
+    /// 0 where that clock already is UTC (replay runs on the capture's timestamps).
+    pub clock_to_utc_ns: u64,
 }
 
 impl Host {
@@ -227,6 +230,7 @@ impl Host {
             neigh_shared: None,
             neigh_seen: 0,
             learned: Vec::new(),
+            clock_to_utc_ns: 0,
         }
     }
 
@@ -259,6 +263,11 @@ impl Host {
         }
     }
 
+    /// The worker time `now_ns` as an RFC 791 timestamp: milliseconds since midnight UT.
+    pub fn utc_ms_since_midnight(&self, now_ns: u64) -> u32 {
+        (now_ns.wrapping_add(self.clock_to_utc_ns) / 1_000_000 % 86_400_000) as u32
+    }
+
     /// Whether `a` is one of our addresses (any interface).
     pub fn is_local(&self, a: Ipv4Addr) -> bool {
         self.ifaces.iter().any(|i| i.has_addr(a))
@@ -267,7 +276,7 @@ impl Host {
     /// Packets held in queues and tables right now (socket queues, neighbour queues,
     /// transmit queues not yet flushed, injected packets not yet run), in wire packets.
     pub fn held(&self, pool: &netbatch_engine::Pool) -> u64 {
-        self.sockets.held(pool) + self.held_own(pool)
+        self.sockets.held() + self.held_own(pool)
     }
 
     /// As [`Host::held`] without the socket queues, which every worker shares.

@@ -51,5 +51,6 @@ pub const REASON_SETS: &[&[netbatch_engine::Reason]] = &[
     tcp::reason::ALL,
     icmp::input::reason::ALL,
     gso::reason::ALL,
+    tx::reason::ALL,
 ];
 pub use host::{Host, HostParams, HostStats};

@@ -1,10 +1,24 @@
 //! `tx`: puts finished frames on their port's transmit queue; the worker flushes the
 //! queues to the ports in bursts after each poll. `tx-<port>` is one port's own
 //! transmit node, which the output stages reach by a per-port arc.
+//!
+//! No frame leaves above its interface's MTU: the neighbour stage checks every routed
+//! packet (and sends what is too long to fragmentation), and what reaches the port by
+//! `tx` instead (ARP, frames handed to the transmit entry) is checked here, a plain frame
+//! by its length after the link header, a super-packet by its segment size
+//! (`tx_over_mtu`).
 
 use netbatch_engine::{Cx, Next, Out, PktList, Stage};
 
 use crate::host::Host;
+use crate::meta::gso;
+
+netbatch_engine::reasons! {
+    /// Why `tx` drops a frame.
+    pub mod reason {
+        OVER_MTU = "tx_over_mtu": "frame longer than its interface's MTU at transmit",
+    }
+}
 
 /// The name of port `port`'s transmit node (`tx-<port>`), interned once per process.
 pub fn node_name(port: &str) -> &'static str {
@@ -36,22 +50,40 @@ impl Stage<Host> for Tx {
         &[]
     }
 
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
+    }
+
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let mut cur_if = u16::MAX;
         let mut port = usize::MAX;
+        // The interface's MTU and link header length.
+        let (mut mtu, mut l2) = (0u32, 0u32);
         for p in list.drain(..) {
-            let out_if = cx.pool.get(&p).meta.out_if;
+            let m = cx.pool.get(&p).meta;
+            let out_if = m.out_if;
             if out_if != cur_if {
                 match host.ifaces.get(usize::from(out_if)) {
                     Some(i) => {
                         cur_if = out_if;
                         port = usize::from(i.port);
+                        mtu = u32::from(i.mtu);
+                        l2 = (netbatch_wire::ethernet::HEADER_LEN + i.tags.len()) as u32;
                     }
                     None => {
                         out.drop(p, netbatch_engine::reason::PORT_DOWN);
                         continue;
                     }
                 }
+            }
+            let too_long = if m.gso_type == gso::NONE {
+                m.total_len.saturating_sub(l2) > mtu
+            } else {
+                u32::from(m.gso_size) > mtu
+            };
+            if too_long {
+                out.drop(p, reason::OVER_MTU);
+                continue;
             }
             match host.tx.get_mut(port) {
                 Some(q) => q.push(p),

@@ -115,7 +115,7 @@ impl Bench for TeamBench {
         // nothing waits there into the next measurement.
         let sockets = self.workers[0].host.sockets.clone();
         for _ in 0..10_000 {
-            if sockets.held(self.workers[0].pool()) == 0 {
+            if sockets.held() == 0 {
                 break;
             }
             let now = netbatch_engine::time::mono_ns();
@@ -186,7 +186,7 @@ impl Bench for TeamBench {
             a.add(&w.acct);
         }
         let own: u64 = self.workers.iter().map(Worker::held_own).sum();
-        let sockets = self.workers[0].host.sockets.held(self.workers[0].pool());
+        let sockets = self.workers[0].host.sockets.held();
         let held = own + sockets + a.in_flight();
         if a.rx + a.originated != a.tx + a.delivered + a.dropped + held {
             bail!("packets unaccounted: {a:?} held {held}");

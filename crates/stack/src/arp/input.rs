@@ -11,7 +11,8 @@
 //! Learning follows RFC 826's merge rule: an existing entry for the sender is updated
 //! from any ARP packet (this covers gratuitous ARP); a new entry is made only when the
 //! packet was for one of our addresses. Packets that were waiting for the sender leave
-//! on the `neighbour` arc, in order. A request for us is turned into the reply in place.
+//! on the `neighbour` arc, in order. A request for us is turned into the reply in place,
+//! cut or padded to the minimum frame (its padding zeroed).
 
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
@@ -111,8 +112,17 @@ impl Stage<Host> for ArpInput {
                 cx.cache.free(p);
                 continue;
             }
-            // A request for us: answer in place.
+            // A request for us: answer in place, the size of an ARP reply whatever the
+            // request's padding (whose bytes are not ours to send back).
             let our_mac = iface.mac;
+            let len = v.data().len();
+            if len > super::PADDED_LEN {
+                v.truncate(super::PADDED_LEN);
+            } else if v.append(super::PADDED_LEN - len).is_none() {
+                out.drop(p, netbatch_engine::reason::NO_HEADROOM);
+                continue;
+            }
+            v.data_mut()[netbatch_wire::arp::PACKET_LEN..].fill(0);
             let reply = ArpRepr {
                 operation: ArpOperation::Reply,
                 sha: our_mac,

@@ -12,6 +12,11 @@ use netbatch_wire::ethernet::{EtherType, MacAddr};
 use crate::iface::Iface;
 use crate::l2::output::push_header;
 
+/// An ARP packet padded to the 46-byte minimum Ethernet payload (IEEE 802.3: 64-byte
+/// frames with the FCS), as hardware pads it: what requests and replies carry, whatever
+/// padding the packet they answer had.
+pub(crate) const PADDED_LEN: usize = 46;
+
 /// Builds a complete ARP request frame asking for `target` on `iface` (index `if_index`),
 /// broadcast or unicast to `to` (refreshing a stale entry). `None` if no buffer is free
 /// or the interface has no address to ask from.
@@ -26,8 +31,7 @@ pub fn build_request(
     let spa = iface.source_for(target)?;
     let mut p = cache.alloc()?;
     let mut v = pool.get_mut(&mut p);
-    // Pad to the 46-byte Ethernet minimum payload, as hardware would.
-    let Some(b) = v.append(46) else {
+    let Some(b) = v.append(PADDED_LEN) else {
         cache.free(p);
         return None;
     };

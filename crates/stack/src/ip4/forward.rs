@@ -5,12 +5,20 @@
 //! incrementally (RFC 1624 eqn. 3). The output MTU is checked once, by the neighbour
 //! stage, for forwarded and local packets alike: too large goes to `ip4-fragment`, which
 //! fragments or, with DF, answers ICMP fragmentation needed (RFC 1191).
+//!
+//! A header with options has Record Route and Timestamp processed (RFC 1812 5.3.13,
+//! [`super::options::forward`]) with our address on the outgoing interface, and its
+//! checksum recomputed; the fast path reads one more octet to know there are none.
 
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
 
-use super::header_mut;
+use core::net::Ipv4Addr;
+
+use netbatch_wire::ipv4::Ipv4Packet;
+
+use super::{header_mut, options};
 use crate::host::Host;
 
 netbatch_engine::reasons! {
@@ -27,6 +35,34 @@ netbatch_engine::arcs! {
     pub ERROR = "error";
 }
 
+/// Records a forwarded packet's passage in the options of its header (at the start of
+/// `d`), leaving by interface `out_if`; `Err(pointer)` if an option is malformed.
+#[inline(never)]
+fn record_options(host: &Host, now_ns: u64, out_if: u16, d: &mut [u8]) -> Result<(), usize> {
+    let ihl = usize::from(d[0] & 0x0f) * 4;
+    let Some(h) = d.get_mut(..ihl) else {
+        return Ok(());
+    };
+    let found = options::scan(h)?;
+    if !found.records() {
+        return Ok(());
+    }
+    let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+    let out_addr = host
+        .ifaces
+        .get(usize::from(out_if))
+        .and_then(|i| i.source_for(dst))
+        .map_or(0, u32::from);
+    let now_ms = host.utc_ms_since_midnight(now_ns);
+    if options::forward(h, &found, out_addr, now_ms, |a| {
+        host.routes.is_local_addr(a)
+    }) {
+        let mut ip = Ipv4Packet::new_unchecked(h);
+        ip.fill_checksum();
+    }
+    Ok(())
+}
+
 /// The forwarding stage.
 #[derive(Debug, Default)]
 pub struct Ip4Forward;
@@ -40,7 +76,7 @@ impl Stage<Host> for Ip4Forward {
         reason::ALL
     }
 
-    fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+    fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
             let Some(mut ip) = header_mut(v.data_mut()) else {
@@ -57,6 +93,15 @@ impl Stage<Host> for Ip4Forward {
             let old = u16::from_be_bytes([ttl, ip.protocol().0]);
             ip.set_ttl(ttl - 1);
             ip.set_checksum(checksum::update16(ip.checksum(), old, old - 0x0100));
+            if ip.header_len() > 20 {
+                let out_if = v.meta.out_if;
+                if let Err(pointer) = record_options(host, cx.now_ns, out_if, v.data_mut()) {
+                    v.meta.note = crate::ip4::icmp_error::Cause::ParamProblem.note();
+                    v.meta.scratch = pointer as u32;
+                    out.push(ERROR, p);
+                    continue;
+                }
+            }
             v.meta.flags |= flag::FORWARDED;
             out.push(OK, p);
         }

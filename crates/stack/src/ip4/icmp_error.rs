@@ -70,11 +70,17 @@ pub enum Cause {
     FragNeeded,
     /// A prohibit route: communication administratively prohibited (RFC 1812 5.2.7.1).
     RouteProhibit,
+    /// A malformed header option: parameter problem (RFC 792, RFC 1812 5.2.5), the
+    /// offset of the octet in error in `Meta::scratch`.
+    ParamProblem,
+    /// A strict source route whose next hop is not on a connected network: source route
+    /// failed (RFC 1812 5.2.4.1).
+    SourceRouteFailed,
 }
 
 impl Cause {
     /// Every cause, in counter order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::TtlExpired,
         Self::NoRoute,
         Self::RouteUnreachable,
@@ -83,6 +89,8 @@ impl Cause {
         Self::NoSocket,
         Self::FragNeeded,
         Self::RouteProhibit,
+        Self::ParamProblem,
+        Self::SourceRouteFailed,
     ];
 
     /// The value kept in `Meta::note`.
@@ -106,6 +114,8 @@ impl Cause {
             Self::NoSocket => (3, 3),
             Self::FragNeeded => (3, 4),
             Self::RouteProhibit => (3, 13),
+            Self::ParamProblem => (12, 0),
+            Self::SourceRouteFailed => (3, 5),
         }
     }
 
@@ -120,6 +130,8 @@ impl Cause {
             Self::NoSocket => crate::udp::input::reason::NO_SOCKET,
             Self::FragNeeded => crate::ip4::fragment::reason::FRAG_NEEDED,
             Self::RouteProhibit => crate::route::reason::PROHIBIT,
+            Self::ParamProblem => crate::ip4::input::reason::BAD_OPTIONS,
+            Self::SourceRouteFailed => crate::ip4::input::reason::SOURCE_ROUTE_FAILED,
         }
     }
 
@@ -134,6 +146,8 @@ impl Cause {
             Self::NoSocket => "sent_no_socket",
             Self::FragNeeded => "sent_frag_needed",
             Self::RouteProhibit => "sent_route_prohibit",
+            Self::ParamProblem => "sent_ip4_bad_options",
+            Self::SourceRouteFailed => "sent_ip4_source_route_failed",
         }
     }
 }
@@ -277,7 +291,7 @@ impl Stage<Host> for Ip4IcmpError {
             let quote = (v.meta.len as usize).min(MAX_ERROR_LEN - 28);
             v.truncate(quote);
             let ident = host.next_ident();
-            let mtu = v.meta.scratch as u16;
+            let scratch = v.meta.scratch;
             let Some(h) = v.push(28) else {
                 out.drop(p, reason);
                 continue;
@@ -298,9 +312,12 @@ impl Stage<Host> for Ip4IcmpError {
             icmp.set_msg_type(Icmpv4Type(ty));
             icmp.set_code(code);
             icmp.set_rest_of_header(0);
-            if cause == Cause::FragNeeded {
+            match cause {
                 // RFC 1191: next-hop MTU in the low 16 bits of the unused word.
-                icmp.set_next_hop_mtu(mtu);
+                Cause::FragNeeded => icmp.set_next_hop_mtu(scratch as u16),
+                // RFC 792: the pointer in the first octet of the unused word.
+                Cause::ParamProblem => icmp.set_rest_of_header((scratch & 0xff) << 24),
+                _ => {}
             }
             icmp.fill_checksum();
             v.meta.flags = (v.meta.flags & flag::TRACE) | flag::ORIGINATED | flag::IP_CSUM_OK;
@@ -460,6 +477,8 @@ mod tests {
         assert_eq!(Cause::NeighFailed.icmp(), (3, 1));
         assert_eq!(Cause::RouteProhibit.icmp(), (3, 13));
         assert_eq!(Cause::FragNeeded.icmp(), (3, 4));
+        assert_eq!(Cause::ParamProblem.icmp(), (12, 0));
+        assert_eq!(Cause::SourceRouteFailed.icmp(), (3, 5));
         for c in Cause::ALL {
             assert_eq!(Cause::from_note(c.note()), Some(c), "{c:?} round-trips");
         }
@@ -480,6 +499,8 @@ mod tests {
             (Cause::NoSocket, "no_socket"),
             (Cause::FragNeeded, "frag_needed"),
             (Cause::RouteProhibit, "route_prohibit"),
+            (Cause::ParamProblem, "ip4_bad_options"),
+            (Cause::SourceRouteFailed, "ip4_source_route_failed"),
         ];
         assert_eq!(want.len(), Cause::ALL.len());
         for (c, name) in want {

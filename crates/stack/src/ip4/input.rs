@@ -7,12 +7,20 @@
 //! hold the IP data header"; link padding beyond it is trimmed); header checksum (RFC
 //! 1122 3.2.1.2 MUST discard on failure); well-formed options (RFC 791 3.1); source not
 //! martian (RFC 1122 3.2.1.3, RFC 1812 5.3.7) and destination not martian.
+//!
+//! A packet with options then has the ones a router acts on checked
+//! ([`super::options::scan`]): a malformed option is answered with a Parameter Problem
+//! pointing at it (RFC 1812 5.2.5; counted `ip4_bad_options` when no error may be sent),
+//! and a source-routed packet is dropped (`ip4_source_route`) unless
+//! `accept_source_route` is on, as Linux does by default.
 
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
+use super::icmp_error::Cause;
+use super::options;
 use crate::dissect;
 use crate::host::Host;
 use crate::prefix::class;
@@ -29,12 +37,16 @@ netbatch_engine::reasons! {
         BAD_OPTIONS = "ip4_bad_options": "IPv4 options malformed",
         MARTIAN_SOURCE = "ip4_martian_source": "IPv4 source is not a valid unicast address",
         MARTIAN_DEST = "ip4_martian_dest": "IPv4 destination is not a valid address",
+        SOURCE_ROUTE = "ip4_source_route": "source-routed IPv4 packet (LSRR/SSRR) and accept_source_route is off",
+        SOURCE_ROUTE_FAILED = "ip4_source_route_failed": "strict source route's next hop is not on a connected network",
     }
 }
 
 netbatch_engine::arcs! {
     /// Arc for valid packets.
     pub OK = "ok";
+    /// Arc to the ICMP error stage (malformed options).
+    pub ERROR = "error";
 }
 
 /// The IPv4 input stage.
@@ -111,7 +123,8 @@ impl Stage<Host> for Ip4Input {
         reason::ALL
     }
 
-    fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+    fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        let accept_source_route = host.params.accept_source_route;
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
             let chained = v.meta.chain.is_some();
@@ -134,6 +147,22 @@ impl Stage<Host> for Ip4Input {
                     out.drop(p, reason::TOTAL_LEN_SHORT);
                 }
                 Ok(total) => {
+                    if d.first().is_some_and(|&b| b != 0x45) {
+                        match options_verdict(d, accept_source_route) {
+                            Ok(()) => {}
+                            Err(Ok(pointer)) => {
+                                m.note = Cause::ParamProblem.note();
+                                m.scratch = pointer as u32;
+                                v.truncate(total);
+                                out.push(ERROR, p);
+                                continue;
+                            }
+                            Err(Err(r)) => {
+                                out.drop(p, r);
+                                continue;
+                            }
+                        }
+                    }
                     m.flags |= flag::IP_CSUM_OK;
                     if !located {
                         // A packet no dissection reached (never in today's graph): the
@@ -143,10 +172,34 @@ impl Stage<Host> for Ip4Input {
                     v.truncate(total);
                     out.push(OK, p);
                 }
+                Err(r) if r == reason::BAD_OPTIONS => {
+                    // The walk failed: point at the octet in error.
+                    let pointer = options::scan(header_of(d)).err().unwrap_or(20);
+                    m.note = Cause::ParamProblem.note();
+                    m.scratch = pointer as u32;
+                    out.push(ERROR, p);
+                }
                 Err(r) => out.drop(p, r),
             }
         }
     }
+}
+
+/// The whole header `d` starts with (its IHL says how long), cut to what `d` holds.
+fn header_of(d: &[u8]) -> &[u8] {
+    let ihl = d.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
+    &d[..ihl.min(d.len())]
+}
+
+/// The verdict on the options of a header that passed the checks: `Err(Ok(pointer))` for
+/// a Parameter Problem, `Err(Err(reason))` for a drop.
+#[inline(never)]
+fn options_verdict(d: &[u8], accept_source_route: bool) -> Result<(), Result<usize, Reason>> {
+    let found = options::scan(header_of(d)).map_err(Ok)?;
+    if found.srr.is_some() && !accept_source_route {
+        return Err(Err(reason::SOURCE_ROUTE));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

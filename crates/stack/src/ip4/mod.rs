@@ -4,7 +4,8 @@
 //! demux) | `ip4-forward` (TTL, MTU) → … and, for packets this host originates,
 //! `ip4-local-out` (route and finish the header). `ip4-fragment` takes what the
 //! neighbour stage finds too large for its output MTU. `ip4-icmp-error` turns a packet whose
-//! `Meta::note` holds an ICMP-worthy cause into that ICMP error, in place.
+//! `Meta::note` holds an ICMP-worthy cause into that ICMP error, in place. `options`
+//! holds what the stages do with the IP options a router acts on.
 //!
 //! Invariant after `ip4-input`: the packet starts at a valid IPv4 header
 //! (`Meta::data == Meta::l3`), its length equals the header's total length, the header
@@ -16,6 +17,7 @@ pub mod icmp_error;
 pub mod input;
 pub mod local;
 pub mod local_out;
+pub mod options;
 pub mod route;
 
 use netbatch_wire::ipv4::{HEADER_LEN, Ipv4Packet};

@@ -10,8 +10,16 @@
 //! dropped (`Ip4MartianSource`) whatever its destination, neither forwarded nor answered,
 //! as Linux's `fib_validate_source` does when the reverse lookup of the source finds a
 //! broadcast route (`IP_INVALID_SOURCE`; Linux looks only with `rp_filter` on, the
-//! common distribution default, netbatch always). `ip4-input` has already refused the
-//! sources martian by class.
+//! common distribution default, netbatch always). A source that is one of our own
+//! addresses is martian too (`local_source`: Linux's `fib_validate_source` with
+//! `accept_local` off, its default): nobody else may send as us, whether the packet is
+//! for us or to be forwarded. Both verdicts are kept for the last source of the list.
+//! `ip4-input` has already refused the sources martian by class.
+//!
+//! A source-routed packet for us (`ip4-input` let it through only with
+//! `accept_source_route` on) whose route is not exhausted is sent on to the route's next
+//! address ([`super::options::next_source_hop`]); a strict route whose next address is not
+//! on a connected network gets ICMP source route failed (RFC 1812 5.2.4.1).
 //!
 //! A unicast packet received as link-layer broadcast or multicast is not forwarded (RFC
 //! 1812 5.3.4). Unreachable and prohibit routes and a missing route send the packet to
@@ -20,8 +28,8 @@
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
-use super::header;
 use super::icmp_error::Cause;
+use super::{header, options};
 use crate::host::Host;
 use crate::prefix::class;
 use crate::route::{Hop, RouteKind, Routes};
@@ -41,6 +49,58 @@ netbatch_engine::arcs! {
 #[inline(always)]
 fn is_broadcast_source(routes: &Routes, src: u32) -> bool {
     src & 3 == 3 && matches!(routes.lookup(src), Some(h) if h.kind == RouteKind::Broadcast)
+}
+
+/// What a source-routed packet for us does next.
+enum SourceRoute {
+    /// No source route, or an exhausted one: it is ours.
+    Deliver,
+    /// On to the route's next address, by this adjacency and hop.
+    Forward(u32, Hop),
+    /// An ICMP error (with the pointer of a Parameter Problem).
+    Error(Cause, u32),
+}
+
+/// Follows the source route of the packet `d` (starting at its header, with options)
+/// that is addressed to us: the next listed address that is not ours becomes its
+/// destination, with our address toward it recorded in its slot (addresses of ours on
+/// the way are stepped over, as Linux does).
+#[inline(never)]
+fn source_route(routes: &Routes, ifaces: &[crate::iface::Iface], d: &mut [u8]) -> SourceRoute {
+    let ihl = d.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
+    let Some(h) = d.get_mut(..ihl) else {
+        return SourceRoute::Deliver;
+    };
+    let (o, strict) = match options::scan(h) {
+        Ok(f) => match f.srr {
+            Some(s) => s,
+            None => return SourceRoute::Deliver,
+        },
+        Err(pointer) => return SourceRoute::Error(Cause::ParamProblem, pointer as u32),
+    };
+    let verdict = loop {
+        let Some(next) = options::source_route_next(h, o) else {
+            break SourceRoute::Deliver;
+        };
+        let Some((adj, hop)) = routes.lookup_adj(next) else {
+            break SourceRoute::Error(Cause::NoRoute, 0);
+        };
+        if hop.kind == RouteKind::Local {
+            options::next_source_hop(h, o, next, next);
+            continue;
+        }
+        if hop.kind != RouteKind::Unicast || (strict && hop.gateway != 0) {
+            break SourceRoute::Error(Cause::SourceRouteFailed, 0);
+        }
+        let out_addr = ifaces
+            .get(usize::from(hop.out_if))
+            .and_then(|i| i.source_for(next.into()))
+            .map_or(0, u32::from);
+        options::next_source_hop(h, o, next, out_addr);
+        break SourceRoute::Forward(adj, hop);
+    };
+    netbatch_wire::ipv4::Ipv4Packet::new_unchecked(h).fill_checksum();
+    verdict
 }
 
 /// The routing stage.
@@ -69,7 +129,8 @@ impl Stage<Host> for Ip4Route {
         // The last destination looked up (none matches `u64::MAX`) and what it found.
         let mut hint_dst = u64::MAX;
         let mut hint: Option<(u32, Hop)> = None;
-        let mut src_hint: Option<(u32, bool)> = None;
+        // The last source checked and its verdict (none if it may be a source).
+        let mut src_hint: Option<(u32, Option<netbatch_engine::Reason>)> = None;
         for mut p in list.drain(..) {
             let v = cx.pool.get_mut(&mut p);
             let Some(ip) = header(v.data()) else {
@@ -78,19 +139,23 @@ impl Stage<Host> for Ip4Route {
             };
             let (src, dst) = (u32::from(ip.src()), u32::from(ip.dst()));
             // The last source's verdict is kept for the list, as the route hint is.
-            if src & 3 == 3 {
-                let bad = match src_hint {
-                    Some((s, b)) if s == src => b,
-                    _ => {
-                        let b = is_broadcast_source(routes, src);
-                        src_hint = Some((src, b));
-                        b
-                    }
-                };
-                if bad {
-                    out.drop(p, crate::ip4::input::reason::MARTIAN_SOURCE);
-                    continue;
+            let bad = match src_hint {
+                Some((s, b)) if s == src => b,
+                _ => {
+                    let b = if routes.is_local_addr(src) {
+                        Some(crate::route::reason::LOCAL_SOURCE)
+                    } else if is_broadcast_source(routes, src) {
+                        Some(crate::ip4::input::reason::MARTIAN_SOURCE)
+                    } else {
+                        None
+                    };
+                    src_hint = Some((src, b));
+                    b
                 }
+            };
+            if let Some(r) = bad {
+                out.drop(p, r);
+                continue;
             }
             if class::is_multicast(dst) {
                 v.meta.flags |= flag::LOCAL | flag::L3_MULTICAST;
@@ -109,6 +174,28 @@ impl Stage<Host> for Ip4Route {
                 continue;
             };
             match hop.kind {
+                RouteKind::Local if ip.header_len() > 20 && host.params.accept_source_route => {
+                    let mut v = v;
+                    match source_route(routes, &host.ifaces, v.data_mut()) {
+                        SourceRoute::Deliver => {
+                            v.meta.flags |= flag::LOCAL;
+                            out.push(LOCAL, p);
+                        }
+                        SourceRoute::Forward(adj, hop) if forwarding => {
+                            v.meta.out_if = hop.out_if;
+                            v.meta.adj = adj;
+                            out.push(FORWARD, p);
+                        }
+                        SourceRoute::Forward(..) => {
+                            out.drop(p, crate::route::reason::FORWARDING_DISABLED);
+                        }
+                        SourceRoute::Error(cause, pointer) => {
+                            v.meta.note = cause.note();
+                            v.meta.scratch = pointer;
+                            out.push(ERROR, p);
+                        }
+                    }
+                }
                 RouteKind::Local => {
                     v.meta.flags |= flag::LOCAL;
                     out.push(LOCAL, p);

@@ -5,7 +5,9 @@
 //! `reachable_ms`), `Stale` (usable; the next use sends a unicast probe), `Permanent`
 //! (static). An incomplete entry that gets no answer after `max_probes` requests fails:
 //! its queue is released for ICMP host unreachable (RFC 1122 2.3.2.2 allows dropping;
-//! Linux reports unreachable). Full table: stale and failed entries are evicted oldest
+//! Linux reports unreachable). A queue's occupancy and its limit (`queue_len`) are in wire
+//! packets: a GRO super-packet counts the segments it carries, so a full queue holds at
+//! most `queue_len` wire packets however they were merged. Full table: stale and failed entries are evicted oldest
 //! first; if none can go, the new neighbour is refused and counted.
 
 use core::net::Ipv4Addr;
@@ -96,7 +98,8 @@ impl NeighShared {
 pub struct NeighParams {
     /// Most entries.
     pub max_entries: usize,
-    /// Most packets waiting per unresolved neighbour.
+    /// Most wire packets waiting per unresolved neighbour (a super-packet larger than
+    /// the whole queue is dropped).
     pub queue_len: usize,
     /// How long a confirmation keeps an entry reachable.
     pub reachable_ms: u64,
@@ -112,7 +115,9 @@ impl Default for NeighParams {
     fn default() -> Self {
         Self {
             max_entries: 4096,
-            queue_len: 16,
+            // Linux's `unres_qlen` (derived from `unres_qlen_bytes`, 212992, in full-size
+            // frames): room for a GRO super-packet or two.
+            queue_len: 101,
             reachable_ms: 30_000,
             retrans_ms: 1000,
             max_probes: 3,
@@ -146,7 +151,10 @@ struct Entry {
     used_ns: u64,
     probes: u32,
     next_probe_ns: u64,
-    queue: VecDeque<Pkt>,
+    /// Waiting packets with the wire packets each carries, oldest first.
+    queue: VecDeque<(Pkt, u32)>,
+    /// Wire packets in `queue`.
+    queued_wire: u32,
 }
 
 /// Counters.
@@ -160,9 +168,9 @@ pub struct NeighStats {
     pub evicted: u64,
     /// Entries refused because the table was full.
     pub table_full: u64,
-    /// Packets queued while resolving.
+    /// Wire packets queued while resolving.
     pub queued: u64,
-    /// Packets dropped from a full resolution queue.
+    /// Wire packets dropped from (or refused by) a full resolution queue.
     pub queue_overflow: u64,
     /// Requests asked for (first resolution and retries).
     pub requests: u64,
@@ -330,6 +338,7 @@ impl NeighTable {
             probes: 0,
             next_probe_ns: now_ns,
             queue: VecDeque::new(),
+            queued_wire: 0,
         };
         let i = match self.free.pop() {
             Some(i) => {
@@ -347,33 +356,44 @@ impl NeighTable {
     }
 
     /// Starts resolving `ip` on `iface` (or finds the resolution under way) and queues
-    /// `p` behind it. Returns the probe to send if one is due now, and any packet pushed
-    /// out of a full queue (the oldest, as Linux does) or `p` itself if the table is full.
+    /// `p`, which carries `wire` wire packets, behind it. Returns the probe to send if one
+    /// is due now, and whether the table was full (then `p` itself is in `overflow`).
+    /// Packets pushed out of a full queue (the oldest first, as Linux does, until `p`
+    /// fits; `p` itself if it alone is larger than the queue) go to `overflow`.
     pub fn queue(
         &mut self,
         iface: u16,
         ip: u32,
-        p: Pkt,
+        (p, wire): (Pkt, u32),
         now_ns: u64,
-    ) -> (Option<Probe>, Option<Pkt>, bool) {
+        overflow: &mut Vec<Pkt>,
+    ) -> (Option<Probe>, bool) {
         let Some(i) = self.slot_for(iface, ip, now_ns, true) else {
-            return (None, Some(p), true);
+            overflow.push(p);
+            return (None, true);
         };
-        let cap = self.params.queue_len;
+        let cap = u32::try_from(self.params.queue_len).unwrap_or(u32::MAX);
         let retrans = self.params.retrans_ms * 1_000_000;
         let Some(e) = self.slots[i as usize].as_mut() else {
-            return (None, Some(p), true);
+            overflow.push(p);
+            return (None, true);
         };
-        let mut overflow = None;
-        if cap == 0 {
-            overflow = Some(p);
+        let wire = wire.max(1);
+        if wire > cap {
+            overflow.push(p);
+            self.stats.queue_overflow += u64::from(wire);
         } else {
-            if e.queue.len() >= cap {
-                overflow = e.queue.pop_front();
-                self.stats.queue_overflow += 1;
+            while e.queued_wire + wire > cap {
+                let Some((old, n)) = e.queue.pop_front() else {
+                    break;
+                };
+                e.queued_wire -= n;
+                self.stats.queue_overflow += u64::from(n);
+                overflow.push(old);
             }
-            e.queue.push_back(p);
-            self.stats.queued += 1;
+            e.queue.push_back((p, wire));
+            e.queued_wire += wire;
+            self.stats.queued += u64::from(wire);
         }
         let mut probe = None;
         if e.state == State::Incomplete && e.probes == 0 {
@@ -386,7 +406,7 @@ impl NeighTable {
                 unicast: None,
             });
         }
-        (probe, overflow, false)
+        (probe, false)
     }
 
     /// Records that `ip` on `iface` is at `mac` (from an ARP reply, or a request whose
@@ -415,7 +435,8 @@ impl NeighTable {
         e.state = State::Reachable;
         e.confirmed_ns = now_ns;
         e.probes = 0;
-        waiting.extend(e.queue.drain(..));
+        e.queued_wire = 0;
+        waiting.extend(e.queue.drain(..).map(|(p, _)| p));
         true
     }
 
@@ -429,7 +450,8 @@ impl NeighTable {
             match e.state {
                 State::Incomplete if now_ns >= e.next_probe_ns && e.probes > 0 => {
                     if e.probes >= p.max_probes {
-                        failed.extend(e.queue.drain(..));
+                        e.queued_wire = 0;
+                        failed.extend(e.queue.drain(..).map(|(p, _)| p));
                         self.stats.failed += 1;
                         remove.push(i);
                     } else {
@@ -483,19 +505,20 @@ impl NeighTable {
         self.map.is_empty()
     }
 
-    /// Packets waiting in resolution queues.
+    /// Wire packets waiting in resolution queues.
     pub fn held(&self) -> u64 {
         self.slots
             .iter()
             .flatten()
-            .map(|e| e.queue.len() as u64)
+            .map(|e| u64::from(e.queued_wire))
             .sum()
     }
 
     /// Frees every queued packet (at shutdown).
     pub fn drain_all(&mut self, cache: &mut BufCache) {
         for e in self.slots.iter_mut().flatten() {
-            for p in e.queue.drain(..) {
+            e.queued_wire = 0;
+            for (p, _) in e.queue.drain(..) {
                 cache.free(p);
             }
         }
@@ -527,11 +550,10 @@ mod tests {
             ..Default::default()
         });
         let ip = u32::from(Ipv4Addr::new(192, 0, 2, 9));
-        let ids: Vec<u32> = (0..3).map(|_| 0).collect::<Vec<_>>();
-        let _ = ids;
         let (a, b, d) = (c.alloc().unwrap(), c.alloc().unwrap(), c.alloc().unwrap());
         let (ai, bi, di) = (a.index(), b.index(), d.index());
-        let (probe, over, full) = t.queue(1, ip, a, 0);
+        let mut over = Vec::new();
+        let (probe, full) = t.queue(1, ip, (a, 1), 0, &mut over);
         assert_eq!(
             probe,
             Some(Probe {
@@ -540,14 +562,14 @@ mod tests {
                 unicast: None
             })
         );
-        assert!(over.is_none() && !full);
-        let (probe, over, _) = t.queue(1, ip, b, MS);
+        assert!(over.is_empty() && !full);
+        let (probe, _) = t.queue(1, ip, (b, 1), MS, &mut over);
         assert!(probe.is_none(), "one request per retransmit interval");
-        assert!(over.is_none());
-        let (_, over, _) = t.queue(1, ip, d, 2 * MS);
-        let over = over.unwrap();
-        assert_eq!(over.index(), ai, "the oldest waiting packet makes room");
-        c.free(over);
+        assert!(over.is_empty());
+        let _ = t.queue(1, ip, (d, 1), 2 * MS, &mut over);
+        assert_eq!(over.len(), 1);
+        assert_eq!(over[0].index(), ai, "the oldest waiting packet makes room");
+        c.free_all(&mut over);
         assert_eq!(t.lookup(1, ip, 3 * MS), Lookup::Pending(0));
         let mut w = Vec::new();
         assert!(t.learn(
@@ -567,6 +589,47 @@ mod tests {
         assert_eq!(t.stats.queue_overflow, 1);
     }
 
+    /// The limit is in wire packets: super-packets of 5 and 4 segments fill a queue of
+    /// 8 so that the next one of 3 pushes the first out (4 + 3 ≤ 8), one of 9 segments is
+    /// refused whole, and `held` reports segments, not buffers.
+    #[test]
+    fn queue_limit_and_occupancy_count_wire_packets() {
+        let pool = pool();
+        let mut c = pool.cache();
+        let mut t = NeighTable::new(NeighParams {
+            queue_len: 8,
+            ..Default::default()
+        });
+        let ip = 0xc000_0209;
+        let mut over = Vec::new();
+        let (a, b, d, big) = (
+            c.alloc().unwrap(),
+            c.alloc().unwrap(),
+            c.alloc().unwrap(),
+            c.alloc().unwrap(),
+        );
+        let (ai, bigi) = (a.index(), big.index());
+        let _ = t.queue(0, ip, (a, 5), 0, &mut over);
+        let _ = t.queue(0, ip, (b, 3), 0, &mut over);
+        assert!(over.is_empty());
+        assert_eq!(t.held(), 8);
+        let _ = t.queue(0, ip, (d, 4), 0, &mut over);
+        assert_eq!(over.iter().map(Pkt::index).collect::<Vec<_>>(), vec![ai]);
+        assert_eq!(t.held(), 7);
+        let _ = t.queue(0, ip, (big, 9), 0, &mut over);
+        assert_eq!(over.len(), 2);
+        assert_eq!(
+            over[1].index(),
+            bigi,
+            "larger than the whole queue: refused"
+        );
+        assert_eq!(t.held(), 7);
+        assert_eq!((t.stats.queued, t.stats.queue_overflow), (12, 14));
+        t.drain_all(&mut c);
+        c.free_all(&mut over);
+        assert_eq!(t.held(), 0);
+    }
+
     #[test]
     fn unanswered_requests_fail_and_release_the_queue() {
         let pool = pool();
@@ -574,7 +637,7 @@ mod tests {
         let mut t = NeighTable::new(NeighParams::default());
         let ip = 0xc000_0209;
         let p = c.alloc().unwrap();
-        let _ = t.queue(0, ip, p, 0);
+        let _ = t.queue(0, ip, (p, 1), 0, &mut Vec::new());
         let (mut probes, mut failed) = (Vec::new(), Vec::new());
         t.tick(500 * MS, &mut probes, &mut failed);
         assert!(probes.is_empty());

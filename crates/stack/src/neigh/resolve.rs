@@ -7,9 +7,9 @@
 //! Resolved → header pushed, on to the port's `tx-<port>` node (a super-packet the port
 //! cannot take whole, and what follows it to that port in the list, to `gso`). Stale →
 //! sent, and a unicast ARP probe is due once per retransmit interval. Unresolved → the
-//! packet waits in the neighbour's bounded queue (the oldest is dropped when it is full,
-//! `neigh_queue_full`) and a broadcast ARP request goes out (originated). Broadcast and
-//! multicast next hops map to their MACs without ARP (RFC 1112 6.4). Within a list, each
+//! packet waits in the neighbour's queue (bounded in wire packets; the oldest are dropped
+//! to make room, `neigh_queue_full`) and a broadcast ARP request goes out (originated).
+//! Broadcast and multicast next hops map to their MACs without ARP (RFC 1112 6.4). Within a list, each
 //! adjacency (for an on-link route, each destination) is resolved once: its L2 header is
 //! kept in a small direct-mapped cache for the rest of the list.
 
@@ -181,16 +181,18 @@ impl Neighbour {
         p: netbatch_engine::Pkt,
         out: &mut Out,
     ) {
-        let (probe, evicted, refused) = host.neigh.queue(out_if, nh, p, cx.now_ns);
-        if let Some(e) = evicted {
-            out.drop(
-                e,
-                if refused {
-                    crate::neigh::reason::TABLE_FULL
-                } else {
-                    crate::neigh::reason::QUEUE_FULL
-                },
-            );
+        let wire = u32::try_from(cx.pool.get(&p).meta.wire_packets()).unwrap_or(u32::MAX);
+        let mut evicted = Vec::new();
+        let (probe, refused) = host
+            .neigh
+            .queue(out_if, nh, (p, wire), cx.now_ns, &mut evicted);
+        let why = if refused {
+            crate::neigh::reason::TABLE_FULL
+        } else {
+            crate::neigh::reason::QUEUE_FULL
+        };
+        for e in evicted {
+            out.drop(e, why);
         }
         if let Some(pr) = probe {
             let iface = &host.ifaces[usize::from(pr.iface)];

@@ -5,6 +5,10 @@
 //! Route kinds follow `ip route`: unicast (connected when it has no gateway), local (our
 //! own addresses, /32), broadcast (directed subnet broadcasts and 255.255.255.255),
 //! blackhole, unreachable, prohibit.
+//!
+//! The table also keeps the set of our own addresses (its local /32 routes), so a received
+//! packet claiming one of them as its source is found without a second lookup: Linux's
+//! `fib_validate_source` refuses those as martians (`accept_local` is off by default).
 
 use core::fmt;
 use core::net::Ipv4Addr;
@@ -21,6 +25,7 @@ netbatch_engine::reasons! {
         PROHIBIT = "route_prohibit": "route is administratively prohibited",
         FORWARDING_DISABLED = "forwarding_disabled": "not for us and forwarding is off",
         FORWARD_L2_BROADCAST = "forward_l2_broadcast": "unicast IP in a link-layer broadcast or multicast frame is not forwarded",
+        LOCAL_SOURCE = "local_source": "received packet claims one of our addresses as its source (martian)",
     }
 }
 
@@ -106,6 +111,43 @@ pub struct Routes {
     hops: Vec<Hop>,
     hop_index: hashbrown::HashMap<Hop, u32, foldhash::fast::RandomState>,
     routes: hashbrown::HashMap<Ipv4Prefix, Route, foldhash::fast::RandomState>,
+    local: LocalAddrs,
+}
+
+/// Our own addresses (the local /32 routes), for the source check of every received
+/// packet: a 64-bit filter answers "not ours" for most sources in a few instructions, a
+/// short list answers exactly for the rest.
+#[derive(Debug, Clone, Default)]
+struct LocalAddrs {
+    filter: u64,
+    addrs: Vec<u32>,
+}
+
+impl LocalAddrs {
+    #[inline(always)]
+    fn bit(a: u32) -> u64 {
+        1 << (a.wrapping_mul(0x9e37_79b1) >> 26)
+    }
+
+    #[inline(always)]
+    fn contains(&self, a: u32) -> bool {
+        self.filter & Self::bit(a) != 0 && self.addrs.contains(&a)
+    }
+
+    fn set(&mut self, a: u32, present: bool) {
+        self.addrs.retain(|&x| x != a);
+        if present {
+            self.addrs.push(a);
+        }
+        self.filter = self.addrs.iter().fold(0, |f, &x| f | Self::bit(x));
+    }
+
+    /// Follows a change of the route for `prefix` (now `r`, or none).
+    fn follow(&mut self, prefix: Ipv4Prefix, r: Option<&Route>) {
+        if prefix.prefix_len() == 32 {
+            self.set(prefix.bits(), r.is_some_and(|r| r.kind == RouteKind::Local));
+        }
+    }
 }
 
 impl fmt::Debug for Routes {
@@ -131,6 +173,7 @@ impl Routes {
             hops: Vec::new(),
             hop_index: hashbrown::HashMap::default(),
             routes: hashbrown::HashMap::default(),
+            local: LocalAddrs::default(),
         }
     }
 
@@ -157,6 +200,7 @@ impl Routes {
     pub fn insert(&mut self, r: Route) -> Result<(), RouteError> {
         let h = self.hop_of(&r)?;
         self.fib.insert(r.prefix.bits(), r.prefix.prefix_len(), h)?;
+        self.local.follow(r.prefix, Some(&r));
         self.routes.insert(r.prefix, r);
         Ok(())
     }
@@ -174,6 +218,10 @@ impl Routes {
             entries.push((r.prefix.bits(), r.prefix.prefix_len(), self.hop_of(r)?));
         }
         self.fib.bulk_load(entries)?;
+        self.local = LocalAddrs::default();
+        for r in &all {
+            self.local.follow(r.prefix, Some(r));
+        }
         Ok(())
     }
 
@@ -181,12 +229,19 @@ impl Routes {
     pub fn remove(&mut self, p: Ipv4Prefix) -> Option<Route> {
         let r = self.routes.remove(&p)?;
         self.fib.remove(p.bits(), p.prefix_len());
+        self.local.follow(p, None);
         Some(r)
     }
 
     /// The route configured for exactly `p`.
     pub fn get(&self, p: &Ipv4Prefix) -> Option<&Route> {
         self.routes.get(p)
+    }
+
+    /// Whether `a` is one of our own addresses (has a local /32 route).
+    #[inline(always)]
+    pub fn is_local_addr(&self, a: u32) -> bool {
+        self.local.contains(a)
     }
 
     /// Longest-prefix match: the hop for destination bits `dst`.

@@ -2,9 +2,11 @@
 //! receive queues of packet handles, batch receive.
 //!
 //! Lookup order: exact local address first, then the wildcard (RFC 1122 4.1.3.5: the
-//! most specific binding wins). A queue never grows past its configured length; a full
-//! queue is a counted drop at the UDP stage. Its storage is allocated whole at bind time
-//! (at most [`MAX_QUEUE_LEN`] handles), so queueing a datagram never allocates.
+//! most specific binding wins). A queue's length and its limit are in wire datagrams (a
+//! `UDP_GRO`-like super-datagram counts its segments, as the kernel charges its whole
+//! size to the receive buffer); a queue never holds more than its configured length, and
+//! a full queue is a counted drop at the UDP stage. Its storage is allocated whole at bind
+//! time (at most [`MAX_QUEUE_LEN`] handles), so queueing a datagram never allocates.
 //!
 //! The table is shared by every worker (a clone of [`Sockets`] is the same table), as a
 //! kernel's sockets are shared by its CPUs: whichever worker processes a datagram queues
@@ -19,7 +21,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use netbatch_engine::{BufCache, Pkt, Pool};
+use netbatch_engine::{BufCache, Pkt};
 
 /// Longest socket queue, in datagrams: a pool has at most this many buffers
 /// (`netbatch_engine::pool::MAX_BUFFERS`), so a longer queue could never fill. The queue
@@ -46,10 +48,30 @@ pub struct SocketStats {
 /// A socket's queue and the counters that change with it (one lock for both).
 #[derive(Debug, Default)]
 struct Queue {
-    q: VecDeque<Pkt>,
+    /// Handles with the wire datagrams each stands for.
+    q: VecDeque<(Pkt, u32)>,
+    /// Wire datagrams in `q` (what the limit bounds).
+    wire: usize,
     queued: u64,
     queue_full: u64,
     read: u64,
+}
+
+impl Queue {
+    /// Appends `p` (standing for `wire` wire datagrams) if it fits in `cap` wire datagrams
+    /// and the socket is open; counts it queued or refused.
+    #[inline]
+    fn push(&mut self, p: Pkt, wire: u64, cap: usize, closed: bool) -> Result<(), Pkt> {
+        let w = usize::try_from(wire.max(1)).unwrap_or(usize::MAX);
+        if closed || w > cap - self.wire {
+            self.queue_full += wire;
+            return Err(p);
+        }
+        self.q.push_back((p, w as u32));
+        self.wire += w;
+        self.queued += wire;
+        Ok(())
+    }
 }
 
 /// One bound UDP socket.
@@ -94,7 +116,12 @@ impl UdpSocket {
         self.lock().q.len()
     }
 
-    /// Queue capacity in handles.
+    /// Wire datagrams queued.
+    pub fn queued_wire(&self) -> usize {
+        self.lock().wire
+    }
+
+    /// Queue capacity in wire datagrams (and in handles).
     pub fn capacity(&self) -> usize {
         self.cap
     }
@@ -120,14 +147,9 @@ impl UdpSocket {
     #[inline]
     pub fn enqueue(&self, p: Pkt, wire: u64) -> Result<(), Pkt> {
         let mut q = self.lock();
-        if q.q.len() >= self.cap || self.closed.load(Ordering::Relaxed) {
-            q.queue_full += wire;
-            return Err(p);
-        }
-        q.q.push_back(p);
-        q.queued += wire;
+        let r = q.push(p, wire, self.cap, self.closed.load(Ordering::Relaxed));
         self.len_hint.store(q.q.len(), Ordering::Relaxed);
-        Ok(())
+        r
     }
 
     /// Takes the queue's lock for a run of datagrams: [`SocketWriter::push`] appends each
@@ -150,12 +172,13 @@ impl UdpSocket {
         let room = if self.closed.load(Ordering::Relaxed) {
             0
         } else {
-            self.cap.saturating_sub(q.q.len())
+            self.cap.saturating_sub(q.wire)
         };
         let n = room.min(batch.len());
         for p in batch.drain(..n) {
-            q.q.push_back(p);
+            q.q.push_back((p, 1));
         }
+        q.wire += n;
         q.queued += n as u64;
         q.queue_full += batch.len() as u64;
         self.len_hint.store(q.q.len(), Ordering::Relaxed);
@@ -171,9 +194,12 @@ impl UdpSocket {
         let mut q = self.lock();
         let n = max.min(q.q.len());
         out.reserve(n);
-        for p in q.q.drain(..n) {
+        let mut wire = 0;
+        for (p, w) in q.q.drain(..n) {
             out.push(p);
+            wire += w as usize;
         }
+        q.wire -= wire;
         q.read += n as u64;
         self.len_hint.store(q.q.len(), Ordering::Relaxed);
         n
@@ -182,9 +208,10 @@ impl UdpSocket {
     /// Frees everything queued.
     fn drain(&self, cache: &mut BufCache) {
         let mut q = self.lock();
-        for p in q.q.drain(..) {
+        for (p, _) in q.q.drain(..) {
             cache.free(p);
         }
+        q.wire = 0;
         self.len_hint.store(0, Ordering::Relaxed);
     }
 }
@@ -209,13 +236,7 @@ impl SocketWriter<'_> {
     /// is full or the socket closed.
     #[inline]
     pub fn push(&mut self, p: Pkt, wire: u64) -> Result<(), Pkt> {
-        if self.q.q.len() >= self.cap || self.closed {
-            self.q.queue_full += wire;
-            return Err(p);
-        }
-        self.q.q.push_back(p);
-        self.q.queued += wire;
-        Ok(())
+        self.q.push(p, wire, self.cap, self.closed)
     }
 }
 
@@ -454,19 +475,9 @@ impl Sockets {
 
     /// Wire datagrams queued over all sockets (they are "held"; a super-datagram counts
     /// its segments).
-    pub fn held(&self, pool: &Pool) -> u64 {
+    pub fn held(&self) -> u64 {
         let t = self.snapshot();
-        t.socks
-            .iter()
-            .flatten()
-            .map(|s| {
-                s.lock()
-                    .q
-                    .iter()
-                    .map(|p| pool.get(p).meta.wire_packets())
-                    .sum::<u64>()
-            })
-            .sum()
+        t.socks.iter().flatten().map(|s| s.lock().wire as u64).sum()
     }
 
     /// Frees everything queued (at shutdown).
@@ -501,7 +512,7 @@ mod tests {
 
     #[test]
     fn queue_is_bounded_and_reads_in_order() {
-        let pool = Pool::new(netbatch_engine::PoolConfig {
+        let pool = netbatch_engine::Pool::new(netbatch_engine::PoolConfig {
             buffers: 8,
             cache_size: 8,
             ..Default::default()
@@ -527,13 +538,48 @@ mod tests {
         assert_eq!(s.recv_batch(&mut out, 2), 2);
         assert_eq!(out.iter().map(Pkt::index).collect::<Vec<_>>(), idx[..2]);
         c.free_all(&mut out);
-        assert_eq!(t.held(&pool), 1);
+        assert_eq!(t.held(), 1);
         t.close(id, &mut c);
-        assert_eq!(t.held(&pool), 0);
+        assert_eq!(t.held(), 0);
         // A holder of the old handle finds it closed.
         let p = c.alloc().unwrap();
         let p = s.enqueue(p, 1).unwrap_err();
         c.free(p);
+        drop(c);
+        assert_eq!(pool.free_in_pool(), 8);
+    }
+
+    /// A super-datagram of 3 segments takes 3 of a queue of 4 wire datagrams: one more
+    /// plain datagram fits, a second super-datagram does not; reading frees its segments.
+    #[test]
+    fn queue_limit_counts_wire_datagrams() {
+        let pool = netbatch_engine::Pool::new(netbatch_engine::PoolConfig {
+            buffers: 8,
+            cache_size: 8,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut c = pool.cache();
+        let t = Sockets::new();
+        let id = t.bind(Ipv4Addr::UNSPECIFIED, 9, 4).unwrap();
+        let s = t.get(id).unwrap();
+        s.enqueue(c.alloc().unwrap(), 3).unwrap();
+        s.enqueue(c.alloc().unwrap(), 1).unwrap();
+        let refused = s.enqueue(c.alloc().unwrap(), 2).unwrap_err();
+        c.free(refused);
+        let mut w = s.writer();
+        let refused = w.push(c.alloc().unwrap(), 1).unwrap_err();
+        drop(w);
+        c.free(refused);
+        assert_eq!((s.queued(), s.queued_wire(), t.held()), (2, 4, 4));
+        let st = s.stats();
+        assert_eq!((st.queued, st.queue_full), (4, 3));
+        let mut out = Vec::new();
+        assert_eq!(s.recv_batch(&mut out, 1), 1);
+        assert_eq!(t.held(), 1);
+        s.enqueue(c.alloc().unwrap(), 3).unwrap();
+        c.free_all(&mut out);
+        t.close(id, &mut c);
         drop(c);
         assert_eq!(pool.free_in_pool(), 8);
     }
@@ -561,7 +607,7 @@ mod tests {
     #[test]
     fn queue_is_preallocated_to_its_configured_length() {
         const LEN: usize = 70_000;
-        let pool = Pool::new(netbatch_engine::PoolConfig {
+        let pool = netbatch_engine::Pool::new(netbatch_engine::PoolConfig {
             buffers: LEN as u32 + 1,
             buf_size: 1024,
             cache_size: 512,

@@ -712,10 +712,11 @@ mod tests {
         let mut list = Vec::new();
         for _ in 0..2 {
             let mut p = c.alloc().unwrap();
-            let mut v = pool.get_mut(&mut p);
-            assert!(v.set_data(64, &udp_frame()));
-            v.meta.segs = 5;
-            drop(v);
+            {
+                let mut v = pool.get_mut(&mut p);
+                assert!(v.set_data(64, &udp_frame()));
+                v.meta.segs = 5;
+            }
             list.push(p);
         }
         let mut drops = Vec::new();

@@ -11,7 +11,8 @@ pub(crate) struct Args {
     /// Configuration file.
     #[arg(long)]
     config: PathBuf,
-    /// Input capture (pcap or pcapng, Ethernet).
+    /// Input capture (pcap or pcapng, Ethernet with or without its FCS), read as the
+    /// replay runs.
     #[arg(long = "in")]
     input: PathBuf,
     /// Output capture (pcapng, one interface per port).
@@ -37,8 +38,9 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     }
     let r = netbatch_runtime::replay::replay(&cfg, &a.input, &a.output, a.port.as_deref())?;
     let s = &r.stats;
+    let truncated = s["capture_truncated"].as_u64().unwrap_or(0);
     eprintln!(
-        "replayed: rx {} tx {} delivered {} dropped {} held {} originated {} -> {} frames in {}",
+        "replayed: rx {} tx {} delivered {} dropped {} held {} originated {} -> {} frames in {}{}",
         s["rx_packets"],
         s["tx_packets"],
         s["delivered_packets"],
@@ -46,7 +48,12 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         s["held_packets"],
         s["originated_packets"],
         r.written,
-        a.output.display()
+        a.output.display(),
+        if truncated > 0 {
+            format!(" ({truncated} record(s) of the capture were truncated)")
+        } else {
+            String::new()
+        }
     );
     if let Some(path) = &a.stats_json {
         std::fs::write(path, serde_json::to_string_pretty(s)? + "\n")

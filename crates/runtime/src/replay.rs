@@ -2,13 +2,24 @@
 //! everything transmitted on any port is written to a pcapng file, and the counters are
 //! reported. The worker's clock is the capture's, so timers (ARP retries, rate limits)
 //! behave the same on every run: the same input and configuration give the same output.
+//!
+//! The capture is streamed in and the output out: frames are read in file order a round's
+//! worth ahead of the port (a round takes at most [`LIST_MAX`] frames from a port, so the
+//! port always holds every frame the round could take, and the result is the one of
+//! queueing the whole capture up front), and what the ports transmit is written after
+//! every round. Memory does not grow with the capture.
+//!
+//! A capture damaged part-way (a record too long, a file cut inside a record) is handled
+//! as tshark handles it: the records before the damage are replayed and their output
+//! written, then the replay fails with the error, which names the record and its offset.
 
 use std::path::Path;
 
 use netbatch_engine::Pool;
+use netbatch_engine::stage::LIST_MAX;
 use netbatch_ports::Port;
 use netbatch_ports::mem::MemPort;
-use netbatch_ports::pcap::{read_frames, write_pcapng};
+use netbatch_ports::pcap::{CaptureReader, CapturedFrame, PcapError, TxWriter};
 use serde_json::{Map, Value, json};
 
 use crate::Worker;
@@ -18,9 +29,21 @@ use crate::config::Config;
 /// Why a replay failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    /// The capture could not be read or written.
+    /// The capture could not be opened or the output not written.
     #[error(transparent)]
-    Pcap(#[from] netbatch_ports::pcap::PcapError),
+    Pcap(#[from] PcapError),
+    /// The capture is damaged part-way: what came before was replayed and written.
+    #[error(
+        "{error} (the {replayed} record(s) before it were replayed; {written} frame(s) written)"
+    )]
+    Damaged {
+        /// What is wrong, and where.
+        error: PcapError,
+        /// Records replayed before it.
+        replayed: u64,
+        /// Frames written to the output.
+        written: u64,
+    },
     /// The worker could not be assembled.
     #[error(transparent)]
     Build(#[from] BuildError),
@@ -48,6 +71,41 @@ fn mem(w: &mut Worker, i: usize) -> &mut MemPort {
         .unwrap_or_else(|| unreachable!("replay builds mem ports"))
 }
 
+/// Frames queued on the receiving port ahead of a round: more than one round takes.
+const READ_AHEAD: usize = LIST_MAX + 1;
+
+/// The capture, one frame of look-ahead in front of the port's queue.
+struct Input {
+    reader: CaptureReader,
+    next: Option<CapturedFrame>,
+    /// The error that ended the capture early.
+    error: Option<PcapError>,
+}
+
+impl Input {
+    fn advance(&mut self) -> Option<CapturedFrame> {
+        let f = self.next.take();
+        if f.is_some() {
+            match self.reader.next_frame() {
+                Ok(n) => self.next = n,
+                Err(e) => self.error = Some(e),
+            }
+        }
+        f
+    }
+}
+
+/// Takes what every port transmitted in the last round into the output.
+fn drain_tx(w: &mut Worker, out: &mut TxWriter) -> Result<(), PcapError> {
+    for i in 0..w.ports.len() {
+        let tx = mem(w, i).take_tx();
+        if !tx.is_empty() {
+            out.add(i, tx)?;
+        }
+    }
+    Ok(())
+}
+
 /// Replays `input` into the port named `port` (the first if `None`), writes `output`.
 pub fn replay(
     cfg: &Config,
@@ -55,7 +113,6 @@ pub fn replay(
     output: &Path,
     port: Option<&str>,
 ) -> Result<ReplayReport, ReplayError> {
-    let frames = read_frames(input)?;
     let rx = match port {
         None => 0,
         Some(name) => cfg
@@ -64,6 +121,17 @@ pub fn replay(
             .position(|p| p.setup.name == name)
             .ok_or_else(|| ReplayError::NoPort(name.into()))?,
     };
+    let mut reader = CaptureReader::open(input)?;
+    let first = reader.next_frame();
+    let mut input = Input {
+        reader,
+        next: None,
+        error: None,
+    };
+    match first {
+        Ok(f) => input.next = f,
+        Err(e) => input.error = Some(e),
+    }
     let pool = Pool::new(cfg.pool).map_err(BuildError::from)?;
     let room = pool.config().room();
     let ports: Vec<Box<dyn Port>> = cfg
@@ -80,31 +148,63 @@ pub fn replay(
     let mut cfg = cfg.clone();
     cfg.ports[rx].rx_workers = vec![0];
     let mut w = build::worker(&cfg, ports, pool.clone())?;
-    let mut now = frames.first().map_or(0, |f| f.ts_ns);
-    for f in frames {
-        mem(&mut w, rx).push_rx(f.ts_ns, f.bytes);
-    }
-    while let Some(t) = mem(&mut w, rx).next_rx_ts() {
-        now = now.max(t);
+    let names: Vec<String> = w.ports.iter().map(|p| p.name().to_string()).collect();
+    let mut out = TxWriter::create(output, &names)?;
+    let mut now = input.next.as_ref().map_or(0, |f| f.ts_ns);
+    loop {
+        let port = mem(&mut w, rx);
+        if port.rx_pending() == 0 {
+            match input.advance() {
+                Some(f) => port.push_rx(f.ts_ns, f.bytes),
+                None => break,
+            }
+        }
+        if let Some(t) = port.next_rx_ts() {
+            now = now.max(t);
+        }
+        // Every frame the round may reach: those due, up to what one round can take.
+        // (A frame not due stops the port; what follows it waits anyway.)
+        while port.rx_pending() < READ_AHEAD && input.next.as_ref().is_some_and(|f| f.ts_ns <= now)
+        {
+            if let Some(f) = input.advance() {
+                port.push_rx(f.ts_ns, f.bytes);
+            }
+        }
         w.poll(now);
+        debug_assert!(
+            mem(&mut w, rx).rx_pending() > 0 || input.next.as_ref().is_none_or(|f| f.ts_ns > now),
+            "a round took every frame queued ahead of it while more were due"
+        );
+        drain_tx(&mut w, &mut out)?;
     }
     // One more round for what the last one queued (application sends, timer work).
     w.poll(now);
-    let stats = stats(&w);
-    let mut out = Vec::new();
-    for i in 0..w.ports.len() {
-        let name = w.ports[i].name().to_string();
-        out.push((name, mem(&mut w, i).take_tx()));
+    drain_tx(&mut w, &mut out)?;
+    let mut stats = stats(&w);
+    let read = input.reader.stats();
+    if let Value::Object(m) = &mut stats {
+        m.insert("capture_records".into(), json!(read.records));
+        m.insert("capture_truncated".into(), json!(read.truncated));
+        m.insert("capture_fcs_stripped".into(), json!(read.fcs_stripped));
     }
-    let written = out.iter().map(|(_, f)| f.len()).sum();
-    write_pcapng(output, &out)?;
+    let written = out.finish()?;
     w.shutdown();
     let total = pool.config().buffers as usize;
     drop(w);
     if pool.free_in_pool() != total {
         return Err(ReplayError::Leak(total - pool.free_in_pool()));
     }
-    Ok(ReplayReport { stats, written })
+    if let Some(error) = input.error {
+        return Err(ReplayError::Damaged {
+            error,
+            replayed: read.records,
+            written,
+        });
+    }
+    Ok(ReplayReport {
+        stats,
+        written: written as usize,
+    })
 }
 
 /// The counters of a worker as the stats document: fates (in wire packets), drops by

@@ -1,9 +1,14 @@
 //! `netbatch check-config`: validates a configuration and explains each error with its key.
+//!
+//! The file first (every error at once), then what it needs of this machine, as
+//! `netbatch run` checks it before starting: the ports' kernel interfaces (that they
+//! exist, with the MTU, queues and kind the ports need) and the memory for the pool.
+//! `--offline` checks the file alone, for a configuration meant for another machine.
 
 use std::path::PathBuf;
 
 use netbatch_runtime::build;
-use netbatch_runtime::config::Config;
+use netbatch_runtime::config::{Config, ConfigErrors};
 use netbatch_stack::route::RouteKind;
 
 /// Arguments of `netbatch check-config`.
@@ -11,6 +16,10 @@ use netbatch_stack::route::RouteKind;
 pub(crate) struct Args {
     /// Configuration file.
     file: PathBuf,
+    /// Check the file alone, not this machine's interfaces and memory (for a
+    /// configuration meant for another machine).
+    #[arg(long)]
+    offline: bool,
 }
 
 pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
@@ -21,6 +30,19 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
+    if !a.offline {
+        let errors = cfg.check_machine();
+        if !errors.is_empty() {
+            eprint!(
+                "{}",
+                ConfigErrors {
+                    file: a.file.display().to_string(),
+                    errors,
+                }
+            );
+            std::process::exit(1);
+        }
+    }
     // Build the host too: route table limits and static neighbours are checked there.
     let host = match build::host(&cfg) {
         Ok(h) => h,
@@ -29,7 +51,15 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    println!("{}: ok", a.file.display());
+    println!(
+        "{}: ok{}",
+        a.file.display(),
+        if a.offline {
+            " (the file alone: interfaces and memory not checked)"
+        } else {
+            " (on this machine: interfaces and memory checked)"
+        }
+    );
     println!(
         "  datapath: {} mode, {} dispatch, burst {}, forwarding {}",
         cfg.mode.name(),

@@ -20,7 +20,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
-    let cfg = Config::load(&a.config).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let cfg = Config::load_for_run(&a.config).map_err(|e| anyhow::anyhow!("{e}"))?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())?;

@@ -88,6 +88,7 @@ fn shipped_examples_validate() {
 
     let out = netbatch()
         .arg("check-config")
+        .arg("--offline")
         .arg(examples().join("live-router.toml"))
         .output()
         .expect("run");
@@ -110,7 +111,7 @@ fn run_names_the_port_whose_interface_is_missing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("port uplink: interface \"nb-absent0\" not found"),
+        err.contains("port[0].interface: no interface 'nb-absent0' on this machine"),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");

@@ -1,6 +1,12 @@
 //! `[[app]]`: the built-in applications, each bound to distinct addresses and ports, on
 //! a worker that exists, with a queue the pool can fill.
 //!
+//! The address bound is `0.0.0.0` (every address), one of the interfaces' addresses, or
+//! a broadcast address of ours (a subnet's directed broadcast, or `255.255.255.255`):
+//! what Linux's `bind` takes without `IP_FREEBIND` (a local or broadcast address in
+//! `inet_bind`; multicast too, but netbatch receives no multicast). Anything else is
+//! refused: no datagram would ever reach the socket.
+//!
 //! `bind` is `address:port`. A `udp-sink` may read several ports of one address: a range
 //! (`0.0.0.0:5001-5004`), a list (`0.0.0.0:5001,5003`) or both (`0.0.0.0:53,5001-5004`),
 //! one socket per port (each with its own `queue`), one sink reading them all. Every
@@ -8,9 +14,11 @@
 
 use core::net::{Ipv4Addr, SocketAddrV4};
 use netbatch_stack::filter::PortRange;
+use netbatch_stack::prefix::class;
 use std::collections::HashMap;
 
 use super::Errs;
+use super::ports::Names;
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,11 +75,13 @@ pub enum AppConfig {
     },
 }
 
-/// Validates `[[app]]`, against the `workers` there are and the pool's `buffers`.
+/// Validates `[[app]]`, against the `workers` there are, the pool's `buffers` and the
+/// interfaces' addresses (`names`).
 pub(super) fn validate(
     raw: &[AppFile],
     workers: usize,
     buffers: u32,
+    names: &Names,
     e: &mut Errs,
 ) -> Vec<AppConfig> {
     let mut apps = Vec::new();
@@ -94,6 +104,9 @@ pub(super) fn validate(
         };
         if ports.contains(&0) {
             e.add(format!("{key}.bind"), "port 0 cannot be bound");
+        }
+        if let Some(why) = not_ours(addr, names) {
+            e.add(format!("{key}.bind"), why);
         }
         if a.queue == 0 {
             e.add(format!("{key}.queue"), "must be at least 1");
@@ -158,6 +171,28 @@ pub(super) fn validate(
         }
     }
     apps
+}
+
+/// Why `addr` cannot be bound, if it cannot (see the module's note).
+fn not_ours(addr: Ipv4Addr, names: &Names) -> Option<String> {
+    let bits = u32::from(addr);
+    if addr.is_unspecified() || class::is_limited_broadcast(bits) {
+        return None;
+    }
+    if names
+        .addrs()
+        .any(|(_, a)| a.addr == addr || a.subnet().broadcast() == Some(addr))
+    {
+        return None;
+    }
+    Some(if class::is_multicast(bits) {
+        format!("{addr} is a multicast group, and netbatch receives no multicast")
+    } else {
+        format!(
+            "{addr} is not an address of any interface, so nothing would reach it \
+             (0.0.0.0 binds every address)"
+        )
+    })
 }
 
 /// `address:ports`: an IPv4 address and one or more ports, each a port or a range
@@ -262,5 +297,55 @@ mod tests {
             "{e}"
         );
         assert_eq!(e.errors.len(), bad.len() + 1, "{e}");
+    }
+
+    /// The address bound is one a datagram can reach: any, ours (native or VLAN), a
+    /// subnet broadcast of ours or the limited broadcast, as Linux's `bind` allows; an
+    /// address of no interface, or a multicast group, is refused.
+    #[test]
+    fn an_app_binds_only_addresses_that_are_ours() {
+        let ports = r#"
+            [[port]]
+            name = "eth0"
+            mac = "02:00:00:00:00:01"
+            addresses = ["192.0.2.1/24"]
+            [[port.vlan]]
+            id = 5
+            addresses = ["198.51.100.1/24"]
+        "#;
+        let binds = [
+            ("0.0.0.0:1", None),
+            ("192.0.2.1:2", None),
+            ("198.51.100.1:3", None),
+            ("192.0.2.255:4", None),
+            ("255.255.255.255:5", None),
+            (
+                "192.0.2.9:6",
+                Some("192.0.2.9 is not an address of any interface"),
+            ),
+            (
+                "10.0.0.1:7",
+                Some("10.0.0.1 is not an address of any interface"),
+            ),
+            ("239.1.1.1:8", Some("netbatch receives no multicast")),
+        ];
+        let mut text = ports.to_string();
+        for (b, _) in binds {
+            text += &format!("[[app]]\nkind = \"udp-sink\"\nbind = \"{b}\"\n");
+        }
+        let e = match parse(&text) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e,
+        };
+        let want: Vec<(String, &str)> = binds
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, w))| w.map(|w| (format!("app[{i}].bind"), w)))
+            .collect();
+        assert_eq!(e.errors.len(), want.len(), "{e}");
+        for (x, (k, w)) in e.errors.iter().zip(&want) {
+            assert_eq!(&x.key, k, "{e}");
+            assert!(x.reason.contains(w), "{e}");
+        }
     }
 }

@@ -36,9 +36,9 @@ pub(super) struct DatapathFile {
     /// RPS: off | backlog | direct | deferred.
     #[serde(default = "default_rps")]
     rps: String,
-    /// Packets each backlog ring holds (`netdev_max_backlog`).
-    #[serde(default = "default_max_backlog")]
-    max_backlog: usize,
+    /// Packets each backlog ring holds (`netdev_max_backlog`; default 1000, Linux's);
+    /// when given with RPS on, at most `pool.buffers` (checked with the pool).
+    max_backlog: Option<usize>,
     /// RFS: flows follow the worker whose application reads them.
     #[serde(default = "yes")]
     rfs: bool,
@@ -60,7 +60,7 @@ impl Default for DatapathFile {
             workers: default_workers(),
             cores: Vec::new(),
             rps: default_rps(),
-            max_backlog: default_max_backlog(),
+            max_backlog: None,
             rfs: true,
             idle_spin_us: default_idle_spin_us(),
         }
@@ -118,6 +118,8 @@ pub(super) struct Datapath {
     pub(super) run: RunParams,
     /// RPS (none: off, or in error).
     pub(super) rps: Option<RpsParams>,
+    /// Whether the file gives `max_backlog` (its default is not held to the pool).
+    pub(super) max_backlog_given: bool,
     /// Forward packets not addressed to us.
     pub(super) forwarding: bool,
     /// Honour source-route options.
@@ -126,6 +128,7 @@ pub(super) struct Datapath {
 
 /// Validates `[datapath]`.
 pub(super) fn validate(raw: &DatapathFile, e: &mut Errs) -> Datapath {
+    let max_backlog = raw.max_backlog.unwrap_or_else(default_max_backlog);
     let mode = e.parse::<Mode>("datapath.mode", &raw.mode, "a batch mode");
     let dispatch = e.parse::<Dispatch>("datapath.dispatch", &raw.dispatch, "a dispatch strategy");
     if !(1..=netbatch_engine::LIST_MAX).contains(&raw.burst) {
@@ -159,7 +162,7 @@ pub(super) fn validate(raw: &DatapathFile, e: &mut Errs) -> Datapath {
         other => match other.parse::<RpsPolicy>() {
             Ok(policy) => Some(RpsParams {
                 policy,
-                max_backlog: raw.max_backlog,
+                max_backlog,
                 rfs_log: if raw.rfs { 15 } else { 0 },
                 ..RpsParams::default()
             }),
@@ -169,10 +172,10 @@ pub(super) fn validate(raw: &DatapathFile, e: &mut Errs) -> Datapath {
             }
         },
     };
-    if raw.max_backlog == 0 || raw.max_backlog > 1 << 20 {
+    if max_backlog == 0 || max_backlog > 1 << 20 {
         e.add(
             "datapath.max_backlog",
-            format!("{} is out of range (1 to 1048576)", raw.max_backlog),
+            format!("{max_backlog} is out of range (1 to 1048576)"),
         );
     }
     if raw.time_cap_us == 0 {
@@ -196,6 +199,7 @@ pub(super) fn validate(raw: &DatapathFile, e: &mut Errs) -> Datapath {
             cores: raw.cores.clone(),
         },
         rps,
+        max_backlog_given: raw.max_backlog.is_some(),
         forwarding: raw.forwarding,
         accept_source_route: raw.accept_source_route,
     }

@@ -5,8 +5,19 @@
 //! (`port[1].addresses[0]`), all of them at once. A configuration either validates
 //! entirely or nothing starts. Each section validates its own keys, in a module of its
 //! own; this one runs them in turn and hands on what later sections need (the worker
-//! count, the pool size, the interface names the ports define). See `examples/` for
-//! commented files.
+//! count, the pool size, the interface names and addresses the ports define, the
+//! routes). See `examples/` for commented files.
+//!
+//! Besides malformed values, what can only be a mistake is refused, naming the other
+//! party where there is one: a MAC that is no station's or is on two ports, an
+//! interface address that is no host's, one address or subnet on two interfaces, a
+//! prefix routed twice, a static neighbour the table would never be asked for, an app
+//! bound to an address that is not ours, sizes the pool cannot hold (each section's
+//! module states its rules). What a file alone cannot say (whether its kernel interfaces
+//! exist here with the queues and kind the ports need, whether the memory is there) is
+//! [`Config::check_machine`]'s, which `check-config` and [`Config::load_for_run`] ask;
+//! [`Config::load`] asks the kernel only for a port's default MAC, so configurations for
+//! other machines still load for `replay` and the tests.
 //!
 //! A `udp-sink` app reads one or more ports of one address, one socket per port:
 //! `bind = "0.0.0.0:5001"`, a range `"0.0.0.0:5001-5004"`, a list `"0.0.0.0:5001,5003"`
@@ -21,6 +32,7 @@ mod apps;
 mod datapath;
 mod filter;
 mod icmp;
+mod machine;
 mod neighbour;
 mod pool;
 mod ports;
@@ -176,8 +188,9 @@ impl Config {
         let raw = File::default();
         let mut e = Errs::default();
         let dp = datapath::validate(&raw.datapath, &mut e);
-        let pool = pool::validate(&raw.pool, &mut e);
-        let host = icmp::host(&raw.icmp, &dp, neighbour::tunables(&raw.neighbour, &mut e));
+        let pool = pool::validate(&raw.pool, &dp, &mut e);
+        let neigh = neighbour::tunables(&raw.neighbour, pool.buffers, &mut e);
+        let host = icmp::host(&raw.icmp, &dp, neigh);
         debug_assert!(e.0.is_empty(), "the defaults are valid");
         let graph = GraphOptions::default();
         Self {
@@ -212,6 +225,28 @@ impl Config {
         Self::parse(&text, path.parent().unwrap_or(Path::new(".")), &file)
     }
 
+    /// What this configuration needs of the machine it is to run on, and lacks: its
+    /// kernel interfaces (that they exist, have the MTU, queues and kind the ports need)
+    /// and the memory for the pool; every problem with its key (see `machine`).
+    pub fn check_machine(&self) -> Vec<ConfigError> {
+        machine::check(self, &machine::Here)
+    }
+
+    /// Reads and validates a configuration file, then checks this machine has what it
+    /// needs ([`Self::check_machine`]): what `netbatch run` starts from.
+    pub fn load_for_run(path: &Path) -> Result<Self, ConfigErrors> {
+        let cfg = Self::load(path)?;
+        let errors = cfg.check_machine();
+        if errors.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigErrors {
+                file: path.display().to_string(),
+                errors,
+            })
+        }
+    }
+
     /// Validates configuration text; route files are resolved relative to `dir`.
     pub fn parse(text: &str, dir: &Path, file: &str) -> Result<Self, ConfigErrors> {
         let raw: File = toml::from_str(text).map_err(|e| ConfigErrors {
@@ -239,21 +274,22 @@ impl Config {
 }
 
 /// Validates the sections in file order, each reporting its own errors, and passes on
-/// what later ones need: the worker count, whether RPS is on, the pool size, the
-/// interface names the ports define.
+/// what later ones need: the worker count and RPS settings, the pool size, the
+/// interface names and addresses the ports define, the routes (whose gateways static
+/// neighbours may be).
 fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let dp = datapath::validate(&raw.datapath, e);
-    let pool = pool::validate(&raw.pool, e);
-    let neigh = neighbour::tunables(&raw.neighbour, e);
+    let pool = pool::validate(&raw.pool, &dp, e);
+    let neigh = neighbour::tunables(&raw.neighbour, pool.buffers, e);
     let host = icmp::host(&raw.icmp, &dp, neigh);
     let (ports, names) = ports::validate(&raw.ports, dp.workers, dp.rps.is_some(), e);
     let routes = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
-    let neighbours = neighbour::statics(&raw.neighbour, &names, e);
+    let neighbours = neighbour::statics(&raw.neighbour, &names, &routes, neigh.max_entries, e);
     let graph = GraphOptions {
         chains: filter::validate(&raw.filter, &names, e),
         ..GraphOptions::default()
     };
-    let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, e);
+    let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, &names, e);
     Some(Config {
         mode: dp.mode?,
         dispatch: dp.dispatch?,
@@ -508,6 +544,33 @@ mod tests {
         assert!(
             text.contains("filter.input.rule[0].out: packets at input have no output interface"),
             "{text}"
+        );
+    }
+
+    /// `load` reads the file alone (a configuration for another machine loads);
+    /// `load_for_run` also refuses what this machine lacks, at the key it belongs to: here
+    /// a kernel interface that is not there (a made-up name that no test creates).
+    #[test]
+    fn load_for_run_checks_the_machine_and_load_does_not() {
+        let dir = std::env::temp_dir().join(format!("netbatch-config-run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("absent.toml");
+        std::fs::write(
+            &f,
+            "[[port]]\nname = \"up\"\nkind = \"af_packet\"\ninterface = \"nb-absent0\"\n\
+             mac = \"02:00:5e:00:53:01\"\naddresses = [\"192.0.2.1/24\"]\n",
+        )
+        .unwrap();
+        let loaded = super::Config::load(&f);
+        let for_run = super::Config::load_for_run(&f);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(loaded.is_ok(), "{:?}", loaded.err());
+        let e = for_run.expect_err("nb-absent0 is not on this machine");
+        assert_eq!(e.errors.len(), 1, "{e}");
+        assert_eq!(e.errors[0].key, "port[0].interface", "{e}");
+        assert!(
+            e.errors[0].reason.contains("no interface 'nb-absent0'"),
+            "{e}"
         );
     }
 }

@@ -1,15 +1,36 @@
 //! `[neighbour]`: the neighbour table's tunables (unset keys keep the stack's defaults)
 //! and `[[neighbour.static]]` entries, each on an interface the ports define.
+//!
+//! Sizes: `max_entries` is at most [`MAX_ENTRIES`] (each worker keeps a table of its
+//! own, grown as neighbours appear), and `queue_len`, the wire packets waiting for one
+//! unresolved neighbour, when given, at most the pool's buffers (a longer queue could
+//! never fill: its limit would never bind). The default (101, Linux's `unres_qlen`) is
+//! not held to a small pool.
+//!
+//! A static entry must be one the table would ever be asked for: a station's MAC (not
+//! all zeros, not a group address), for a unicast address that is not ours, on a subnet
+//! of its interface (not the subnet's network or broadcast address) or the gateway of a
+//! route out of that interface; each address once per interface, and no more entries
+//! than `max_entries`. (Linux's `ip neigh add` takes any of these; netbatch's lookups
+//! only ever ask for next hops, which are on a subnet or a route's gateway.)
 
 use core::net::Ipv4Addr;
+use std::collections::HashMap;
 
 use netbatch_stack::neigh::NeighParams;
+use netbatch_stack::prefix::class;
+use netbatch_stack::route::Route;
 use netbatch_stack::route::file::Resolve;
 use netbatch_wire::ethernet::MacAddr;
 
 use super::Errs;
-use super::ports::Names;
+use super::ports::{Names, not_a_station};
 use crate::setup::StaticNeighbour;
+
+/// The most entries `max_entries` may allow: every host of a /8. Each worker's table
+/// grows to it under a flood of destinations on a large connected subnet, at about a
+/// hundred bytes an entry.
+pub(super) const MAX_ENTRIES: usize = 1 << 24;
 
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,8 +53,8 @@ struct StaticFile {
     dev: String,
 }
 
-/// Validates the tunables of `[neighbour]`.
-pub(super) fn tunables(raw: &NeighFile, e: &mut Errs) -> NeighParams {
+/// Validates the tunables of `[neighbour]`, against the pool's `buffers`.
+pub(super) fn tunables(raw: &NeighFile, buffers: u32, e: &mut Errs) -> NeighParams {
     let nd = NeighParams::default();
     let neigh = NeighParams {
         max_entries: raw.max_entries.unwrap_or(nd.max_entries),
@@ -45,6 +66,25 @@ pub(super) fn tunables(raw: &NeighFile, e: &mut Errs) -> NeighParams {
     };
     if neigh.max_entries == 0 {
         e.add("neighbour.max_entries", "must be at least 1");
+    } else if neigh.max_entries > MAX_ENTRIES {
+        e.add(
+            "neighbour.max_entries",
+            format!(
+                "{} is more than {MAX_ENTRIES} (every host of a /8): each worker's table \
+                 could grow past memory",
+                neigh.max_entries
+            ),
+        );
+    }
+    if raw.queue_len.is_some() && neigh.queue_len > buffers as usize {
+        e.add(
+            "neighbour.queue_len",
+            format!(
+                "{} packets waiting per neighbour is more than the {buffers} packet buffers \
+                 there are (pool.buffers): the limit could never be reached",
+                neigh.queue_len
+            ),
+        );
     }
     if neigh.max_probes == 0 {
         e.add("neighbour.max_probes", "must be at least 1");
@@ -55,9 +95,19 @@ pub(super) fn tunables(raw: &NeighFile, e: &mut Errs) -> NeighParams {
     neigh
 }
 
-/// Validates `[[neighbour.static]]`; `names` are the interfaces the ports define.
-pub(super) fn statics(raw: &NeighFile, names: &Names, e: &mut Errs) -> Vec<StaticNeighbour> {
+/// Validates `[[neighbour.static]]`: `names` are the interfaces the ports define,
+/// `routes` the configured routes (whose gateways may be off-subnet), `max_entries` the
+/// table's size.
+pub(super) fn statics(
+    raw: &NeighFile,
+    names: &Names,
+    routes: &[Route],
+    max_entries: usize,
+    e: &mut Errs,
+) -> Vec<StaticNeighbour> {
     let mut neighbours = Vec::new();
+    // Each (interface, address) with the first entry that has it.
+    let mut seen: HashMap<(u16, Ipv4Addr), usize> = HashMap::new();
     for (si, s) in raw.statics.iter().enumerate() {
         let key = format!("neighbour.static[{si}]");
         let ip = e.parse::<Ipv4Addr>(&format!("{key}.ip"), &s.ip, "an IPv4 address");
@@ -69,12 +119,230 @@ pub(super) fn statics(raw: &NeighFile, names: &Names, e: &mut Errs) -> Vec<Stati
                 format!("no interface named '{}'", s.dev),
             );
         }
-        if let (Some(ip), Some(mac), Some(iface)) = (ip, mac, dev) {
-            if !mac.is_unicast() {
-                e.add(format!("{key}.mac"), format!("{mac} is not a unicast MAC"));
-            }
-            neighbours.push(StaticNeighbour { iface, ip, mac });
+        if let Some(m) = mac
+            && let Some(why) = not_a_station(m)
+        {
+            e.add(
+                format!("{key}.mac"),
+                format!("{why}; a neighbour has a unicast MAC"),
+            );
         }
+        let (Some(ip), Some(mac), Some(iface)) = (ip, mac, dev) else {
+            continue;
+        };
+        if let Some(why) = unusable(ip, iface, names, routes) {
+            e.add(format!("{key}.ip"), why);
+        } else if let Some(first) = seen.insert((iface, ip), si) {
+            e.add(
+                format!("{key}.ip"),
+                format!(
+                    "{ip} on {} is also neighbour.static[{first}]: one entry per address",
+                    s.dev
+                ),
+            );
+        }
+        neighbours.push(StaticNeighbour { iface, ip, mac });
+    }
+    if neighbours.len() > max_entries {
+        e.add(
+            "neighbour.static",
+            format!(
+                "{} static neighbours do not fit a table of neighbour.max_entries = {max_entries}",
+                neighbours.len()
+            ),
+        );
     }
     neighbours
+}
+
+/// Why a static neighbour `ip` on interface `iface` would never be used, if it would not.
+fn unusable(ip: Ipv4Addr, iface: u16, names: &Names, routes: &[Route]) -> Option<String> {
+    let bits = u32::from(ip);
+    if class::is_martian_source(bits) {
+        return Some(format!("{ip} is not a unicast host address"));
+    }
+    if let Some((i, _)) = names.addrs().find(|(_, a)| a.addr == ip) {
+        let (other, _) = names.get(i)?;
+        return Some(format!("{ip} is an address of {other}, not a neighbour's"));
+    }
+    let (dev, addrs) = names.get(iface)?;
+    for a in addrs {
+        let subnet = a.subnet();
+        if a.len <= 30 && ip == subnet.addr() {
+            return Some(format!("{ip} is the network address of {subnet} on {dev}"));
+        }
+        if subnet.broadcast() == Some(ip) {
+            return Some(format!(
+                "{ip} is the broadcast address of {subnet} on {dev}"
+            ));
+        }
+    }
+    if addrs.iter().any(|a| a.subnet().contains(ip)) {
+        return None;
+    }
+    // Off-subnet: used only as the gateway of a route out of this interface (the route
+    // table's `dev` may put a gateway beyond the connected subnets, as `onlink` does).
+    if routes
+        .iter()
+        .any(|r| r.out_if == Some(iface) && r.gateway == Some(ip))
+    {
+        return None;
+    }
+    let subnets: Vec<String> = addrs.iter().map(|a| a.subnet().to_string()).collect();
+    Some(format!(
+        "{ip} is on no subnet of {dev} ({}) and no route's gateway through it: it would \
+         never be looked up",
+        if subnets.is_empty() {
+            "it has no address".to_string()
+        } else {
+            subnets.join(", ")
+        }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_test as parse;
+    use super::MAX_ENTRIES;
+
+    const PORTS: &str = r#"
+        [[port]]
+        name = "eth0"
+        mac = "02:00:00:00:00:01"
+        addresses = ["192.0.2.1/24"]
+        [[port]]
+        name = "eth1"
+        mac = "02:00:00:00:00:02"
+        addresses = ["198.51.100.1/24"]
+        [[port]]
+        name = "bare"
+        mac = "02:00:00:00:00:03"
+        addresses = []
+        [[route]]
+        prefix = "203.0.113.0/24"
+        via = "100.64.0.1"
+        dev = "eth1"
+    "#;
+
+    fn entry(ip: &str, mac: &str, dev: &str) -> String {
+        format!("[[neighbour.static]]\nip = \"{ip}\"\nmac = \"{mac}\"\ndev = \"{dev}\"\n")
+    }
+
+    fn errors(text: &str) -> Vec<(String, String)> {
+        match parse(text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.into_iter().map(|x| (x.key, x.reason)).collect(),
+        }
+    }
+
+    /// A static entry the table would never be asked for is refused: off every subnet of
+    /// its interface (unless a route's gateway through it), our own address, a subnet's
+    /// network or broadcast address, a non-unicast address or MAC, a repeat. On its
+    /// subnet, or as an off-subnet gateway of a route out of its interface, it is fine.
+    #[test]
+    fn a_static_neighbour_must_be_one_the_table_is_asked_for() {
+        let m = "02:00:00:00:00:aa";
+        let text = [
+            PORTS.to_string(),
+            entry("192.0.2.10", m, "eth0"),
+            entry("100.64.0.1", m, "eth1"),
+            entry("198.51.100.7", m, "eth0"),
+            entry("100.64.0.1", m, "eth0"),
+            entry("192.0.2.1", m, "eth0"),
+            entry("198.51.100.1", m, "eth0"),
+            entry("192.0.2.255", m, "eth0"),
+            entry("192.0.2.0", m, "eth0"),
+            entry("224.0.0.1", m, "eth0"),
+            entry("192.0.2.11", "00:00:00:00:00:00", "eth0"),
+            entry("192.0.2.12", "01:00:5e:00:00:01", "eth0"),
+            entry("192.0.2.10", "02:00:00:00:00:bb", "eth0"),
+            entry("192.0.2.13", m, "bare"),
+        ]
+        .concat();
+        let want = [
+            (
+                "neighbour.static[2].ip",
+                "198.51.100.7 is on no subnet of eth0 (192.0.2.0/24) and no route's gateway",
+            ),
+            (
+                "neighbour.static[3].ip",
+                "100.64.0.1 is on no subnet of eth0",
+            ),
+            ("neighbour.static[4].ip", "192.0.2.1 is an address of eth0"),
+            (
+                "neighbour.static[5].ip",
+                "198.51.100.1 is an address of eth1",
+            ),
+            (
+                "neighbour.static[6].ip",
+                "the broadcast address of 192.0.2.0/24 on eth0",
+            ),
+            (
+                "neighbour.static[7].ip",
+                "the network address of 192.0.2.0/24 on eth0",
+            ),
+            ("neighbour.static[8].ip", "not a unicast host address"),
+            ("neighbour.static[9].mac", "no station's address"),
+            ("neighbour.static[10].mac", "group (multicast) address"),
+            (
+                "neighbour.static[11].ip",
+                "192.0.2.10 on eth0 is also neighbour.static[0]",
+            ),
+            (
+                "neighbour.static[12].ip",
+                "on no subnet of bare (it has no address)",
+            ),
+        ];
+        let got = errors(&text);
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for ((k, r), (wk, wr)) in got.iter().zip(want) {
+            assert_eq!(k, wk, "{got:#?}");
+            assert!(r.contains(wr), "{k}: «{r}» lacks «{wr}»");
+        }
+    }
+
+    /// The sizes: a per-neighbour queue given longer than the pool could never fill (the
+    /// default is left alone); a table above 2^24 entries could outgrow memory; more
+    /// static entries than the table holds cannot all be added.
+    #[test]
+    fn sizes_must_fit_the_pool_and_the_table() {
+        let text = format!(
+            "[pool]\nbuffers = 64\ncache_size = 16\n[neighbour]\nqueue_len = 65\n\
+             max_entries = {}\n{PORTS}",
+            MAX_ENTRIES + 1
+        );
+        let got = errors(&text);
+        let keys: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["neighbour.max_entries", "neighbour.queue_len"],
+            "{got:#?}"
+        );
+        assert!(got[0].1.contains("more than 16777216"), "{got:#?}");
+        assert!(
+            got[1].1.contains("more than the 64 packet buffers"),
+            "{got:#?}"
+        );
+        let fits = format!(
+            "[pool]\nbuffers = 64\ncache_size = 16\n[neighbour]\nqueue_len = 64\n\
+             max_entries = {MAX_ENTRIES}\n{PORTS}"
+        );
+        assert_eq!(errors(&fits), []);
+        assert_eq!(
+            errors(&format!("[pool]\nbuffers = 64\ncache_size = 16\n{PORTS}")),
+            []
+        );
+        let full = format!(
+            "[neighbour]\nmax_entries = 1\n{PORTS}{}{}",
+            entry("192.0.2.10", "02:00:00:00:00:aa", "eth0"),
+            entry("192.0.2.11", "02:00:00:00:00:aa", "eth0")
+        );
+        let got = errors(&full);
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert_eq!(got[0].0, "neighbour.static");
+        assert!(
+            got[0].1.contains("2 static neighbours do not fit"),
+            "{got:#?}"
+        );
+    }
 }

@@ -1,9 +1,19 @@
 //! `[pool]`: the packet buffer pool; unset keys keep the engine's defaults, and the
 //! engine says whether the whole is usable.
+//!
+//! What holds packets must fit the pool. With several workers, their buffer caches
+//! together (at their usual fill, `cache_size` each, the default included) hold at most
+//! `buffers`, or the caches alone could hold every buffer while a worker starves for
+//! one. A limit the file gives must be one the pool can reach: with RPS, a backlog ring
+//! (`datapath.max_backlog`) of at most `buffers` packets (`neighbour.queue_len` and the
+//! applications' queues have the same rule, in their sections). The defaults of those
+//! limits (Linux's) are not held to a small pool: there they simply never bind. Whether
+//! the machine has the memory for the pool is [`super::machine`]'s part.
 
 use netbatch_engine::PoolConfig;
 
 use super::Errs;
+use super::datapath::Datapath;
 
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -15,8 +25,8 @@ pub(super) struct PoolFile {
     huge_pages: Option<bool>,
 }
 
-/// Validates `[pool]`.
-pub(super) fn validate(raw: &PoolFile, e: &mut Errs) -> PoolConfig {
+/// Validates `[pool]`, and what `dp` puts in it.
+pub(super) fn validate(raw: &PoolFile, dp: &Datapath, e: &mut Errs) -> PoolConfig {
     let d = PoolConfig::default();
     let pool = PoolConfig {
         buffers: raw.buffers.unwrap_or(d.buffers),
@@ -27,6 +37,95 @@ pub(super) fn validate(raw: &PoolFile, e: &mut Errs) -> PoolConfig {
     };
     if let Err(err) = pool.validate() {
         e.add("pool", err.to_string());
+        return pool;
+    }
+    let buffers = u64::from(pool.buffers);
+    let cached = u64::from(pool.cache_size).saturating_mul(dp.workers as u64);
+    if dp.workers > 1 && cached > buffers {
+        e.add(
+            "pool.cache_size",
+            format!(
+                "{} workers caching {}{} buffers each hold {cached}, more than the {buffers} \
+                 there are (pool.buffers): the caches alone could take the whole pool",
+                dp.workers,
+                pool.cache_size,
+                if raw.cache_size.is_none() {
+                    " (the default)"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
+    if let Some(rps) = &dp.rps
+        && dp.max_backlog_given
+        && rps.max_backlog as u64 > buffers
+    {
+        e.add(
+            "datapath.max_backlog",
+            format!(
+                "{} packets per backlog ring is more than the {buffers} packet buffers there \
+                 are (pool.buffers): the limit could never be reached",
+                rps.max_backlog
+            ),
+        );
     }
     pool
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_test as parse;
+
+    fn keys(text: &str) -> Vec<(String, String)> {
+        match parse(&format!(
+            "{text}\n[[port]]\nname = \"p\"\nmac = \"02:00:00:00:00:01\"\n"
+        )) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.into_iter().map(|x| (x.key, x.reason)).collect(),
+        }
+    }
+
+    /// Several workers' caches together hold at most the pool (one worker's may hold it
+    /// all: nobody else needs a buffer); a backlog ring given holds at most the pool,
+    /// when RPS is on (off, the ring is never made); the default ring is not held to it.
+    #[test]
+    fn what_holds_packets_fits_the_pool() {
+        let got = keys("[datapath]\nworkers = 4\n[pool]\nbuffers = 1024\ncache_size = 257\n");
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, "pool.cache_size");
+        assert!(
+            got[0]
+                .1
+                .contains("4 workers caching 257 buffers each hold 1028")
+        );
+        assert_eq!(
+            keys("[datapath]\nworkers = 4\n[pool]\nbuffers = 1024\ncache_size = 256\n"),
+            []
+        );
+        let got = keys("[datapath]\nworkers = 2\n[pool]\nbuffers = 1000\n");
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            got[0].1.contains("caching 512 (the default) buffers"),
+            "{got:?}"
+        );
+        assert_eq!(keys("[pool]\nbuffers = 64\ncache_size = 512\n"), []);
+        let rps = |backlog: u32, on: &str| {
+            keys(&format!(
+                "[datapath]\nrps = \"{on}\"\nmax_backlog = {backlog}\n\
+                 [pool]\nbuffers = 1024\ncache_size = 16\n"
+            ))
+        };
+        let got = rps(1025, "backlog");
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, "datapath.max_backlog");
+        assert!(got[0].1.contains("more than the 1024 packet buffers"));
+        assert_eq!(rps(1024, "backlog"), []);
+        assert_eq!(rps(1025, "off"), []);
+        // The default ring (1000) with a smaller pool: not a choice the file made.
+        assert_eq!(
+            keys("[datapath]\nrps = \"backlog\"\n[pool]\nbuffers = 64\ncache_size = 16\n"),
+            []
+        );
+    }
 }

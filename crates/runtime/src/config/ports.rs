@@ -2,15 +2,42 @@
 //! VLANs, backend (with its kernel interface or generator settings) and workers; what the
 //! backend cannot carry is refused as its ports crate module declares. Also the
 //! interface names the ports define, which later sections resolve against.
+//!
+//! What can only be a mistake is refused, with the other party named:
+//! - a MAC that is no station's: all zeros, or a group address (multicast, broadcast);
+//!   and one MAC on two ports. Linux lets two interfaces share a MAC, but each netbatch
+//!   port owns its MAC on its segment, and the kernel's VLAN devices, which share their
+//!   parent's MAC, are `[[port.vlan]]`s here;
+//! - one kernel interface under two ports (both would take every frame);
+//! - an interface address that is no unicast host address: in `0.0.0.0/8` ("this
+//!   network"), `127.0.0.0/8` (loopback), `224.0.0.0/4` (multicast) or `240.0.0.0/4`
+//!   (reserved, with `255.255.255.255`): the classes RFC 1122 3.2.1.3 and RFC 1812 5.3.7
+//!   forbid as a source and netbatch's input drops as martian (Linux drops the first three
+//!   likewise in `ip_route_input_slow`; it accepts class E, netbatch does not); on a
+//!   subnet of /30 or shorter, the subnet's own network or broadcast address (host number
+//!   0 or all ones, RFC 1122 3.2.1.3), whose packets every neighbour would take as
+//!   broadcasts or drop as martian; and a /0 subnet, whose connected route would be a
+//!   default route;
+//! - one address on two interfaces, or one subnet (the same prefix) on two interfaces
+//!   (ports or VLANs): which interface reaches the subnet would be a coin toss. Two
+//!   addresses of one subnet on one interface are fine (Linux's primary and secondary).
+//!   Subnets that merely overlap (`10.0.0.0/16` here, `10.0.1.0/24` there) are allowed,
+//!   as Linux allows them: the longer prefix wins, for packets as for a route's gateway;
+//! - a generator sending a unicast datagram in a group-addressed frame (a router
+//!   discards those, RFC 1812 5.3.4, RFC 1122 3.3.6) or to an all-zero MAC, or datagrams
+//!   longer than its port's MTU.
+//!
+//! Whether the kernel interfaces exist, and have what the workers need, is
+//! [`super::machine`]'s part: a file alone does not say.
 
 use core::net::Ipv4Addr;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use netbatch_ports::Carries;
 use netbatch_ports::generator::FlowOrder;
 use netbatch_stack::iface::Tags;
 use netbatch_stack::offload::Features;
-use netbatch_stack::prefix::IfAddr;
+use netbatch_stack::prefix::{IfAddr, Ipv4Prefix, class};
 use netbatch_stack::route::file::Resolve;
 use netbatch_wire::ethernet::MacAddr;
 
@@ -189,22 +216,83 @@ pub(crate) fn any_gro(ports: &[PortConfig]) -> bool {
     ports.iter().any(|p| p.setup.features.any_rx_gro())
 }
 
-/// Interface names to indices, as `setup::interfaces` numbers them.
+/// Interface names to indices, as `setup::interfaces` numbers them, with each
+/// interface's addresses.
 #[derive(Default)]
 pub(super) struct Names {
     names: Vec<String>,
     subnets: Vec<Vec<IfAddr>>,
 }
 
+impl Names {
+    /// The name and addresses of interface `i`.
+    pub(super) fn get(&self, i: u16) -> Option<(&str, &[IfAddr])> {
+        let i = usize::from(i);
+        Some((self.names.get(i)?.as_str(), self.subnets.get(i)?.as_slice()))
+    }
+
+    /// Every interface address, with the interface's index.
+    pub(super) fn addrs(&self) -> impl Iterator<Item = (u16, &IfAddr)> {
+        self.subnets
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.iter().map(move |a| (i as u16, a)))
+    }
+}
+
 impl Resolve for Names {
     fn iface(&self, name: &str) -> Option<u16> {
         self.names.iter().position(|n| n == name).map(|i| i as u16)
     }
+    /// The interface with the longest subnet holding `gw` (the one the route table
+    /// reaches it through, when subnets overlap).
     fn iface_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
-        self.subnets
-            .iter()
-            .position(|s| s.iter().any(|a| a.subnet().contains(gw)))
-            .map(|i| i as u16)
+        self.addrs()
+            .filter(|(_, a)| a.subnet().contains(gw))
+            .min_by_key(|&(i, a)| (core::cmp::Reverse(a.len), i))
+            .map(|(i, _)| i)
+    }
+}
+
+/// The interface addresses placed so far, each address and subnet with the first
+/// address's key and interface, to refuse an address on two interfaces (or twice on
+/// one) and a subnet on two interfaces as they come, naming the earlier one.
+#[derive(Default)]
+struct Placed {
+    addrs: HashMap<Ipv4Addr, (String, String)>,
+    subnets: HashMap<Ipv4Prefix, (String, String)>,
+}
+
+impl Placed {
+    /// Places `addr`, at `key` on interface `iface`.
+    fn place(&mut self, key: &str, iface: &str, addr: IfAddr, e: &mut Errs) {
+        if let Some((first, on)) = self.addrs.get(&addr.addr) {
+            e.add(
+                key,
+                format!(
+                    "{} is configured twice: it is also {first} ({on})",
+                    addr.addr
+                ),
+            );
+            return;
+        }
+        self.addrs
+            .insert(addr.addr, (key.to_string(), iface.to_string()));
+        let subnet = addr.subnet();
+        match self.subnets.get(&subnet) {
+            Some((first, on)) if on != iface => e.add(
+                key,
+                format!(
+                    "subnet {subnet} is also on {on} ({first}): one subnet is reached through \
+                     one interface"
+                ),
+            ),
+            Some(_) => {}
+            None => {
+                self.subnets
+                    .insert(subnet, (key.to_string(), iface.to_string()));
+            }
+        }
     }
 }
 
@@ -219,7 +307,10 @@ pub(super) fn validate(
     let mut ports = Vec::new();
     let mut names = Names::default();
     let mut seen_ports = HashSet::new();
-    let mut seen_addrs = HashSet::new();
+    // Each MAC and kernel interface with the first port that has it.
+    let mut macs: HashMap<MacAddr, usize> = HashMap::new();
+    let mut kernel: HashMap<&str, usize> = HashMap::new();
+    let mut placed = Placed::default();
     if raw.is_empty() {
         e.add("port", "at least one [[port]] is needed");
     }
@@ -238,6 +329,37 @@ pub(super) fn validate(
             );
         }
         let mac = mac(p, &key, e);
+        if let Some(m) = mac {
+            match macs.get(&m) {
+                Some(&other) => e.add(
+                    format!("{key}.mac"),
+                    format!(
+                        "{m} is also the MAC of port[{other}] ({}): each port needs its own",
+                        raw[other].name
+                    ),
+                ),
+                None => {
+                    macs.insert(m, pi);
+                }
+            }
+        }
+        if let Some(i) = &p.interface
+            && matches!(p.kind.as_str(), "af_packet" | "af_xdp" | "tap")
+        {
+            match kernel.get(i.as_str()) {
+                Some(&other) => e.add(
+                    format!("{key}.interface"),
+                    format!(
+                        "'{i}' is also the interface of port[{other}] ({}): both would take \
+                         every frame it receives",
+                        raw[other].name
+                    ),
+                ),
+                None => {
+                    kernel.insert(i, pi);
+                }
+            }
+        }
         if !(68..=9000).contains(&p.mtu) {
             e.add(
                 format!("{key}.mtu"),
@@ -248,17 +370,15 @@ pub(super) fn validate(
         let addrs = p
             .addresses
             .as_ref()
-            .map(|a| addresses(a, &format!("{key}.addresses"), e));
-        for a in addrs.iter().flatten() {
-            if !seen_addrs.insert(a.addr) {
-                e.add(
-                    format!("{key}.addresses"),
-                    format!("{} is configured twice", a.addr),
-                );
-            }
-        }
-        let vlans = vlans(p, &key, e);
-        let kind = kind(p, &key, e);
+            .map(|a| addresses(a, &format!("{key}.addresses"), &p.name, &mut placed, e));
+        let vlans = vlans(p, &key, &mut placed, e);
+        let own: Vec<IfAddr> = addrs
+            .iter()
+            .flatten()
+            .chain(vlans.iter().flat_map(|v| &v.addrs))
+            .copied()
+            .collect();
+        let kind = kind(p, &key, &own, e);
         if p.interface.is_some() && matches!(p.kind.as_str(), "pcap" | "gen") {
             e.add(
                 format!("{key}.interface"),
@@ -315,25 +435,38 @@ pub(super) fn validate(
     (ports, names)
 }
 
+/// Why `m` cannot be a station's own address (a port's, a neighbour's), if it cannot.
+pub(super) fn not_a_station(m: MacAddr) -> Option<String> {
+    if m.0 == [0; 6] {
+        Some(format!("{m} is no station's address"))
+    } else if m.is_broadcast() {
+        Some(format!("{m} is the broadcast address, not a station's"))
+    } else if m.is_multicast() {
+        Some(format!(
+            "{m} is a group (multicast) address, not a station's: its first byte has the \
+             group bit"
+        ))
+    } else {
+        None
+    }
+}
+
 /// The port's MAC: as given, or the kernel interface's own for af_packet and af_xdp.
 fn mac(p: &PortFile, key: &str, e: &mut Errs) -> Option<MacAddr> {
     let mac_text = match (&p.mac, p.kind.as_str(), &p.interface) {
         (Some(m), _, _) => Some(m.clone()),
         (None, "af_packet" | "af_xdp", Some(i)) => match netbatch_ports::sys::mac_of(i) {
-            Some(m) => Some(
-                m.iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":"),
-            ),
+            Some(m) => Some(MacAddr(m).to_string()),
             None => {
+                // The interface is what is missing; `mac` only defaults to its address.
                 e.add(
-                    format!("{key}.mac"),
+                    format!("{key}.interface"),
                     format!(
-                        "not given, and interface '{i}' (whose address is the default) was not found"
+                        "no interface '{i}' on this machine (and `mac`, not given, would \
+                         be its address)"
                     ),
                 );
-                None
+                return None;
             }
         },
         (None, _, _) => {
@@ -350,16 +483,19 @@ fn mac(p: &PortFile, key: &str, e: &mut Errs) -> Option<MacAddr> {
             &t,
             "a MAC address (aa:bb:cc:dd:ee:ff)",
         )
-    });
-    if let Some(m) = mac
-        && !m.is_unicast()
-    {
+    })?;
+    if let Some(why) = not_a_station(mac) {
+        let from = match (&p.mac, &p.interface) {
+            (None, Some(i)) => format!(" (interface '{i}' has it: give `mac`)"),
+            _ => String::new(),
+        };
         e.add(
             format!("{key}.mac"),
-            format!("{m} is a group address; a port needs a unicast MAC"),
+            format!("{why}{from}; a port needs a unicast MAC"),
         );
+        return None;
     }
-    mac
+    Some(mac)
 }
 
 /// The GRO mode's features, then those listed.
@@ -395,22 +531,83 @@ fn features(p: &PortFile, key: &str, e: &mut Errs) -> Features {
     features
 }
 
-fn addresses(list: &[String], key: &str, e: &mut Errs) -> Vec<IfAddr> {
-    list.iter()
-        .enumerate()
-        .filter_map(|(i, a)| {
-            e.parse::<IfAddr>(
-                &format!("{key}[{i}]"),
-                a,
-                "an interface address (a.b.c.d/len)",
-            )
-        })
-        .collect()
+/// The addresses under `key` of interface `iface`, each a unicast host address of its
+/// subnet; the usable ones are also `placed`, for the checks across interfaces.
+fn addresses(
+    list: &[String],
+    key: &str,
+    iface: &str,
+    placed: &mut Placed,
+    e: &mut Errs,
+) -> Vec<IfAddr> {
+    let mut out = Vec::with_capacity(list.len());
+    for (i, a) in list.iter().enumerate() {
+        let akey = format!("{key}[{i}]");
+        let Some(addr) = e.parse::<IfAddr>(&akey, a, "an interface address (a.b.c.d/len)") else {
+            continue;
+        };
+        match not_a_host(addr) {
+            Some(why) => e.add(&akey, why),
+            None => placed.place(&akey, iface, addr, e),
+        }
+        out.push(addr);
+    }
+    out
+}
+
+/// Why `a` cannot be an interface's address, if it cannot (see the module's note).
+fn not_a_host(a: IfAddr) -> Option<String> {
+    let bits = u32::from(a.addr);
+    let class = if a.addr.is_unspecified() {
+        Some("the unspecified address")
+    } else if class::is_this_network(bits) {
+        Some("in 0.0.0.0/8, \"this network\" (RFC 1122 3.2.1.3)")
+    } else if class::is_loopback(bits) {
+        Some("a loopback address (127.0.0.0/8), which never comes from a wire")
+    } else if class::is_multicast(bits) {
+        Some("a multicast group (224.0.0.0/4), not a host's address")
+    } else if class::is_limited_broadcast(bits) {
+        Some("the limited broadcast address")
+    } else if class::is_class_e(bits) {
+        Some("in the reserved 240.0.0.0/4 (class E), which netbatch drops as martian")
+    } else {
+        None
+    };
+    if let Some(c) = class {
+        return Some(format!(
+            "{} is {c}: packets from or to it are martians, so it cannot be an interface's \
+             address",
+            a.addr
+        ));
+    }
+    let subnet = a.subnet();
+    if a.len == 0 {
+        return Some(format!(
+            "{a} makes every address on-link: its connected route would be a default route"
+        ));
+    }
+    if a.len <= 30 {
+        if a.addr == subnet.addr() {
+            return Some(format!(
+                "{} is the network address of {subnet} (host number 0, RFC 1122 3.2.1.3), \
+                 not a host's",
+                a.addr
+            ));
+        }
+        if Some(a.addr) == subnet.broadcast() {
+            return Some(format!(
+                "{} is the broadcast address of {subnet}: neighbours would take packets to \
+                 it as broadcasts and drop packets from it as martians",
+                a.addr
+            ));
+        }
+    }
+    None
 }
 
 /// The port's VLAN interfaces (named `<port>.<vid>` or `<port>.<s-vid>.<c-vid>` unless
 /// given a name).
-fn vlans(p: &PortFile, key: &str, e: &mut Errs) -> Vec<IfaceSetup> {
+fn vlans(p: &PortFile, key: &str, placed: &mut Placed, e: &mut Errs) -> Vec<IfaceSetup> {
     let mut vlans = Vec::new();
     for (vi, v) in p.vlan.iter().enumerate() {
         let vkey = format!("{key}.vlan[{vi}]");
@@ -440,17 +637,18 @@ fn vlans(p: &PortFile, key: &str, e: &mut Errs) -> Vec<IfaceSetup> {
             Tags::QinQ(s, c) => format!("{}.{s}.{c}", p.name),
             Tags::None => p.name.clone(),
         });
-        let addrs = addresses(&v.addresses, &format!("{vkey}.addresses"), e);
+        let addrs = addresses(&v.addresses, &format!("{vkey}.addresses"), &name, placed, e);
         vlans.push(IfaceSetup { name, tags, addrs });
     }
     vlans
 }
 
-/// The backend, with its kernel interface or generator settings.
-fn kind(p: &PortFile, key: &str, e: &mut Errs) -> Option<PortKind> {
+/// The backend, with its kernel interface or generator settings (`own`: the port's
+/// addresses, for the generator's destination).
+fn kind(p: &PortFile, key: &str, own: &[IfAddr], e: &mut Errs) -> Option<PortKind> {
     match p.kind.as_str() {
         "pcap" => Some(PortKind::Pcap),
-        "gen" => gen_spec(p, key, e).map(PortKind::Gen),
+        "gen" => gen_spec(p, key, own, e).map(PortKind::Gen),
         "af_packet" | "af_xdp" | "tap" => match &p.interface {
             Some(i) if !i.is_empty() && i.len() < 16 => Some(match p.kind.as_str() {
                 "af_packet" => PortKind::AfPacket(i.clone()),
@@ -512,7 +710,11 @@ fn carried(p: &PortFile, key: &str, e: &mut Errs) {
     }
 }
 
-fn gen_spec(p: &PortFile, key: &str, e: &mut Errs) -> Option<GenSpec> {
+/// A gen port's settings. Its frames arrive at the port as if from a wire, so they must
+/// be frames a router takes: to a station's MAC, or a group MAC only with a broadcast or
+/// multicast destination (`own`: the port's addresses, whose subnets' broadcasts count),
+/// and datagrams within the port's MTU.
+fn gen_spec(p: &PortFile, key: &str, own: &[IfAddr], e: &mut Errs) -> Option<GenSpec> {
     let Some(g) = &p.generator else {
         e.add(
             format!("{key}.generator"),
@@ -537,10 +739,48 @@ fn gen_spec(p: &PortFile, key: &str, e: &mut Errs) -> Option<GenSpec> {
     if g.flows == 0 {
         e.add(format!("{gk}.flows"), "must be at least 1");
     }
+    let l4 = if tcp {
+        netbatch_wire::tcp::HEADER_LEN
+    } else {
+        netbatch_wire::udp::HEADER_LEN
+    };
+    let datagram = g
+        .payload
+        .saturating_add(netbatch_wire::ipv4::HEADER_LEN + l4);
+    if datagram > usize::from(p.mtu) {
+        e.add(
+            format!("{gk}.payload"),
+            format!(
+                "{} bytes of payload make {datagram}-byte datagrams, longer than the port's \
+                 MTU ({})",
+                g.payload, p.mtu
+            ),
+        );
+    }
     let dst_mac = g
         .dst_mac
         .as_ref()
         .and_then(|m| e.parse::<MacAddr>(&format!("{gk}.dst_mac"), m, "a MAC address"));
+    if let Some(m) = dst_mac {
+        if m.0 == [0; 6] {
+            e.add(
+                format!("{gk}.dst_mac"),
+                format!("{m} is no station's address"),
+            );
+        } else if let Some(d) = dst
+            && m.is_multicast()
+            && !group_destination(d, own)
+        {
+            e.add(
+                format!("{gk}.dst_mac"),
+                format!(
+                    "{m} is a group address, and {d} is no broadcast or multicast \
+                     destination: a router discards a unicast datagram in a group-addressed \
+                     frame (RFC 1812 5.3.4)"
+                ),
+            );
+        }
+    }
     let order = match &g.order {
         None => FlowOrder::Bursty { burst: 64 },
         Some(o) => e.parse(&format!("{gk}.order"), o, "a flow order")?,
@@ -556,6 +796,15 @@ fn gen_spec(p: &PortFile, key: &str, e: &mut Errs) -> Option<GenSpec> {
         dst_mac,
         order,
     })
+}
+
+/// Whether `d` is a destination a group-addressed frame may carry: the limited
+/// broadcast, a multicast group, or the broadcast of a subnet in `own`.
+fn group_destination(d: Ipv4Addr, own: &[IfAddr]) -> bool {
+    let bits = u32::from(d);
+    class::is_limited_broadcast(bits)
+        || class::is_multicast(bits)
+        || own.iter().any(|a| a.subnet().broadcast() == Some(d))
 }
 
 /// Worker indices under `key`, each checked against `workers`.
@@ -628,5 +877,197 @@ mod tests {
         if let Err(e) = parse(ok) {
             panic!("refused: {e}");
         }
+    }
+
+    /// The errors of `text`, as (key, reason).
+    fn errors(text: &str) -> Vec<(String, String)> {
+        match parse(text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.into_iter().map(|x| (x.key, x.reason)).collect(),
+        }
+    }
+
+    /// Asserts `got` holds exactly the `want`ed keys, in order, each with its reason's
+    /// words.
+    fn assert_errors(got: &[(String, String)], want: &[(&str, &str)]) {
+        let keys: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
+        let want_keys: Vec<&str> = want.iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, want_keys, "{got:#?}");
+        for ((k, reason), (_, words)) in got.iter().zip(want) {
+            assert!(reason.contains(words), "{k}: «{reason}» lacks «{words}»");
+        }
+    }
+
+    fn port(name: &str, mac: &str, addresses: &str) -> String {
+        format!("[[port]]\nname = \"{name}\"\nmac = \"{mac}\"\naddresses = [{addresses}]\n")
+    }
+
+    /// A port's MAC is a station's (not all zeros, not a group address: the group bit is
+    /// the low bit of the first byte, IEEE 802), and no two ports share one.
+    #[test]
+    fn macs_that_are_no_station_and_shared_macs_are_refused() {
+        let text = [
+            port("a", "02:00:00:00:00:01", ""),
+            port("b", "00:00:00:00:00:00", ""),
+            port("c", "ff:ff:ff:ff:ff:ff", ""),
+            port("d", "33:33:00:00:00:01", ""),
+            port("e", "02:00:00:00:00:01", ""),
+            port("f", "02:00:00:00:00:06", ""),
+        ]
+        .concat();
+        assert_errors(
+            &errors(&text),
+            &[
+                ("port[1].mac", "00:00:00:00:00:00 is no station's address"),
+                ("port[2].mac", "the broadcast address"),
+                ("port[3].mac", "group (multicast) address"),
+                ("port[4].mac", "also the MAC of port[0] (a)"),
+            ],
+        );
+    }
+
+    /// Two ports on one kernel interface would each take every frame it receives.
+    #[test]
+    fn one_kernel_interface_under_two_ports_is_refused() {
+        let text = r#"
+            [[port]]
+            name = "a"
+            kind = "af_packet"
+            interface = "veth0"
+            mac = "02:00:00:00:00:01"
+            [[port]]
+            name = "b"
+            kind = "tap"
+            interface = "veth0"
+            mac = "02:00:00:00:00:02"
+            [[port]]
+            name = "c"
+            kind = "af_packet"
+            interface = "veth1"
+            mac = "02:00:00:00:00:03"
+        "#;
+        assert_errors(
+            &errors(text),
+            &[(
+                "port[1].interface",
+                "'veth0' is also the interface of port[0] (a)",
+            )],
+        );
+    }
+
+    /// An interface address is a unicast host address of its subnet: not in 0/8, 127/8,
+    /// 224/4 or 240/4 (RFC 1122 3.2.1.3), not the network or broadcast address of a /30
+    /// or shorter, not on a /0. A /31's two addresses (RFC 3021) and a /32 are fine.
+    #[test]
+    fn interface_addresses_must_be_unicast_host_addresses() {
+        let bad = [
+            ("0.0.0.0/8", "the unspecified address"),
+            ("0.1.2.3/8", "this network"),
+            ("127.0.0.1/8", "loopback"),
+            ("224.0.0.1/24", "multicast"),
+            ("240.0.0.1/24", "class E"),
+            ("255.255.255.255/32", "limited broadcast"),
+            ("192.0.2.0/24", "network address of 192.0.2.0/24"),
+            ("192.0.2.255/24", "broadcast address of 192.0.2.0/24"),
+            ("198.51.100.4/30", "network address of 198.51.100.4/30"),
+            ("198.51.100.7/30", "broadcast address of 198.51.100.4/30"),
+            ("10.0.0.1/0", "every address on-link"),
+        ];
+        let good = ["198.51.100.8/31", "198.51.100.9/31", "203.0.113.255/32"];
+        let list: Vec<String> = bad
+            .iter()
+            .map(|(a, _)| a)
+            .chain(&good)
+            .map(|a| format!("\"{a}\""))
+            .collect();
+        let got = errors(&port("a", "02:00:00:00:00:01", &list.join(", ")));
+        let want: Vec<(String, &str)> = bad
+            .iter()
+            .enumerate()
+            .map(|(i, (_, why))| (format!("port[0].addresses[{i}]"), *why))
+            .collect();
+        let want: Vec<(&str, &str)> = want.iter().map(|(k, w)| (k.as_str(), *w)).collect();
+        assert_errors(&got, &want);
+    }
+
+    /// One address on two interfaces, or one subnet on two interfaces (ports or VLANs),
+    /// is refused at the later one, naming the earlier; two addresses of a subnet on one
+    /// interface and merely overlapping subnets are not. With overlapping subnets a
+    /// gateway resolves to the longer one, as the route table would reach it.
+    #[test]
+    fn one_address_or_subnet_on_two_interfaces_is_refused() {
+        let text = format!(
+            "{}{}[[port.vlan]]\nid = 7\naddresses = [\"10.1.0.1/16\"]\n",
+            port(
+                "a",
+                "02:00:00:00:00:01",
+                r#""192.0.2.1/24", "192.0.2.3/24", "10.1.9.9/16""#
+            ),
+            port(
+                "b",
+                "02:00:00:00:00:02",
+                r#""192.0.2.2/24", "192.0.2.1/32""#
+            ),
+        );
+        assert_errors(
+            &errors(&text),
+            &[
+                ("port[1].addresses[0]", "subnet 192.0.2.0/24 is also on a"),
+                (
+                    "port[1].addresses[1]",
+                    "192.0.2.1 is configured twice: it is also port[0].addresses[0] (a)",
+                ),
+                (
+                    "port[1].vlan[0].addresses[0]",
+                    "subnet 10.1.0.0/16 is also on a",
+                ),
+            ],
+        );
+        let overlapping = format!(
+            "{}{}{}",
+            port("a", "02:00:00:00:00:01", r#""10.0.0.1/16""#),
+            port("b", "02:00:00:00:00:02", r#""10.0.1.1/24""#),
+            "[[route]]\nprefix = \"198.51.100.0/24\"\nvia = \"10.0.1.254\"\n\
+             [[route]]\nprefix = \"203.0.113.0/24\"\nvia = \"10.0.2.254\"\n"
+        );
+        let c = parse(&overlapping).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.routes[0].out_if, Some(1), "10.0.1.254 is in b's /24");
+        assert_eq!(c.routes[1].out_if, Some(0), "10.0.2.254 only in a's /16");
+    }
+
+    /// A generator's frames arrive as if from a wire: a unicast datagram in a
+    /// group-addressed frame is one a router discards (RFC 1812 5.3.4), a broadcast one
+    /// is not; an all-zero destination MAC is nobody's; a datagram longer than the port's
+    /// MTU could not have arrived.
+    #[test]
+    fn a_generator_sends_what_a_router_takes() {
+        let gen_port = |i: usize, dst: &str, dst_mac: &str, payload: usize| {
+            format!(
+                "[[port]]\nname = \"g{i}\"\nkind = \"gen\"\nmac = \"02:00:00:00:00:0{i}\"\n\
+                 addresses = [\"10.{i}.0.1/24\"]\n[port.generator]\nsrc = \"10.{i}.0.2\"\n\
+                 dst = \"{dst}\"\ndport = 9\npayload = {payload}\ndst_mac = \"{dst_mac}\"\n"
+            )
+        };
+        let text = [
+            gen_port(0, "198.51.100.1", "ff:ff:ff:ff:ff:ff", 18),
+            gen_port(1, "255.255.255.255", "ff:ff:ff:ff:ff:ff", 18),
+            gen_port(2, "10.2.0.255", "ff:ff:ff:ff:ff:ff", 18),
+            gen_port(3, "10.3.0.1", "00:00:00:00:00:00", 18),
+            // 1473 + 8 + 20 = 1501 bytes; 1472 fit 1500.
+            gen_port(4, "10.4.0.1", "02:00:00:00:00:04", 1473),
+            gen_port(5, "10.5.0.1", "02:00:00:00:00:05", 1472),
+        ]
+        .concat();
+        assert_errors(
+            &errors(&text),
+            &[
+                (
+                    "port[0].generator.dst_mac",
+                    "198.51.100.1 is no broadcast or multicast destination",
+                ),
+                ("port[3].generator.dst_mac", "no station's address"),
+                ("port[4].generator.payload", "1501-byte datagrams"),
+            ],
+        );
     }
 }

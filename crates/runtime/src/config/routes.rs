@@ -1,12 +1,22 @@
 //! `[[route]]` and `route_files`: inline routes first, then the routes of each file (read
 //! relative to the configuration's directory), out through the interfaces the ports
 //! define.
+//!
+//! netbatch has one route table, so a prefix (after masking) is routed once: a second
+//! route for it, inline or in a file, is refused naming the first, as Linux's `ip route
+//! add` refuses it (`EEXIST`, "File exists"); `ip route replace` semantics would let the
+//! last one silently win. A configured route may still replace a connected one (the
+//! route table's rule; see `setup::build_routes`). The check sorts one word per route
+//! once every route is read (O(n log n), a few tens of milliseconds for a million-line
+//! file); of a file's repeats, the first [`REPEATS_SHOWN`] are listed and the rest
+//! counted. A file listed twice is refused once, at its second listing. Errors come in
+//! the order of the routes they are about.
 
 use core::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use netbatch_stack::prefix::Ipv4Prefix;
-use netbatch_stack::route::file::{self as route_file, Resolve};
+use netbatch_stack::route::file::{self as route_file, LineError, Resolve};
 use netbatch_stack::route::{Route, RouteKind};
 
 use super::Errs;
@@ -26,6 +36,38 @@ fn default_route_kind() -> String {
     "unicast".into()
 }
 
+/// Repeated prefixes listed per route file before the rest are only counted.
+pub(super) const REPEATS_SHOWN: usize = 10;
+
+/// Where the routes came from, by their place in the list: the `[[route]]` number of
+/// each inline one, then each file's first place and number, and each file route's line.
+#[derive(Default)]
+struct Origins {
+    inline: Vec<usize>,
+    files: Vec<(usize, usize)>,
+    lines: Vec<u32>,
+}
+
+impl Origins {
+    /// The file number of the route at `pos` (past the inline ones).
+    fn file_of(&self, pos: usize) -> usize {
+        let i = self.files.partition_point(|&(start, _)| start <= pos);
+        self.files[i.saturating_sub(1)].1
+    }
+
+    /// The route at `pos`, as an error names it.
+    fn name(&self, pos: usize, files: &[String]) -> String {
+        match self.inline.get(pos) {
+            Some(i) => format!("route[{i}]"),
+            None => format!(
+                "{} line {}",
+                files[self.file_of(pos)],
+                self.lines[pos - self.inline.len()]
+            ),
+        }
+    }
+}
+
 /// Validates `[[route]]` (`raw`) and then reads `route_files` (`files`, relative to
 /// `dir`); `names` are the interfaces the ports define.
 pub(super) fn validate(
@@ -36,28 +78,157 @@ pub(super) fn validate(
     e: &mut Errs,
 ) -> Vec<Route> {
     let mut routes = Vec::new();
+    let mut from = Origins::default();
+    // Errors with the place in `routes` they come at, to be put in order with the
+    // repeats (found once every route is read).
+    let mut later: Vec<(usize, String, String)> = Vec::new();
     for (ri, r) in raw.iter().enumerate() {
-        let key = format!("route[{ri}]");
-        if let Some(route) = inline(r, &key, names, e) {
+        if let Some(route) = inline(r, &format!("route[{ri}]"), names, e) {
             routes.push(route);
+            from.inline.push(ri);
         }
     }
     for (fi, f) in files.iter().enumerate() {
         let key = format!("route_files[{fi}]");
+        if let Some(first) = files[..fi].iter().position(|x| x == f) {
+            later.push((
+                routes.len(),
+                key,
+                format!("'{f}' is also route_files[{first}]"),
+            ));
+            continue;
+        }
         let path = if Path::new(f).is_absolute() {
             PathBuf::from(f)
         } else {
             dir.join(f)
         };
-        match std::fs::read_to_string(&path) {
-            Ok(text) => match route_file::parse(&text, names) {
-                Ok(rs) => routes.extend(rs),
-                Err(le) => e.add(key, format!("{}: {le}", path.display())),
-            },
-            Err(err) => e.add(key, format!("cannot read {}: {err}", path.display())),
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(err) => {
+                later.push((
+                    routes.len(),
+                    key,
+                    format!("cannot read {}: {err}", path.display()),
+                ));
+                continue;
+            }
+        };
+        // About 40 bytes a line: room for the file without growing as it is read.
+        routes.reserve(text.len() / 40);
+        from.lines.reserve(text.len() / 40);
+        from.files.push((routes.len(), fi));
+        let read = read_file(&text, names, |route, line| {
+            routes.push(route);
+            from.lines.push(u32::try_from(line).unwrap_or(u32::MAX));
+        });
+        if let Err(le) = read {
+            later.push((routes.len(), key, format!("{}: {le}", path.display())));
         }
     }
+    // Each repeat once, at its place; past REPEATS_SHOWN in one file, only counted.
+    let mut shown_in = vec![0usize; files.len()];
+    let mut more_in: Vec<Option<(usize, usize)>> = vec![None; files.len()];
+    for (pos, first) in repeats(&routes) {
+        let p = routes[pos].prefix;
+        let why = format!(
+            "{p} is routed twice: {} and {} (one route per prefix)",
+            from.name(first, files),
+            from.name(pos, files)
+        );
+        match from.inline.get(pos) {
+            Some(ri) => later.push((pos, format!("route[{ri}].prefix"), why)),
+            None => {
+                let fi = from.file_of(pos);
+                if shown_in[fi] < REPEATS_SHOWN {
+                    shown_in[fi] += 1;
+                    later.push((pos, format!("route_files[{fi}]"), why));
+                } else {
+                    let m = more_in[fi].get_or_insert((pos, 0));
+                    *m = (pos, m.1 + 1);
+                }
+            }
+        }
+    }
+    for (fi, m) in more_in.iter().enumerate() {
+        if let Some((pos, n)) = m {
+            later.push((
+                *pos,
+                format!("route_files[{fi}]"),
+                format!("and {n} more prefixes of {} routed twice", files[fi]),
+            ));
+        }
+    }
+    later.sort_by_key(|(pos, _, _)| *pos);
+    for (_, key, why) in later {
+        e.add(key, why);
+    }
     routes
+}
+
+/// Every route whose prefix an earlier one has, as (its place, the earliest's place),
+/// in order: one sort of (prefix, place) keys, in one word each while places fit in
+/// [`PLACE_BITS`] bits.
+fn repeats(routes: &[Route]) -> Vec<(usize, usize)> {
+    let prefix = |r: &Route| (u64::from(r.prefix.bits()) << 8) | u64::from(r.prefix.prefix_len());
+    let mut out = Vec::new();
+    let mut note = |keys: &mut dyn Iterator<Item = (u64, usize)>| {
+        let mut first: Option<(u64, usize)> = None;
+        for (k, pos) in keys {
+            match first {
+                Some((fk, fpos)) if fk == k => out.push((pos, fpos)),
+                _ => first = Some((k, pos)),
+            }
+        }
+    };
+    if routes.len() < 1 << PLACE_BITS {
+        // Prefix bits and length above, place below: sorting the words sorts by prefix,
+        // then place.
+        let mut words: Vec<u64> = routes
+            .iter()
+            .enumerate()
+            .map(|(pos, r)| (prefix(r) << PLACE_BITS) | pos as u64)
+            .collect();
+        words.sort_unstable();
+        let mask = (1u64 << PLACE_BITS) - 1;
+        note(&mut words.iter().map(|w| (w >> PLACE_BITS, (w & mask) as usize)));
+    } else {
+        let mut pairs: Vec<(u64, usize)> = routes
+            .iter()
+            .enumerate()
+            .map(|(pos, r)| (prefix(r), pos))
+            .collect();
+        pairs.sort_unstable();
+        note(&mut pairs.into_iter());
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Bits of a route's place in [`repeats`]' one-word keys (40 bits of prefix and length
+/// above them).
+const PLACE_BITS: u32 = 24;
+
+/// Reads a route file as `route_file::parse` does, line by line, stopping at the first
+/// bad line; hands each route to `take` with its 1-based line.
+fn read_file(
+    text: &str,
+    names: &Names,
+    mut take: impl FnMut(Route, usize),
+) -> Result<(), LineError> {
+    for (i, line) in text.lines().enumerate() {
+        match route_file::parse_line(line, names) {
+            Ok(Some(route)) => take(route, i + 1),
+            Ok(None) => {}
+            Err(reason) => {
+                return Err(LineError {
+                    line: i + 1,
+                    reason,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One `[[route]]` under `key`.
@@ -134,4 +305,156 @@ fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<Route
         out_if: Some(out_if),
         gateway: gw,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::super::Config;
+    use super::REPEATS_SHOWN;
+
+    const PORT: &str = r#"
+        [[port]]
+        name = "eth0"
+        mac = "02:00:00:00:00:01"
+        addresses = ["192.0.2.1/24"]
+    "#;
+
+    /// A directory of this test's own, removed when dropped.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(tag: &str) -> Self {
+            let d = std::env::temp_dir().join(format!(
+                "netbatch-config-routes-{tag}-{}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&d).expect("temporary directory");
+            Self(d)
+        }
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn errors(text: &str, dir: &Path) -> Vec<(String, String)> {
+        match Config::parse(text, dir, "test.toml") {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.into_iter().map(|x| (x.key, x.reason)).collect(),
+        }
+    }
+
+    /// A prefix is routed once, as `ip route add` refuses a second route for it with
+    /// "File exists": inline, in a file, or one of each; the later is refused, naming
+    /// both. Host bits are masked by the prefix syntax already, and `default` is
+    /// 0.0.0.0/0 whichever way it is written. A file listed twice is refused once.
+    #[test]
+    fn a_prefix_routed_twice_is_refused_naming_both() {
+        let dir = Dir::new("twice");
+        std::fs::write(
+            dir.path().join("routes.txt"),
+            "# upstream\n10.9.0.0/16 via 192.0.2.9\n\n10.2.0.0/16 via 192.0.2.9\n\
+             blackhole 10.3.0.0/16\n10.9.0.0/16 dev eth0\n0.0.0.0/0 via 192.0.2.254\n",
+        )
+        .expect("route file");
+        let text = format!(
+            r#"route_files = ["routes.txt", "routes.txt"]
+            {PORT}
+            [[route]]
+            prefix = "10.1.0.0/16"
+            via = "192.0.2.254"
+            [[route]]
+            prefix = "10.2.0.0/16"
+            via = "192.0.2.254"
+            [[route]]
+            prefix = "10.1.0.0/16"
+            kind = "blackhole"
+            [[route]]
+            prefix = "default"
+            via = "192.0.2.254"
+            "#
+        );
+        let got = errors(&text, dir.path());
+        let want = [
+            (
+                "route[2].prefix",
+                "10.1.0.0/16 is routed twice: route[0] and route[2]",
+            ),
+            (
+                "route_files[0]",
+                "10.2.0.0/16 is routed twice: route[1] and routes.txt line 4",
+            ),
+            (
+                "route_files[0]",
+                "10.9.0.0/16 is routed twice: routes.txt line 2 and routes.txt line 6",
+            ),
+            (
+                "route_files[0]",
+                "0.0.0.0/0 is routed twice: route[3] and routes.txt line 7",
+            ),
+            ("route_files[1]", "'routes.txt' is also route_files[0]"),
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for ((k, r), (wk, wr)) in got.iter().zip(want) {
+            assert_eq!(k, wk, "{got:#?}");
+            assert!(r.contains(wr), "{k}: «{r}» lacks «{wr}»");
+        }
+    }
+
+    /// A file that repeats many prefixes lists the first few and counts the rest, rather
+    /// than drowning the other errors.
+    #[test]
+    fn many_repeats_are_counted_not_all_listed() {
+        let dir = Dir::new("many");
+        let once: String = (0..25)
+            .map(|i| format!("10.{i}.0.0/16 via 192.0.2.9\n"))
+            .collect();
+        std::fs::write(dir.path().join("r.txt"), once.repeat(2)).expect("route file");
+        let got = errors(&format!("route_files = [\"r.txt\"]\n{PORT}"), dir.path());
+        assert_eq!(got.len(), REPEATS_SHOWN + 1, "{got:#?}");
+        assert!(
+            got[0].1.contains("r.txt line 1 and r.txt line 26"),
+            "{got:#?}"
+        );
+        assert!(
+            got[REPEATS_SHOWN].1.contains(&format!(
+                "and {} more prefixes of r.txt",
+                25 - REPEATS_SHOWN
+            )),
+            "{got:#?}"
+        );
+    }
+
+    /// Distinct prefixes in a file (a million of them, as a full Internet table has) load
+    /// with their lines' routes, in order.
+    #[test]
+    fn a_large_file_of_distinct_prefixes_loads() {
+        let dir = Dir::new("large");
+        let n = 1u32 << 20;
+        let mut text = String::with_capacity(n as usize * 32);
+        for i in 0..n {
+            // Distinct /24s from 11.0.0.0 up.
+            let a = (11u32 << 24) + (i << 8);
+            let [o1, o2, o3, _] = a.to_be_bytes();
+            text += &format!("{o1}.{o2}.{o3}.0/24 via 192.0.2.9\n");
+        }
+        std::fs::write(dir.path().join("big.txt"), text).expect("route file");
+        let t0 = std::time::Instant::now();
+        let c = Config::parse(
+            &format!("route_files = [\"big.txt\"]\n{PORT}"),
+            dir.path(),
+            "test.toml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{} routes validated in {:?}", c.routes.len(), t0.elapsed());
+        assert_eq!(c.routes.len(), n as usize);
+        assert_eq!(c.routes[1].prefix.to_string(), "11.0.1.0/24");
+    }
 }

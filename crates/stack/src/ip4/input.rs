@@ -56,7 +56,7 @@ pub struct Ip4Input;
 /// Validates one header whose packet has `avail` bytes (the frame's, or a GRO
 /// super-packet's over its buffer chain); `Ok(total_len, ihl)` or the drop reason.
 #[inline(always)]
-fn check(d: &[u8], avail: usize) -> Result<(usize, usize), Reason> {
+fn check(d: &[u8], avail: usize, accept_source_route: bool) -> Result<(usize, usize), Reason> {
     let Some(h) = d.first_chunk::<20>() else {
         return Err(reason::TRUNCATED);
     };
@@ -71,19 +71,25 @@ fn check(d: &[u8], avail: usize) -> Result<(usize, usize), Reason> {
     if d.len() < ihl {
         return Err(reason::TRUNCATED);
     }
-    check_sane(d, ihl, avail).map(|total| (total, ihl))
+    check_sane(d, ihl, avail, accept_source_route).map(|total| (total, ihl))
 }
 
 /// The checks of a header whose fixed part the dissector found sane (version 4, an IHL of
 /// at least 5, the whole header in `d`, `ihl` bytes of it): lengths, checksum, options,
 /// addresses. `Ok(total_len)` or the drop reason.
 #[inline(always)]
-fn check_sane(d: &[u8], ihl: usize, avail: usize) -> Result<usize, Reason> {
+fn check_sane(
+    d: &[u8],
+    ihl: usize,
+    avail: usize,
+    accept_source_route: bool,
+) -> Result<usize, Reason> {
     let (Some(h), Some(whole)) = (d.first_chunk::<20>(), d.get(..ihl)) else {
         return Err(reason::TRUNCATED);
     };
-    let (fixed, whole) = (
+    let (fixed, header_bytes, whole) = (
         Ipv4Packet::new_unchecked(h),
+        whole,
         Ipv4Packet::new_unchecked(whole),
     );
     let total = usize::from(fixed.total_len());
@@ -102,8 +108,8 @@ fn check_sane(d: &[u8], ihl: usize, avail: usize) -> Result<usize, Reason> {
     if !ok {
         return Err(reason::CHECKSUM);
     }
-    if ihl > 20 && whole.check_options().is_err() {
-        return Err(reason::BAD_OPTIONS);
+    if ihl > 20 {
+        options_verdict(header_bytes, accept_source_route)?;
     }
     if class::is_martian_source(u32::from(fixed.src())) {
         return Err(reason::MARTIAN_SOURCE);
@@ -137,9 +143,9 @@ impl Stage<Host> for Ip4Input {
             // Where the dissector located the L4 header, it found the fixed header sane.
             let located = m.l4 != 0 && m.l3 == m.data;
             let checked = if located {
-                check_sane(d, usize::from(m.l4 - m.l3), avail)
+                check_sane(d, usize::from(m.l4 - m.l3), avail, accept_source_route)
             } else {
-                check(d, avail).map(|(total, _)| total)
+                check(d, avail, accept_source_route).map(|(total, _)| total)
             };
             match checked {
                 // GRO cut a super-packet's padding already: its length must be exact.
@@ -147,22 +153,6 @@ impl Stage<Host> for Ip4Input {
                     out.drop(p, reason::TOTAL_LEN_SHORT);
                 }
                 Ok(total) => {
-                    if d.first().is_some_and(|&b| b != 0x45) {
-                        match options_verdict(d, accept_source_route) {
-                            Ok(()) => {}
-                            Err(Ok(pointer)) => {
-                                m.note = Cause::ParamProblem.note();
-                                m.scratch = pointer as u32;
-                                v.truncate(total);
-                                out.push(ERROR, p);
-                                continue;
-                            }
-                            Err(Err(r)) => {
-                                out.drop(p, r);
-                                continue;
-                            }
-                        }
-                    }
                     m.flags |= flag::IP_CSUM_OK;
                     if !located {
                         // A packet no dissection reached (never in today's graph): the
@@ -173,7 +163,7 @@ impl Stage<Host> for Ip4Input {
                     out.push(OK, p);
                 }
                 Err(r) if r == reason::BAD_OPTIONS => {
-                    // The walk failed: point at the octet in error.
+                    // Point at the octet in error.
                     let pointer = options::scan(header_of(d)).err().unwrap_or(20);
                     m.note = Cause::ParamProblem.note();
                     m.scratch = pointer as u32;
@@ -191,13 +181,16 @@ fn header_of(d: &[u8]) -> &[u8] {
     &d[..ihl.min(d.len())]
 }
 
-/// The verdict on the options of a header that passed the checks: `Err(Ok(pointer))` for
-/// a Parameter Problem, `Err(Err(reason))` for a drop.
+/// The verdict on the options of the whole header `h`: the walk of RFC 791 3.1, then the
+/// options a router acts on ([`options::scan`]); a source route unless accepted.
 #[inline(never)]
-fn options_verdict(d: &[u8], accept_source_route: bool) -> Result<(), Result<usize, Reason>> {
-    let found = options::scan(header_of(d)).map_err(Ok)?;
+fn options_verdict(h: &[u8], accept_source_route: bool) -> Result<(), Reason> {
+    if Ipv4Packet::new_unchecked(h).check_options().is_err() {
+        return Err(reason::BAD_OPTIONS);
+    }
+    let found = options::scan(h).map_err(|_| reason::BAD_OPTIONS)?;
     if found.srr.is_some() && !accept_source_route {
-        return Err(Err(reason::SOURCE_ROUTE));
+        return Err(reason::SOURCE_ROUTE);
     }
     Ok(())
 }
@@ -207,7 +200,7 @@ mod tests {
     use super::*;
 
     fn check_frame(d: &[u8]) -> Result<(usize, usize), Reason> {
-        check(d, d.len())
+        check(d, d.len(), false)
     }
 
     /// A valid 20-byte header (the classic example, checksum 0xb861) plus 95 bytes.
@@ -260,7 +253,7 @@ mod tests {
         }
         for c in cases {
             let full = check_frame(&c).map(|(total, _)| total);
-            assert_eq!(check_sane(&c, 20, c.len()), full, "{c:02x?}");
+            assert_eq!(check_sane(&c, 20, c.len(), false), full, "{c:02x?}");
         }
     }
 

@@ -118,19 +118,28 @@ pub struct Routes {
 /// packet: a 64-bit filter answers "not ours" for most sources in a few instructions, a
 /// short list answers exactly for the rest.
 #[derive(Debug, Clone, Default)]
-struct LocalAddrs {
+pub struct LocalAddrs {
     filter: u64,
     addrs: Vec<u32>,
 }
 
 impl LocalAddrs {
+    /// The filter bit of address bits `a`.
     #[inline(always)]
-    fn bit(a: u32) -> u64 {
+    pub fn bit(a: u32) -> u64 {
         1 << (a.wrapping_mul(0x9e37_79b1) >> 26)
     }
 
+    /// The filter: a clear [`Self::bit`] means "not ours" (a stage keeps it in a register
+    /// for its list).
     #[inline(always)]
-    fn contains(&self, a: u32) -> bool {
+    pub fn filter(&self) -> u64 {
+        self.filter
+    }
+
+    /// Whether address bits `a` are ours.
+    #[inline(always)]
+    pub fn contains(&self, a: u32) -> bool {
         self.filter & Self::bit(a) != 0 && self.addrs.contains(&a)
     }
 
@@ -242,6 +251,12 @@ impl Routes {
     #[inline(always)]
     pub fn is_local_addr(&self, a: u32) -> bool {
         self.local.contains(a)
+    }
+
+    /// Our own addresses (the local /32 routes).
+    #[inline(always)]
+    pub fn local_addrs(&self) -> &LocalAddrs {
+        &self.local
     }
 
     /// Longest-prefix match: the hop for destination bits `dst`.

@@ -141,7 +141,7 @@ impl Stage<Host> for Ip4Route {
                 continue;
             };
             let (src, dst) = (u32::from(ip.src()), u32::from(ip.dst()));
-            if local_filter & LocalAddrs::bit(src) != 0 && local.contains(src) {
+            if (local_filter >> LocalAddrs::bit_index(src)) & 1 != 0 && local.listed(src) {
                 out.drop(p, crate::route::reason::LOCAL_SOURCE);
                 continue;
             }

@@ -124,14 +124,20 @@ pub struct LocalAddrs {
 }
 
 impl LocalAddrs {
-    /// The filter bit of address bits `a`.
+    /// The position of address bits `a`'s bit in the filter.
     #[inline(always)]
-    pub fn bit(a: u32) -> u64 {
-        1 << (a.wrapping_mul(0x9e37_79b1) >> 26)
+    pub fn bit_index(a: u32) -> u32 {
+        a.wrapping_mul(0x9e37_79b1) >> 26
     }
 
-    /// The filter: a clear [`Self::bit`] means "not ours" (a stage keeps it in a register
-    /// for its list).
+    /// The filter bit of address bits `a`.
+    #[inline(always)]
+    fn bit(a: u32) -> u64 {
+        1 << Self::bit_index(a)
+    }
+
+    /// The filter: a clear bit at [`Self::bit_index`] means "not ours" (a stage keeps it
+    /// for its list, and asks [`Self::listed`] only when the bit is set).
     #[inline(always)]
     pub fn filter(&self) -> u64 {
         self.filter
@@ -140,7 +146,13 @@ impl LocalAddrs {
     /// Whether address bits `a` are ours.
     #[inline(always)]
     pub fn contains(&self, a: u32) -> bool {
-        self.filter & Self::bit(a) != 0 && self.addrs.contains(&a)
+        self.filter & Self::bit(a) != 0 && self.listed(a)
+    }
+
+    /// Whether address bits `a` are in the list (the exact answer behind the filter).
+    #[inline(never)]
+    pub fn listed(&self, a: u32) -> bool {
+        self.addrs.contains(&a)
     }
 
     fn set(&mut self, a: u32, present: bool) {

@@ -13,9 +13,8 @@
 //! common distribution default, netbatch always). A source that is one of our own
 //! addresses is martian too (`local_source`: Linux's `fib_validate_source` with
 //! `accept_local` off, its default): nobody else may send as us, whether the packet is
-//! for us or to be forwarded; a 64-bit filter of our addresses, held for the list, clears
-//! most sources in a few instructions. The broadcast verdict is kept for the last source
-//! of the list.
+//! for us or to be forwarded; a 64-bit filter of our addresses clears most sources in a
+//! few instructions. Both verdicts are kept for the last source of the list.
 //! `ip4-input` has already refused the sources martian by class.
 //!
 //! A source-routed packet for us (`ip4-input` let it through only with
@@ -34,7 +33,7 @@ use super::icmp_error::Cause;
 use super::{header, options};
 use crate::host::Host;
 use crate::prefix::class;
-use crate::route::{Hop, LocalAddrs, RouteKind, Routes};
+use crate::route::{Hop, RouteKind, Routes};
 
 netbatch_engine::arcs! {
     /// Arc for local delivery.
@@ -132,8 +131,9 @@ impl Stage<Host> for Ip4Route {
         let mut hint_dst = u64::MAX;
         let mut hint: Option<(u32, Hop)> = None;
         let local = routes.local_addrs();
-        let local_filter = local.filter();
-        let mut src_hint: Option<(u32, bool)> = None;
+        // The last source checked (none matches `u64::MAX`) and its verdict: 0 a valid
+        // source, 1 ours, 2 a directed broadcast.
+        let (mut src_hint, mut src_bad) = (u64::MAX, 0u8);
         for mut p in list.drain(..) {
             let v = cx.pool.get_mut(&mut p);
             let Some(ip) = header(v.data()) else {
@@ -141,24 +141,25 @@ impl Stage<Host> for Ip4Route {
                 continue;
             };
             let (src, dst) = (u32::from(ip.src()), u32::from(ip.dst()));
-            if (local_filter >> LocalAddrs::bit_index(src)) & 1 != 0 && local.listed(src) {
-                out.drop(p, crate::route::reason::LOCAL_SOURCE);
-                continue;
-            }
             // The last source's verdict is kept for the list, as the route hint is.
-            if src & 3 == 3 {
-                let bad = match src_hint {
-                    Some((s, b)) if s == src => b,
-                    _ => {
-                        let b = is_broadcast_source(routes, src);
-                        src_hint = Some((src, b));
-                        b
-                    }
+            if u64::from(src) != src_hint {
+                src_hint = u64::from(src);
+                src_bad = if local.contains(src) {
+                    1
+                } else {
+                    u8::from(is_broadcast_source(routes, src)) * 2
                 };
-                if bad {
-                    out.drop(p, crate::ip4::input::reason::MARTIAN_SOURCE);
-                    continue;
-                }
+            }
+            if src_bad != 0 {
+                out.drop(
+                    p,
+                    if src_bad == 1 {
+                        crate::route::reason::LOCAL_SOURCE
+                    } else {
+                        crate::ip4::input::reason::MARTIAN_SOURCE
+                    },
+                );
+                continue;
             }
             if class::is_multicast(dst) {
                 v.meta.flags |= flag::LOCAL | flag::L3_MULTICAST;

@@ -150,7 +150,7 @@ impl LocalAddrs {
     }
 
     /// Whether address bits `a` are in the list (the exact answer behind the filter).
-    #[inline(never)]
+    #[inline(always)]
     pub fn listed(&self, a: u32) -> bool {
         self.addrs.contains(&a)
     }

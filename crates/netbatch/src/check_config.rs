@@ -5,6 +5,7 @@
 //! exist, with the MTU, queues and kind the ports need) and the memory for the pool.
 //! `--offline` checks the file alone, for a configuration meant for another machine.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use netbatch_runtime::build;
@@ -51,7 +52,10 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    println!(
+    // Written at the end in one piece: a reader that goes away (`| head`) is no error.
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
         "{}: ok{}",
         a.file.display(),
         if a.offline {
@@ -60,7 +64,8 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             " (on this machine: interfaces and memory checked)"
         }
     );
-    println!(
+    let _ = writeln!(
+        o,
         "  datapath: {} mode, {} dispatch, burst {}, forwarding {}",
         cfg.mode.name(),
         cfg.dispatch.name(),
@@ -73,7 +78,8 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(",")
     }
-    println!(
+    let _ = writeln!(
+        o,
         "  workers: {}{}, rps {}",
         cfg.workers,
         if cfg.run.cores.is_empty() {
@@ -94,7 +100,8 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     for p in &cfg.ports {
         let kind = &p.kind;
         let on = p.setup.features.names_on();
-        println!(
+        let _ = writeln!(
+            o,
             "  port {} ({kind}), mac {}, mtu {}, offloads: {}; received by worker(s) {}{}",
             p.setup.name,
             p.setup.mac,
@@ -114,7 +121,8 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     }
     for i in &host.ifaces {
         let addrs: Vec<String> = i.addrs.iter().map(ToString::to_string).collect();
-        println!(
+        let _ = writeln!(
+            o,
             "  interface {}: {}",
             i.name,
             if addrs.is_empty() {
@@ -128,7 +136,8 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     for r in host.routes.iter() {
         kinds[r.kind as usize] += 1;
     }
-    println!(
+    let _ = writeln!(
+        o,
         "  routes: {} ({} unicast, {} local, {} broadcast, {} blackhole, {} unreachable, {} prohibit); FIB {} MiB",
         host.routes.len(),
         kinds[RouteKind::Unicast as usize],
@@ -140,16 +149,19 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         host.routes.fib_bytes() >> 20
     );
     for (hook, chain) in &cfg.graph.chains {
-        println!(
+        let _ = writeln!(
+            o,
             "  filter {hook}: {} rule(s), policy {:?}",
             chain.rules.len(),
             chain.policy
         );
     }
-    println!(
+    let _ = writeln!(
+        o,
         "  static neighbours: {}, apps: {}",
         cfg.neighbours.len(),
         cfg.apps.len()
     );
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), o.as_bytes());
     Ok(())
 }

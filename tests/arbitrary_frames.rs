@@ -80,6 +80,7 @@ fn spec() -> LabSpec {
             ],
             tcp_to: None,
             gro: true,
+            classifier: None,
         },
     }
 }

@@ -8,6 +8,7 @@
 use netbatch_engine::{Dispatch, Graph, GraphBuilder, GraphError, NodeId};
 
 use crate::arp::input::ArpInput;
+use crate::cls::stage::ClsIngress;
 use crate::filter::hook::HookStage;
 use crate::filter::{Chain, HookPoint};
 use crate::gro::stage::Gro;
@@ -31,6 +32,8 @@ use crate::udp::input::UdpInput;
 pub mod node {
     /// GRO: where received frames enter when any port does GRO.
     pub const GRO: &str = "gro";
+    /// The ingress classifier (after GRO, before L2 input), when there are filters.
+    pub const CLS_INGRESS: &str = "cls-ingress";
     /// L2 input: where received frames enter.
     pub const ETH_INPUT: &str = "eth-input";
     /// ARP input.
@@ -67,7 +70,7 @@ pub mod node {
 /// made outside a stage call (what a worker needs to know of the graph, no more).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entries {
-    /// Received frames (GRO when the graph has it, else L2 input).
+    /// Received frames (GRO when the graph has it, else the classifier, else L2 input).
     pub receive: NodeId,
     /// The node of each [`Entry`], in [`Entry::ALL`] order.
     pub injected: [NodeId; Entry::ALL.len()],
@@ -76,7 +79,7 @@ pub struct Entries {
 /// The entry points of `g`, a graph [`build`] made.
 pub fn entries(g: &Graph<Host>) -> Result<Entries, GraphError> {
     let find = |n: &str| g.node(n).ok_or_else(|| GraphError::UnknownNode(n.into()));
-    let receive = match g.node(node::GRO) {
+    let receive = match g.node(node::GRO).or_else(|| g.node(node::CLS_INGRESS)) {
         Some(n) => n,
         None => find(node::ETH_INPUT)?,
     };
@@ -97,6 +100,8 @@ pub struct GraphOptions {
     /// Put the `gro` stage in front of `eth-input` (some port does GRO). Without it,
     /// frames enter at `eth-input` and the graph costs nothing for GRO.
     pub gro: bool,
+    /// The ingress classifier's filters; none (or none at all) leaves the stage out.
+    pub classifier: Option<std::sync::Arc<crate::cls::Classifier>>,
 }
 
 impl GraphOptions {
@@ -131,6 +136,10 @@ pub fn build(
     if opts.gro {
         b.add(GRO, Box::new(Gro::new()))?;
     }
+    let cls = opts.classifier.as_ref().filter(|c| !c.is_empty());
+    if let Some(c) = cls {
+        b.add(CLS_INGRESS, Box::new(ClsIngress::new(c.clone())))?;
+    }
     b.add(ETH_INPUT, Box::new(EthInput))?;
     b.add(ARP_INPUT, Box::new(ArpInput::default()))?;
     b.add(IP4_INPUT, Box::new(Ip4Input))?;
@@ -156,8 +165,15 @@ pub fn build(
         b.add(name, Box::new(TxPort::new(i as u16)))?;
     }
 
+    let to_l2 = if cls.is_some() {
+        b.connect(CLS_INGRESS, "l2", ETH_INPUT)?;
+        b.connect(CLS_INGRESS, "tx", TX)?;
+        CLS_INGRESS
+    } else {
+        ETH_INPUT
+    };
     if opts.gro {
-        b.connect(GRO, "l2", ETH_INPUT)?;
+        b.connect(GRO, "l2", to_l2)?;
     }
     b.connect(ETH_INPUT, "arp", ARP_INPUT)?;
     b.connect(ETH_INPUT, "ip4", IP4_INPUT)?;

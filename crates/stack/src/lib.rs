@@ -11,6 +11,7 @@
 
 pub mod arp;
 pub mod assemble;
+pub mod cls;
 pub mod dissect;
 pub mod fib;
 pub mod filter;
@@ -52,5 +53,6 @@ pub const REASON_SETS: &[&[netbatch_engine::Reason]] = &[
     icmp::input::reason::ALL,
     gso::reason::ALL,
     tx::reason::ALL,
+    cls::stage::reason::ALL,
 ];
 pub use host::{Host, HostParams, HostStats};

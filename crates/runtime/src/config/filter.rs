@@ -57,6 +57,8 @@ struct RuleFile {
     in_if: Option<String>,
     #[serde(rename = "out")]
     out_if: Option<String>,
+    /// Packet mark, `V` or `V/MASK`.
+    mark: Option<String>,
     action: String,
 }
 
@@ -121,6 +123,20 @@ fn rule(r: &RuleFile, hook: HookPoint, rkey: &str, names: &Names, e: &mut Errs) 
         .dport
         .as_ref()
         .and_then(|p| port_range(p, &format!("{rkey}.dport"), e));
+    if let Some(m) = &r.mark {
+        let num = |t: &str| match t.strip_prefix("0x") {
+            Some(h) => u32::from_str_radix(h, 16).ok(),
+            None => t.parse().ok(),
+        };
+        let (v, mask) = m.split_once('/').unwrap_or((m, "0xffffffff"));
+        match (num(v), num(mask)) {
+            (Some(v), Some(mask)) => rule.mark = Some((v, mask)),
+            _ => e.add(
+                format!("{rkey}.mark"),
+                format!("'{m}' is not a mark (V or V/MASK)"),
+            ),
+        }
+    }
     if (rule.sport.is_some() || rule.dport.is_some()) && !matches!(rule.proto, Some(6) | Some(17)) {
         e.add(rkey, "port matches need proto = \"tcp\" or \"udp\"");
     }

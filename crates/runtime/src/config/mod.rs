@@ -29,6 +29,7 @@
 //! benchmark build their datapaths so, through [`crate::build`] as `run` and `replay` do.
 
 mod apps;
+mod classifier;
 mod datapath;
 mod filter;
 mod icmp;
@@ -115,6 +116,8 @@ struct File {
     route_files: Vec<String>,
     #[serde(default)]
     filter: filter::FilterFile,
+    #[serde(default)]
+    classifier: classifier::ClassifierFile,
     #[serde(default, rename = "app")]
     apps: Vec<apps::AppFile>,
 }
@@ -285,8 +288,10 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let (ports, names) = ports::validate(&raw.ports, dp.workers, dp.rps.is_some(), e);
     let routes = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
     let neighbours = neighbour::statics(&raw.neighbour, &names, &routes, neigh.max_entries, e);
+    let port_names: Vec<String> = ports.iter().map(|p| p.setup.name.clone()).collect();
     let graph = GraphOptions {
         chains: filter::validate(&raw.filter, &names, e),
+        classifier: classifier::validate(&raw.classifier, &port_names, e),
         ..GraphOptions::default()
     };
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, &names, e);

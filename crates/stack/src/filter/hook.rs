@@ -65,6 +65,7 @@ pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
         ports: k.ports,
         in_if,
         out_if,
+        mark: v.meta.mark,
     }
 }
 

@@ -146,6 +146,9 @@ pub struct Rule {
     pub in_if: Option<u16>,
     /// Output interface.
     pub out_if: Option<u16>,
+    /// Packet mark (value, mask): what the ingress classifier's `skbedit mark` set
+    /// (iptables' `-m mark --mark V/M`).
+    pub mark: Option<(u32, u32)>,
     /// What to do on a match.
     pub verdict: Verdict,
 }
@@ -161,6 +164,7 @@ impl Rule {
             dport: None,
             in_if: None,
             out_if: None,
+            mark: None,
             verdict,
         }
     }
@@ -181,6 +185,8 @@ pub struct Key {
     pub in_if: u16,
     /// Output interface (`u16::MAX` if none).
     pub out_if: u16,
+    /// Packet mark.
+    pub mark: u32,
 }
 
 impl Rule {
@@ -213,6 +219,9 @@ impl Rule {
             }
         }
         if self.in_if.is_some_and(|i| i != k.in_if) || self.out_if.is_some_and(|i| i != k.out_if) {
+            return false;
+        }
+        if self.mark.is_some_and(|(v, m)| k.mark & m != v & m) {
             return false;
         }
         true
@@ -267,6 +276,19 @@ mod tests {
             ports,
             in_if: 0,
             out_if: 1,
+            mark: 0,
+        }
+    }
+
+    /// A mark rule compares the masked bits only (iptables' `--mark 0x10/0xf0`).
+    #[test]
+    fn mark_matches_under_its_mask() {
+        let mut r = Rule::any(Verdict::Drop);
+        r.mark = Some((0x10, 0xf0));
+        let mut k = key(17, "10.0.0.1", "10.0.0.2", None);
+        for (mark, hit) in [(0x10, true), (0x1f, true), (0x20, false), (0, false)] {
+            k.mark = mark;
+            assert_eq!(r.matches(&k), hit, "{mark:#x}");
         }
     }
 

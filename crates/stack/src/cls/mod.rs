@@ -1,0 +1,543 @@
+//! The ingress classifier: `tc flower`-like filters on the dissector's keys, before L2
+//! input (where tc's ingress hook sits, after GRO).
+//!
+//! A packet's [`Key`] packs every field a filter can match into five 64-bit words, read
+//! once per packet from what the dissector recorded (`cls-ingress` dissects a frame no
+//! stage dissected yet). A filter is a [`Match`] (a masked key, and optionally port
+//! ranges, which no mask can express) with a priority, a chain and a list of actions.
+//!
+//! Classification is tuple-space search, as flower does it: the filters of a chain are
+//! grouped by mask (and range shape), one hash table per group keyed by the masked key.
+//! Groups are probed in order of their best priority, and the search stops as soon as no
+//! later group can hold a better match: the result is the matching filter of lowest
+//! priority number in the chain, exactly what a linear walk in priority order gives
+//! (checked against one by a property test). A chain without a match passes the packet.
+//!
+//! Invariants: a `Classifier` is immutable once built (filters are added at build time;
+//! counters and policers live in the stage); masks never have bits outside their field;
+//! every filter is in exactly one group of its chain.
+
+pub mod action;
+pub mod police;
+pub mod stage;
+
+use core::fmt;
+use core::net::Ipv4Addr;
+
+use netbatch_engine::Meta;
+
+use crate::dissect::{self, L3, L4};
+use crate::meta::flag;
+
+pub use action::{Action, Control};
+
+/// Words in a [`Key`].
+pub const WORDS: usize = 5;
+
+/// The fields a filter can match, where they sit in a [`Key`]: (word, shift, width).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Field {
+    /// Destination MAC address.
+    DstMac,
+    /// Outermost ethertype (802.1Q or 802.1ad for a tagged frame), tc's `protocol`.
+    EthType,
+    /// Source MAC address.
+    SrcMac,
+    /// Outer VLAN id.
+    VlanId,
+    /// Outer VLAN priority (PCP).
+    VlanPrio,
+    /// The ethertype after the outer tag, tc's `vlan_ethtype`.
+    VlanEthType,
+    /// IP protocol.
+    IpProto,
+    /// IP TOS byte (DSCP and ECN).
+    IpTos,
+    /// IP TTL.
+    IpTtl,
+    /// ICMP type.
+    IcmpType,
+    /// ICMP code.
+    IcmpCode,
+    /// IPv4 source address.
+    SrcIp,
+    /// IPv4 destination address.
+    DstIp,
+    /// L4 source port.
+    SrcPort,
+    /// L4 destination port.
+    DstPort,
+    /// TCP flags (the 12 bits of RFC 9293's control field).
+    TcpFlags,
+    /// Input port (index).
+    InPort,
+}
+
+impl Field {
+    /// Every field.
+    pub const ALL: [Self; 17] = [
+        Self::DstMac,
+        Self::EthType,
+        Self::SrcMac,
+        Self::VlanId,
+        Self::VlanPrio,
+        Self::VlanEthType,
+        Self::IpProto,
+        Self::IpTos,
+        Self::IpTtl,
+        Self::IcmpType,
+        Self::IcmpCode,
+        Self::SrcIp,
+        Self::DstIp,
+        Self::SrcPort,
+        Self::DstPort,
+        Self::TcpFlags,
+        Self::InPort,
+    ];
+
+    /// (word, shift, width in bits).
+    pub const fn place(self) -> (usize, u32, u32) {
+        match self {
+            Self::DstMac => (0, 16, 48),
+            Self::EthType => (0, 0, 16),
+            Self::SrcMac => (1, 16, 48),
+            Self::VlanPrio => (1, 12, 3),
+            Self::VlanId => (1, 0, 12),
+            Self::VlanEthType => (2, 48, 16),
+            Self::IpProto => (2, 40, 8),
+            Self::IpTos => (2, 32, 8),
+            Self::IpTtl => (2, 24, 8),
+            Self::IcmpType => (2, 16, 8),
+            Self::IcmpCode => (2, 8, 8),
+            Self::SrcIp => (3, 32, 32),
+            Self::DstIp => (3, 0, 32),
+            Self::SrcPort => (4, 48, 16),
+            Self::DstPort => (4, 32, 16),
+            Self::TcpFlags => (4, 16, 16),
+            Self::InPort => (4, 0, 16),
+        }
+    }
+
+    /// The largest value (and widest mask) of the field.
+    pub const fn max(self) -> u64 {
+        let (_, _, w) = self.place();
+        if w == 64 { u64::MAX } else { (1 << w) - 1 }
+    }
+
+    /// tc's name of the field.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::DstMac => "dst_mac",
+            Self::EthType => "protocol",
+            Self::SrcMac => "src_mac",
+            Self::VlanId => "vlan_id",
+            Self::VlanPrio => "vlan_prio",
+            Self::VlanEthType => "vlan_ethtype",
+            Self::IpProto => "ip_proto",
+            Self::IpTos => "ip_tos",
+            Self::IpTtl => "ip_ttl",
+            Self::IcmpType => "icmp_type",
+            Self::IcmpCode => "icmp_code",
+            Self::SrcIp => "src_ip",
+            Self::DstIp => "dst_ip",
+            Self::SrcPort => "src_port",
+            Self::DstPort => "dst_port",
+            Self::TcpFlags => "tcp_flags",
+            Self::InPort => "indev",
+        }
+    }
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The matchable fields of one packet, packed (see [`Field::place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Key(pub [u64; WORDS]);
+
+impl core::hash::Hash for Key {
+    /// One word: the key's own mix of its five (what the group tables use as is).
+    fn hash<H: core::hash::Hasher>(&self, h: &mut H) {
+        h.write_u64(self.mix());
+    }
+}
+
+impl Key {
+    /// Sets `field` to `v` (cut to its width).
+    pub fn set(&mut self, field: Field, v: u64) {
+        let (w, s, _) = field.place();
+        self.0[w] = (self.0[w] & !(field.max() << s)) | ((v & field.max()) << s);
+    }
+
+    /// The value of `field`.
+    pub fn get(&self, field: Field) -> u64 {
+        let (w, s, _) = field.place();
+        (self.0[w] >> s) & field.max()
+    }
+
+    /// The key masked by `m`.
+    #[inline(always)]
+    pub fn masked(&self, m: &Self) -> Self {
+        let mut k = [0; WORDS];
+        for (i, o) in k.iter_mut().enumerate() {
+            *o = self.0[i] & m.0[i];
+        }
+        Self(k)
+    }
+
+    /// The key of a received frame `d` (from its Ethernet header), dissected as `m`
+    /// records. Fields the frame does not have are 0 (tc flower's dissector leaves them
+    /// so too: a filter on ports never matches a packet without them unless its port is 0
+    /// under a mask).
+    #[inline]
+    pub fn of(m: &Meta, d: &[u8]) -> Self {
+        let mac = |at: usize| {
+            d.get(at..at + 6)
+                .map_or(0, |b| b.iter().fold(0u64, |a, &x| (a << 8) | u64::from(x)))
+        };
+        let be16 = |at: usize| {
+            d.get(at..at + 2)
+                .map_or(0, |b| u64::from(u16::from_be_bytes([b[0], b[1]])))
+        };
+        let mut w = [0u64; WORDS];
+        w[0] = (mac(0) << 16) | be16(12);
+        w[1] = mac(6) << 16;
+        if m.flags & flag::VLAN != 0 {
+            let tci = be16(14);
+            // Priority and id; the DEI bit is not a key.
+            w[1] |= (tci & 0xe000) >> 1 | (tci & 0x0fff);
+            w[2] = be16(16) << 48;
+        }
+        w[4] = u64::from(m.in_port);
+        if m.l3_type == L3::Ipv4 as u8 {
+            let l3 = usize::from(m.l3.wrapping_sub(m.data));
+            if let Some(h) = d.get(l3..).and_then(<[u8]>::first_chunk::<20>) {
+                let proto = h[9];
+                w[2] |= u64::from(proto) << 40 | u64::from(h[1]) << 32 | u64::from(h[8]) << 24;
+                w[3] = u64::from(u32::from_be_bytes([h[12], h[13], h[14], h[15]])) << 32
+                    | u64::from(u32::from_be_bytes([h[16], h[17], h[18], h[19]]));
+                let r = dissect::Dissected::load(m);
+                match r.l4_kind() {
+                    Some(L4::Icmp) => {
+                        if let Some((t, c)) = dissect::icmp_type(&r, d) {
+                            w[2] |= u64::from(t.0) << 16 | u64::from(c) << 8;
+                        }
+                    }
+                    Some(L4::Tcp) => {
+                        if let Some(f) = dissect::tcp_flags(&r, d) {
+                            w[4] |= u64::from(f.bits() & 0x0fff) << 16;
+                        }
+                    }
+                    _ => {}
+                }
+                if let Some((s, t)) = dissect::ports(&r, d) {
+                    w[4] |= u64::from(s) << 48 | u64::from(t) << 32;
+                }
+            }
+        }
+        Self(w)
+    }
+
+    /// A hash of the key (for the group tables).
+    #[inline(always)]
+    fn mix(&self) -> u64 {
+        let mut h = 0u64;
+        for &x in &self.0 {
+            h = (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+        }
+        h
+    }
+}
+
+/// An inclusive port range a filter asks for (tc flower's `src_port MIN-MAX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Range {
+    /// Lowest.
+    pub min: u16,
+    /// Highest.
+    pub max: u16,
+}
+
+impl Range {
+    fn holds(&self, v: u64) -> bool {
+        (u64::from(self.min)..=u64::from(self.max)).contains(&v)
+    }
+}
+
+/// What a filter matches: a masked key, and port ranges (the range's field is not in the
+/// mask).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Match {
+    /// Values (only the masked bits count).
+    pub key: Key,
+    /// Which bits of the key count.
+    pub mask: Key,
+    /// Source port range.
+    pub src_range: Option<Range>,
+    /// Destination port range.
+    pub dst_range: Option<Range>,
+}
+
+impl Match {
+    /// Matches `field` against `v` under `mask` (cut to the field's width).
+    pub fn set(&mut self, field: Field, v: u64, mask: u64) {
+        let mut cur = self.mask.get(field);
+        cur |= mask & field.max();
+        self.mask.set(field, cur);
+        self.key.set(field, v & mask);
+    }
+
+    /// Whether packet key `k` matches (the slow, obvious way).
+    pub fn matches(&self, k: &Key) -> bool {
+        k.masked(&self.mask) == self.key.masked(&self.mask) && self.ranges_hold(k)
+    }
+
+    #[inline(always)]
+    fn ranges_hold(&self, k: &Key) -> bool {
+        self.src_range
+            .is_none_or(|r| r.holds(k.get(Field::SrcPort)))
+            && self
+                .dst_range
+                .is_none_or(|r| r.holds(k.get(Field::DstPort)))
+    }
+
+    /// The group a filter with this match belongs to: its mask and which ranges it has.
+    fn shape(&self) -> (Key, bool, bool) {
+        (
+            self.mask,
+            self.src_range.is_some(),
+            self.dst_range.is_some(),
+        )
+    }
+}
+
+/// One filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    /// Chain it is in.
+    pub chain: u32,
+    /// Priority (lower first).
+    pub prio: u32,
+    /// What it matches.
+    pub matches: Match,
+    /// What it does, in order.
+    pub actions: Vec<Action>,
+}
+
+/// What makes two filters the same filter: chain, priority, mask, masked key, ranges.
+type FilterId = (u32, u32, Key, Key, Option<Range>, Option<Range>);
+
+/// The filters of one mask group, by masked key; each bucket in priority order.
+#[derive(Debug, Clone)]
+struct Group {
+    mask: Key,
+    ranged: bool,
+    /// Best priority in the group.
+    best: u32,
+    table: hashbrown::HashMap<Key, Vec<u32>, FixedHash>,
+}
+
+/// The hasher of the group tables: the key hashes itself.
+#[derive(Debug, Clone, Copy, Default)]
+struct FixedHash;
+
+impl core::hash::BuildHasher for FixedHash {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+/// Takes a [`Key`]'s own mix as its hash (a key hashes itself with one `write_u64`).
+#[derive(Debug, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl core::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 ^= x;
+    }
+}
+
+/// The filters of one chain, as groups probed in priority order.
+#[derive(Debug, Clone, Default)]
+struct ChainTables {
+    groups: Vec<Group>,
+}
+
+/// A built classifier: the filters, and per chain the groups to search.
+#[derive(Debug, Clone, Default)]
+pub struct Classifier {
+    filters: Vec<Filter>,
+    chains: hashbrown::HashMap<u32, ChainTables, foldhash::fast::FixedState>,
+}
+
+/// Why filters could not be built into a classifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClsError {
+    /// Two filters of one chain share a priority, mask and key (tc: "File exists").
+    Duplicate(usize, usize),
+    /// A `goto chain` to a chain without filters.
+    NoChain(usize, u32),
+    /// A filter's `goto chain` goes to its own chain or an earlier one (tc refuses a
+    /// jump that could loop only at run time; we refuse it at build time).
+    GotoBackwards(usize, u32),
+}
+
+impl fmt::Display for ClsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Duplicate(a, b) => write!(
+                f,
+                "filter {b} repeats filter {a} (same chain, priority and match)"
+            ),
+            Self::NoChain(i, c) => write!(f, "filter {i} goes to chain {c}, which has no filters"),
+            Self::GotoBackwards(i, c) => write!(
+                f,
+                "filter {i} goes to chain {c}, not after its own: chains may only go forward"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ClsError {}
+
+impl Classifier {
+    /// Builds the tables of `filters` (their order is their index, in counters).
+    pub fn new(filters: Vec<Filter>) -> Result<Self, ClsError> {
+        let mut chains: hashbrown::HashMap<u32, ChainTables, foldhash::fast::FixedState> =
+            hashbrown::HashMap::default();
+        let mut seen: hashbrown::HashMap<FilterId, usize> = hashbrown::HashMap::default();
+        for (i, f) in filters.iter().enumerate() {
+            let m = &f.matches;
+            let id = (
+                f.chain,
+                f.prio,
+                m.mask,
+                m.key.masked(&m.mask),
+                m.src_range,
+                m.dst_range,
+            );
+            if let Some(&j) = seen.get(&id) {
+                return Err(ClsError::Duplicate(j, i));
+            }
+            seen.insert(id, i);
+            let c = chains.entry(f.chain).or_default();
+            let (mask, rs, rd) = m.shape();
+            let gi = match c
+                .groups
+                .iter()
+                .position(|g| g.mask == mask && g.ranged == (rs || rd))
+            {
+                Some(g) => g,
+                None => {
+                    c.groups.push(Group {
+                        mask,
+                        ranged: rs || rd,
+                        best: f.prio,
+                        table: hashbrown::HashMap::default(),
+                    });
+                    c.groups.len() - 1
+                }
+            };
+            let g = &mut c.groups[gi];
+            g.best = g.best.min(f.prio);
+            g.table
+                .entry(m.key.masked(&mask))
+                .or_default()
+                .push(i as u32);
+        }
+        for c in chains.values_mut() {
+            for g in &mut c.groups {
+                for b in g.table.values_mut() {
+                    b.sort_by_key(|&i| (filters[i as usize].prio, i));
+                }
+            }
+            c.groups.sort_by_key(|g| g.best);
+        }
+        for (i, f) in filters.iter().enumerate() {
+            for a in &f.actions {
+                if let Action::Goto(to) = *a {
+                    if to <= f.chain {
+                        return Err(ClsError::GotoBackwards(i, to));
+                    }
+                    if !chains.contains_key(&to) {
+                        return Err(ClsError::NoChain(i, to));
+                    }
+                }
+            }
+        }
+        Ok(Self { filters, chains })
+    }
+
+    /// The filters, by index.
+    pub fn filters(&self) -> &[Filter] {
+        &self.filters
+    }
+
+    /// Whether there are no filters.
+    pub fn is_empty(&self) -> bool {
+        self.filters.is_empty()
+    }
+
+    /// Mask groups of `chain` (for reports and benchmarks).
+    pub fn groups(&self, chain: u32) -> usize {
+        self.chains.get(&chain).map_or(0, |c| c.groups.len())
+    }
+
+    /// The filter of `chain` that `k` matches with the lowest priority number (ties:
+    /// the one given first), if any.
+    #[inline]
+    pub fn classify(&self, chain: u32, k: &Key) -> Option<u32> {
+        let c = self.chains.get(&chain)?;
+        let mut best: Option<(u32, u32)> = None;
+        for g in &c.groups {
+            if best.is_some_and(|(p, _)| p < g.best) {
+                break;
+            }
+            let Some(bucket) = g.table.get(&k.masked(&g.mask)) else {
+                continue;
+            };
+            for &i in bucket {
+                let f = &self.filters[i as usize];
+                if best.is_some_and(|(p, j)| (p, j) <= (f.prio, i)) {
+                    break;
+                }
+                if !g.ranged || f.matches.ranges_hold(k) {
+                    best = Some((f.prio, i));
+                    break;
+                }
+            }
+        }
+        best.map(|(_, i)| i)
+    }
+
+    /// [`Self::classify`] the obvious way: every filter of the chain in priority order
+    /// (the oracle of the property test, and of nothing else).
+    pub fn classify_linear(&self, chain: u32, k: &Key) -> Option<u32> {
+        self.filters
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.chain == chain && f.matches.matches(k))
+            .min_by_key(|(i, f)| (f.prio, *i))
+            .map(|(i, _)| i as u32)
+    }
+}
+
+/// An address as key bits.
+pub fn ip_bits(a: Ipv4Addr) -> u64 {
+    u64::from(u32::from(a))
+}
+
+#[cfg(test)]
+mod tests;

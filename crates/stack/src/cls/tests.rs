@@ -1,0 +1,153 @@
+//! The classifier against the obvious linear walk, and keys against hand-made frames.
+
+use super::*;
+use proptest::prelude::*;
+
+/// An untagged UDP frame 198.51.100.7:4000 → 203.0.113.9:5000, TOS 0x10, TTL 64, by hand.
+fn udp_frame() -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 20 + 8];
+    f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[14] = 0x45;
+    f[15] = 0x10;
+    f[16..18].copy_from_slice(&28u16.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[198, 51, 100, 7]);
+    f[30..34].copy_from_slice(&[203, 0, 113, 9]);
+    f[34..36].copy_from_slice(&4000u16.to_be_bytes());
+    f[36..38].copy_from_slice(&5000u16.to_be_bytes());
+    f
+}
+
+fn key_of(frame: &[u8], in_port: u16) -> Key {
+    let mut m = Meta::new(0);
+    m.len = frame.len() as u16;
+    m.in_port = in_port;
+    dissect::frame_in(&mut m, frame);
+    Key::of(&m, frame)
+}
+
+#[test]
+fn keys_hold_each_field_where_it_belongs() {
+    let k = key_of(&udp_frame(), 3);
+    assert_eq!(k.get(Field::DstMac), 0x0200_0000_0001);
+    assert_eq!(k.get(Field::SrcMac), 0x0200_0000_0002);
+    assert_eq!(k.get(Field::EthType), 0x0800);
+    assert_eq!(k.get(Field::IpProto), 17);
+    assert_eq!(k.get(Field::IpTos), 0x10);
+    assert_eq!(k.get(Field::IpTtl), 64);
+    assert_eq!(k.get(Field::SrcIp), 0xc633_6407);
+    assert_eq!(k.get(Field::DstIp), 0xcb00_7109);
+    assert_eq!(k.get(Field::SrcPort), 4000);
+    assert_eq!(k.get(Field::DstPort), 5000);
+    assert_eq!(k.get(Field::InPort), 3);
+    assert_eq!(k.get(Field::VlanId), 0);
+    // Tagged: VLAN 100, priority 5, then IPv4.
+    let f = udp_frame();
+    let mut t = f[..12].to_vec();
+    t.extend_from_slice(&[0x81, 0x00, 0xa0, 100]);
+    t.extend_from_slice(&f[12..]);
+    let k = key_of(&t, 0);
+    assert_eq!(k.get(Field::EthType), 0x8100);
+    assert_eq!((k.get(Field::VlanId), k.get(Field::VlanPrio)), (100, 5));
+    assert_eq!(k.get(Field::VlanEthType), 0x0800);
+    assert_eq!(k.get(Field::DstPort), 5000);
+}
+
+/// Random filters over a few masks, ranges among them, several chains; random keys near
+/// the filters' values: tuple-space search gives what a walk in priority order gives.
+fn arb_filter() -> impl Strategy<Value = Filter> {
+    let field = prop::sample::select(vec![
+        Field::SrcIp,
+        Field::DstIp,
+        Field::IpProto,
+        Field::DstPort,
+        Field::SrcPort,
+        Field::VlanId,
+        Field::InPort,
+        Field::TcpFlags,
+    ]);
+    (
+        prop::collection::vec((field, 0u64..4, any::<bool>()), 1..4),
+        0u32..3,
+        0u32..50,
+        prop::option::of((0u16..4, 0u16..4)),
+    )
+        .prop_map(|(fs, chain, prio, range)| {
+            let mut m = Match::default();
+            for (f, v, wide) in fs {
+                let mask = if wide { f.max() } else { 1 };
+                m.set(f, v, mask);
+            }
+            if let Some((a, b)) = range {
+                m.dst_range = Some(Range {
+                    min: a.min(b),
+                    max: a.max(b),
+                });
+            }
+            Filter {
+                chain,
+                prio,
+                matches: m,
+                actions: vec![Action::Pass],
+            }
+        })
+}
+
+proptest! {
+    #[test]
+    fn tuple_space_search_agrees_with_a_linear_walk(
+        filters in prop::collection::vec(arb_filter(), 0..40),
+        keys in prop::collection::vec(prop::collection::vec((0u64..4, 0u64..4), 8), 1..40),
+    ) {
+        let Ok(c) = Classifier::new(filters) else { return Ok(()); };
+        let fields = [Field::SrcIp, Field::DstIp, Field::IpProto, Field::DstPort, Field::SrcPort,
+            Field::VlanId, Field::InPort, Field::TcpFlags];
+        for vals in keys {
+            let mut k = Key::default();
+            for (f, (v, _)) in fields.iter().zip(&vals) {
+                k.set(*f, *v);
+            }
+            for chain in 0..3 {
+                prop_assert_eq!(c.classify(chain, &k), c.classify_linear(chain, &k));
+            }
+        }
+    }
+}
+
+#[test]
+fn duplicates_and_backward_gotos_are_refused() {
+    let mut m = Match::default();
+    m.set(Field::IpProto, 17, 0xff);
+    let f = |chain, prio, actions| Filter {
+        chain,
+        prio,
+        matches: m,
+        actions,
+    };
+    assert_eq!(
+        Classifier::new(vec![
+            f(0, 1, vec![Action::Pass]),
+            f(0, 1, vec![Action::Drop])
+        ])
+        .err(),
+        Some(ClsError::Duplicate(0, 1))
+    );
+    assert_eq!(
+        Classifier::new(vec![f(1, 1, vec![Action::Goto(1)])]).err(),
+        Some(ClsError::GotoBackwards(0, 1))
+    );
+    assert_eq!(
+        Classifier::new(vec![f(0, 1, vec![Action::Goto(4)])]).err(),
+        Some(ClsError::NoChain(0, 4))
+    );
+    assert!(
+        Classifier::new(vec![
+            f(0, 1, vec![Action::Goto(4)]),
+            f(4, 1, vec![Action::Drop])
+        ])
+        .is_ok()
+    );
+}

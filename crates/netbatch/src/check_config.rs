@@ -156,6 +156,17 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             chain.policy
         );
     }
+    if let Some(c) = &cfg.graph.classifier {
+        let chains: std::collections::BTreeSet<u32> = c.filters().iter().map(|f| f.chain).collect();
+        for ch in chains {
+            let n = c.filters().iter().filter(|f| f.chain == ch).count();
+            let _ = writeln!(
+                o,
+                "  classifier chain {ch}: {n} filter(s) over {} mask(s)",
+                c.groups(ch)
+            );
+        }
+    }
     let _ = writeln!(
         o,
         "  static neighbours: {}, apps: {}",

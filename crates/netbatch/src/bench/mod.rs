@@ -29,7 +29,8 @@ use scenarios::{Common, Variant};
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Scenarios to run (comma-separated): null, udp-local-1b, udp-local-1b-nf1,
-    /// smoltcp-udp-1b, ip4-forward, udp-forward-1460, tcp-forward-1460, rps.
+    /// udp-local-1b-flower, smoltcp-udp-1b, ip4-forward, udp-forward-1460,
+    /// tcp-forward-1460, rps.
     #[arg(
         long,
         value_delimiter = ',',
@@ -77,6 +78,10 @@ pub(crate) struct Args {
     /// heavier per-packet path, as a firewall makes it).
     #[arg(long, default_value_t = 0)]
     pub(crate) fwd_rules: usize,
+    /// Ingress classifier filters in udp-local-1b-flower, over 8 masks, none matching
+    /// (the seed's experiment has 16).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(8..=1_000_000))]
+    pub(crate) filters: u32,
     /// In udp-forward-1460 and tcp-forward-1460, the output port takes super-packets
     /// whole (tx-tcp-segmentation, tx-udp-segmentation, tx-gso-list), as a NIC with TSO.
     #[arg(long)]
@@ -172,6 +177,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
         flow_order: args.flow_order,
         routes: args.routes as usize,
         fwd_rules: args.fwd_rules,
+        filters: args.filters as usize,
         tx_offload: args.tx_offload,
         rate_pps: args.rate.map(|r| (r * 1e6) as u64),
     };

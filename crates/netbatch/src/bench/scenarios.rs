@@ -22,6 +22,7 @@ pub(crate) const NAMES: &[&str] = &[
     "null",
     "udp-local-1b",
     "udp-local-1b-nf1",
+    "udp-local-1b-flower",
     "smoltcp-udp-1b",
     "ip4-forward",
     "udp-forward-1460",
@@ -78,6 +79,8 @@ pub(crate) struct Common {
     pub(crate) routes: usize,
     /// FORWARD rules (none matching) in the GRO scenarios.
     pub(crate) fwd_rules: usize,
+    /// Classifier filters (none matching) in udp-local-1b-flower.
+    pub(crate) filters: usize,
     /// The GRO scenarios' output port takes super-packets whole (TSO/USO, `tx-gso-list`).
     pub(crate) tx_offload: bool,
     /// Offered load of the rps scenario, frames per second.
@@ -326,6 +329,71 @@ impl Bench for WorkerBench {
     }
 }
 
+/// Seed 001's third experiment: `n` ingress filters over 8 masks (as many as tc flower's
+/// mask groups the seed's 16 filters made), none of which the 1-byte streams match: every
+/// packet is looked up in all 8 groups and passes.
+fn flower_filters(n: usize) -> anyhow::Result<netbatch_stack::cls::Classifier> {
+    use netbatch_stack::cls::{Action, Classifier, Field, Filter, Match};
+    let mut filters = Vec::with_capacity(n);
+    for i in 0..n {
+        let (shape, j) = (i % 8, (i / 8) as u64);
+        let mut m = Match::default();
+        let ip = |m: &mut Match| m.set(Field::EthType, 0x0800, 0xffff);
+        match shape {
+            // UDP to a port the streams do not use.
+            0 => {
+                ip(&mut m);
+                m.set(Field::IpProto, 17, 0xff);
+                m.set(Field::DstPort, 10_000 + j % 50_000, 0xffff);
+            }
+            // A source host in 10/8.
+            1 => {
+                ip(&mut m);
+                m.set(Field::SrcIp, 0x0a00_0000 | j, 0xffff_ffff);
+            }
+            // A destination /24 in 172.16/12.
+            2 => {
+                ip(&mut m);
+                m.set(
+                    Field::DstIp,
+                    (0xac10_0000 | j << 8) & 0xffff_ff00,
+                    0xffff_ff00,
+                );
+            }
+            // TCP from a port.
+            3 => {
+                ip(&mut m);
+                m.set(Field::IpProto, 6, 0xff);
+                m.set(Field::SrcPort, 1 + j % 60_000, 0xffff);
+            }
+            // A destination MAC.
+            4 => m.set(Field::DstMac, 0x02aa_0000_0000 | j, (1 << 48) - 1),
+            // A source MAC.
+            5 => m.set(Field::SrcMac, 0x02bb_0000_0000 | j, (1 << 48) - 1),
+            // A TTL and a UDP port pair no stream has.
+            6 => {
+                ip(&mut m);
+                m.set(Field::IpProto, 17, 0xff);
+                m.set(Field::IpTtl, 1 + j % 32, 0xff);
+                m.set(Field::SrcPort, 1000 + j / 32, 0xffff);
+            }
+            // A DSCP class (TOS under its DSCP mask) and a destination host.
+            _ => {
+                ip(&mut m);
+                m.set(Field::IpTos, 0x20, 0xfc);
+                m.set(Field::DstIp, 0xc0a8_0000 | j, 0xffff_ffff);
+            }
+        }
+        filters.push(Filter {
+            chain: 0,
+            prio: i as u32 + 1,
+            matches: m,
+            actions: vec![Action::Drop],
+        });
+    }
+    Classifier::new(filters).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench>> {
     let ports = vec![port("gen0", DUT_MAC, &format!("{DUT_ADDR}/24"))?];
     let mut cfg = config(v, c, ports, Dispatch::Runs);
@@ -345,13 +413,20 @@ fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench
             },
         ));
     }
+    let mut facts = Vec::new();
+    if v.scenario == "udp-local-1b-flower" {
+        let cls = flower_filters(c.filters)?;
+        facts.push(("filters".into(), cls.filters().len() as u64));
+        facts.push(("filter_masks".into(), cls.groups(0) as u64));
+        cfg.graph.classifier = Some(std::sync::Arc::new(cls));
+    }
     let pool = Pool::new(cfg.pool).context("packet pool")?;
     let source = gen_port(&pool, udp_1b_flows(), c.flow_order)?;
     let w = build::worker(&cfg, vec![Box::new(source)], pool)?;
     Ok(Box::new(WorkerBench {
         w,
         expect: Expect::Delivered,
-        facts: Vec::new(),
+        facts,
     }))
 }
 
@@ -408,7 +483,7 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
                 }
             }
         }
-        "udp-local-1b-nf1" => {
+        "udp-local-1b-nf1" | "udp-local-1b-flower" => {
             for &d in ax.dispatch {
                 for &m in ax.modes {
                     v.push(mk(Some(m), Some(d)));
@@ -469,6 +544,7 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "udp-local-1b" => udp_local(v, c, false),
         "rps" => super::team::build_rps(v, c),
         "udp-local-1b-nf1" => udp_local(v, c, true),
+        "udp-local-1b-flower" => udp_local(v, c, false),
         "smoltcp-udp-1b" => smoltcp_udp(c),
         "ip4-forward" => super::forward::build_forward(v, c),
         "udp-forward-1460" => super::gro::build_gro_forward(v, c, false),

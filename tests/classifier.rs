@@ -117,6 +117,53 @@ fn each_action_does_what_tc_says() {
     }
 }
 
+/// A UDP train merged by GRO (both modes) and redirected to eth1 leaves as the frames
+/// it was made of, each as received.
+#[test]
+fn a_redirected_super_packet_leaves_as_its_frames() {
+    let cls = Classifier::new(vec![filter(
+        0,
+        1,
+        Some(5000),
+        None,
+        &["mirred egress redirect dev eth1"],
+    )])
+    .unwrap();
+    for gro in [Gro::Standard, Gro::Fraglist] {
+        for (mode, dispatch) in VARIANTS {
+            let mut spec = router(gro);
+            spec.graph.classifier = Some(Arc::new(cls.clone()));
+            let mut lab = Lab::new(&spec, mode, dispatch);
+            let train: Vec<Vec<u8>> = (0..20u16)
+                .map(|i| {
+                    let mut f = frames::udp(
+                        H1,
+                        US,
+                        "198.51.100.7",
+                        "203.0.113.9",
+                        4000,
+                        5000,
+                        64,
+                        &[i as u8; 1200],
+                    );
+                    frames::set_ip_ident(&mut f, i);
+                    f
+                })
+                .collect();
+            lab.feed(0, train.clone());
+            lab.run();
+            let out = lab.tx(1);
+            let what = format!("{gro:?} {mode:?} {dispatch:?}");
+            assert_eq!(out.len(), train.len(), "{what}");
+            for (o, t) in out.iter().zip(&train) {
+                assert_eq!(&o.bytes, t, "{what}: as received, in order");
+            }
+            lab.assert_conserved();
+            lab.stop_and_check_pool();
+        }
+    }
+}
+
 /// 1000-byte frames (14 + 986) at 250 per second for 8 s (2 Mbit/s) through a police
 /// action of 1 Mbit/s with a one-frame burst, to be forwarded: what leaves is 1 Mbit/s
 /// within 5 % (RFC 2697's committed rate, one bucket), the rest counted `cls_police`.

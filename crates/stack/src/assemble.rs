@@ -168,6 +168,7 @@ pub fn build(
     let to_l2 = if cls.is_some() {
         b.connect(CLS_INGRESS, "l2", ETH_INPUT)?;
         b.connect(CLS_INGRESS, "tx", TX)?;
+        b.connect(CLS_INGRESS, "gso", GSO)?;
         CLS_INGRESS
     } else {
         ETH_INPUT

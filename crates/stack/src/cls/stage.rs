@@ -5,7 +5,9 @@
 //! Per list, the last key and the filter it matched are kept: a packet of the same flow
 //! as the one before it (every field equal) skips the search, as the route hint skips a
 //! lookup; actions (policers, counters) still run for every packet. Counters per filter:
-//! wire packets, bytes, and when it last matched.
+//! wire packets, bytes, and when it last matched. A redirected GRO super-packet leaves
+//! through `gso`, as the wire packets it was made of; a super-packet is not mirrored
+//! (counted `mirror_skipped`).
 
 use std::sync::Arc;
 
@@ -33,6 +35,8 @@ netbatch_engine::arcs! {
     pub L2 = "l2";
     /// Redirected and mirrored frames, to transmit.
     pub TX = "tx";
+    /// Redirected GRO super-packets, to be segmented (the port may not take them whole).
+    pub GSO = "gso";
 }
 
 /// One filter's counters.
@@ -207,7 +211,8 @@ impl Stage<Host> for ClsIngress {
                 Verdict::Redirect(port) => match port_iface(host, port) {
                     Some(ifx) => {
                         v.meta.out_if = ifx;
-                        out.push(TX, p);
+                        let super_packet = v.meta.gso_type != crate::meta::gso::NONE;
+                        out.push(if super_packet { GSO } else { TX }, p);
                     }
                     None => out.drop(p, reason::REDIRECT_NO_PORT),
                 },

@@ -375,11 +375,25 @@ struct ChainTables {
     groups: Vec<Group>,
 }
 
-/// A built classifier: the filters, and per chain the groups to search.
-#[derive(Debug, Clone, Default)]
+/// A built classifier: the filters, per chain the groups to search, and the policers'
+/// buckets (one per police action, shared by every worker as tc's are by every CPU).
+#[derive(Debug, Default)]
 pub struct Classifier {
     filters: Vec<Filter>,
     chains: hashbrown::HashMap<u32, ChainTables, foldhash::fast::FixedState>,
+    policers:
+        hashbrown::HashMap<(u32, u8), std::sync::Mutex<police::Bucket>, foldhash::fast::FixedState>,
+}
+
+impl Clone for Classifier {
+    /// The same filters, with full buckets.
+    fn clone(&self) -> Self {
+        Self {
+            filters: self.filters.clone(),
+            chains: self.chains.clone(),
+            policers: Self::policers(&self.filters),
+        }
+    }
 }
 
 /// Why filters could not be built into a classifier.
@@ -477,7 +491,43 @@ impl Classifier {
                 }
             }
         }
-        Ok(Self { filters, chains })
+        let policers = Self::policers(&filters);
+        Ok(Self {
+            filters,
+            chains,
+            policers,
+        })
+    }
+
+    /// A full bucket for every police action, by (filter, action).
+    fn policers(
+        filters: &[Filter],
+    ) -> hashbrown::HashMap<(u32, u8), std::sync::Mutex<police::Bucket>, foldhash::fast::FixedState>
+    {
+        let mut m = hashbrown::HashMap::default();
+        for (i, f) in filters.iter().enumerate() {
+            for (j, a) in f.actions.iter().enumerate() {
+                if let Action::Police(p) = *a {
+                    m.insert(
+                        (i as u32, j as u8),
+                        std::sync::Mutex::new(police::Bucket::new(p)),
+                    );
+                }
+            }
+        }
+        m
+    }
+
+    /// What the police action `action` of filter `filter` decides for a packet of
+    /// `bytes` at `now_ns` (pass when there is no such policer).
+    pub fn police(&self, filter: u32, action: u8, bytes: u64, now_ns: u64) -> Control {
+        match self.policers.get(&(filter, action)) {
+            Some(b) => b
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .admit(bytes, now_ns),
+            None => Control::Pass,
+        }
     }
 
     /// The filters, by index.

@@ -3,6 +3,9 @@
 //! clock; a packet within the credit conforms and spends its bytes, one beyond it
 //! exceeds and spends nothing.
 //!
+//! One bucket per police action, shared by every worker (behind a lock, taken per policed
+//! packet), so a rate holds for the whole datapath as tc's does for the whole host.
+//!
 //! Invariant: the credit never exceeds `burst`. Credit is kept in bytes × 10⁹ so that
 //! refills of a few nanoseconds are not lost to rounding.
 

@@ -14,7 +14,6 @@ use std::sync::Arc;
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::action::{Action, Control};
-use super::police::Bucket;
 use super::{Classifier, Key};
 use crate::dissect;
 use crate::host::Host;
@@ -55,8 +54,6 @@ pub struct FilterStats {
 pub struct ClsIngress {
     cls: Arc<Classifier>,
     stats: Vec<FilterStats>,
-    /// Policer state per (filter, action), made at first use.
-    buckets: hashbrown::HashMap<(u32, u8), Bucket, foldhash::fast::FixedState>,
     /// Mirrors not made (no buffer, or a super-packet).
     mirror_skipped: u64,
 }
@@ -67,7 +64,6 @@ impl ClsIngress {
         Self {
             stats: vec![FilterStats::default(); cls.filters().len()],
             cls,
-            buckets: hashbrown::HashMap::default(),
             mirror_skipped: 0,
         }
     }
@@ -183,17 +179,11 @@ impl Stage<Host> for ClsIngress {
                                 None => self.mirror_skipped += 1,
                             }
                         }
-                        Action::Police(cfg) => {
-                            let b = self
-                                .buckets
-                                .entry((fi, ai as u8))
-                                .or_insert_with(|| Bucket::new(cfg));
-                            match b.admit(bytes, cx.now_ns) {
-                                Control::Pass => break 'chains Verdict::Pass,
-                                Control::Drop => break 'chains Verdict::Drop(reason::POLICE),
-                                Control::Pipe => {}
-                            }
-                        }
+                        Action::Police(_) => match cls.police(fi, ai as u8, bytes, cx.now_ns) {
+                            Control::Pass => break 'chains Verdict::Pass,
+                            Control::Drop => break 'chains Verdict::Drop(reason::POLICE),
+                            Control::Pipe => {}
+                        },
                         Action::Goto(chain) => match cls.classify(chain, &key) {
                             Some(next) => {
                                 fi = next;

@@ -331,17 +331,7 @@ fn filter_match(f: &FilterFile, key: &str, ports: &[String], e: &mut Errs) -> Ma
     if let Some(v) = &f.tcp_flags
         && needs_proto("tcp_flags", &[6], "tcp", e)
     {
-        put(
-            Field::TcpFlags,
-            masked(Field::TcpFlags, &v.text()).and_then(|(v, m)| {
-                if m > 0x0fff {
-                    Err(format!("mask {m:#x} is wider than tcp_flags (12 bits)"))
-                } else {
-                    Ok((v, m))
-                }
-            }),
-            e,
-        );
+        put(Field::TcpFlags, masked(Field::TcpFlags, &v.text()), e);
     }
     for (field, val) in [
         (Field::IcmpType, &f.icmp_type),
@@ -440,7 +430,7 @@ protocol = \"802.1q\"
 vlan_id = 5
 vlan_ethtype = \"ip\"
 ip_proto = \"tcp\"
-tcp_flags = \"0x02/0x12\"
+tcp_flags = \"0x02\"
 actions = [\"goto chain 1\"]
 
 [[classifier.filter]]

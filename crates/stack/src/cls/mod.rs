@@ -26,8 +26,7 @@ use core::net::Ipv4Addr;
 
 use netbatch_engine::Meta;
 
-use crate::dissect::{self, L3, L4};
-use crate::meta::flag;
+use crate::dissect::{L3, L4};
 
 pub use action::{Action, Control};
 
@@ -113,7 +112,7 @@ impl Field {
             Self::DstIp => (3, 0, 32),
             Self::SrcPort => (4, 48, 16),
             Self::DstPort => (4, 32, 16),
-            Self::TcpFlags => (4, 16, 16),
+            Self::TcpFlags => (4, 16, 12),
             Self::InPort => (4, 0, 16),
         }
     }
@@ -189,9 +188,12 @@ impl Key {
     }
 
     /// The key of a received frame `d` (from its Ethernet header), dissected as `m`
-    /// records. Fields the frame does not have are 0 (tc flower's dissector leaves them
-    /// so too: a filter on ports never matches a packet without them unless its port is 0
-    /// under a mask).
+    /// records, read as the kernel's flow dissector reads it for flower: the outer VLAN
+    /// tag whatever follows it; IPv4 fields only from a sane header (the dissector
+    /// located its L4 header: version 4, IHL at least 5, the header whole); L4 fields only
+    /// from a packet that is not a fragment (flower does not parse the first fragment's
+    /// either), TCP flags only from a whole TCP header with a data offset of at least 5.
+    /// Fields the frame does not have are 0.
     #[inline]
     pub fn of(m: &Meta, d: &[u8]) -> Self {
         let mac = |at: usize| {
@@ -203,38 +205,39 @@ impl Key {
                 .map_or(0, |b| u64::from(u16::from_be_bytes([b[0], b[1]])))
         };
         let mut w = [0u64; WORDS];
-        w[0] = (mac(0) << 16) | be16(12);
+        let ethertype = be16(12);
+        w[0] = (mac(0) << 16) | ethertype;
         w[1] = mac(6) << 16;
-        if m.flags & flag::VLAN != 0 {
+        if (ethertype == 0x8100 || ethertype == 0x88a8) && d.len() >= 18 {
             let tci = be16(14);
             // Priority and id; the DEI bit is not a key.
             w[1] |= (tci & 0xe000) >> 1 | (tci & 0x0fff);
             w[2] = be16(16) << 48;
         }
         w[4] = u64::from(m.in_port);
-        if m.l3_type == L3::Ipv4 as u8 {
+        if m.l3_type == L3::Ipv4 as u8 && m.l4 != 0 {
             let l3 = usize::from(m.l3.wrapping_sub(m.data));
             if let Some(h) = d.get(l3..).and_then(<[u8]>::first_chunk::<20>) {
                 let proto = h[9];
                 w[2] |= u64::from(proto) << 40 | u64::from(h[1]) << 32 | u64::from(h[8]) << 24;
                 w[3] = u64::from(u32::from_be_bytes([h[12], h[13], h[14], h[15]])) << 32
                     | u64::from(u32::from_be_bytes([h[16], h[17], h[18], h[19]]));
-                let r = dissect::Dissected::load(m);
-                match r.l4_kind() {
-                    Some(L4::Icmp) => {
-                        if let Some((t, c)) = dissect::icmp_type(&r, d) {
-                            w[2] |= u64::from(t.0) << 16 | u64::from(c) << 8;
+                let fragment = u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0;
+                let l4 = usize::from(m.l4.wrapping_sub(m.data));
+                if !fragment {
+                    let kind = L4::of(proto);
+                    if kind == L4::Icmp && d.len() >= l4 + 2 {
+                        w[2] |= be16(l4) << 8;
+                    }
+                    if kind == L4::Tcp && d.len() >= l4 + 20 {
+                        let word = be16(l4 + 12);
+                        if word >> 12 >= 5 {
+                            w[4] |= (word & 0x0fff) << 16;
                         }
                     }
-                    Some(L4::Tcp) => {
-                        if let Some(f) = dissect::tcp_flags(&r, d) {
-                            w[4] |= u64::from(f.bits() & 0x0fff) << 16;
-                        }
+                    if kind.has_ports() && d.len() >= l4 + 4 {
+                        w[4] |= be16(l4) << 48 | be16(l4 + 2) << 32;
                     }
-                    _ => {}
-                }
-                if let Some((s, t)) = dissect::ports(&r, d) {
-                    w[4] |= u64::from(s) << 48 | u64::from(t) << 32;
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! The classifier against the obvious linear walk, and keys against hand-made frames.
 
 use super::*;
+use crate::dissect;
 use proptest::prelude::*;
 
 /// An untagged UDP frame 198.51.100.7:4000 → 203.0.113.9:5000, TOS 0x10, TTL 64, by hand.
@@ -54,6 +55,51 @@ fn keys_hold_each_field_where_it_belongs() {
     assert_eq!((k.get(Field::VlanId), k.get(Field::VlanPrio)), (100, 5));
     assert_eq!(k.get(Field::VlanEthType), 0x0800);
     assert_eq!(k.get(Field::DstPort), 5000);
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// What flower's dissector (the kernel's `fl_classify`) would read, on frames where a
+/// first version of the key read more or less (found against a model of flower written
+/// from the kernel's source).
+#[test]
+fn keys_read_what_flowers_dissector_reads() {
+    // A first fragment (MF, offset 0) of UDP to port 53: flower reads no L4 field of a
+    // fragment.
+    let frag = hex(
+        "0200000000010200000000020800450000244d2e200040118997c0000202c000020104d20035001000005a5d544f4679706b00000000000000000000",
+    );
+    let k = key_of(&frag, 0);
+    assert_eq!((k.get(Field::IpProto), k.get(Field::DstPort)), (17, 0));
+    // TCP with a reserved bit (0x802): the 12 bits of the flags word, reserved ones in.
+    let tcp = hex(
+        "0200000000010200000000020800450000304d2e00004006a996c0000202c000020104d2005001020304000000005802ffffb51d00005a5d544f4679706b",
+    );
+    assert_eq!(key_of(&tcp, 0).get(Field::TcpFlags), 0x802);
+    // Three tags: the outer one is the VLAN key whatever is inside.
+    let tags = hex(
+        "020000000001020000000002810000058100000681000007 0800450000244d2e00004011a997c0000202c000020100010002001016365a5d544f4679706b",
+    );
+    let k = key_of(&tags, 0);
+    assert_eq!(
+        (k.get(Field::VlanId), k.get(Field::VlanEthType)),
+        (5, 0x8100)
+    );
+    // An IPv4 header with IHL 4: no IPv4 field at all.
+    let mut short = udp_frame();
+    short[14] = 0x44;
+    let k = key_of(&short, 0);
+    assert_eq!((k.get(Field::SrcIp), k.get(Field::IpProto)), (0, 0));
+    // TCP with a data offset of 4: no flags.
+    let mut t = tcp.clone();
+    t[14 + 20 + 12] = 0x48;
+    assert_eq!(key_of(&t, 0).get(Field::TcpFlags), 0);
 }
 
 /// Random filters over a few masks, ranges among them, several chains; random keys near

@@ -291,6 +291,13 @@ pub struct Steer {
     own_wire: u64,
     /// Wire packets in `deferred`.
     deferred_wire: u64,
+    /// Wire packets this worker put in its ring to each worker (`Fabric::pushed`, which
+    /// only this worker writes, published once per list).
+    pushed: Vec<u64>,
+    /// Room left in the ring to each worker for the list being distributed, in wire
+    /// packets (`u64::MAX`: not looked at yet in this list): the consumer's count is read
+    /// once per list and target, not per packet.
+    room: Vec<u64>,
     /// Packets enqueued to each worker (own share included).
     tails: Vec<u64>,
     /// Own share processed (this worker's head of its own queue).
@@ -372,6 +379,8 @@ pub fn fabric(
             own: std::collections::VecDeque::with_capacity(params.max_backlog.min(65_536)),
             own_wire: 0,
             deferred_wire: 0,
+            pushed: vec![0; n],
+            room: vec![u64::MAX; n],
             tails: vec![0; n],
             own_head: 0,
             flows: (0..ports)
@@ -501,16 +510,19 @@ impl Steer {
                 self.note(port, hash, target);
                 continue;
             }
-            let pair = self.me * n + target;
-            let pushed = self.fabric.pushed[pair].load(Ordering::Relaxed);
-            if pushed - self.fabric.taken[pair].load(Ordering::Acquire) + wire > limit {
+            if self.room[target] == u64::MAX {
+                let taken = self.fabric.taken[self.me * n + target].load(Ordering::Acquire);
+                self.room[target] = limit.saturating_sub(self.pushed[target] - taken);
+            }
+            if wire > self.room[target] {
                 self.stats.dropped += wire;
                 drops.push(p);
                 continue;
             }
             match self.to[target].as_mut().map(|r| r.push(p)) {
                 Some(Ok(())) => {
-                    self.fabric.pushed[pair].store(pushed + wire, Ordering::Relaxed);
+                    self.room[target] -= wire;
+                    self.pushed[target] += wire;
                     self.tails[target] += 1;
                     self.note(port, hash, target);
                     self.sent[target] = true;
@@ -521,6 +533,13 @@ impl Steer {
                     drops.push(p);
                 }
                 None => unreachable!("rings exist between every pair of workers"),
+            }
+        }
+        // Publish what went to each ring, and forget the room seen in this list.
+        for t in 0..n {
+            if self.room[t] != u64::MAX {
+                self.room[t] = u64::MAX;
+                self.fabric.pushed[self.me * n + t].store(self.pushed[t], Ordering::Release);
             }
         }
         core::mem::swap(list, &mut keep);

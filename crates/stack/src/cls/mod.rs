@@ -374,7 +374,7 @@ impl core::hash::Hasher for KeyHasher {
 
 /// The filters of one chain, as groups probed in priority order.
 #[derive(Debug, Clone, Default)]
-struct ChainTables {
+pub struct ChainTables {
     groups: Vec<Group>,
 }
 
@@ -552,7 +552,19 @@ impl Classifier {
     /// the one given first), if any.
     #[inline]
     pub fn classify(&self, chain: u32, k: &Key) -> Option<u32> {
-        let c = self.chains.get(&chain)?;
+        self.search(self.chain(chain), k)
+    }
+
+    /// The tables of `chain` (a stage looks chain 0 up once per list).
+    #[inline]
+    pub fn chain(&self, chain: u32) -> Option<&ChainTables> {
+        self.chains.get(&chain)
+    }
+
+    /// [`Self::classify`] in tables [`Self::chain`] gave.
+    #[inline]
+    pub fn search(&self, c: Option<&ChainTables>, k: &Key) -> Option<u32> {
+        let c = c?;
         let mut best: Option<(u32, u32)> = None;
         for g in &c.groups {
             if best.is_some_and(|(p, _)| p < g.best) {

@@ -121,7 +121,8 @@ impl Stage<Host> for ClsIngress {
         let filters = cls.filters();
         // Borrowing the pool through its own reference leaves `cx` free for the rest.
         let pool = cx.pool;
-        // The last packet's key and the chain-0 filter it matched.
+        // Chain 0's tables, and the last packet's key and the chain-0 filter it matched.
+        let chain0 = cls.chain(0);
         let mut hint: Option<(Key, Option<u32>)> = None;
         for mut p in list.drain(..) {
             let mut v = pool.get_mut(&mut p);
@@ -130,7 +131,7 @@ impl Stage<Host> for ClsIngress {
             let first = match hint {
                 Some((k, f)) if k == key => f,
                 _ => {
-                    let f = cls.classify(0, &key);
+                    let f = cls.search(chain0, &key);
                     hint = Some((key, f));
                     f
                 }

@@ -899,37 +899,9 @@ fn made_right(f: &[u8], sums_valid: bool) -> Result<(), &'static str> {
         return Err("TTL 0");
     }
     if sums_valid && !ip.is_fragment() && !l4_valid(f) {
-        if known("echo-reply-zero-checksum") && zero_echo_reply(&ip) {
-            return Ok(());
-        }
         return Err("L4 checksum");
     }
     Ok(())
-}
-
-/// Whether finding `name` (a file `fuzz/findings/*/crash-NAME`: a bug found and reported,
-/// not yet fixed) is to be tolerated, so that a long run can look past it: when the
-/// comma-separated list in `NETBATCH_FUZZ_KNOWN` names it. By default nothing is.
-fn known(name: &str) -> bool {
-    static KNOWN: OnceLock<Vec<String>> = OnceLock::new();
-    KNOWN
-        .get_or_init(|| {
-            std::env::var("NETBATCH_FUZZ_KNOWN")
-                .unwrap_or_default()
-                .split(',')
-                .map(str::to_owned)
-                .collect()
-        })
-        .iter()
-        .any(|k| k == name)
-}
-
-/// `echo-reply-zero-checksum`: an echo reply whose message is all zero but for a
-/// checksum of 0x0000 (the right one is 0xffff): `icmp-input` updates the request's
-/// checksum incrementally (RFC 1624 eqn. 3), which gives 0x0000 when the result is all
-/// zero.
-fn zero_echo_reply(ip: &Ipv4Packet<&[u8]>) -> bool {
-    ip.protocol().0 == 1 && ip.payload().iter().all(|&b| b == 0)
 }
 
 fn mem(w: &mut Worker, i: usize) -> &mut MemPort {

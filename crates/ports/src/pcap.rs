@@ -303,6 +303,36 @@ impl<R: Read> CaptureReader<R> {
         ))
     }
 
+    /// A record's captured length, refused above [`MAX_CAPLEN`].
+    fn caplen_ok(&self, at: &At, start: u64, caplen: u32) -> Result<(), PcapError> {
+        if caplen > MAX_CAPLEN {
+            return Err(self.error(
+                at,
+                start,
+                format!("captured length {caplen} exceeds the maximum {MAX_CAPLEN}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A record's `caplen` captured bytes (checked against [`MAX_CAPLEN`]); a file that
+    /// ends before them is an error whose message `cut` writes from the bytes it had.
+    fn captured(
+        &mut self,
+        at: &At,
+        start: u64,
+        caplen: u32,
+        cut: impl FnOnce(&Self, u32) -> String,
+    ) -> Result<Vec<u8>, PcapError> {
+        self.caplen_ok(at, start, caplen)?;
+        let mut bytes = Vec::new();
+        let got = self.take(caplen, &mut bytes)?;
+        if got < caplen {
+            return Err(self.error(at, start, cut(self, got)));
+        }
+        Ok(bytes)
+    }
+
     /// Reads `n` bytes into `out` (cleared first); returns how many the file had.
     fn take(&mut self, n: u32, out: &mut Vec<u8>) -> Result<u32, PcapError> {
         out.clear();
@@ -383,22 +413,9 @@ impl<R: Read> CaptureReader<R> {
         }
         let (sec, frac) = (order.u32(&h[0..]), order.u32(&h[4..]));
         let (caplen, orig_len) = (order.u32(&h[8..]), order.u32(&h[12..]));
-        if caplen > MAX_CAPLEN {
-            return Err(self.error(
-                &at,
-                start,
-                format!("captured length {caplen} exceeds the maximum {MAX_CAPLEN}"),
-            ));
-        }
-        let mut bytes = Vec::new();
-        let got = self.take(caplen, &mut bytes)?;
-        if got < caplen {
-            return Err(self.error(
-                &at,
-                start,
-                format!("the file ends inside the record's data (needs {caplen} bytes, has {got})"),
-            ));
-        }
+        let bytes = self.captured(&at, start, caplen, |_, got| {
+            format!("the file ends inside the record's data (needs {caplen} bytes, has {got})")
+        })?;
         let ts = u64::from(sec) * 1_000_000_000 + u64::from(frac) * if nano { 1 } else { 1000 };
         Ok(Some(self.deliver(ts, bytes, orig_len, fcs)))
     }
@@ -665,13 +682,7 @@ impl<R: Read> CaptureReader<R> {
         };
         let raw = (u64::from(order.u32(&body[4..])) << 32) | u64::from(order.u32(&body[8..]));
         let (caplen, orig_len) = (order.u32(&body[12..]), order.u32(&body[16..]));
-        if caplen > MAX_CAPLEN {
-            return Err(self.error(
-                at,
-                start,
-                format!("captured length {caplen} exceeds the maximum {MAX_CAPLEN}"),
-            ));
-        }
+        self.caplen_ok(at, start, caplen)?;
         let padded = (caplen as usize).next_multiple_of(4);
         if body.len() - 20 < padded {
             return Err(self.error(
@@ -722,25 +733,12 @@ impl<R: Read> CaptureReader<R> {
         if iface.snaplen != 0 {
             caplen = caplen.min(iface.snaplen);
         }
-        if caplen > MAX_CAPLEN {
-            return Err(self.error(
-                at,
-                start,
-                format!("captured length {caplen} exceeds the maximum {MAX_CAPLEN}"),
-            ));
-        }
-        let mut bytes = Vec::new();
-        let got = self.take(caplen, &mut bytes)?;
-        if got < caplen {
-            return Err(self.error(
-                at,
-                start,
-                format!(
-                    "the file ends inside the block (needs {len} bytes, has {})",
-                    self.offset - start
-                ),
-            ));
-        }
+        let bytes = self.captured(at, start, caplen, |r, _| {
+            format!(
+                "the file ends inside the block (needs {len} bytes, has {})",
+                r.offset - start
+            )
+        })?;
         self.skip_body(at, start, len)?;
         Ok(self.deliver(self.last_ts, bytes, orig_len, iface.fcs))
     }

@@ -4,14 +4,20 @@
 //! variants run in turn, repetition after repetition (alternating, so slow drifts of the
 //! machine hit every variant alike). Each run receives a fixed number of frames
 //! (`--packets`) or runs for a time (`--seconds`); throughput is timed with the TSC and
-//! the OS clock. Medians are reported. A last pass per variant turns per-stage TSC timing
-//! on (it costs two TSC reads per stage call, so it stays off while throughput is
+//! the OS clock. Each figure is reported as the median over the repetitions with its
+//! spread (the slowest and fastest repetition; [`summary`]), as a table, as JSON
+//! (`--json`) and as a picture (`--plot`, [`plot`]). Per-packet costs are in wall-clock
+//! nanoseconds and in TSC ticks, which is what "cycles" means throughout: the TSC runs
+//! at a fixed rate, not at the core's clock. A last pass per variant turns per-stage TSC
+//! timing on (it costs two TSC reads per stage call, so it stays off while throughput is
 //! measured) to fill in the per-stage cycle counts.
 
 mod forward;
 mod gro;
+mod plot;
 mod scenarios;
 mod smol;
+mod summary;
 mod team;
 
 use std::fmt::Write as _;
@@ -24,9 +30,69 @@ use netbatch_ports::generator::FlowOrder;
 use serde_json::{Value, json};
 
 use scenarios::{Common, Variant};
+use summary::{Summary, list_packet_ratios};
+
+/// `netbatch bench --help` after the options: what each scenario measures and what each
+/// output column means.
+const LONG_HELP: &str = "\
+Scenarios (--scenario, comma-separated). Frames come from an in-memory generator and
+are received on one core unless said otherwise; every figure includes the generator's
+cost (the null row), as a NIC's DMA and driver loop are part of the kernel's figures.
+  null                 the harness alone: generator straight to free, no datapath
+                       (packet mode takes one frame per poll, list mode a burst)
+  udp-local-1b         four streams of 1-byte UDP datagrams to four local sockets, read
+                       in batches by a sink application (the seeds' listified-receive
+                       experiment); --workers N: N threads, each its own receive queue
+  udp-local-1b-nf1     udp-local-1b with one PREROUTING rule (UDP ports 9000-9100, drop)
+                       that matches none of the streams: the cost of a hook and a rule
+  udp-local-1b-flower  udp-local-1b behind an ingress classifier of --filters tc-flower
+                       filters over 8 masks, none matching
+  smoltcp-udp-1b       the same frames from the same buffers into smoltcp's Interface
+                       with UDP sockets (no batch modes, no dispatch)
+  ip4-forward          64-byte frames of 1024 flows routed by a FIB of --routes generated
+                       prefixes, forwarded to four next hops; --workers as above
+  udp-forward-1460     one stream of 1460-byte UDP frames forwarded, with each --gro mode
+                       (off, standard, fraglist) on the receiving port; Mpps counts frames
+                       received
+  tcp-forward-1460     the same with a TCP stream
+  rps                  two worker threads: worker 0 receives 256 flows of 1-byte UDP and
+                       RPS spreads them by flow hash (each --rps-policy); reports wake-ups,
+                       backlog polls, reordered datagrams and latency (--rate)
+
+Variants: each scenario runs in each --modes (packet: one packet at a time through every
+stage; list: a list at a time) and --dispatch (runs: a stage's output cut into runs with
+the same next stage, depth first, as Linux; buckets: grouped by next stage, breadth
+first, as VPP), and each --gro, --workers, --rps-policy where it applies. After a
+warm-up, variants take turns, one repetition each, --repeat times. At the end every
+variant is checked (every frame delivered or forwarded, none unaccounted); a failed check
+fails the command after the results are printed.
+
+Output columns, one row per variant. Each figure is the median over the repetitions;
+the min-max column after it gives its lowest and highest value in any repetition.
+  scenario, mode,      the variant (\"-\": does not apply to the scenario); the gro,
+  dispatch, gro, w,    w (worker threads) and rps columns are shown when some variant
+  rps                  has them
+  Mpps                 millions of frames received per second, by the wall clock
+  ns/pkt               wall-clock nanoseconds per frame
+  TSC cyc/pkt          TSC ticks per frame: the time-stamp counter ticks at a fixed rate
+                       (printed at the start), not at the core's clock; time in TSC
+                       units, not core cycles
+  list/packet          list-mode Mpps / per-packet Mpps of the same variant otherwise
+                       (ratio of the medians)
+Lines under the table give more ratios of medians (GRO mode / off, N workers / 1,
+udp-local-1b / smoltcp-udp-1b) and the rps counters.
+
+--json FILE: every figure (medians as mpps, ns_per_packet, cycles_per_packet, each with
+_min and _max; cycles are TSC ticks), each repetition's Mpps, per-stage counters.
+--plot FILE.svg or FILE.png: throughput bars with min-max whiskers per variant, and the
+list/packet ratios.";
 
 /// Arguments of `netbatch bench`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Scenarios and output columns: see --help.",
+    after_long_help = LONG_HELP
+)]
 pub(crate) struct Args {
     /// Scenarios to run (comma-separated): null, udp-local-1b, udp-local-1b-nf1,
     /// udp-local-1b-flower, smoltcp-udp-1b, ip4-forward, udp-forward-1460,
@@ -63,7 +129,7 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0.5)]
     pub(crate) seconds: f64,
     /// Repetitions per variant, alternating between variants.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) repeat: u32,
     /// Frames per poll (the NAPI weight).
     #[arg(long, default_value_t = 64)]
@@ -92,6 +158,10 @@ pub(crate) struct Args {
     /// Write results as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
+    /// Draw the results into this file, SVG or PNG by its extension: each variant's
+    /// throughput (median, min-max whiskers) and the list/packet ratios.
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
+    pub(crate) plot: Option<PathBuf>,
 }
 
 /// One measured run.
@@ -127,22 +197,14 @@ struct Entry {
 }
 
 impl Entry {
-    /// The median of `f` over the samples (0 without samples).
-    fn median(&self, f: fn(&Sample) -> f64) -> f64 {
-        median(self.samples.iter().map(f).collect())
-    }
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    if xs.is_empty() {
-        return 0.0;
-    }
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    /// The median and spread of every figure over the repetitions.
+    fn summary(&self) -> Summary {
+        let reps: Vec<(f64, f64, f64)> = self
+            .samples
+            .iter()
+            .map(|s| (s.mpps(), s.ns_per_packet(), s.cycles_per_packet()))
+            .collect();
+        Summary::new(self.v.clone(), &reps)
     }
 }
 
@@ -172,6 +234,19 @@ fn run_for(b: &mut dyn scenarios::Bench, clock: &quanta::Clock, args: &Args) -> 
 
 /// Runs `netbatch bench`.
 pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
+    // A bad --plot must not cost a whole run to find out.
+    if let Some(path) = &args.plot {
+        plot::format_of(path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            anyhow::bail!(
+                "--plot {}: directory {} does not exist",
+                path.display(),
+                dir.display()
+            );
+        }
+    }
     let common = Common {
         burst: args.burst.clamp(1, netbatch_engine::LIST_MAX),
         flow_order: args.flow_order,
@@ -207,8 +282,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
         "netbatch bench: {} variants, {} repetitions, {} per run, TSC {:.3} GHz",
         entries.len(),
         args.repeat,
-        args.packets
-            .map_or(format!("{} s", args.seconds), |n| format!("{n} frames")),
+        per_run(args),
         tsc_hz / 1e9
     );
     // Warm-up: caches, branch predictors, socket queues at steady state.
@@ -260,13 +334,21 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
             ));
         }
     }
-    let results: Vec<Value> = entries.iter().map(|e| result_json(e, tsc_hz)).collect();
-    print!("{}", table(&entries));
+    let summaries: Vec<Summary> = entries.iter().map(Entry::summary).collect();
+    let results: Vec<Value> = entries
+        .iter()
+        .zip(&summaries)
+        .map(|(e, sum)| result_json(e, sum, tsc_hz))
+        .collect();
+    print!("{}", table(&entries, &summaries, tsc_hz));
+    let command = command_line();
     if let Some(path) = &args.json {
         let doc = json!({
             "tool": "netbatch bench",
-            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "command": command,
             "tsc_hz": tsc_hz,
+            "cycles": "every cycles_per_packet is TSC ticks per packet (tsc_hz ticks per second), not core clock cycles",
+            "summary": "mpps, ns_per_packet, cycles_per_packet: median over the repetitions; _min and _max: the extremes",
             "burst": common.burst,
             "flow_order": format!("{:?}", common.flow_order),
             "routes": common.routes,
@@ -280,13 +362,47 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &args.plot {
+        let heading = plot::Heading {
+            title: "netbatch bench".to_string(),
+            lines: vec![
+                command,
+                format!(
+                    "{} repetitions of {} per variant, variants alternating; burst {}; TSC {:.3} GHz",
+                    args.repeat,
+                    per_run(args),
+                    common.burst,
+                    tsc_hz / 1e9
+                ),
+            ],
+        };
+        plot::plot(path, &summaries, &heading)?;
+        eprintln!("netbatch bench: plot written to {}", path.display());
+    }
     if !failures.is_empty() {
         anyhow::bail!("verification failed:\n  {}", failures.join("\n  "));
     }
     Ok(())
 }
 
-fn result_json(e: &Entry, tsc_hz: f64) -> Value {
+/// What one run is: a time or a frame count.
+fn per_run(args: &Args) -> String {
+    args.packets
+        .map_or(format!("{} s", args.seconds), |n| format!("{n} frames"))
+}
+
+/// The command line, the program named by its file name.
+fn command_line() -> String {
+    let mut argv: Vec<String> = std::env::args().collect();
+    if let Some(first) = argv.first_mut()
+        && let Some(name) = std::path::Path::new(first.as_str()).file_name()
+    {
+        *first = name.to_string_lossy().into_owned();
+    }
+    argv.join(" ")
+}
+
+fn result_json(e: &Entry, sum: &Summary, tsc_hz: f64) -> Value {
     let stages: Vec<Value> = e
         .stages
         .iter()
@@ -317,15 +433,15 @@ fn result_json(e: &Entry, tsc_hz: f64) -> Value {
         "workers": e.v.workers,
         "rps_policy": e.v.rps_name(),
         "packets": e.samples.first().map_or(0, |s| s.packets),
-        "mpps": e.median(Sample::mpps),
-        "ns_per_packet": e.median(Sample::ns_per_packet),
-        "cycles_per_packet": e.median(Sample::cycles_per_packet),
         "tsc_hz": tsc_hz,
         "samples_mpps": e.samples.iter().map(Sample::mpps).collect::<Vec<_>>(),
         "stages": stages,
         "extra": extra,
     });
     if let Some(m) = r.as_object_mut() {
+        for (k, v) in sum.json_fields() {
+            m.insert(k.to_string(), v);
+        }
         for (k, v) in e.bench.top() {
             m.insert(k.to_string(), v);
         }
@@ -333,60 +449,124 @@ fn result_json(e: &Entry, tsc_hz: f64) -> Value {
     r
 }
 
-fn table(entries: &[Entry]) -> String {
+/// Lays out `rows` under `header` in columns as wide as their widest cell; columns
+/// whose `right` is set are right-aligned (numbers), the others left-aligned.
+fn columns(header: &[&str], right: &[bool], rows: &[Vec<String>]) -> String {
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
     let mut s = String::new();
+    let head: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for r in std::iter::once(&head).chain(rows) {
+        let mut line = String::new();
+        for (k, c) in r.iter().enumerate() {
+            let w = width[k];
+            if k > 0 {
+                line.push_str("  ");
+            }
+            if right[k] {
+                let _ = write!(line, "{c:>w$}");
+            } else {
+                let _ = write!(line, "{c:<w$}");
+            }
+        }
+        s.push_str(line.trim_end());
+        s.push('\n');
+    }
+    s
+}
+
+/// The results table: one row per variant with its medians and spreads, and what the
+/// columns mean.
+fn summary_table(rows: &[Summary], tsc_hz: f64) -> String {
+    let show_gro = rows.iter().any(|r| r.v.gro.is_some());
+    let show_workers = rows.iter().any(|r| r.v.workers > 1);
+    let show_rps = rows.iter().any(|r| r.v.rps.is_some());
+    let mut header = vec!["scenario", "mode", "dispatch"];
+    let mut right = vec![false; 3];
+    for (shown, name, r) in [
+        (show_gro, "gro", false),
+        (show_workers, "w", true),
+        (show_rps, "rps", false),
+    ] {
+        if shown {
+            header.push(name);
+            right.push(r);
+        }
+    }
+    header.extend([
+        "Mpps",
+        "min–max",
+        "ns/pkt",
+        "min–max",
+        "TSC cyc/pkt",
+        "min–max",
+        "list/packet",
+    ]);
+    right.extend([true, false, true, false, true, false, true]);
+    let ratios = list_packet_ratios(rows);
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut c = vec![
+                r.v.scenario.clone(),
+                r.v.mode_name().to_string(),
+                r.v.dispatch_name().to_string(),
+            ];
+            if show_gro {
+                c.push(r.v.gro.map_or("-", gro::GroMode::name).to_string());
+            }
+            if show_workers {
+                c.push(r.v.workers.to_string());
+            }
+            if show_rps {
+                c.push(r.v.rps_name().to_string());
+            }
+            let ratio = ratios
+                .iter()
+                .find(|q| q.list == i)
+                .map(|q| format!("{:.2}x", q.spread.median))
+                .unwrap_or_default();
+            c.extend([
+                format!("{:.3}", r.mpps.median),
+                r.mpps.range_text(3),
+                format!("{:.1}", r.ns.median),
+                r.ns.range_text(1),
+                format!("{:.1}", r.tsc.median),
+                r.tsc.range_text(1),
+                ratio,
+            ]);
+            c
+        })
+        .collect();
+    let mut s = String::from("\n");
+    s.push_str(&columns(&header, &right, &cells));
+    let runs = rows.iter().map(|r| r.runs).max().unwrap_or(0);
     let _ = writeln!(
         s,
-        "\n{:<18} {:<6} {:<8} {:<8} {:>2} {:<8} {:>9} {:>9} {:>10} {:>12}",
-        "scenario",
-        "mode",
-        "dispatch",
-        "gro",
-        "w",
-        "rps",
-        "Mpps",
-        "ns/pkt",
-        "cycles/pkt",
-        "list/packet"
+        "\nEach figure: median of {runs} repetitions; min–max: its lowest and highest value \
+         in any repetition.\nTSC cyc/pkt: TSC ticks per packet, at {:.3} GHz (a fixed-rate \
+         clock, not core cycles).\nlist/packet: list-mode Mpps over per-packet Mpps (medians).",
+        tsc_hz / 1e9
     );
-    for e in entries {
-        let ratio = if e.v.mode == Some(Mode::List) {
-            entries
-                .iter()
-                .find(|o| {
-                    o.v.scenario == e.v.scenario
-                        && o.v.dispatch == e.v.dispatch
-                        && o.v.gro == e.v.gro
-                        && o.v.workers == e.v.workers
-                        && o.v.rps == e.v.rps
-                        && o.v.mode == Some(Mode::Packet)
-                })
-                .map(|o| format!("{:.2}x", e.median(Sample::mpps) / o.median(Sample::mpps)))
-                .unwrap_or_default()
-        } else {
-            String::new()
-        };
-        let _ = writeln!(
-            s,
-            "{:<18} {:<6} {:<8} {:<8} {:>2} {:<8} {:>9.3} {:>9.1} {:>10.1} {:>12}",
-            e.v.scenario,
-            e.v.mode_name(),
-            e.v.dispatch_name(),
-            e.v.gro_name(),
-            e.v.workers,
-            e.v.rps_name(),
-            e.median(Sample::mpps),
-            e.median(Sample::ns_per_packet),
-            e.median(Sample::cycles_per_packet),
-            ratio
-        );
-    }
+    s
+}
+
+/// The results table, then ratios between variants and the rps counters.
+fn table(entries: &[Entry], rows: &[Summary], tsc_hz: f64) -> String {
+    let mut s = summary_table(rows, tsc_hz);
+    let mpps = |i: usize| rows[i].mpps.median;
     // GRO against no GRO, same scenario, mode and dispatch (the fraglist seed's ratios).
-    for e in entries
+    for (i, e) in entries
         .iter()
-        .filter(|e| e.v.gro.is_some_and(|g| g != gro::GroMode::Off))
+        .enumerate()
+        .filter(|(_, e)| e.v.gro.is_some_and(|g| g != gro::GroMode::Off))
     {
-        if let Some(off) = entries.iter().find(|o| {
+        if let Some(off) = entries.iter().position(|o| {
             o.v.scenario == e.v.scenario
                 && o.v.mode == e.v.mode
                 && o.v.dispatch == e.v.dispatch
@@ -399,16 +579,17 @@ fn table(entries: &[Entry]) -> String {
                 e.v.mode_name(),
                 e.v.dispatch_name(),
                 e.v.gro_name(),
-                e.median(Sample::mpps) / off.median(Sample::mpps)
+                mpps(i) / mpps(off)
             );
         }
     }
     // Several workers against one, same scenario, mode and dispatch.
-    for e in entries
+    for (i, e) in entries
         .iter()
-        .filter(|e| e.v.workers > 1 && e.v.rps.is_none())
+        .enumerate()
+        .filter(|(_, e)| e.v.workers > 1 && e.v.rps.is_none())
     {
-        if let Some(one) = entries.iter().find(|o| {
+        if let Some(one) = entries.iter().position(|o| {
             o.v.scenario == e.v.scenario
                 && o.v.mode == e.v.mode
                 && o.v.dispatch == e.v.dispatch
@@ -421,7 +602,7 @@ fn table(entries: &[Entry]) -> String {
                 e.v.mode_name(),
                 e.v.dispatch_name(),
                 e.v.workers,
-                e.median(Sample::mpps) / one.median(Sample::mpps)
+                mpps(i) / mpps(one)
             );
         }
     }
@@ -446,16 +627,77 @@ fn table(entries: &[Entry]) -> String {
         );
     }
     // netbatch vs smoltcp, same frames.
-    if let Some(sm) = entries.iter().find(|e| e.v.scenario == "smoltcp-udp-1b") {
-        for e in entries.iter().filter(|e| e.v.scenario == "udp-local-1b") {
+    if let Some(sm) = entries
+        .iter()
+        .position(|e| e.v.scenario == "smoltcp-udp-1b")
+    {
+        for (i, e) in entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.v.scenario == "udp-local-1b")
+        {
             let _ = writeln!(
                 s,
                 "udp-local-1b {} {} / smoltcp-udp-1b: {:.2}x",
                 e.v.mode_name(),
                 e.v.dispatch_name(),
-                e.median(Sample::mpps) / sm.median(Sample::mpps)
+                mpps(i) / mpps(sm)
             );
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary::tests::variant;
+    use super::*;
+
+    /// Hand-made: packet at 4, 5, 6 Mpps and list at 19, 20, 22; per-packet costs from
+    /// the rates (1000/Mpps ns, 2.5 TSC ticks per ns). The list row must show its median
+    /// 20.000 with 19.000–22.000, its cost 50.0 (45.5–52.6) and 125.0 TSC ticks
+    /// (113.6–131.6), and 20 / 5 = 4.00x; the header names TSC cycles.
+    #[test]
+    fn table_rows_show_median_spread_and_ratio() {
+        let row = |mode, reps: &[f64]| {
+            let r: Vec<(f64, f64, f64)> = reps.iter().map(|&m| (m, 1e3 / m, 2.5e3 / m)).collect();
+            Summary::new(
+                variant("udp-local-1b", Some(mode), Some(Dispatch::Runs)),
+                &r,
+            )
+        };
+        let rows = vec![
+            row(Mode::Packet, &[6.0, 4.0, 5.0]),
+            row(Mode::List, &[20.0, 22.0, 19.0]),
+        ];
+        let t = summary_table(&rows, 2.5e9);
+        let lines: Vec<&str> = t.lines().filter(|l| !l.is_empty()).collect();
+        let words = |l: &str| l.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+        assert!(lines[0].contains("TSC cyc/pkt"), "{t}");
+        assert!(
+            !lines[0].contains(" gro "),
+            "no GRO column without GRO variants: {t}"
+        );
+        assert_eq!(
+            words(lines[2]),
+            [
+                "udp-local-1b",
+                "list",
+                "runs",
+                "20.000",
+                "19.000–22.000",
+                "50.0",
+                "45.5–52.6",
+                "125.0",
+                "113.6–131.6",
+                "4.00x"
+            ],
+            "{t}"
+        );
+        assert_eq!(words(lines[1]).len(), 9, "no ratio on the packet row: {t}");
+        assert!(
+            t.contains("median of 3 repetitions") && t.contains("2.500 GHz"),
+            "{t}"
+        );
+    }
 }

@@ -18,10 +18,9 @@ use std::fmt;
 
 use crate::counters::{DropCounters, NodeSnapshot};
 use crate::drop::{Reason, reason};
-use crate::meta::flag;
 use crate::pool::Pkt;
 use crate::stage::{Cx, LIST_MAX, MIXED, Out, PktList, Stage};
-use crate::trace::{Trace, TraceEvent};
+use crate::trace::{ArcTarget, Trace, TraceDump, TraceNode};
 
 /// An enum of unit variants with a command-line name each: `name()` and `FromStr`.
 #[macro_export]
@@ -321,7 +320,8 @@ pub struct Graph<S> {
 }
 
 /// Calls one node and books its counters, drops and trace. A free function over the
-/// graph's fields so the node's output can stay where it lives.
+/// graph's fields so the node's output can stay where it lives. While the trace is
+/// disarmed this costs one predictable branch more than the call itself.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn call_node<S>(
@@ -335,6 +335,29 @@ fn call_node<S>(
     id: u16,
     list: &mut PktList,
 ) {
+    if trace.armed() {
+        call_node_traced(node, out, drops, trace, clock, st, cx, id, list);
+        return;
+    }
+    process_counted(node, out, clock, st, cx, list);
+    if !list.is_empty() {
+        leftovers(node.name, drops, trace, cx, id, list);
+    }
+    if !out.drops.is_empty() || !out.counted_drops.is_empty() {
+        book_drops(out, drops, trace, cx, id);
+    }
+}
+
+/// Runs the stage over `list` and counts the call (and its cycles while timing).
+#[inline(always)]
+fn process_counted<S>(
+    node: &mut Node<S>,
+    out: &mut Out,
+    clock: Option<&quanta::Clock>,
+    st: &mut S,
+    cx: &mut Cx<'_>,
+    list: &mut PktList,
+) {
     let n = list.len() as u64;
     match clock {
         Some(c) => {
@@ -346,15 +369,36 @@ fn call_node<S>(
     }
     node.calls += 1;
     node.packets += n;
+}
+
+/// [`call_node`] while the trace is armed: notes the traced inputs, gives buffers the
+/// stage derived from them their ids, records each traced packet's drop or arc, and
+/// the traced inputs the stage kept.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn call_node_traced<S>(
+    node: &mut Node<S>,
+    out: &mut Out,
+    drops: &mut DropCounters,
+    trace: &mut Trace,
+    clock: Option<&quanta::Clock>,
+    st: &mut S,
+    cx: &mut Cx<'_>,
+    id: u16,
+    list: &mut PktList,
+) {
+    trace.note_inputs(cx.pool, list);
+    process_counted(node, out, clock, st, cx, list);
+    trace.adopt(cx.pool, out);
     if !list.is_empty() {
         leftovers(node.name, drops, trace, cx, id, list);
     }
     if !out.drops.is_empty() || !out.counted_drops.is_empty() {
         book_drops(out, drops, trace, cx, id);
     }
-    if trace.armed() {
-        trace_out(trace, cx, id, out);
-    }
+    trace.record_out(cx.pool, id, out);
+    trace.record_taken(id);
 }
 
 #[cold]
@@ -399,21 +443,12 @@ fn drop_one(
     r: Reason,
 ) {
     if trace.armed() {
-        trace.record_if_traced(cx.pool, &p, id, TraceEvent::Drop(r));
+        trace.record_drop(cx.pool, &p, id, r);
     }
     let wire = cx.pool.get(&p).meta.wire_packets();
     drops.add(r, wire);
     cx.acct.dropped += wire;
     cx.cache.free(p);
-}
-
-#[cold]
-fn trace_out(trace: &mut Trace, cx: &mut Cx<'_>, id: u16, out: &Out) {
-    for (i, p) in out.pkts.iter().enumerate() {
-        if cx.pool.get(p).meta.flags & flag::TRACE != 0 {
-            trace.record(p.index(), id, TraceEvent::Next(out.arc_of(i)));
-        }
-    }
 }
 
 impl<S> Graph<S> {
@@ -435,6 +470,11 @@ impl<S> Graph<S> {
         if on && self.clock.is_none() {
             self.clock = Some(crate::time::clock());
         }
+    }
+
+    /// Whether per-stage TSC timing is on.
+    pub fn timing(&self) -> bool {
+        self.timing
     }
 
     /// The node named `name`.
@@ -463,6 +503,42 @@ impl<S> Graph<S> {
     /// The opt-in packet trace, to arm or clear it.
     pub fn trace_mut(&mut self) -> &mut Trace {
         &mut self.trace
+    }
+
+    /// Each node's name and arcs (name and target), in node order: what a trace's
+    /// records index.
+    pub fn trace_nodes(&self) -> Vec<TraceNode> {
+        self.nodes
+            .iter()
+            .map(|n| TraceNode {
+                name: n.name,
+                arcs: n
+                    .stage
+                    .arcs()
+                    .iter()
+                    .zip(&n.targets)
+                    .map(|(&a, t)| {
+                        let to = match *t {
+                            Target::Node(i) => ArcTarget::Node(self.nodes[usize::from(i)].name),
+                            Target::Drop(r) => ArcTarget::Drop(r),
+                        };
+                        (a, to)
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Takes what the trace collected (marked frames, records, lost count) out of the
+    /// graph, with the node names the records index; the arming stays.
+    pub fn take_trace(&mut self) -> TraceDump {
+        let (packets, records, lost) = self.trace.take();
+        TraceDump {
+            nodes: self.trace_nodes(),
+            packets,
+            records,
+            lost,
+        }
     }
 
     /// Per-node counters, named.
@@ -535,7 +611,10 @@ impl<S> Graph<S> {
             book_drops(&mut out, &mut self.drops[i], &mut self.trace, cx, id.0);
         }
         if self.trace.armed() {
-            trace_out(&mut self.trace, cx, id.0, &out);
+            // What a held stage hands over was not among any call's inputs.
+            self.trace.note_inputs(cx.pool, &[]);
+            self.trace.adopt(cx.pool, &out);
+            self.trace.record_out(cx.pool, id.0, &out);
         }
         let (mut pk, mut arcs, uniform) = (
             core::mem::take(&mut out.pkts),
@@ -827,6 +906,7 @@ mod tests {
     use super::*;
     use crate::pool::{Pool, PoolConfig};
     use crate::stage::{Accounting, Next, PacketStage, PerPacket};
+    use crate::trace::{TraceEvent, TraceSpec};
 
     crate::reasons! {
         mod test_reason {
@@ -1025,55 +1105,238 @@ mod tests {
         );
     }
 
-    #[test]
-    fn trace_records_each_decision_of_marked_packets() {
-        let pool = Pool::new(PoolConfig {
-            buffers: 16,
+    /// A pool of `n` buffers and a cache of 4.
+    fn small_pool(n: u32) -> Pool {
+        Pool::new(PoolConfig {
+            buffers: n,
             cache_size: 4,
             ..PoolConfig::default()
         })
-        .unwrap();
-        let mut cache = pool.cache();
-        let mut g = graph(Dispatch::Buckets);
-        g.trace_mut().arm(2, 16);
+        .unwrap()
+    }
+
+    /// Runs frames `bytes` through `g` from `entry` as one list, each offered to the trace
+    /// as received on port 0 at time 0 first.
+    fn run_traced(
+        g: &mut Graph<Seen>,
+        pool: &Pool,
+        cache: &mut crate::pool::BufCache,
+        entry: &str,
+        frames: &[&[u8]],
+    ) -> (Vec<u32>, Seen) {
         let mut st = Seen::default();
         let mut acct = Accounting::default();
         let mut list = Vec::new();
-        for k in [1u8, 3, 0] {
+        for f in frames {
             let mut p = cache.alloc().unwrap();
             pool.get_mut(&mut p)
-                .append(3)
+                .append(f.len())
                 .unwrap()
-                .copy_from_slice(&[k, 0, 0]);
-            g.trace_mut().maybe_mark(&pool, &mut p);
+                .copy_from_slice(f);
+            if g.trace().armed() {
+                g.trace_mut().maybe_mark(pool, &mut p, 0, 0);
+            }
             list.push(p);
         }
-        let idx: Vec<u32> = list.iter().map(|p| p.index()).collect();
-        let entry = g.node("classify").unwrap();
+        let idx = list.iter().map(|p| p.index()).collect();
+        let entry = g.node(entry).unwrap();
         let mut cx = Cx {
-            pool: &pool,
-            cache: &mut cache,
+            pool,
+            cache,
             now_ns: 0,
             acct: &mut acct,
         };
         g.run(&mut st, &mut cx, entry, &mut list);
-        let mut recs = g.trace().records().to_vec();
-        recs.sort_by_key(|r| idx.iter().position(|&i| i == r.pkt));
+        (idx, st)
+    }
+
+    /// (id, node, event) of each record, in order.
+    fn events(g: &Graph<Seen>) -> Vec<(u32, u16, TraceEvent)> {
+        g.trace()
+            .records()
+            .iter()
+            .map(|r| (r.id, r.node, r.event))
+            .collect()
+    }
+
+    /// Each decision about the two marked packets, in the order taken: the classifier's
+    /// arc or drop, then the sink's taking the packet; the third packet (unmarked) leaves
+    /// no record. Buckets dispatch runs the classifier over the whole list first.
+    #[test]
+    fn trace_records_each_decision_of_marked_packets() {
+        let pool = small_pool(16);
+        let mut cache = pool.cache();
+        let mut g = graph(Dispatch::Buckets);
+        g.trace_mut().arm(TraceSpec::new(2).records(16));
+        run_traced(
+            &mut g,
+            &pool,
+            &mut cache,
+            "classify",
+            &[&[1, 0, 0], &[3, 0, 0], &[0, 0, 0]],
+        );
         assert_eq!(
-            recs,
+            events(&g),
             [
-                crate::trace::TraceRecord {
-                    pkt: idx[0],
-                    node: 0,
-                    event: TraceEvent::Next(1)
-                },
-                crate::trace::TraceRecord {
-                    pkt: idx[1],
-                    node: 0,
-                    event: TraceEvent::Drop(test_reason::BAD)
-                },
+                (2, 0, TraceEvent::Drop(test_reason::BAD)),
+                (1, 0, TraceEvent::Next(1)),
+                (1, 2, TraceEvent::Taken),
             ],
             "only the first two packets were marked"
+        );
+        let r = &g.trace().records()[1];
+        assert_eq!((r.view.len, r.view.packet()), (3, &[1u8, 0, 0][..]));
+    }
+
+    /// Disarmed, nothing is marked or recorded; disarming forgets what was collected
+    /// and ids go on from where they were.
+    #[test]
+    fn a_disarmed_trace_records_nothing_and_ids_never_repeat() {
+        let pool = small_pool(16);
+        let mut cache = pool.cache();
+        let mut g = graph(Dispatch::Runs);
+        run_traced(&mut g, &pool, &mut cache, "classify", &[&[0, 0, 0]]);
+        assert!(g.trace().records().is_empty() && g.trace().packets().is_empty());
+        g.trace_mut().arm(TraceSpec::new(1));
+        run_traced(&mut g, &pool, &mut cache, "classify", &[&[0, 0, 0]]);
+        assert_eq!(
+            events(&g),
+            [(1, 0, TraceEvent::Next(0)), (1, 1, TraceEvent::Taken)]
+        );
+        g.trace_mut().disarm();
+        assert!(!g.trace().armed());
+        assert!(g.trace().records().is_empty() && g.trace().packets().is_empty());
+        g.trace_mut().arm(TraceSpec::new(1));
+        run_traced(&mut g, &pool, &mut cache, "classify", &[&[1, 0, 0]]);
+        assert_eq!(
+            events(&g),
+            [(2, 0, TraceEvent::Next(1)), (2, 2, TraceEvent::Taken)]
+        );
+    }
+
+    /// Two packets traced one after the other in the same buffer (the cache hands the
+    /// freed buffer out again) keep distinct ids, each on its own records.
+    #[test]
+    fn ids_stay_distinct_when_a_buffer_is_reused() {
+        let pool = small_pool(16);
+        let mut cache = pool.cache();
+        let mut g = graph(Dispatch::Runs);
+        g.trace_mut().arm(TraceSpec::new(2));
+        let (first, _) = run_traced(&mut g, &pool, &mut cache, "classify", &[&[0, 0, 0]]);
+        let (second, _) = run_traced(&mut g, &pool, &mut cache, "classify", &[&[1, 0, 0]]);
+        assert_eq!(first, second, "the same buffer twice");
+        assert_eq!(
+            events(&g),
+            [
+                (1, 0, TraceEvent::Next(0)),
+                (1, 1, TraceEvent::Taken),
+                (2, 0, TraceEvent::Next(1)),
+                (2, 2, TraceEvent::Taken),
+            ]
+        );
+        let ids: Vec<u32> = g.trace().packets().iter().map(|p| p.id).collect();
+        assert_eq!(ids, [1, 2]);
+    }
+
+    /// At most `records` records are kept; the others are counted.
+    #[test]
+    fn the_record_limit_holds_and_losses_are_counted() {
+        let pool = small_pool(16);
+        let mut cache = pool.cache();
+        let mut g = graph(Dispatch::Buckets);
+        g.trace_mut().arm(TraceSpec::new(4).records(3));
+        // Two records each (classifier, sink): eight, three kept.
+        let f: &[u8] = &[0, 0, 0];
+        run_traced(&mut g, &pool, &mut cache, "classify", &[f, f, f, f]);
+        assert_eq!(g.trace().records().len(), 3);
+        assert_eq!(g.trace().lost(), 5);
+        let dump = g.take_trace();
+        assert_eq!(
+            (dump.records.len(), dump.lost, dump.packets.len()),
+            (3, 5, 4)
+        );
+        assert_eq!((g.trace().records().len(), g.trace().lost()), (0, 0));
+    }
+
+    /// `take_trace` names the nodes and where each arc leads.
+    #[test]
+    fn the_taken_trace_names_nodes_and_arc_targets() {
+        let mut g = graph(Dispatch::Runs);
+        let dump = g.take_trace();
+        let names: Vec<&str> = dump.nodes.iter().map(|n| n.name).collect();
+        assert_eq!(names, ["classify", "a", "b"]);
+        assert_eq!(
+            dump.nodes[0].arcs,
+            [
+                ("a", ArcTarget::Node("a")),
+                ("b", ArcTarget::Node("b")),
+                ("nowhere", ArcTarget::Drop(test_reason::NOWHERE)),
+            ]
+        );
+        assert!(dump.nodes[1].arcs.is_empty());
+    }
+
+    /// A stage that sends each packet on with a copy in a new buffer, flags included
+    /// (what fragmentation and segmentation do).
+    struct Split;
+    impl Stage<Seen> for Split {
+        fn arcs(&self) -> &[&'static str] {
+            &["on"]
+        }
+        fn process(&mut self, _: &mut Seen, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+            for p in list.drain(..) {
+                let (flags, bytes) = {
+                    let v = cx.pool.get(&p);
+                    (v.meta.flags, v.data().to_vec())
+                };
+                let mut q = cx.cache.alloc().unwrap();
+                let mut w = cx.pool.get_mut(&mut q);
+                w.append(bytes.len()).unwrap().copy_from_slice(&bytes);
+                w.meta.flags = flags;
+                out.push(Next(0), p);
+                out.push(Next(0), q);
+            }
+        }
+    }
+
+    /// A derived buffer takes the id of the traced packet it was made from; a copy of an
+    /// untraced one stays untraced.
+    #[test]
+    fn derived_buffers_take_their_parents_id() {
+        let mut b = GraphBuilder::new();
+        b.add("split", Box::new(Split)).unwrap();
+        b.add("a", Box::new(PerPacket(Sink("a")))).unwrap();
+        b.connect("split", "on", "a").unwrap();
+        let mut g: Graph<Seen> = b.build(Dispatch::Buckets).unwrap();
+        let pool = small_pool(16);
+        let mut cache = pool.cache();
+        let mut spec = TraceSpec::new(2);
+        spec.matcher = Some(Box::new(|f: &[u8]| f[1] == 1));
+        g.trace_mut().arm(spec);
+        let (_, seen) = run_traced(
+            &mut g,
+            &pool,
+            &mut cache,
+            "split",
+            &[&[0, 1, 1], &[0, 0, 2], &[0, 1, 3]],
+        );
+        assert_eq!(seen.log.len(), 6);
+        let sink: Vec<(u32, Vec<u8>)> = g
+            .trace()
+            .records()
+            .iter()
+            .filter(|r| r.node == 1)
+            .map(|r| (r.id, r.view.packet().to_vec()))
+            .collect();
+        assert_eq!(
+            sink,
+            [
+                (1, vec![0, 1, 1]),
+                (1, vec![0, 1, 1]),
+                (2, vec![0, 1, 3]),
+                (2, vec![0, 1, 3]),
+            ],
+            "each traced packet and its copy, under its id"
         );
     }
 }

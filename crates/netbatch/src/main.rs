@@ -3,9 +3,11 @@
 
 mod bench;
 mod check_config;
+mod ctl;
 mod flood;
 mod replay;
 mod run;
+mod trace_pcap;
 
 use clap::{Parser, Subcommand};
 
@@ -13,6 +15,13 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "netbatch", version, about)]
 struct Cli {
+    /// More log detail on stderr (-v debug, -vv trace); RUST_LOG (as the `tracing`
+    /// crate's filters: `netbatch=debug`) overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Less log on stderr (warnings and errors only).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -23,22 +32,70 @@ enum Cmd {
     Bench(bench::Args),
     /// Receive every frame of a capture, write what is transmitted to a pcapng file.
     Replay(replay::Args),
-    /// Serve on the configured interfaces until SIGINT or SIGTERM, then print counters.
+    /// Serve on the configured interfaces until SIGINT or SIGTERM (SIGHUP reloads the
+    /// configuration, SIGUSR1 logs the counters), then print counters.
     Run(run::Args),
     /// Validate a configuration file and explain each error with its key.
     CheckConfig(check_config::Args),
     /// Send a UDP flood on an interface through af_packet (a traffic source for routers).
     Flood(flood::Args),
+    /// Show a running datapath's tables: runtime, errors, ports, routes, neigh, rules,
+    /// sockets, softnet, counters.
+    Show(ctl::Words),
+    /// Clear a running datapath's counters (`clear counters`; `show` counts from then).
+    Clear(ctl::Words),
+    /// Change a running datapath's routes: `route add|replace|del` and an `ip route` line.
+    Route(ctl::Words),
+    /// Change a running datapath's neighbours: `neigh add|replace ADDR lladdr MAC dev IF`,
+    /// `neigh del ADDR dev IF`.
+    Neigh(ctl::Words),
+    /// Change a running datapath's filter rules: `rule add HOOK [index N] KEY VALUE...`
+    /// (the keys of `[[filter.HOOK.rule]]`), `rule del HOOK N`.
+    Rule(ctl::Words),
+    /// Make a running datapath re-read its configuration file (as SIGHUP does): what can
+    /// change live is applied, or the whole reload is refused with the keys and reasons.
+    Reload(ctl::Words),
+    /// Per-stage TSC timing of a running datapath (`timing on|off`; `show runtime`).
+    Timing(ctl::Words),
+    /// Trace packets through a running datapath: `trace add --count N [--port P]
+    /// [--match EXPR]`, `trace show [--pcapng FILE]`, `trace clear`.
+    Trace(ctl::TraceArgs),
+}
+
+/// Logs go to stderr, at the level `-v`/`-q` or `RUST_LOG` asks for.
+fn init_logs(verbose: u8, quiet: bool) {
+    use tracing_subscriber::EnvFilter;
+    let level = match (quiet, verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    init_logs(cli.verbose, cli.quiet);
     let r = match cli.cmd {
         Cmd::Bench(a) => bench::main(&a),
         Cmd::Replay(a) => replay::main(&a),
         Cmd::Run(a) => run::main(&a),
         Cmd::CheckConfig(a) => check_config::main(&a),
         Cmd::Flood(a) => flood::main(&a),
+        Cmd::Show(a) => ctl::main("show", &a),
+        Cmd::Clear(a) => ctl::main("clear", &a),
+        Cmd::Route(a) => ctl::main("route", &a),
+        Cmd::Neigh(a) => ctl::main("neigh", &a),
+        Cmd::Rule(a) => ctl::main("rule", &a),
+        Cmd::Reload(a) => ctl::main("reload", &a),
+        Cmd::Timing(a) => ctl::main("timing", &a),
+        Cmd::Trace(a) => ctl::trace(&a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

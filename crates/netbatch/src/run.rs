@@ -1,11 +1,13 @@
 //! `netbatch run CONFIG`: serve on real interfaces until SIGINT or SIGTERM.
+//!
+//! Logs (what starts, reloads, refusals, faults) go to stderr through `tracing`; the
+//! counters at the stop go to stdout (and to `--stats-json`). SIGHUP reloads the
+//! configuration; SIGUSR1 writes the counters to the log.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use netbatch_runtime::config::Config;
-use netbatch_runtime::run::{self, RunError};
+use netbatch_runtime::run::{self, RunError, RunOptions};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -14,19 +16,31 @@ pub(crate) struct Args {
     /// Also write the counters, as JSON, to this file when stopping.
     #[arg(long)]
     stats_json: Option<PathBuf>,
-    /// Measure TSC cycles per packet in every stage (costs two clock reads per stage call).
+    /// Measure TSC cycles per packet in every stage (costs two clock reads per stage call;
+    /// `netbatch timing on|off` switches it while running).
     #[arg(long)]
     stage_timing: bool,
+    /// Serve the control socket here (default: `[control] socket`, or
+    /// /run/netbatch/<config file stem>.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
 }
 
 pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     let cfg = Config::load_for_run(&a.config).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let opts = RunOptions {
+        stage_timing: a.stage_timing,
+        config_path: a.config.clone(),
+        socket: a.socket.clone(),
+        ..RunOptions::default()
+    };
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone())?;
+        signal_hook::flag::register(sig, opts.stop.clone())?;
     }
-    eprintln!(
-        "netbatch: {} worker(s), {} mode, {} dispatch{}{}",
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, opts.reload.clone())?;
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, opts.dump.clone())?;
+    tracing::info!(
+        "{} worker(s), {} mode, {} dispatch{}{}",
         cfg.workers,
         cfg.mode.name(),
         cfg.dispatch.name(),
@@ -40,33 +54,35 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             format!(", pinned to cores {:?}", cfg.run.cores)
         }
     );
-    let result = run::run(&cfg, &stop, a.stage_timing, |s| {
+    let result = run::run(&cfg, &opts, |s| {
         let feats = if s.features.is_empty() {
             String::new()
         } else {
             format!(", offloads {}", s.features.join(" "))
         };
-        eprintln!(
-            "netbatch: port {} up: {}, received by worker(s) {:?}{feats}",
-            s.port, s.what, s.rx_workers
+        tracing::info!(
+            "port {} up: {}, received by worker(s) {:?}{feats}",
+            s.port,
+            s.what,
+            s.rx_workers
         );
         for q in &s.queues {
-            eprintln!("netbatch:   {q}");
+            tracing::info!("  {q}");
         }
     });
     let stats = match result {
         Ok(r) => {
-            eprintln!("netbatch: stopping");
+            tracing::info!("stopped");
             r.stats
         }
         Err(RunError::Fault(faults, stats)) => {
-            eprint!("{}", run::summary(&stats));
+            print!("{}", run::summary(&stats));
             write_stats(a, &stats)?;
             anyhow::bail!("{}", faults.join("; "));
         }
         Err(e) => return Err(e.into()),
     };
-    eprint!("{}", run::summary(&stats));
+    print!("{}", run::summary(&stats));
     write_stats(a, &stats)
 }
 

@@ -81,7 +81,9 @@ impl Topo {
     }
 
     /// Builds the topology for ports of `kind`.
-    fn new(kind: &str, id: &str, workers: usize) -> Self {
+    /// Namespace `r` and hosts `hosts`, host `hosts[i]` joined to `r` by a veth pair
+    /// whose ends are `nb<tag><a+i>` in the host and `nb<tag>r<i+1>` in `r`, all up.
+    fn hosts(id: &str, hosts: &[&str]) -> Self {
         let tag = format!("{id}{}", std::process::id() % 100_000);
         let dir = std::env::temp_dir().join(format!("netbatch-live-{tag}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -93,35 +95,43 @@ impl Topo {
             log: Default::default(),
         };
         t.remove();
-        for n in ["h1", "h2", "r"] {
+        for n in hosts.iter().chain(&["r"]) {
             assert!(sh(&format!("ip netns add {}", t.ns(n))).status.success());
         }
-        let (h1, h2, r) = (t.ns("h1"), t.ns("h2"), t.ns("r"));
+        let r = t.ns("r");
         let s = &t.tag;
-        let cmds = [
-            format!("ip link add nb{s}a netns {h1} type veth peer name nb{s}r1 netns {r}"),
-            format!("ip link add nb{s}b netns {h2} type veth peer name nb{s}r2 netns {r}"),
-        ];
-        for c in &cmds {
-            let o = sh(c);
+        let quiet = "sysctl -qw net.ipv6.conf.all.disable_ipv6=1; sysctl -qw net.ipv6.conf.default.disable_ipv6=1; ip link set lo up";
+        for (i, h) in hosts.iter().enumerate() {
+            let (end, ns) = ((b'a' + i as u8) as char, t.ns(h));
+            let c = format!(
+                "ip link add nb{s}{end} netns {ns} type veth peer name nb{s}r{} netns {r}",
+                i + 1
+            );
+            let o = sh(&c);
             assert!(
                 o.status.success(),
                 "{c}: {}",
                 String::from_utf8_lossy(&o.stderr)
             );
+            t.must("r", &format!("{quiet}; ip link set nb{s}r{} up", i + 1));
+            t.must(h, &format!("{quiet}; ip link set nb{s}{end} up"));
         }
-        let quiet = "sysctl -qw net.ipv6.conf.all.disable_ipv6=1; sysctl -qw net.ipv6.conf.default.disable_ipv6=1; ip link set lo up";
-        t.must(
-            "r",
-            &format!("{quiet}; ip link set nb{s}r1 up; ip link set nb{s}r2 up"),
-        );
+        t
+    }
+
+    /// Builds the topology for ports of `kind`.
+    fn new(kind: &str, id: &str, workers: usize) -> Self {
+        let t = Self::hosts(id, &["h1", "h2"]);
+        let s = &t.tag;
         t.must(
             "h1",
-            &format!("{quiet}; ip addr add 192.0.2.2/24 dev nb{s}a; ip link set nb{s}a up; ip route add default via 192.0.2.1"),
+            &format!("ip addr add 192.0.2.2/24 dev nb{s}a; ip route add default via 192.0.2.1"),
         );
         t.must(
             "h2",
-            &format!("{quiet}; ip addr add 198.51.100.2/24 dev nb{s}b; ip link set nb{s}b up; ip route add default via 198.51.100.1"),
+            &format!(
+                "ip addr add 198.51.100.2/24 dev nb{s}b; ip route add default via 198.51.100.1"
+            ),
         );
         if kind == "af_xdp" {
             // Frames sent by a kernel with checksum offload on veth carry partial
@@ -131,7 +141,6 @@ impl Topo {
                 t.must(n, &format!("ethtool -K nb{s}{d} tx off >/dev/null"));
             }
         }
-        let _ = &r;
         let rx = format!("{:?}", (0..workers).collect::<Vec<_>>());
         let cfg = format!(
             r#"
@@ -197,19 +206,26 @@ bind = "192.0.2.1:7"
             .arg(self.dir.join("router.toml"))
             .arg("--stats-json")
             .arg(self.dir.join("stats.json"))
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("netbatch starts");
+        // The log (stderr) and the counters printed at the stop (stdout), as they come.
         let err = child.stderr.take().expect("stderr piped");
-        let log = self.log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                if let Ok(mut l) = log.lock() {
-                    l.push(line);
+        let out = child.stdout.take().expect("stdout piped");
+        for stream in [
+            Box::new(err) as Box<dyn std::io::Read + Send>,
+            Box::new(out) as Box<dyn std::io::Read + Send>,
+        ] {
+            let log = self.log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if let Ok(mut l) = log.lock() {
+                        l.push(line);
+                    }
                 }
-            }
-        });
+            });
+        }
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -257,7 +273,7 @@ bind = "192.0.2.1:7"
     }
 
     fn remove(&self) {
-        for n in ["h1", "h2", "r"] {
+        for n in ["h1", "h2", "h3", "r"] {
             let _ = sh(&format!("ip netns del {} 2>/dev/null", self.ns(n)));
         }
     }
@@ -572,4 +588,442 @@ fn af_xdp_router_between_two_hosts() {
 #[test]
 fn af_packet_router_with_two_workers() {
     scenario("af_packet", "w", 2);
+}
+
+/// Operating a running router through its control socket, its metrics endpoint and its
+/// signals, while UDP floods cross it (`netbatch flood`, counted by sockets in the
+/// receiving hosts):
+///
+/// ```text
+///  h1 192.0.2.2 ── r1 [ netbatch ] r2 ── h2 198.51.100.2  (198.18.0.1 on lo)
+///                                  r3 ── h3 203.0.113.2   (198.18.0.1 on lo)
+/// ```
+///
+/// The flood goes to 198.18.0.1 (RFC 2544's benchmarking range), which both h2 and h3
+/// answer for: which host counts a datagram says which next hop netbatch chose.
+#[test]
+fn operating_a_running_router() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        return;
+    }
+    need_tools();
+    let missing: Vec<&str> = ["curl", "tshark", "setpriv"]
+        .into_iter()
+        .filter(|t| !sh(&format!("command -v {t}")).status.success())
+        .collect();
+    assert!(missing.is_empty(), "missing {missing:?}: run scripts/setup");
+    let pyprom = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    assert!(
+        sh(&format!("{pyprom} -c 'import prometheus_client'"))
+            .status
+            .success(),
+        "{pyprom} lacks prometheus_client: run scripts/setup (python3-prometheus-client)"
+    );
+    let mut t = Topo::hosts("o", &["h1", "h2", "h3"]);
+    let s = t.tag.clone();
+    let dir = t.dir.clone();
+    t.must(
+        "h1",
+        &format!("ip addr add 192.0.2.2/24 dev nb{s}a; ip route add default via 192.0.2.1"),
+    );
+    t.must("h2", &format!("ip addr add 198.51.100.2/24 dev nb{s}b; ip route add default via 198.51.100.1; ip addr add 198.18.0.1/32 dev lo"));
+    t.must("h3", &format!("ip addr add 203.0.113.2/24 dev nb{s}c; ip route add default via 203.0.113.1; ip addr add 198.18.0.1/32 dev lo"));
+    let sock = dir.join("ctl.sock");
+    let config = |routes_file: &str, extra: &str| {
+        format!(
+            r#"
+route_files = ["{routes_file}"]
+
+[datapath]
+mode = "list"
+idle_spin_us = 50
+
+[[port]]
+name = "r1"
+kind = "af_packet"
+interface = "nb{s}r1"
+addresses = ["192.0.2.1/24"]
+
+[[port]]
+name = "r2"
+kind = "af_packet"
+interface = "nb{s}r2"
+addresses = ["198.51.100.1/24"]
+
+[[port]]
+name = "r3"
+kind = "af_packet"
+interface = "nb{s}r3"
+addresses = ["203.0.113.1/24"]
+{extra}
+[control]
+socket = "{sock}"
+
+[metrics]
+listen = "127.0.0.1:9433"
+"#,
+            sock = sock.display()
+        )
+    };
+    std::fs::write(dir.join("routes.txt"), "198.18.1.0/24 via 198.51.100.2\n").expect("routes");
+    let echo = |port: u16| format!("\n[[app]]\nkind = \"udp-echo\"\nbind = \"192.0.2.1:{port}\"\n");
+    std::fs::write(dir.join("router.toml"), config("routes.txt", &echo(7))).expect("config");
+    t.start();
+    let bin = env!("CARGO_BIN_EXE_netbatch");
+    let ctl = |args: &str| -> (bool, String) {
+        let o = sh(&format!("{bin} {args} --socket {}", sock.display()));
+        (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    };
+    let ctl_ok = |args: &str| -> String {
+        let (ok, out) = ctl(args);
+        assert!(ok, "netbatch {args}:\n{out}");
+        out
+    };
+    let json = |args: &str| -> serde_json::Value {
+        serde_json::from_str(&ctl_ok(&format!("{args} --json"))).expect("JSON answer")
+    };
+
+    // Sinks in h2 and h3 count the flood's datagrams into files, until told to stop.
+    let sink = |n: &str| {
+        let py = format!(
+            "import os, socket, time\n\
+             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)\n\
+             s.bind(('198.18.0.1', 9))\n\
+             s.settimeout(0.05)\n\
+             out = '{d}/{n}.count'\n\
+             open(out, 'w').write('0')\n\
+             n, last, end = 0, 0.0, time.time() + 120\n\
+             while time.time() < end and not os.path.exists('{d}/stop'):\n\
+             \x20   try:\n\
+             \x20       s.recv(2048)\n\
+             \x20       n += 1\n\
+             \x20   except socket.timeout:\n\
+             \x20       pass\n\
+             \x20   if time.time() - last > 0.05:\n\
+             \x20       open(out + '.tmp', 'w').write(str(n))\n\
+             \x20       os.replace(out + '.tmp', out)\n\
+             \x20       last = time.time()\n",
+            d = dir.display()
+        );
+        std::fs::write(dir.join(format!("{n}.py")), py).expect("sink script");
+        Command::new("ip")
+            .args(["netns", "exec", &t.ns(n), "python3"])
+            .arg(dir.join(format!("{n}.py")))
+            .spawn()
+            .expect("sink")
+    };
+    let mut sinks = [sink("h2"), sink("h3")];
+    let count = |n: &str| -> u64 {
+        std::fs::read_to_string(dir.join(format!("{n}.count")))
+            .ok()
+            .and_then(|x| x.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(dir.join("h2.count").exists() && dir.join("h3.count").exists()) {
+        assert!(Instant::now() < deadline, "sinks did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r1_mac = t
+        .must("r", &format!("cat /sys/class/net/nb{s}r1/address"))
+        .trim()
+        .to_string();
+    let h3_mac = t
+        .must("h3", &format!("cat /sys/class/net/nb{s}c/address"))
+        .trim()
+        .to_string();
+    let ns_h1 = t.ns("h1");
+    let tag = s.clone();
+    let flood = move |seconds: f64| {
+        let s = &tag;
+        let cmd = format!(
+            "ip netns exec {ns_h1} {bin} flood --interface nb{s}a --dst-mac {r1_mac} --src 192.0.2.2 --dst 198.18.0.1 --flows 8 --rate 4000 --seconds {seconds} --json"
+        );
+        std::thread::spawn(move || {
+            let o = sh(&cmd);
+            assert!(
+                o.status.success(),
+                "{cmd}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let v: serde_json::Value =
+                serde_json::from_slice(&o.stdout).expect("flood prints JSON");
+            v["sent"].as_u64().expect("sent")
+        })
+    };
+    // Let the last datagrams land and the sinks write their counts.
+    let settle = || std::thread::sleep(Duration::from_millis(500));
+
+    // 1. No route yet: the flood is dropped as no_route, and `show errors` says so.
+    let sent0 = flood(0.5).join().expect("flood");
+    settle();
+    let errs = json("show errors");
+    let no_route = errs["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .find(|e| e["reason"] == "no_route")
+        .unwrap_or_else(|| panic!("no_route counted: {errs:#}"));
+    // Each datagram is dropped as no_route or answered with a host unreachable (as many
+    // as the ICMP rate limit lets out).
+    let c = json("show counters");
+    let answered: u64 = c["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["host"]["icmp_errors_out"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(
+        no_route["count"].as_u64().unwrap_or(0) + answered,
+        sent0,
+        "{errs:#}"
+    );
+    assert!(
+        ctl_ok("show errors").contains("no route"),
+        "descriptions shown"
+    );
+
+    // 2. A route through h2, and h3 as a static neighbour; then while the flood runs,
+    //    `route replace` moves it to h3: every datagram reaches one of them.
+    ctl_ok("route add 198.18.0.0/24 via 198.51.100.2");
+    ctl_ok(&format!("neigh add 203.0.113.2 lladdr {h3_mac} dev r3"));
+    let running = flood(3.0);
+    std::thread::sleep(Duration::from_millis(1200));
+    let rt = ctl_ok("show runtime");
+    let fwd = rt
+        .lines()
+        .find(|l| l.starts_with("ip4-forward"))
+        .unwrap_or_else(|| panic!("ip4-forward runs:\n{rt}"));
+    assert!(
+        fwd.split_whitespace()
+            .nth(2)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            > 0,
+        "{rt}"
+    );
+    let ports = json("show ports");
+    let r2_tx: u64 = ports["ports"][1]["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .map(|q| q["tx_packets"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(r2_tx > 0 && ports["ports"][1]["link"] == "up", "{ports:#}");
+    assert!(
+        ctl_ok("show routes").contains("198.18.0.0/24 via 198.51.100.2 dev r2"),
+        "the live route is shown"
+    );
+    let neigh = ctl_ok("show neigh");
+    assert!(
+        neigh.contains("198.51.100.2 dev r2 lladdr")
+            && neigh.contains(&format!("203.0.113.2 dev r3 lladdr {h3_mac} PERMANENT")),
+        "{neigh}"
+    );
+    let h2_before = count("h2");
+    ctl_ok("route replace 198.18.0.0/24 via 203.0.113.2");
+    let sent1 = running.join().expect("flood");
+    settle();
+    let (h2, h3) = (count("h2"), count("h3"));
+    assert!(
+        h2 > h2_before && h2_before > 0 && h3 > 0,
+        "both next hops carried part: h2 {h2} h3 {h3}"
+    );
+    assert_eq!(
+        h2 + h3,
+        sent1,
+        "no datagram lost across the route replace: h2 {h2} + h3 {h3} of {sent1}"
+    );
+
+    // 3. A rule blocks the flood's port at once.
+    ctl_ok("rule add forward proto udp dport 9 action drop");
+    let sent2 = flood(0.5).join().expect("flood");
+    settle();
+    assert_eq!(
+        (count("h2"), count("h3")),
+        (h2, h3),
+        "nothing crosses the rule"
+    );
+    let rules = json("show rules");
+    assert_eq!(rules["hooks"][0]["rules"][0]["hits"], sent2, "{rules:#}");
+    ctl_ok("rule del forward 0");
+
+    // 4. Reload: a changed route file is applied; a broken configuration is refused and
+    //    changes nothing.
+    let routes_before = ctl_ok("show routes");
+    assert!(
+        routes_before.contains("198.18.1.0/24 via 198.51.100.2 dev r2"),
+        "{routes_before}"
+    );
+    std::fs::write(
+        dir.join("routes.txt"),
+        "198.18.1.0/24 via 203.0.113.2\nblackhole 198.18.2.0/24\n",
+    )
+    .expect("routes");
+    ctl_ok("reload");
+    let routes = ctl_ok("show routes");
+    assert!(
+        routes.contains("198.18.1.0/24 via 203.0.113.2 dev r3")
+            && routes.contains("blackhole 198.18.2.0/24"),
+        "{routes}"
+    );
+    // The live route added by hand is not in the file: the reload removed it.
+    assert!(!routes.contains("198.18.0.0/24"), "{routes}");
+    // Applications change live: the echo moves from port 7 to port 8.
+    assert_eq!(udp_echo_client(&t, "h1", "192.0.2.1", 7, 3), 3);
+    std::fs::write(dir.join("router.toml"), config("routes.txt", &echo(8))).expect("config");
+    assert!(ctl_ok("reload").contains("application"), "apps restarted");
+    assert_eq!(udp_echo_client(&t, "h1", "192.0.2.1", 8, 3), 3);
+    assert_eq!(udp_echo_client(&t, "h1", "192.0.2.1", 7, 1), 0);
+    assert!(ctl_ok("show sockets").contains("192.0.2.1:8"));
+    std::fs::write(
+        dir.join("router.toml"),
+        config("routes.txt", "\n[[port]]\nname = \"r4\"\nkind = \"af_packet\"\ninterface = \"lo\"\naddresses = [\"192.0.2.77/99\"]\n"),
+    )
+    .expect("broken config");
+    let (ok, why) = ctl("reload");
+    assert!(
+        !ok && why.contains("port[3].addresses[0]") && why.contains("nothing changed"),
+        "{why}"
+    );
+    assert_eq!(
+        ctl_ok("show routes"),
+        routes,
+        "a refused reload changes nothing"
+    );
+    std::fs::write(dir.join("router.toml"), config("routes.txt", &echo(8))).expect("config");
+    // SIGHUP reloads as `reload` does; SIGUSR1 writes the counters to the log.
+    std::fs::write(dir.join("routes.txt"), "198.18.1.0/24 via 198.51.100.2\n").expect("routes");
+    let pid = t.child.as_ref().expect("running").id();
+    sh(&format!("kill -HUP {pid}"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !ctl_ok("show routes").contains("198.18.1.0/24 via 198.51.100.2 dev r2") {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP reloaded:\n{}",
+            t.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sh(&format!("kill -USR1 {pid}"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !t.log_text().contains("SIGUSR1: counters") {
+        assert!(
+            Instant::now() < deadline,
+            "SIGUSR1 logged the counters:\n{}",
+            t.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // 5. Trace a ping: the stages it took, and the pcapng with the paths as comments.
+    ctl_ok("trace add --count 4 --match 'proto icmp'");
+    t.must("h1", "ping -c 1 -W 2 192.0.2.1");
+    let pcap = dir.join("trace.pcapng");
+    let tr = ctl_ok(&format!("trace show --pcapng {}", pcap.display()));
+    eprintln!("netbatch show runtime (during the flood):\n{rt}\nnetbatch trace show:\n{tr}");
+    for stage in [
+        "eth-input",
+        "ip4-input",
+        "ip4-route",
+        "ip4-local",
+        "icmp-input",
+    ] {
+        assert!(tr.contains(stage), "the ping's path has {stage}:\n{tr}");
+    }
+    let comments = sh(&format!(
+        "tshark -r {} -T fields -e frame.comment",
+        pcap.display()
+    ));
+    let text = String::from_utf8_lossy(&comments.stdout);
+    assert!(
+        comments.status.success() && text.contains("ip4-input"),
+        "tshark reads the comments: {text}{}",
+        String::from_utf8_lossy(&comments.stderr)
+    );
+
+    // 6. /metrics parses as Prometheus text (the Prometheus project's own parser) and
+    //    agrees with `show ports`, read just before and after.
+    let before = json("show ports");
+    let scrape = t.must("r", "curl -sf http://127.0.0.1:9433/metrics");
+    let after = json("show ports");
+    std::fs::write(dir.join("metrics.txt"), &scrape).expect("scrape");
+    let parsed = sh(&format!(
+        "{pyprom} -c \"import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as p\nt=0\nfor f in p(open('{}').read()):\n  for s in f.samples:\n    if s.name=='netbatch_port_rx_packets_total' and s.labels.get('port')=='r1': t+=s.value\nprint(int(t))\"",
+        dir.join("metrics.txt").display()
+    ));
+    assert!(
+        parsed.status.success(),
+        "the scrape parses: {}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+    let scraped: u64 = String::from_utf8_lossy(&parsed.stdout)
+        .trim()
+        .parse()
+        .expect("a number");
+    let r1_rx = |v: &serde_json::Value| -> u64 {
+        v["ports"][0]["queues"]
+            .as_array()
+            .expect("queues")
+            .iter()
+            .map(|q| q["rx_packets"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    assert!(
+        r1_rx(&before) <= scraped && scraped <= r1_rx(&after) && scraped >= sent0 + sent1 + sent2,
+        "show {} .. {} against /metrics {scraped}",
+        r1_rx(&before),
+        r1_rx(&after)
+    );
+
+    // 7. Someone else is refused: the kernel at connect (mode 0600), and the CLI says so.
+    let mode = sh(&format!("stat -c %a {}", sock.display()));
+    assert_eq!(String::from_utf8_lossy(&mode.stdout).trim(), "600");
+    let copy = dir.join("netbatch-cli");
+    std::fs::copy(bin, &copy).expect("copy of the binary");
+    let o = sh(&format!(
+        "setpriv --reuid=65534 --regid=65534 --clear-groups {} show runtime --socket {}",
+        copy.display(),
+        sock.display()
+    ));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("permission denied"),
+        "{err}"
+    );
+
+    // 8. `clear counters`: show counts from then on; the final counters still add up.
+    ctl_ok("clear counters");
+    let cleared = json("show errors");
+    assert!(
+        cleared["errors"].as_array().is_some_and(Vec::is_empty),
+        "{cleared:#}"
+    );
+    std::fs::write(dir.join("stop"), "").expect("stop sinks");
+    for s in &mut sinks {
+        let _ = s.wait();
+    }
+    let stats = t.stop();
+    assert_eq!(
+        total(&stats, "rx_packets") + total(&stats, "originated_packets"),
+        total(&stats, "tx_packets")
+            + total(&stats, "delivered_packets")
+            + total(&stats, "dropped_packets")
+            + total(&stats, "held_packets"),
+        "{stats:#}"
+    );
+    assert!(!sock.exists(), "the socket is removed at the stop");
 }

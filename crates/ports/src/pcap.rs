@@ -28,6 +28,11 @@
 //! order, then transmit order. Frames arrive with non-decreasing timestamps, so only one
 //! timestamp's frames are held back, and beyond a threshold those wait in an anonymous
 //! temporary file beside the output, not in memory.
+//!
+//! Traced frames ([`write_traced`], for `trace show --pcapng`) are written as given, one
+//! interface per port, each frame with its original length and its path through the
+//! stages as the packet's comment (pcapng `opt_comment`, which Wireshark shows as
+//! `frame.comment`).
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -37,7 +42,7 @@ use std::time::Duration;
 
 use pcap_file::DataLink;
 use pcap_file::pcapng::PcapNgWriter;
-use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
 use pcap_file::pcapng::blocks::interface_description::{
     InterfaceDescriptionBlock, InterfaceDescriptionOption,
 };
@@ -813,19 +818,7 @@ impl TxWriter {
     pub fn create(path: &Path, ports: &[String]) -> Result<Self, PcapError> {
         let name = path.display().to_string();
         let err = |e: &dyn core::fmt::Display| PcapError(format!("{name}: {e}"));
-        let f = BufWriter::with_capacity(1 << 16, File::create(path).map_err(|e| err(&e))?);
-        let mut w = PcapNgWriter::new(f).map_err(|e| err(&e))?;
-        for p in ports {
-            let idb = InterfaceDescriptionBlock {
-                linktype: DataLink::ETHERNET,
-                snaplen: 0,
-                options: vec![
-                    InterfaceDescriptionOption::IfName(Cow::Owned(p.clone())),
-                    InterfaceDescriptionOption::IfTsResol(9),
-                ],
-            };
-            w.write_pcapng_block(idb).map_err(|e| err(&e))?;
-        }
+        let w = create_pcapng(path, ports).map_err(|e| err(&e))?;
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
@@ -969,6 +962,84 @@ impl TxWriter {
         self.w.get_mut().flush().map_err(|e| self.err(&e))?;
         Ok(self.written)
     }
+}
+
+/// Creates a pcapng file at `path` with one Ethernet interface per name in `ports`
+/// (nanosecond timestamps).
+fn create_pcapng(
+    path: &Path,
+    ports: &[String],
+) -> Result<PcapNgWriter<BufWriter<File>>, Box<dyn std::error::Error>> {
+    let f = BufWriter::with_capacity(1 << 16, File::create(path)?);
+    let mut w = PcapNgWriter::new(f)?;
+    for p in ports {
+        let idb = InterfaceDescriptionBlock {
+            linktype: DataLink::ETHERNET,
+            snaplen: 0,
+            options: vec![
+                InterfaceDescriptionOption::IfName(Cow::Owned(p.clone())),
+                InterfaceDescriptionOption::IfTsResol(9),
+            ],
+        };
+        w.write_pcapng_block(idb)?;
+    }
+    Ok(w)
+}
+
+/// A traced frame as received, with the text of its path through the stages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracedFrame {
+    /// The port it arrived on (an index into the names given to [`write_traced`]).
+    pub port: u16,
+    /// When, nanoseconds since the epoch.
+    pub ts_ns: u64,
+    /// The bytes kept (from the Ethernet header; possibly cut to a snap length).
+    pub data: Vec<u8>,
+    /// Its length on the wire (at least `data.len()`).
+    pub orig_len: u32,
+    /// The packet's comment (`opt_comment`): its path; none when empty.
+    pub comment: String,
+}
+
+/// Writes traced frames as pcapng, in the order given: one interface per port name
+/// (nanosecond timestamps), each frame an enhanced packet block with its original
+/// length and its comment. Returns the frames written.
+pub fn write_traced(
+    path: &Path,
+    ports: &[String],
+    frames: &[TracedFrame],
+) -> Result<u64, PcapError> {
+    let err = |e: &dyn core::fmt::Display| PcapError(format!("{}: {e}", path.display()));
+    if let Some((i, f)) = frames
+        .iter()
+        .enumerate()
+        .find(|(_, f)| usize::from(f.port) >= ports.len())
+    {
+        return Err(err(&format!(
+            "frame {} is from port {}, but {} port name(s) were given",
+            i + 1,
+            f.port,
+            ports.len()
+        )));
+    }
+    let mut w = create_pcapng(path, ports).map_err(|e| err(&e))?;
+    for f in frames {
+        let options = if f.comment.is_empty() {
+            vec![]
+        } else {
+            vec![EnhancedPacketOption::Comment(Cow::Borrowed(&f.comment))]
+        };
+        let epb = EnhancedPacketBlock {
+            interface_id: u32::from(f.port),
+            timestamp: Duration::from_nanos(f.ts_ns),
+            original_len: f.orig_len.max(f.data.len() as u32),
+            data: Cow::Borrowed(&f.data),
+            options,
+        };
+        w.write_pcapng_block(epb).map_err(|e| err(&e))?;
+    }
+    w.get_mut().flush().map_err(|e| err(&e))?;
+    Ok(frames.len() as u64)
 }
 
 /// Writes frames transmitted on several ports as pcapng: one interface per port (named
@@ -1584,5 +1655,135 @@ mod tests {
             vec![(5, 1), (7, 2), (9, 3)]
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Traced frames come back as written: frames, timestamps and lengths through our
+    /// reader, interface names and per-packet comments through pcap-file's, and, when
+    /// tshark is installed, through Wireshark's reading of the comments.
+    #[test]
+    fn traced_frames_carry_their_comments() {
+        use pcap_file::pcapng::{Block, PcapNgReader};
+        let dir = std::env::temp_dir().join(format!("netbatch-traced-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("trace.pcapng");
+        let ports = vec!["eth0".to_string(), "eth1".to_string()];
+        let tf = |port, ts_ns, data: Vec<u8>, orig_len, comment: &str| TracedFrame {
+            port,
+            ts_ns,
+            data,
+            orig_len,
+            comment: comment.into(),
+        };
+        let frames = vec![
+            tf(
+                1,
+                1_714_521_600_000_000_001,
+                frame(1, 60),
+                60,
+                "eth-input: a -> ip4-input\nip4-input: b drop x",
+            ),
+            tf(
+                0,
+                1_714_521_600_000_000_500,
+                frame(2, 64),
+                98,
+                "eth-input: c -> ip4-input",
+            ),
+            tf(1, 1_714_521_600_000_001_000, frame(3, 60), 60, ""),
+        ];
+        assert_eq!(write_traced(&path, &ports, &frames).unwrap(), 3);
+
+        let mut r = CaptureReader::open(&path).unwrap();
+        let mut back = Vec::new();
+        while let Some(f) = r.next_frame().unwrap() {
+            back.push(f);
+        }
+        assert_eq!(back.len(), 3);
+        for (b, f) in back.iter().zip(&frames) {
+            assert_eq!((b.ts_ns, &b.bytes), (f.ts_ns, &f.data));
+        }
+        assert_eq!(r.stats().truncated, 1, "the frame kept shorter than it was");
+
+        let mut ng = PcapNgReader::new(File::open(&path).unwrap()).unwrap();
+        let mut got = Vec::new();
+        while let Some(b) = ng.next_block() {
+            if let Block::EnhancedPacket(e) = b.unwrap() {
+                let comments: Vec<String> = e
+                    .options
+                    .iter()
+                    .filter_map(|o| match o {
+                        EnhancedPacketOption::Comment(c) => Some(c.to_string()),
+                        _ => None,
+                    })
+                    .collect();
+                got.push((e.interface_id, e.original_len, comments));
+            }
+        }
+        let names: Vec<String> = ng
+            .interfaces()
+            .iter()
+            .map(|i| {
+                i.options
+                    .iter()
+                    .find_map(|o| match o {
+                        InterfaceDescriptionOption::IfName(n) => Some(n.to_string()),
+                        _ => None,
+                    })
+                    .unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(names, ports);
+        assert_eq!(
+            got,
+            [
+                (1, 60, vec![frames[0].comment.clone()]),
+                (0, 98, vec![frames[1].comment.clone()]),
+                (1, 60, vec![]),
+            ]
+        );
+
+        // A frame of a port with no name is refused before anything is written.
+        let bad = [tf(2, 0, frame(4, 60), 60, "")];
+        let e = write_traced(&dir.join("bad.pcapng"), &ports, &bad).unwrap_err();
+        assert!(
+            e.0.ends_with("frame 1 is from port 2, but 2 port name(s) were given"),
+            "{e}"
+        );
+
+        tshark_reads_the_comments(&path, &frames);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Wireshark's reading of the comments (`frame.comment`, tshark 3.6 and later; older
+    /// versions call it `pkt_comment`), one line per frame, multi-line comments with
+    /// their line breaks escaped as `\n`.
+    fn tshark_reads_the_comments(path: &Path, frames: &[TracedFrame]) {
+        let run = |field: &str| {
+            std::process::Command::new("tshark")
+                .args(["-r"])
+                .arg(path)
+                .args(["-T", "fields", "-e", field])
+                .output()
+        };
+        let out = match run("frame.comment") {
+            Err(e) => {
+                println!("skipped the tshark check: tshark cannot be run ({e})");
+                return;
+            }
+            Ok(o) if o.status.success() => o,
+            Ok(_) => run("pkt_comment").expect("tshark"),
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let want: Vec<String> = frames
+            .iter()
+            .map(|f| f.comment.replace('\n', "\\n"))
+            .collect();
+        assert_eq!(lines, want, "tshark's comments");
     }
 }

@@ -181,6 +181,38 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// The credentials of the process at the other end of a connected Unix socket, as the
+/// kernel recorded them when it connected (`SO_PEERCRED`): pid, uid, gid.
+pub fn peer_cred(fd: RawFd) -> io::Result<(i32, u32, u32)> {
+    let mut c = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `c` is a writable ucred and `len` holds its size; the kernel writes at most
+    // `len` bytes and updates `len`. A bad descriptor is an error return, not UB.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut c).cast(),
+            &raw mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((c.pid, c.uid, c.gid))
+}
+
 /// The index of interface `name`.
 pub fn ifindex(name: &str) -> Option<u32> {
     let c = CString::new(name).ok()?;

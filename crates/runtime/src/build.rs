@@ -180,6 +180,15 @@ impl<'a> Builder<'a> {
         )?)
     }
 
+    /// A worker's graph for the configuration (what a live change of rules swaps in).
+    pub fn graph(&self) -> Result<netbatch_engine::Graph<Host>, BuildError> {
+        Ok(build_graph(
+            &self.graph_options(),
+            &self.names(),
+            self.cfg.dispatch,
+        )?)
+    }
+
     /// The graph options: the configured hooks and hand-offs, the GRO stage when some
     /// port does GRO.
     pub(crate) fn graph_options(&self) -> GraphOptions {
@@ -214,7 +223,7 @@ fn setups(cfg: &Config) -> Vec<PortSetup> {
 /// The applications of worker `worker` (every application when `worker` is the only
 /// one: pass `None` for `fabric`), their sockets bound in the shared table. With RPS and
 /// RFS, the sinks record the flows they read for RFS.
-fn apps_for(
+pub(crate) fn apps_for(
     cfg: &Config,
     sockets: &netbatch_stack::udp::socket::Sockets,
     worker: usize,

@@ -12,11 +12,17 @@
 //!
 //! A port that stops working (its interface went away) stops the datapath: its worker
 //! records the port's fault, which [`Datapath::faults`] reports, and raises the stop flag.
+//!
+//! The control plane reaches a running worker only through its mailbox ([`Remote`]): a
+//! job (a closure over the worker) waits there until the worker's loop is between rounds,
+//! where no packet is inside the graph; the worker tests one flag per loop and never
+//! waits for the control plane. That is how counters are read, tables switched and
+//! traces armed while traffic flows.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::rps::Fabric;
 use crate::worker::Worker;
@@ -46,6 +52,115 @@ pub struct Datapath {
     stop: Arc<AtomicBool>,
     faults: Arc<Mutex<Vec<String>>>,
     threads: Vec<JoinHandle<Worker>>,
+    remote: Remote,
+}
+
+/// A job for a worker, run between two of its rounds.
+type Job = Box<dyn FnOnce(&mut Worker) + Send>;
+
+/// One worker's mailbox: jobs wait here; the flag tells the worker there are some.
+#[derive(Default)]
+struct Mailbox {
+    pending: AtomicBool,
+    jobs: Mutex<Vec<Job>>,
+}
+
+impl Mailbox {
+    /// Runs what waits (the worker's side: one relaxed load when nothing does).
+    #[inline]
+    fn serve(&self, w: &mut Worker) {
+        if !self.pending.load(Ordering::Acquire) {
+            return;
+        }
+        self.pending.store(false, Ordering::Release);
+        let jobs = match self.jobs.lock() {
+            Ok(mut j) => std::mem::take(&mut *j),
+            Err(_) => return,
+        };
+        for job in jobs {
+            job(w);
+        }
+    }
+}
+
+/// Why a job did not give its answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RemoteError {
+    /// The worker did not reach the end of a round in time.
+    #[error("worker {0} did not answer within {1:?}")]
+    Timeout(usize, Duration),
+    /// The worker stopped before running the job.
+    #[error("worker {0} has stopped")]
+    Stopped(usize),
+}
+
+/// The control plane's handle on running workers: posts jobs to their mailboxes and
+/// collects the answers. Cheap to clone; usable from any thread.
+#[derive(Clone)]
+pub struct Remote {
+    boxes: Arc<Vec<Mailbox>>,
+    fabric: Arc<Fabric>,
+}
+
+impl core::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Remote")
+            .field("workers", &self.boxes.len())
+            .finish()
+    }
+}
+
+/// How long a worker may take to reach the end of its round (a round is capped at a
+/// few milliseconds; a sleeping worker is kicked).
+pub const REMOTE_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Remote {
+    /// Workers reached.
+    pub fn workers(&self) -> usize {
+        self.boxes.len()
+    }
+
+    /// The fabric that joins the workers.
+    pub fn fabric(&self) -> &Arc<Fabric> {
+        &self.fabric
+    }
+
+    /// Runs `f` on every worker between two of its rounds and returns the answers in
+    /// worker order. Each worker runs it at its own round boundary (the workers are not
+    /// stopped together).
+    pub fn on_each<T: Send + 'static>(
+        &self,
+        f: impl Fn(usize, &mut Worker) -> T + Send + Sync + 'static,
+    ) -> Result<Vec<T>, RemoteError> {
+        let f = Arc::new(f);
+        let mut rxs = Vec::with_capacity(self.boxes.len());
+        for (i, b) in self.boxes.iter().enumerate() {
+            let (tx, rx) = mpsc::sync_channel(1);
+            let f = f.clone();
+            let job: Job = Box::new(move |w| {
+                let _ = tx.send(f(i, w));
+            });
+            if let Ok(mut j) = b.jobs.lock() {
+                j.push(job);
+            }
+            b.pending.store(true, Ordering::Release);
+            rxs.push(rx);
+        }
+        self.fabric.wake_all();
+        let deadline = Instant::now() + REMOTE_TIMEOUT;
+        let mut out = Vec::with_capacity(rxs.len());
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(v) => out.push(v),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    return Err(RemoteError::Timeout(i, REMOTE_TIMEOUT));
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(RemoteError::Stopped(i)),
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Why the datapath could not start.
@@ -89,10 +204,15 @@ impl Datapath {
         stop.store(false, Ordering::SeqCst);
         let mut threads = Vec::with_capacity(n);
         let faults = Arc::new(Mutex::new(Vec::new()));
+        let remote = Remote {
+            boxes: Arc::new((0..n).map(|_| Mailbox::default()).collect()),
+            fabric: fabric.clone(),
+        };
         for (i, w) in workers.into_iter().enumerate() {
             let core = params.cores.get(i).copied();
             let (fabric, barrier, stop) = (fabric.clone(), barrier.clone(), stop.clone());
             let faults = faults.clone();
+            let boxes = remote.boxes.clone();
             let spin = params.idle_spin_ns;
             let t = std::thread::Builder::new()
                 .name(format!("netbatch-w{i}"))
@@ -108,7 +228,8 @@ impl Datapath {
                         stop.store(true, Ordering::SeqCst);
                         fabric.wake_all();
                     }
-                    run_worker(w, i, &fabric, &barrier, &stop, spin, &faults)
+                    let mailbox = &boxes[i];
+                    run_worker(w, i, &fabric, &barrier, &stop, spin, &faults, mailbox)
                 })
                 .map_err(|e| StartError::Spawn(i, e))?;
             threads.push(t);
@@ -118,7 +239,13 @@ impl Datapath {
             stop,
             faults,
             threads,
+            remote,
         })
+    }
+
+    /// The control plane's handle on the workers.
+    pub fn remote(&self) -> Remote {
+        self.remote.clone()
     }
 
     /// Faults of ports that stopped working (each names its port), in the order seen.
@@ -163,6 +290,7 @@ fn run_worker(
     stop: &AtomicBool,
     spin_ns: u64,
     faults: &Mutex<Vec<String>>,
+    mailbox: &Mailbox,
 ) -> Worker {
     fabric.register_thread(me);
     // A worker that receives from kernel-backed ports sleeps on their descriptors, so a
@@ -185,7 +313,10 @@ fn run_worker(
     let waker = fds.last().copied();
     let mut idle_since: Option<u64> = None;
     let mut next_check = 0;
+    let mut last = netbatch_engine::time::mono_ns();
     while !stop.load(Ordering::Relaxed) {
+        // Between rounds: nothing is inside the graph.
+        mailbox.serve(&mut w);
         let now = netbatch_engine::time::mono_ns();
         if now >= next_check {
             next_check = now + FAULT_CHECK_NS;
@@ -204,10 +335,18 @@ fn run_worker(
                 break;
             }
         }
-        if w.poll(now) > 0 {
+        // Busy and idle time (`show runtime`'s idle share): what each loop took since
+        // the last, by whether its round found work.
+        let work = w.poll(now);
+        let after = netbatch_engine::time::mono_ns();
+        let took = after.saturating_sub(last);
+        last = after;
+        if work > 0 {
+            w.stats.busy_ns += took;
             idle_since = None;
             continue;
         }
+        w.stats.idle_ns += took;
         let since = *idle_since.get_or_insert(now);
         if now.saturating_sub(since) < spin_ns {
             std::hint::spin_loop();
@@ -222,7 +361,14 @@ fn run_worker(
                 None => std::thread::park_timeout(Duration::from_millis(1)),
             }
             fabric.park_end(me);
+            let woke = netbatch_engine::time::mono_ns();
+            w.stats.idle_ns += woke.saturating_sub(last);
+            last = woke;
         }
+    }
+    // Jobs that will not run are dropped: their askers learn at once that it stopped.
+    if let Ok(mut j) = mailbox.jobs.lock() {
+        j.clear();
     }
     // Nobody receives any more; what is in flight to this worker is processed.
     barrier.wait();

@@ -5,8 +5,10 @@
 pub mod apps;
 pub mod build;
 pub mod config;
+pub mod control;
 pub mod datapath;
 pub mod latency;
+pub mod metrics;
 pub mod replay;
 pub mod rps;
 pub mod run;

@@ -228,6 +228,7 @@ pub fn stats(w: &Worker) -> Value {
                 "name": s.name,
                 "packets": s.packets,
                 "calls": s.calls,
+                "cycles": s.cycles,
                 "packets_per_call": s.packets_per_call(),
                 "cycles_per_packet": s.cycles_per_packet(),
                 "drops": s.drops.iter().map(|(r, n)| (r.name().to_string(), json!(n))).collect::<Map<_, _>>(),
@@ -277,6 +278,8 @@ fn softnet(w: &Worker) -> Value {
     m.insert("rounds".into(), json!(w.stats.rounds));
     m.insert("processed".into(), json!(w.stats.processed));
     m.insert("time_squeeze".into(), json!(w.stats.time_squeeze));
+    m.insert("busy_ns".into(), json!(w.stats.busy_ns));
+    m.insert("idle_ns".into(), json!(w.stats.idle_ns));
     if let Some(st) = &w.steer {
         let s = st.stats;
         for (k, v) in [

@@ -2,10 +2,14 @@
 //!
 //! Opens every configured port's queue for every worker (a port that cannot be opened
 //! stops the start with an error naming it, and what was opened is closed again), builds
-//! and starts the workers, serves until the stop flag is raised (a signal) or a port
+//! and starts the workers, serves the control socket (`[control]`) and the metrics
+//! endpoint (`[metrics]`), serves until the stop flag is raised (a signal) or a port
 //! fails, then stops the workers, frees what they held and reports the counters: per
-//! worker and summed. Every buffer must be back in the pool at the end.
+//! worker and summed. Every buffer must be back in the pool at the end. While serving,
+//! the reload flag (SIGHUP) re-reads the configuration as `netbatch reload` does, and the
+//! dump flag (SIGUSR1) writes the counters to the log.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,6 +21,7 @@ use serde_json::{Map, Value, json};
 
 use crate::build::{self, BuildError};
 use crate::config::{Config, PortKind};
+use crate::control::Control;
 use crate::datapath::{Datapath, StartError};
 
 /// Why `run` failed.
@@ -40,6 +45,27 @@ pub enum RunError {
     /// Buffers were not all back in the pool after the stop (a bug).
     #[error("{0} packet buffers were not returned to the pool")]
     Leak(usize),
+    /// The control socket or the metrics endpoint could not be served.
+    #[error("{0}")]
+    Control(String),
+}
+
+/// How `run` is steered from outside: flags signal handlers raise, and where the
+/// configuration came from (for reloads and the control socket's default name).
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Raised to stop (SIGINT, SIGTERM).
+    pub stop: Arc<AtomicBool>,
+    /// Raised to reload the configuration (SIGHUP); lowered when done.
+    pub reload: Arc<AtomicBool>,
+    /// Raised to write the counters to the log (SIGUSR1); lowered when done.
+    pub dump: Arc<AtomicBool>,
+    /// Per-stage TSC timing from the start (two clock reads per stage call).
+    pub stage_timing: bool,
+    /// The configuration file.
+    pub config_path: PathBuf,
+    /// The control socket's path, overriding the configuration's.
+    pub socket: Option<PathBuf>,
 }
 
 /// A started port, for the log.
@@ -100,15 +126,14 @@ pub struct RunReport {
     pub stats: Value,
 }
 
-/// Runs `cfg` until `stop` is raised or a port fails, with per-stage TSC timing when
-/// `stage_timing` (two clock reads per stage call). `started` is told about each port once
-/// everything is up.
+/// Runs `cfg` until `opts.stop` is raised or a port fails (see [`RunOptions`]).
+/// `started` is told about each port once everything is up.
 pub fn run(
     cfg: &Config,
-    stop: &Arc<AtomicBool>,
-    stage_timing: bool,
+    opts: &RunOptions,
     mut started: impl FnMut(&Started),
 ) -> Result<RunReport, RunError> {
+    let stop = &opts.stop;
     let pool = Pool::new(cfg.pool).map_err(BuildError::from)?;
     let opened = open_ports(cfg, &pool)?;
     let infos: Vec<Started> = cfg
@@ -136,16 +161,51 @@ pub fn run(
             .unwrap_or_else(|| unreachable!("one queue per worker was opened"))
     })?;
     for w in &mut workers {
-        w.graph.set_timing(stage_timing);
+        w.graph.set_timing(opts.stage_timing);
     }
+    let routes = workers[0].host.routes.clone();
     let dp = Datapath::start(workers, fabric, &cfg.run)?;
+    let dp_stop = dp.stop_flag();
+    let control = Arc::new(Control::new(
+        dp.remote(),
+        cfg.clone(),
+        &opts.config_path,
+        routes,
+    ));
+    let served = match serve(cfg, opts, &control) {
+        Ok(s) => s,
+        Err(e) => {
+            dp_stop.store(true, Ordering::SeqCst);
+            let mut workers = dp.stop();
+            for w in &mut workers {
+                w.shutdown();
+            }
+            return Err(e);
+        }
+    };
     for s in &infos {
         started(s);
     }
-    let dp_stop = dp.stop_flag();
     while !stop.load(Ordering::Relaxed) && !dp.stopping() {
         std::thread::sleep(Duration::from_millis(50));
+        if opts.reload.swap(false, Ordering::SeqCst) {
+            tracing::info!(target: "netbatch::run", "SIGHUP: reloading {}", opts.config_path.display());
+            // The reload logs what it applied or why it refused.
+            let _ = control.reload();
+        }
+        if opts.dump.swap(false, Ordering::SeqCst) {
+            match control.counters() {
+                Ok(c) => {
+                    tracing::info!(target: "netbatch::run", "SIGUSR1: counters\n{}", summary(&c).trim_end())
+                }
+                Err(e) => {
+                    tracing::warn!(target: "netbatch::run", "SIGUSR1: counters unavailable: {e}")
+                }
+            }
+        }
     }
+    // The control plane goes first: nothing may wait on a worker that stops.
+    drop(served);
     dp_stop.store(true, Ordering::SeqCst);
     let faults = dp.faults();
     let mut workers = dp.stop();
@@ -164,13 +224,63 @@ pub fn run(
     Ok(RunReport { stats })
 }
 
+/// What serves the control plane while the datapath runs; dropping it stops them.
+struct Served {
+    _socket: Option<crate::control::server::Server>,
+    _metrics: Option<crate::metrics::MetricsServer>,
+}
+
+/// Starts the control socket (unless `[control] enabled = false`) and the metrics
+/// endpoint (`[metrics] listen`).
+fn serve(cfg: &Config, opts: &RunOptions, control: &Arc<Control>) -> Result<Served, RunError> {
+    let socket = if cfg.control.enabled {
+        let path = opts
+            .socket
+            .clone()
+            .unwrap_or_else(|| cfg.control.socket_path(&opts.config_path));
+        let s = crate::control::server::Server::start(
+            control.clone(),
+            &path,
+            cfg.control.group.as_ref().map(|g| g.1),
+        )
+        .map_err(|e| RunError::Control(e.to_string()))?;
+        tracing::info!(target: "netbatch::run", "control socket {}", path.display());
+        Some(s)
+    } else {
+        None
+    };
+    let metrics = match cfg.control.metrics {
+        Some(addr) => {
+            let c = control.clone();
+            let source: crate::metrics::Source = Arc::new(move || {
+                let stats = c.counters()?;
+                let tables: Vec<crate::metrics::TableGauge> = c
+                    .tables()
+                    .into_iter()
+                    .map(|(name, help, value)| crate::metrics::TableGauge::new(name, help, value))
+                    .collect();
+                crate::metrics::encode(&stats, &tables).map_err(|e| e.to_string())
+            });
+            let m = crate::metrics::MetricsServer::start(addr, source)
+                .map_err(|e| RunError::Control(format!("metrics.listen {addr}: {e}")))?;
+            tracing::info!(target: "netbatch::run", "metrics at http://{}/metrics", m.local_addr());
+            Some(m)
+        }
+        None => None,
+    };
+    Ok(Served {
+        _socket: socket,
+        _metrics: metrics,
+    })
+}
+
 /// The counters of stopped workers: each worker's stats document and their sums.
 pub fn report(workers: &[crate::Worker]) -> Value {
     summed(workers.iter().map(crate::replay::stats).collect())
 }
 
 /// Each worker's stats document (`per`) and their sums.
-fn summed(per: Vec<Value>) -> Value {
+pub(crate) fn summed(per: Vec<Value>) -> Value {
     let mut totals = Map::new();
     for k in [
         "rx_packets",

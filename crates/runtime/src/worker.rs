@@ -37,6 +37,8 @@ netbatch_engine::reasons! {
     /// Why the worker itself drops a packet.
     pub mod reason {
         SHUTDOWN = "shutdown": "still queued when the datapath stopped",
+        NEIGH_DELETED = "neigh_deleted": "waited for a neighbour entry that was deleted (neigh del)",
+        SOCKET_CLOSED = "socket_closed": "queued on a socket its application closed (apps reloaded)",
     }
 }
 
@@ -74,6 +76,10 @@ pub struct WorkerStats {
     /// Frames run through this worker's graph: received and kept here, taken from its
     /// backlog, or injected. A frame handed to another worker counts there, not here.
     pub processed: u64,
+    /// Time in rounds that found work, in ns (kept by the worker thread's loop).
+    pub busy_ns: u64,
+    /// Time in rounds that found nothing, spinning or asleep, in ns.
+    pub idle_ns: u64,
 }
 
 /// The stage context of a worker's round: its pool, cache and fate counters at `now_ns`
@@ -93,6 +99,7 @@ macro_rules! stage_cx {
 const PORT_RX: usize = 0;
 const PORT_TX: usize = 1;
 const RPS: usize = 2;
+const CONTROL: usize = 3;
 
 /// One worker.
 pub struct Worker {
@@ -112,7 +119,7 @@ pub struct Worker {
     pub stats: WorkerStats,
     /// Drops outside the graph, as pseudo-stages: frames the ports dropped at receive
     /// (`port-rx`), at transmit or when stopping (`port-tx`), full RPS backlogs (`rps`).
-    outside: [(&'static str, DropCounters); 3],
+    outside: [(&'static str, DropCounters); 4],
     /// RPS: this worker's side (none with a single worker and no RPS).
     pub steer: Option<Steer>,
     pool: Pool,
@@ -130,6 +137,9 @@ pub struct Worker {
     backlog_next: usize,
     /// The backlog phase goes first this round (the last round was cut short).
     backlog_first: bool,
+    /// Counters of graphs this worker ran before its current one (see
+    /// [`Worker::replace_graph`]), merged by node name into [`Worker::snapshot`].
+    retired: Vec<NodeSnapshot>,
 }
 
 /// One round's progress against its budget and time cap.
@@ -189,6 +199,10 @@ impl Worker {
                     ]),
                 ),
                 ("rps", DropCounters::default()),
+                (
+                    "control",
+                    DropCounters::declared(&[reason::NEIGH_DELETED, reason::SOCKET_CLOSED]),
+                ),
             ],
             steer: None,
             cache: pool.cache(),
@@ -202,6 +216,7 @@ impl Worker {
             rx_next: 0,
             backlog_next: 0,
             backlog_first: false,
+            retired: Vec::new(),
         })
     }
 
@@ -362,7 +377,9 @@ impl Worker {
             n += got;
             if self.graph.trace().armed() {
                 for pk in &mut self.list {
-                    self.graph.trace_mut().maybe_mark(&self.pool, pk);
+                    self.graph
+                        .trace_mut()
+                        .maybe_mark(&self.pool, pk, port as u16, now_ns);
                 }
             }
             if self.steer.is_none() && mode == Mode::Packet {
@@ -620,9 +637,102 @@ impl Worker {
             })
         };
         let mut s: Vec<NodeSnapshot> = pseudo(&self.outside[PORT_RX]).into_iter().collect();
-        s.extend(self.graph.snapshot());
+        let mut nodes = self.graph.snapshot();
+        for r in &self.retired {
+            match nodes.iter_mut().find(|n| n.name == r.name) {
+                Some(n) => n.merge(r),
+                None => nodes.push(r.clone()),
+            }
+        }
+        s.extend(nodes);
         s.extend(self.outside[PORT_TX..].iter().filter_map(pseudo));
         s
+    }
+
+    /// Replaces the graph between rounds (a changed rule chain needs its hook stage, or a
+    /// different one): the old graph's counters are kept and merged by node name into
+    /// later snapshots, except the event counters of the nodes named in `fresh_events`
+    /// (a hook whose rules changed counts its rule hits anew); the trace and the timing
+    /// setting carry over. Nothing is inside the graph between rounds, and a stage that
+    /// holds packets across calls (GRO) has handed them on at the end of the last poll;
+    /// whatever it still holds is handed on first.
+    pub fn replace_graph(
+        &mut self,
+        mut g: Graph<Host>,
+        fresh_events: &[&str],
+    ) -> Result<(), GraphError> {
+        let entries = netbatch_stack::entries(&g)?;
+        let now = netbatch_engine::time::mono_ns();
+        let one_by_one = self.params.mode == Mode::Packet;
+        let mut cx = stage_cx!(self, now);
+        self.graph.flush_held(&mut self.host, &mut cx, one_by_one);
+        g.set_timing(self.graph.timing());
+        core::mem::swap(g.trace_mut(), self.graph.trace_mut());
+        let old = core::mem::replace(&mut self.graph, g);
+        for mut n in old.snapshot() {
+            if fresh_events.contains(&n.name) {
+                n.events.clear();
+            }
+            match self.retired.iter_mut().find(|r| r.name == n.name) {
+                Some(r) => r.merge(&n),
+                None => self.retired.push(n),
+            }
+        }
+        for r in &mut self.retired {
+            if fresh_events.contains(&r.name) {
+                r.events.clear();
+            }
+        }
+        self.entries = entries;
+        Ok(())
+    }
+
+    /// Sets a static neighbour (`neigh add|replace`): packets that waited for it are
+    /// released towards it (they enter at the neighbour stage with the next injected
+    /// packets). `false` if the table had no room.
+    pub fn set_neighbour(
+        &mut self,
+        iface: u16,
+        ip: core::net::Ipv4Addr,
+        mac: netbatch_wire::ethernet::MacAddr,
+    ) -> bool {
+        let mut waiting = Vec::new();
+        let ok = self.host.neigh.set_static(iface, ip, mac, &mut waiting);
+        for p in waiting {
+            self.host.injected.push(Entry::Neighbour, p);
+        }
+        ok
+    }
+
+    /// Removes a neighbour entry (`neigh del`): packets that waited for it are dropped
+    /// (`neigh_deleted`). `false` if there was none.
+    pub fn remove_neighbour(&mut self, iface: u16, ip: core::net::Ipv4Addr) -> bool {
+        let mut dropped = Vec::new();
+        let found = self.host.neigh.remove(iface, ip, &mut dropped);
+        let wire: u64 = dropped
+            .iter()
+            .map(|p| self.pool.get(p).meta.wire_packets())
+            .sum();
+        if wire > 0 {
+            self.acct.dropped += wire;
+            self.outside[CONTROL].1.add(reason::NEIGH_DELETED, wire);
+        }
+        self.cache.free_all(&mut dropped);
+        found
+    }
+
+    /// Closes every UDP socket (shared by the workers: call it on one), counting what
+    /// their queues held as dropped (`socket_closed`); the applications that read them
+    /// must be gone first ([`Self::apps`] cleared).
+    pub fn close_sockets(&mut self) {
+        let mut wire = 0;
+        for (id, _) in self.host.sockets.iter() {
+            wire += self.host.sockets.close(id, &mut self.cache);
+        }
+        if wire > 0 {
+            self.acct.dropped += wire;
+            self.outside[CONTROL].1.add(reason::SOCKET_CLOSED, wire);
+        }
     }
 
     /// Port counters, in port order.

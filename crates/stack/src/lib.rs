@@ -30,6 +30,7 @@ pub mod ratelimit;
 pub mod route;
 pub mod tcp;
 pub mod timers;
+pub mod trace;
 pub mod tx;
 pub mod udp;
 

@@ -87,6 +87,54 @@ pub(super) fn validate(raw: &FilterFile, names: &Names, e: &mut Errs) -> Vec<(Ho
     chains
 }
 
+/// A rule written on a command line, `HOOK KEY VALUE...` with the keys of a
+/// `[[filter.HOOK.rule]]` table (`forward proto udp dport 5201 action drop`); the same
+/// checks as in a file, the first problem as the error.
+pub(super) fn rule_from_words(
+    words: &[String],
+    names: &Names,
+) -> Result<(HookPoint, Rule), String> {
+    let Some((hook_name, pairs)) = words.split_first() else {
+        return Err("a rule needs a hook (prerouting, input, forward, output, postrouting)".into());
+    };
+    let hook = HookPoint::ALL
+        .into_iter()
+        .find(|h| h.name() == hook_name)
+        .ok_or_else(|| {
+            format!("'{hook_name}' is not a hook (prerouting, input, forward, output, postrouting)")
+        })?;
+    if !pairs.len().is_multiple_of(2) {
+        return Err(format!(
+            "'{}' has no value (a rule is KEY VALUE pairs)",
+            pairs[pairs.len() - 1]
+        ));
+    }
+    let mut t = toml::Table::new();
+    for kv in pairs.chunks(2) {
+        let (k, v) = (&kv[0], &kv[1]);
+        let numeric = matches!(k.as_str(), "proto" | "sport" | "dport");
+        let value = match v.parse::<i64>() {
+            Ok(n) if numeric => toml::Value::Integer(n),
+            _ => toml::Value::String(v.clone()),
+        };
+        if t.insert(k.clone(), value).is_some() {
+            return Err(format!("'{k}' is given twice"));
+        }
+    }
+    if !t.contains_key("action") {
+        return Err("a rule needs 'action accept' or 'action drop'".into());
+    }
+    let raw: RuleFile = t
+        .try_into()
+        .map_err(|e: toml::de::Error| e.message().trim_end().to_string())?;
+    let mut e = Errs::default();
+    let r = rule(&raw, hook, hook.name(), names, &mut e);
+    match e.0.into_iter().next() {
+        Some(err) => Err(err.to_string()),
+        None => Ok((hook, r)),
+    }
+}
+
 /// One rule of the chain at `hook`, under `rkey`.
 fn rule(r: &RuleFile, hook: HookPoint, rkey: &str, names: &Names, e: &mut Errs) -> Rule {
     let mut rule =

@@ -30,6 +30,7 @@
 
 mod apps;
 mod classifier;
+mod control;
 mod datapath;
 mod filter;
 mod icmp;
@@ -51,6 +52,7 @@ use serde::Deserialize;
 use crate::setup::StaticNeighbour;
 
 pub use apps::AppConfig;
+pub use control::{ControlConfig, SOCKET_DIR, group_id};
 pub(crate) use ports::any_gro;
 pub use ports::{GenSpec, PortConfig, PortKind};
 
@@ -120,6 +122,10 @@ struct File {
     classifier: classifier::ClassifierFile,
     #[serde(default, rename = "app")]
     apps: Vec<apps::AppFile>,
+    #[serde(default)]
+    control: control::ControlFile,
+    #[serde(default)]
+    metrics: control::MetricsFile,
 }
 
 /// A validated configuration.
@@ -156,6 +162,8 @@ pub struct Config {
     pub graph: GraphOptions,
     /// Applications.
     pub apps: Vec<AppConfig>,
+    /// The control socket and the metrics endpoint.
+    pub control: ControlConfig,
 }
 
 /// Collects errors with their keys.
@@ -212,6 +220,7 @@ impl Config {
             neighbours: Vec::new(),
             graph,
             apps: Vec::new(),
+            control: ControlConfig::default(),
         }
     }
 
@@ -248,6 +257,43 @@ impl Config {
                 errors,
             })
         }
+    }
+
+    /// A filter rule written on a command line (`HOOK KEY VALUE...`, the keys of a
+    /// `[[filter.HOOK.rule]]`), checked as the file's rules are, with this
+    /// configuration's interface names.
+    pub fn parse_rule(
+        &self,
+        words: &[String],
+    ) -> Result<
+        (
+            netbatch_stack::filter::HookPoint,
+            netbatch_stack::filter::Rule,
+        ),
+        String,
+    > {
+        filter::rule_from_words(words, &ports::Names::of(&self.ports))
+    }
+
+    /// A route written on a command line (an `ip route` line), with this
+    /// configuration's interface names and subnets.
+    pub fn parse_route(&self, line: &str) -> Result<Route, String> {
+        netbatch_stack::route::file::parse_line(line, &ports::Names::of(&self.ports))?
+            .ok_or_else(|| "no route given".to_string())
+    }
+
+    /// The interface index of `name` (as routes and neighbours number interfaces).
+    pub fn iface_index(&self, name: &str) -> Option<u16> {
+        use netbatch_stack::route::file::Resolve;
+        ports::Names::of(&self.ports).iface(name)
+    }
+
+    /// Interface names in interface order.
+    pub fn iface_names(&self) -> Vec<String> {
+        let n = ports::Names::of(&self.ports);
+        (0..u16::MAX)
+            .map_while(|i| n.get(i).map(|(name, _)| name.to_string()))
+            .collect()
     }
 
     /// Validates configuration text; route files are resolved relative to `dir`.
@@ -295,6 +341,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         ..GraphOptions::default()
     };
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, &names, e);
+    let control = control::validate(&raw.control, &raw.metrics, e);
     Some(Config {
         mode: dp.mode?,
         dispatch: dp.dispatch?,
@@ -311,6 +358,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         neighbours,
         graph,
         apps,
+        control,
     })
 }
 

@@ -225,6 +225,23 @@ pub(super) struct Names {
 }
 
 impl Names {
+    /// The interfaces of validated ports, in interface order (as `setup::interfaces`
+    /// numbers them).
+    pub(super) fn of(ports: &[PortConfig]) -> Self {
+        let mut n = Self::default();
+        for p in ports {
+            if let Some(a) = &p.setup.addrs {
+                n.names.push(p.setup.name.clone());
+                n.subnets.push(a.clone());
+            }
+            for v in &p.setup.vlans {
+                n.names.push(v.name.clone());
+                n.subnets.push(v.addrs.clone());
+            }
+        }
+        n
+    }
+
     /// The name and addresses of interface `i`.
     pub(super) fn get(&self, i: u16) -> Option<(&str, &[IfAddr])> {
         let i = usize::from(i);

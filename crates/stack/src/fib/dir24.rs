@@ -101,6 +101,24 @@ pub struct Fib {
     max_groups: u32,
 }
 
+impl Clone for Fib {
+    /// A copy built on the heap (the derived clone of a boxed array would build the
+    /// 64 MiB array on the stack first).
+    fn clone(&self) -> Self {
+        let tbl24: Box<[u32; TBL24_LEN]> = self
+            .tbl24
+            .to_vec()
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("copy of a TBL24_LEN array"));
+        Self {
+            tbl24,
+            tbl8: self.tbl8.clone(),
+            free_groups: self.free_groups.clone(),
+            max_groups: self.max_groups,
+        }
+    }
+}
+
 impl Default for Fib {
     fn default() -> Self {
         Self::new()

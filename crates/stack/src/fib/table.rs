@@ -10,6 +10,7 @@ use super::rib::Rib;
 use super::{FibError, check_route};
 
 /// IPv4 routing table: control-plane route set plus the DIR-24-8 lookup structure.
+#[derive(Clone)]
 pub struct Table {
     rib: Rib,
     fib: Fib,

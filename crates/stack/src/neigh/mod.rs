@@ -157,6 +157,33 @@ struct Entry {
     queued_wire: u32,
 }
 
+/// One entry as reports show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeighView {
+    /// Interface index.
+    pub iface: u16,
+    /// Address.
+    pub ip: Ipv4Addr,
+    /// Link-layer address, once resolved.
+    pub mac: Option<MacAddr>,
+    /// State.
+    pub state: State,
+    /// Wire packets waiting for resolution.
+    pub queued: u32,
+}
+
+impl State {
+    /// The state's name as `ip neigh` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Incomplete => "INCOMPLETE",
+            Self::Reachable => "REACHABLE",
+            Self::Stale => "STALE",
+            Self::Permanent => "PERMANENT",
+        }
+    }
+}
+
 /// Counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NeighStats {
@@ -232,7 +259,9 @@ impl NeighTable {
         &self.params
     }
 
-    /// Adds a static entry (never ages, never evicted).
+    /// Adds a static entry (never ages, never evicted); what waits for it keeps waiting
+    /// until the next resolution step (at start nothing does; a live change uses
+    /// [`Self::set_static`]).
     pub fn add_static(&mut self, iface: u16, ip: Ipv4Addr, mac: MacAddr) -> bool {
         let ip = u32::from(ip);
         match self.slot_for(iface, ip, 0, true) {
@@ -245,6 +274,63 @@ impl NeighTable {
             }
             None => false,
         }
+    }
+
+    /// Adds or replaces a static entry; packets that waited for its resolution are
+    /// released into `waiting` (in order), to be sent now that the MAC is known.
+    pub fn set_static(
+        &mut self,
+        iface: u16,
+        ip: Ipv4Addr,
+        mac: MacAddr,
+        waiting: &mut Vec<Pkt>,
+    ) -> bool {
+        let ip = u32::from(ip);
+        match self.slot_for(iface, ip, 0, true) {
+            Some(i) => {
+                if let Some(e) = self.slots[i as usize].as_mut() {
+                    e.mac = mac;
+                    e.state = State::Permanent;
+                    e.queued_wire = 0;
+                    waiting.extend(e.queue.drain(..).map(|(p, _)| p));
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes the entry of `ip` on `iface` (static or learned), as `ip neigh del`;
+    /// packets that waited for it are handed back in `dropped` (the caller drops and
+    /// counts them). `false` if there was no such entry.
+    pub fn remove(&mut self, iface: u16, ip: Ipv4Addr, dropped: &mut Vec<Pkt>) -> bool {
+        let Some(i) = self.map.remove(&key(iface, u32::from(ip))) else {
+            return false;
+        };
+        if let Some(mut e) = self.slots[i as usize].take() {
+            dropped.extend(e.queue.drain(..).map(|(p, _)| p));
+        }
+        self.free.push(i);
+        true
+    }
+
+    /// Every entry: interface, address, MAC (none while incomplete), state and the wire
+    /// packets waiting for it (for `show neigh`).
+    pub fn entries(&self) -> Vec<NeighView> {
+        let mut v: Vec<NeighView> = self
+            .slots
+            .iter()
+            .flatten()
+            .map(|e| NeighView {
+                iface: e.iface,
+                ip: Ipv4Addr::from(e.ip),
+                mac: (e.state != State::Incomplete).then_some(e.mac),
+                state: e.state,
+                queued: e.queued_wire,
+            })
+            .collect();
+        v.sort_by_key(|e| (e.iface, e.ip));
+        v
     }
 
     /// Looks up `ip` on `iface` at time `now_ns`.

@@ -105,7 +105,10 @@ impl From<FibError> for RouteError {
     }
 }
 
-/// Routes plus their LPM index. Shared read-only by the workers.
+/// Routes plus their LPM index. Shared read-only by the workers; a change is made on a
+/// copy that replaces the shared one (the control plane's), so adjacency indices (into
+/// `hops`, which only grows) stay valid for packets that carry one meanwhile.
+#[derive(Clone)]
 pub struct Routes {
     fib: Table,
     hops: Vec<Hop>,

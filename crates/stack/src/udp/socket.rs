@@ -206,13 +206,16 @@ impl UdpSocket {
     }
 
     /// Frees everything queued.
-    fn drain(&self, cache: &mut BufCache) {
+    /// Frees what is queued; returns the wire datagrams it held.
+    fn drain(&self, cache: &mut BufCache) -> u64 {
         let mut q = self.lock();
         for (p, _) in q.q.drain(..) {
             cache.free(p);
         }
+        let wire = q.wire as u64;
         q.wire = 0;
         self.len_hint.store(0, Ordering::Relaxed);
+        wire
     }
 }
 
@@ -434,9 +437,10 @@ impl Sockets {
         }
     }
 
-    /// Closes a socket, freeing what its queue held. A worker still holding the old
-    /// table sees it closed and refuses datagrams for it.
-    pub fn close(&self, id: SocketId, cache: &mut BufCache) {
+    /// Closes a socket, freeing what its queue held (returned: the wire datagrams, for
+    /// the caller to count as dropped). A worker still holding the old table sees it
+    /// closed and refuses datagrams for it.
+    pub fn close(&self, id: SocketId, cache: &mut BufCache) -> u64 {
         let mut gone = None;
         self.update(|t| {
             if let Some(s) = t.socks.get_mut(id.0 as usize).and_then(Option::take) {
@@ -447,9 +451,12 @@ impl Sockets {
                 gone = Some(s);
             }
         });
-        if let Some(s) = gone {
-            s.closed.store(true, Ordering::Relaxed);
-            s.drain(cache);
+        match gone {
+            Some(s) => {
+                s.closed.store(true, Ordering::Relaxed);
+                s.drain(cache)
+            }
+            None => 0,
         }
     }
 
@@ -483,7 +490,7 @@ impl Sockets {
     /// Frees everything queued (at shutdown).
     pub fn drain_all(&self, cache: &mut BufCache) {
         for s in self.snapshot().socks.iter().flatten() {
-            s.drain(cache);
+            let _ = s.drain(cache);
         }
     }
 }

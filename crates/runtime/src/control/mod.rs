@@ -1,0 +1,882 @@
+//! The control plane of a running datapath: what `netbatch show`, `clear`, `route`,
+//! `neigh`, `rule`, `reload` and `trace` ask through the control socket
+//! ([`server`]), and what `/metrics` and the signals read.
+//!
+//! Invariants:
+//! - The control plane never stops traffic. It reads and changes a worker only through a
+//!   job in the worker's mailbox ([`crate::datapath::Remote`]), run between two rounds,
+//!   when no packet is inside the graph; a worker never waits for it.
+//! - A route change is made on a copy of the table, which replaces the workers' shared
+//!   table between lists (RCU-like: a list is routed wholly by the old or wholly by the
+//!   new table). Copies come from the current table, so adjacency indices of packets
+//!   waiting for a neighbour stay valid.
+//! - A change is checked whole before anything is applied: a refused command or reload
+//!   changes nothing.
+//! - `clear counters` does not touch the workers' counters (their sums must keep
+//!   `rx + originated = tx + delivered + dropped + held`, and Prometheus counters must
+//!   not go back): it records them as a baseline that `show` subtracts.
+
+pub mod server;
+pub mod show;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use netbatch_stack::filter::{Chain, HookPoint};
+use netbatch_stack::route::{Route, Routes};
+use netbatch_wire::ethernet::MacAddr;
+use serde_json::{Value, json};
+
+use crate::build::Builder;
+use crate::config::Config;
+use crate::datapath::Remote;
+use crate::setup::StaticNeighbour;
+
+/// An answer to a command: success, text for a person, data for `--json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    /// Whether the command did what it asked.
+    pub ok: bool,
+    /// For a person (tables, or the error).
+    pub text: String,
+    /// For a program.
+    pub data: Value,
+}
+
+impl Reply {
+    fn ok(text: impl Into<String>, data: Value) -> Self {
+        Self {
+            ok: true,
+            text: text.into(),
+            data,
+        }
+    }
+
+    fn err(text: impl Into<String>) -> Self {
+        let text = text.into();
+        Self {
+            ok: false,
+            data: json!({ "error": text }),
+            text,
+        }
+    }
+}
+
+/// What the control plane keeps: the configuration as changed live, the table the
+/// workers hold, the counters at the last clear.
+struct State {
+    cfg: Config,
+    routes: Arc<Routes>,
+    baseline: Option<Value>,
+}
+
+/// The control plane of one running datapath.
+pub struct Control {
+    remote: Remote,
+    path: PathBuf,
+    /// Interface names of the port kinds with a kernel interface (port order).
+    kernel_ifaces: Vec<Option<String>>,
+    state: Mutex<State>,
+    trace: Mutex<trace::Collected>,
+}
+
+impl core::fmt::Debug for Control {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Control")
+            .field("config", &self.path)
+            .finish()
+    }
+}
+
+pub mod trace;
+
+/// The commands, for `help` and for errors.
+pub const USAGE: &str = "\
+show runtime|errors|ports|routes|neigh|rules|sockets|softnet|counters
+clear counters
+route add|replace|del ROUTE            (an `ip route` line: PREFIX via GW [dev IF] | PREFIX dev IF | blackhole|unreachable|prohibit PREFIX)
+neigh add|replace ADDRESS lladdr MAC dev IF
+neigh del ADDRESS dev IF
+rule add HOOK [index N] KEY VALUE...   (keys of [[filter.HOOK.rule]]: proto src dst sport dport in out mark action)
+rule del HOOK N
+reload                                 (re-read the configuration file)
+timing on|off                          (per-stage TSC cycles in show runtime)
+trace add --count N [--port P] [--match EXPR]
+trace show
+trace clear";
+
+impl Control {
+    /// The control plane of workers reached through `remote`, started from `cfg` (read
+    /// from `path`), whose workers hold `routes`.
+    pub fn new(remote: Remote, cfg: Config, path: &Path, routes: Arc<Routes>) -> Self {
+        let kernel_ifaces = cfg
+            .ports
+            .iter()
+            .map(|p| p.kind.interface().map(str::to_string))
+            .collect();
+        Self {
+            remote,
+            path: path.to_path_buf(),
+            kernel_ifaces,
+            state: Mutex::new(State {
+                cfg,
+                routes,
+                baseline: None,
+            }),
+            trace: Mutex::new(trace::Collected::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding it leaves consistent data (changes are applied last).
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every worker's counters and their sums (absolute: since the start).
+    pub fn counters(&self) -> Result<Value, String> {
+        let per = self
+            .remote
+            .on_each(|_, w| crate::replay::stats(w))
+            .map_err(|e| e.to_string())?;
+        Ok(crate::run::summed(per))
+    }
+
+    /// Table sizes, for `show` and `/metrics`: routes, next hops, sockets.
+    pub fn tables(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let st = self.state();
+        let sockets = self
+            .remote
+            .on_each(|i, w| {
+                if i == 0 {
+                    w.host.sockets.iter().len()
+                } else {
+                    0
+                }
+            })
+            .map(|v| v.into_iter().sum::<usize>())
+            .unwrap_or(0);
+        vec![
+            (
+                "routes",
+                "Routes in the table, implied ones included",
+                st.routes.len() as u64,
+            ),
+            (
+                "rules",
+                "Filter rules over every hook",
+                st.cfg
+                    .graph
+                    .chains
+                    .iter()
+                    .map(|(_, c)| c.rules.len() as u64)
+                    .sum(),
+            ),
+            ("sockets", "Bound UDP sockets", sockets as u64),
+        ]
+    }
+
+    /// Runs one command (its words, as typed after `netbatch`).
+    pub fn handle(&self, argv: &[String]) -> Reply {
+        let words: Vec<&str> = argv.iter().map(String::as_str).collect();
+        match words.as_slice() {
+            ["show", what] => self.show(what),
+            ["show"] => Reply::err(format!("show what?\n{USAGE}")),
+            ["clear", "counters"] => self.clear(),
+            [
+                "route",
+                op @ ("add" | "replace" | "del" | "delete"),
+                rest @ ..,
+            ] => self.route(op, &rest.join(" ")),
+            [
+                "neigh",
+                op @ ("add" | "replace"),
+                ip,
+                "lladdr",
+                mac,
+                "dev",
+                dev,
+            ] => self.neigh_set(op, ip, mac, dev),
+            ["neigh", "del" | "delete", ip, "dev", dev] => self.neigh_del(ip, dev),
+            ["rule", "add", rest @ ..] => self.rule_add(rest),
+            ["rule", "del" | "delete", hook, n] => self.rule_del(hook, n),
+            ["reload"] => self.reload(),
+            ["timing", on @ ("on" | "off")] => self.timing(*on == "on"),
+            ["trace", rest @ ..] => self.trace_cmd(rest),
+            ["help"] => Reply::ok(USAGE, json!({ "usage": USAGE })),
+            _ => Reply::err(format!("unknown command '{}'\n{USAGE}", argv.join(" "))),
+        }
+    }
+
+    fn show(&self, what: &str) -> Reply {
+        let needs_counters = matches!(
+            what,
+            "runtime" | "errors" | "ports" | "rules" | "softnet" | "counters" | "sockets"
+        );
+        let counters = if needs_counters {
+            match self.counters() {
+                Ok(c) => Some(c),
+                Err(e) => return Reply::err(e),
+            }
+        } else {
+            None
+        };
+        let st = self.state();
+        let c = counters.map(|c| match &st.baseline {
+            Some(b) => show::since(&c, b),
+            None => c,
+        });
+        let names = st.cfg.iface_names();
+        match what {
+            "runtime" => show::runtime(c.as_ref().unwrap_or(&Value::Null)),
+            "errors" => show::errors(c.as_ref().unwrap_or(&Value::Null)),
+            "softnet" => show::softnet(c.as_ref().unwrap_or(&Value::Null)),
+            "counters" => {
+                let c = c.unwrap_or(Value::Null);
+                Reply::ok(crate::run::summary(&c), c)
+            }
+            "ports" => {
+                let links: Vec<Value> = self
+                    .kernel_ifaces
+                    .iter()
+                    .map(|i| i.as_deref().map_or(Value::Null, |i| json!(link_state(i))))
+                    .collect();
+                let kinds: Vec<String> = st.cfg.ports.iter().map(|p| p.kind.to_string()).collect();
+                show::ports(c.as_ref().unwrap_or(&Value::Null), &kinds, &links)
+            }
+            "routes" => show::routes(&st.routes, &names),
+            "rules" => show::rules(
+                &st.cfg.graph.chains,
+                c.as_ref().unwrap_or(&Value::Null),
+                &names,
+            ),
+            "neigh" => {
+                drop(st);
+                match self.remote.on_each(|_, w| w.host.neigh.entries()) {
+                    Ok(per) => show::neigh(&per, &names),
+                    Err(e) => Reply::err(e.to_string()),
+                }
+            }
+            "sockets" => {
+                drop(st);
+                match self.remote.on_each(|i, w| {
+                    if i > 0 {
+                        return Vec::new();
+                    }
+                    w.host
+                        .sockets
+                        .iter()
+                        .into_iter()
+                        .map(|(_, s)| {
+                            let t = s.stats();
+                            json!({
+                                "local": format!("{}:{}", s.addr, s.port),
+                                "queued": s.queued_wire(),
+                                "capacity": s.capacity(),
+                                "enqueued": t.queued,
+                                "queue_full": t.queue_full,
+                                "read": t.read,
+                                "sent": t.sent,
+                            })
+                        })
+                        .collect::<Vec<Value>>()
+                }) {
+                    Ok(per) => show::sockets(&per.into_iter().flatten().collect::<Vec<_>>()),
+                    Err(e) => Reply::err(e.to_string()),
+                }
+            }
+            other => Reply::err(format!(
+                "show: unknown table '{other}' (runtime, errors, ports, routes, neigh, rules, sockets, softnet, counters)"
+            )),
+        }
+    }
+
+    fn clear(&self) -> Reply {
+        match self.counters() {
+            Ok(c) => {
+                self.state().baseline = Some(c);
+                Reply::ok("counters cleared", json!({ "cleared": true }))
+            }
+            Err(e) => Reply::err(e),
+        }
+    }
+
+    fn timing(&self, on: bool) -> Reply {
+        match self.remote.on_each(move |_, w| w.graph.set_timing(on)) {
+            Ok(_) => Reply::ok(
+                format!("per-stage timing {}", if on { "on" } else { "off" }),
+                json!({ "timing": on }),
+            ),
+            Err(e) => Reply::err(e.to_string()),
+        }
+    }
+
+    /// Hands `new` to every worker (each switches between two of its lists).
+    fn publish_routes(&self, st: &mut State, new: Routes) -> Result<(), String> {
+        let new = Arc::new(new);
+        let shared = new.clone();
+        self.remote
+            .on_each(move |_, w| w.host.routes = shared.clone())
+            .map_err(|e| e.to_string())?;
+        st.routes = new;
+        Ok(())
+    }
+
+    fn route(&self, op: &str, line: &str) -> Reply {
+        let mut st = self.state();
+        // `route del PREFIX` names the route by its prefix alone (parsed as a route
+        // without a target, whose kind `same_target` then ignores).
+        let alone = matches!(op, "del" | "delete") && line.split_ascii_whitespace().count() == 1;
+        let parsed = if alone {
+            st.cfg.parse_route(&format!("blackhole {line}"))
+        } else {
+            st.cfg.parse_route(line)
+        };
+        let r = match parsed {
+            Ok(r) => r,
+            Err(e) => return Reply::err(format!("route {op} {line}: {e}")),
+        };
+        let exists = st.routes.get(&r.prefix).copied();
+        let mut next = (*st.routes).clone();
+        let what = match (op, exists) {
+            ("add", Some(_)) => {
+                return Reply::err(format!(
+                    "route add {line}: a route for {} exists (use route replace)",
+                    r.prefix
+                ));
+            }
+            ("del" | "delete", None) => {
+                return Reply::err(format!("route del {line}: no route for {}", r.prefix));
+            }
+            ("del" | "delete", Some(old)) => {
+                if !same_target(&old, &r, line) {
+                    return Reply::err(format!(
+                        "route del {line}: the route for {} is '{}'",
+                        r.prefix,
+                        show::route_line(&old, &st.cfg.iface_names())
+                    ));
+                }
+                next.remove(r.prefix);
+                "deleted"
+            }
+            _ => {
+                if let Err(e) = next.insert(r) {
+                    return Reply::err(format!("route {op} {line}: {e}"));
+                }
+                if exists.is_some() {
+                    "replaced"
+                } else {
+                    "added"
+                }
+            }
+        };
+        if let Err(e) = self.publish_routes(&mut st, next) {
+            return Reply::err(e);
+        }
+        // The live configuration follows, so that a reload compares with what runs.
+        st.cfg.routes.retain(|x| x.prefix != r.prefix);
+        if what != "deleted" {
+            st.cfg.routes.push(r);
+        }
+        let text = format!("{what}: {}", show::route_line(&r, &st.cfg.iface_names()));
+        tracing::info!(target: "netbatch::control", "route {text}");
+        Reply::ok(
+            text,
+            json!({ "route": what, "prefix": r.prefix.to_string() }),
+        )
+    }
+
+    fn neigh_set(&self, op: &str, ip: &str, mac: &str, dev: &str) -> Reply {
+        let mut st = self.state();
+        let Ok(ip) = ip.parse::<core::net::Ipv4Addr>() else {
+            return Reply::err(format!("neigh {op}: '{ip}' is not an IPv4 address"));
+        };
+        let Ok(mac) = mac.parse::<MacAddr>() else {
+            return Reply::err(format!("neigh {op}: '{mac}' is not a MAC address"));
+        };
+        let Some(iface) = st.cfg.iface_index(dev) else {
+            return Reply::err(format!("neigh {op}: no interface named '{dev}'"));
+        };
+        let exists = st
+            .cfg
+            .neighbours
+            .iter()
+            .any(|n| n.iface == iface && n.ip == ip);
+        if op == "add" && exists {
+            return Reply::err(format!(
+                "neigh add: {ip} dev {dev} is a static neighbour already (use neigh replace)"
+            ));
+        }
+        match self
+            .remote
+            .on_each(move |_, w| w.set_neighbour(iface, ip, mac))
+        {
+            Ok(v) if v.iter().all(|&ok| ok) => {}
+            Ok(_) => return Reply::err("neigh: the neighbour table is full"),
+            Err(e) => return Reply::err(e.to_string()),
+        }
+        st.cfg
+            .neighbours
+            .retain(|n| !(n.iface == iface && n.ip == ip));
+        st.cfg.neighbours.push(StaticNeighbour { iface, ip, mac });
+        tracing::info!(target: "netbatch::control", "neigh {op} {ip} lladdr {mac} dev {dev}");
+        Reply::ok(
+            format!("{ip} dev {dev} lladdr {mac} PERMANENT"),
+            json!({ "neigh": op, "address": ip.to_string(), "lladdr": mac.to_string(), "dev": dev }),
+        )
+    }
+
+    fn neigh_del(&self, ip: &str, dev: &str) -> Reply {
+        let mut st = self.state();
+        let Ok(ip) = ip.parse::<core::net::Ipv4Addr>() else {
+            return Reply::err(format!("neigh del: '{ip}' is not an IPv4 address"));
+        };
+        let Some(iface) = st.cfg.iface_index(dev) else {
+            return Reply::err(format!("neigh del: no interface named '{dev}'"));
+        };
+        match self
+            .remote
+            .on_each(move |_, w| w.remove_neighbour(iface, ip))
+        {
+            Ok(v) if v.iter().any(|&found| found) => {}
+            Ok(_) => return Reply::err(format!("neigh del: no entry for {ip} dev {dev}")),
+            Err(e) => return Reply::err(e.to_string()),
+        }
+        st.cfg
+            .neighbours
+            .retain(|n| !(n.iface == iface && n.ip == ip));
+        tracing::info!(target: "netbatch::control", "neigh del {ip} dev {dev}");
+        Reply::ok(
+            format!("deleted {ip} dev {dev}"),
+            json!({ "neigh": "del", "address": ip.to_string(), "dev": dev }),
+        )
+    }
+
+    fn rule_add(&self, words: &[&str]) -> Reply {
+        let mut st = self.state();
+        let mut w: Vec<String> = words.iter().map(|s| (*s).to_string()).collect();
+        // `rule add HOOK index N ...` inserts before rule N; otherwise the rule goes last.
+        let mut index = None;
+        if w.len() >= 3 && w[1] == "index" {
+            match w[2].parse::<usize>() {
+                Ok(n) => index = Some(n),
+                Err(_) => return Reply::err(format!("rule add: index '{}' is not a number", w[2])),
+            }
+            w.drain(1..3);
+        }
+        let (hook, rule) = match st.cfg.parse_rule(&w) {
+            Ok(x) => x,
+            Err(e) => return Reply::err(format!("rule add: {e}")),
+        };
+        let mut cfg = st.cfg.clone();
+        let chain = chain_mut(&mut cfg.graph.chains, hook);
+        let at = index.unwrap_or(chain.rules.len());
+        if at > chain.rules.len() {
+            return Reply::err(format!(
+                "rule add: index {at} is past the end of {} ({} rules)",
+                hook.name(),
+                chain.rules.len()
+            ));
+        }
+        let text = format!(
+            "{} rule {at}: {}",
+            hook.name(),
+            show::rule_text(&rule, &st.cfg.iface_names())
+        );
+        chain.rules.insert(at, rule);
+        if let Err(e) = self.swap_graphs(&mut st, cfg, &[hook]) {
+            return Reply::err(e);
+        }
+        tracing::info!(target: "netbatch::control", "rule added: {text}");
+        Reply::ok(
+            text,
+            json!({ "rule": "added", "hook": hook.name(), "index": at }),
+        )
+    }
+
+    fn rule_del(&self, hook: &str, n: &str) -> Reply {
+        let mut st = self.state();
+        let Some(h) = HookPoint::ALL.into_iter().find(|h| h.name() == hook) else {
+            return Reply::err(format!(
+                "rule del: '{hook}' is not a hook (prerouting, input, forward, output, postrouting)"
+            ));
+        };
+        let Ok(n) = n.parse::<usize>() else {
+            return Reply::err(format!("rule del: '{n}' is not a rule number"));
+        };
+        let mut cfg = st.cfg.clone();
+        let chain = chain_mut(&mut cfg.graph.chains, h);
+        if n >= chain.rules.len() {
+            return Reply::err(format!(
+                "rule del: {hook} has no rule {n} ({} rules)",
+                chain.rules.len()
+            ));
+        }
+        chain.rules.remove(n);
+        if let Err(e) = self.swap_graphs(&mut st, cfg, &[h]) {
+            return Reply::err(e);
+        }
+        tracing::info!(target: "netbatch::control", "rule deleted: {hook} {n}");
+        Reply::ok(
+            format!("deleted {hook} rule {n}"),
+            json!({ "rule": "deleted", "hook": hook, "index": n }),
+        )
+    }
+
+    /// Builds the graph of `cfg` (checked once here, then once per worker on its own
+    /// thread) and swaps it in on every worker; the hooks in `changed` count their rule
+    /// hits anew.
+    fn swap_graphs(
+        &self,
+        st: &mut State,
+        cfg: Config,
+        changed: &[HookPoint],
+    ) -> Result<(), String> {
+        Builder::new(&cfg).graph().map_err(|e| e.to_string())?;
+        let fresh: Vec<&'static str> = changed.iter().map(|h| h.node()).collect();
+        let shared = Arc::new(cfg.clone());
+        let results = self
+            .remote
+            .on_each(move |_, w| {
+                let g = Builder::new(&shared).graph().map_err(|e| e.to_string())?;
+                w.replace_graph(g, &fresh).map_err(|e| e.to_string())
+            })
+            .map_err(|e| e.to_string())?;
+        results.into_iter().collect::<Result<Vec<()>, String>>()?;
+        st.cfg.graph = cfg.graph;
+        Ok(())
+    }
+
+    /// Re-reads the configuration file and applies what can change live, or refuses
+    /// the whole reload (with the keys and reasons) and changes nothing.
+    pub fn reload(&self) -> Reply {
+        let new = match Config::load_for_run(&self.path) {
+            Ok(c) => c,
+            Err(e) => {
+                let text = format!("reload refused, nothing changed: {e}");
+                tracing::warn!(target: "netbatch::control", "{}", text.trim_end());
+                return Reply::err(text);
+            }
+        };
+        let mut st = self.state();
+        let refused = needs_restart(&st.cfg, &new);
+        if !refused.is_empty() {
+            let mut text = format!(
+                "reload refused, nothing changed: {}: {} setting(s) need a restart\n",
+                self.path.display(),
+                refused.len()
+            );
+            for (k, why) in &refused {
+                text += &format!("  {k}: {why}\n");
+            }
+            tracing::warn!(target: "netbatch::control", "{}", text.trim_end());
+            let mut r = Reply::err(text);
+            r.data = json!({ "error": "reload refused", "restart_needed": refused.iter().map(|(k, w)| json!({"key": k, "reason": w})).collect::<Vec<_>>() });
+            return r;
+        }
+        // Everything is checked before anything is applied.
+        let table = match crate::build::route_table(&new) {
+            Ok(t) => t,
+            Err(e) => return Reply::err(format!("reload refused, nothing changed: routes: {e}")),
+        };
+        let mut next = (*st.routes).clone();
+        let mut route_changes = 0usize;
+        let old_set: Vec<Route> = st.routes.iter().copied().collect();
+        for r in &old_set {
+            if table.get(&r.prefix) != Some(r) {
+                next.remove(r.prefix);
+                route_changes += 1;
+            }
+        }
+        for r in table.iter() {
+            if st.routes.get(&r.prefix) != Some(r) {
+                if let Err(e) = next.insert(*r) {
+                    return Reply::err(format!(
+                        "reload refused, nothing changed: route {}: {e}",
+                        r.prefix
+                    ));
+                }
+                route_changes += 1;
+            }
+        }
+        let graph_changed = new.graph.chains != st.cfg.graph.chains
+            || format!("{:?}", new.graph.classifier) != format!("{:?}", st.cfg.graph.classifier)
+            || new.graph.tcp_to != st.cfg.graph.tcp_to;
+        if graph_changed && let Err(e) = Builder::new(&new).graph() {
+            return Reply::err(format!("reload refused, nothing changed: {e}"));
+        }
+        // Apply: routes, neighbours, host settings, graph.
+        let mut done = Vec::new();
+        if route_changes > 0 {
+            if let Err(e) = self.publish_routes(&mut st, next) {
+                return Reply::err(e);
+            }
+            done.push(format!("{route_changes} route change(s)"));
+        }
+        let gone: Vec<StaticNeighbour> = st
+            .cfg
+            .neighbours
+            .iter()
+            .filter(|n| {
+                !new.neighbours
+                    .iter()
+                    .any(|m| m.iface == n.iface && m.ip == n.ip)
+            })
+            .copied()
+            .collect();
+        let set: Vec<StaticNeighbour> = new
+            .neighbours
+            .iter()
+            .filter(|n| !st.cfg.neighbours.contains(n))
+            .copied()
+            .collect();
+        if !gone.is_empty() || !set.is_empty() {
+            let (g, s) = (gone.clone(), set.clone());
+            if let Err(e) = self.remote.on_each(move |_, w| {
+                for n in &g {
+                    w.remove_neighbour(n.iface, n.ip);
+                }
+                for n in &s {
+                    w.set_neighbour(n.iface, n.ip, n.mac);
+                }
+            }) {
+                return Reply::err(e.to_string());
+            }
+            done.push(format!(
+                "{} neighbour(s) removed, {} set",
+                gone.len(),
+                set.len()
+            ));
+        }
+        if new.host != st.cfg.host {
+            let p = new.host;
+            if let Err(e) = self.remote.on_each(move |_, w| {
+                w.host.params = p;
+                w.host.icmp_limit =
+                    netbatch_stack::ratelimit::TokenBucket::new(p.icmp_rate, p.icmp_burst);
+            }) {
+                return Reply::err(e.to_string());
+            }
+            done.push("ICMP and forwarding settings".into());
+        }
+        if graph_changed {
+            let changed: Vec<HookPoint> = HookPoint::ALL
+                .into_iter()
+                .filter(|h| chain_of(&new.graph.chains, *h) != chain_of(&st.cfg.graph.chains, *h))
+                .collect();
+            if let Err(e) = self.swap_graphs(&mut st, new.clone(), &changed) {
+                return Reply::err(e);
+            }
+            done.push("filter rules and classifier".into());
+        }
+        if format!("{:?}", new.apps) != format!("{:?}", st.cfg.apps) {
+            if let Err(e) = self.replace_apps(&new) {
+                return Reply::err(format!(
+                    "applications: {e} (routes, rules and neighbours were applied)"
+                ));
+            }
+            done.push(format!("{} application(s) restarted", new.apps.len()));
+        }
+        st.cfg = new;
+        let text = if done.is_empty() {
+            "reloaded: nothing changed".to_string()
+        } else {
+            format!("reloaded: {}", done.join(", "))
+        };
+        tracing::info!(target: "netbatch::control", "{text}");
+        Reply::ok(text, json!({ "reloaded": done }))
+    }
+}
+
+impl Control {
+    /// Stops the applications, closes their sockets (what was queued is dropped and
+    /// counted, `socket_closed`) and starts those of `cfg`, each on its worker.
+    fn replace_apps(&self, cfg: &Config) -> Result<(), String> {
+        let e = |e: crate::datapath::RemoteError| e.to_string();
+        let sockets = self
+            .remote
+            .on_each(|_, w| {
+                w.apps.clear();
+                w.host.sockets.clone()
+            })
+            .map_err(e)?;
+        self.remote
+            .on_each(|i, w| {
+                if i == 0 {
+                    w.close_sockets();
+                }
+            })
+            .map_err(e)?;
+        let Some(sockets) = sockets.into_iter().next() else {
+            return Ok(());
+        };
+        let fabric = self.remote.fabric().clone();
+        let mut per = Vec::with_capacity(self.remote.workers());
+        for i in 0..self.remote.workers() {
+            per.push(Some(
+                crate::build::apps_for(cfg, &sockets, i, Some(&fabric))
+                    .map_err(|e| e.to_string())?,
+            ));
+        }
+        let per = Mutex::new(per);
+        self.remote
+            .on_each(move |i, w| {
+                if let Some(apps) = per
+                    .lock()
+                    .ok()
+                    .and_then(|mut p| p.get_mut(i).and_then(Option::take))
+                {
+                    w.apps = apps;
+                }
+            })
+            .map_err(e)?;
+        Ok(())
+    }
+}
+
+/// Whether `line` (a `route del` argument) names `old`'s target or only its prefix.
+fn same_target(old: &Route, given: &Route, line: &str) -> bool {
+    // `route del PREFIX` alone matches any route for the prefix; with more words, the
+    // target must agree.
+    let words = line.split_ascii_whitespace().count();
+    words <= 1
+        || (old.kind == given.kind && old.gateway == given.gateway && old.out_if == given.out_if)
+}
+
+fn chain_mut(chains: &mut Vec<(HookPoint, Chain)>, h: HookPoint) -> &mut Chain {
+    let i = match chains.iter().rposition(|(p, _)| *p == h) {
+        Some(i) => i,
+        None => {
+            chains.push((h, Chain::default()));
+            chains.len() - 1
+        }
+    };
+    &mut chains[i].1
+}
+
+fn chain_of(chains: &[(HookPoint, Chain)], h: HookPoint) -> Chain {
+    chains
+        .iter()
+        .rev()
+        .find(|(p, _)| *p == h)
+        .map(|(_, c)| c.clone())
+        .unwrap_or_default()
+}
+
+/// The settings that differ and need a restart, with their keys.
+fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
+    let mut v = Vec::new();
+    let differ = |v: &mut Vec<(String, String)>, key: &str, a: String, b: String, what: &str| {
+        if a != b {
+            v.push((
+                key.to_string(),
+                format!("{what} cannot change while running (restart to apply)"),
+            ));
+        }
+    };
+    differ(
+        &mut v,
+        "datapath.mode",
+        format!("{:?}", old.mode),
+        format!("{:?}", new.mode),
+        "the batch mode",
+    );
+    differ(
+        &mut v,
+        "datapath.dispatch",
+        format!("{:?}", old.dispatch),
+        format!("{:?}", new.dispatch),
+        "the dispatch strategy",
+    );
+    differ(
+        &mut v,
+        "datapath.workers",
+        old.workers.to_string(),
+        new.workers.to_string(),
+        "the number of workers",
+    );
+    differ(
+        &mut v,
+        "datapath.burst",
+        old.burst.to_string(),
+        new.burst.to_string(),
+        "the burst",
+    );
+    differ(
+        &mut v,
+        "datapath.budget",
+        old.budget.to_string(),
+        new.budget.to_string(),
+        "the budget",
+    );
+    differ(
+        &mut v,
+        "datapath.time_cap_us",
+        old.time_cap_ns.to_string(),
+        new.time_cap_ns.to_string(),
+        "the round time cap",
+    );
+    differ(
+        &mut v,
+        "datapath",
+        format!("{:?}", old.run),
+        format!("{:?}", new.run),
+        "core pinning and idle polling",
+    );
+    differ(
+        &mut v,
+        "datapath.rps",
+        format!("{:?}", old.rps),
+        format!("{:?}", new.rps),
+        "RPS",
+    );
+    differ(
+        &mut v,
+        "pool",
+        format!("{:?}", old.pool),
+        format!("{:?}", new.pool),
+        "the buffer pool",
+    );
+    differ(
+        &mut v,
+        "neighbour",
+        format!("{:?}", old.host.neigh),
+        format!("{:?}", new.host.neigh),
+        "the neighbour table's tunables",
+    );
+    if old.ports.len() != new.ports.len() {
+        v.push(("port".into(), format!(
+            "ports cannot be added or removed while running ({} now, {} in the file; restart to apply)",
+            old.ports.len(),
+            new.ports.len()
+        )));
+    } else {
+        for (i, (a, b)) in old.ports.iter().zip(&new.ports).enumerate() {
+            if format!("{a:?}") != format!("{b:?}") {
+                v.push((format!("port[{i}]"), format!(
+                    "port {} cannot change while running (its kind, interface, addresses, MTU or queues; restart to apply)",
+                    a.setup.name
+                )));
+            }
+        }
+    }
+    differ(
+        &mut v,
+        "control",
+        format!("{:?}", old.control),
+        format!("{:?}", new.control),
+        "the control socket and metrics endpoint",
+    );
+    v
+}
+
+/// A kernel interface's operational state (`/sys/class/net/IF/operstate`).
+fn link_state(iface: &str) -> String {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/operstate"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "absent".into())
+}
+
+#[cfg(test)]
+mod tests;

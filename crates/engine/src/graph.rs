@@ -324,7 +324,7 @@ pub struct Graph<S> {
 /// disarmed this costs one predictable branch more than the call itself.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn call_node<S>(
+fn call_node<S, const T: bool>(
     node: &mut Node<S>,
     out: &mut Out,
     drops: &mut DropCounters,
@@ -335,16 +335,23 @@ fn call_node<S>(
     id: u16,
     list: &mut PktList,
 ) {
-    if trace.armed() {
-        call_node_traced(node, out, drops, trace, clock, st, cx, id, list);
-        return;
+    // `T`: the trace is armed. The graph runs a separate copy of its dispatch loops
+    // while it is (chosen once per run), so the untraced loops test nothing per call.
+    if T {
+        trace_enter(trace, cx, list);
     }
     process_counted(node, out, clock, st, cx, list);
+    if T {
+        trace_adopt(trace, cx, out);
+    }
     if !list.is_empty() {
         leftovers(node.name, drops, trace, cx, id, list);
     }
     if !out.drops.is_empty() || !out.counted_drops.is_empty() {
         book_drops(out, drops, trace, cx, id);
+    }
+    if T {
+        trace_leave(trace, cx, id, out);
     }
 }
 
@@ -371,32 +378,26 @@ fn process_counted<S>(
     node.packets += n;
 }
 
-/// [`call_node`] while the trace is armed: notes the traced inputs, gives buffers the
-/// stage derived from them their ids, records each traced packet's drop or arc, and
-/// the traced inputs the stage kept.
+/// While the trace is armed, before a stage call: notes the traced inputs.
 #[cold]
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn call_node_traced<S>(
-    node: &mut Node<S>,
-    out: &mut Out,
-    drops: &mut DropCounters,
-    trace: &mut Trace,
-    clock: Option<&quanta::Clock>,
-    st: &mut S,
-    cx: &mut Cx<'_>,
-    id: u16,
-    list: &mut PktList,
-) {
+fn trace_enter(trace: &mut Trace, cx: &mut Cx<'_>, list: &PktList) {
     trace.note_inputs(cx.pool, list);
-    process_counted(node, out, clock, st, cx, list);
+}
+
+/// While the trace is armed, after a stage call: gives buffers the stage derived from
+/// traced inputs their ids (before any of them is recorded as dropped).
+#[cold]
+#[inline(never)]
+fn trace_adopt(trace: &mut Trace, cx: &mut Cx<'_>, out: &Out) {
     trace.adopt(cx.pool, out);
-    if !list.is_empty() {
-        leftovers(node.name, drops, trace, cx, id, list);
-    }
-    if !out.drops.is_empty() || !out.counted_drops.is_empty() {
-        book_drops(out, drops, trace, cx, id);
-    }
+}
+
+/// While the trace is armed, after a stage call and its drops: records each traced
+/// packet's arc, and the traced inputs the stage kept.
+#[cold]
+#[inline(never)]
+fn trace_leave(trace: &mut Trace, cx: &mut Cx<'_>, id: u16, out: &Out) {
     trace.record_out(cx.pool, id, out);
     trace.record_taken(id);
 }
@@ -575,11 +576,27 @@ impl<S> Graph<S> {
         if list.is_empty() {
             return;
         }
+        if self.trace.armed() {
+            self.run_from::<true>(st, cx, entry, list);
+        } else {
+            self.run_from::<false>(st, cx, entry, list);
+        }
+    }
+
+    /// [`Self::run`] with the trace armed (`T`) or not.
+    #[inline(always)]
+    fn run_from<const T: bool>(
+        &mut self,
+        st: &mut S,
+        cx: &mut Cx<'_>,
+        entry: NodeId,
+        list: &mut PktList,
+    ) {
         match self.dispatch {
-            Dispatch::Runs => self.run_depth_first(st, cx, entry.0, list),
+            Dispatch::Runs => self.run_depth_first::<T>(st, cx, entry.0, list),
             Dispatch::Buckets => {
                 self.enqueue(entry.0, list);
-                self.drain_pending(st, cx);
+                self.drain_pending::<T>(st, cx);
             }
         }
     }
@@ -592,7 +609,11 @@ impl<S> Graph<S> {
         for k in 0..self.holders.len() {
             let id = self.holders[k];
             if self.nodes[usize::from(id)].stage.held() > 0 {
-                self.flush(st, cx, NodeId(id), one_by_one);
+                if self.trace.armed() {
+                    self.flush::<true>(st, cx, NodeId(id), one_by_one);
+                } else {
+                    self.flush::<false>(st, cx, NodeId(id), one_by_one);
+                }
             }
         }
     }
@@ -600,7 +621,7 @@ impl<S> Graph<S> {
     /// Lets node `id` hand over what it holds (`Stage::flush`) and carries it through
     /// the rest of the graph: as one list, or, with `one_by_one` (per-packet mode), each
     /// packet through every stage before the next.
-    fn flush(&mut self, st: &mut S, cx: &mut Cx<'_>, id: NodeId, one_by_one: bool) {
+    fn flush<const T: bool>(&mut self, st: &mut S, cx: &mut Cx<'_>, id: NodeId, one_by_one: bool) {
         let i = usize::from(id.0);
         let mut out = core::mem::take(&mut self.outs[i]);
         if out.pkts.capacity() == 0 {
@@ -610,7 +631,7 @@ impl<S> Graph<S> {
         if !out.drops.is_empty() || !out.counted_drops.is_empty() {
             book_drops(&mut out, &mut self.drops[i], &mut self.trace, cx, id.0);
         }
-        if self.trace.armed() {
+        if T {
             // What a held stage hands over was not among any call's inputs.
             self.trace.note_inputs(cx.pool, &[]);
             self.trace.adopt(cx.pool, &out);
@@ -627,11 +648,11 @@ impl<S> Graph<S> {
             for (k, p) in pk.drain(..).enumerate() {
                 let a = if uniform == MIXED { arcs[k] } else { uniform };
                 one.push(p);
-                self.dispatch_from(st, cx, id.0, a, &mut one);
+                self.dispatch_from::<T>(st, cx, id.0, a, &mut one);
             }
             self.put_list(one);
         } else if self.dispatch == Dispatch::Runs {
-            self.fan_out_depth_first(st, cx, id.0, &mut pk, &mut arcs, uniform);
+            self.fan_out_depth_first::<T>(st, cx, id.0, &mut pk, &mut arcs, uniform);
         } else {
             for (k, p) in pk.drain(..).enumerate() {
                 let a = if uniform == MIXED { arcs[k] } else { uniform };
@@ -645,7 +666,7 @@ impl<S> Graph<S> {
                     }
                 }
             }
-            self.drain_pending(st, cx);
+            self.drain_pending::<T>(st, cx);
         }
         arcs.clear();
         (out.pkts, out.arcs) = (pk, arcs);
@@ -653,13 +674,20 @@ impl<S> Graph<S> {
     }
 
     /// Sends `l` from node `from` along `arc` with the graph's dispatch strategy.
-    fn dispatch_from(&mut self, st: &mut S, cx: &mut Cx<'_>, from: u16, arc: u8, l: &mut PktList) {
+    fn dispatch_from<const T: bool>(
+        &mut self,
+        st: &mut S,
+        cx: &mut Cx<'_>,
+        from: u16,
+        arc: u8,
+        l: &mut PktList,
+    ) {
         match self.dispatch {
-            Dispatch::Runs => self.send_depth_first(st, cx, from, arc, l),
+            Dispatch::Runs => self.send_depth_first::<T>(st, cx, from, arc, l),
             Dispatch::Buckets => match self.nodes[usize::from(from)].targets[usize::from(arc)] {
                 Target::Node(t) => {
                     self.enqueue(t, l);
-                    self.drain_pending(st, cx);
+                    self.drain_pending::<T>(st, cx);
                 }
                 Target::Drop(r) => {
                     for p in l.drain(..) {
@@ -708,10 +736,16 @@ impl<S> Graph<S> {
 
     /// Calls node `id` on `list` into the node's own output.
     #[inline(always)]
-    fn call_own(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, list: &mut PktList) {
+    fn call_own<const T: bool>(
+        &mut self,
+        st: &mut S,
+        cx: &mut Cx<'_>,
+        id: u16,
+        list: &mut PktList,
+    ) {
         let i = usize::from(id);
         let clock = self.clock.as_ref().filter(|_| self.timing);
-        call_node(
+        call_node::<S, T>(
             &mut self.nodes[i],
             &mut self.outs[i],
             &mut self.drops[i],
@@ -726,13 +760,19 @@ impl<S> Graph<S> {
 
     /// `runs`: processes `list` (left empty) at node `id`, then carries each run of equal
     /// next through the rest of the graph before the next run starts.
-    fn run_depth_first(&mut self, st: &mut S, cx: &mut Cx<'_>, id: u16, list: &mut PktList) {
+    fn run_depth_first<const T: bool>(
+        &mut self,
+        st: &mut S,
+        cx: &mut Cx<'_>,
+        id: u16,
+        list: &mut PktList,
+    ) {
         let i = usize::from(id);
         if self.nodes[i].busy {
             // Re-entered through a back edge while its own output is in flight.
             let mut o = self.spare_outs.pop().unwrap_or_else(Out::for_list);
             let clock = self.clock.as_ref().filter(|_| self.timing);
-            call_node(
+            call_node::<S, T>(
                 &mut self.nodes[i],
                 &mut o,
                 &mut self.drops[i],
@@ -748,14 +788,14 @@ impl<S> Graph<S> {
                 core::mem::take(&mut o.arcs),
                 o.uniform,
             );
-            self.fan_out_depth_first(st, cx, id, &mut pk, &mut arcs, uniform);
+            self.fan_out_depth_first::<T>(st, cx, id, &mut pk, &mut arcs, uniform);
             (o.pkts, o.arcs) = (pk, arcs);
             o.reset_arcs();
             self.spare_outs.push(o);
             return;
         }
         self.nodes[i].busy = true;
-        self.call_own(st, cx, id, list);
+        self.call_own::<T>(st, cx, id, list);
         let out = &mut self.outs[i];
         if !out.pkts.is_empty() {
             let (mut pk, mut arcs, uniform) = (
@@ -763,7 +803,7 @@ impl<S> Graph<S> {
                 core::mem::take(&mut out.arcs),
                 out.uniform,
             );
-            self.fan_out_depth_first(st, cx, id, &mut pk, &mut arcs, uniform);
+            self.fan_out_depth_first::<T>(st, cx, id, &mut pk, &mut arcs, uniform);
             let out = &mut self.outs[i];
             (out.pkts, out.arcs) = (pk, arcs);
             out.reset_arcs();
@@ -774,7 +814,7 @@ impl<S> Graph<S> {
     /// Carries `pk` on from node `from`, run by run: all along `uniform` unless that is
     /// `MIXED`, else each along its entry of `arcs`. Both are left empty.
     #[inline]
-    fn fan_out_depth_first(
+    fn fan_out_depth_first<const T: bool>(
         &mut self,
         st: &mut S,
         cx: &mut Cx<'_>,
@@ -785,7 +825,7 @@ impl<S> Graph<S> {
     ) {
         if uniform != MIXED {
             // Home run: the whole output goes one way; hand the vector on as is.
-            self.send_depth_first(st, cx, from, uniform, pk);
+            self.send_depth_first::<T>(st, cx, from, uniform, pk);
             return;
         }
         let Some(&first) = arcs.first() else { return };
@@ -793,17 +833,17 @@ impl<S> Graph<S> {
         let mut cur = first;
         for (p, a) in pk.drain(..).zip(arcs.drain(..)) {
             if a != cur {
-                self.send_depth_first(st, cx, from, cur, &mut run);
+                self.send_depth_first::<T>(st, cx, from, cur, &mut run);
                 cur = a;
             }
             run.push(p);
         }
-        self.send_depth_first(st, cx, from, cur, &mut run);
+        self.send_depth_first::<T>(st, cx, from, cur, &mut run);
         self.put_list(run);
     }
 
     #[inline]
-    fn send_depth_first(
+    fn send_depth_first<const T: bool>(
         &mut self,
         st: &mut S,
         cx: &mut Cx<'_>,
@@ -812,7 +852,7 @@ impl<S> Graph<S> {
         l: &mut PktList,
     ) {
         match self.nodes[usize::from(from)].targets[usize::from(arc)] {
-            Target::Node(t) => self.run_depth_first(st, cx, t, l),
+            Target::Node(t) => self.run_depth_first::<T>(st, cx, t, l),
             Target::Drop(r) => {
                 let d = &mut self.drops[usize::from(from)];
                 for p in l.drain(..) {
@@ -835,20 +875,22 @@ impl<S> Graph<S> {
     }
 
     /// `buckets`: runs the lowest-numbered node with pending packets until none has any.
-    fn drain_pending(&mut self, st: &mut S, cx: &mut Cx<'_>) {
+    fn drain_pending<const T: bool>(&mut self, st: &mut S, cx: &mut Cx<'_>) {
         while self.pending_mask != 0 {
             let id = self.pending_mask.trailing_zeros() as u16;
             self.pending_mask &= self.pending_mask - 1;
             let i = usize::from(id);
             let mut list = core::mem::take(&mut self.nodes[i].pending);
-            self.call_own(st, cx, id, &mut list);
+            self.call_own::<T>(st, cx, id, &mut list);
             self.nodes[i].pending = list;
             self.distribute(cx, i);
         }
     }
 
     /// Moves node `i`'s output to its targets' pending lists, order kept per target.
-    #[inline]
+    /// Always inlined into the dispatch loop: left to the inliner, it was not once the
+    /// loop had two copies (traced and not), which cost the per-packet twin 7 %.
+    #[inline(always)]
     fn distribute(&mut self, cx: &mut Cx<'_>, i: usize) {
         let nodes = &mut self.nodes;
         let out = &mut self.outs[i];

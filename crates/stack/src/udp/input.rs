@@ -63,14 +63,23 @@ struct Batch<'t> {
 
 impl<'t> Batch<'t> {
     /// The locked queue of `sock` (locking it, and releasing the previous one, when the
-    /// run changes socket); `None` if the socket is gone.
-    #[inline]
+    /// run changes socket); `None` if the socket is gone. The same socket as the last
+    /// datagram's is the hot case, always inlined; a change of socket is called out of
+    /// line (so how the crate is split into codegen units does not decide).
+    #[inline(always)]
     fn writer(&mut self, sock: SocketId) -> Option<&mut SocketWriter<'t>> {
         if self.writer.as_ref().is_none_or(|(id, _)| *id != sock) {
-            self.writer = None;
-            let s = self.table.get(sock)?;
-            self.writer = Some((sock, s.writer()));
+            return self.switch(sock);
         }
+        self.writer.as_mut().map(|(_, w)| w)
+    }
+
+    /// Releases the current socket's lock and takes `sock`'s.
+    #[inline(never)]
+    fn switch(&mut self, sock: SocketId) -> Option<&mut SocketWriter<'t>> {
+        self.writer = None;
+        let s = self.table.get(sock)?;
+        self.writer = Some((sock, s.writer()));
         self.writer.as_mut().map(|(_, w)| w)
     }
 }

@@ -32,6 +32,15 @@ use crate::config::Config;
 use crate::datapath::Remote;
 use crate::setup::StaticNeighbour;
 
+/// One change of a batch of routes ([`Control::apply_routes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteChange {
+    /// Add the route, or replace the one for its prefix.
+    Replace(Route),
+    /// Remove the route for exactly this prefix (if there is one).
+    Delete(netbatch_stack::prefix::Ipv4Prefix),
+}
+
 /// An answer to a command: success, text for a person, data for `--json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
@@ -312,6 +321,70 @@ impl Control {
         }
     }
 
+    /// Applies `changes` in order to a copy of the table and publishes it once: every
+    /// worker switches to the result between two lists, never seeing part of the batch
+    /// (what a routing daemon's mirror calls). Returns (routes replaced or added,
+    /// routes deleted); nothing changes if a route is refused.
+    pub fn apply_routes(&self, changes: &[RouteChange]) -> Result<(usize, usize), String> {
+        if changes.is_empty() {
+            return Ok((0, 0));
+        }
+        let mut st = self.state();
+        let mut next = (*st.routes).clone();
+        let (mut set, mut deleted) = (0, 0);
+        for c in changes {
+            match c {
+                RouteChange::Replace(r) => {
+                    next.insert(r.clone())
+                        .map_err(|e| format!("route {}: {e}", r.prefix))?;
+                    set += 1;
+                }
+                RouteChange::Delete(p) => {
+                    if next.remove(*p).is_some() {
+                        deleted += 1;
+                    }
+                }
+            }
+        }
+        self.publish_routes(&mut st, next)?;
+        Ok((set, deleted))
+    }
+
+    /// The route table the workers hold now.
+    pub fn routes(&self) -> Arc<Routes> {
+        self.state().routes.clone()
+    }
+
+    /// Sets a static neighbour on every worker (packets waiting for it leave).
+    pub fn set_neighbour(
+        &self,
+        iface: u16,
+        ip: core::net::Ipv4Addr,
+        mac: MacAddr,
+    ) -> Result<(), String> {
+        match self
+            .remote
+            .on_each(move |_, w| w.set_neighbour(iface, ip, mac))
+        {
+            Ok(v) if v.iter().all(|&ok| ok) => Ok(()),
+            Ok(_) => Err("the neighbour table is full".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Removes a neighbour from every worker; whether any had it.
+    pub fn delete_neighbour(&self, iface: u16, ip: core::net::Ipv4Addr) -> Result<bool, String> {
+        self.remote
+            .on_each(move |_, w| w.remove_neighbour(iface, ip))
+            .map(|v| v.iter().any(|&f| f))
+            .map_err(|e| e.to_string())
+    }
+
+    /// The interface index of `name` (routes and neighbours number interfaces so).
+    pub fn iface_index(&self, name: &str) -> Option<u16> {
+        self.state().cfg.iface_index(name)
+    }
+
     /// Hands `new` to every worker (each switches between two of its lists).
     fn publish_routes(&self, st: &mut State, new: Routes) -> Result<(), String> {
         let new = Arc::new(new);
@@ -408,13 +481,8 @@ impl Control {
                 "neigh add: {ip} dev {dev} is a static neighbour already (use neigh replace)"
             ));
         }
-        match self
-            .remote
-            .on_each(move |_, w| w.set_neighbour(iface, ip, mac))
-        {
-            Ok(v) if v.iter().all(|&ok| ok) => {}
-            Ok(_) => return Reply::err("neigh: the neighbour table is full"),
-            Err(e) => return Reply::err(e.to_string()),
+        if let Err(e) = self.set_neighbour(iface, ip, mac) {
+            return Reply::err(format!("neigh {op}: {e}"));
         }
         st.cfg
             .neighbours
@@ -575,23 +643,30 @@ impl Control {
             r.data = json!({ "error": "reload refused", "restart_needed": refused.iter().map(|(k, w)| json!({"key": k, "reason": w})).collect::<Vec<_>>() });
             return r;
         }
-        // Everything is checked before anything is applied.
-        let table = match crate::build::route_table(&new) {
-            Ok(t) => t,
-            Err(e) => return Reply::err(format!("reload refused, nothing changed: routes: {e}")),
+        // Everything is checked before anything is applied. Routes: what the file (and
+        // live commands since) gave is compared with what the new file gives, and only
+        // the difference changes the live table; routes from elsewhere (a routing
+        // daemon's, mirrored) are left alone.
+        let (old_table, table) = match (
+            crate::build::route_table(&st.cfg),
+            crate::build::route_table(&new),
+        ) {
+            (Ok(o), Ok(t)) => (o, t),
+            (Err(e), _) | (_, Err(e)) => {
+                return Reply::err(format!("reload refused, nothing changed: routes: {e}"));
+            }
         };
         let mut next = (*st.routes).clone();
         let mut route_changes = 0usize;
-        let old_set: Vec<Route> = st.routes.iter().copied().collect();
-        for r in &old_set {
-            if table.get(&r.prefix) != Some(r) {
+        for r in old_table.iter() {
+            if table.get(&r.prefix).is_none() && st.routes.get(&r.prefix) == Some(r) {
                 next.remove(r.prefix);
                 route_changes += 1;
             }
         }
         for r in table.iter() {
             if st.routes.get(&r.prefix) != Some(r) {
-                if let Err(e) = next.insert(*r) {
+                if let Err(e) = next.insert(r.clone()) {
                     return Reply::err(format!(
                         "reload refused, nothing changed: route {}: {e}",
                         r.prefix

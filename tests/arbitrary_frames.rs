@@ -41,18 +41,21 @@ fn spec() -> LabSpec {
                 kind: RouteKind::Unicast,
                 out_if: Some(1),
                 gateway: Some(ip("192.0.2.254")),
+                multipath: None,
             },
             Route {
                 prefix: "10.66.0.0/16".parse().unwrap(),
                 kind: RouteKind::Blackhole,
                 out_if: None,
                 gateway: None,
+                multipath: None,
             },
             Route {
                 prefix: "10.67.0.0/16".parse().unwrap(),
                 kind: RouteKind::Prohibit,
                 out_if: None,
                 gateway: None,
+                multipath: None,
             },
         ],
         neighbours: vec![StaticNeighbour {

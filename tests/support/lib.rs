@@ -68,6 +68,7 @@ pub fn router(gro: Gro) -> LabSpec {
             kind: RouteKind::Unicast,
             out_if: Some(1),
             gateway: Some(ip("192.0.2.254")),
+            multipath: None,
         }],
         neighbours: vec![StaticNeighbour {
             iface: 1,

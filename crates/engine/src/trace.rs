@@ -572,16 +572,8 @@ impl Trace {
         self.lost
     }
 
-    /// Forgets the records and marked frames (the arming stays, and so do the ids of
-    /// packets in flight).
-    pub fn clear(&mut self) {
-        self.records.clear();
-        self.packets.clear();
-        self.lost = 0;
-    }
-
-    /// Takes the marked frames, the records and the count of lost ones (as
-    /// [`Self::clear`] leaves them).
+    /// Takes the marked frames, the records and the count of lost ones (the arming
+    /// stays, and so do the ids of packets in flight).
     pub(crate) fn take(&mut self) -> (Vec<TracedPacket>, Vec<TraceRecord>, u64) {
         let lost = core::mem::take(&mut self.lost);
         (

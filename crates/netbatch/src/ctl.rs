@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use netbatch_runtime::config::{Config, SOCKET_DIR};
+use netbatch_runtime::config::{ControlConfig, SOCKET_DIR};
 use netbatch_runtime::control::server::request;
 
 /// Which running datapath to talk to.
@@ -39,8 +39,8 @@ impl Target {
             return Ok(Path::new(SOCKET_DIR).join(format!("{n}.sock")));
         }
         if let Some(c) = &self.config {
-            let cfg = Config::load(c).map_err(|e| anyhow::anyhow!("{e}"))?;
-            return Ok(cfg.control.socket_path(c));
+            let control = ControlConfig::read(c).map_err(|e| anyhow::anyhow!(e))?;
+            return Ok(control.socket_path(c));
         }
         let found: Vec<PathBuf> = std::fs::read_dir(SOCKET_DIR)
             .map(|d| {

@@ -76,14 +76,23 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             r.stats
         }
         Err(RunError::Fault(faults, stats)) => {
-            print!("{}", run::summary(&stats));
             write_stats(a, &stats)?;
+            print_summary(&stats);
             anyhow::bail!("{}", faults.join("; "));
         }
         Err(e) => return Err(e.into()),
     };
-    print!("{}", run::summary(&stats));
-    write_stats(a, &stats)
+    write_stats(a, &stats)?;
+    print_summary(&stats);
+    Ok(())
+}
+
+/// The counters on stdout; a terminal that went away (the SSH session closed) loses
+/// them there, not the stats file, which is written first.
+fn print_summary(stats: &serde_json::Value) {
+    use std::io::Write;
+    let _ = write!(std::io::stdout(), "{}", run::summary(stats));
+    let _ = std::io::stdout().flush();
 }
 
 fn write_stats(a: &Args, stats: &serde_json::Value) -> anyhow::Result<()> {

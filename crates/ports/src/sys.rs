@@ -271,6 +271,18 @@ fn last() -> io::Error {
     io::Error::last_os_error()
 }
 
+/// Moves the calling thread, and only it, into the network namespace whose file is
+/// `path` (`/run/netns/NAME`, as `ip netns add` makes it): the sockets it opens from then
+/// on belong to that namespace. Other threads of the process stay where they are.
+pub fn enter_netns(path: &std::path::Path) -> io::Result<()> {
+    let f = std::fs::File::open(path)?;
+    // SAFETY: `f` is an open descriptor for the whole call; setns only reads it and
+    // changes the calling thread's namespace (the kernel refuses a file that is not a
+    // network namespace with EINVAL).
+    let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r < 0 { Err(last()) } else { Ok(()) }
+}
+
 /// Opens a socket.
 pub fn socket(domain: i32, ty: i32, proto: i32) -> io::Result<OwnedFd> {
     // SAFETY: plain system call with integer arguments.
@@ -499,6 +511,23 @@ mod tests {
         assert!(t.join().unwrap(), "woken before the timeout");
         e.clear();
         assert!(!wait_readable(&[e.fd()], 0), "cleared");
+    }
+
+    /// A file that is no namespace is refused as the kernel refuses it (EINVAL), a
+    /// missing one is not found; as root, a thread enters its own namespace again.
+    #[test]
+    fn entering_a_namespace_needs_a_namespace_file() {
+        let e = enter_netns(std::path::Path::new("/dev/null")).unwrap_err();
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::EPERM)),
+            "{e}"
+        );
+        let e = enter_netns(std::path::Path::new("/run/netns/nb-no-such-ns")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        if is_root() {
+            let t = std::thread::spawn(|| enter_netns(std::path::Path::new("/proc/self/ns/net")));
+            t.join().unwrap().expect("own namespace entered");
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! waits for the control plane. That is how counters are read, tables switched and
 //! traces armed while traffic flows.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -58,8 +58,10 @@ pub struct Datapath {
 /// A job for a worker, run between two of its rounds.
 type Job = Box<dyn FnOnce(&mut Worker) + Send>;
 
-/// One worker's mailbox: jobs wait here; the flag tells the worker there are some.
+/// One worker's mailbox: jobs wait here; the flag tells the worker there are some. A
+/// cache line of its own: the worker reads the flag every loop.
 #[derive(Default)]
+#[repr(align(64))]
 struct Mailbox {
     pending: AtomicBool,
     jobs: Mutex<Vec<Job>>,
@@ -133,33 +135,82 @@ impl Remote {
         f: impl Fn(usize, &mut Worker) -> T + Send + Sync + 'static,
     ) -> Result<Vec<T>, RemoteError> {
         let f = Arc::new(f);
-        let mut rxs = Vec::with_capacity(self.boxes.len());
+        let mut waits = Vec::with_capacity(self.boxes.len());
         for (i, b) in self.boxes.iter().enumerate() {
             let (tx, rx) = mpsc::sync_channel(1);
             let f = f.clone();
+            // A job the asker gave up on before it started must not run later: it would
+            // change what the asker reported unchanged. Once started, it is waited for.
+            let state = Arc::new(AtomicU8::new(JOB_WAITING));
+            let seen = state.clone();
             let job: Job = Box::new(move |w| {
-                let _ = tx.send(f(i, w));
+                if seen
+                    .compare_exchange(
+                        JOB_WAITING,
+                        JOB_RUNNING,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    let _ = tx.send(f(i, w));
+                }
             });
             if let Ok(mut j) = b.jobs.lock() {
                 j.push(job);
             }
             b.pending.store(true, Ordering::Release);
-            rxs.push(rx);
+            waits.push((rx, state));
         }
         self.fabric.wake_all();
         let deadline = Instant::now() + REMOTE_TIMEOUT;
-        let mut out = Vec::with_capacity(rxs.len());
-        for (i, rx) in rxs.into_iter().enumerate() {
+        let mut out = Vec::with_capacity(waits.len());
+        let mut failed = None;
+        for (i, (rx, state)) in waits.into_iter().enumerate() {
+            if failed.is_some() {
+                // Cancel what has not started; wait for what has.
+                if state
+                    .compare_exchange(
+                        JOB_WAITING,
+                        JOB_CANCELLED,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_err()
+                {
+                    let _ = rx.recv();
+                }
+                continue;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(v) => out.push(v),
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    return Err(RemoteError::Timeout(i, REMOTE_TIMEOUT));
+                    if state
+                        .compare_exchange(
+                            JOB_WAITING,
+                            JOB_CANCELLED,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        failed = Some(RemoteError::Timeout(i, REMOTE_TIMEOUT));
+                    } else {
+                        // It started just now: its answer comes.
+                        match rx.recv() {
+                            Ok(v) => out.push(v),
+                            Err(_) => failed = Some(RemoteError::Stopped(i)),
+                        }
+                    }
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(RemoteError::Stopped(i)),
+                Err(mpsc::RecvTimeoutError::Disconnected) => failed = Some(RemoteError::Stopped(i)),
             }
         }
-        Ok(out)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
     }
 }
 
@@ -173,6 +224,11 @@ pub enum StartError {
     #[error("worker {0}: core {1} does not exist (cores 0 to {2})")]
     NoCore(usize, usize, usize),
 }
+
+/// A job's states: waiting in the mailbox, running (or run), cancelled by its asker.
+const JOB_WAITING: u8 = 0;
+const JOB_RUNNING: u8 = 1;
+const JOB_CANCELLED: u8 = 2;
 
 impl Datapath {
     /// Starts one thread per worker. `workers[i]` must hold the fabric's side `i`
@@ -314,6 +370,7 @@ fn run_worker(
     let mut idle_since: Option<u64> = None;
     let mut next_check = 0;
     let mut last = netbatch_engine::time::mono_ns();
+    let mut last_worked = false;
     while !stop.load(Ordering::Relaxed) {
         // Between rounds: nothing is inside the graph.
         mailbox.serve(&mut w);
@@ -335,18 +392,20 @@ fn run_worker(
                 break;
             }
         }
-        // Busy and idle time (`show runtime`'s idle share): what each loop took since
-        // the last, by whether its round found work.
-        let work = w.poll(now);
-        let after = netbatch_engine::time::mono_ns();
-        let took = after.saturating_sub(last);
-        last = after;
-        if work > 0 {
+        // Busy and idle time (`show runtime`'s idle share): the time since the last
+        // loop began goes to what that loop's round found (work or none).
+        let took = now.saturating_sub(last);
+        last = now;
+        if last_worked {
             w.stats.busy_ns += took;
+        } else {
+            w.stats.idle_ns += took;
+        }
+        last_worked = w.poll(now) > 0;
+        if last_worked {
             idle_since = None;
             continue;
         }
-        w.stats.idle_ns += took;
         let since = *idle_since.get_or_insert(now);
         if now.saturating_sub(since) < spin_ns {
             std::hint::spin_loop();
@@ -361,9 +420,6 @@ fn run_worker(
                 None => std::thread::park_timeout(Duration::from_millis(1)),
             }
             fabric.park_end(me);
-            let woke = netbatch_engine::time::mono_ns();
-            w.stats.idle_ns += woke.saturating_sub(last);
-            last = woke;
         }
     }
     // Jobs that will not run are dropped: their askers learn at once that it stopped.

@@ -8,6 +8,7 @@ pub mod config;
 pub mod control;
 pub mod datapath;
 pub mod latency;
+pub mod linux;
 pub mod metrics;
 pub mod replay;
 pub mod rps;

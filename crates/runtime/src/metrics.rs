@@ -310,10 +310,53 @@ fn collect(out: &mut Families, stats: &Value, tables: &[TableGauge]) {
         }
     }
     drop_reasons(out, stats, workers);
+    if let Some(l) = stats.get("linux").and_then(Value::as_object) {
+        linux(out, l);
+    }
     for t in tables {
         let name = sanitize(t.name);
         if !name.is_empty() {
             out.add(&name, t.help, Kind::Gauge, Vec::new(), t.value);
+        }
+    }
+}
+
+/// The kernel-table mirror's families (`[linux]`): event counters, skips by reason,
+/// and the mirrored table sizes as gauges.
+fn linux(out: &mut Families, l: &Map<String, Value>) {
+    for (k, v) in l {
+        let key = sanitize(k);
+        if key == "skipped" {
+            for (reason, n) in v.as_object().into_iter().flatten() {
+                if let Some(n) = n.as_u64() {
+                    out.add(
+                        "linux_skipped_total",
+                        "Kernel routing messages (or parts) the mirror did not apply, by reason.",
+                        Kind::Counter,
+                        vec![("reason", sanitize(reason))],
+                        n,
+                    );
+                }
+            }
+            continue;
+        }
+        let Some(n) = v.as_u64() else { continue };
+        if matches!(key.as_str(), "routes" | "neighbours") || key.starts_with("last_") {
+            out.add(
+                &format!("linux_{key}"),
+                &format!("Kernel table mirror: {} (a level).", k.replace('_', " ")),
+                Kind::Gauge,
+                Vec::new(),
+                n,
+            );
+        } else {
+            out.add(
+                &format!("linux_{key}_total"),
+                &format!("Kernel table mirror: {}.", k.replace('_', " ")),
+                Kind::Counter,
+                Vec::new(),
+                n,
+            );
         }
     }
 }

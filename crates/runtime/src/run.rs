@@ -226,6 +226,9 @@ pub fn run(
 
 /// What serves the control plane while the datapath runs; dropping it stops them.
 struct Served {
+    // Dropped in this order: the mirror (which changes tables through the control plane)
+    // before the servers.
+    _mirror: Option<Arc<crate::linux::Mirror>>,
     _socket: Option<crate::control::server::Server>,
     _metrics: Option<crate::metrics::MetricsServer>,
 }
@@ -268,7 +271,23 @@ fn serve(cfg: &Config, opts: &RunOptions, control: &Arc<Control>) -> Result<Serv
         }
         None => None,
     };
+    let mirror = match &cfg.linux {
+        Some(l) => {
+            let m =
+                Arc::new(crate::linux::start(control.clone(), l).map_err(|e| {
+                    RunError::Control(format!("linux.namespace {}: {e}", l.namespace))
+                })?);
+            let weak = Arc::downgrade(&m);
+            control.set_mirror_stats(Arc::new(move || {
+                weak.upgrade().map_or(Value::Null, |m| m.stats().to_json())
+            }));
+            tracing::info!(target: "netbatch::run", "mirroring the routes and neighbours of namespace {}", l.namespace);
+            Some(m)
+        }
+        None => None,
+    };
     Ok(Served {
+        _mirror: mirror,
         _socket: socket,
         _metrics: metrics,
     })

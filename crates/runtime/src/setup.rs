@@ -127,63 +127,54 @@ pub(crate) fn interfaces(ports: &[PortSetup]) -> Result<(Vec<Port>, Vec<Iface>),
 pub fn implied_routes(ifaces: &[Iface]) -> Vec<Route> {
     let mut r = Vec::new();
     for (i, f) in ifaces.iter().enumerate() {
-        let i = i as u16;
+        let i = Some(i as u16);
         for a in &f.addrs {
             if a.len < 32 {
-                r.push(Route {
-                    prefix: a.subnet(),
-                    kind: RouteKind::Unicast,
-                    out_if: Some(i),
-                    gateway: None,
-                });
+                r.push(Route::new(a.subnet(), RouteKind::Unicast, i, None));
             }
             if let Some(b) = a.subnet().broadcast() {
-                r.push(Route {
-                    prefix: Ipv4Prefix::host(b),
-                    kind: RouteKind::Broadcast,
-                    out_if: Some(i),
-                    gateway: None,
-                });
+                r.push(Route::new(
+                    Ipv4Prefix::host(b),
+                    RouteKind::Broadcast,
+                    i,
+                    None,
+                ));
             }
         }
     }
     // Local routes last so they win over a broadcast of the same address.
     for (i, f) in ifaces.iter().enumerate() {
         for a in &f.addrs {
-            r.push(Route {
-                prefix: Ipv4Prefix::host(a.addr),
-                kind: RouteKind::Local,
-                out_if: Some(i as u16),
-                gateway: None,
-            });
+            r.push(Route::new(
+                Ipv4Prefix::host(a.addr),
+                RouteKind::Local,
+                Some(i as u16),
+                None,
+            ));
         }
     }
-    r.push(Route {
-        prefix: Ipv4Prefix::host(Ipv4Addr::BROADCAST),
-        kind: RouteKind::Broadcast,
-        out_if: None,
-        gateway: None,
-    });
+    r.push(Route::new(
+        Ipv4Prefix::host(Ipv4Addr::BROADCAST),
+        RouteKind::Broadcast,
+        None,
+        None,
+    ));
     r
 }
 
 /// Builds the route table: implied routes, then `routes` (a configured route for the same
 /// prefix as an implied one replaces it, except local routes, which always win).
 pub fn build_routes(ifaces: &[Iface], routes: &[Route]) -> Result<Routes, SetupError> {
-    let implied = implied_routes(ifaces);
-    let locals: Vec<Route> = implied
-        .iter()
-        .filter(|r| r.kind == RouteKind::Local)
-        .copied()
-        .collect();
-    let mut all: Vec<Route> = implied
+    let (locals, implied): (Vec<Route>, Vec<Route>) = implied_routes(ifaces)
         .into_iter()
-        .filter(|r| r.kind != RouteKind::Local)
-        .collect();
-    all.extend_from_slice(routes);
-    all.extend(locals);
+        .partition(|r| r.kind == RouteKind::Local);
     let mut t = Routes::new();
-    t.load(all)?;
+    t.load(
+        implied
+            .into_iter()
+            .chain(routes.iter().cloned())
+            .chain(locals),
+    )?;
     Ok(t)
 }
 

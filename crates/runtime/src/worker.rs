@@ -140,6 +140,8 @@ pub struct Worker {
     /// Counters of graphs this worker ran before its current one (see
     /// [`Worker::replace_graph`]), merged by node name into [`Worker::snapshot`].
     retired: Vec<NodeSnapshot>,
+    /// Traces taken out of graphs this worker replaced, until shown.
+    traces: Vec<netbatch_engine::TraceDump>,
 }
 
 /// One round's progress against its budget and time cap.
@@ -217,6 +219,7 @@ impl Worker {
             backlog_next: 0,
             backlog_first: false,
             retired: Vec::new(),
+            traces: Vec::new(),
         })
     }
 
@@ -651,40 +654,44 @@ impl Worker {
 
     /// Replaces the graph between rounds (a changed rule chain needs its hook stage, or a
     /// different one): the old graph's counters are kept and merged by node name into
-    /// later snapshots, except the event counters of the nodes named in `fresh_events`
-    /// (a hook whose rules changed counts its rule hits anew); the trace and the timing
-    /// setting carry over. Nothing is inside the graph between rounds, and a stage that
-    /// holds packets across calls (GRO) has handed them on at the end of the last poll;
-    /// whatever it still holds is handed on first.
-    pub fn replace_graph(
-        &mut self,
-        mut g: Graph<Host>,
-        fresh_events: &[&str],
-    ) -> Result<(), GraphError> {
+    /// later snapshots (they never go back; a hook's rule hits stay counted by position),
+    /// what its trace recorded is kept for [`Self::take_trace`] (its records name the old
+    /// graph's nodes), and the trace's arming and the timing setting carry over. Nothing
+    /// is inside the graph between rounds, and a stage that holds packets across calls
+    /// (GRO) has handed them on at the end of the last poll; whatever it still holds is
+    /// handed on first.
+    pub fn replace_graph(&mut self, mut g: Graph<Host>) -> Result<(), GraphError> {
         let entries = netbatch_stack::entries(&g)?;
         let now = netbatch_engine::time::mono_ns();
         let one_by_one = self.params.mode == Mode::Packet;
         let mut cx = stage_cx!(self, now);
         self.graph.flush_held(&mut self.host, &mut cx, one_by_one);
+        let dump = self.graph.take_trace();
+        if !dump.packets.is_empty() {
+            self.traces.push(dump);
+        }
         g.set_timing(self.graph.timing());
         core::mem::swap(g.trace_mut(), self.graph.trace_mut());
         let old = core::mem::replace(&mut self.graph, g);
-        for mut n in old.snapshot() {
-            if fresh_events.contains(&n.name) {
-                n.events.clear();
-            }
+        for n in old.snapshot() {
             match self.retired.iter_mut().find(|r| r.name == n.name) {
                 Some(r) => r.merge(&n),
                 None => self.retired.push(n),
             }
         }
-        for r in &mut self.retired {
-            if fresh_events.contains(&r.name) {
-                r.events.clear();
-            }
-        }
         self.entries = entries;
         Ok(())
+    }
+
+    /// What the trace recorded since the last call, the graphs this worker ran before its
+    /// current one included (each dump names its own graph's nodes).
+    pub fn take_trace(&mut self) -> Vec<netbatch_engine::TraceDump> {
+        let mut v = core::mem::take(&mut self.traces);
+        let now = self.graph.take_trace();
+        if !now.packets.is_empty() {
+            v.push(now);
+        }
+        v
     }
 
     /// Sets a static neighbour (`neigh add|replace`): packets that waited for it are
@@ -707,6 +714,9 @@ impl Worker {
     /// Removes a neighbour entry (`neigh del`): packets that waited for it are dropped
     /// (`neigh_deleted`). `false` if there was none.
     pub fn remove_neighbour(&mut self, iface: u16, ip: core::net::Ipv4Addr) -> bool {
+        // What other workers learned before the deletion is taken in first, so that it
+        // does not bring the entry back afterwards.
+        self.host.sync_neighbours(netbatch_engine::time::mono_ns());
         let mut dropped = Vec::new();
         let found = self.host.neigh.remove(iface, ip, &mut dropped);
         let wire: u64 = dropped

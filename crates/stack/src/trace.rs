@@ -230,12 +230,20 @@ impl<'a> Words<'a> {
     }
 
     fn term(&mut self) -> Result<(bool, Term), MatchError> {
+        // Negations are counted in a loop (a client's `not not not ...` must not grow the
+        // stack: the expression comes over the control socket).
+        let mut neg = false;
+        while matches!(self.peek(), Some("not" | "!")) {
+            self.next();
+            neg = !neg;
+        }
+        let (inner, t) = self.term_plain()?;
+        Ok((neg ^ inner, t))
+    }
+
+    fn term_plain(&mut self) -> Result<(bool, Term), MatchError> {
         let w = self.next();
         let t = match w {
-            Some("not" | "!") => {
-                let (neg, t) = self.term()?;
-                return Ok((!neg, t));
-            }
             Some("proto") => {
                 let p = self.next();
                 let n = p.and_then(|p| {
@@ -913,6 +921,22 @@ mod tests {
         }
     }
 
+    /// A very long run of negations (from a client) parses without recursion: its
+    /// parity decides.
+    #[test]
+    fn long_negations_do_not_grow_the_stack() {
+        let even = format!("{}icmp", "not ".repeat(200_000));
+        assert_eq!(
+            even.parse::<Match>().map(|m| m.to_string()),
+            Ok("proto icmp".into())
+        );
+        let odd = format!("{}icmp", "! ".repeat(100_001));
+        assert_eq!(
+            odd.parse::<Match>().map(|m| m.to_string()),
+            Ok("not proto icmp".into())
+        );
+    }
+
     #[test]
     fn parse_errors_name_the_offending_word() {
         for (text, word, msg) in [
@@ -1036,6 +1060,7 @@ mod tests {
             kind,
             out_if: Some(0),
             gateway: None,
+            multipath: None,
         };
         routes
             .load([

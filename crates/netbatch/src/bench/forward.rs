@@ -128,6 +128,7 @@ pub(crate) fn generate_routes(n: usize, seed: u64) -> Vec<Route> {
                 kind: RouteKind::Unicast,
                 out_if: Some(1),
                 gateway: Some(gw),
+                multipath: None,
             });
             made += 1;
         }

@@ -72,6 +72,38 @@ impl ControlConfig {
     }
 }
 
+impl ControlConfig {
+    /// Only the `[control]` and `[metrics]` sections of the file at `path` (what a client
+    /// needs to find the socket): the rest of the file is not checked, so a client can
+    /// reach a datapath whose file is being edited, and hear the reload refused.
+    pub fn read(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let t: toml::Table =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let section = |k: &str| {
+            t.get(k)
+                .cloned()
+                .unwrap_or(toml::Value::Table(toml::Table::new()))
+        };
+        let c: ControlFile = section("control")
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                format!("{}: control: {}", path.display(), e.message())
+            })?;
+        let m: MetricsFile = section("metrics")
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                format!("{}: metrics: {}", path.display(), e.message())
+            })?;
+        let mut e = Errs::default();
+        let v = validate(&c, &m, &mut e);
+        match e.0.first() {
+            Some(err) => Err(format!("{}: {err}", path.display())),
+            None => Ok(v),
+        }
+    }
+}
+
 /// The id of group `name` (from `/etc/group`), or why not.
 pub fn group_id(name: &str) -> Result<u32, String> {
     if let Ok(n) = name.parse::<u32>() {

@@ -34,6 +34,7 @@ mod control;
 mod datapath;
 mod filter;
 mod icmp;
+mod linux;
 mod machine;
 mod neighbour;
 mod pool;
@@ -53,6 +54,7 @@ use crate::setup::StaticNeighbour;
 
 pub use apps::AppConfig;
 pub use control::{ControlConfig, SOCKET_DIR, group_id};
+pub use linux::LinuxConfig;
 pub(crate) use ports::any_gro;
 pub use ports::{GenSpec, PortConfig, PortKind};
 
@@ -126,6 +128,8 @@ struct File {
     control: control::ControlFile,
     #[serde(default)]
     metrics: control::MetricsFile,
+    #[serde(default)]
+    linux: Option<linux::LinuxFile>,
 }
 
 /// A validated configuration.
@@ -164,6 +168,8 @@ pub struct Config {
     pub apps: Vec<AppConfig>,
     /// The control socket and the metrics endpoint.
     pub control: ControlConfig,
+    /// The kernel routing table mirrored (`[linux]`), if any.
+    pub linux: Option<LinuxConfig>,
 }
 
 /// Collects errors with their keys.
@@ -221,6 +227,7 @@ impl Config {
             graph,
             apps: Vec::new(),
             control: ControlConfig::default(),
+            linux: None,
         }
     }
 
@@ -290,10 +297,7 @@ impl Config {
 
     /// Interface names in interface order.
     pub fn iface_names(&self) -> Vec<String> {
-        let n = ports::Names::of(&self.ports);
-        (0..u16::MAX)
-            .map_while(|i| n.get(i).map(|(name, _)| name.to_string()))
-            .collect()
+        ports::Names::of(&self.ports).into_names()
     }
 
     /// Validates configuration text; route files are resolved relative to `dir`.
@@ -342,6 +346,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     };
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, &names, e);
     let control = control::validate(&raw.control, &raw.metrics, e);
+    let linux = linux::validate(raw.linux.as_ref(), e);
     Some(Config {
         mode: dp.mode?,
         dispatch: dp.dispatch?,
@@ -359,6 +364,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         graph,
         apps,
         control,
+        linux,
     })
 }
 

@@ -242,6 +242,11 @@ impl Names {
         n
     }
 
+    /// The names, in interface order.
+    pub(super) fn into_names(self) -> Vec<String> {
+        self.names
+    }
+
     /// The name and addresses of interface `i`.
     pub(super) fn get(&self, i: u16) -> Option<(&str, &[IfAddr])> {
         let i = usize::from(i);

@@ -11,13 +11,19 @@
 //! file); of a file's repeats, the first [`REPEATS_SHOWN`] are listed and the rest
 //! counted. A file listed twice is refused once, at its second listing. Errors come in
 //! the order of the routes they are about.
+//!
+//! A multipath `[[route]]` lists its next hops instead of `via` and `dev`, as `ip route`'s
+//! `nexthop` words: `nexthops = [{ via = "A", dev = "X", weight = 1 }, { via = "B",
+//! weight = 2 }]` (each `via` or `dev` or both, the device found from the gateway's
+//! subnet when left out, weight 1 to 256, 1 when left out). One next hop makes a
+//! single-path route, as the kernel keeps it.
 
 use core::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use netbatch_stack::prefix::Ipv4Prefix;
 use netbatch_stack::route::file::{self as route_file, LineError, Resolve};
-use netbatch_stack::route::{Route, RouteKind};
+use netbatch_stack::route::{MAX_NEXT_HOPS, MAX_WEIGHT, Multipath, NextHop, Route, RouteKind};
 
 use super::Errs;
 use super::ports::Names;
@@ -30,6 +36,16 @@ pub(super) struct RouteFile {
     dev: Option<String>,
     #[serde(default = "default_route_kind")]
     kind: String,
+    nexthops: Option<Vec<NextHopFile>>,
+}
+
+/// One of `[[route]]`'s `nexthops`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NextHopFile {
+    via: Option<String>,
+    dev: Option<String>,
+    weight: Option<i64>,
 }
 
 fn default_route_kind() -> String {
@@ -256,21 +272,39 @@ fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<Route
         }
     };
     if kind != RouteKind::Unicast {
-        if r.via.is_some() || r.dev.is_some() {
-            e.add(key, format!("a {} route takes no via or dev", r.kind));
+        if r.via.is_some() || r.dev.is_some() || r.nexthops.is_some() {
+            e.add(
+                key,
+                format!("a {} route takes no via, dev or nexthops", r.kind),
+            );
         }
-        return Some(Route {
-            prefix,
-            kind,
-            out_if: None,
-            gateway: None,
-        });
+        return Some(Route::new(prefix, kind, None, None));
     }
-    let gw = r
-        .via
-        .as_ref()
-        .and_then(|v| e.parse::<Ipv4Addr>(&format!("{key}.via"), v, "an IPv4 address"));
-    let dev = match &r.dev {
+    if let Some(hops) = &r.nexthops {
+        if r.via.is_some() || r.dev.is_some() {
+            e.add(
+                key,
+                "a route has via and dev, or nexthops (each with its via and dev), not both",
+            );
+            return None;
+        }
+        return multipath(prefix, hops, key, names, e);
+    }
+    let (out_if, gw) = next_hop(r.via.as_deref(), r.dev.as_deref(), key, names, e)?;
+    Some(Route::new(prefix, kind, Some(out_if), gw))
+}
+
+/// The output interface and gateway of a next hop under `key` (a route, or one of its
+/// `nexthops`) from its `via` and `dev`.
+fn next_hop(
+    via: Option<&str>,
+    dev: Option<&str>,
+    key: &str,
+    names: &Names,
+    e: &mut Errs,
+) -> Option<(u16, Option<Ipv4Addr>)> {
+    let gw = via.and_then(|v| e.parse::<Ipv4Addr>(&format!("{key}.via"), v, "an IPv4 address"));
+    let dev = match dev {
         Some(d) => match names.iface(d) {
             Some(i) => Some(i),
             None => {
@@ -293,18 +327,73 @@ fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<Route
             }
         },
         (None, None) => {
-            if r.via.is_none() {
+            if via.is_none() {
                 e.add(key, "a unicast route needs via or dev");
             }
             return None;
         }
     };
-    Some(Route {
-        prefix,
-        kind,
-        out_if: Some(out_if),
-        gateway: gw,
-    })
+    Some((out_if, gw))
+}
+
+/// A route over `nexthops` under `key`.
+fn multipath(
+    prefix: Ipv4Prefix,
+    nexthops: &[NextHopFile],
+    key: &str,
+    names: &Names,
+    e: &mut Errs,
+) -> Option<Route> {
+    if nexthops.is_empty() || nexthops.len() > MAX_NEXT_HOPS {
+        e.add(
+            format!("{key}.nexthops"),
+            format!("{} next hops (1 to {MAX_NEXT_HOPS})", nexthops.len()),
+        );
+        return None;
+    }
+    let mut hops = Vec::with_capacity(nexthops.len());
+    for (i, h) in nexthops.iter().enumerate() {
+        let k = format!("{key}.nexthops[{i}]");
+        let weight = match h.weight {
+            None => Some(1),
+            Some(w) => match u16::try_from(w) {
+                Ok(w) if (1..=MAX_WEIGHT).contains(&w) => Some(w),
+                _ => {
+                    e.add(
+                        format!("{k}.weight"),
+                        format!("weight {w} is not from 1 to {MAX_WEIGHT}"),
+                    );
+                    None
+                }
+            },
+        };
+        let hop = next_hop(h.via.as_deref(), h.dev.as_deref(), &k, names, e);
+        if let (Some((out_if, gateway)), Some(weight)) = (hop, weight) {
+            hops.push(NextHop {
+                gateway,
+                out_if,
+                weight,
+            });
+        }
+    }
+    if hops.len() < nexthops.len() {
+        return None;
+    }
+    if let [one] = hops[..] {
+        return Some(Route::new(
+            prefix,
+            RouteKind::Unicast,
+            Some(one.out_if),
+            one.gateway,
+        ));
+    }
+    match Multipath::new(hops) {
+        Ok(m) => Some(Route::multipath(prefix, m)),
+        Err(err) => {
+            e.add(format!("{key}.nexthops"), err.to_string());
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -456,5 +545,148 @@ mod tests {
         eprintln!("{} routes validated in {:?}", c.routes.len(), t0.elapsed());
         assert_eq!(c.routes.len(), n as usize);
         assert_eq!(c.routes[1].prefix.to_string(), "11.0.1.0/24");
+    }
+
+    const TWO_PORTS: &str = r#"
+        [[port]]
+        name = "eth0"
+        mac = "02:00:00:00:00:01"
+        addresses = ["192.0.2.1/24"]
+
+        [[port]]
+        name = "eth1"
+        mac = "02:00:00:00:00:02"
+        addresses = ["198.51.100.1/24"]
+    "#;
+
+    /// `nexthops` make a multipath route as `ip route add ... nexthop ...` does: each
+    /// next hop's device from `dev` or from its gateway's subnet, weight 1 when left
+    /// out; one next hop is a plain route; the route file's `nexthop` words give the same
+    /// route as the inline form.
+    #[test]
+    fn nexthops_make_a_multipath_route() {
+        use netbatch_stack::route::{NextHop, Route, RouteKind};
+        let dir = Dir::new("multipath");
+        std::fs::write(
+            dir.path().join("r.txt"),
+            "10.2.0.0/16 nexthop via 192.0.2.9 weight 2 nexthop via 198.51.100.9 dev eth1\n",
+        )
+        .expect("route file");
+        let text = format!(
+            r#"route_files = ["r.txt"]
+            {TWO_PORTS}
+            [[route]]
+            prefix = "10.1.0.0/16"
+            nexthops = [{{ via = "192.0.2.9", weight = 2 }}, {{ via = "198.51.100.9", dev = "eth1" }}]
+            [[route]]
+            prefix = "10.3.0.0/16"
+            nexthops = [{{ dev = "eth1", weight = 256 }}, {{ via = "192.0.2.7", dev = "eth0", weight = 1 }}]
+            [[route]]
+            prefix = "10.4.0.0/16"
+            nexthops = [{{ via = "198.51.100.7", weight = 9 }}]
+            "#
+        );
+        let c = Config::parse(&text, dir.path(), "test.toml").unwrap_or_else(|e| panic!("{e}"));
+        let gw = |s: &str| Some(s.parse().expect("address"));
+        let hops = |r: &Route| {
+            r.multipath
+                .as_ref()
+                .map(|m| m.hops().to_vec())
+                .unwrap_or_default()
+        };
+        let nh = |gateway, out_if, weight| NextHop {
+            gateway,
+            out_if,
+            weight,
+        };
+        assert_eq!(
+            hops(&c.routes[0]),
+            [nh(gw("192.0.2.9"), 0, 2), nh(gw("198.51.100.9"), 1, 1)]
+        );
+        assert_eq!(
+            hops(&c.routes[1]),
+            [nh(None, 1, 256), nh(gw("192.0.2.7"), 0, 1)]
+        );
+        assert_eq!(
+            c.routes[2],
+            Route::new(
+                "10.4.0.0/16".parse().expect("prefix"),
+                RouteKind::Unicast,
+                Some(1),
+                gw("198.51.100.7")
+            )
+        );
+        assert_eq!(
+            hops(&c.routes[3]),
+            hops(&c.routes[0]),
+            "the route file's form"
+        );
+        assert_eq!(c.routes[3].prefix.to_string(), "10.2.0.0/16");
+    }
+
+    /// Every mistake in `nexthops` is named by its key.
+    #[test]
+    fn nexthop_mistakes_name_their_key() {
+        let dir = Dir::new("multipath-bad");
+        let text = format!(
+            r#"{TWO_PORTS}
+            [[route]]
+            prefix = "10.1.0.0/16"
+            nexthops = [{{ via = "192.0.2.9", weight = 0 }}, {{ via = "203.0.113.9" }}]
+            [[route]]
+            prefix = "10.2.0.0/16"
+            nexthops = [{{ dev = "eth7" }}, {{ via = "192.0.2", weight = 257 }}, {{ weight = 2 }}]
+            [[route]]
+            prefix = "10.3.0.0/16"
+            via = "192.0.2.9"
+            nexthops = [{{ via = "192.0.2.9" }}, {{ via = "192.0.2.8" }}]
+            [[route]]
+            prefix = "10.4.0.0/16"
+            kind = "blackhole"
+            nexthops = [{{ via = "192.0.2.9" }}, {{ via = "192.0.2.8" }}]
+            [[route]]
+            prefix = "10.5.0.0/16"
+            nexthops = []
+            "#
+        );
+        let got = errors(&text, dir.path());
+        let want = [
+            (
+                "route[0].nexthops[0].weight",
+                "weight 0 is not from 1 to 256",
+            ),
+            (
+                "route[0].nexthops[1].via",
+                "gateway 203.0.113.9 is not on a connected subnet",
+            ),
+            ("route[1].nexthops[0].dev", "no interface named 'eth7'"),
+            ("route[1].nexthops[1].weight", "weight 257"),
+            (
+                "route[1].nexthops[1].via",
+                "'192.0.2' is not an IPv4 address",
+            ),
+            ("route[1].nexthops[2]", "needs via or dev"),
+            ("route[2]", "via and dev, or nexthops"),
+            (
+                "route[3]",
+                "a blackhole route takes no via, dev or nexthops",
+            ),
+            ("route[4].nexthops", "0 next hops (1 to 256)"),
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for ((k, r), (wk, wr)) in got.iter().zip(want) {
+            assert_eq!(k, wk, "{got:#?}");
+            assert!(r.contains(wr), "{k}: «{r}» lacks «{wr}»");
+        }
+        // An unknown key in a next hop is refused by name.
+        let unknown = format!(
+            r#"{TWO_PORTS}
+            [[route]]
+            prefix = "10.1.0.0/16"
+            nexthops = [{{ via = "192.0.2.9", metric = 2 }}, {{ via = "192.0.2.8" }}]
+            "#
+        );
+        let got = errors(&unknown, dir.path());
+        assert!(got.iter().any(|(_, r)| r.contains("metric")), "{got:#?}");
     }
 }

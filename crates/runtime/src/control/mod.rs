@@ -87,7 +87,12 @@ pub struct Control {
     kernel_ifaces: Vec<Option<String>>,
     state: Mutex<State>,
     trace: Mutex<trace::Collected>,
+    /// The kernel-table mirror's counters, once it runs (`[linux]`).
+    mirror: Mutex<Option<MirrorStatsSource>>,
 }
+
+/// Reads the kernel-table mirror's counters as a document.
+pub type MirrorStatsSource = Arc<dyn Fn() -> Value + Send + Sync>;
 
 impl core::fmt::Debug for Control {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -101,7 +106,7 @@ pub mod trace;
 
 /// The commands, for `help` and for errors.
 pub const USAGE: &str = "\
-show runtime|errors|ports|routes|neigh|rules|sockets|softnet|counters
+show runtime|errors|ports|routes|neigh|rules|sockets|softnet|counters|linux
 clear counters
 route add|replace|del ROUTE            (an `ip route` line: PREFIX via GW [dev IF] | PREFIX dev IF | blackhole|unreachable|prohibit PREFIX)
 neigh add|replace ADDRESS lladdr MAC dev IF
@@ -133,6 +138,7 @@ impl Control {
                 baseline: None,
             }),
             trace: Mutex::new(trace::Collected::default()),
+            mirror: Mutex::new(None),
         }
     }
 
@@ -143,13 +149,41 @@ impl Control {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Every worker's counters and their sums (absolute: since the start).
+    /// Where `show linux`, the counters and `/metrics` read the mirror's counters.
+    pub fn set_mirror_stats(&self, source: MirrorStatsSource) {
+        *self
+            .mirror
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+    }
+
+    fn mirror_stats(&self) -> Option<Value> {
+        let m = self
+            .mirror
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.as_ref().map(|f| f())
+    }
+
+    /// Every worker's counters and their sums (absolute: since the start), with the
+    /// kernel-table mirror's (`linux`) when it runs.
     pub fn counters(&self) -> Result<Value, String> {
         let per = self
             .remote
-            .on_each(|_, w| crate::replay::stats(w))
+            .on_each(|i, w| {
+                let mut v = crate::replay::stats(w);
+                // The UDP sockets are shared: their queues count once, with worker 0.
+                if i > 0 {
+                    v["held_packets"] = serde_json::json!(w.held_own());
+                }
+                v
+            })
             .map_err(|e| e.to_string())?;
-        Ok(crate::run::summed(per))
+        let mut c = crate::run::summed(per);
+        if let Some(m) = self.mirror_stats() {
+            c["linux"] = m;
+        }
+        Ok(c)
     }
 
     /// Table sizes, for `show` and `/metrics`: routes, next hops, sockets.
@@ -221,7 +255,7 @@ impl Control {
     fn show(&self, what: &str) -> Reply {
         let needs_counters = matches!(
             what,
-            "runtime" | "errors" | "ports" | "rules" | "softnet" | "counters" | "sockets"
+            "runtime" | "errors" | "ports" | "rules" | "softnet" | "counters" | "sockets" | "linux"
         );
         let counters = if needs_counters {
             match self.counters() {
@@ -255,6 +289,10 @@ impl Control {
                 show::ports(c.as_ref().unwrap_or(&Value::Null), &kinds, &links)
             }
             "routes" => show::routes(&st.routes, &names),
+            "linux" => match c.as_ref().and_then(|c| c.get("linux")) {
+                Some(l) => show::linux(l),
+                None => Reply::err("show linux: no kernel table is mirrored (no [linux] section)"),
+            },
             "rules" => show::rules(
                 &st.cfg.graph.chains,
                 c.as_ref().unwrap_or(&Value::Null),
@@ -296,7 +334,7 @@ impl Control {
                 }
             }
             other => Reply::err(format!(
-                "show: unknown table '{other}' (runtime, errors, ports, routes, neigh, rules, sockets, softnet, counters)"
+                "show: unknown table '{other}' (runtime, errors, ports, routes, neigh, rules, sockets, softnet, counters, linux)"
             )),
         }
     }
@@ -410,9 +448,9 @@ impl Control {
             Ok(r) => r,
             Err(e) => return Reply::err(format!("route {op} {line}: {e}")),
         };
-        let exists = st.routes.get(&r.prefix).copied();
+        let exists = st.routes.get(&r.prefix).cloned();
         let mut next = (*st.routes).clone();
-        let what = match (op, exists) {
+        let what = match (op, exists.clone()) {
             ("add", Some(_)) => {
                 return Reply::err(format!(
                     "route add {line}: a route for {} exists (use route replace)",
@@ -434,7 +472,7 @@ impl Control {
                 "deleted"
             }
             _ => {
-                if let Err(e) = next.insert(r) {
+                if let Err(e) = next.insert(r.clone()) {
                     return Reply::err(format!("route {op} {line}: {e}"));
                 }
                 if exists.is_some() {
@@ -449,10 +487,10 @@ impl Control {
         }
         // The live configuration follows, so that a reload compares with what runs.
         st.cfg.routes.retain(|x| x.prefix != r.prefix);
-        if what != "deleted" {
-            st.cfg.routes.push(r);
-        }
         let text = format!("{what}: {}", show::route_line(&r, &st.cfg.iface_names()));
+        if what != "deleted" {
+            st.cfg.routes.push(r.clone());
+        }
         tracing::info!(target: "netbatch::control", "route {text}");
         Reply::ok(
             text,
@@ -553,7 +591,7 @@ impl Control {
             show::rule_text(&rule, &st.cfg.iface_names())
         );
         chain.rules.insert(at, rule);
-        if let Err(e) = self.swap_graphs(&mut st, cfg, &[hook]) {
+        if let Err(e) = self.swap_graphs(&mut st, cfg) {
             return Reply::err(e);
         }
         tracing::info!(target: "netbatch::control", "rule added: {text}");
@@ -582,7 +620,7 @@ impl Control {
             ));
         }
         chain.rules.remove(n);
-        if let Err(e) = self.swap_graphs(&mut st, cfg, &[h]) {
+        if let Err(e) = self.swap_graphs(&mut st, cfg) {
             return Reply::err(e);
         }
         tracing::info!(target: "netbatch::control", "rule deleted: {hook} {n}");
@@ -592,23 +630,23 @@ impl Control {
         )
     }
 
-    /// Builds the graph of `cfg` (checked once here, then once per worker on its own
-    /// thread) and swaps it in on every worker; the hooks in `changed` count their rule
-    /// hits anew.
-    fn swap_graphs(
-        &self,
-        st: &mut State,
-        cfg: Config,
-        changed: &[HookPoint],
-    ) -> Result<(), String> {
-        Builder::new(&cfg).graph().map_err(|e| e.to_string())?;
-        let fresh: Vec<&'static str> = changed.iter().map(|h| h.node()).collect();
-        let shared = Arc::new(cfg.clone());
+    /// Builds a graph of `cfg` for every worker (here, not on the workers' threads) and
+    /// hands each its own to swap in between two rounds.
+    fn swap_graphs(&self, st: &mut State, cfg: Config) -> Result<(), String> {
+        let mut graphs = Vec::with_capacity(self.remote.workers());
+        for _ in 0..self.remote.workers() {
+            graphs.push(Some(Builder::new(&cfg).graph().map_err(|e| e.to_string())?));
+        }
+        let graphs = Mutex::new(graphs);
         let results = self
             .remote
-            .on_each(move |_, w| {
-                let g = Builder::new(&shared).graph().map_err(|e| e.to_string())?;
-                w.replace_graph(g, &fresh).map_err(|e| e.to_string())
+            .on_each(move |i, w| {
+                let g = graphs
+                    .lock()
+                    .ok()
+                    .and_then(|mut g| g.get_mut(i).and_then(Option::take))
+                    .ok_or_else(|| format!("worker {i}: no graph was built for it"))?;
+                w.replace_graph(g).map_err(|e| e.to_string())
             })
             .map_err(|e| e.to_string())?;
         results.into_iter().collect::<Result<Vec<()>, String>>()?;
@@ -618,14 +656,22 @@ impl Control {
 
     /// Re-reads the configuration file and applies what can change live, or refuses
     /// the whole reload (with the keys and reasons) and changes nothing.
+    ///
+    /// Everything that can fail is tried before anything is applied: the file and the
+    /// machine, what needs a restart, both route tables, the new graph, the new
+    /// applications (bound on a scratch socket table: every old socket is closed before
+    /// the new ones are bound, so that is an exact model). Then routes, neighbours, ICMP
+    /// settings, graph and applications are applied in turn, each recorded in the live
+    /// configuration as it lands (a worker that stops answering midway leaves the live
+    /// configuration saying what was applied).
     pub fn reload(&self) -> Reply {
+        let refuse = |text: String| {
+            tracing::warn!(target: "netbatch::control", "{}", text.trim_end());
+            Reply::err(text)
+        };
         let new = match Config::load_for_run(&self.path) {
             Ok(c) => c,
-            Err(e) => {
-                let text = format!("reload refused, nothing changed: {e}");
-                tracing::warn!(target: "netbatch::control", "{}", text.trim_end());
-                return Reply::err(text);
-            }
+            Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
         };
         let mut st = self.state();
         let refused = needs_restart(&st.cfg, &new);
@@ -638,22 +684,20 @@ impl Control {
             for (k, why) in &refused {
                 text += &format!("  {k}: {why}\n");
             }
-            tracing::warn!(target: "netbatch::control", "{}", text.trim_end());
-            let mut r = Reply::err(text);
+            let mut r = refuse(text);
             r.data = json!({ "error": "reload refused", "restart_needed": refused.iter().map(|(k, w)| json!({"key": k, "reason": w})).collect::<Vec<_>>() });
             return r;
         }
-        // Everything is checked before anything is applied. Routes: what the file (and
-        // live commands since) gave is compared with what the new file gives, and only
-        // the difference changes the live table; routes from elsewhere (a routing
-        // daemon's, mirrored) are left alone.
+        // Routes: what the file (and live commands since) gave is compared with what the
+        // new file gives, and only the difference changes the live table; routes from
+        // elsewhere (a routing daemon's, mirrored) are left alone.
         let (old_table, table) = match (
             crate::build::route_table(&st.cfg),
             crate::build::route_table(&new),
         ) {
             (Ok(o), Ok(t)) => (o, t),
             (Err(e), _) | (_, Err(e)) => {
-                return Reply::err(format!("reload refused, nothing changed: routes: {e}"));
+                return refuse(format!("reload refused, nothing changed: routes: {e}"));
             }
         };
         let mut next = (*st.routes).clone();
@@ -667,7 +711,7 @@ impl Control {
         for r in table.iter() {
             if st.routes.get(&r.prefix) != Some(r) {
                 if let Err(e) = next.insert(r.clone()) {
-                    return Reply::err(format!(
+                    return refuse(format!(
                         "reload refused, nothing changed: route {}: {e}",
                         r.prefix
                     ));
@@ -676,19 +720,40 @@ impl Control {
             }
         }
         let graph_changed = new.graph.chains != st.cfg.graph.chains
-            || format!("{:?}", new.graph.classifier) != format!("{:?}", st.cfg.graph.classifier)
+            || new.graph.classifier.as_ref().map(|c| c.filters())
+                != st.cfg.graph.classifier.as_ref().map(|c| c.filters())
             || new.graph.tcp_to != st.cfg.graph.tcp_to;
         if graph_changed && let Err(e) = Builder::new(&new).graph() {
-            return Reply::err(format!("reload refused, nothing changed: {e}"));
+            return refuse(format!("reload refused, nothing changed: {e}"));
         }
-        // Apply: routes, neighbours, host settings, graph.
+        let apps_changed = new.apps != st.cfg.apps;
+        if apps_changed {
+            let scratch = netbatch_stack::udp::socket::Sockets::new();
+            let fabric = self.remote.fabric().clone();
+            for i in 0..self.remote.workers() {
+                if let Err(e) = crate::build::apps_for(&new, &scratch, i, Some(&fabric)) {
+                    return refuse(format!("reload refused, nothing changed: app: {e}"));
+                }
+            }
+        }
+        // Apply.
         let mut done = Vec::new();
+        let failed = |done: &[String], e: String| {
+            let text = if done.is_empty() {
+                format!("reload stopped, nothing changed: {e}")
+            } else {
+                format!("reload stopped after {}: {e}", done.join(", "))
+            };
+            tracing::warn!(target: "netbatch::control", "{text}");
+            Reply::err(text)
+        };
         if route_changes > 0 {
             if let Err(e) = self.publish_routes(&mut st, next) {
-                return Reply::err(e);
+                return failed(&done, e);
             }
             done.push(format!("{route_changes} route change(s)"));
         }
+        st.cfg.routes = new.routes.clone();
         let gone: Vec<StaticNeighbour> = st
             .cfg
             .neighbours
@@ -716,13 +781,14 @@ impl Control {
                     w.set_neighbour(n.iface, n.ip, n.mac);
                 }
             }) {
-                return Reply::err(e.to_string());
+                return failed(&done, e.to_string());
             }
             done.push(format!(
                 "{} neighbour(s) removed, {} set",
                 gone.len(),
                 set.len()
             ));
+            st.cfg.neighbours = new.neighbours.clone();
         }
         if new.host != st.cfg.host {
             let p = new.host;
@@ -731,25 +797,20 @@ impl Control {
                 w.host.icmp_limit =
                     netbatch_stack::ratelimit::TokenBucket::new(p.icmp_rate, p.icmp_burst);
             }) {
-                return Reply::err(e.to_string());
+                return failed(&done, e.to_string());
             }
             done.push("ICMP and forwarding settings".into());
+            st.cfg.host = new.host;
         }
         if graph_changed {
-            let changed: Vec<HookPoint> = HookPoint::ALL
-                .into_iter()
-                .filter(|h| chain_of(&new.graph.chains, *h) != chain_of(&st.cfg.graph.chains, *h))
-                .collect();
-            if let Err(e) = self.swap_graphs(&mut st, new.clone(), &changed) {
-                return Reply::err(e);
+            if let Err(e) = self.swap_graphs(&mut st, new.clone()) {
+                return failed(&done, e);
             }
             done.push("filter rules and classifier".into());
         }
-        if format!("{:?}", new.apps) != format!("{:?}", st.cfg.apps) {
+        if apps_changed {
             if let Err(e) = self.replace_apps(&new) {
-                return Reply::err(format!(
-                    "applications: {e} (routes, rules and neighbours were applied)"
-                ));
+                return failed(&done, format!("applications: {e}"));
             }
             done.push(format!("{} application(s) restarted", new.apps.len()));
         }
@@ -814,9 +875,14 @@ impl Control {
 fn same_target(old: &Route, given: &Route, line: &str) -> bool {
     // `route del PREFIX` alone matches any route for the prefix; with more words, the
     // target must agree.
+    // A multipath target must name the same next hops; a single `via` names the first
+    // (as `ip route del PREFIX via A` does).
     let words = line.split_ascii_whitespace().count();
     words <= 1
-        || (old.kind == given.kind && old.gateway == given.gateway && old.out_if == given.out_if)
+        || (old.kind == given.kind
+            && old.gateway == given.gateway
+            && old.out_if == given.out_if
+            && (given.multipath.is_none() || old.multipath == given.multipath))
 }
 
 fn chain_mut(chains: &mut Vec<(HookPoint, Chain)>, h: HookPoint) -> &mut Chain {
@@ -828,15 +894,6 @@ fn chain_mut(chains: &mut Vec<(HookPoint, Chain)>, h: HookPoint) -> &mut Chain {
         }
     };
     &mut chains[i].1
-}
-
-fn chain_of(chains: &[(HookPoint, Chain)], h: HookPoint) -> Chain {
-    chains
-        .iter()
-        .rev()
-        .find(|(p, _)| *p == h)
-        .map(|(_, c)| c.clone())
-        .unwrap_or_default()
 }
 
 /// The settings that differ and need a restart, with their keys.
@@ -936,6 +993,13 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
             }
         }
     }
+    differ(
+        &mut v,
+        "linux",
+        format!("{:?}", old.linux),
+        format!("{:?}", new.linux),
+        "the mirrored kernel table",
+    );
     differ(
         &mut v,
         "control",

@@ -11,6 +11,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -42,30 +43,71 @@ pub enum ServeError {
     /// Creating, binding or setting up the socket failed.
     #[error("control socket {0}: {1}")]
     Io(PathBuf, std::io::Error),
+    /// The path is not safe to serve at.
+    #[error("control socket {0}: refused: {1}")]
+    Unsafe(PathBuf, String),
+}
+
+/// Whether `dir` may hold the socket: owned by root or by us, and writable by nobody
+/// else (or sticky, as /tmp is), so no other user can replace what we create there.
+fn check_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let me = netbatch_ports::sys::euid();
+    if m.uid() != 0 && m.uid() != me {
+        return Err(format!(
+            "{} belongs to uid {}, not to root or us",
+            dir.display(),
+            m.uid()
+        ));
+    }
+    let sticky = m.mode() & 0o1000 != 0;
+    if m.mode() & 0o022 != 0 && !sticky {
+        return Err(format!(
+            "{} is writable by others (mode {:o}) and not sticky",
+            dir.display(),
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 impl Server {
     /// Serves `control` at `path`: mode 0600, or 0660 owned by group `gid`.
     pub fn start(control: Arc<Control>, path: &Path, gid: Option<u32>) -> Result<Self, ServeError> {
         let io = |e| ServeError::Io(path.to_path_buf(), e);
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-            && !dir.exists()
-        {
-            std::fs::create_dir_all(dir).map_err(io)?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
-        }
-        if path.exists() {
-            // A live server answers; a file left by one that died does not.
-            if UnixStream::connect(path).is_ok() {
-                return Err(ServeError::InUse(path.to_path_buf()));
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.exists() {
+                std::fs::create_dir_all(dir).map_err(io)?;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+                    .map_err(io)?;
             }
-            std::fs::remove_file(path).map_err(io)?;
+            check_dir(dir).map_err(|why| ServeError::Unsafe(path.to_path_buf(), why))?;
+        }
+        if let Ok(m) = std::fs::symlink_metadata(path) {
+            // Only a socket nobody serves is ours to replace; anything else (a file a
+            // typo named, a live server, a socket we may not reach) is refused.
+            if !m.file_type().is_socket() {
+                return Err(ServeError::Unsafe(
+                    path.to_path_buf(),
+                    "something that is not a socket is there".into(),
+                ));
+            }
+            match UnixStream::connect(path) {
+                Ok(_) => return Err(ServeError::InUse(path.to_path_buf())),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    std::fs::remove_file(path).map_err(io)?;
+                }
+                Err(e) => return Err(io(e)),
+            }
         }
         let listener = UnixListener::bind(path).map_err(io)?;
         let mode = if gid.is_some() { 0o660 } else { 0o600 };
+        // The parent is ours (checked above), so nobody can swap the new socket for a
+        // symlink before these; lchown does not follow one anyway.
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io)?;
         if let Some(g) = gid {
-            std::os::unix::fs::chown(path, None, Some(g)).map_err(io)?;
+            std::os::unix::fs::lchown(path, None, Some(g)).map_err(io)?;
         }
         listener.set_nonblocking(true).map_err(io)?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -100,12 +142,39 @@ impl Drop for Server {
 /// How often the accept loop looks at the stop flag.
 const TICK: Duration = Duration::from_millis(20);
 
-fn serve(l: &UnixListener, control: &Control, gid: Option<u32>, stop: &AtomicBool) {
+/// Connections served at once; more wait in the listen queue.
+const MAX_CLIENTS: usize = 8;
+
+/// How long a client has to send its whole request.
+const REQUEST_TIME: Duration = Duration::from_secs(2);
+
+/// Longest request line.
+const REQUEST_MAX: u64 = 64 << 10;
+
+fn serve(l: &UnixListener, control: &Arc<Control>, gid: Option<u32>, stop: &Arc<AtomicBool>) {
+    let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
+        if busy.load(Ordering::Acquire) >= MAX_CLIENTS {
+            std::thread::sleep(TICK);
+            continue;
+        }
         match l.accept() {
             Ok((s, _)) => {
-                if let Err(e) = one(s, control, gid) {
-                    tracing::debug!(target: "netbatch::control", "control connection: {e}");
+                // Each client on its own thread: a slow one holds up nobody, and the
+                // server's stop does not wait for it.
+                let (control, busy2) = (control.clone(), busy.clone());
+                busy.fetch_add(1, Ordering::AcqRel);
+                let spawned = std::thread::Builder::new()
+                    .name("netbatch-client".into())
+                    .spawn(move || {
+                        if let Err(e) = one(s, &control, gid) {
+                            tracing::debug!(target: "netbatch::control", "control connection: {e}");
+                        }
+                        busy2.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if let Err(e) = spawned {
+                    busy.fetch_sub(1, Ordering::AcqRel);
+                    tracing::warn!(target: "netbatch::control", "control socket: no thread for a client: {e}");
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(TICK),
@@ -115,6 +184,35 @@ fn serve(l: &UnixListener, control: &Control, gid: Option<u32>, stop: &AtomicBoo
             }
         }
     }
+}
+
+/// Reads one request line within [`REQUEST_TIME`] overall and [`REQUEST_MAX`] bytes.
+fn read_request(s: &UnixStream) -> std::io::Result<String> {
+    let deadline = std::time::Instant::now() + REQUEST_TIME;
+    let mut buf = Vec::new();
+    let mut r = std::io::Read::take(s, REQUEST_MAX);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "request not sent in time",
+            ));
+        }
+        s.set_read_timeout(Some(left))?;
+        let n = std::io::Read::read(&mut r, &mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.contains(&b'\n') {
+            break;
+        }
+    }
+    let line = buf.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    String::from_utf8(line.to_vec())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "request is not UTF-8"))
 }
 
 /// Whether the peer may use the socket, or why not.
@@ -151,17 +249,15 @@ fn groups_of(pid: i32) -> Vec<u32> {
 
 fn one(s: UnixStream, control: &Control, gid: Option<u32>) -> std::io::Result<()> {
     s.set_nonblocking(false)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
     let reply = match allowed(&s, gid) {
         Err(why) => {
             tracing::warn!(target: "netbatch::control", "control socket: refused a client: {why}");
             Reply::err(why)
         }
-        Ok(()) => {
-            let mut line = String::new();
-            BufReader::new(&s).read_line(&mut line)?;
-            match serde_json::from_str::<Value>(&line) {
+        Ok(()) => match read_request(&s) {
+            Err(e) => Reply::err(format!("request: {e}")),
+            Ok(line) => match serde_json::from_str::<Value>(&line) {
                 Ok(v) => match v["argv"].as_array() {
                     Some(a) => {
                         let argv: Vec<String> = a
@@ -174,8 +270,8 @@ fn one(s: UnixStream, control: &Control, gid: Option<u32>) -> std::io::Result<()
                     None => Reply::err("a request is {\"argv\": [words...]}"),
                 },
                 Err(e) => Reply::err(format!("request is not JSON: {e}")),
-            }
-        }
+            },
+        },
     };
     let mut w = &s;
     let out = json!({ "ok": reply.ok, "text": reply.text, "data": reply.data });

@@ -317,6 +317,23 @@ pub fn route_line(r: &Route, names: &[String]) -> String {
     } else {
         r.prefix.to_string()
     };
+    if let Some(m) = &r.multipath {
+        // As `ip route` prints RTA_MULTIPATH: the prefix, then a tab-indented line a hop.
+        let mut s = p;
+        for h in m.hops() {
+            s += "\n\tnexthop";
+            if let Some(g) = h.gateway {
+                let _ = write!(s, " via {g}");
+            }
+            let _ = write!(
+                s,
+                " dev {} weight {}",
+                iface(names, Some(h.out_if)),
+                h.weight
+            );
+        }
+        return s;
+    }
     match r.kind {
         RouteKind::Unicast => match r.gateway {
             Some(g) => format!("{p} via {g}{}", dev(r)),
@@ -332,7 +349,7 @@ pub fn route_line(r: &Route, names: &[String]) -> String {
 
 /// `show routes`: the table, as `ip route show table all` orders it (by prefix).
 pub fn routes(t: &Routes, names: &[String]) -> Reply {
-    let mut rs: Vec<Route> = t.iter().copied().collect();
+    let mut rs: Vec<Route> = t.iter().cloned().collect();
     rs.sort_by_key(|r| (r.prefix.addr(), r.prefix.prefix_len()));
     let mut text = String::new();
     let mut data = Vec::new();
@@ -511,6 +528,46 @@ pub fn sockets(socks: &[Value]) -> Reply {
     Reply::ok(text, json!({ "sockets": socks }))
 }
 
+/// `show linux`: the kernel-table mirror's counters (events applied, skips by reason,
+/// resyncs, overruns, errors) and what it holds.
+pub fn linux(l: &Value) -> Reply {
+    let mut text = String::new();
+    let n = |k: &str| u(l, k);
+    let _ = writeln!(
+        text,
+        "mirrored: {} route(s), {} neighbour(s)\nroutes added {} replaced {} deleted {}; neighbours set {} deleted {}",
+        n("routes"),
+        n("neighbours"),
+        n("routes_added"),
+        n("routes_replaced"),
+        n("routes_deleted"),
+        n("neighbours_set"),
+        n("neighbours_deleted")
+    );
+    let _ = writeln!(
+        text,
+        "messages {} (notifications {}), publications {} (last: {} changes in {} us), resyncs {} (last: {} changes), overruns {}, errors {}",
+        n("messages"),
+        n("notifications"),
+        n("batches"),
+        n("last_batch_changes"),
+        n("last_batch_us"),
+        n("resyncs"),
+        n("last_resync_changes"),
+        n("overruns"),
+        n("errors")
+    );
+    if let Some(e) = l.get("last_error").and_then(Value::as_str) {
+        let _ = writeln!(text, "last error: {e}");
+    }
+    for (reason, c) in l["skipped"].as_object().into_iter().flatten() {
+        if c.as_u64().unwrap_or(0) > 0 {
+            let _ = writeln!(text, "skipped {reason}: {c}");
+        }
+    }
+    Reply::ok(text, l.clone())
+}
+
 /// `show softnet`: per worker what `/proc/net/softnet_stat` shows per CPU.
 pub fn softnet(c: &Value) -> Reply {
     let mut t = Table::new(&[
@@ -632,6 +689,7 @@ mod tests {
             kind,
             out_if,
             gateway: gw.map(|g| g.parse().expect("addr")),
+            multipath: None,
         };
         assert_eq!(
             route_line(
@@ -662,6 +720,39 @@ mod tests {
                 &names
             ),
             "blackhole 203.0.113.0/24"
+        );
+    }
+
+    /// A multipath route prints as `ip route` prints one (iproute2's `print_rta_multipath`:
+    /// the prefix, then each next hop on its own tab-indented line with its weight), a
+    /// next hop without gateway as `nexthop dev X`.
+    #[test]
+    fn multipath_routes_print_as_ip_route_does() {
+        use netbatch_stack::route::{Multipath, NextHop};
+        let names = vec!["p0".to_string(), "p1".to_string()];
+        let hop = |gw: Option<&str>, out_if, weight| NextHop {
+            gateway: gw.map(|g| g.parse().expect("addr")),
+            out_if,
+            weight,
+        };
+        let m = Multipath::new(vec![
+            hop(Some("192.0.2.9"), 0, 1),
+            hop(Some("198.51.100.9"), 1, 2),
+            hop(None, 1, 256),
+        ])
+        .expect("next hops");
+        let r = Route::multipath("10.0.0.0/8".parse().expect("prefix"), m.clone());
+        assert_eq!(
+            route_line(&r, &names),
+            "10.0.0.0/8\n\tnexthop via 192.0.2.9 dev p0 weight 1\n\
+             \tnexthop via 198.51.100.9 dev p1 weight 2\n\tnexthop dev p1 weight 256"
+        );
+        let d = Route::multipath("0.0.0.0/0".parse().expect("prefix"), m);
+        assert!(
+            route_line(&d, &names)
+                .starts_with("default\n\tnexthop via 192.0.2.9 dev p0 weight 1\n"),
+            "{}",
+            route_line(&d, &names)
         );
     }
 }

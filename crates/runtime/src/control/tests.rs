@@ -363,8 +363,16 @@ fn the_socket_serves_its_owner_only() {
         request(&path, &["show".into(), "routes".into()])
             .is_err_and(|e| e.contains("no netbatch is serving"))
     );
-    // A file left behind by a server that died is not "in use".
-    std::fs::write(&path, "").expect("stale file");
+    // Something that is not a socket is never removed to make room.
+    std::fs::write(&path, "").expect("a file");
+    assert!(matches!(
+        Server::start(r.control.clone(), &path, None),
+        Err(super::server::ServeError::Unsafe(..))
+    ));
+    assert!(path.exists());
+    std::fs::remove_file(&path).expect("removed");
+    // A socket left behind by a server that died is not "in use".
+    drop(std::os::unix::net::UnixListener::bind(&path).expect("a stale socket"));
     // Our own group (chown to it needs no privilege).
     let gid = std::os::unix::fs::MetadataExt::gid(&std::fs::metadata(r.dir.path()).expect("dir"));
     let s = Server::start(r.control.clone(), &path, Some(gid)).expect("served over a stale file");
@@ -375,4 +383,59 @@ fn the_socket_serves_its_owner_only() {
         & 0o777;
     assert_eq!(mode, 0o660, "group access with a group");
     drop(s);
+}
+
+/// A client that connects and sends nothing holds up no other client, and is dropped
+/// after its time; a request over the size limit is refused; a deep `--match` (a
+/// client's input) is answered, not a crash.
+#[test]
+fn slow_or_hostile_clients_hold_up_nobody() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    use super::server::{Server, request};
+    let r = Running::start("");
+    let path = r.dir.path().join("dp.sock");
+    let _s = Server::start(r.control.clone(), &path, None).expect("served");
+    let mut silent = UnixStream::connect(&path).expect("connects");
+    let t0 = std::time::Instant::now();
+    let reply = request(&path, &["show".into(), "routes".into()]).expect("answer");
+    assert!(
+        reply.ok && t0.elapsed() < std::time::Duration::from_secs(1),
+        "{:?}",
+        t0.elapsed()
+    );
+    // The silent one is answered with an error once its 2 s are up.
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    let mut text = String::new();
+    let _ = silent.read_to_string(&mut text);
+    assert!(
+        text.contains("request") && text.contains("\"ok\":false"),
+        "{text}"
+    );
+    // Over 64 KiB without a newline: refused.
+    let mut big = UnixStream::connect(&path).expect("connects");
+    let _ = big.write_all(&vec![b'x'; 70 << 10]);
+    let mut text = String::new();
+    big.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+    let _ = big.read_to_string(&mut text);
+    assert!(text.contains("\"ok\":false"), "{text}");
+    let deep = format!("{}icmp", "not ".repeat(10_000));
+    let reply = request(
+        &path,
+        &[
+            "trace".into(),
+            "add".into(),
+            "--count".into(),
+            "1".into(),
+            "--match".into(),
+            deep,
+        ],
+    )
+    .expect("answer");
+    assert!(reply.ok, "{}", reply.text);
+    r.ok("trace clear");
 }

@@ -101,10 +101,15 @@ impl Control {
     }
 
     fn trace_show(&self) -> Reply {
-        let taken = match self
-            .remote
-            .on_each(|i, w| (i, w.graph.take_trace(), w.host.clock_to_utc_ns))
-        {
+        let taken = match self.remote.on_each(|i, w| {
+            let dumps = w.take_trace();
+            // A trace whose count ran out is disarmed once shown, so the graph goes
+            // back to its untraced loops (what is still in flight is not recorded).
+            if w.graph.trace().remaining() == 0 {
+                w.graph.trace_mut().disarm();
+            }
+            (i, dumps, w.host.clock_to_utc_ns)
+        }) {
             Ok(t) => t,
             Err(e) => return Reply::err(e.to_string()),
         };
@@ -112,8 +117,9 @@ impl Control {
             .trace
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        all.0
-            .extend(taken.into_iter().filter(|(_, d, _)| !d.packets.is_empty()));
+        for (i, dumps, utc) in taken {
+            all.0.extend(dumps.into_iter().map(|d| (i, d, utc)));
+        }
         let st = self.state();
         let ports: Vec<String> = st.cfg.ports.iter().map(|p| p.setup.name.clone()).collect();
         let mut text = String::new();

@@ -425,6 +425,7 @@ mod tests {
                     kind,
                     out_if: Some(out_if),
                     gateway: gw.map(|g| g.parse().expect("gateway")),
+                    multipath: None,
                 })
                 .expect("route");
         }

@@ -22,15 +22,29 @@
 //! address ([`super::options::next_source_hop`]); a strict route whose next address is not
 //! on a connected network gets ICMP source route failed (RFC 1812 5.2.4.1).
 //!
+//! A multipath route's next hop is chosen by the packet's flow hash (the one recorded in
+//! `Meta::hash`, the port's or RPS's, else the dissector's `flow_hash` with RPS's key,
+//! so that a flow gets the same hash whoever computes it), as
+//! [`Routes::lookup_flow`] describes: every packet of a flow takes the same next hop,
+//! whatever list it comes in. The route hint keeps only plain hops ([`Routes::lookup_hop`]):
+//! for a destination with a multipath route it holds "no plain hop", and each packet to
+//! it is then looked up again and hashed out of the loop (the next packet may be another
+//! flow), so single-path routing costs what it did. A source-routed packet sent on to its
+//! route's next address takes a multipath route's first next hop.
+//!
 //! A unicast packet received as link-layer broadcast or multicast is not forwarded (RFC
 //! 1812 5.3.4). Unreachable and prohibit routes and a missing route send the packet to
 //! `ip4-icmp-error` with the cause in `Meta::note`; blackhole routes drop silently.
 
+use std::sync::LazyLock;
+
 use crate::meta::flag;
-use netbatch_engine::{Cx, Out, PktList, Stage};
+use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
+use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
 use super::icmp_error::Cause;
 use super::{header, options};
+use crate::dissect;
 use crate::host::Host;
 use crate::prefix::class;
 use crate::route::{Hop, RouteKind, Routes};
@@ -49,7 +63,45 @@ netbatch_engine::arcs! {
 /// two one bits: the other three quarters of sources need no lookup.
 #[inline(always)]
 fn is_broadcast_source(routes: &Routes, src: u32) -> bool {
-    src & 3 == 3 && matches!(routes.lookup(src), Some(h) if h.kind == RouteKind::Broadcast)
+    // A plain hop's lookup: no multipath route is a broadcast route.
+    src & 3 == 3 && matches!(routes.lookup_hop(src), Some((_, h)) if h.kind == RouteKind::Broadcast)
+}
+
+/// The Toeplitz key of the flow hash: RPS's (`runtime::rps`), so that the hash this
+/// stage computes for a packet RPS did not hash is the one RPS would have recorded.
+static FLOW_KEY: LazyLock<Toeplitz> = LazyLock::new(|| Toeplitz::new(&MS_KEY));
+
+/// Routes packet `p` to `dst`, which has no plain hop: by the next hop of
+/// its multipath route for the packet's flow hash, forwarded as the `Unicast` arm of
+/// [`Ip4Route::process`] forwards (a multipath route's next hops are unicast), or to
+/// ICMP as having no route. Out of the loop, with what the loop holds anyway: the route
+/// hint keeps "no plain hop" for such a destination, so every packet to it comes here
+/// and is hashed, and single-path routing pays nothing for multipath.
+#[cold]
+#[inline(never)]
+fn multipath_or_none(host: &Host, cx: &Cx<'_>, dst: u32, mut p: Pkt, out: &mut Out) {
+    let mut v = cx.pool.get_mut(&mut p);
+    // The recorded hash (the port's, or RPS's), else the dissector's, recorded.
+    match host
+        .routes
+        .lookup_flow(dst, || dissect::flow_hash(&mut v, &FLOW_KEY))
+    {
+        Some(_) if !host.params.forwarding => {
+            out.drop(p, crate::route::reason::FORWARDING_DISABLED);
+        }
+        Some(_) if v.meta.flags & flag::L2_HOST == 0 => {
+            out.drop(p, crate::route::reason::FORWARD_L2_BROADCAST);
+        }
+        Some((adj, hop)) => {
+            v.meta.out_if = hop.out_if;
+            v.meta.adj = adj;
+            out.push(FORWARD, p);
+        }
+        None => {
+            v.meta.note = Cause::NoRoute.note();
+            out.push(ERROR, p);
+        }
+    }
 }
 
 /// What a source-routed packet for us does next.
@@ -107,7 +159,9 @@ fn source_route(routes: &Routes, ifaces: &[crate::iface::Iface], d: &mut [u8]) -
 /// The routing stage.
 #[derive(Debug, Default)]
 pub struct Ip4Route {
-    /// Lookups avoided by the route hint (for reports).
+    /// Packets whose destination was the previous one's, whose lookup the route hint
+    /// saved (for reports; a multipath destination's packets are still looked up and
+    /// hashed one by one, out of the loop).
     pub hint_hits: u64,
 }
 
@@ -169,12 +223,13 @@ impl Stage<Host> for Ip4Route {
             if u64::from(dst) == hint_dst {
                 self.hint_hits += 1;
             } else {
-                hint = routes.lookup_adj(dst);
+                hint = routes.lookup_hop(dst);
                 hint_dst = u64::from(dst);
             }
             let Some((adj, hop)) = hint else {
-                v.meta.note = Cause::NoRoute.note();
-                out.push(ERROR, p);
+                // No plain hop: a multipath route (resolved for this packet's flow) or none.
+                // (`hint_dst` is `dst` here, and live in any case.)
+                multipath_or_none(host, cx, hint_dst as u32, p, out);
                 continue;
             };
             match hop.kind {
@@ -265,6 +320,7 @@ mod tests {
                 kind,
                 out_if: Some(0),
                 gateway: None,
+                multipath: None,
             })
             .expect("route");
         };

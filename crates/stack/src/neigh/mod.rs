@@ -184,6 +184,17 @@ impl State {
     }
 }
 
+impl Entry {
+    /// The entry now resolves to `mac` in `state`: what waited for it is released into
+    /// `waiting`, in order.
+    fn resolved(&mut self, mac: MacAddr, state: State, waiting: &mut Vec<Pkt>) {
+        self.mac = mac;
+        self.state = state;
+        self.queued_wire = 0;
+        waiting.extend(self.queue.drain(..).map(|(p, _)| p));
+    }
+}
+
 /// Counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NeighStats {
@@ -289,10 +300,7 @@ impl NeighTable {
         match self.slot_for(iface, ip, 0, true) {
             Some(i) => {
                 if let Some(e) = self.slots[i as usize].as_mut() {
-                    e.mac = mac;
-                    e.state = State::Permanent;
-                    e.queued_wire = 0;
-                    waiting.extend(e.queue.drain(..).map(|(p, _)| p));
+                    e.resolved(mac, State::Permanent, waiting);
                 }
                 true
             }
@@ -517,12 +525,9 @@ impl NeighTable {
         if e.state == State::Permanent {
             return true;
         }
-        e.mac = mac;
-        e.state = State::Reachable;
         e.confirmed_ns = now_ns;
         e.probes = 0;
-        e.queued_wire = 0;
-        waiting.extend(e.queue.drain(..).map(|(p, _)| p));
+        e.resolved(mac, State::Reachable, waiting);
         true
     }
 
@@ -625,6 +630,53 @@ mod tests {
             ..Default::default()
         })
         .unwrap()
+    }
+
+    /// A static entry set live releases what waited (in order, once), a learned MAC does
+    /// not override it, `remove` hands back what waits and forgets the entry, and
+    /// `entries` reports what the table holds (hand-made expectations).
+    #[test]
+    fn static_entries_set_and_removed_live() {
+        let pool = pool();
+        let mut c = pool.cache();
+        let mut t = NeighTable::new(NeighParams::default());
+        let ip = Ipv4Addr::new(192, 0, 2, 9);
+        let (a, b) = (c.alloc().unwrap(), c.alloc().unwrap());
+        let (ai, bi) = (a.index(), b.index());
+        let mut over = Vec::new();
+        let _ = t.queue(0, u32::from(ip), (a, 1), 0, &mut over);
+        let _ = t.queue(0, u32::from(ip), (b, 3), MS, &mut over);
+        assert_eq!(t.held(), 4);
+        let e = t.entries();
+        assert_eq!(
+            (e.len(), e[0].mac, e[0].state, e[0].queued),
+            (1, None, State::Incomplete, 4)
+        );
+        let mac = MacAddr([2, 0, 0, 0, 0, 9]);
+        let mut w = Vec::new();
+        assert!(t.set_static(0, ip, mac, &mut w));
+        assert_eq!(w.iter().map(Pkt::index).collect::<Vec<_>>(), vec![ai, bi]);
+        assert_eq!(t.held(), 0);
+        c.free_all(&mut w);
+        assert!(t.learn(0, ip, MacAddr([2, 0, 0, 0, 0, 0x77]), 2 * MS, true, &mut w));
+        assert_eq!(
+            t.mac_of(0, ip),
+            Some((mac, State::Permanent)),
+            "static wins"
+        );
+        // Removal: a queued packet on another entry comes back to the caller.
+        let other = Ipv4Addr::new(192, 0, 2, 10);
+        let p = c.alloc().unwrap();
+        let pi = p.index();
+        let _ = t.queue(0, u32::from(other), (p, 1), 3 * MS, &mut over);
+        let mut dropped = Vec::new();
+        assert!(t.remove(0, other, &mut dropped));
+        assert_eq!(dropped.iter().map(Pkt::index).collect::<Vec<_>>(), vec![pi]);
+        c.free_all(&mut dropped);
+        assert!(!t.remove(0, other, &mut dropped), "gone");
+        assert!(t.remove(0, ip, &mut dropped) && dropped.is_empty());
+        assert!(t.entries().is_empty() && t.is_empty());
+        assert!(over.is_empty());
     }
 
     #[test]

@@ -1,0 +1,519 @@
+//! Kernel messages, emitted by `netlink-packet-route` or written byte by byte from the
+//! kernel's `nlmsghdr`/`rtmsg`/`ndmsg` layouts (`linux/netlink.h`,
+//! `linux/rtnetlink.h`, `linux/neighbour.h`), framed and parsed as the mirror reads a
+//! datagram, then converted: what each must become follows `ip route`'s and `ip
+//! neigh`'s meaning of the same message.
+
+use super::*;
+use crate::linux::netlink::messages;
+use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::route::{RouteHeader, RouteProtocol, RouteScope};
+
+/// Kernel interface 2 is netbatch's 0 (`r1`), 3 is 1 (`r2`); 9 is unknown.
+fn iface(i: u32) -> Option<u16> {
+    match i {
+        2 => Some(0),
+        3 => Some(1),
+        _ => None,
+    }
+}
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().expect("address")
+}
+
+fn prefix(s: &str) -> Ipv4Prefix {
+    s.parse().expect("prefix")
+}
+
+/// Emits `m` as the kernel would frame it, then reads it back as a datagram.
+fn roundtrip(m: RouteNetlinkMessage) -> RouteNetlinkMessage {
+    let mut n = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(m));
+    n.finalize();
+    let mut buf = vec![0; n.buffer_len()];
+    n.serialize(&mut buf);
+    inner(&buf)
+}
+
+/// The one message of datagram `d`.
+fn inner(d: &[u8]) -> RouteNetlinkMessage {
+    let mut v = messages(d);
+    assert_eq!(v.len(), 1, "one message");
+    match v.remove(0).expect("parses").payload {
+        NetlinkPayload::InnerMessage(m) => m,
+        other => panic!("not a route message: {other:?}"),
+    }
+}
+
+fn route_msg(kind: RouteType, len: u8, attrs: Vec<RouteAttribute>) -> RouteMessage {
+    let mut m = RouteMessage::default();
+    m.header = RouteHeader {
+        address_family: AddressFamily::Inet,
+        destination_prefix_length: len,
+        table: RouteHeader::RT_TABLE_MAIN,
+        protocol: RouteProtocol::Static,
+        scope: RouteScope::Universe,
+        kind,
+        ..RouteHeader::default()
+    };
+    m.attributes = attrs;
+    m
+}
+
+fn new_route(m: RouteMessage) -> RouteMessage {
+    match roundtrip(RouteNetlinkMessage::NewRoute(m)) {
+        RouteNetlinkMessage::NewRoute(m) => m,
+        other => panic!("not a route: {other:?}"),
+    }
+}
+
+fn dst(a: &str) -> RouteAttribute {
+    RouteAttribute::Destination(RouteAddress::Inet(ip(a)))
+}
+
+fn gw(a: &str) -> RouteAttribute {
+    RouteAttribute::Gateway(RouteAddress::Inet(ip(a)))
+}
+
+/// `ip route add 198.51.100.0/24 via 192.0.2.7 dev r1 metric 20`: a unicast route via
+/// the gateway out of netbatch's `r1`, keyed by its metric.
+#[test]
+fn a_unicast_route_via_a_gateway_becomes_netbatchs() {
+    let m = new_route(route_msg(
+        RouteType::Unicast,
+        24,
+        vec![
+            RouteAttribute::Table(254),
+            dst("198.51.100.0"),
+            gw("192.0.2.7"),
+            RouteAttribute::Oif(2),
+            RouteAttribute::Priority(20),
+        ],
+    ));
+    let k = route_of(&m, 254, iface).expect("in the table");
+    assert_eq!(k.prefix, prefix("198.51.100.0/24"));
+    assert_eq!(k.metric, 20);
+    assert_eq!(
+        k.route,
+        Ok(Route::new(
+            prefix("198.51.100.0/24"),
+            RouteKind::Unicast,
+            Some(0),
+            Some(ip("192.0.2.7"))
+        ))
+    );
+    assert_eq!(k.partial, None);
+    // The same route on an interface netbatch lacks holds its prefix, unmirrorable.
+    let mut other = m.clone();
+    other
+        .attributes
+        .retain(|a| !matches!(a, RouteAttribute::Oif(_)));
+    other.attributes.push(RouteAttribute::Oif(9));
+    assert_eq!(
+        route_of(&other, 254, iface).expect("in the table").route,
+        Err(Skip::UnknownInterface)
+    );
+}
+
+/// The bytes the kernel sends for `ip route add 203.0.113.0/24 via 192.0.2.9 dev r1`
+/// (r1 = ifindex 2), written field by field: nlmsghdr, rtmsg, then RTA_TABLE, RTA_DST,
+/// RTA_GATEWAY, RTA_OIF (each rtattr: u16 length, u16 type, value padded to 4 bytes).
+#[test]
+fn the_kernels_own_bytes_for_a_route_convert() {
+    #[rustfmt::skip]
+    let bytes: [u8; 60] = [
+        // nlmsghdr: length 60, RTM_NEWROUTE (24), NLM_F_CREATE|NLM_F_EXCL, seq 7, pid 0
+        60, 0, 0, 0,  24, 0,  0x00, 0x06,  7, 0, 0, 0,  0, 0, 0, 0,
+        // rtmsg: AF_INET, dst_len 24, src_len 0, tos 0, table 254, RTPROT_BOOT,
+        // RT_SCOPE_UNIVERSE, RTN_UNICAST, flags 0
+        2, 24, 0, 0,  254, 3, 0, 1,  0, 0, 0, 0,
+        // RTA_TABLE (15) = 254
+        8, 0, 15, 0,  254, 0, 0, 0,
+        // RTA_DST (1) = 203.0.113.0
+        8, 0, 1, 0,  203, 0, 113, 0,
+        // RTA_GATEWAY (5) = 192.0.2.9
+        8, 0, 5, 0,  192, 0, 2, 9,
+        // RTA_OIF (4) = 2
+        8, 0, 4, 0,  2, 0, 0, 0,
+    ];
+    let RouteNetlinkMessage::NewRoute(m) = inner(&bytes) else {
+        panic!("RTM_NEWROUTE parses as a new route");
+    };
+    let k = route_of(&m, 254, iface).expect("main table");
+    assert_eq!(
+        k.route,
+        Ok(Route::new(
+            prefix("203.0.113.0/24"),
+            RouteKind::Unicast,
+            Some(0),
+            Some(ip("192.0.2.9"))
+        ))
+    );
+    assert_eq!(k.metric, 0, "no RTA_PRIORITY: metric 0");
+    // The same bytes as RTN_BLACKHOLE (6) without a next hop: `ip route add blackhole`.
+    let mut b = bytes;
+    b[0] = 44;
+    b[16 + 7] = 6;
+    let RouteNetlinkMessage::NewRoute(m) = inner(&b[..44]) else {
+        panic!("a route");
+    };
+    assert_eq!(
+        route_of(&m, 254, iface).expect("main").route,
+        Ok(Route::new(
+            prefix("203.0.113.0/24"),
+            RouteKind::Blackhole,
+            None,
+            None
+        ))
+    );
+    // In table 100, it is not the mirrored table's.
+    let mut t = bytes;
+    t[16 + 4] = 100;
+    t[28 + 4] = 100;
+    let RouteNetlinkMessage::NewRoute(m) = inner(&t) else {
+        panic!("a route");
+    };
+    assert_eq!(route_of(&m, 254, iface), Err(Skip::OtherTable));
+    assert_eq!(route_of(&m, 100, iface).map(|k| k.metric), Ok(0));
+}
+
+/// `ip route add 10.0.0.0/8 nexthop via 192.0.2.2 dev r1 weight 1 nexthop via
+/// 198.51.100.2 dev r2 weight 3` as the kernel sends it (RTA_MULTIPATH: rtnexthop
+/// {u16 len, u8 flags, u8 hops = weight - 1, i32 ifindex} each followed by its
+/// RTA_GATEWAY), written by hand: a two-hop route with the weights.
+#[test]
+fn a_multipath_route_keeps_its_usable_hops_and_weights() {
+    #[rustfmt::skip]
+    let bytes: [u8; 80] = [
+        80, 0, 0, 0,  24, 0,  0x00, 0x06,  1, 0, 0, 0,  0, 0, 0, 0,
+        2, 8, 0, 0,  254, 3, 0, 1,  0, 0, 0, 0,
+        8, 0, 15, 0,  254, 0, 0, 0,
+        8, 0, 1, 0,  10, 0, 0, 0,
+        // RTA_MULTIPATH (9), 4 + 2 × 16 bytes
+        36, 0, 9, 0,
+        16, 0, 0, 0,  2, 0, 0, 0,  8, 0, 5, 0,  192, 0, 2, 2,
+        16, 0, 0, 2,  3, 0, 0, 0,  8, 0, 5, 0,  198, 51, 100, 2,
+    ];
+    let RouteNetlinkMessage::NewRoute(m) = inner(&bytes) else {
+        panic!("a route");
+    };
+    let k = route_of(&m, 254, iface).expect("main");
+    let want = Multipath::new(vec![
+        NextHop {
+            gateway: Some(ip("192.0.2.2")),
+            out_if: 0,
+            weight: 1,
+        },
+        NextHop {
+            gateway: Some(ip("198.51.100.2")),
+            out_if: 1,
+            weight: 3,
+        },
+    ])
+    .expect("two hops");
+    assert_eq!(k.route, Ok(Route::multipath(prefix("10.0.0.0/8"), want)));
+    assert_eq!(k.partial, None);
+    // The second hop on an interface netbatch lacks (9): the first alone, counted.
+    let mut b = bytes;
+    b[68] = 9;
+    let RouteNetlinkMessage::NewRoute(m) = inner(&b) else {
+        panic!("a route");
+    };
+    let k = route_of(&m, 254, iface).expect("main");
+    assert_eq!(
+        k.route,
+        Ok(Route::new(
+            prefix("10.0.0.0/8"),
+            RouteKind::Unicast,
+            Some(0),
+            Some(ip("192.0.2.2"))
+        ))
+    );
+    assert_eq!(k.partial, Some(Skip::MultipathPartial));
+    // The first hop dead (RTNH_F_DEAD = 1): the kernel does not use it, nor netbatch.
+    let mut d = bytes;
+    d[50] = 1;
+    let RouteNetlinkMessage::NewRoute(m) = inner(&d) else {
+        panic!("a route");
+    };
+    assert_eq!(
+        route_of(&m, 254, iface).expect("main").route,
+        Ok(Route::new(
+            prefix("10.0.0.0/8"),
+            RouteKind::Unicast,
+            Some(1),
+            Some(ip("198.51.100.2"))
+        ))
+    );
+    // Both dead: no next hop at all.
+    d[66] = 1;
+    let RouteNetlinkMessage::NewRoute(m) = inner(&d) else {
+        panic!("a route");
+    };
+    assert_eq!(
+        route_of(&m, 254, iface).expect("main").route,
+        Err(Skip::DeadNextHops)
+    );
+}
+
+/// Kinds as `ip route` names them: blackhole, unreachable and prohibit keep theirs;
+/// local and broadcast (the kernel's from its own addresses) and throw are skipped; a
+/// route with neither destination nor prefix length is the default route; a connected
+/// route has no gateway.
+#[test]
+fn route_kinds_map_or_are_skipped_with_a_reason() {
+    let conv = |kind, len, attrs| route_of(&new_route(route_msg(kind, len, attrs)), 254, iface);
+    for (t, k) in [
+        (RouteType::BlackHole, RouteKind::Blackhole),
+        (RouteType::Unreachable, RouteKind::Unreachable),
+        (RouteType::Prohibit, RouteKind::Prohibit),
+    ] {
+        assert_eq!(
+            conv(t, 16, vec![dst("10.1.0.0")]).expect("main").route,
+            Ok(Route::new(prefix("10.1.0.0/16"), k, None, None))
+        );
+    }
+    for t in [RouteType::Local, RouteType::Broadcast] {
+        assert_eq!(
+            conv(t, 32, vec![dst("192.0.2.1"), RouteAttribute::Oif(2)])
+                .expect("main")
+                .route,
+            Err(Skip::LocalOrBroadcast)
+        );
+    }
+    assert_eq!(
+        conv(RouteType::Throw, 8, vec![dst("10.0.0.0")])
+            .expect("main")
+            .route,
+        Err(Skip::UnsupportedType)
+    );
+    let d = conv(
+        RouteType::Unicast,
+        0,
+        vec![gw("192.0.2.254"), RouteAttribute::Oif(2)],
+    )
+    .expect("main");
+    assert_eq!(d.prefix, prefix("0.0.0.0/0"));
+    assert_eq!(
+        conv(
+            RouteType::Unicast,
+            24,
+            vec![dst("192.0.2.0"), RouteAttribute::Oif(3)]
+        )
+        .expect("main")
+        .route,
+        Ok(Route::new(
+            prefix("192.0.2.0/24"),
+            RouteKind::Unicast,
+            Some(1),
+            None
+        ))
+    );
+    // A unicast route with no next hop but a nexthop object (`ip route add ... nhid 5`
+    // with compat mode off) cannot be followed; host bits beyond the length are refused.
+    assert_eq!(
+        conv(
+            RouteType::Unicast,
+            24,
+            vec![dst("192.0.2.0"), RouteAttribute::NhId(5)]
+        )
+        .expect("main")
+        .route,
+        Err(Skip::NexthopObject)
+    );
+    assert_eq!(
+        conv(
+            RouteType::Unicast,
+            8,
+            vec![dst("10.0.0.1"), RouteAttribute::Oif(2)]
+        ),
+        Err(Skip::Malformed)
+    );
+}
+
+/// What is not a route of the mirrored IPv4 table is ignored whole: IPv6, a TOS, a
+/// cached clone, a table beyond 255 known only by RTA_TABLE.
+#[test]
+fn routes_outside_the_mirrored_table_are_ignored() {
+    let mut v6 = route_msg(RouteType::Unicast, 0, vec![RouteAttribute::Oif(2)]);
+    v6.header.address_family = AddressFamily::Inet6;
+    assert_eq!(route_of(&v6, 254, iface), Err(Skip::NotIpv4));
+    let mut tos = route_msg(RouteType::Unicast, 0, vec![RouteAttribute::Oif(2)]);
+    tos.header.tos = 0x10;
+    assert_eq!(route_of(&new_route(tos), 254, iface), Err(Skip::Tos));
+    let mut cloned = route_msg(RouteType::Unicast, 0, vec![RouteAttribute::Oif(2)]);
+    cloned.header.flags = RouteFlags::Cloned;
+    assert_eq!(route_of(&new_route(cloned), 254, iface), Err(Skip::Cloned));
+    // Table 1000: rtm_table says RT_TABLE_COMPAT (252), RTA_TABLE the id.
+    let mut big = route_msg(
+        RouteType::Unicast,
+        0,
+        vec![RouteAttribute::Table(1000), RouteAttribute::Oif(2)],
+    );
+    big.header.table = 252;
+    let big = new_route(big);
+    assert_eq!(table_of(&big), 1000);
+    assert_eq!(route_of(&big, 252, iface), Err(Skip::OtherTable));
+    assert!(route_of(&big, 1000, iface).is_ok());
+}
+
+fn neigh(state: NeighbourState, ifindex: u32, ll: Option<Vec<u8>>) -> NeighbourMessage {
+    let mut m = NeighbourMessage::default();
+    m.header.family = AddressFamily::Inet;
+    m.header.ifindex = ifindex;
+    m.header.state = state;
+    m.attributes
+        .push(NeighbourAttribute::Destination(NeighbourAddress::Inet(ip(
+            "192.0.2.7",
+        ))));
+    if let Some(l) = ll {
+        m.attributes.push(NeighbourAttribute::LinkLayerAddress(l));
+    }
+    match roundtrip(RouteNetlinkMessage::NewNeighbour(m)) {
+        RouteNetlinkMessage::NewNeighbour(m) => m,
+        other => panic!("not a neighbour: {other:?}"),
+    }
+}
+
+const MAC: [u8; 6] = [0x02, 0, 0x5e, 0, 0x53, 0x07];
+
+/// The kernel's usable states (NUD_VALID less NOARP) give a static neighbour; failed
+/// and incomplete entries and deletions remove it; others are skipped with a reason.
+#[test]
+fn neighbours_follow_the_kernels_states() {
+    let set = Ok(NeighChange::Set(0, ip("192.0.2.7"), MacAddr(MAC)));
+    for s in [
+        NeighbourState::Permanent,
+        NeighbourState::Reachable,
+        NeighbourState::Stale,
+        NeighbourState::Delay,
+        NeighbourState::Probe,
+    ] {
+        assert_eq!(
+            neighbour_of(&neigh(s, 2, Some(MAC.to_vec())), false, iface),
+            set,
+            "{s:?}"
+        );
+    }
+    let del = Ok(NeighChange::Delete(1, ip("192.0.2.7")));
+    for s in [NeighbourState::Failed, NeighbourState::Incomplete] {
+        assert_eq!(neighbour_of(&neigh(s, 3, None), false, iface), del, "{s:?}");
+    }
+    let m = neigh(NeighbourState::Reachable, 3, Some(MAC.to_vec()));
+    assert_eq!(neighbour_of(&m, true, iface), del, "RTM_DELNEIGH");
+    assert_eq!(
+        neighbour_of(&neigh(NeighbourState::Noarp, 2, None), false, iface),
+        Err(Skip::NeighbourState)
+    );
+    assert_eq!(
+        neighbour_of(&neigh(NeighbourState::Reachable, 2, None), false, iface),
+        Err(Skip::NeighbourState)
+    );
+    assert_eq!(
+        neighbour_of(
+            &neigh(NeighbourState::Reachable, 2, Some(vec![1, 2, 3, 4])),
+            false,
+            iface
+        ),
+        Err(Skip::BadLladdr)
+    );
+    assert_eq!(
+        neighbour_of(
+            &neigh(NeighbourState::Permanent, 9, Some(MAC.to_vec())),
+            false,
+            iface
+        ),
+        Err(Skip::UnknownInterface)
+    );
+    let mut proxy = neigh(NeighbourState::Permanent, 2, None);
+    proxy.header.flags = NeighbourFlags::Proxy;
+    assert_eq!(
+        neighbour_of(&proxy, false, iface),
+        Err(Skip::NeighbourProxy)
+    );
+}
+
+/// `ip neigh add 192.0.2.7 lladdr 02:00:5e:00:53:07 dev r1 nud permanent` as the kernel
+/// reports it, byte by byte: nlmsghdr, ndmsg {family, pad, pad, ifindex, state u16,
+/// flags, type}, NDA_DST, NDA_LLADDR.
+#[test]
+fn the_kernels_own_bytes_for_a_neighbour_convert() {
+    #[rustfmt::skip]
+    let bytes: [u8; 48] = [
+        // nlmsghdr: length 48, RTM_NEWNEIGH (28)
+        48, 0, 0, 0,  28, 0,  0, 0,  0, 0, 0, 0,  0, 0, 0, 0,
+        // ndmsg: AF_INET, ifindex 2, NUD_PERMANENT (0x80), flags 0, RTN_UNICAST
+        2, 0, 0, 0,  2, 0, 0, 0,  0x80, 0,  0,  1,
+        // NDA_DST (1) = 192.0.2.7
+        8, 0, 1, 0,  192, 0, 2, 7,
+        // NDA_LLADDR (2), 6 bytes padded to 8
+        10, 0, 2, 0,  0x02, 0, 0x5e, 0, 0x53, 0x07, 0, 0,
+    ];
+    let RouteNetlinkMessage::NewNeighbour(m) = inner(&bytes) else {
+        panic!("RTM_NEWNEIGH parses as a neighbour");
+    };
+    assert_eq!(
+        neighbour_of(&m, false, iface),
+        Ok(NeighChange::Set(0, ip("192.0.2.7"), MacAddr(MAC)))
+    );
+}
+
+/// A link message gives the interface's index, name and administrative state.
+#[test]
+fn links_give_name_and_state() {
+    let mut m = LinkMessage::default();
+    m.header.index = 7;
+    m.header.flags = LinkFlags::Up | LinkFlags::Broadcast;
+    m.attributes.push(LinkAttribute::IfName("r1".into()));
+    let RouteNetlinkMessage::NewLink(m) = roundtrip(RouteNetlinkMessage::NewLink(m)) else {
+        panic!("a link");
+    };
+    assert_eq!(
+        link_of(&m),
+        LinkInfo {
+            index: 7,
+            name: Some("r1".into()),
+            up: true
+        }
+    );
+}
+
+/// A datagram's framing is checked message by message: two good messages are both
+/// read, and a length running past the datagram is an error, not a panic.
+#[test]
+fn datagrams_are_framed_safely() {
+    let one = |m| {
+        let mut n = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(m));
+        n.finalize();
+        let mut buf = vec![0; n.buffer_len()];
+        n.serialize(&mut buf);
+        buf
+    };
+    let mut d = one(RouteNetlinkMessage::NewRoute(route_msg(
+        RouteType::BlackHole,
+        8,
+        vec![dst("10.0.0.0")],
+    )));
+    d.extend(one(RouteNetlinkMessage::DelRoute(route_msg(
+        RouteType::BlackHole,
+        8,
+        vec![dst("10.0.0.0")],
+    ))));
+    let v = messages(&d);
+    assert_eq!(v.len(), 2);
+    assert!(v.iter().all(Result::is_ok));
+    let mut cut = d.clone();
+    cut.truncate(d.len() - 3);
+    let v = messages(&cut);
+    assert!(v[0].is_ok());
+    assert!(v[1].as_ref().is_err_and(|e| e.contains("framing")), "{v:?}");
+    // An attribute whose length runs past its message.
+    let mut bad = one(RouteNetlinkMessage::NewRoute(route_msg(
+        RouteType::BlackHole,
+        8,
+        vec![dst("10.0.0.0")],
+    )));
+    bad[28] = 200;
+    assert!(messages(&bad)[0].is_err());
+}

@@ -1,0 +1,344 @@
+//! The mirror's state against a route table standing for netbatch's: kernel
+//! notifications and dumps in, the changes that make the table agree out. Expectations
+//! are the kernel's own rules (lowest metric wins, a deleted route uncovers the next,
+//! an appended alias is unused) and the mirror's ownership rule.
+
+use super::*;
+use netbatch_stack::route::RouteKind;
+use netlink_packet_route::AddressFamily;
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::neighbour::NeighbourState;
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteType,
+};
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().expect("address")
+}
+
+fn pfx(s: &str) -> Ipv4Prefix {
+    s.parse().expect("prefix")
+}
+
+fn state() -> State {
+    let mut s = State::new(
+        254,
+        Box::new(|n: &str| match n {
+            "r1" => Some(0),
+            "r2" => Some(1),
+            _ => None,
+        }),
+    );
+    for (i, n) in [(2, "r1"), (3, "r2"), (4, "mgmt0")] {
+        s.notified(&link(i, n, true), 0);
+    }
+    s
+}
+
+fn link(index: u32, name: &str, up: bool) -> RouteNetlinkMessage {
+    let mut m = LinkMessage::default();
+    m.header.index = index;
+    if up {
+        m.header.flags = LinkFlags::Up;
+    }
+    m.attributes.push(LinkAttribute::IfName(name.into()));
+    RouteNetlinkMessage::NewLink(m)
+}
+
+/// A route message: `ip route add PREFIX via GW dev (ifindex) metric M`.
+fn route(p: &str, gw: Option<&str>, oif: u32, metric: u32) -> RouteMessage {
+    let p = pfx(p);
+    let mut m = RouteMessage::default();
+    m.header = RouteHeader {
+        address_family: AddressFamily::Inet,
+        destination_prefix_length: p.prefix_len(),
+        table: 254,
+        kind: RouteType::Unicast,
+        ..RouteHeader::default()
+    };
+    m.attributes = vec![
+        RouteAttribute::Destination(RouteAddress::Inet(p.addr())),
+        RouteAttribute::Oif(oif),
+        RouteAttribute::Priority(metric),
+    ];
+    if let Some(g) = gw {
+        m.attributes
+            .push(RouteAttribute::Gateway(RouteAddress::Inet(ip(g))));
+    }
+    m
+}
+
+fn add(m: &RouteMessage) -> RouteNetlinkMessage {
+    RouteNetlinkMessage::NewRoute(m.clone())
+}
+
+fn del(m: &RouteMessage) -> RouteNetlinkMessage {
+    RouteNetlinkMessage::DelRoute(m.clone())
+}
+
+fn via(p: &str, gw: &str, out_if: u16) -> Route {
+    Route::new(pfx(p), RouteKind::Unicast, Some(out_if), Some(ip(gw)))
+}
+
+/// Plans changes against `t`, applies them to it as the control plane would, and
+/// records them; returns the changes.
+fn sync(s: &mut State, t: &mut Routes) -> Vec<RouteChange> {
+    let plan = s.route_changes(t);
+    for c in &plan.changes {
+        match c {
+            RouteChange::Replace(r) => t.insert(r.clone()).expect("room"),
+            RouteChange::Delete(p) => {
+                t.remove(*p);
+            }
+        }
+    }
+    s.routes_applied(&plan.changes, &plan.existed);
+    plan.changes
+}
+
+/// Add, replace and delete as `ip route` does them; a notification replayed, or one
+/// for a route that did not change, changes nothing; several notifications for one
+/// prefix between two syncs give its last state only.
+#[test]
+fn notifications_become_the_changes_that_make_netbatch_agree() {
+    let (mut s, mut t) = (state(), Routes::new());
+    let a = route("198.51.100.0/24", Some("192.0.2.7"), 2, 0);
+    s.notified(&add(&a), 0);
+    assert_eq!(
+        sync(&mut s, &mut t),
+        vec![RouteChange::Replace(via("198.51.100.0/24", "192.0.2.7", 0))]
+    );
+    assert_eq!((s.stats.routes_added, s.owned().0), (1, 1));
+    s.notified(&add(&a), 0);
+    assert_eq!(sync(&mut s, &mut t), vec![], "replayed: nothing to do");
+    let b = route("198.51.100.0/24", Some("192.0.2.8"), 3, 0);
+    s.notified(&add(&b), 0x100);
+    assert_eq!(
+        sync(&mut s, &mut t),
+        vec![RouteChange::Replace(via("198.51.100.0/24", "192.0.2.8", 1))]
+    );
+    assert_eq!(s.stats.routes_replaced, 1);
+    // Deleted and re-added before the next sync: no change at all.
+    s.notified(&del(&b), 0);
+    s.notified(&add(&b), 0);
+    assert_eq!(sync(&mut s, &mut t), vec![]);
+    s.notified(&del(&b), 0);
+    assert_eq!(
+        sync(&mut s, &mut t),
+        vec![RouteChange::Delete(pfx("198.51.100.0/24"))]
+    );
+    assert_eq!((s.stats.routes_deleted, s.owned().0), (1, 0));
+    assert!(t.get(&pfx("198.51.100.0/24")).is_none());
+}
+
+/// Two kernel routes for one prefix with metrics 100 and 200: netbatch has the one of
+/// metric 100, as the kernel forwards by it; deleting it uncovers the other.
+#[test]
+fn the_lowest_metric_is_mirrored_and_its_deletion_uncovers_the_next() {
+    let (mut s, mut t) = (state(), Routes::new());
+    let hi = route("10.0.0.0/8", Some("192.0.2.2"), 2, 200);
+    let lo = route("10.0.0.0/8", Some("198.51.100.2"), 3, 100);
+    s.notified(&add(&hi), 0);
+    s.notified(&add(&lo), 0);
+    assert_eq!(
+        sync(&mut s, &mut t),
+        vec![RouteChange::Replace(via("10.0.0.0/8", "198.51.100.2", 1))]
+    );
+    s.notified(&del(&lo), 0);
+    assert_eq!(
+        sync(&mut s, &mut t),
+        vec![RouteChange::Replace(via("10.0.0.0/8", "192.0.2.2", 0))]
+    );
+}
+
+/// The kernel's best route on an interface netbatch lacks leaves netbatch's own route
+/// for the prefix (from its configuration) alone, and hides the kernel's worse route;
+/// a configured route equal to the kernel's is adopted (no change), and goes when the
+/// kernel deletes it.
+#[test]
+fn only_what_the_mirror_owns_is_removed() {
+    let (mut s, mut t) = (state(), Routes::new());
+    t.insert(via("0.0.0.0/0", "192.0.2.254", 0)).expect("room");
+    let mgmt = route("0.0.0.0/0", Some("10.9.9.1"), 4, 0);
+    let worse = route("0.0.0.0/0", Some("198.51.100.254"), 3, 10);
+    s.notified(&add(&worse), 0);
+    s.notified(&add(&mgmt), 0);
+    assert_eq!(sync(&mut s, &mut t), vec![]);
+    assert_eq!(s.stats.skipped.get("unknown_interface"), Some(&1));
+    assert_eq!(
+        t.get(&pfx("0.0.0.0/0")),
+        Some(&via("0.0.0.0/0", "192.0.2.254", 0))
+    );
+    // Configured 203.0.113.0/24 via 192.0.2.9; the kernel has the same: adopted.
+    t.insert(via("203.0.113.0/24", "192.0.2.9", 0))
+        .expect("room");
+    let same = route("203.0.113.0/24", Some("192.0.2.9"), 2, 0);
+    s.notified(&add(&same), 0);
+    assert_eq!(sync(&mut s, &mut t), vec![]);
+    assert_eq!(s.owned().0, 1);
+    s.notified(&del(&same), 0);
+    assert_eq!(
+        sync(&mut s, &mut t),
+        vec![RouteChange::Delete(pfx("203.0.113.0/24"))]
+    );
+}
+
+/// A resync with nothing changed plans nothing; one after lost notifications deletes
+/// what the kernel no longer has, adds what it gained and replaces what changed, and
+/// keeps routes that did not change untouched.
+#[test]
+fn a_resync_applies_exactly_the_difference() {
+    let (mut s, mut t) = (state(), Routes::new());
+    let keep = route("10.1.0.0/16", Some("192.0.2.2"), 2, 0);
+    let gone = route("10.2.0.0/16", Some("192.0.2.2"), 2, 0);
+    let moved = route("10.3.0.0/16", Some("192.0.2.2"), 2, 0);
+    for m in [&keep, &gone, &moved] {
+        s.notified(&add(m), 0);
+    }
+    assert_eq!(sync(&mut s, &mut t).len(), 3);
+    let dump = |s: &mut State, routes: &[&RouteMessage]| {
+        s.begin_resync();
+        for (i, n) in [(2, "r1"), (3, "r2")] {
+            s.dumped(&link(i, n, true), 0);
+        }
+        for r in routes {
+            s.dumped(&add(r), 0);
+        }
+        s.end_resync();
+    };
+    dump(&mut s, &[&keep, &gone, &moved]);
+    assert_eq!(sync(&mut s, &mut t), vec![], "nothing changed");
+    let moved2 = route("10.3.0.0/16", Some("198.51.100.2"), 3, 0);
+    let new = route("10.4.0.0/16", Some("198.51.100.2"), 3, 0);
+    dump(&mut s, &[&keep, &moved2, &new]);
+    let mut got = sync(&mut s, &mut t);
+    got.sort_by_key(|c| format!("{c:?}"));
+    assert_eq!(
+        got,
+        vec![
+            RouteChange::Delete(pfx("10.2.0.0/16")),
+            RouteChange::Replace(via("10.3.0.0/16", "198.51.100.2", 1)),
+            RouteChange::Replace(via("10.4.0.0/16", "198.51.100.2", 1)),
+        ]
+    );
+    assert_eq!(s.owned().0, 3);
+}
+
+/// What the kernel does without a notification per route asks for a resync: a known
+/// link going down (routes flushed, multipath hops dead), up (hops revived) or away, a
+/// rename changing what an index means, an address deleted; an unknown link does not.
+#[test]
+fn silent_kernel_changes_ask_for_a_resync() {
+    let mut s = state();
+    assert_eq!(s.take_resync(), None);
+    s.notified(&link(4, "mgmt0", false), 0);
+    assert_eq!(s.take_resync(), None, "mgmt0 is not netbatch's");
+    s.notified(&link(2, "r1", false), 0);
+    assert_eq!(s.take_resync(), Some("link down"));
+    s.notified(&link(2, "r1", false), 0);
+    assert_eq!(s.take_resync(), None, "no change of state");
+    s.notified(&link(2, "r1", true), 0);
+    assert_eq!(s.take_resync(), Some("link up"));
+    s.notified(&link(3, "r9", true), 0);
+    assert_eq!(s.take_resync(), Some("link renamed"));
+    // An IPv4 address deleted from r1 (its subnet's gateways go with it, silently);
+    // one of mgmt0's does not matter.
+    let addr = |index| {
+        let mut a = AddressMessage::default();
+        a.header.family = AddressFamily::Inet;
+        a.header.index = index;
+        RouteNetlinkMessage::DelAddress(a)
+    };
+    s.notified(&addr(4), 0);
+    assert_eq!(s.take_resync(), None);
+    s.notified(&addr(2), 0);
+    assert_eq!(s.take_resync(), Some("address deleted"));
+    let mut l = LinkMessage::default();
+    l.header.index = 2;
+    s.notified(&RouteNetlinkMessage::DelLink(l), 0);
+    assert_eq!(s.take_resync(), Some("link deleted"));
+}
+
+/// `ip route append` of a second route with the same key is not used by the kernel, so
+/// not mirrored; deleting the first may uncover it, so that asks for a resync.
+#[test]
+fn appended_aliases_are_counted_not_mirrored() {
+    let (mut s, mut t) = (state(), Routes::new());
+    let first = route("10.0.0.0/8", Some("192.0.2.2"), 2, 0);
+    let alias = route("10.0.0.0/8", Some("198.51.100.2"), 3, 0);
+    s.notified(&add(&first), 0);
+    s.notified(&add(&alias), NLM_F_APPEND);
+    assert_eq!(
+        sync(&mut s, &mut t),
+        vec![RouteChange::Replace(via("10.0.0.0/8", "192.0.2.2", 0))]
+    );
+    assert_eq!(s.stats.skipped.get("appended_alias"), Some(&1));
+    s.notified(&del(&first), 0);
+    assert_eq!(s.take_resync(), Some("aliased route deleted"));
+}
+
+fn neigh(ifindex: u32, addr: &str, mac: Option<[u8; 6]>, deleted: bool) -> RouteNetlinkMessage {
+    let mut m = NeighbourMessage::default();
+    m.header.family = AddressFamily::Inet;
+    m.header.ifindex = ifindex;
+    m.header.state = if mac.is_some() {
+        NeighbourState::Reachable
+    } else {
+        NeighbourState::Failed
+    };
+    m.attributes
+        .push(NeighbourAttribute::Destination(NeighbourAddress::Inet(ip(
+            addr,
+        ))));
+    if let Some(mac) = mac {
+        m.attributes
+            .push(NeighbourAttribute::LinkLayerAddress(mac.to_vec()));
+    }
+    if deleted {
+        RouteNetlinkMessage::DelNeighbour(m)
+    } else {
+        RouteNetlinkMessage::NewNeighbour(m)
+    }
+}
+
+/// Neighbours: set once per MAC (a refreshed entry with the same MAC changes
+/// nothing), changed when the MAC changes, deleted when the kernel deletes or fails
+/// them, and a resync without them deletes what the mirror set.
+#[test]
+fn neighbours_are_set_changed_and_deleted_once() {
+    let mut s = state();
+    let m1 = [2, 0, 0, 0, 0, 1];
+    let m2 = [2, 0, 0, 0, 0, 2];
+    let run = |s: &mut State| {
+        let v = s.neighbour_changes();
+        for c in &v {
+            s.neighbour_applied(*c);
+        }
+        v
+    };
+    s.notified(&neigh(2, "192.0.2.7", Some(m1), false), 0);
+    s.notified(&neigh(2, "192.0.2.7", Some(m1), false), 0);
+    assert_eq!(
+        run(&mut s),
+        vec![NeighChange::Set(0, ip("192.0.2.7"), MacAddr(m1))]
+    );
+    s.notified(&neigh(2, "192.0.2.7", Some(m1), false), 0);
+    assert_eq!(run(&mut s), vec![]);
+    s.notified(&neigh(2, "192.0.2.7", Some(m2), false), 0);
+    assert_eq!(
+        run(&mut s),
+        vec![NeighChange::Set(0, ip("192.0.2.7"), MacAddr(m2))]
+    );
+    s.notified(&neigh(2, "192.0.2.7", None, false), 0);
+    assert_eq!(run(&mut s), vec![NeighChange::Delete(0, ip("192.0.2.7"))]);
+    s.notified(&neigh(3, "198.51.100.9", Some(m1), false), 0);
+    assert_eq!(run(&mut s).len(), 1);
+    s.begin_resync();
+    s.end_resync();
+    assert_eq!(
+        run(&mut s),
+        vec![NeighChange::Delete(1, ip("198.51.100.9"))]
+    );
+    assert_eq!((s.stats.neighbours_set, s.stats.neighbours_deleted), (3, 2));
+}

@@ -1,0 +1,604 @@
+//! The `linux` control plane: netbatch follows the kernel routing table of a control
+//! network namespace over rtnetlink, as VPP's linux-cp and grout's FRR plugin do, so an
+//! unmodified FRR, BIRD or iproute2 in that namespace drives netbatch's FIB and
+//! neighbours.
+//!
+//! ```text
+//! ip route / FRR / BIRD ──> kernel of namespace NAME ──rtnetlink──> mirror thread
+//!                                                                     │ Control::apply_routes
+//!                                                                     │ (one publication per batch)
+//!                                                                     v
+//!                                                   workers switch tables between lists
+//! ```
+//!
+//! Kernel interfaces are matched to netbatch's by name (a kernel interface `r1` is the
+//! netbatch port or VLAN interface `r1`). Routes of the configured table with a next
+//! hop on a known interface become netbatch routes (a multipath route with every live
+//! next hop netbatch has, with its weights); blackhole, unreachable and prohibit
+//! routes keep their kind; local, broadcast and multicast routes, routes on unknown
+//! interfaces and the rest are skipped and counted by reason ([`convert::Skip`]).
+//! Neighbours the kernel has a MAC for become static neighbours and go when the kernel
+//! deletes them or fails to reach them.
+//!
+//! Invariants:
+//! - One thread, alone in the namespace (`setns` on that thread only), reads the
+//!   notifications and publishes changes; it never blocks a worker: routes reach them
+//!   through [`Control::apply_routes`], one table publication per batch, so readers see
+//!   whole batches only.
+//! - A batch is what arrived together: the socket is drained until it would block, or
+//!   [`MAX_BATCH`] prefixes are pending, or the batch window passes ([`BATCH_TIME`], or
+//!   three times the last publication's duration when longer, so publishing takes at
+//!   most about a third of the thread's time under churn).
+//! - At start, after a lost notification (`ENOBUFS`), and after what the kernel does
+//!   without notifying route by route (a link going down, up or away, an address
+//!   deleted),
+//!   the mirror dumps links, routes and neighbours and applies the difference from what
+//!   it mirrored as one batch: a route that did not change is not touched.
+//! - Only the mirror's own routes and neighbours are removed (see `mirror.rs`).
+
+pub mod convert;
+mod mirror;
+mod netlink;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use netbatch_ports::sys::{EventFd, wait_readable};
+use netlink_packet_route::link::LinkMessage;
+use netlink_packet_route::neighbour::NeighbourMessage;
+use netlink_packet_route::route::RouteMessage;
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use serde_json::{Value, json};
+
+use crate::config::LinuxConfig;
+use crate::control::{Control, RouteChange};
+use convert::{NeighChange, Skip};
+use mirror::State;
+use netlink::{DumpError, RecvError, Rtnl};
+
+/// Pending prefixes and neighbours at which a batch is published without waiting for
+/// the socket to be drained.
+pub const MAX_BATCH: usize = 100_000;
+
+/// The shortest batch window.
+pub const BATCH_TIME: Duration = Duration::from_millis(50);
+
+/// Under churn, a batch window lasts at least this many times the last publication:
+/// publishing (a copy of the table, which grows with it) then takes at most about a
+/// third of the thread's time, leaving the rest to reading.
+const PUBLISH_SHARE: u32 = 3;
+
+/// The notification socket's receive buffer: what the kernel may queue while a batch is
+/// published (about 150,000 route notifications) before it overruns.
+pub const RCVBUF: usize = 128 << 20;
+
+/// The longest a dump may take.
+const DUMP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Publications tried beyond the first to isolate the routes netbatch refuses in a
+/// batch.
+const SPLITS: u32 = 16;
+
+/// Dumps redone when the kernel's table changed during one, before giving up.
+const DUMP_TRIES: usize = 5;
+
+/// The mirror's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MirrorStats {
+    /// Netlink messages read (notifications and dumps).
+    pub messages: u64,
+    /// Notifications read.
+    pub notifications: u64,
+    /// Routes added to netbatch's table.
+    pub routes_added: u64,
+    /// Routes of netbatch's table replaced.
+    pub routes_replaced: u64,
+    /// Routes deleted from netbatch's table.
+    pub routes_deleted: u64,
+    /// Static neighbours set.
+    pub neighbours_set: u64,
+    /// Neighbours deleted.
+    pub neighbours_deleted: u64,
+    /// Messages (or parts of them) not mirrored, by reason.
+    pub skipped: BTreeMap<&'static str, u64>,
+    /// Route table publications.
+    pub batches: u64,
+    /// Route changes in the last publication.
+    pub last_batch_changes: u64,
+    /// How long the last publication took, in microseconds.
+    pub last_batch_us: u64,
+    /// Full resyncs after the first sync.
+    pub resyncs: u64,
+    /// Route and neighbour changes the last sync or resync applied.
+    pub last_resync_changes: u64,
+    /// Lost notifications (socket overruns).
+    pub overruns: u64,
+    /// Errors: changes netbatch refused, undecodable messages, failed dumps.
+    pub errors: u64,
+    /// The last error.
+    pub last_error: Option<String>,
+    /// Routes of netbatch's table that are the mirror's now.
+    pub routes: u64,
+    /// Static neighbours that are the mirror's now.
+    pub neighbours: u64,
+}
+
+impl MirrorStats {
+    fn skip(&mut self, s: Skip) {
+        *self.skipped.entry(s.name()).or_default() += 1;
+    }
+
+    fn error(&mut self, e: impl Into<String>) {
+        let e = e.into();
+        tracing::warn!(target: "netbatch::linux", "{e}");
+        self.errors += 1;
+        self.last_error = Some(e);
+    }
+
+    /// Route and neighbour changes applied so far.
+    pub fn changes(&self) -> u64 {
+        self.routes_added
+            + self.routes_replaced
+            + self.routes_deleted
+            + self.neighbours_set
+            + self.neighbours_deleted
+    }
+
+    /// The counters as a JSON document (for `show` and `/metrics`); `skipped` has every
+    /// reason, zero or not.
+    pub fn to_json(&self) -> Value {
+        let skipped: serde_json::Map<String, Value> = Skip::ALL
+            .iter()
+            .map(|s| {
+                (
+                    s.name().to_string(),
+                    json!(self.skipped.get(s.name()).copied().unwrap_or(0)),
+                )
+            })
+            .collect();
+        json!({
+            "messages": self.messages,
+            "notifications": self.notifications,
+            "routes_added": self.routes_added,
+            "routes_replaced": self.routes_replaced,
+            "routes_deleted": self.routes_deleted,
+            "neighbours_set": self.neighbours_set,
+            "neighbours_deleted": self.neighbours_deleted,
+            "skipped": skipped,
+            "batches": self.batches,
+            "last_batch_changes": self.last_batch_changes,
+            "last_batch_us": self.last_batch_us,
+            "resyncs": self.resyncs,
+            "last_resync_changes": self.last_resync_changes,
+            "overruns": self.overruns,
+            "errors": self.errors,
+            "last_error": self.last_error,
+            "routes": self.routes,
+            "neighbours": self.neighbours,
+        })
+    }
+}
+
+/// What a resync did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resynced {
+    /// Route changes applied (0 when netbatch already agreed with the kernel).
+    pub route_changes: u64,
+    /// Neighbour changes applied.
+    pub neighbour_changes: u64,
+    /// Messages dumped.
+    pub dumped: u64,
+    /// How long it took.
+    pub took: Duration,
+}
+
+enum Request {
+    Resync(mpsc::Sender<Result<Resynced, String>>),
+}
+
+/// A running mirror; its thread stops when it is dropped.
+pub struct Mirror {
+    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    wake: Arc<EventFd>,
+    requests: mpsc::Sender<Request>,
+    stats: Arc<Mutex<MirrorStats>>,
+    cfg: LinuxConfig,
+}
+
+impl core::fmt::Debug for Mirror {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Mirror")
+            .field("namespace", &self.cfg.namespace)
+            .field("table", &self.cfg.table)
+            .finish()
+    }
+}
+
+/// How the mirror runs, beyond its configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// The notification socket's receive buffer, in bytes ([`RCVBUF`]).
+    pub rcvbuf: usize,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self { rcvbuf: RCVBUF }
+    }
+}
+
+/// Starts mirroring the namespace and table of `cfg` into `control`'s datapath: the
+/// thread enters the namespace, subscribes, syncs fully, and this returns once that
+/// first sync is applied (or with why the mirror could not start).
+pub fn start(control: Arc<Control>, cfg: &LinuxConfig) -> Result<Mirror, String> {
+    start_tuned(control, cfg, Tuning::default())
+}
+
+/// [`start`] with `tuning`.
+pub fn start_tuned(
+    control: Arc<Control>,
+    cfg: &LinuxConfig,
+    tuning: Tuning,
+) -> Result<Mirror, String> {
+    let path = cfg.netns_path();
+    let what = format!("linux: namespace {}", cfg.namespace);
+    let wake = Arc::new(EventFd::new().map_err(|e| format!("{what}: eventfd: {e}"))?);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stats = Arc::new(Mutex::new(MirrorStats::default()));
+    let (req_tx, req_rx) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<Resynced, String>>();
+    let (t_wake, t_stop, t_stats, table) = (wake.clone(), stop.clone(), stats.clone(), cfg.table);
+    let t_what = what.clone();
+    let thread = std::thread::Builder::new()
+        .name("netbatch-linux".into())
+        .spawn(move || {
+            let open = || -> Result<(Rtnl, Rtnl), String> {
+                netbatch_ports::sys::enter_netns(&path)
+                    .map_err(|e| format!("{t_what}: cannot enter {}: {e}", path.display()))?;
+                let groups = [
+                    netlink::RTNLGRP_LINK,
+                    netlink::RTNLGRP_NEIGH,
+                    netlink::RTNLGRP_IPV4_IFADDR,
+                    netlink::RTNLGRP_IPV4_ROUTE,
+                ];
+                let listen = Rtnl::open(&groups, tuning.rcvbuf)
+                    .map_err(|e| format!("{t_what}: rtnetlink socket: {e}"))?;
+                let dumper =
+                    Rtnl::open(&[], 0).map_err(|e| format!("{t_what}: rtnetlink socket: {e}"))?;
+                Ok((listen, dumper))
+            };
+            let (listen, dumper) = match open() {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let names = control.clone();
+            let mut t = Thread {
+                state: State::new(table, Box::new(move |n: &str| names.iface_index(n))),
+                control,
+                listen,
+                dumper,
+                shared: t_stats,
+                last_publish: Duration::ZERO,
+            };
+            let first = t.resync("start");
+            t.publish();
+            let ok = first.is_ok();
+            let _ = ready_tx.send(first);
+            if ok {
+                t.serve(&t_stop, &t_wake, &req_rx);
+            }
+        })
+        .map_err(|e| format!("{what}: cannot start the mirror thread: {e}"))?;
+    let mirror = Mirror {
+        thread: Some(thread),
+        stop,
+        wake,
+        requests: req_tx,
+        stats,
+        cfg: cfg.clone(),
+    };
+    match ready_rx.recv() {
+        Ok(Ok(r)) => {
+            tracing::info!(
+                target: "netbatch::linux",
+                "{what}: mirroring table {} ({} route and {} neighbour changes applied in {:?})",
+                cfg.table,
+                r.route_changes,
+                r.neighbour_changes,
+                r.took
+            );
+            Ok(mirror)
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!(
+            "{what}: the mirror thread ended before its first sync"
+        )),
+    }
+}
+
+impl Mirror {
+    /// The counters now.
+    pub fn stats(&self) -> MirrorStats {
+        self.stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The mirror's configuration.
+    pub fn config(&self) -> &LinuxConfig {
+        &self.cfg
+    }
+
+    /// Dumps the kernel's state now and applies the difference (what an overrun does).
+    pub fn resync(&self) -> Result<Resynced, String> {
+        let (tx, rx) = mpsc::channel();
+        self.requests
+            .send(Request::Resync(tx))
+            .map_err(|_| "the mirror thread has stopped".to_string())?;
+        self.wake.wake();
+        rx.recv_timeout(DUMP_TIMEOUT * 2)
+            .map_err(|_| "the mirror thread did not answer".to_string())?
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.wake.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The mirror thread's own state.
+struct Thread {
+    state: State,
+    control: Arc<Control>,
+    listen: Rtnl,
+    dumper: Rtnl,
+    shared: Arc<Mutex<MirrorStats>>,
+    last_publish: Duration,
+}
+
+impl Thread {
+    fn serve(&mut self, stop: &AtomicBool, wake: &EventFd, requests: &mpsc::Receiver<Request>) {
+        while !stop.load(Ordering::Acquire) {
+            wait_readable(&[self.listen.fd(), wake.fd()], 1000);
+            wake.clear();
+            while let Ok(Request::Resync(reply)) = requests.try_recv() {
+                self.drain();
+                let r = self.resync("asked");
+                // The counters include it when the answer arrives.
+                self.publish();
+                let _ = reply.send(r);
+            }
+            self.drain();
+            if let Some(why) = self.state.take_resync() {
+                let _ = self.resync(why);
+            }
+            self.publish();
+        }
+    }
+
+    /// Reads notifications until the socket would block, publishing a batch whenever
+    /// the batch is full or its window has passed, and the rest at the end.
+    ///
+    /// After an overrun too the socket is emptied before the resync's dump: the kernel
+    /// reports one overrun per congestion and ends the congestion only when the queue
+    /// is empty (`NETLINK_S_CONGESTED`), so what it drops after the dump started is
+    /// reported again.
+    fn drain(&mut self) {
+        let mut started: Option<Instant> = None;
+        loop {
+            match self.listen.recv() {
+                Ok(Some(d)) => {
+                    started.get_or_insert_with(Instant::now);
+                    for m in netlink::messages(d) {
+                        self.state.stats.messages += 1;
+                        match m {
+                            Ok(m) => {
+                                if let netlink_packet_core::NetlinkPayload::InnerMessage(inner) =
+                                    &m.payload
+                                {
+                                    self.state.notified(inner, m.header.flags);
+                                }
+                            }
+                            Err(e) => {
+                                self.state.stats.error(format!("notification: {e}"));
+                                self.state.want_resync("undecodable notification");
+                            }
+                        }
+                    }
+                }
+                Ok(None) => break,
+                Err(RecvError::Lost(why)) => {
+                    self.state.stats.overruns += 1;
+                    tracing::warn!(target: "netbatch::linux", "notifications lost: {why}; resync follows");
+                    self.state.want_resync("notifications lost");
+                }
+                Err(RecvError::Io(e)) => {
+                    self.state.stats.error(format!("receive: {e}"));
+                    break;
+                }
+            }
+            let window = BATCH_TIME.max(self.last_publish * PUBLISH_SHARE);
+            if self.state.pending() >= MAX_BATCH || started.is_some_and(|s| s.elapsed() >= window) {
+                self.flush();
+                started = None;
+            }
+        }
+        self.flush();
+    }
+
+    /// Applies what is pending: the route changes as one publication, then the
+    /// neighbours. Returns (route changes, neighbour changes) applied.
+    fn flush(&mut self) -> (u64, u64) {
+        let table = self.control.routes();
+        let plan = self.state.route_changes(&table);
+        drop(table);
+        let mut routes = 0;
+        if !plan.changes.is_empty() {
+            let t = Instant::now();
+            routes = self.apply(&plan.changes, &plan.existed);
+            self.last_publish = t.elapsed();
+            self.state.stats.last_batch_us = self.last_publish.as_micros() as u64;
+            self.state.stats.last_batch_changes = routes;
+        }
+        let mut neighbours = 0;
+        for c in self.state.neighbour_changes() {
+            let r = match c {
+                NeighChange::Set(i, ip, mac) => self.control.set_neighbour(i, ip, mac),
+                NeighChange::Delete(i, ip) => self.control.delete_neighbour(i, ip).map(|_| ()),
+            };
+            match r {
+                Ok(()) => {
+                    self.state.neighbour_applied(c);
+                    neighbours += 1;
+                }
+                Err(e) => self.state.stats.error(format!("neighbour {c:?}: {e}")),
+            }
+        }
+        (routes, neighbours)
+    }
+
+    /// Publishes `changes` at once. A batch netbatch refuses for one of its routes (a
+    /// full table) is halved, and the halves tried in turn, until the refused routes
+    /// are alone or [`SPLITS`] more publications were tried (each copies the table);
+    /// what is still refused then is counted as errors and left to the next resync.
+    /// Returns how many were applied.
+    fn apply(&mut self, changes: &[RouteChange], existed: &[bool]) -> u64 {
+        let mut budget = SPLITS;
+        self.apply_split(changes, existed, &mut budget)
+    }
+
+    fn apply_split(&mut self, changes: &[RouteChange], existed: &[bool], budget: &mut u32) -> u64 {
+        match self.control.apply_routes(changes) {
+            Ok(_) => {
+                self.state.stats.batches += 1;
+                self.state.routes_applied(changes, existed);
+                changes.len() as u64
+            }
+            // A route refused: nothing was applied.
+            Err(e) if e.starts_with("route ") && changes.len() > 1 && *budget >= 2 => {
+                *budget -= 2;
+                let h = changes.len() / 2;
+                self.apply_split(&changes[..h], &existed[..h], budget)
+                    + self.apply_split(&changes[h..], &existed[h..], budget)
+            }
+            Err(e) => {
+                self.state.stats.error(format!(
+                    "{} route change(s) not applied: {e}",
+                    changes.len()
+                ));
+                0
+            }
+        }
+    }
+
+    /// Dumps links, routes and neighbours and applies the difference as one batch.
+    fn resync(&mut self, why: &str) -> Result<Resynced, String> {
+        let t = Instant::now();
+        // What was read before is applied first: the difference is from a known state.
+        self.flush();
+        // This resync is what any asked for.
+        let _ = self.state.take_resync();
+        let mut dumped = 0u64;
+        let mut done = false;
+        for _ in 0..DUMP_TRIES {
+            self.state.begin_resync();
+            match self.dump_all() {
+                Ok(n) => {
+                    dumped = n;
+                    done = true;
+                    break;
+                }
+                Err(DumpError::Interrupted) => continue,
+                Err(DumpError::Failed(e)) => {
+                    let e = format!("resync ({why}): {e}");
+                    self.state.stats.error(e.clone());
+                    // Tried again at the next turn of the loop (at most once a second).
+                    self.state.want_resync("failed resync");
+                    return Err(e);
+                }
+            }
+        }
+        if !done {
+            let e = format!("resync ({why}): the table kept changing during {DUMP_TRIES} dumps");
+            self.state.stats.error(e.clone());
+            self.state.want_resync("dump interrupted");
+            return Err(e);
+        }
+        self.state.end_resync();
+        self.state.stats.messages += dumped;
+        // One publication, whatever its size.
+        let table = self.control.routes();
+        let plan = self.state.route_changes(&table);
+        drop(table);
+        let mut route_changes = 0;
+        if !plan.changes.is_empty() {
+            let p = Instant::now();
+            route_changes = self.apply(&plan.changes, &plan.existed);
+            self.state.stats.last_batch_us = p.elapsed().as_micros() as u64;
+            self.state.stats.last_batch_changes = route_changes;
+        }
+        let (_, neighbour_changes) = self.flush();
+        if why != "start" {
+            self.state.stats.resyncs += 1;
+            tracing::info!(
+                target: "netbatch::linux",
+                "resync ({why}): {route_changes} route and {neighbour_changes} neighbour change(s)"
+            );
+        }
+        self.state.stats.last_resync_changes = route_changes + neighbour_changes;
+        Ok(Resynced {
+            route_changes,
+            neighbour_changes,
+            dumped,
+            took: t.elapsed(),
+        })
+    }
+
+    fn dump_all(&mut self) -> Result<u64, DumpError> {
+        let mut route = RouteMessage::default();
+        route.header.address_family = AddressFamily::Inet;
+        let mut neigh = NeighbourMessage::default();
+        neigh.header.family = AddressFamily::Inet;
+        let mut n = 0;
+        for req in [
+            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+            RouteNetlinkMessage::GetRoute(route),
+            RouteNetlinkMessage::GetNeighbour(neigh),
+        ] {
+            let state = &mut self.state;
+            n += self
+                .dumper
+                .dump(req, DUMP_TIMEOUT, |m, flags| state.dumped(m, flags))?
+                as u64;
+        }
+        Ok(n)
+    }
+
+    /// Makes the counters visible to [`Mirror::stats`].
+    fn publish(&mut self) {
+        let (r, n) = self.state.owned();
+        self.state.stats.routes = r as u64;
+        self.state.stats.neighbours = n as u64;
+        let mut s = self
+            .shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.clone_from(&self.state.stats);
+    }
+}
+
+#[cfg(test)]
+mod tests;

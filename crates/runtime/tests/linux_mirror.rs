@@ -1,0 +1,565 @@
+//! The `linux` mirror against a real kernel: a control namespace made by the test, with
+//! interfaces `r1` and `r2` (veth) carrying the addresses of netbatch's ports of the same
+//! names, and a datapath of threaded workers on in-memory ports. What `ip route` and
+//! `ip neigh` do in the namespace must appear in netbatch's table and neighbours as the
+//! kernel itself shows them (`ip route` semantics), within a bounded wait; a forced
+//! resync must change nothing when nothing changed; and 100,000 routes added with `ip
+//! -batch` must all be mirrored (the time is printed; `NETBATCH_MIRROR_ROUTES=1000000`
+//! measures a million).
+//!
+//! Needs root (namespaces) and iproute2's `ip`; without them the tests say so and pass.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use netbatch_engine::Pool;
+use netbatch_ports::Port;
+use netbatch_ports::mem::MemPort;
+use netbatch_runtime::config::Config;
+use netbatch_runtime::control::Control;
+use netbatch_runtime::datapath::Datapath;
+use netbatch_runtime::linux::{self, Mirror, Tuning};
+use netbatch_stack::prefix::Ipv4Prefix;
+use netbatch_stack::route::{Multipath, NextHop, Route, RouteKind};
+
+/// Why the tests cannot run here, if they cannot.
+fn cannot_run() -> Option<&'static str> {
+    if !netbatch_ports::sys::is_root() {
+        return Some("not root: network namespaces cannot be made");
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(o) if o.status.success() => None,
+        _ => Some("iproute2's `ip` is not installed"),
+    }
+}
+
+/// A network namespace, deleted when dropped (even when the test fails).
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Self {
+        let ns = Self(format!("nbmirror{}{tag}", std::process::id()));
+        // A leftover of an earlier run with this pid would make `add` fail.
+        let _ = Command::new("ip").args(["netns", "del", &ns.0]).output();
+        run(&["ip", "netns", "add", &ns.0]);
+        ns
+    }
+
+    /// `ip -n NS ARGS`.
+    fn ip(&self, args: &str) {
+        let mut v = vec!["ip", "-n", &self.0];
+        v.extend(args.split_whitespace());
+        run(&v);
+    }
+}
+
+impl Netns {
+    /// Interface `dev` up with carrier: a veth whose peer (`{dev}p`, unknown to
+    /// netbatch) is up too. (Dummy interfaces would do, but not every kernel has them.)
+    fn veth(&self, dev: &str) {
+        self.ip(&format!("link add {dev} type veth peer name {dev}p"));
+        self.ip(&format!("link set {dev}p up"));
+        self.ip(&format!("link set {dev} up"));
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+fn run(argv: &[&str]) {
+    let o = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{argv:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+const FILE: &str = r#"
+[datapath]
+workers = 1
+
+[pool]
+buffers = 1024
+cache_size = 64
+
+[[port]]
+name = "r1"
+mac = "02:00:5e:00:53:01"
+addresses = ["192.0.2.1/24"]
+
+[[port]]
+name = "r2"
+mac = "02:00:5e:00:53:02"
+addresses = ["198.51.100.1/24"]
+"#;
+
+/// A datapath of threaded workers on in-memory ports, its control plane, and the
+/// mirror of `ns` (stopped before the workers).
+struct Running {
+    mirror: Option<Mirror>,
+    control: Arc<Control>,
+    dp: Option<Datapath>,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    fn start(ns: &Netns) -> Self {
+        Self::start_tuned(ns, Tuning::default())
+    }
+
+    fn start_tuned(ns: &Netns, tuning: Tuning) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("mirror.toml");
+        std::fs::write(
+            &path,
+            format!("{FILE}\n[linux]\nnamespace = \"{}\"\n", ns.0),
+        )
+        .expect("config");
+        let cfg = Config::load_for_run(&path).expect("valid");
+        let linux_cfg = cfg.linux.clone().expect("[linux] given");
+        assert_eq!(linux_cfg.table, 254, "main table by default");
+        let pool = Pool::new(cfg.pool).expect("pool");
+        let room = pool.config().room();
+        let names: Vec<String> = cfg.ports.iter().map(|p| p.setup.name.clone()).collect();
+        let (workers, fabric) = netbatch_runtime::build::datapath(&cfg, &pool, |_, p| {
+            Box::new(MemPort::new(&names[p], p as u16, room)) as Box<dyn Port>
+        })
+        .expect("built");
+        let routes = workers[0].host.routes.clone();
+        let dp = Datapath::start(workers, fabric, &cfg.run).expect("started");
+        let control = Arc::new(Control::new(dp.remote(), cfg, Path::new(&path), routes));
+        let mirror =
+            linux::start_tuned(control.clone(), &linux_cfg, tuning).expect("mirror started");
+        Self {
+            mirror: Some(mirror),
+            control,
+            dp: Some(dp),
+            _dir: dir,
+        }
+    }
+
+    fn mirror(&self) -> &Mirror {
+        self.mirror.as_ref().expect("running")
+    }
+
+    fn route(&self, p: &str) -> Option<Route> {
+        self.control.routes().get(&pfx(p)).cloned()
+    }
+
+    fn neighbours(&self) -> String {
+        let r = self
+            .control
+            .handle(&["show".to_string(), "neigh".to_string()]);
+        assert!(r.ok, "{}", r.text);
+        r.text
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.mirror.take();
+        if let Some(dp) = self.dp.take() {
+            for mut w in dp.stop() {
+                w.shutdown();
+            }
+        }
+    }
+}
+
+/// CPU seconds the mirror thread has used (from `/proc/self/task/*/stat`, in ticks of
+/// 1/100 s).
+fn mirror_cpu() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return f64::NAN;
+    };
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "netbatch-linux" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state is the 3rd field,
+        // utime and stime the 14th and 15th.
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        return f.iter().sum::<u64>() as f64 / 100.0;
+    }
+    f64::NAN
+}
+
+fn pfx(s: &str) -> Ipv4Prefix {
+    s.parse().expect("prefix")
+}
+
+fn ip(s: &str) -> core::net::Ipv4Addr {
+    s.parse().expect("address")
+}
+
+fn via(p: &str, gw: &str, out_if: u16) -> Route {
+    Route::new(pfx(p), RouteKind::Unicast, Some(out_if), Some(ip(gw)))
+}
+
+/// Waits up to `limit` for `done`; fails naming `what` and what was seen last.
+fn wait_for<T: core::fmt::Debug>(
+    what: &str,
+    limit: Duration,
+    mut probe: impl FnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> Duration {
+    let t = Instant::now();
+    loop {
+        let v = probe();
+        if done(&v) {
+            return t.elapsed();
+        }
+        assert!(
+            t.elapsed() < limit,
+            "{what}: not within {limit:?}; last seen {v:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// The control namespace with `r1` (192.0.2.1/24) and `r2` (198.51.100.1/24) up.
+fn control_namespace(tag: &str) -> Netns {
+    let ns = Netns::new(tag);
+    ns.ip("link set lo up");
+    for (dev, addr) in [("r1", "192.0.2.1/24"), ("r2", "198.51.100.1/24")] {
+        ns.veth(dev);
+        ns.ip(&format!("addr add {addr} dev {dev}"));
+    }
+    ns
+}
+
+/// `ip route add|replace|del`, the kinds, a multipath route, `ip neigh add|del`, a link
+/// going down (whose routes the kernel flushes without a notification each), and a
+/// forced resync that finds nothing to change.
+#[test]
+fn ip_route_and_ip_neigh_in_the_namespace_drive_netbatch() {
+    if let Some(why) = cannot_run() {
+        println!("skipped: {why}");
+        return;
+    }
+    let ns = control_namespace("a");
+    let r = Running::start(&ns);
+    // The kernel's connected routes are netbatch's own: adopted, nothing changed.
+    let s = r.mirror().stats();
+    assert_eq!(s.changes(), 0, "{s:?}");
+    assert_eq!(s.routes, 2, "both connected routes adopted: {s:?}");
+
+    ns.ip("route add 203.0.113.0/24 via 192.0.2.7");
+    let want = via("203.0.113.0/24", "192.0.2.7", 0);
+    wait_for(
+        "route add",
+        WAIT,
+        || r.route("203.0.113.0/24"),
+        |v| v.as_ref() == Some(&want),
+    );
+    ns.ip("route replace 203.0.113.0/24 via 198.51.100.7");
+    let want = via("203.0.113.0/24", "198.51.100.7", 1);
+    wait_for(
+        "route replace",
+        WAIT,
+        || r.route("203.0.113.0/24"),
+        |v| v.as_ref() == Some(&want),
+    );
+    ns.ip("route del 203.0.113.0/24");
+    wait_for(
+        "route del",
+        WAIT,
+        || r.route("203.0.113.0/24"),
+        Option::is_none,
+    );
+
+    for (kind, k) in [
+        ("blackhole", RouteKind::Blackhole),
+        ("unreachable", RouteKind::Unreachable),
+        ("prohibit", RouteKind::Prohibit),
+    ] {
+        ns.ip(&format!("route add {kind} 10.66.0.0/16"));
+        let want = Route::new(pfx("10.66.0.0/16"), k, None, None);
+        wait_for(
+            kind,
+            WAIT,
+            || r.route("10.66.0.0/16"),
+            |v| v.as_ref() == Some(&want),
+        );
+        ns.ip("route del 10.66.0.0/16");
+        wait_for(kind, WAIT, || r.route("10.66.0.0/16"), Option::is_none);
+    }
+
+    // Multipath with weights: every next hop, each with its weight.
+    ns.ip("route add 10.77.0.0/16 nexthop via 192.0.2.2 dev r1 weight 1 nexthop via 198.51.100.2 dev r2 weight 2");
+    let ecmp = Route::multipath(
+        pfx("10.77.0.0/16"),
+        Multipath::new(vec![
+            NextHop {
+                gateway: Some(ip("192.0.2.2")),
+                out_if: 0,
+                weight: 1,
+            },
+            NextHop {
+                gateway: Some(ip("198.51.100.2")),
+                out_if: 1,
+                weight: 2,
+            },
+        ])
+        .expect("two hops"),
+    );
+    wait_for(
+        "multipath",
+        WAIT,
+        || r.route("10.77.0.0/16"),
+        |v| v.as_ref() == Some(&ecmp),
+    );
+
+    // A route on an interface netbatch lacks is skipped and counted.
+    ns.veth("mgmt0");
+    ns.ip("addr add 10.9.9.2/24 dev mgmt0");
+    ns.ip("route add 10.99.0.0/16 via 10.9.9.1");
+    wait_for(
+        "skip of a route via mgmt0",
+        WAIT,
+        || r.mirror().stats().skipped.get("unknown_interface").copied(),
+        |n| n.unwrap_or(0) >= 2,
+    );
+    assert!(r.route("10.99.0.0/16").is_none());
+    assert!(r.route("10.9.9.0/24").is_none());
+
+    ns.ip("neigh add 192.0.2.50 lladdr 02:00:5e:00:53:50 dev r1 nud permanent");
+    wait_for(
+        "neigh add",
+        WAIT,
+        || r.neighbours(),
+        |t| t.contains("192.0.2.50 dev r1 lladdr 02:00:5e:00:53:50"),
+    );
+    ns.ip("neigh del 192.0.2.50 dev r1");
+    wait_for(
+        "neigh del",
+        WAIT,
+        || r.neighbours(),
+        |t| !t.contains("192.0.2.50"),
+    );
+
+    // Nothing changed since: a resync dumps everything and changes nothing.
+    let before = r.mirror().stats();
+    let rs = r.mirror().resync().expect("resync");
+    assert_eq!((rs.route_changes, rs.neighbour_changes), (0, 0), "{rs:?}");
+    assert!(
+        rs.dumped >= 6,
+        "links, routes and neighbours dumped: {rs:?}"
+    );
+    let after = r.mirror().stats();
+    assert_eq!(after.changes(), before.changes(), "{after:?}");
+    assert_eq!(after.resyncs, before.resyncs + 1);
+
+    // r2 down: the kernel drops the routes through it without a notification per
+    // route, and marks the multipath route's hop via r2 dead; the mirror resyncs and
+    // netbatch does the same. Up again: the connected route comes back (notified) and
+    // the hop revives (not notified).
+    ns.ip("route add 10.88.0.0/16 via 198.51.100.3");
+    let want = via("10.88.0.0/16", "198.51.100.3", 1);
+    wait_for(
+        "route via r2",
+        WAIT,
+        || r.route("10.88.0.0/16"),
+        |v| v.as_ref() == Some(&want),
+    );
+    ns.ip("link set r2 down");
+    wait_for(
+        "routes via a downed link",
+        WAIT,
+        || r.route("10.88.0.0/16"),
+        Option::is_none,
+    );
+    assert!(
+        r.route("198.51.100.0/24").is_none(),
+        "connected route gone with the link"
+    );
+    let one = via("10.77.0.0/16", "192.0.2.2", 0);
+    wait_for(
+        "multipath without its dead hop",
+        WAIT,
+        || r.route("10.77.0.0/16"),
+        |v| v.as_ref() == Some(&one),
+    );
+    ns.ip("link set r2 up");
+    wait_for(
+        "multipath with its hop revived",
+        WAIT,
+        || r.route("10.77.0.0/16"),
+        |v| v.as_ref() == Some(&ecmp),
+    );
+    let connected = Route::new(pfx("198.51.100.0/24"), RouteKind::Unicast, Some(1), None);
+    wait_for(
+        "connected route back",
+        WAIT,
+        || r.route("198.51.100.0/24"),
+        |v| v.as_ref() == Some(&connected),
+    );
+    let s = r.mirror().stats();
+    assert_eq!((s.errors, s.overruns), (0, 0), "{s:?}");
+    println!("mirror counters: {}", s.to_json());
+}
+
+/// An `ip -batch` file adding `n` /24s from 16.0.0.0 on (16.0.0.0/4 holds 2^20), half
+/// via each port.
+fn batch_file(dir: &Path, n: u32) -> std::path::PathBuf {
+    let file = dir.join("routes.batch");
+    let mut text = String::with_capacity(n as usize * 40);
+    for i in 0..n {
+        let a = core::net::Ipv4Addr::from(0x1000_0000u32 + (i << 8));
+        let gw = if i % 2 == 0 {
+            "192.0.2.2"
+        } else {
+            "198.51.100.2"
+        };
+        text.push_str(&format!("route add {a}/24 via {gw}\n"));
+    }
+    std::fs::write(&file, text).expect("batch file");
+    file
+}
+
+/// A receive buffer far too small for the notifications of `ip -batch` (the kernel
+/// then drops them and says so with ENOBUFS): the mirror resyncs and ends with every
+/// route all the same, and nothing refused.
+#[test]
+fn lost_notifications_are_recovered_by_a_resync() {
+    if let Some(why) = cannot_run() {
+        println!("skipped: {why}");
+        return;
+    }
+    let n = 50_000;
+    let ns = control_namespace("c");
+    let r = Running::start_tuned(&ns, Tuning { rcvbuf: 4096 });
+    let base = r.control.routes().len();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = batch_file(dir.path(), n);
+    run(&[
+        "ip",
+        "-n",
+        &ns.0,
+        "-batch",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    wait_for(
+        "routes after overruns",
+        Duration::from_secs(60),
+        || r.control.routes().len(),
+        |&len| len == base + n as usize,
+    );
+    let s = r.mirror().stats();
+    println!(
+        "{n} routes through a {} byte buffer: {} overruns, {} resyncs",
+        4096, s.overruns, s.resyncs
+    );
+    assert!(s.overruns >= 1, "the small buffer overran: {s:?}");
+    assert!(s.resyncs >= 1, "{s:?}");
+    assert_eq!(s.errors, 0, "{s:?}");
+    assert_eq!(
+        r.route("16.0.3.0/24"),
+        Some(via("16.0.3.0/24", "198.51.100.2", 1))
+    );
+    let rs = r.mirror().resync().expect("resync");
+    assert_eq!(rs.route_changes, 0, "{rs:?}");
+}
+
+/// `ip -batch` adding N routes (100,000, or `NETBATCH_MIRROR_ROUTES`): all mirrored,
+/// a resync then changes nothing, and `ip route flush` removes them all again.
+#[test]
+fn routes_added_in_bulk_are_all_mirrored() {
+    if let Some(why) = cannot_run() {
+        println!("skipped: {why}");
+        return;
+    }
+    let n: u32 = std::env::var("NETBATCH_MIRROR_ROUTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000)
+        .min(1 << 20);
+    let ns = control_namespace("b");
+    let r = Running::start(&ns);
+    let base = r.control.routes().len();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = batch_file(dir.path(), n);
+    let t = Instant::now();
+    let batch = std::thread::spawn({
+        let (ns, file) = (ns.0.clone(), file.clone());
+        move || {
+            run(&[
+                "ip",
+                "-n",
+                &ns,
+                "-batch",
+                file.to_str().expect("utf-8 path"),
+            ]);
+            Instant::now()
+        }
+    });
+    let limit = Duration::from_secs(30 + u64::from(n) / 10_000);
+    let mirrored = wait_for(
+        "bulk routes",
+        limit,
+        || r.control.routes().len(),
+        |&len| len >= base + n as usize,
+    );
+    let ip_done = batch.join().expect("ip -batch").duration_since(t);
+    let s = r.mirror().stats();
+    println!(
+        "{n} routes: ip -batch took {:.2} s, mirrored after {:.2} s; {} publications (the last of {} changes took {:.1} ms), {} resyncs, {} overruns; mirror thread CPU {:.2} s",
+        ip_done.as_secs_f64(),
+        mirrored.as_secs_f64(),
+        s.batches,
+        s.last_batch_changes,
+        s.last_batch_us as f64 / 1000.0,
+        s.resyncs,
+        s.overruns,
+        mirror_cpu()
+    );
+    assert_eq!(r.control.routes().len(), base + n as usize);
+    assert_eq!(
+        r.route("16.0.3.0/24"),
+        Some(via("16.0.3.0/24", "198.51.100.2", 1))
+    );
+    let last = core::net::Ipv4Addr::from(0x1000_0000u32 + ((n - 1) << 8));
+    assert!(r.route(&format!("{last}/24")).is_some(), "the last one too");
+
+    let rs = r.mirror().resync().expect("resync");
+    println!(
+        "resync of {} messages: {:.2} s, {} changes",
+        rs.dumped,
+        rs.took.as_secs_f64(),
+        rs.route_changes
+    );
+    assert_eq!(rs.route_changes, 0, "no route flaps: {rs:?}");
+
+    let t = Instant::now();
+    ns.ip("route flush root 16.0.0.0/4");
+    let flushed = wait_for(
+        "bulk delete",
+        limit,
+        || r.control.routes().len(),
+        |&len| len == base,
+    );
+    println!(
+        "{n} routes flushed: mirrored after {:.2} s",
+        (t.elapsed().max(flushed)).as_secs_f64()
+    );
+    assert_eq!(r.mirror().stats().errors, 0);
+}

@@ -22,6 +22,10 @@
 //! drain is a finding too.
 
 use std::collections::HashSet;
+
+/// The tag protocols, as the wire module names them.
+const C_TAG: u16 = netbatch_wire::ethernet::EtherType::VLAN.0;
+const S_TAG: u16 = netbatch_wire::ethernet::EtherType::QINQ.0;
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -558,11 +562,11 @@ fn ethernet(i: &mut Input<'_>, port: usize, ethertype: u16, l3: &[u8]) -> Vec<u8
     };
     let src = if k & 8 != 0 { MacAddr(i.array()) } else { PEER };
     let tags: Vec<(u16, u16)> = match (k >> 4) & 7 {
-        1 => vec![(0x8100, 10)],
-        2 => vec![(0x88a8, 20), (0x8100, 30)],
-        3 => vec![(0x8100, i.u16())],
-        4 => vec![(0x88a8, i.u16()), (0x8100, i.u16())],
-        5 => vec![(0x8100, 10), (0x8100, 20), (0x8100, 30)],
+        1 => vec![(C_TAG, 10)],
+        2 => vec![(S_TAG, 20), (C_TAG, 30)],
+        3 => vec![(C_TAG, i.u16())],
+        4 => vec![(S_TAG, i.u16()), (C_TAG, i.u16())],
+        5 => vec![(C_TAG, 10), (C_TAG, 20), (C_TAG, 30)],
         _ => vec![],
     };
     let mut f = Vec::with_capacity(14 + 4 * tags.len() + l3.len());

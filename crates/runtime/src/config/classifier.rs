@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use netbatch_stack::cls::{Action, Classifier, ClsError, Field, Filter, Match, Range};
 
+use netbatch_wire::ethernet::EtherType;
+
 use super::Errs;
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -81,14 +83,15 @@ fn number(s: &str) -> Option<u64> {
 
 /// An ethertype by tc's name or number.
 fn ethertype(s: &str) -> Option<u64> {
-    match s.to_ascii_lowercase().as_str() {
-        "ip" | "ipv4" => Some(0x0800),
-        "ipv6" => Some(0x86dd),
-        "arp" => Some(0x0806),
-        "802.1q" | "8021q" => Some(0x8100),
-        "802.1ad" | "8021ad" => Some(0x88a8),
-        other => number(other).filter(|&v| v <= 0xffff),
-    }
+    let t = match s.to_ascii_lowercase().as_str() {
+        "ip" | "ipv4" => EtherType::IPV4,
+        "ipv6" => EtherType::IPV6,
+        "arp" => EtherType::ARP,
+        "802.1q" | "8021q" => EtherType::VLAN,
+        "802.1ad" | "8021ad" => EtherType::QINQ,
+        other => return number(other).filter(|&v| v <= 0xffff),
+    };
+    Some(u64::from(t.0))
 }
 
 /// `V` or `V/MASK` of a field, numbers decimal or hex.
@@ -214,7 +217,8 @@ fn filter_match(f: &FilterFile, key: &str, ports: &[String], e: &mut Errs) -> Ma
             }
         },
     };
-    let tagged = matches!(protocol, Some(0x8100 | 0x88a8));
+    let tagged = protocol
+        .is_some_and(|p| p == u64::from(EtherType::VLAN.0) || p == u64::from(EtherType::QINQ.0));
     let inner = match f.vlan_ethtype.as_deref() {
         None => None,
         Some(_) if !tagged => {

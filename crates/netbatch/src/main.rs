@@ -57,6 +57,9 @@ enum Cmd {
     Reload(ctl::Words),
     /// Per-stage TSC timing of a running datapath (`timing on|off`; `show runtime`).
     Timing(ctl::Words),
+    /// The mirrored kernel routing table (`[linux]`): `linux resync` dumps it again and
+    /// applies the difference.
+    Linux(ctl::Words),
     /// Trace packets through a running datapath: `trace add --count N [--port P]
     /// [--match EXPR]`, `trace show [--pcapng FILE]`, `trace clear`.
     Trace(ctl::TraceArgs),
@@ -95,6 +98,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Rule(a) => ctl::main("rule", &a),
         Cmd::Reload(a) => ctl::main("reload", &a),
         Cmd::Timing(a) => ctl::main("timing", &a),
+        Cmd::Linux(a) => ctl::main("linux", &a),
         Cmd::Trace(a) => ctl::trace(&a),
     };
     match r {

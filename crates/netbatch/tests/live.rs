@@ -273,7 +273,7 @@ bind = "192.0.2.1:7"
     }
 
     fn remove(&self) {
-        for n in ["h1", "h2", "h3", "r"] {
+        for n in ["h1", "h2", "h3", "r", "cp"] {
             let _ = sh(&format!("ip netns del {} 2>/dev/null", self.ns(n)));
         }
     }
@@ -679,95 +679,17 @@ listen = "127.0.0.1:9433"
     std::fs::write(dir.join("router.toml"), config("routes.txt", &echo(7))).expect("config");
     t.start();
     let bin = env!("CARGO_BIN_EXE_netbatch");
-    let ctl = |args: &str| -> (bool, String) {
-        let o = sh(&format!("{bin} {args} --socket {}", sock.display()));
-        (
-            o.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&o.stdout),
-                String::from_utf8_lossy(&o.stderr)
-            ),
-        )
-    };
-    let ctl_ok = |args: &str| -> String {
-        let (ok, out) = ctl(args);
-        assert!(ok, "netbatch {args}:\n{out}");
-        out
-    };
-    let json = |args: &str| -> serde_json::Value {
-        serde_json::from_str(&ctl_ok(&format!("{args} --json"))).expect("JSON answer")
-    };
+    let c = Ctl(sock.clone());
+    let (ctl, ctl_ok, json) = (|a: &str| c.run(a), |a: &str| c.ok(a), |a: &str| c.json(a));
 
-    // Sinks in h2 and h3 count the flood's datagrams into files, until told to stop.
-    let sink = |n: &str| {
-        let py = format!(
-            "import os, socket, time\n\
-             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
-             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)\n\
-             s.bind(('198.18.0.1', 9))\n\
-             s.settimeout(0.05)\n\
-             out = '{d}/{n}.count'\n\
-             open(out, 'w').write('0')\n\
-             n, last, end = 0, 0.0, time.time() + 120\n\
-             while time.time() < end and not os.path.exists('{d}/stop'):\n\
-             \x20   try:\n\
-             \x20       s.recv(2048)\n\
-             \x20       n += 1\n\
-             \x20   except socket.timeout:\n\
-             \x20       pass\n\
-             \x20   if time.time() - last > 0.05:\n\
-             \x20       open(out + '.tmp', 'w').write(str(n))\n\
-             \x20       os.replace(out + '.tmp', out)\n\
-             \x20       last = time.time()\n",
-            d = dir.display()
-        );
-        std::fs::write(dir.join(format!("{n}.py")), py).expect("sink script");
-        Command::new("ip")
-            .args(["netns", "exec", &t.ns(n), "python3"])
-            .arg(dir.join(format!("{n}.py")))
-            .spawn()
-            .expect("sink")
-    };
-    let mut sinks = [sink("h2"), sink("h3")];
-    let count = |n: &str| -> u64 {
-        std::fs::read_to_string(dir.join(format!("{n}.count")))
-            .ok()
-            .and_then(|x| x.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !(dir.join("h2.count").exists() && dir.join("h3.count").exists()) {
-        assert!(Instant::now() < deadline, "sinks did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let r1_mac = t
-        .must("r", &format!("cat /sys/class/net/nb{s}r1/address"))
-        .trim()
-        .to_string();
+    // Sinks in h2 and h3 count the flood's datagrams; h1 floods through r1.
+    let mut flows = Flows::start(&t, &["h2", "h3"]);
+    let count = |n: &str| flows.count(n);
+    let flood = |seconds: f64| flows.flood(seconds);
     let h3_mac = t
         .must("h3", &format!("cat /sys/class/net/nb{s}c/address"))
         .trim()
         .to_string();
-    let ns_h1 = t.ns("h1");
-    let tag = s.clone();
-    let flood = move |seconds: f64| {
-        let s = &tag;
-        let cmd = format!(
-            "ip netns exec {ns_h1} {bin} flood --interface nb{s}a --dst-mac {r1_mac} --src 192.0.2.2 --dst 198.18.0.1 --flows 8 --rate 4000 --seconds {seconds} --json"
-        );
-        std::thread::spawn(move || {
-            let o = sh(&cmd);
-            assert!(
-                o.status.success(),
-                "{cmd}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            let v: serde_json::Value =
-                serde_json::from_slice(&o.stdout).expect("flood prints JSON");
-            v["sent"].as_u64().expect("sent")
-        })
-    };
     // Let the last datagrams land and the sinks write their counts.
     let settle = || std::thread::sleep(Duration::from_millis(500));
 
@@ -1086,10 +1008,7 @@ listen = "127.0.0.1:9433"
         cleared["errors"].as_array().is_some_and(Vec::is_empty),
         "{cleared:#}"
     );
-    std::fs::write(dir.join("stop"), "").expect("stop sinks");
-    for s in &mut sinks {
-        let _ = s.wait();
-    }
+    flows.stop();
     let stats = t.stop();
     assert_eq!(
         total(&stats, "rx_packets") + total(&stats, "originated_packets"),
@@ -1100,4 +1019,287 @@ listen = "127.0.0.1:9433"
         "{stats:#}"
     );
     assert!(!sock.exists(), "the socket is removed at the stop");
+}
+
+/// The control socket of a running netbatch, through the CLI as an operator uses it.
+struct Ctl(PathBuf);
+
+impl Ctl {
+    /// `netbatch ARGS --socket S`: success and what it printed.
+    fn run(&self, args: &str) -> (bool, String) {
+        let o = sh(&format!(
+            "{} {args} --socket {}",
+            env!("CARGO_BIN_EXE_netbatch"),
+            self.0.display()
+        ));
+        (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    }
+
+    fn ok(&self, args: &str) -> String {
+        let (ok, out) = self.run(args);
+        assert!(ok, "netbatch {args}:\n{out}");
+        out
+    }
+
+    fn json(&self, args: &str) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&format!("{args} --json"))).expect("JSON answer")
+    }
+}
+
+/// A UDP flood from h1 through r1 to 198.18.0.1 (RFC 2544's range), counted by sockets
+/// in the hosts that answer for that address.
+struct Flows {
+    dir: PathBuf,
+    sinks: Vec<Child>,
+    /// The flood's command, but for its duration.
+    cmd: String,
+}
+
+impl Flows {
+    /// Sinks in `hosts` (each with 198.18.0.1 on its loopback), counting into files.
+    fn start(t: &Topo, hosts: &[&str]) -> Self {
+        let dir = t.dir.clone();
+        let mut sinks = Vec::new();
+        for n in hosts {
+            let py = format!(
+                "import os, socket, time\n\
+                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)\n\
+                 s.bind(('198.18.0.1', 9))\n\
+                 s.settimeout(0.05)\n\
+                 out = '{d}/{n}.count'\n\
+                 open(out, 'w').write('0')\n\
+                 n, last, end = 0, 0.0, time.time() + 120\n\
+                 while time.time() < end and not os.path.exists('{d}/stop'):\n\
+                 \x20   try:\n\
+                 \x20       s.recv(2048)\n\
+                 \x20       n += 1\n\
+                 \x20   except socket.timeout:\n\
+                 \x20       pass\n\
+                 \x20   if time.time() - last > 0.05:\n\
+                 \x20       open(out + '.tmp', 'w').write(str(n))\n\
+                 \x20       os.replace(out + '.tmp', out)\n\
+                 \x20       last = time.time()\n",
+                d = dir.display()
+            );
+            std::fs::write(dir.join(format!("{n}.py")), py).expect("sink script");
+            sinks.push(
+                Command::new("ip")
+                    .args(["netns", "exec", &t.ns(n), "python3"])
+                    .arg(dir.join(format!("{n}.py")))
+                    .spawn()
+                    .expect("sink"),
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !hosts
+            .iter()
+            .all(|n| dir.join(format!("{n}.count")).exists())
+        {
+            assert!(Instant::now() < deadline, "sinks did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let s = &t.tag;
+        let r1_mac = t.must("r", &format!("cat /sys/class/net/nb{s}r1/address"));
+        let cmd = format!(
+            "ip netns exec {} {} flood --interface nb{s}a --dst-mac {} --src 192.0.2.2 --dst 198.18.0.1 --flows 8 --rate 4000 --json --seconds",
+            t.ns("h1"),
+            env!("CARGO_BIN_EXE_netbatch"),
+            r1_mac.trim()
+        );
+        Self { dir, sinks, cmd }
+    }
+
+    /// Datagrams host `n`'s sink has counted.
+    fn count(&self, n: &str) -> u64 {
+        std::fs::read_to_string(self.dir.join(format!("{n}.count")))
+            .ok()
+            .and_then(|x| x.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Floods for `seconds` (in the background); the handle gives the frames sent.
+    fn flood(&self, seconds: f64) -> std::thread::JoinHandle<u64> {
+        let cmd = format!("{} {seconds}", self.cmd);
+        std::thread::spawn(move || {
+            let o = sh(&cmd);
+            assert!(
+                o.status.success(),
+                "{cmd}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let v: serde_json::Value =
+                serde_json::from_slice(&o.stdout).expect("flood prints JSON");
+            v["sent"].as_u64().expect("sent")
+        })
+    }
+
+    fn stop(&mut self) {
+        let _ = std::fs::write(self.dir.join("stop"), "");
+        for s in &mut self.sinks {
+            let _ = s.wait();
+        }
+    }
+}
+
+impl Drop for Flows {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// netbatch follows the kernel routing table of a control namespace (`[linux]`), where
+/// `ip route` plays the routing daemon: routes added, replaced and deleted there move a
+/// flood crossing netbatch (counted by the receiving hosts' sockets), and a full resync
+/// while the flood runs changes nothing and loses nothing.
+///
+/// ```text
+///  h1 ── r1 [ netbatch ] r2 ── h2        namespace cp: r1, r2, r3 (veth, up) with the
+///                        r3 ── h3        ports' addresses; `ip route` changes its table
+/// ```
+#[test]
+fn mirroring_the_kernel_routing_table() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        return;
+    }
+    need_tools();
+    let t = Topo::hosts("m", &["h1", "h2", "h3"]);
+    let mut t = t;
+    let s = t.tag.clone();
+    let dir = t.dir.clone();
+    t.must(
+        "h1",
+        &format!("ip addr add 192.0.2.2/24 dev nb{s}a; ip route add default via 192.0.2.1"),
+    );
+    t.must("h2", &format!("ip addr add 198.51.100.2/24 dev nb{s}b; ip route add default via 198.51.100.1; ip addr add 198.18.0.1/32 dev lo"));
+    t.must("h3", &format!("ip addr add 203.0.113.2/24 dev nb{s}c; ip route add default via 203.0.113.1; ip addr add 198.18.0.1/32 dev lo"));
+    // The control namespace: interfaces named as netbatch's, with their addresses.
+    assert!(sh(&format!("ip netns add {}", t.ns("cp"))).status.success());
+    for (n, a) in [
+        ("r1", "192.0.2.1/24"),
+        ("r2", "198.51.100.1/24"),
+        ("r3", "203.0.113.1/24"),
+    ] {
+        t.must(
+            "cp",
+            &format!("ip link add {n} type veth peer name {n}p && ip addr add {a} dev {n} && ip link set {n}p up && ip link set {n} up"),
+        );
+    }
+    let sock = dir.join("ctl.sock");
+    let ports: String = [("r1", "192.0.2.1/24"), ("r2", "198.51.100.1/24"), ("r3", "203.0.113.1/24")]
+        .iter()
+        .map(|(n, a)| {
+            format!("\n[[port]]\nname = \"{n}\"\nkind = \"af_packet\"\ninterface = \"nb{s}{n}\"\naddresses = [\"{a}\"]\n")
+        })
+        .collect();
+    std::fs::write(
+        dir.join("router.toml"),
+        format!(
+            "[datapath]\nmode = \"list\"\nidle_spin_us = 50\n{ports}\n[linux]\nnamespace = \"{}\"\n\n[control]\nsocket = \"{}\"\n",
+            t.ns("cp"),
+            sock.display()
+        ),
+    )
+    .expect("config");
+    t.start();
+    let c = Ctl(sock.clone());
+    let mut flows = Flows::start(&t, &["h2", "h3"]);
+    let settle = || std::thread::sleep(Duration::from_millis(500));
+    let wait_for = |what: &str, present: bool| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while c.ok("show routes").contains(what) != present {
+            assert!(
+                Instant::now() < deadline,
+                "show routes {} '{what}':\n{}",
+                if present { "has" } else { "lacks" },
+                c.ok("show routes")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let ring_drops = || -> u64 {
+        c.json("show ports")["ports"][0]["queues"]
+            .as_array()
+            .expect("queues")
+            .iter()
+            .map(|q| q["rx_dropped"].as_u64().unwrap_or(0))
+            .sum()
+    };
+
+    // A route added in the kernel carries the flood to h2.
+    t.must("cp", "ip route add 198.18.0.0/24 via 198.51.100.2");
+    wait_for("198.18.0.0/24 via 198.51.100.2 dev r2", true);
+    let dropped0 = ring_drops();
+    let sent = flows.flood(1.0).join().expect("flood");
+    settle();
+    assert_eq!(
+        flows.count("h2") + ring_drops() - dropped0,
+        sent,
+        "all to h2"
+    );
+    assert_eq!(flows.count("h3"), 0);
+
+    // Replaced in the kernel while the flood runs: it moves to h3, nothing lost; a full
+    // resync in the middle changes nothing.
+    let (h2, dropped0) = (flows.count("h2"), ring_drops());
+    let running = flows.flood(2.0);
+    std::thread::sleep(Duration::from_millis(500));
+    t.must("cp", "ip route replace 198.18.0.0/24 via 203.0.113.2");
+    wait_for("198.18.0.0/24 via 203.0.113.2 dev r3", true);
+    std::thread::sleep(Duration::from_millis(300));
+    let resync = c.json("linux resync");
+    assert_eq!(
+        (
+            resync["route_changes"].as_u64(),
+            resync["neighbour_changes"].as_u64()
+        ),
+        (Some(0), Some(0)),
+        "{resync:#}"
+    );
+    let sent = running.join().expect("flood");
+    settle();
+    let (h2_new, h3) = (flows.count("h2") - h2, flows.count("h3"));
+    assert!(
+        h2_new > 0 && h3 > 0,
+        "both carried part: h2 {h2_new} h3 {h3}"
+    );
+    assert_eq!(
+        h2_new + h3 + ring_drops() - dropped0,
+        sent,
+        "nothing lost across the replace and the resync"
+    );
+
+    // Deleted in the kernel: no route; the flood is dropped (or answered) as no_route.
+    t.must("cp", "ip route del 198.18.0.0/24");
+    wait_for("198.18.0.0/24", false);
+    let h3 = flows.count("h3");
+    let _ = flows.flood(0.3).join().expect("flood");
+    settle();
+    assert_eq!(flows.count("h3"), h3);
+    let linux = c.json("show linux");
+    assert!(
+        linux["routes_added"].as_u64() >= Some(1)
+            && linux["routes_deleted"].as_u64() >= Some(1)
+            && linux["errors"] == 0,
+        "{linux:#}"
+    );
+    assert!(c.ok("show errors").contains("no_route"));
+    flows.stop();
+    let stats = t.stop();
+    assert_eq!(
+        total(&stats, "rx_packets") + total(&stats, "originated_packets"),
+        total(&stats, "tx_packets")
+            + total(&stats, "delivered_packets")
+            + total(&stats, "dropped_packets")
+            + total(&stats, "held_packets"),
+        "{stats:#}"
+    );
 }

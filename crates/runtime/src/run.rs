@@ -277,10 +277,23 @@ fn serve(cfg: &Config, opts: &RunOptions, control: &Arc<Control>) -> Result<Serv
                 Arc::new(crate::linux::start(control.clone(), l).map_err(|e| {
                     RunError::Control(format!("linux.namespace {}: {e}", l.namespace))
                 })?);
-            let weak = Arc::downgrade(&m);
-            control.set_mirror_stats(Arc::new(move || {
-                weak.upgrade().map_or(Value::Null, |m| m.stats().to_json())
-            }));
+            let (weak, weak2) = (Arc::downgrade(&m), Arc::downgrade(&m));
+            control.set_mirror(crate::control::MirrorHooks {
+                stats: Arc::new(move || {
+                    weak.upgrade()
+                        .map_or(Value::Null, |m| m.stats().to_json())
+                }),
+                resync: Arc::new(move || {
+                    let m = weak2.upgrade().ok_or("the mirror has stopped")?;
+                    let r = m.resync()?;
+                    Ok(serde_json::json!({
+                        "route_changes": r.route_changes,
+                        "neighbour_changes": r.neighbour_changes,
+                        "dumped": r.dumped,
+                        "took_ms": r.took.as_secs_f64() * 1000.0,
+                    }))
+                }),
+            });
             tracing::info!(target: "netbatch::run", "mirroring the routes and neighbours of namespace {}", l.namespace);
             Some(m)
         }

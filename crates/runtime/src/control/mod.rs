@@ -87,12 +87,18 @@ pub struct Control {
     kernel_ifaces: Vec<Option<String>>,
     state: Mutex<State>,
     trace: Mutex<trace::Collected>,
-    /// The kernel-table mirror's counters, once it runs (`[linux]`).
-    mirror: Mutex<Option<MirrorStatsSource>>,
+    /// The kernel-table mirror, once it runs (`[linux]`).
+    mirror: Mutex<Option<MirrorHooks>>,
 }
 
-/// Reads the kernel-table mirror's counters as a document.
-pub type MirrorStatsSource = Arc<dyn Fn() -> Value + Send + Sync>;
+/// What the control plane may ask of the kernel-table mirror.
+#[derive(Clone)]
+pub struct MirrorHooks {
+    /// Its counters, as a document.
+    pub stats: Arc<dyn Fn() -> Value + Send + Sync>,
+    /// A full resync now; what it changed, as a document.
+    pub resync: Arc<dyn Fn() -> Result<Value, String> + Send + Sync>,
+}
 
 impl core::fmt::Debug for Control {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -114,6 +120,7 @@ neigh del ADDRESS dev IF
 rule add HOOK [index N] KEY VALUE...   (keys of [[filter.HOOK.rule]]: proto src dst sport dport in out mark action)
 rule del HOOK N
 reload                                 (re-read the configuration file)
+linux resync                           (dump the mirrored kernel table again, apply the difference)
 timing on|off                          (per-stage TSC cycles in show runtime)
 trace add --count N [--port P] [--match EXPR]
 trace show
@@ -149,20 +156,39 @@ impl Control {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Where `show linux`, the counters and `/metrics` read the mirror's counters.
-    pub fn set_mirror_stats(&self, source: MirrorStatsSource) {
-        *self
-            .mirror
+    /// Where `show linux`, `linux resync`, the counters and `/metrics` reach the mirror.
+    pub fn set_mirror(&self, hooks: MirrorHooks) {
+        *self.mirror.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hooks);
+    }
+
+    fn mirror(&self) -> Option<MirrorHooks> {
+        self.mirror
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(source);
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn mirror_stats(&self) -> Option<Value> {
-        let m = self
-            .mirror
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        m.as_ref().map(|f| f())
+        self.mirror().map(|m| (m.stats)())
+    }
+
+    /// `linux resync`: dumps the kernel's table again and applies the difference (none
+    /// when netbatch agreed with it). Called without the state lock: the mirror changes
+    /// routes through this control plane.
+    fn linux_resync(&self) -> Reply {
+        let Some(m) = self.mirror() else {
+            return Reply::err("linux resync: no kernel table is mirrored (no [linux] section)");
+        };
+        match (m.resync)() {
+            Ok(v) => Reply::ok(
+                format!(
+                    "resynced: {} route change(s), {} neighbour change(s), {} message(s) dumped",
+                    v["route_changes"], v["neighbour_changes"], v["dumped"]
+                ),
+                v,
+            ),
+            Err(e) => Reply::err(format!("linux resync: {e}")),
+        }
     }
 
     /// Every worker's counters and their sums (absolute: since the start), with the
@@ -245,6 +271,7 @@ impl Control {
             ["rule", "add", rest @ ..] => self.rule_add(rest),
             ["rule", "del" | "delete", hook, n] => self.rule_del(hook, n),
             ["reload"] => self.reload(),
+            ["linux", "resync"] => self.linux_resync(),
             ["timing", on @ ("on" | "off")] => self.timing(*on == "on"),
             ["trace", rest @ ..] => self.trace_cmd(rest),
             ["help"] => Reply::ok(USAGE, json!({ "usage": USAGE })),

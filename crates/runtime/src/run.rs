@@ -280,8 +280,7 @@ fn serve(cfg: &Config, opts: &RunOptions, control: &Arc<Control>) -> Result<Serv
             let (weak, weak2) = (Arc::downgrade(&m), Arc::downgrade(&m));
             control.set_mirror(crate::control::MirrorHooks {
                 stats: Arc::new(move || {
-                    weak.upgrade()
-                        .map_or(Value::Null, |m| m.stats().to_json())
+                    weak.upgrade().map_or(Value::Null, |m| m.stats().to_json())
                 }),
                 resync: Arc::new(move || {
                     let m = weak2.upgrade().ok_or("the mirror has stopped")?;

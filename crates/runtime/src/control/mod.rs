@@ -158,7 +158,10 @@ impl Control {
 
     /// Where `show linux`, `linux resync`, the counters and `/metrics` reach the mirror.
     pub fn set_mirror(&self, hooks: MirrorHooks) {
-        *self.mirror.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hooks);
+        *self
+            .mirror
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hooks);
     }
 
     fn mirror(&self) -> Option<MirrorHooks> {

@@ -634,6 +634,7 @@ fn operating_a_running_router() {
     t.must("h2", &format!("ip addr add 198.51.100.2/24 dev nb{s}b; ip route add default via 198.51.100.1; ip addr add 198.18.0.1/32 dev lo"));
     t.must("h3", &format!("ip addr add 203.0.113.2/24 dev nb{s}c; ip route add default via 203.0.113.1; ip addr add 198.18.0.1/32 dev lo"));
     let sock = dir.join("ctl.sock");
+    let ports = three_ports(&s, "rx_workers = [0, 1]\n");
     let config = |routes_file: &str, extra: &str| {
         format!(
             r#"
@@ -644,27 +645,7 @@ mode = "list"
 idle_spin_us = 50
 workers = 2
 
-[[port]]
-name = "r1"
-kind = "af_packet"
-interface = "nb{s}r1"
-rx_workers = [0, 1]
-addresses = ["192.0.2.1/24"]
-
-[[port]]
-name = "r2"
-kind = "af_packet"
-interface = "nb{s}r2"
-rx_workers = [0, 1]
-addresses = ["198.51.100.1/24"]
-
-[[port]]
-name = "r3"
-kind = "af_packet"
-interface = "nb{s}r3"
-rx_workers = [0, 1]
-addresses = ["203.0.113.1/24"]
-{extra}
+{ports}{extra}
 [control]
 socket = "{sock}"
 
@@ -1194,12 +1175,7 @@ fn mirroring_the_kernel_routing_table() {
         );
     }
     let sock = dir.join("ctl.sock");
-    let ports: String = [("r1", "192.0.2.1/24"), ("r2", "198.51.100.1/24"), ("r3", "203.0.113.1/24")]
-        .iter()
-        .map(|(n, a)| {
-            format!("\n[[port]]\nname = \"{n}\"\nkind = \"af_packet\"\ninterface = \"nb{s}{n}\"\naddresses = [\"{a}\"]\n")
-        })
-        .collect();
+    let ports = three_ports(&s, "");
     std::fs::write(
         dir.join("router.toml"),
         format!(
@@ -1302,4 +1278,15 @@ fn mirroring_the_kernel_routing_table() {
             + total(&stats, "held_packets"),
         "{stats:#}"
     );
+}
+
+/// The ports r1, r2, r3 of the three-host topologies (af_packet on the veth ends in
+/// namespace r, TEST-NET addresses), each with `extra` keys.
+fn three_ports(s: &str, extra: &str) -> String {
+    [("r1", "192.0.2.1/24"), ("r2", "198.51.100.1/24"), ("r3", "203.0.113.1/24")]
+        .iter()
+        .map(|(n, a)| {
+            format!("\n[[port]]\nname = \"{n}\"\nkind = \"af_packet\"\ninterface = \"nb{s}{n}\"\naddresses = [\"{a}\"]\n{extra}")
+        })
+        .collect()
 }

@@ -570,8 +570,7 @@ pub fn linux(l: &Value) -> Reply {
 
 /// `show softnet`: per worker what `/proc/net/softnet_stat` shows per CPU.
 pub fn softnet(c: &Value) -> Reply {
-    let mut t = Table::new(&[
-        "worker",
+    const COLUMNS: [&str; 9] = [
         "processed",
         "rounds",
         "time_squeeze",
@@ -581,22 +580,15 @@ pub fn softnet(c: &Value) -> Reply {
         "backlog_len",
         "handed_off",
         "taken_over",
-    ]);
+    ];
+    let mut head = vec!["worker"];
+    head.extend(COLUMNS);
+    let mut t = Table::new(&head);
     let mut data = Vec::new();
     for (i, w) in workers(c).iter().enumerate() {
         let s = &w["worker"];
         let mut row = vec![i.to_string()];
-        for k in [
-            "processed",
-            "rounds",
-            "time_squeeze",
-            "dropped",
-            "received_rps",
-            "backlog_polls",
-            "backlog_len",
-            "handed_off",
-            "taken_over",
-        ] {
+        for k in COLUMNS {
             row.push(if s.get(k).is_some() {
                 u(s, k).to_string()
             } else {

@@ -1057,16 +1057,22 @@ impl Flows {
                  s.settimeout(0.05)\n\
                  out = '{d}/{n}.count'\n\
                  open(out, 'w').write('0')\n\
-                 n, last, end = 0, 0.0, time.time() + 120\n\
+                 n, last, end, ports = 0, 0.0, time.time() + 120, set()\n\
                  while time.time() < end and not os.path.exists('{d}/stop'):\n\
                  \x20   try:\n\
-                 \x20       s.recv(2048)\n\
+                 \x20       _, a = s.recvfrom(2048)\n\
                  \x20       n += 1\n\
+                 \x20       ports.add(a[1])\n\
                  \x20   except socket.timeout:\n\
                  \x20       pass\n\
+                 \x20   if os.path.exists(out + '.forget'):\n\
+                 \x20       ports = set()\n\
+                 \x20       os.remove(out + '.forget')\n\
                  \x20   if time.time() - last > 0.05:\n\
                  \x20       open(out + '.tmp', 'w').write(str(n))\n\
                  \x20       os.replace(out + '.tmp', out)\n\
+                 \x20       open(out + '.ports.tmp', 'w').write(' '.join(map(str, sorted(ports))))\n\
+                 \x20       os.replace(out + '.ports.tmp', out + '.ports')\n\
                  \x20       last = time.time()\n",
                 d = dir.display()
             );
@@ -1090,12 +1096,33 @@ impl Flows {
         let s = &t.tag;
         let r1_mac = t.must("r", &format!("cat /sys/class/net/nb{s}r1/address"));
         let cmd = format!(
-            "ip netns exec {} {} flood --interface nb{s}a --dst-mac {} --src 192.0.2.2 --dst 198.18.0.1 --flows 8 --rate 4000 --json --seconds",
+            "ip netns exec {} {} flood --interface nb{s}a --dst-mac {} --src 192.0.2.2 --dst 198.18.0.1 --flows 64 --rate 4000 --json --seconds",
             t.ns("h1"),
             env!("CARGO_BIN_EXE_netbatch"),
             r1_mac.trim()
         );
         Self { dir, sinks, cmd }
+    }
+
+    /// The flows (source ports) host `n`'s sink has seen, sorted.
+    fn flows_seen(&self, n: &str) -> Vec<u16> {
+        std::fs::read_to_string(self.dir.join(format!("{n}.count.ports")))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    }
+
+    /// Makes host `n`'s sink forget the flows it has seen, and waits until it has.
+    fn forget_flows(&self, n: &str) {
+        let f = self.dir.join(format!("{n}.count.forget"));
+        std::fs::write(&f, "").expect("forget");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while f.exists() {
+            assert!(Instant::now() < deadline, "sink {n} did not forget");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 
     /// Datagrams host `n`'s sink has counted.
@@ -1251,6 +1278,29 @@ fn mirroring_the_kernel_routing_table() {
         h2_new + h3 + ring_drops() - dropped0,
         sent,
         "nothing lost across the replace and the resync"
+    );
+
+    // ECMP from the kernel: a route with two next hops spreads the flood's 64 flows over
+    // both hosts and keeps each flow on one.
+    t.must(
+        "cp",
+        "ip route replace 198.18.0.0/24 nexthop via 198.51.100.2 weight 1 nexthop via 203.0.113.2 weight 1",
+    );
+    wait_for("nexthop via 198.51.100.2 dev r2 weight 1", true);
+    flows.forget_flows("h2");
+    flows.forget_flows("h3");
+    let _ = flows.flood(1.0).join().expect("flood");
+    settle();
+    let (on_h2, on_h3) = (flows.flows_seen("h2"), flows.flows_seen("h3"));
+    assert!(
+        on_h2.len() >= 8 && on_h3.len() >= 8 && on_h2.len() + on_h3.len() == 64,
+        "64 flows spread over both paths: {} on h2, {} on h3",
+        on_h2.len(),
+        on_h3.len()
+    );
+    assert!(
+        on_h2.iter().all(|p| !on_h3.contains(p)),
+        "no flow on both paths"
     );
 
     // Deleted in the kernel: no route; the flood is dropped (or answered) as no_route.

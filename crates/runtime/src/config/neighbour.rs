@@ -181,11 +181,12 @@ fn unusable(ip: Ipv4Addr, iface: u16, names: &Names, routes: &[Route]) -> Option
         return None;
     }
     // Off-subnet: used only as the gateway of a route out of this interface (the route
-    // table's `dev` may put a gateway beyond the connected subnets, as `onlink` does).
-    if routes
-        .iter()
-        .any(|r| r.out_if == Some(iface) && r.gateway == Some(ip))
-    {
+    // table's `dev` may put a gateway beyond the connected subnets, as `onlink` does),
+    // any next hop of a multipath route included.
+    if routes.iter().any(|r| {
+        r.next_hops()
+            .any(|h| h.out_if == iface && h.gateway == Some(ip))
+    }) {
         return None;
     }
     let subnets: Vec<String> = addrs.iter().map(|a| a.subnet().to_string()).collect();
@@ -233,6 +234,24 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(e) => e.errors.into_iter().map(|x| (x.key, x.reason)).collect(),
         }
+    }
+
+    /// An off-subnet gateway of any next hop of a multipath route out of the interface
+    /// is one the table is asked for (the second next hop here); a gateway of none is not.
+    #[test]
+    fn a_multipath_next_hop_gateway_may_be_a_static_neighbour() {
+        let m = "02:00:00:00:00:aa";
+        let route = r#"
+        [[route]]
+        prefix = "198.18.0.0/15"
+        nexthops = [{ via = "192.0.2.7" }, { via = "100.64.0.9", dev = "eth0", weight = 2 }]
+        "#;
+        let ok = [PORTS, route, &entry("100.64.0.9", m, "eth0")].concat();
+        assert_eq!(errors(&ok), Vec::new());
+        let bad = [PORTS, route, &entry("100.64.0.10", m, "eth0")].concat();
+        let e = errors(&bad);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].1.contains("no route's gateway"), "{e:?}");
     }
 
     /// A static entry the table would never be asked for is refused: off every subnet of

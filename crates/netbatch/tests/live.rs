@@ -294,6 +294,18 @@ fn total(stats: &serde_json::Value, key: &str) -> u64 {
     stats["totals"][key].as_u64().unwrap_or(0)
 }
 
+/// `rx + originated = tx + delivered + dropped + held`, in wire packets, over the run.
+fn assert_conserved(stats: &serde_json::Value) {
+    assert_eq!(
+        total(stats, "rx_packets") + total(stats, "originated_packets"),
+        total(stats, "tx_packets")
+            + total(stats, "delivered_packets")
+            + total(stats, "dropped_packets")
+            + total(stats, "held_packets"),
+        "{stats:#}"
+    );
+}
+
 fn drops(stats: &serde_json::Value, reason: &str) -> u64 {
     stats["totals"]["drops"][reason].as_u64().unwrap_or(0)
 }
@@ -496,14 +508,7 @@ fn scenario(kind: &str, id: &str, workers: usize) {
 
     let stats = t.stop();
     // Conservation in wire packets, super-frames from the kernels included.
-    assert_eq!(
-        total(&stats, "rx_packets") + total(&stats, "originated_packets"),
-        total(&stats, "tx_packets")
-            + total(&stats, "delivered_packets")
-            + total(&stats, "dropped_packets")
-            + total(&stats, "held_packets"),
-        "{stats:#}"
-    );
+    assert_conserved(&stats);
     assert_eq!(drops(&stats, "filter_forward"), 5, "{stats:#}");
     assert!(
         event(&stats, "ip4-icmp-error", "sent_ttl_expired") >= 2,
@@ -991,14 +996,7 @@ listen = "127.0.0.1:9433"
     );
     flows.stop();
     let stats = t.stop();
-    assert_eq!(
-        total(&stats, "rx_packets") + total(&stats, "originated_packets"),
-        total(&stats, "tx_packets")
-            + total(&stats, "delivered_packets")
-            + total(&stats, "dropped_packets")
-            + total(&stats, "held_packets"),
-        "{stats:#}"
-    );
+    assert_conserved(&stats);
     assert!(!sock.exists(), "the socket is removed at the stop");
 }
 
@@ -1320,14 +1318,7 @@ fn mirroring_the_kernel_routing_table() {
     assert!(c.ok("show errors").contains("no_route"));
     flows.stop();
     let stats = t.stop();
-    assert_eq!(
-        total(&stats, "rx_packets") + total(&stats, "originated_packets"),
-        total(&stats, "tx_packets")
-            + total(&stats, "delivered_packets")
-            + total(&stats, "dropped_packets")
-            + total(&stats, "held_packets"),
-        "{stats:#}"
-    );
+    assert_conserved(&stats);
 }
 
 /// The ports r1, r2, r3 of the three-host topologies (af_packet on the veth ends in

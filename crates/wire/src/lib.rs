@@ -37,6 +37,9 @@
 //! `verify_checksum` / `fill_checksum`; transport views take the IPv4 addresses for the
 //! pseudo-header and expect their buffer to span exactly the segment (pass
 //! [`Ipv4Packet::payload`], which is already trimmed to the IPv4 total length).
+//!
+//! IPv6 ([`ipv6`], [`ipv6ext`], [`icmpv6`], [`ndp`]) follows the same rules; its checksums start
+//! from [`checksum::pseudo_header_v6`], and extension header offsets count from the IPv6 header.
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -74,7 +77,11 @@ pub mod bytes;
 pub mod checksum;
 pub mod ethernet;
 pub mod icmpv4;
+pub mod icmpv6;
 pub mod ipv4;
+pub mod ipv6;
+pub mod ipv6ext;
+pub mod ndp;
 pub mod tcp;
 pub mod toeplitz;
 pub mod udp;

@@ -84,6 +84,7 @@ fn spec() -> LabSpec {
             tcp_to: None,
             gro: true,
             classifier: None,
+            host_pairs: false,
         },
     }
 }

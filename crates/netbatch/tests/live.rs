@@ -1331,3 +1331,470 @@ fn three_ports(s: &str, extra: &str) -> String {
         })
         .collect()
 }
+
+/// A BIRD 2 daemon in one of a test's namespaces, in the foreground as a child process,
+/// with its configuration, control socket, pid file and log in the test's directory
+/// (never the system's /etc/bird or /run/bird). Stopped with SIGTERM (SIGKILL after 5 s)
+/// when dropped, so a failing test leaves no daemon behind.
+struct Bird {
+    name: String,
+    sock: PathBuf,
+    log: PathBuf,
+    err: PathBuf,
+    child: Option<Child>,
+}
+
+impl Bird {
+    /// Checks that `bird` and `birdc` (Debian's bird2) can be run.
+    fn need() {
+        let missing: Vec<&str> = ["bird", "birdc"]
+            .into_iter()
+            .filter(|t| !sh(&format!("command -v {t}")).status.success())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "missing {missing:?} on PATH (Debian's bird2 puts them in /usr/sbin): run scripts/setup (it installs bird2)"
+        );
+    }
+
+    /// Starts BIRD in namespace `n` with configuration `conf` (a `log` line to its own
+    /// file is put in front), and waits (5 s at most) until its socket answers.
+    fn start(t: &Topo, n: &str, conf: &str) -> Self {
+        let file = |ext: &str| t.dir.join(format!("bird-{n}.{ext}"));
+        let (cfg, sock, pid, log, err) = (
+            file("conf"),
+            file("ctl"),
+            file("pid"),
+            file("log"),
+            file("err"),
+        );
+        std::fs::write(&cfg, format!("log \"{}\" all;\n{conf}", log.display()))
+            .expect("BIRD config written");
+        // Parsed first (`-p`), so a mistake in it is reported as such.
+        let o = Command::new("bird")
+            .arg("-p")
+            .arg("-c")
+            .arg(&cfg)
+            .output()
+            .expect("bird runs");
+        assert!(
+            o.status.success(),
+            "BIRD refuses {}:\n{}{conf}",
+            cfg.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let child = Command::new("ip")
+            .args(["netns", "exec", &t.ns(n), "bird", "-f", "-c"])
+            .arg(&cfg)
+            .arg("-s")
+            .arg(&sock)
+            .arg("-P")
+            .arg(&pid)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err).expect("BIRD's stderr file"))
+            .spawn()
+            .expect("bird starts");
+        let mut b = Self {
+            name: n.to_string(),
+            sock,
+            log,
+            err,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (ok, status) = b.birdc("show status");
+            if ok && status.contains("Daemon is up and running") {
+                return b;
+            }
+            if let Some(c) = b.child.as_mut()
+                && let Ok(Some(st)) = c.try_wait()
+            {
+                panic!("BIRD in {n} exited ({st}):\n{}", b.logs());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "BIRD in {n} does not answer on {}:\n{status}\n{}",
+                b.sock.display(),
+                b.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `birdc CMD` on this daemon's socket (5 s at most): success and what it printed.
+    fn birdc(&self, cmd: &str) -> (bool, String) {
+        let o = Command::new("timeout")
+            .args(["5", "birdc", "-s"])
+            .arg(&self.sock)
+            .args(cmd.split_whitespace())
+            .output()
+            .expect("birdc runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.success(), text)
+    }
+
+    fn must(&self, cmd: &str) -> String {
+        let (ok, text) = self.birdc(cmd);
+        assert!(ok, "birdc {cmd} in {}:\n{text}", self.name);
+        text
+    }
+
+    /// Its log and anything it printed, for failure messages.
+    fn logs(&self) -> String {
+        let read = |p: &PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+        format!(
+            "--- BIRD {} log ---\n{}{}",
+            self.name,
+            read(&self.log),
+            read(&self.err)
+        )
+    }
+
+    fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let _ = sh(&format!("kill -TERM {}", c.id()));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Bird {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// BGP timers for sessions that come up in a second or two (BIRD's defaults wait 5 s
+/// before the first connect and 120 s between retries): connect 1 s after start, retry
+/// every 2 s, and a hold time short enough that nothing waits minutes, long enough
+/// (9 s, keepalives every 3 s) that a busy machine does not drop a session.
+const BGP_TIMERS: &str = "connect delay time 1; connect retry time 2; error wait time 1, 3; startup hold time 10; hold time 9; keepalive time 3;";
+
+/// BIRD for a BGP peer: AS `asn` at `addr`, announcing 198.18.0.0/24 (from its static
+/// protocol `announce`, so that disabling it withdraws the route) to the router at
+/// `router` (AS 65000) over the session `cp`. It installs nothing in its own kernel.
+fn bird_peer(addr: &str, asn: u32, router: &str) -> String {
+    format!(
+        "router id {addr};\n\
+         protocol device {{ scan time 1; }}\n\
+         protocol static announce {{ ipv4; route 198.18.0.0/24 blackhole; }}\n\
+         protocol bgp cp {{\n\
+         \x20 local {addr} as {asn};\n\
+         \x20 neighbor {router} as 65000;\n\
+         \x20 ipv4 {{ import none; export where proto = \"announce\"; }};\n\
+         \x20 {BGP_TIMERS}\n\
+         }}\n"
+    )
+}
+
+/// The route for `prefix` in `show routes` (its first line and the `nexthop` lines that
+/// follow), or "" without one.
+fn route_block(routes: &str, prefix: &str) -> String {
+    let mut lines = routes
+        .lines()
+        .skip_while(|l| l.split_whitespace().next() != Some(prefix));
+    match lines.next() {
+        Some(first) => std::iter::once(first)
+            .chain(lines.take_while(|l| l.starts_with(char::is_whitespace)))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => String::new(),
+    }
+}
+
+/// Datagrams dropped by the receive ring of netbatch's port r1 (where floods enter), over
+/// its queues.
+fn r1_ring_drops(c: &Ctl) -> u64 {
+    let ports = c.json("show ports");
+    ports["ports"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == "r1"))
+        .and_then(|p| p["queues"].as_array())
+        .unwrap_or_else(|| panic!("port r1's queues: {ports:#}"))
+        .iter()
+        .map(|q| q["rx_dropped"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Packets `show errors` counts for `reason`.
+fn shown_errors(c: &Ctl, reason: &str) -> u64 {
+    c.json("show errors")["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .filter(|e| e["reason"] == reason)
+        .map(|e| e["count"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// ICMP errors netbatch sent, over its workers.
+fn icmp_errors_sent(c: &Ctl) -> u64 {
+    c.json("show counters")["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| w["host"]["icmp_errors_out"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// A real routing daemon drives netbatch: BIRD 2 in the control namespace (`[linux]`
+/// with `pairs`) speaks eBGP through netbatch's ports, over the tap pairs, with BIRD in
+/// h2 and h3; the routes they announce reach the kernel of the control namespace
+/// (BIRD's `kernel` protocol, `merge paths on` for ECMP) and from there netbatch's FIB,
+/// and a flood from h1 follows them, every datagram counted by the receiving hosts'
+/// sockets or by the receive ring's drop counter.
+///
+/// ```text
+///                                      r2 ── h2  BIRD AS 65001, announces 198.18.0.0/24
+///  h1 ── r1 [ netbatch (namespace r) ]
+///                                      r3 ── h3  BIRD AS 65002, announces 198.18.0.0/24
+///        namespace cp: taps r1, r2, r3 (netbatch's pairs), BIRD AS 65000
+/// ```
+///
+/// (a) h2 announces: the route via h2 appears and the flood reaches h2 only; (b) h3
+/// announces the same: two next hops, the 64 flows spread over both, none on both; (c) h2
+/// withdraws: the path via h3 takes over; (d) h3's session goes down: no route, the
+/// flood is dropped or answered as no_route and a ping gets "Net Unreachable".
+#[test]
+fn a_routing_daemon_drives_the_router() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        return;
+    }
+    need_tools();
+    Bird::need();
+    let mut t = Topo::hosts("g", &["h1", "h2", "h3"]);
+    let s = t.tag.clone();
+    let dir = t.dir.clone();
+    t.must(
+        "h1",
+        &format!("ip addr add 192.0.2.2/24 dev nb{s}a; ip route add default via 192.0.2.1"),
+    );
+    t.must("h2", &format!("ip addr add 198.51.100.2/24 dev nb{s}b; ip route add default via 198.51.100.1; ip addr add 198.18.0.1/32 dev lo"));
+    t.must("h3", &format!("ip addr add 203.0.113.2/24 dev nb{s}c; ip route add default via 203.0.113.1; ip addr add 198.18.0.1/32 dev lo"));
+    // The control namespace, empty: netbatch creates its taps there.
+    assert!(sh(&format!("ip netns add {}", t.ns("cp"))).status.success());
+    t.must(
+        "cp",
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1; sysctl -qw net.ipv6.conf.default.disable_ipv6=1; ip link set lo up",
+    );
+    let sock = dir.join("ctl.sock");
+    let ports = three_ports(&s, "");
+    std::fs::write(
+        dir.join("router.toml"),
+        format!(
+            "[datapath]\nmode = \"list\"\nidle_spin_us = 50\n{ports}\n[linux]\nnamespace = \"{}\"\npairs = true\n\n[control]\nsocket = \"{}\"\n",
+            t.ns("cp"),
+            sock.display()
+        ),
+    )
+    .expect("config");
+    t.start();
+    let c = Ctl(sock.clone());
+
+    // The pairs: taps named as the ports, with their addresses, up.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, links) = t.exec("cp", "ip -br addr show");
+        let ready = [
+            ("r1", "192.0.2.1/24"),
+            ("r2", "198.51.100.1/24"),
+            ("r3", "203.0.113.1/24"),
+        ]
+        .iter()
+        .all(|(n, a)| {
+            links
+                .lines()
+                .any(|l| l.starts_with(&format!("{n} ")) && l.contains(a) && !l.contains("DOWN"))
+        });
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "netbatch's taps r1, r2, r3 with the ports' addresses, up, in cp:\n{links}\n{}",
+            t.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // BIRD in cp: eBGP with both peers, its routes to the kernel's main table with the
+    // equal ones merged into one multipath route.
+    let cp = Bird::start(
+        &t,
+        "cp",
+        &format!(
+            "router id 192.0.2.1;\n\
+             protocol device {{ scan time 1; }}\n\
+             protocol kernel {{\n\
+             \x20 ipv4 {{ import none; export all; }};\n\
+             \x20 merge paths on;\n\
+             }}\n\
+             template bgp peer {{\n\
+             \x20 local as 65000;\n\
+             \x20 ipv4 {{ import all; export none; }};\n\
+             \x20 {BGP_TIMERS}\n\
+             }}\n\
+             protocol bgp a from peer {{ neighbor 198.51.100.2 as 65001; }}\n\
+             protocol bgp b from peer {{ neighbor 203.0.113.2 as 65002; }}\n"
+        ),
+    );
+    let prefix = "198.18.0.0/24";
+    // Waits (30 s at most) until netbatch's route for the prefix satisfies `ok`; returns
+    // how long it took.
+    let wait_route = |what: &str, birds: &[&Bird], ok: &dyn Fn(&str) -> bool| -> Duration {
+        let start = Instant::now();
+        loop {
+            let block = route_block(&c.ok("show routes"), prefix);
+            if ok(&block) {
+                let took = start.elapsed();
+                eprintln!("{what}: {took:.2?}\n{block}");
+                return took;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                let (_, kernel) = t.exec("cp", "ip route; ip neigh");
+                let logs: String = birds.iter().map(|b| b.logs()).collect();
+                panic!(
+                    "{what}: not within 30 s; netbatch's route:\n{block}\n--- cp's kernel ---\n{kernel}\n--- birdc show protocols all (cp) ---\n{}\n{logs}\n--- netbatch ---\n{}",
+                    cp.birdc("show protocols all").1,
+                    t.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let settle = || std::thread::sleep(Duration::from_millis(500));
+
+    // (a) h2 announces: the session comes up through netbatch's port r2 and the tap,
+    // and the route via h2 reaches netbatch; the flood goes to h2 only.
+    let h2 = Bird::start(&t, "h2", &bird_peer("198.51.100.2", 65001, "198.51.100.1"));
+    wait_route("(a) h2's announcement in netbatch", &[&cp, &h2], &|r| {
+        r.starts_with("198.18.0.0/24 via 198.51.100.2 dev r2")
+    });
+    let mut flows = Flows::start(&t, &["h2", "h3"]);
+    let dropped0 = r1_ring_drops(&c);
+    let sent = flows.flood(1.0).join().expect("flood");
+    settle();
+    assert_eq!(
+        flows.count("h2") + r1_ring_drops(&c) - dropped0,
+        sent,
+        "(a) all to h2"
+    );
+    assert_eq!(flows.count("h3"), 0, "(a) nothing to h3");
+
+    // (b) h3 announces the same prefix with equal attributes (AS path of one AS, origin
+    // IGP, no MED): BIRD merges both into a route with two next hops; the 64 flows are
+    // spread over h2 and h3, each on one of them.
+    let h3 = Bird::start(&t, "h3", &bird_peer("203.0.113.2", 65002, "203.0.113.1"));
+    wait_route(
+        "(b) h3's announcement merged: two next hops",
+        &[&cp, &h2, &h3],
+        &|r| {
+            r.contains("nexthop via 198.51.100.2 dev r2 weight 1")
+                && r.contains("nexthop via 203.0.113.2 dev r3 weight 1")
+        },
+    );
+    flows.forget_flows("h2");
+    flows.forget_flows("h3");
+    let (h2_0, h3_0, dropped0) = (flows.count("h2"), flows.count("h3"), r1_ring_drops(&c));
+    let sent = flows.flood(1.0).join().expect("flood");
+    settle();
+    let (on_h2, on_h3) = (flows.flows_seen("h2"), flows.flows_seen("h3"));
+    assert!(
+        on_h2.len() >= 8 && on_h3.len() >= 8 && on_h2.len() + on_h3.len() == 64,
+        "(b) 64 flows spread over both paths: {} on h2, {} on h3",
+        on_h2.len(),
+        on_h3.len()
+    );
+    assert!(
+        on_h2.iter().all(|p| !on_h3.contains(p)),
+        "(b) no flow on both paths"
+    );
+    assert_eq!(
+        flows.count("h2") - h2_0 + flows.count("h3") - h3_0 + r1_ring_drops(&c) - dropped0,
+        sent,
+        "(b) nothing lost over two paths"
+    );
+
+    // (c) h2 withdraws (its static protocol disabled: a BGP withdraw): the path via h3
+    // takes over, and the flood goes to h3 only.
+    h2.must("disable announce");
+    wait_route("(c) h2's withdraw: via h3 only", &[&cp, &h2, &h3], &|r| {
+        r.starts_with("198.18.0.0/24 via 203.0.113.2 dev r3") && !r.contains("198.51.100.2")
+    });
+    let (h2_0, h3_0, dropped0) = (flows.count("h2"), flows.count("h3"), r1_ring_drops(&c));
+    let sent = flows.flood(1.0).join().expect("flood");
+    settle();
+    assert_eq!(flows.count("h2"), h2_0, "(c) nothing to h2 any more");
+    assert_eq!(
+        flows.count("h3") - h3_0 + r1_ring_drops(&c) - dropped0,
+        sent,
+        "(c) all to h3"
+    );
+
+    // (d) h3's session goes down (its BGP protocol disabled): the route leaves; h1's
+    // ping gets netbatch's "net unreachable", and each datagram of the flood is dropped
+    // as no_route or answered (as many as the ICMP rate limit lets out).
+    h3.must("disable cp");
+    wait_route("(d) h3's session down: no route", &[&cp, &h2, &h3], &|r| {
+        r.is_empty()
+    });
+    let (_, ping) = t.exec("h1", "ping -c 1 -W 2 198.18.0.1");
+    assert!(
+        ping.contains("From 192.0.2.1") && ping.contains("Destination Net Unreachable"),
+        "(d) {ping}"
+    );
+    let (h2_0, h3_0) = (flows.count("h2"), flows.count("h3"));
+    let (no_route0, icmp0, dropped0) = (
+        shown_errors(&c, "no_route"),
+        icmp_errors_sent(&c),
+        r1_ring_drops(&c),
+    );
+    let sent = flows.flood(0.5).join().expect("flood");
+    settle();
+    assert_eq!(
+        (flows.count("h2"), flows.count("h3")),
+        (h2_0, h3_0),
+        "(d) nothing forwarded"
+    );
+    assert_eq!(
+        shown_errors(&c, "no_route") - no_route0 + icmp_errors_sent(&c) - icmp0 + r1_ring_drops(&c)
+            - dropped0,
+        sent,
+        "(d) every datagram dropped as no_route or answered"
+    );
+    let linux = c.json("show linux");
+    assert!(
+        linux["routes_added"].as_u64() >= Some(1)
+            && linux["routes_deleted"].as_u64() >= Some(1)
+            && linux["errors"] == 0,
+        "{linux:#}"
+    );
+    drop((h3, h2, cp));
+    flows.stop();
+    let stats = t.stop();
+    assert_conserved(&stats);
+    // The sessions crossed netbatch: the kernel of cp sent through the taps of r2 and r3
+    // (netbatch received from them) and was handed the peers' answers.
+    for tap in ["host-r2", "host-r3"] {
+        assert!(
+            port(&stats, tap, "rx_packets") > 0 && port(&stats, tap, "tx_packets") > 0,
+            "{tap} carried the BGP session: {stats:#}"
+        );
+    }
+}

@@ -21,6 +21,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use netbatch_engine::{Pkt, PktList};
+use netbatch_wire::ethernet::MacAddr;
 
 use crate::sys::{self, PortError};
 use crate::vnet::{self, ImportError, RxInfo, VnetHdr};
@@ -35,7 +36,7 @@ pub const CARRIES: Carries = Carries {
 
 /// The largest frame read: a 64 KiB super-frame with its link header and VLAN tag.
 const READ_MAX: usize = vnet::LEN + 65_535 + 22;
-/// Offload flags for `TUNSETOFFLOAD`: checksums, TSO over IPv4, USO over IPv4.
+/// `TUN_F_USO4` (`<linux/if_tun.h>`, not in libc): USO over IPv4.
 const TUN_F_USO4: libc::c_uint = 0x20;
 
 /// One worker's queue of a `tap` port.
@@ -60,6 +61,113 @@ pub fn open(specs: &[QueueSpec]) -> Result<Vec<Box<dyn Port>>, PortError> {
     let Some(first) = specs.first() else {
         return Ok(Vec::new());
     };
+    check_specs(specs)?;
+    let multi = specs.len() > 1;
+    let mut out: Vec<Box<dyn Port>> = Vec::with_capacity(specs.len());
+    for s in specs {
+        let mut q = TapQueue::open(s, multi, OFFLOADS)?;
+        let name = first.interface.as_str();
+        set_up(name).map_err(|e| PortError::sys(&s.name, format!("setting up {name}"), e))?;
+        let ifindex = sys::ifindex(name).ok_or_else(|| PortError::NoInterface {
+            port: s.name.clone(),
+            iface: name.into(),
+        })?;
+        q.health = sys::Health::new(&s.name, name, ifindex);
+        out.push(Box::new(q));
+    }
+    Ok(out)
+}
+
+/// What the tap of a host interface pair carries of its wire port (as linux-cp's pairs
+/// do): the kernel sees the port's MAC and MTU on it.
+#[derive(Debug, Clone)]
+pub struct PairLink {
+    /// The control namespace's file (`/run/netns/NAME`) the tap is made in.
+    pub netns: std::path::PathBuf,
+    /// The wire port's MAC.
+    pub mac: MacAddr,
+    /// The wire port's L3 MTU.
+    pub mtu: u16,
+}
+
+/// Opens every worker's queue of the tap of a host interface pair: the device is made
+/// (or attached to) in namespace `link.netns`, with `link`'s MAC and MTU, and set up. It
+/// takes no offloads: the kernel hands over whole, checksummed wire frames, which leave
+/// by the wire port as they are, and takes wire packets. Its name is looked for in that
+/// namespace only, so the queues watch their own errors instead (a deleted device fails
+/// their reads and writes).
+pub fn open_paired(specs: &[QueueSpec], link: &PairLink) -> Result<Vec<Box<dyn Port>>, PortError> {
+    let Some(first) = specs.first() else {
+        return Ok(Vec::new());
+    };
+    check_specs(specs)?;
+    let port = first.name.clone();
+    let name = first.interface.clone();
+    let opened = std::thread::scope(|s| {
+        s.spawn(|| -> Result<Vec<TapQueue>, PortError> {
+            // Only this thread enters the namespace; the device and the descriptors stay
+            // where they were made when it ends.
+            sys::enter_netns(&link.netns).map_err(|e| {
+                PortError::sys(&port, format!("entering {}", link.netns.display()), e)
+            })?;
+            let multi = specs.len() > 1;
+            let mut qs = Vec::with_capacity(specs.len());
+            for sp in specs {
+                let mut q = TapQueue::open(sp, multi, 0)?;
+                q.health = sys::Health::unwatched(&sp.name, &name);
+                qs.push(q);
+            }
+            let fail = |op: &str, e| PortError::sys(&port, format!("{op} {name}"), e);
+            set_link(&name, link).map_err(|e| fail("setting the MAC and MTU of", e))?;
+            set_up(&name).map_err(|e| fail("setting up", e))?;
+            Ok(qs)
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(PortError::Unsupported {
+                port: port.clone(),
+                what: "the thread opening the tap panicked".into(),
+            })
+        })
+    })?;
+    Ok(opened
+        .into_iter()
+        .map(|q| Box::new(q) as Box<dyn Port>)
+        .collect())
+}
+
+/// Sets interface `name`'s MAC and MTU to `link`'s (`SIOCSIFHWADDR`, `SIOCSIFMTU`), in
+/// the calling thread's namespace.
+fn set_link(name: &str, link: &PairLink) -> std::io::Result<()> {
+    let s = sys::socket(libc::AF_INET, libc::SOCK_DGRAM, 0)?;
+    let bad = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let mut r = sys::ifreq(name).ok_or_else(bad)?;
+    // SAFETY: writing plain values into the `sockaddr` member of the union, which
+    // SIOCSIFHWADDR reads.
+    unsafe {
+        r.ifr_ifru.ifru_hwaddr.sa_family = libc::ARPHRD_ETHER;
+        for (d, b) in r.ifr_ifru.ifru_hwaddr.sa_data.iter_mut().zip(link.mac.0) {
+            *d = b as libc::c_char;
+        }
+    }
+    // SAFETY: SIOCSIFHWADDR reads one `ifreq`, which `r` is.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCSIFHWADDR, &r) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut r = sys::ifreq(name).ok_or_else(bad)?;
+    r.ifr_ifru.ifru_mtu = libc::c_int::from(link.mtu);
+    // SAFETY: SIOCSIFMTU reads one `ifreq`, which `r` is.
+    if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCSIFMTU, &r) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What every tap port's queues must be: received from on every worker, one name.
+fn check_specs(specs: &[QueueSpec]) -> Result<(), PortError> {
+    let Some(first) = specs.first() else {
+        return Ok(());
+    };
     if let Some(s) = specs.iter().find(|s| s.rx_member.is_none()) {
         return Err(PortError::Unsupported {
             port: s.name.clone(),
@@ -77,16 +185,17 @@ pub fn open(specs: &[QueueSpec]) -> Result<Vec<Box<dyn Port>>, PortError> {
             what: format!("interface name {name:?} must have 1 to 15 bytes"),
         });
     }
-    let multi = specs.len() > 1;
-    let mut out: Vec<Box<dyn Port>> = Vec::with_capacity(specs.len());
-    for s in specs {
-        out.push(Box::new(TapQueue::open(s, multi)?));
-    }
-    Ok(out)
+    Ok(())
 }
 
+/// Offload flags for `TUNSETOFFLOAD` of a plain tap port: checksums, TSO and USO over
+/// IPv4 (without USO on kernels before 6.2).
+const OFFLOADS: libc::c_uint = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | TUN_F_USO4;
+
 impl TapQueue {
-    fn open(spec: &QueueSpec, multi: bool) -> Result<Self, PortError> {
+    /// Makes or attaches to the device in the calling thread's namespace, with
+    /// `offloads` (`TUNSETOFFLOAD` flags). Its health is the caller's to set.
+    fn open(spec: &QueueSpec, multi: bool, offloads: libc::c_uint) -> Result<Self, PortError> {
         let port = spec.name.as_str();
         let name = spec.interface.as_str();
         let fail = |op: &str, e: std::io::Error| PortError::sys(port, format!("{op} {name}"), e);
@@ -121,7 +230,7 @@ impl TapQueue {
         if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) } < 0 {
             return Err(fail("creating tap", std::io::Error::last_os_error()));
         }
-        let mut off = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | TUN_F_USO4;
+        let mut off = offloads;
         // SAFETY: TUNSETOFFLOAD takes its flags by value.
         if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD, off) } < 0 {
             // Kernels before 6.2 have no USO on tap.
@@ -131,18 +240,13 @@ impl TapQueue {
                 return Err(fail("offloads of", std::io::Error::last_os_error()));
             }
         }
-        set_up(name).map_err(|e| fail("setting up", e))?;
-        let ifindex = sys::ifindex(name).ok_or_else(|| PortError::NoInterface {
-            port: port.into(),
-            iface: name.into(),
-        })?;
         Ok(Self {
             spec: spec.clone(),
             fd,
             scratch: vec![0; READ_MAX],
             iov: Vec::with_capacity(8),
             stats: PortStats::default(),
-            health: sys::Health::new(port, name, ifindex),
+            health: sys::Health::unwatched(port, name),
         })
     }
 }

@@ -111,6 +111,14 @@ pub fn open_ports(cfg: &Config, pool: &Pool) -> Result<Vec<Vec<Box<dyn Port>>>, 
         let queues = match &p.kind {
             PortKind::AfPacket(_) => netbatch_ports::af_packet::open(&specs)?,
             PortKind::Tap(_) => netbatch_ports::tap::open(&specs)?,
+            PortKind::HostTap { netns, .. } => netbatch_ports::tap::open_paired(
+                &specs,
+                &netbatch_ports::tap::PairLink {
+                    netns: netns.clone(),
+                    mac: p.setup.mac,
+                    mtu: p.setup.mtu,
+                },
+            )?,
             PortKind::AfXdp(_) => netbatch_ports::af_xdp::open(&specs)?,
             PortKind::Pcap | PortKind::Gen(_) => unreachable!("refused above"),
         };

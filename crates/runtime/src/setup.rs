@@ -6,7 +6,7 @@ use core::net::Ipv4Addr;
 use std::sync::Arc;
 
 use netbatch_stack::host::{Host, HostParams};
-use netbatch_stack::iface::{Iface, Port, Tags};
+use netbatch_stack::iface::{Iface, Pair, Port, Tags};
 use netbatch_stack::offload::Features;
 use netbatch_stack::prefix::{IfAddr, Ipv4Prefix};
 use netbatch_stack::route::{Route, RouteError, RouteKind, Routes};
@@ -38,6 +38,8 @@ pub struct PortSetup {
     pub addrs: Option<Vec<IfAddr>>,
     /// VLAN sub-interfaces.
     pub vlans: Vec<IfaceSetup>,
+    /// Its place in a host interface pair (`[linux] pairs`).
+    pub pair: Pair,
 }
 
 impl PortSetup {
@@ -50,6 +52,7 @@ impl PortSetup {
             features: Features::default(),
             addrs: Some(vec![addr]),
             vlans: Vec::new(),
+            pair: Pair::None,
         }
     }
 }
@@ -92,6 +95,7 @@ pub(crate) fn interfaces(ports: &[PortSetup]) -> Result<(Vec<Port>, Vec<Iface>),
             native_if: None,
             vlans: Vec::new(),
             features: ps.features,
+            pair: ps.pair,
         };
         if let Some(addrs) = &ps.addrs {
             port.native_if =

@@ -28,6 +28,7 @@ use netbatch_engine::{
 };
 use netbatch_ports::{Port, PortCx, PortStats};
 use netbatch_stack::host::Entry;
+use netbatch_stack::iface::Pair;
 use netbatch_stack::{Entries, Host};
 
 use crate::apps::App;
@@ -358,6 +359,11 @@ impl Worker {
         let mut n = 0;
         // Per-packet mode pulls one frame at a time and takes it all the way.
         let step = if mode == Mode::Packet { 1 } else { quota };
+        // A tap of a host interface pair has its own entry and is never steered: its
+        // frames are the kernel's, for the wire as they are.
+        let pair = self.host.ports.get(port).map_or(Pair::None, |p| p.pair);
+        let entry = self.entries.receive_for(pair);
+        let unsteered = self.steer.is_none() || entry != self.entries.receive;
         while n < quota {
             let Some(p) = self.ports.get_mut(port) else {
                 break;
@@ -385,31 +391,30 @@ impl Worker {
                         .maybe_mark(&self.pool, pk, port as u16, now_ns);
                 }
             }
-            if self.steer.is_none() && mode == Mode::Packet {
+            if unsteered && mode == Mode::Packet {
                 // The per-packet twin, as lean as it was before RPS existed.
                 self.stats.processed += got as u64;
                 if let Some(pk) = self.list.pop() {
                     let mut cx = stage_cx!(self, now_ns);
-                    self.graph
-                        .run_one(&mut self.host, &mut cx, self.entries.receive, pk);
+                    self.graph.run_one(&mut self.host, &mut cx, entry, pk);
                 }
                 continue;
             }
             // With RPS, what stays in the list is the own share to run now (`direct`).
             let steered = match self.steer.as_mut() {
-                Some(st) => {
+                Some(st) if !unsteered => {
                     st.distribute(&self.pool, port, &mut self.list, &mut self.drops);
                     self.acct.handed_off = st.stats.handed_off;
                     true
                 }
-                None => false,
+                _ => false,
             };
             self.backlog_drops();
             let own = self.list.len();
             self.stats.processed += own as u64;
             if own > 0 {
                 let mut l = core::mem::take(&mut self.list);
-                self.run(&mut l, now_ns);
+                self.run_at(entry, &mut l, now_ns);
                 self.list = l;
                 if steered && let Some(st) = self.steer.as_mut() {
                     st.done_own(own);

@@ -14,6 +14,8 @@ use crate::filter::{Chain, HookPoint};
 use crate::gro::stage::Gro;
 use crate::gso::stage::Gso;
 use crate::host::{Entry, Host};
+use crate::hostif::inject::HostInject;
+use crate::hostif::punt::HostPunt;
 use crate::icmp::input::IcmpInput;
 use crate::ip4::forward::Ip4Forward;
 use crate::ip4::fragment::Ip4Fragment;
@@ -64,6 +66,10 @@ pub mod node {
     pub const GSO: &str = "gso";
     /// Transmit queues: entry for complete frames.
     pub const TX: &str = "tx";
+    /// What netbatch does not consume, to the kernel of a host interface pair.
+    pub const HOST_PUNT: &str = "host-punt";
+    /// Frames from the kernel of a host interface pair: where a tap's frames enter.
+    pub const HOST_INJECT: &str = "host-inject";
 }
 
 /// Where packets enter a built graph: received frames, and each [`Entry`] for packets
@@ -74,6 +80,19 @@ pub struct Entries {
     pub receive: NodeId,
     /// The node of each [`Entry`], in [`Entry::ALL`] order.
     pub injected: [NodeId; Entry::ALL.len()],
+    /// Where frames received on the tap of a host interface pair enter (graphs built
+    /// with [`GraphOptions::host_pairs`]).
+    pub host_inject: Option<NodeId>,
+}
+
+impl Entries {
+    /// Where frames received on a port whose place in a pair is `pair` enter.
+    pub fn receive_for(&self, pair: crate::iface::Pair) -> NodeId {
+        match (pair, self.host_inject) {
+            (crate::iface::Pair::Inject(_), Some(n)) => n,
+            _ => self.receive,
+        }
+    }
 }
 
 /// The entry points of `g`, a graph [`build`] made.
@@ -87,7 +106,11 @@ pub fn entries(g: &Graph<Host>) -> Result<Entries, GraphError> {
     for (slot, e) in injected.iter_mut().zip(Entry::ALL) {
         *slot = find(e.node())?;
     }
-    Ok(Entries { receive, injected })
+    Ok(Entries {
+        receive,
+        injected,
+        host_inject: g.node(node::HOST_INJECT),
+    })
 }
 
 /// What varies between graphs.
@@ -102,6 +125,10 @@ pub struct GraphOptions {
     pub gro: bool,
     /// The ingress classifier's filters; none (or none at all) leaves the stage out.
     pub classifier: Option<std::sync::Arc<crate::cls::Classifier>>,
+    /// Ports are paired with host interfaces ([`crate::hostif`]): the `host-punt` and
+    /// `host-inject` stages are in the graph, and what netbatch does not consume on a
+    /// paired port goes to its tap (local TCP among it, whatever `tcp_to` says).
+    pub host_pairs: bool,
 }
 
 impl GraphOptions {
@@ -159,6 +186,10 @@ pub fn build(
     b.add(IP4_FRAGMENT, Box::new(Ip4Fragment::default()))?;
     b.add(NEIGHBOUR, Box::new(Neighbour::new(ports)))?;
     b.add(GSO, Box::new(Gso::new(ports)))?;
+    if opts.host_pairs {
+        b.add(HOST_PUNT, Box::new(HostPunt::new(ports)))?;
+        b.add(HOST_INJECT, Box::new(HostInject::new(ports)))?;
+    }
     b.add(TX, Box::new(Tx))?;
     let tx_ports: Vec<&'static str> = ports.iter().map(|p| crate::tx::node_name(p)).collect();
     for (i, &name) in tx_ports.iter().enumerate() {
@@ -202,7 +233,17 @@ pub fn build(
     b.connect(IP4_LOCAL, "error", IP4_ICMP_ERROR)?;
     b.connect(UDP_INPUT, "error", IP4_ICMP_ERROR)?;
     b.connect(ICMP_INPUT, "reply", IP4_LOCAL_OUT)?;
+    // What is not consumed: to the host interface pair's kernel, or dropped (no port
+    // is paired then, so the drop is never taken).
+    for n in [ARP_INPUT, IP4_LOCAL, UDP_INPUT, ICMP_INPUT] {
+        if opts.host_pairs {
+            b.connect(n, "host", HOST_PUNT)?;
+        } else {
+            b.connect_drop(n, "host", crate::hostif::reason::NO_PAIR)?;
+        }
+    }
     match opts.tcp_to {
+        _ if opts.host_pairs => b.connect(TCP_INPUT, "host", HOST_PUNT)?,
         Some(n) => b.connect(TCP_INPUT, "host", n)?,
         None => b.connect_drop(TCP_INPUT, "host", crate::tcp::reason::NO_HANDLER)?,
     }
@@ -233,6 +274,10 @@ pub fn build(
     for &name in &tx_ports {
         b.connect(NEIGHBOUR, name, name)?;
         b.connect(GSO, name, name)?;
+        if opts.host_pairs {
+            b.connect(HOST_PUNT, name, name)?;
+            b.connect(HOST_INJECT, name, name)?;
+        }
     }
     b.build(dispatch)
 }

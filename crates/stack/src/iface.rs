@@ -55,6 +55,23 @@ pub struct Port {
     pub vlans: Vec<(Tags, u16)>,
     /// Offloads.
     pub features: Features,
+    /// Its place in a host interface pair ([`crate::hostif`]), if any.
+    pub pair: Pair,
+}
+
+/// A port's place in a host interface pair (VPP's linux-cp, [`crate::hostif`]): a wire
+/// port and the kernel interface (a tap) that stands for it in a control namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pair {
+    /// Not paired.
+    #[default]
+    None,
+    /// A wire port: what netbatch does not consume of its traffic is punted to port
+    /// `.0`, its tap.
+    Punt(u16),
+    /// A tap: what the kernel sends through it is injected, unchanged, into wire port
+    /// `.0`.
+    Inject(u16),
 }
 
 impl Port {

@@ -18,6 +18,7 @@ pub mod filter;
 pub mod gro;
 pub mod gso;
 pub mod host;
+pub mod hostif;
 pub mod icmp;
 pub mod iface;
 pub mod ip4;
@@ -55,5 +56,6 @@ pub const REASON_SETS: &[&[netbatch_engine::Reason]] = &[
     gso::reason::ALL,
     tx::reason::ALL,
     cls::stage::reason::ALL,
+    hostif::reason::ALL,
 ];
 pub use host::{Host, HostParams, HostStats};

@@ -1044,6 +1044,7 @@ mod tests {
             native_if: Some(0),
             vlans: Vec::new(),
             features: Default::default(),
+            pair: Default::default(),
         };
         let iface = Iface {
             name: "eth0".into(),

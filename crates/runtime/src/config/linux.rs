@@ -5,6 +5,14 @@
 //! `table` (default 254, `main`) is the kernel table whose routes become netbatch's.
 //! Without the section nothing is mirrored.
 //!
+//! `pairs = true` pairs every port that has an untagged interface with a tap in the
+//! namespace ([`netbatch_stack::hostif`], VPP's linux-cp): the tap has the port's name,
+//! MAC, MTU and addresses, what netbatch does not consume of the port's traffic goes to
+//! it and what the kernel sends through it leaves by the port. In netbatch the tap is a
+//! port of its own, `host-<port>`, received from on every worker (the kernel spreads its
+//! flows over every queue). Refused: a port name that cannot be a kernel interface name
+//! (longer than 15 bytes), a port already named `host-<port>`.
+//!
 //! Refused: a namespace name that is not a file name of `/run/netns` (empty, with a
 //! `/`, `.` or `..`, longer than a Linux file name), and tables 0 (`unspec`, which no
 //! route is in) and 255 (`local`, which holds only local and broadcast routes, never
@@ -12,7 +20,10 @@
 
 use std::path::PathBuf;
 
-use super::Errs;
+use netbatch_stack::iface::Pair;
+
+use super::{Errs, PortConfig, PortKind};
+use crate::setup::PortSetup;
 
 /// The directory `ip netns` keeps named namespaces in.
 pub(crate) const NETNS_DIR: &str = "/run/netns";
@@ -25,6 +36,7 @@ pub(crate) const TABLE_MAIN: u32 = 254;
 pub(super) struct LinuxFile {
     namespace: Option<String>,
     table: Option<i64>,
+    pairs: Option<bool>,
 }
 
 /// What the mirror follows.
@@ -34,6 +46,8 @@ pub struct LinuxConfig {
     pub namespace: String,
     /// The kernel routing table mirrored.
     pub table: u32,
+    /// Ports are paired with taps in the namespace.
+    pub pairs: bool,
 }
 
 impl LinuxConfig {
@@ -42,6 +56,7 @@ impl LinuxConfig {
         Self {
             namespace: namespace.into(),
             table: TABLE_MAIN,
+            pairs: false,
         }
     }
 
@@ -114,7 +129,78 @@ pub(super) fn validate(f: Option<&LinuxFile>, e: &mut Errs) -> Option<LinuxConfi
             }
         },
     };
-    ok.then_some(LinuxConfig { namespace, table })
+    ok.then_some(LinuxConfig {
+        namespace,
+        table,
+        pairs: f.pairs.unwrap_or(false),
+    })
+}
+
+/// The netbatch name of the tap paired with port `port`.
+pub(crate) fn pair_name(port: &str) -> String {
+    format!("host-{port}")
+}
+
+/// Appends the tap of every port that has an untagged interface (`[linux] pairs`) to
+/// `ports`, each received from on all `workers`, and marks both ends of each pair.
+pub(super) fn pair_ports(
+    ports: &mut Vec<PortConfig>,
+    linux: &LinuxConfig,
+    workers: usize,
+    e: &mut Errs,
+) {
+    if !linux.pairs {
+        return;
+    }
+    let wire = ports.len();
+    let names: std::collections::HashSet<String> =
+        ports.iter().map(|p| p.setup.name.clone()).collect();
+    for i in 0..wire {
+        let p = &ports[i];
+        if p.setup.addrs.is_none() {
+            continue;
+        }
+        let name = &p.setup.name;
+        if name.is_empty() || name.len() > 15 || name.contains('/') || name.contains(' ') {
+            e.add(
+                "linux.pairs",
+                format!("port '{name}' cannot be paired: its tap takes its name, and a kernel interface name has 1 to 15 bytes, no '/' or space"),
+            );
+            continue;
+        }
+        let tap_name = pair_name(name);
+        if names.contains(&tap_name) {
+            e.add(
+                "linux.pairs",
+                format!("port '{name}' cannot be paired: its tap would be port '{tap_name}', which the file defines"),
+            );
+            continue;
+        }
+        let (Ok(w), Ok(t)) = (u16::try_from(i), u16::try_from(ports.len())) else {
+            e.add("linux.pairs", "too many ports to pair");
+            return;
+        };
+        let mut setup = PortSetup {
+            name: tap_name,
+            addrs: None,
+            vlans: Vec::new(),
+            features: Default::default(),
+            pair: Pair::Inject(w),
+            ..p.setup.clone()
+        };
+        setup.features = Default::default();
+        let kind = PortKind::HostTap {
+            interface: name.clone(),
+            netns: linux.netns_path(),
+        };
+        ports[i].setup.pair = Pair::Punt(t);
+        ports.push(PortConfig {
+            setup,
+            kind,
+            rx_workers: (0..workers.min(usize::from(u16::MAX)) as u16).collect(),
+            rps_map: Vec::new(),
+        });
+    }
 }
 
 #[cfg(test)]
@@ -152,6 +238,55 @@ mod tests {
             .expect("valid")
             .expect("on");
         assert_eq!(t.table, 100_000);
+    }
+
+    /// `pairs = true` adds, after the file's ports, one tap per port with an untagged
+    /// interface: named `host-<port>`, made as the kernel interface `<port>` in the
+    /// namespace, with the port's MAC and MTU, no addresses or offloads of its own,
+    /// received on every worker; both ends know each other. A port with only VLANs is
+    /// not paired; a name a kernel interface cannot have is refused at `linux.pairs`.
+    #[test]
+    fn pairs_add_a_tap_per_port() {
+        let text = "[datapath]\nworkers = 2\n\
+            [[port]]\nname = \"r1\"\nkind = \"af_packet\"\ninterface = \"v1\"\nmac = \"02:00:00:00:00:01\"\nmtu = 9000\naddresses = [\"192.0.2.1/24\"]\nfeatures = [\"rx-gro\"]\n\
+            [[port]]\nname = \"r2\"\nkind = \"af_packet\"\ninterface = \"v2\"\nmac = \"02:00:00:00:00:02\"\nvlan = [{ id = 5, addresses = [\"198.51.100.1/24\"] }]\n\
+            [linux]\nnamespace = \"cp\"\npairs = true\n";
+        let c =
+            crate::config::Config::parse(text, std::path::Path::new("."), "t.toml").expect("valid");
+        assert!(c.graph.host_pairs);
+        assert_eq!(c.ports.len(), 3, "r1, r2 and r1's tap");
+        let tap = &c.ports[2];
+        assert_eq!(tap.setup.name, "host-r1");
+        assert_eq!(
+            tap.kind,
+            PortKind::HostTap {
+                interface: "r1".into(),
+                netns: "/run/netns/cp".into()
+            }
+        );
+        assert_eq!(tap.setup.mac, c.ports[0].setup.mac);
+        assert_eq!(tap.setup.mtu, 9000);
+        assert_eq!(tap.setup.addrs, None);
+        assert_eq!(tap.setup.features, Default::default());
+        assert_eq!(tap.rx_workers, vec![0, 1]);
+        assert_eq!(tap.setup.pair, Pair::Inject(0));
+        assert_eq!(c.ports[0].setup.pair, Pair::Punt(2));
+        assert_eq!(c.ports[1].setup.pair, Pair::None);
+
+        let long = text.replace("name = \"r1\"", "name = \"a-very-long-port-name\"");
+        let e = crate::config::Config::parse(&long, std::path::Path::new("."), "t.toml")
+            .expect_err("long name");
+        assert!(
+            e.errors
+                .iter()
+                .any(|e| e.key == "linux.pairs" && e.reason.contains("1 to 15 bytes")),
+            "{e}"
+        );
+        let off = text.replace("pairs = true", "pairs = false");
+        let c =
+            crate::config::Config::parse(&off, std::path::Path::new("."), "t.toml").expect("valid");
+        assert_eq!(c.ports.len(), 2);
+        assert!(!c.graph.host_pairs);
     }
 
     /// Each mistake is refused at its key with the reason, all of them at once.

@@ -173,6 +173,18 @@ pub(super) fn check(cfg: &Config, m: &dyn Machine) -> Vec<ConfigError> {
                     add(format!("{key}.interface"), why);
                 }
             }
+            // Made in the control namespace, where this machine's view does not look.
+            (PortKind::HostTap { .. }, _) => {
+                if !m.tun_device() {
+                    add(
+                        "linux.pairs".into(),
+                        format!(
+                            "the pair of port '{name}' is a tap made through /dev/net/tun, \
+                             which this machine lacks (load the tun module)"
+                        ),
+                    );
+                }
+            }
             (PortKind::Pcap | PortKind::Gen(_), _) => {}
         }
     }

@@ -347,6 +347,12 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, &names, e);
     let control = control::validate(&raw.control, &raw.metrics, e);
     let linux = linux::validate(raw.linux.as_ref(), e);
+    let mut ports = ports;
+    let mut graph = graph;
+    if let Some(l) = &linux {
+        linux::pair_ports(&mut ports, l, dp.workers, e);
+        graph.host_pairs = l.pairs;
+    }
     Some(Config {
         mode: dp.mode?,
         dispatch: dp.dispatch?,

@@ -138,6 +138,14 @@ pub enum PortKind {
     AfXdp(String),
     /// A TAP device exchanging frames with the host kernel.
     Tap(String),
+    /// The tap of a host interface pair (`[linux] pairs`): made in the control namespace
+    /// with its wire port's name, MAC and MTU. Never written in a file: derived.
+    HostTap {
+        /// The kernel interface (the wire port's name).
+        interface: String,
+        /// The control namespace's file.
+        netns: std::path::PathBuf,
+    },
 }
 
 impl PortKind {
@@ -145,6 +153,7 @@ impl PortKind {
     pub fn interface(&self) -> Option<&str> {
         match self {
             Self::AfPacket(i) | Self::AfXdp(i) | Self::Tap(i) => Some(i),
+            Self::HostTap { interface, .. } => Some(interface),
             Self::Pcap | Self::Gen(_) => None,
         }
     }
@@ -158,6 +167,9 @@ impl std::fmt::Display for PortKind {
             Self::AfPacket(i) => write!(f, "af_packet on {i}"),
             Self::AfXdp(i) => write!(f, "af_xdp on {i}"),
             Self::Tap(i) => write!(f, "tap {i}"),
+            Self::HostTap { interface, netns } => {
+                write!(f, "tap {interface} in {}", netns.display())
+            }
         }
     }
 }
@@ -441,6 +453,7 @@ pub(super) fn validate(
                     features,
                     addrs,
                     vlans,
+                    pair: Default::default(),
                 },
                 kind,
                 rx_workers,

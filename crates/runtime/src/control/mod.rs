@@ -453,6 +453,23 @@ impl Control {
         self.state().cfg.iface_index(name)
     }
 
+    /// The wire ports paired with a tap (`[linux] pairs`), each with its untagged
+    /// interface's addresses: what the taps carry in the control namespace.
+    pub fn host_pairs(&self) -> Vec<(String, Vec<netbatch_stack::prefix::IfAddr>)> {
+        self.state()
+            .cfg
+            .ports
+            .iter()
+            .filter(|p| matches!(p.setup.pair, netbatch_stack::iface::Pair::Punt(_)))
+            .map(|p| {
+                (
+                    p.setup.name.clone(),
+                    p.setup.addrs.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
     /// Hands `new` to every worker (each switches between two of its lists).
     fn publish_routes(&self, st: &mut State, new: Routes) -> Result<(), String> {
         let new = Arc::new(new);

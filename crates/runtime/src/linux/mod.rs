@@ -39,6 +39,7 @@
 pub mod convert;
 mod mirror;
 mod netlink;
+mod pairs;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -271,13 +272,17 @@ pub fn start_tuned(
                     Rtnl::open(&[], 0).map_err(|e| format!("{t_what}: rtnetlink socket: {e}"))?;
                 Ok((listen, dumper))
             };
-            let (listen, dumper) = match open() {
+            let (listen, mut dumper) = match open() {
                 Ok(s) => s,
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
                     return;
                 }
             };
+            if let Err(e) = pairs::assign(&mut dumper, &control.host_pairs()) {
+                let _ = ready_tx.send(Err(format!("{t_what}: host interface pairs: {e}")));
+                return;
+            }
             let names = control.clone();
             let mut t = Thread {
                 state: State::new(table, Box::new(move |n: &str| names.iface_index(n))),

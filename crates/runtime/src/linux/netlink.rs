@@ -16,8 +16,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use netlink_packet_core::{
-    NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NetlinkBuffer, NetlinkHeader, NetlinkMessage,
-    NetlinkPayload,
+    NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NetlinkBuffer, NetlinkHeader,
+    NetlinkMessage, NetlinkPayload,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
@@ -179,6 +179,59 @@ impl Rtnl {
                         each(inner, m.header.flags);
                     }
                     _ => {}
+                }
+            }
+        }
+    }
+}
+
+impl Rtnl {
+    /// Sends `req` with `flags` (besides `NLM_F_REQUEST | NLM_F_ACK`) and waits for the
+    /// kernel's answer to it: `Ok` on its acknowledgement, else why it refused.
+    pub(crate) fn request(
+        &mut self,
+        req: RouteNetlinkMessage,
+        flags: u16,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+        header.sequence_number = seq;
+        let mut m = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(req));
+        m.finalize();
+        let mut out = vec![0; m.buffer_len()];
+        m.serialize(&mut out);
+        self.sock
+            .send_to(&out, &SocketAddr::new(0, 0), 0)
+            .map_err(|e| format!("request: {e}"))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!("no answer within {timeout:?}"));
+            }
+            let fd = self.fd();
+            if !netbatch_ports::sys::wait_readable(&[fd], left.as_millis().clamp(1, 1000) as i32) {
+                continue;
+            }
+            let d = match self.recv() {
+                Ok(Some(d)) => d,
+                Ok(None) => continue,
+                Err(RecvError::Lost(why)) => return Err(why.into()),
+                Err(RecvError::Io(e)) => return Err(e.to_string()),
+            };
+            for m in messages(d) {
+                let m = m?;
+                if m.header.sequence_number != seq {
+                    continue;
+                }
+                if let NetlinkPayload::Error(e) = &m.payload {
+                    return match e.code {
+                        None => Ok(()),
+                        Some(code) => Err(io::Error::from_raw_os_error(-code.get()).to_string()),
+                    };
                 }
             }
         }

@@ -40,6 +40,9 @@ netbatch_engine::arcs! {
     pub TX = "tx";
     /// Arc back to the neighbour stage (packets released by a resolution).
     pub NEIGHBOUR = "neighbour";
+    /// Arc to the host kernel (replies, once learned from, on a paired port:
+    /// [`crate::hostif`]).
+    pub HOST = "host";
 }
 
 /// The ARP input stage.
@@ -108,6 +111,12 @@ impl Stage<Host> for ArpInput {
                 continue;
             }
             if arp.operation == ArpOperation::Reply {
+                if crate::hostif::punt_port(host, v.meta.in_port).is_some() {
+                    // The kernel of a host interface pair asked too (its own requests
+                    // leave through the pair): it learns from the same reply.
+                    out.push(HOST, p);
+                    continue;
+                }
                 cx.deliver(1);
                 cx.cache.free(p);
                 continue;

@@ -221,6 +221,7 @@ mod tests {
             native_if: Some(0),
             vlans: Vec::new(),
             features: f,
+            pair: Default::default(),
         };
         let iface = Iface {
             name: "eth0".into(),

@@ -5,7 +5,8 @@
 //! addresses swapped, type 0, checksum updated incrementally (RFC 1624), a fresh 20-byte
 //! IP header (options are not echoed), then `ip4-local-out` routes it back. Echo requests
 //! to broadcast or multicast addresses are ignored (Linux's `icmp_echo_ignore_broadcasts`
-//! default). Other messages are consumed and counted.
+//! default). Other messages are consumed and counted, or, on a port paired with a host
+//! interface, handed to the kernel ([`crate::hostif`]), whose sockets they answer.
 
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
@@ -29,6 +30,8 @@ netbatch_engine::reasons! {
 netbatch_engine::arcs! {
     /// Arc to `ip4-local-out` (echo replies).
     pub REPLY = "reply";
+    /// Arc to the host kernel ([`crate::hostif`]).
+    pub HOST = "host";
 }
 
 /// The ICMP input stage.
@@ -62,6 +65,12 @@ impl Stage<Host> for IcmpInput {
                 continue;
             }
             if msg.msg_type() != Icmpv4Type::ECHO_REQUEST || !host.params.icmp_echo {
+                if crate::hostif::punt_port(host, v.meta.in_port).is_some() {
+                    // Echo replies and errors for the kernel's own sockets (its pings,
+                    // path MTU discovery): [`crate::hostif`].
+                    out.push(HOST, p);
+                    continue;
+                }
                 host.stats.icmp_in_other += 1;
                 cx.deliver(v.meta.wire_packets());
                 cx.cache.free(p);

@@ -1,6 +1,6 @@
 //! TCP to our own addresses: netbatch terminates no TCP itself. `tcp-input` hands such
-//! packets to the host kernel when a host port (TAP) is configured, else drops them
-//! (`tcp_no_handler`).
+//! packets on its `host` arc: to the kernel of a host interface pair ([`crate::hostif`]),
+//! or to the node the graph names, else they are dropped (`tcp_no_handler`).
 
 use netbatch_engine::{Cx, Out, PktList, Stage};
 

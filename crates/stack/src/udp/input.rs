@@ -2,7 +2,9 @@
 //!
 //! Length field at least 8 and within the IP payload (`UdpBadLength`; a shorter UDP
 //! length trims the datagram, as Linux does); checksum verified unless zero (RFC 768:
-//! zero means none) or already verified by the device; no socket → ICMP port unreachable
+//! zero means none) or already verified by the device; no socket → the host kernel when
+//! the port is paired with a host interface ([`crate::hostif`]: its daemons' sockets),
+//! else ICMP port unreachable
 //! (RFC 1122 4.1.3.1) unless the datagram was broadcast or multicast; full queue →
 //! `SocketQueueFull`. The socket of the previous datagram is reused when the destination
 //! address and port match (hoisted per list).
@@ -37,6 +39,8 @@ netbatch_engine::reasons! {
 netbatch_engine::arcs! {
     /// Arc to the ICMP error stage (no socket).
     pub ERROR = "error";
+    /// Arc to the host kernel (no socket, the port paired: [`crate::hostif`]).
+    pub HOST = "host";
 }
 
 /// The UDP input stage.
@@ -150,7 +154,9 @@ impl UdpInput {
         let wire = if SUPER { v.meta.wire_packets() } else { 1 };
         let whole = SUPER && v.meta.gso_type & gso::KIND == gso::UDPV4;
         let Some(sock) = sock else {
-            if v.meta.flags
+            if crate::hostif::punt_port(host, v.meta.in_port).is_some() {
+                out.push(HOST, p);
+            } else if v.meta.flags
                 & (flag::L3_BROADCAST
                     | flag::L3_MULTICAST
                     | flag::L2_BROADCAST

@@ -227,9 +227,18 @@ bind = "192.0.2.1:7"
             });
         }
         self.child = Some(child);
+        // Up once every port of the configuration says so.
+        let conf = std::fs::read_to_string(self.dir.join("router.toml")).unwrap_or_default();
+        let ports: Vec<String> = conf
+            .split("[[port]]")
+            .skip(1)
+            .filter_map(|p| p.lines().find_map(|l| l.strip_prefix("name = ")))
+            .map(|n| format!("port {} up", n.trim_matches('"')))
+            .collect();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.log_text().contains("port r2 up") {
+            let log = self.log_text();
+            if ports.iter().all(|p| log.contains(p)) {
                 return;
             }
             if let Some(c) = self.child.as_mut()
@@ -1608,30 +1617,14 @@ fn a_routing_daemon_drives_the_router() {
     let c = Ctl(sock.clone());
 
     // The pairs: taps named as the ports, with their addresses, up.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let (_, links) = t.exec("cp", "ip -br addr show");
-        let ready = [
+    wait_for_taps(
+        &t,
+        &[
             ("r1", "192.0.2.1/24"),
             ("r2", "198.51.100.1/24"),
             ("r3", "203.0.113.1/24"),
-        ]
-        .iter()
-        .all(|(n, a)| {
-            links
-                .lines()
-                .any(|l| l.starts_with(&format!("{n} ")) && l.contains(a) && !l.contains("DOWN"))
-        });
-        if ready {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "netbatch's taps r1, r2, r3 with the ports' addresses, up, in cp:\n{links}\n{}",
-            t.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        ],
+    );
 
     // BIRD in cp: eBGP with both peers, its routes to the kernel's main table with the
     // equal ones merged into one multipath route.
@@ -1796,5 +1789,177 @@ fn a_routing_daemon_drives_the_router() {
             port(&stats, tap, "rx_packets") > 0 && port(&stats, tap, "tx_packets") > 0,
             "{tap} carried the BGP session: {stats:#}"
         );
+    }
+}
+
+/// Waits (5 s at most) until netbatch's taps `(name, address)` are in namespace cp with
+/// their port's address, up.
+fn wait_for_taps(t: &Topo, taps: &[(&str, &str)]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, links) = t.exec("cp", "ip -br addr show");
+        let ready = taps.iter().all(|(n, a)| {
+            links
+                .lines()
+                .any(|l| l.starts_with(&format!("{n} ")) && l.contains(a) && !l.contains("DOWN"))
+        });
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "netbatch's taps {taps:?} with the ports' addresses, up, in cp:\n{links}\n{}",
+            t.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Host interface pairs with the kernel's own tools on both sides: the tap carries the
+/// port's MAC, MTU and address; a host reaches the control namespace's TCP listener on
+/// the router's address and the namespace pings the host through the port, while
+/// netbatch still answers pings itself; an address added in the namespace becomes
+/// netbatch's (its local, connected and broadcast routes, ARP and echo answered), an
+/// MTU set there becomes the port's (one above what the port started with is refused,
+/// counted, and changes nothing), and a deleted address goes.
+#[test]
+fn host_pairs_follow_the_control_namespace() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        return;
+    }
+    need_tools();
+    let mut t = Topo::hosts("p", &["h1"]);
+    let s = t.tag.clone();
+    let dir = t.dir.clone();
+    t.must("h1", &format!("ip addr add 192.0.2.2/24 dev nb{s}a"));
+    assert!(sh(&format!("ip netns add {}", t.ns("cp"))).status.success());
+    t.must(
+        "cp",
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1; sysctl -qw net.ipv6.conf.default.disable_ipv6=1; ip link set lo up",
+    );
+    let sock = dir.join("ctl.sock");
+    std::fs::write(
+        dir.join("router.toml"),
+        format!(
+            "[datapath]\nmode = \"list\"\nidle_spin_us = 50\n\n[[port]]\nname = \"r1\"\nkind = \"af_packet\"\ninterface = \"nb{s}r1\"\naddresses = [\"192.0.2.1/24\"]\n\n[linux]\nnamespace = \"{}\"\npairs = true\n\n[control]\nsocket = \"{}\"\n",
+            t.ns("cp"),
+            sock.display()
+        ),
+    )
+    .expect("config");
+    t.start();
+    let c = Ctl(sock.clone());
+    wait_for_taps(&t, &[("r1", "192.0.2.1/24")]);
+    let mac_of = |ns: &str, dev: &str| -> String {
+        let j: serde_json::Value =
+            serde_json::from_str(&t.must(ns, &format!("ip -j link show {dev}"))).expect("ip -j");
+        j[0]["address"].as_str().expect("address").to_string()
+    };
+    let port_mac = mac_of("r", &format!("nb{s}r1"));
+    assert_eq!(
+        mac_of("cp", "r1"),
+        port_mac,
+        "the tap carries the port's MAC"
+    );
+    assert!(t.must("cp", "ip link show r1").contains("mtu 1500"));
+
+    // The kernel's TCP listener on the router's address, reached from h1 through the port.
+    let listener = Command::new("ip")
+        .args(["netns", "exec", &t.ns("cp"), "python3", "-c"])
+        .arg(
+            "import socket\n\
+             s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             s.bind(('192.0.2.1', 179)); s.listen(1); s.settimeout(10)\n\
+             c, a = s.accept(); c.settimeout(5); c.sendall(b'hello ' + c.recv(100)); c.close()\n",
+        )
+        .spawn()
+        .expect("listener");
+    let mut listener = ChildGuard(listener);
+    std::thread::sleep(Duration::from_millis(300));
+    let got = t.must(
+        "h1",
+        "python3 -c \"import socket; s = socket.create_connection(('192.0.2.1', 179), timeout=5); s.sendall(b'bgp'); print(s.recv(100).decode())\"",
+    );
+    assert_eq!(
+        got.trim(),
+        "hello bgp",
+        "TCP to the router's address is the kernel's"
+    );
+    let _ = listener.0.wait();
+    // The namespace reaches h1 through the port (its ARP too); h1 sees one MAC for the
+    // router, and netbatch still answers h1's pings itself.
+    t.must("cp", "ping -c 2 -W 1 192.0.2.2");
+    t.must("h1", "ping -c 2 -W 1 192.0.2.1");
+    assert!(
+        t.must("h1", "ip neigh show 192.0.2.1").contains(&port_mac),
+        "h1 knows the router by the port's MAC"
+    );
+
+    // An address added in the namespace is netbatch's.
+    t.must("cp", "ip addr add 203.0.113.1/24 dev r1");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !c.ok("show routes").contains("local 203.0.113.1 dev r1") {
+        assert!(Instant::now() < deadline, "{}", c.ok("show routes"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(c.ok("show routes").contains("203.0.113.0/24 dev r1"));
+    t.must("h1", &format!("ip addr add 203.0.113.2/24 dev nb{s}a"));
+    t.must("h1", "ping -c 1 -W 1 203.0.113.1");
+
+    // An MTU set in the namespace is the port's; above what it started with, refused.
+    t.must("cp", "ip link set r1 mtu 1400");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !c.ok("show ports").contains("mtu 1400, link") {
+        assert!(Instant::now() < deadline, "{}", c.ok("show ports"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let errors = c.json("show linux")["errors"].as_u64().unwrap_or(0);
+    t.must("cp", "ip link set r1 mtu 9000");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.json("show linux")["errors"].as_u64().unwrap_or(0) == errors {
+        assert!(Instant::now() < deadline, "{}", c.ok("show linux"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        c.ok("show linux").contains("MTU 9000 refused"),
+        "{}",
+        c.ok("show linux")
+    );
+    assert!(
+        c.ok("show ports").contains("mtu 1400, link"),
+        "unchanged by the refusal"
+    );
+
+    // A deleted address goes.
+    t.must("cp", "ip addr del 203.0.113.1/24 dev r1");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.ok("show routes").contains("203.0.113.1") {
+        assert!(Instant::now() < deadline, "{}", c.ok("show routes"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!t.exec("h1", "ping -c 1 -W 1 203.0.113.1").0);
+    // Added, MTU, deleted (the counters are published after the change they count).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c.json("show linux")["interface_changes"]
+        .as_u64()
+        .unwrap_or(0)
+        < 3
+    {
+        assert!(Instant::now() < deadline, "{}", c.ok("show linux"));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = t.stop();
+    assert_conserved(&stats);
+    assert!(port(&stats, "host-r1", "tx_packets") > 0 && port(&stats, "host-r1", "rx_packets") > 0);
+}
+
+/// A child process killed when dropped (a failing test leaves none behind).
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }

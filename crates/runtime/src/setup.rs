@@ -131,31 +131,11 @@ pub(crate) fn interfaces(ports: &[PortSetup]) -> Result<(Vec<Port>, Vec<Iface>),
 pub fn implied_routes(ifaces: &[Iface]) -> Vec<Route> {
     let mut r = Vec::new();
     for (i, f) in ifaces.iter().enumerate() {
-        let i = Some(i as u16);
-        for a in &f.addrs {
-            if a.len < 32 {
-                r.push(Route::new(a.subnet(), RouteKind::Unicast, i, None));
-            }
-            if let Some(b) = a.subnet().broadcast() {
-                r.push(Route::new(
-                    Ipv4Prefix::host(b),
-                    RouteKind::Broadcast,
-                    i,
-                    None,
-                ));
-            }
-        }
+        r.extend(subnet_routes(i as u16, &f.addrs));
     }
     // Local routes last so they win over a broadcast of the same address.
     for (i, f) in ifaces.iter().enumerate() {
-        for a in &f.addrs {
-            r.push(Route::new(
-                Ipv4Prefix::host(a.addr),
-                RouteKind::Local,
-                Some(i as u16),
-                None,
-            ));
-        }
+        r.extend(local_routes(i as u16, &f.addrs));
     }
     r.push(Route::new(
         Ipv4Prefix::host(Ipv4Addr::BROADCAST),
@@ -164,6 +144,26 @@ pub fn implied_routes(ifaces: &[Iface]) -> Vec<Route> {
         None,
     ));
     r
+}
+
+/// The connected subnets and subnet broadcasts of addresses `addrs` of interface `i`.
+pub fn subnet_routes(i: u16, addrs: &[IfAddr]) -> impl Iterator<Item = Route> + '_ {
+    addrs.iter().flat_map(move |a| {
+        let connected =
+            (a.len < 32).then(|| Route::new(a.subnet(), RouteKind::Unicast, Some(i), None));
+        let broadcast = a
+            .subnet()
+            .broadcast()
+            .map(|b| Route::new(Ipv4Prefix::host(b), RouteKind::Broadcast, Some(i), None));
+        connected.into_iter().chain(broadcast)
+    })
+}
+
+/// The local routes of addresses `addrs` of interface `i`.
+pub fn local_routes(i: u16, addrs: &[IfAddr]) -> impl Iterator<Item = Route> + '_ {
+    addrs
+        .iter()
+        .map(move |a| Route::new(Ipv4Prefix::host(a.addr), RouteKind::Local, Some(i), None))
 }
 
 /// Builds the route table: implied routes, then `routes` (a configured route for the same

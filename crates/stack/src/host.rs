@@ -204,6 +204,16 @@ pub struct Host {
 }
 
 impl Host {
+    /// Sets port `port`'s MTU, and that of every interface on it.
+    pub fn set_port_mtu(&mut self, port: u16, mtu: u16) {
+        if let Some(p) = self.ports.get_mut(usize::from(port)) {
+            p.mtu = mtu;
+        }
+        for f in self.ifaces.iter_mut().filter(|f| f.port == port) {
+            f.mtu = mtu;
+        }
+    }
+
     /// A host over `ports` and `ifaces` with `routes`.
     pub fn new(
         ports: Vec<Port>,

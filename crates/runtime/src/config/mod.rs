@@ -295,6 +295,25 @@ impl Config {
         ports::Names::of(&self.ports).iface(name)
     }
 
+    /// The port of interface `i` and the interface's addresses (interfaces numbered as
+    /// [`Self::iface_names`] lists them).
+    pub fn iface_addrs_mut(
+        &mut self,
+        i: u16,
+    ) -> Option<(usize, &mut Vec<netbatch_stack::prefix::IfAddr>)> {
+        let mut n = 0usize;
+        for (pi, p) in self.ports.iter_mut().enumerate() {
+            let untagged = p.setup.addrs.as_mut().into_iter();
+            for a in untagged.chain(p.setup.vlans.iter_mut().map(|v| &mut v.addrs)) {
+                if n == usize::from(i) {
+                    return Some((pi, a));
+                }
+                n += 1;
+            }
+        }
+        None
+    }
+
     /// Interface names in interface order.
     pub fn iface_names(&self) -> Vec<String> {
         ports::Names::of(&self.ports).into_names()

@@ -85,6 +85,8 @@ pub struct Control {
     path: PathBuf,
     /// Interface names of the port kinds with a kernel interface (port order).
     kernel_ifaces: Vec<Option<String>>,
+    /// Each port's MTU at start: what its interface was checked to carry.
+    max_mtu: Vec<u16>,
     state: Mutex<State>,
     trace: Mutex<trace::Collected>,
     /// The kernel-table mirror, once it runs (`[linux]`).
@@ -133,12 +135,18 @@ impl Control {
         let kernel_ifaces = cfg
             .ports
             .iter()
-            .map(|p| p.kind.interface().map(str::to_string))
+            .map(|p| match p.kind {
+                // In the control namespace: its name means another interface here.
+                crate::config::PortKind::HostTap { .. } => None,
+                _ => p.kind.interface().map(str::to_string),
+            })
             .collect();
+        let max_mtu = cfg.ports.iter().map(|p| p.setup.mtu).collect();
         Self {
             remote,
             path: path.to_path_buf(),
             kernel_ifaces,
+            max_mtu,
             state: Mutex::new(State {
                 cfg,
                 routes,
@@ -315,7 +323,12 @@ impl Control {
                     .iter()
                     .map(|i| i.as_deref().map_or(Value::Null, |i| json!(link_state(i))))
                     .collect();
-                let kinds: Vec<String> = st.cfg.ports.iter().map(|p| p.kind.to_string()).collect();
+                let kinds: Vec<String> = st
+                    .cfg
+                    .ports
+                    .iter()
+                    .map(|p| format!("{}, mtu {}", p.kind, p.setup.mtu))
+                    .collect();
                 show::ports(c.as_ref().unwrap_or(&Value::Null), &kinds, &links)
             }
             "routes" => show::routes(&st.routes, &names),
@@ -468,6 +481,112 @@ impl Control {
                 )
             })
             .collect()
+    }
+
+    /// Makes interface `i` have addresses `addrs` (the first the primary; those it has
+    /// already keep their order) and, when given, its port the MTU `mtu`, as the kernel
+    /// interface of its pair has them: the interface's local, connected and broadcast
+    /// routes follow in one table publication, with the addresses, on every worker.
+    /// Returns whether anything changed. Refused, with nothing changed: an address
+    /// another interface has. An MTU below 68 (RFC 791) or above the one the port
+    /// started with (what its interface was checked to carry) is refused alone: the
+    /// addresses still follow, and the error says whether they changed.
+    pub fn set_iface(
+        &self,
+        i: u16,
+        addrs: &[netbatch_stack::prefix::IfAddr],
+        mtu: Option<u16>,
+    ) -> Result<bool, (bool, String)> {
+        use crate::setup::{local_routes, subnet_routes};
+        let mut st = self.state();
+        let names = st.cfg.iface_names();
+        let name = names
+            .get(usize::from(i))
+            .cloned()
+            .ok_or_else(|| (false, format!("no interface {i}")))?;
+        for (j, other) in names.iter().enumerate() {
+            if j == usize::from(i) {
+                continue;
+            }
+            if let Some((_, theirs)) = st.cfg.iface_addrs_mut(j as u16)
+                && let Some(a) = addrs
+                    .iter()
+                    .find(|a| theirs.iter().any(|t| t.addr == a.addr))
+            {
+                return Err((false, format!("{name}: {} is {other}'s address", a.addr)));
+            }
+        }
+        let (port, cur) = st
+            .cfg
+            .iface_addrs_mut(i)
+            .ok_or_else(|| (false, format!("no interface {i}")))?;
+        let old = cur.clone();
+        let mut new: Vec<_> = old.iter().filter(|a| addrs.contains(a)).copied().collect();
+        new.extend(addrs.iter().filter(|a| !old.contains(a)));
+        let old_mtu = st.cfg.ports[port].setup.mtu;
+        let mtu = mtu.filter(|&m| m != old_mtu);
+        if let Some(m) = mtu {
+            let max = self.max_mtu.get(port).copied().unwrap_or(old_mtu);
+            if !(68..=max).contains(&m) {
+                let why = format!(
+                    "{name}: MTU {m} refused: port {} started with MTU {max} and takes 68 to {max} (restart with a larger mtu to go above)",
+                    st.cfg.ports[port].setup.name
+                );
+                // The addresses still follow.
+                drop(st);
+                let changed = self.set_iface(i, addrs, None)?;
+                return Err((changed, why));
+            }
+        }
+        if new == old && mtu.is_none() {
+            return Ok(false);
+        }
+        let routes_of = |a: &[netbatch_stack::prefix::IfAddr]| -> Vec<Route> {
+            subnet_routes(i, a).chain(local_routes(i, a)).collect()
+        };
+        let (before, after) = (routes_of(&old), routes_of(&new));
+        let mut next = (*st.routes).clone();
+        for r in &before {
+            if !after.iter().any(|n| n.prefix == r.prefix) && next.get(&r.prefix) == Some(r) {
+                next.remove(r.prefix);
+            }
+        }
+        for r in &after {
+            if !before.contains(r) || next.get(&r.prefix).is_none() {
+                next.insert(r.clone())
+                    .map_err(|e| (false, format!("{name}: route {}: {e}", r.prefix)))?;
+            }
+        }
+        let table = Arc::new(next);
+        let (shared, set) = (table.clone(), new.clone());
+        let wire = st.cfg.ports[port].setup.pair;
+        self.remote
+            .on_each(move |_, w| {
+                w.host.routes = shared.clone();
+                if let Some(f) = w.host.ifaces.get_mut(usize::from(i)) {
+                    f.addrs = set.clone();
+                }
+                if let Some(m) = mtu {
+                    w.host.set_port_mtu(port as u16, m);
+                    if let netbatch_stack::iface::Pair::Punt(t) = wire {
+                        w.host.set_port_mtu(t, m);
+                    }
+                }
+            })
+            .map_err(|e| (false, e.to_string()))?;
+        st.routes = table;
+        if let Some((_, cur)) = st.cfg.iface_addrs_mut(i) {
+            *cur = new;
+        }
+        if let Some(m) = mtu {
+            st.cfg.ports[port].setup.mtu = m;
+            if let netbatch_stack::iface::Pair::Punt(t) = wire
+                && let Some(p) = st.cfg.ports.get_mut(usize::from(t))
+            {
+                p.setup.mtu = m;
+            }
+        }
+        Ok(true)
     }
 
     /// Hands `new` to every worker (each switches between two of its lists).

@@ -535,14 +535,15 @@ pub fn linux(l: &Value) -> Reply {
     let n = |k: &str| u(l, k);
     let _ = writeln!(
         text,
-        "mirrored: {} route(s), {} neighbour(s)\nroutes added {} replaced {} deleted {}; neighbours set {} deleted {}",
+        "mirrored: {} route(s), {} neighbour(s)\nroutes added {} replaced {} deleted {}; neighbours set {} deleted {}; interfaces changed {}",
         n("routes"),
         n("neighbours"),
         n("routes_added"),
         n("routes_replaced"),
         n("routes_deleted"),
         n("neighbours_set"),
-        n("neighbours_deleted")
+        n("neighbours_deleted"),
+        n("interface_changes")
     );
     let _ = writeln!(
         text,

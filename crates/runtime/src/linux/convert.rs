@@ -14,7 +14,11 @@ use core::net::Ipv4Addr;
 use netbatch_stack::prefix::Ipv4Prefix;
 use netbatch_stack::route::{Multipath, NextHop, Route, RouteKind};
 use netbatch_wire::ethernet::MacAddr;
+use std::net::IpAddr;
+
+use netbatch_stack::prefix::IfAddr;
 use netlink_packet_route::AddressFamily;
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
@@ -107,6 +111,8 @@ pub struct LinkInfo {
     pub name: Option<String>,
     /// Administratively up.
     pub up: bool,
+    /// Its MTU (absent in some notifications).
+    pub mtu: Option<u32>,
 }
 
 /// A kernel route of the mirrored table: its key and what netbatch makes of it (a route,
@@ -316,7 +322,37 @@ pub fn link_of(msg: &LinkMessage) -> LinkInfo {
             _ => None,
         }),
         up: msg.header.flags.contains(LinkFlags::Up),
+        mtu: msg.attributes.iter().find_map(|a| match a {
+            LinkAttribute::Mtu(m) => Some(*m),
+            _ => None,
+        }),
     }
+}
+
+/// The interface index and IPv4 address of an address message (`IFA_LOCAL`, the
+/// address itself, or else `IFA_ADDRESS`, which is the same on a broadcast link).
+pub fn address_of(msg: &AddressMessage) -> Result<(u32, IfAddr), Skip> {
+    if msg.header.family != AddressFamily::Inet {
+        return Err(Skip::NotIpv4);
+    }
+    let addr = |want_local: bool| {
+        msg.attributes.iter().find_map(|a| match (a, want_local) {
+            (AddressAttribute::Local(IpAddr::V4(v)), true)
+            | (AddressAttribute::Address(IpAddr::V4(v)), false) => Some(*v),
+            _ => None,
+        })
+    };
+    let a = addr(true).or_else(|| addr(false)).ok_or(Skip::Malformed)?;
+    if msg.header.prefix_len > 32 {
+        return Err(Skip::Malformed);
+    }
+    Ok((
+        msg.header.index,
+        IfAddr {
+            addr: a,
+            len: msg.header.prefix_len,
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -13,11 +13,15 @@
 //!   mirrored leaves netbatch's own route (from the configuration) alone.
 //! - A resync builds a fresh view from a dump and carries ownership over, so what the
 //!   kernel dropped while notifications were lost is deleted too.
+//! - With host interface pairs (`follow_ifaces`), the IPv4 addresses and MTU of each
+//!   kernel interface named as a netbatch interface are that interface's: a change marks
+//!   the interface, and its whole kernel state is handed over ([`State::iface_changes`]);
+//!   netbatch compares and changes only what differs.
 
 use core::net::Ipv4Addr;
 
 use hashbrown::{HashMap, HashSet};
-use netbatch_stack::prefix::Ipv4Prefix;
+use netbatch_stack::prefix::{IfAddr, Ipv4Prefix};
 use netbatch_stack::route::{Route, Routes};
 use netbatch_wire::ethernet::MacAddr;
 use netlink_packet_core::NLM_F_APPEND;
@@ -109,6 +113,7 @@ struct Link {
     /// The netbatch interface of the same name.
     iface: Option<u16>,
     up: bool,
+    mtu: Option<u32>,
 }
 
 /// Why a message asks for a full resync.
@@ -119,6 +124,8 @@ enum Touched {
     Nothing,
     Route(Ipv4Prefix),
     Neighbour((u16, Ipv4Addr)),
+    /// A netbatch interface's addresses or MTU.
+    Iface(u16),
     Resync(ResyncWhy),
 }
 
@@ -131,6 +138,8 @@ struct Kernel {
     /// Prefixes with an appended route the kernel does not use (its deletion may
     /// uncover it).
     aliases: HashSet<Ipv4Prefix>,
+    /// IPv4 addresses by kernel interface (followed with host interface pairs only).
+    addrs: HashMap<u32, Vec<IfAddr>>,
 }
 
 impl Kernel {
@@ -145,9 +154,28 @@ impl Kernel {
         flags: u16,
         table: u32,
         names: &dyn Fn(&str) -> Option<u16>,
+        follow_ifaces: bool,
         stats: &mut MirrorStats,
     ) -> Touched {
         match msg {
+            RouteNetlinkMessage::NewAddress(m) if follow_ifaces => match convert::address_of(m) {
+                Ok((index, a)) => {
+                    let Some(i) = self.iface(index) else {
+                        return Touched::Nothing;
+                    };
+                    let v = self.addrs.entry(index).or_default();
+                    if v.contains(&a) {
+                        return Touched::Nothing;
+                    }
+                    v.push(a);
+                    Touched::Iface(i)
+                }
+                Err(Skip::NotIpv4) => Touched::Nothing,
+                Err(s) => {
+                    stats.skip(s);
+                    Touched::Nothing
+                }
+            },
             RouteNetlinkMessage::NewRoute(m) | RouteNetlinkMessage::DelRoute(m) => {
                 let deleted = matches!(msg, RouteNetlinkMessage::DelRoute(_));
                 let k = match convert::route_of(m, table, |i| self.iface(i)) {
@@ -193,6 +221,7 @@ impl Kernel {
                     iface: names(&name),
                     name,
                     up: info.up,
+                    mtu: info.mtu.or_else(|| prev.as_ref().and_then(|p| p.mtu)),
                 };
                 self.links.insert(info.index, link.clone());
                 match prev {
@@ -204,17 +233,25 @@ impl Kernel {
                     Some(p) if p.up != link.up && link.iface.is_some() => {
                         Touched::Resync(if link.up { "link up" } else { "link down" })
                     }
-                    _ => Touched::Nothing,
+                    _ => match link.iface {
+                        Some(i) if follow_ifaces => Touched::Iface(i),
+                        _ => Touched::Nothing,
+                    },
                 }
             }
             RouteNetlinkMessage::DelLink(m) => match self.links.remove(&m.header.index) {
                 Some(l) if l.iface.is_some() => Touched::Resync("link deleted"),
                 _ => Touched::Nothing,
             },
-            RouteNetlinkMessage::DelAddress(AddressMessage { header, .. })
+            RouteNetlinkMessage::DelAddress(m @ AddressMessage { header, .. })
                 if header.family == netlink_packet_route::AddressFamily::Inet
                     && self.iface(header.index).is_some() =>
             {
+                if let Ok((index, a)) = convert::address_of(m)
+                    && let Some(v) = self.addrs.get_mut(&index)
+                {
+                    v.retain(|x| *x != a);
+                }
                 // Routes through gateways of the address's subnet go with it, silently.
                 Touched::Resync("address deleted")
             }
@@ -285,16 +322,21 @@ pub(crate) struct State {
     owned: usize,
     /// A fresh view being filled by a dump.
     fresh: Option<Kernel>,
+    /// Interfaces' addresses and MTUs are followed (host interface pairs).
+    follow_ifaces: bool,
+    iface_dirty: HashSet<u16>,
     pub(crate) stats: MirrorStats,
 }
 
 impl State {
     /// Mirrors kernel table `table`; `names` gives the netbatch interface of a kernel
     /// interface's name.
-    pub(crate) fn new(table: u32, names: Names) -> Self {
+    pub(crate) fn new(table: u32, names: Names, follow_ifaces: bool) -> Self {
         Self {
             table,
             names,
+            follow_ifaces,
+            iface_dirty: HashSet::new(),
             kernel: Kernel::default(),
             dirty: Vec::new(),
             neighbours: HashMap::new(),
@@ -309,9 +351,14 @@ impl State {
     /// Takes in a notification (`flags`: its netlink header's).
     pub(crate) fn notified(&mut self, msg: &RouteNetlinkMessage, flags: u16) {
         self.stats.notifications += 1;
-        let t = self
-            .kernel
-            .apply(msg, flags, self.table, &*self.names, &mut self.stats);
+        let t = self.kernel.apply(
+            msg,
+            flags,
+            self.table,
+            &*self.names,
+            self.follow_ifaces,
+            &mut self.stats,
+        );
         match t {
             Touched::Nothing => {}
             Touched::Route(p) => {
@@ -324,6 +371,9 @@ impl State {
             }
             Touched::Neighbour(k) => {
                 self.neigh_dirty.insert(k);
+            }
+            Touched::Iface(i) => {
+                self.iface_dirty.insert(i);
             }
             Touched::Resync(why) => self.want_resync(why),
         }
@@ -342,7 +392,7 @@ impl State {
 
     /// Prefixes waiting to be compared with netbatch's table.
     pub(crate) fn pending(&self) -> usize {
-        self.dirty.len() + self.neigh_dirty.len()
+        self.dirty.len() + self.neigh_dirty.len() + self.iface_dirty.len()
     }
 
     /// Starts a resync: the dump's messages go to [`Self::dumped`].
@@ -356,7 +406,14 @@ impl State {
             return;
         };
         // What a dumped message asks (a resync) is what is being done.
-        let _ = fresh.apply(msg, flags, self.table, &*self.names, &mut self.stats);
+        let _ = fresh.apply(
+            msg,
+            flags,
+            self.table,
+            &*self.names,
+            self.follow_ifaces,
+            &mut self.stats,
+        );
     }
 
     /// Ends a resync: the dumped view replaces the kernel view, ownership carries over,
@@ -378,7 +435,32 @@ impl State {
         self.neigh_dirty.clear();
         self.neigh_dirty.extend(fresh.neighbours.keys().copied());
         self.neigh_dirty.extend(self.neighbours.keys().copied());
+        if self.follow_ifaces {
+            self.iface_dirty
+                .extend(fresh.links.values().filter_map(|l| l.iface));
+        }
         self.kernel = fresh;
+    }
+
+    /// For each netbatch interface whose kernel interface changed since the last call:
+    /// its IPv4 addresses and MTU there (with host interface pairs only).
+    pub(crate) fn iface_changes(&mut self) -> Vec<(u16, Vec<IfAddr>, Option<u16>)> {
+        let mut out = Vec::new();
+        let mut dirty: Vec<u16> = self.iface_dirty.drain().collect();
+        dirty.sort_unstable();
+        for i in dirty {
+            let mut addrs = Vec::new();
+            let mut mtu = None;
+            for (index, l) in &self.kernel.links {
+                if l.iface != Some(i) {
+                    continue;
+                }
+                addrs.extend(self.kernel.addrs.get(index).into_iter().flatten().copied());
+                mtu = l.mtu.and_then(|m| u16::try_from(m).ok()).or(mtu);
+            }
+            out.push((i, addrs, mtu));
+        }
+        out
     }
 
     /// The route changes that make `table` (netbatch's) agree with the kernel for the

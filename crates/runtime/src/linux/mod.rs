@@ -48,6 +48,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use netbatch_ports::sys::{EventFd, wait_readable};
+use netlink_packet_route::address::AddressMessage;
 use netlink_packet_route::link::LinkMessage;
 use netlink_packet_route::neighbour::NeighbourMessage;
 use netlink_packet_route::route::RouteMessage;
@@ -103,6 +104,8 @@ pub struct MirrorStats {
     pub neighbours_set: u64,
     /// Neighbours deleted.
     pub neighbours_deleted: u64,
+    /// Interfaces whose addresses or MTU changed to follow their pair's tap.
+    pub interface_changes: u64,
     /// Messages (or parts of them) not mirrored, by reason.
     pub skipped: BTreeMap<&'static str, u64>,
     /// Route table publications.
@@ -168,6 +171,7 @@ impl MirrorStats {
             "routes_deleted": self.routes_deleted,
             "neighbours_set": self.neighbours_set,
             "neighbours_deleted": self.neighbours_deleted,
+            "interface_changes": self.interface_changes,
             "skipped": skipped,
             "batches": self.batches,
             "last_batch_changes": self.last_batch_changes,
@@ -253,6 +257,7 @@ pub fn start_tuned(
     let (req_tx, req_rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<Resynced, String>>();
     let (t_wake, t_stop, t_stats, table) = (wake.clone(), stop.clone(), stats.clone(), cfg.table);
+    let pairs = cfg.pairs;
     let t_what = what.clone();
     let thread = std::thread::Builder::new()
         .name("netbatch-linux".into())
@@ -285,12 +290,13 @@ pub fn start_tuned(
             }
             let names = control.clone();
             let mut t = Thread {
-                state: State::new(table, Box::new(move |n: &str| names.iface_index(n))),
+                state: State::new(table, Box::new(move |n: &str| names.iface_index(n)), pairs),
                 control,
                 listen,
                 dumper,
                 shared: t_stats,
                 last_publish: Duration::ZERO,
+                pairs,
             };
             let first = t.resync("start");
             t.publish();
@@ -372,6 +378,8 @@ struct Thread {
     dumper: Rtnl,
     shared: Arc<Mutex<MirrorStats>>,
     last_publish: Duration,
+    /// Host interface pairs: addresses are dumped and followed.
+    pairs: bool,
 }
 
 impl Thread {
@@ -447,6 +455,18 @@ impl Thread {
     /// Applies what is pending: the route changes as one publication, then the
     /// neighbours. Returns (route changes, neighbour changes) applied.
     fn flush(&mut self) -> (u64, u64) {
+        // Interfaces first: a new address's connected subnet is what later routes'
+        // gateways are on.
+        for (i, addrs, mtu) in self.state.iface_changes() {
+            let (changed, refused) = match self.control.set_iface(i, &addrs, mtu) {
+                Ok(c) => (c, None),
+                Err((c, e)) => (c, Some(e)),
+            };
+            self.state.stats.interface_changes += u64::from(changed);
+            if let Some(e) = refused {
+                self.state.stats.error(format!("interface: {e}"));
+            }
+        }
         let table = self.control.routes();
         let plan = self.state.route_changes(&table);
         drop(table);
@@ -577,12 +597,16 @@ impl Thread {
         route.header.address_family = AddressFamily::Inet;
         let mut neigh = NeighbourMessage::default();
         neigh.header.family = AddressFamily::Inet;
+        let mut addr = AddressMessage::default();
+        addr.header.family = AddressFamily::Inet;
         let mut n = 0;
-        for req in [
-            RouteNetlinkMessage::GetLink(LinkMessage::default()),
-            RouteNetlinkMessage::GetRoute(route),
-            RouteNetlinkMessage::GetNeighbour(neigh),
-        ] {
+        let mut reqs = vec![RouteNetlinkMessage::GetLink(LinkMessage::default())];
+        if self.pairs {
+            reqs.push(RouteNetlinkMessage::GetAddress(addr));
+        }
+        reqs.push(RouteNetlinkMessage::GetRoute(route));
+        reqs.push(RouteNetlinkMessage::GetNeighbour(neigh));
+        for req in reqs {
             let state = &mut self.state;
             n += self
                 .dumper

@@ -466,6 +466,7 @@ fn links_give_name_and_state() {
     m.header.index = 7;
     m.header.flags = LinkFlags::Up | LinkFlags::Broadcast;
     m.attributes.push(LinkAttribute::IfName("r1".into()));
+    m.attributes.push(LinkAttribute::Mtu(1400));
     let RouteNetlinkMessage::NewLink(m) = roundtrip(RouteNetlinkMessage::NewLink(m)) else {
         panic!("a link");
     };
@@ -474,7 +475,8 @@ fn links_give_name_and_state() {
         LinkInfo {
             index: 7,
             name: Some("r1".into()),
-            up: true
+            up: true,
+            mtu: Some(1400),
         }
     );
 }

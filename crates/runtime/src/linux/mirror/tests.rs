@@ -22,6 +22,12 @@ fn pfx(s: &str) -> Ipv4Prefix {
 }
 
 fn state() -> State {
+    state_with(false)
+}
+
+/// The state over kernel links r1 (2), r2 (3) and mgmt0 (4), netbatch interfaces r1 (0)
+/// and r2 (1); `pairs`: interfaces' addresses and MTU followed.
+fn state_with(pairs: bool) -> State {
     let mut s = State::new(
         254,
         Box::new(|n: &str| match n {
@@ -29,11 +35,100 @@ fn state() -> State {
             "r2" => Some(1),
             _ => None,
         }),
+        pairs,
     );
     for (i, n) in [(2, "r1"), (3, "r2"), (4, "mgmt0")] {
         s.notified(&link(i, n, true), 0);
     }
     s
+}
+
+/// `ip addr add|del ADDR/LEN dev (ifindex)`, as the kernel notifies it (IPv4 with
+/// `IFA_LOCAL` and `IFA_ADDRESS`, or IPv6 with `IFA_ADDRESS` only).
+fn address(add: bool, index: u32, a: &str, len: u8) -> RouteNetlinkMessage {
+    use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+    let ip: std::net::IpAddr = a.parse().expect("address");
+    let mut m = AddressMessage::default();
+    m.header.index = index;
+    m.header.prefix_len = len;
+    m.header.family = if ip.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    };
+    if ip.is_ipv4() {
+        m.attributes.push(AddressAttribute::Local(ip));
+    }
+    m.attributes.push(AddressAttribute::Address(ip));
+    if add {
+        RouteNetlinkMessage::NewAddress(m)
+    } else {
+        RouteNetlinkMessage::DelAddress(m)
+    }
+}
+
+/// A link notification carrying an MTU.
+fn link_mtu(index: u32, name: &str, mtu: u32) -> RouteNetlinkMessage {
+    let RouteNetlinkMessage::NewLink(mut m) = link(index, name, true) else {
+        unreachable!("a link");
+    };
+    m.attributes.push(LinkAttribute::Mtu(mtu));
+    RouteNetlinkMessage::NewLink(m)
+}
+
+/// With host interface pairs, the IPv4 addresses and MTU of a kernel interface named as
+/// a netbatch interface are handed over whole when they change (as `ip addr` and `ip
+/// link set mtu` change them); a repeated message, another interface's or an IPv6
+/// address changes nothing; a deletion asks for a resync (the kernel drops routes
+/// through the subnet silently), after which every interface is handed over again from
+/// the dump. Without pairs, addresses are not followed at all.
+#[test]
+fn pairs_follow_addresses_and_mtu() {
+    let ifa = |a: &str, len| IfAddr { addr: ip(a), len };
+    let mut s = state_with(true);
+    // The links themselves mark their interfaces: handed over with no address yet.
+    assert_eq!(
+        s.iface_changes(),
+        vec![(0, vec![], None), (1, vec![], None)]
+    );
+    s.notified(&address(true, 2, "192.0.2.1", 24), 0);
+    s.notified(&address(true, 2, "192.0.2.1", 24), 0);
+    s.notified(&address(true, 4, "203.0.113.9", 24), 0);
+    s.notified(&address(true, 2, "2001:db8::1", 64), 0);
+    assert_eq!(
+        s.iface_changes(),
+        vec![(0, vec![ifa("192.0.2.1", 24)], None)]
+    );
+    assert!(s.iface_changes().is_empty(), "nothing more changed");
+    s.notified(&address(true, 2, "198.51.100.1", 25), 0);
+    s.notified(&link_mtu(2, "r1", 1400), 0);
+    assert_eq!(
+        s.iface_changes(),
+        vec![(
+            0,
+            vec![ifa("192.0.2.1", 24), ifa("198.51.100.1", 25)],
+            Some(1400)
+        )]
+    );
+    s.notified(&address(false, 2, "192.0.2.1", 24), 0);
+    assert!(s.take_resync().is_some(), "a deleted address resyncs");
+    s.begin_resync();
+    s.dumped(&link_mtu(2, "r1", 1400), 0);
+    s.dumped(&link(3, "r2", true), 0);
+    s.dumped(&address(true, 2, "198.51.100.1", 25), 0);
+    s.end_resync();
+    assert_eq!(
+        s.iface_changes(),
+        vec![
+            (0, vec![ifa("198.51.100.1", 25)], Some(1400)),
+            (1, vec![], None)
+        ]
+    );
+
+    let mut off = state_with(false);
+    off.notified(&address(true, 2, "192.0.2.1", 24), 0);
+    off.notified(&link_mtu(2, "r1", 1400), 0);
+    assert!(off.iface_changes().is_empty());
 }
 
 fn link(index: u32, name: &str, up: bool) -> RouteNetlinkMessage {

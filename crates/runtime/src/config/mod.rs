@@ -295,18 +295,19 @@ impl Config {
         ports::Names::of(&self.ports).iface(name)
     }
 
-    /// The port of interface `i` and the interface's addresses (interfaces numbered as
-    /// [`Self::iface_names`] lists them).
+    /// The port of interface `i`, whether it is the port's untagged interface, and the
+    /// interface's addresses (interfaces numbered as [`Self::iface_names`] lists them).
     pub fn iface_addrs_mut(
         &mut self,
         i: u16,
-    ) -> Option<(usize, &mut Vec<netbatch_stack::prefix::IfAddr>)> {
+    ) -> Option<(usize, bool, &mut Vec<netbatch_stack::prefix::IfAddr>)> {
         let mut n = 0usize;
         for (pi, p) in self.ports.iter_mut().enumerate() {
-            let untagged = p.setup.addrs.as_mut().into_iter();
-            for a in untagged.chain(p.setup.vlans.iter_mut().map(|v| &mut v.addrs)) {
+            let untagged = p.setup.addrs.as_mut().map(|a| (true, a)).into_iter();
+            let tagged = p.setup.vlans.iter_mut().map(|v| (false, &mut v.addrs));
+            for (native, a) in untagged.chain(tagged) {
                 if n == usize::from(i) {
-                    return Some((pi, a));
+                    return Some((pi, native, a));
                 }
                 n += 1;
             }

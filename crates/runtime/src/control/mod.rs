@@ -508,7 +508,7 @@ impl Control {
             if j == usize::from(i) {
                 continue;
             }
-            if let Some((_, theirs)) = st.cfg.iface_addrs_mut(j as u16)
+            if let Some((_, _, theirs)) = st.cfg.iface_addrs_mut(j as u16)
                 && let Some(a) = addrs
                     .iter()
                     .find(|a| theirs.iter().any(|t| t.addr == a.addr))
@@ -516,7 +516,7 @@ impl Control {
                 return Err((false, format!("{name}: {} is {other}'s address", a.addr)));
             }
         }
-        let (port, cur) = st
+        let (port, native, cur) = st
             .cfg
             .iface_addrs_mut(i)
             .ok_or_else(|| (false, format!("no interface {i}")))?;
@@ -524,7 +524,8 @@ impl Control {
         let mut new: Vec<_> = old.iter().filter(|a| addrs.contains(a)).copied().collect();
         new.extend(addrs.iter().filter(|a| !old.contains(a)));
         let old_mtu = st.cfg.ports[port].setup.mtu;
-        let mtu = mtu.filter(|&m| m != old_mtu);
+        // A VLAN's MTU is its port's: only the untagged interface's is followed.
+        let mtu = mtu.filter(|&m| native && m != old_mtu);
         if let Some(m) = mtu {
             let max = self.max_mtu.get(port).copied().unwrap_or(old_mtu);
             if !(68..=max).contains(&m) {
@@ -575,7 +576,7 @@ impl Control {
             })
             .map_err(|e| (false, e.to_string()))?;
         st.routes = table;
-        if let Some((_, cur)) = st.cfg.iface_addrs_mut(i) {
+        if let Some((_, _, cur)) = st.cfg.iface_addrs_mut(i) {
             *cur = new;
         }
         if let Some(m) = mtu {

@@ -1,6 +1,6 @@
 //! Host interface pairs (`netbatch_stack::hostif`, VPP's linux-cp): what netbatch does
-//! not consume of a paired port's traffic reaches the port's tap byte for byte as it
-//! arrived, what the kernel sends through the tap leaves by the wire port byte for byte,
+//! not consume of a paired port's traffic (IPv6 among it, which it does not route yet)
+//! reaches the port's tap byte for byte as it arrived, what the kernel sends through the tap leaves by the wire port byte for byte,
 //! and everything netbatch answers or forwards itself stays as it was. Checked in every
 //! mode and dispatch, against the frames fed (made by etherparse or by hand), with the
 //! conservation law and every buffer back.
@@ -139,7 +139,27 @@ fn for_the_kernel() -> Vec<Vec<u8>> {
     // A reply to the kernel's ARP request for 198.51.100.9: netbatch learns, the
     // kernel too.
     let arp = frames::arp(2, PEER2, "198.51.100.9", US, "198.51.100.1", US);
-    vec![bgp, rip, udp_no_socket, ospf, frag, reply, arp]
+    // IPv6, which netbatch does not route yet: a BGP session's segment to the router's
+    // link-local address.
+    let v6 = {
+        let b = etherparse::PacketBuilder::ethernet2(PEER.0, US.0)
+            .ipv6(
+                "fe80::2"
+                    .parse::<std::net::Ipv6Addr>()
+                    .expect("v6")
+                    .octets(),
+                "fe80::1"
+                    .parse::<std::net::Ipv6Addr>()
+                    .expect("v6")
+                    .octets(),
+                64,
+            )
+            .tcp(40001, 179, 1, 65535);
+        let mut v = Vec::with_capacity(b.size(4));
+        b.write(&mut v, b"open").expect("frame");
+        v
+    };
+    vec![bgp, rip, udp_no_socket, ospf, frag, reply, arp, v6]
 }
 
 /// What the kernel sends through the tap: each must leave by eth0 unchanged.

@@ -1818,7 +1818,8 @@ fn wait_for_taps(t: &Topo, taps: &[(&str, &str)]) {
 /// Host interface pairs with the kernel's own tools on both sides: the tap carries the
 /// port's MAC, MTU and address; a host reaches the control namespace's TCP listener on
 /// the router's address and the namespace pings the host through the port, while
-/// netbatch still answers pings itself; an address added in the namespace becomes
+/// netbatch still answers pings itself; IPv6 (not routed by netbatch yet) is the
+/// kernel's, neighbour discovery included; an address added in the namespace becomes
 /// netbatch's (its local, connected and broadcast routes, ARP and echo answered), an
 /// MTU set there becomes the port's (one above what the port started with is refused,
 /// counted, and changes nothing), and a deleted address goes.
@@ -1834,9 +1835,15 @@ fn host_pairs_follow_the_control_namespace() {
     let dir = t.dir.clone();
     t.must("h1", &format!("ip addr add 192.0.2.2/24 dev nb{s}a"));
     assert!(sh(&format!("ip netns add {}", t.ns("cp"))).status.success());
+    // IPv6 on in h1 and in the namespace (the tap's link-local address at once, no DAD):
+    // netbatch does not route it yet, so a paired port hands it all to the kernel.
     t.must(
         "cp",
-        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1; sysctl -qw net.ipv6.conf.default.disable_ipv6=1; ip link set lo up",
+        "sysctl -qw net.ipv6.conf.default.accept_dad=0; ip link set lo up",
+    );
+    t.must(
+        "h1",
+        &format!("sysctl -qw net.ipv6.conf.nb{s}a.accept_dad=0; sysctl -qw net.ipv6.conf.nb{s}a.disable_ipv6=0"),
     );
     let sock = dir.join("ctl.sock");
     std::fs::write(
@@ -1894,6 +1901,21 @@ fn host_pairs_follow_the_control_namespace() {
     assert!(
         t.must("h1", "ip neigh show 192.0.2.1").contains(&port_mac),
         "h1 knows the router by the port's MAC"
+    );
+
+    // The kernel's IPv6 through the pair: h1 pings the tap's link-local address
+    // (neighbour discovery both ways through netbatch).
+    let ll: serde_json::Value =
+        serde_json::from_str(&t.must("cp", "ip -j -6 addr show dev r1 scope link")).expect("ip -j");
+    let ll = ll[0]["addr_info"][0]["local"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the tap's link-local address: {ll}"))
+        .to_string();
+    t.must("h1", &format!("ping -6 -c 2 -W 1 {ll}%nb{s}a"));
+    assert!(
+        t.must("h1", &format!("ip -6 neigh show {ll} dev nb{s}a"))
+            .contains(&port_mac),
+        "h1 resolved the tap's link-local address to the port's MAC"
     );
 
     // An address added in the namespace is netbatch's.

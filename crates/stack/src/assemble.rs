@@ -209,7 +209,13 @@ pub fn build(
     }
     b.connect(ETH_INPUT, "arp", ARP_INPUT)?;
     b.connect(ETH_INPUT, "ip4", IP4_INPUT)?;
-    b.connect_drop(ETH_INPUT, "ip6", crate::l2::input::reason::IP6_UNSUPPORTED)?;
+    if opts.host_pairs {
+        // Until netbatch routes IPv6, a paired port's IPv6 is the kernel's (its
+        // neighbour discovery, its daemons' sessions, its addresses).
+        b.connect(ETH_INPUT, "ip6", HOST_PUNT)?;
+    } else {
+        b.connect_drop(ETH_INPUT, "ip6", crate::l2::input::reason::IP6_UNSUPPORTED)?;
+    }
     b.connect(ARP_INPUT, "tx", TX)?;
     b.connect(ARP_INPUT, "neighbour", NEIGHBOUR)?;
 

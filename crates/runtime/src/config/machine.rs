@@ -60,12 +60,18 @@ pub(super) trait Machine {
     fn tun_device(&self) -> bool;
     /// Bytes of memory (none: not known).
     fn memory(&self) -> Option<u64>;
+    /// Whether the named network namespace file `path` (`/run/netns/NAME`) is there.
+    fn netns(&self, path: &Path) -> bool;
 }
 
 /// This machine, in the caller's network namespace.
 pub(super) struct Here;
 
 impl Machine for Here {
+    fn netns(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
     fn iface(&self, name: &str) -> Option<Seen> {
         let index = netbatch_ports::sys::ifindex(name)?;
         let dir = Path::new("/sys/class/net").join(name);
@@ -188,6 +194,19 @@ pub(super) fn check(cfg: &Config, m: &dyn Machine) -> Vec<ConfigError> {
             (PortKind::Pcap | PortKind::Gen(_), _) => {}
         }
     }
+    if let Some(l) = &cfg.linux
+        && !m.netns(&l.netns_path())
+    {
+        add(
+            "linux.namespace".into(),
+            format!(
+                "no network namespace '{}' on this machine ({} is missing): make it with `ip netns add {}` before netbatch starts",
+                l.namespace,
+                l.netns_path().display(),
+                l.namespace
+            ),
+        );
+    }
     if let Some(total) = m.memory() {
         let pool = u64::from(cfg.pool.buffers) * u64::from(cfg.pool.buf_size);
         let rings = cfg.rps.as_ref().map_or(0, |r| {
@@ -297,6 +316,10 @@ mod tests {
     }
 
     impl Machine for Made {
+        /// Only the control namespace `cp` exists.
+        fn netns(&self, path: &std::path::Path) -> bool {
+            path == std::path::Path::new("/run/netns/cp")
+        }
         fn iface(&self, name: &str) -> Option<Seen> {
             self.ifaces.get(name).copied()
         }
@@ -358,6 +381,33 @@ mod tests {
         let got = keys_and_reasons(&text, &m);
         assert_eq!(got[2].0, "port[2].kind", "{got:?}");
         assert!(got[2].1.contains("/dev/net/tun"), "{got:?}");
+    }
+
+    /// `[linux]` needs its namespace; pairs need /dev/net/tun for their taps (made in
+    /// the namespace, so not looked for among this namespace's interfaces).
+    #[test]
+    fn the_control_namespace_must_exist() {
+        let text = |ns: &str| {
+            format!(
+                "{}[linux]\nnamespace = \"{ns}\"\npairs = true\n",
+                port(0, "af_packet", "one")
+            )
+        };
+        let mut m = Made {
+            ifaces: HashMap::from([("one", veth(1, 1500))]),
+            tun: true,
+            memory: None,
+        };
+        assert_eq!(keys_and_reasons(&text("cp"), &m), vec![]);
+        let got = keys_and_reasons(&text("nope"), &m);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, "linux.namespace");
+        assert!(got[0].1.contains("ip netns add nope"), "{got:?}");
+        m.tun = false;
+        let got = keys_and_reasons(&text("cp"), &m);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, "linux.pairs");
+        assert!(got[0].1.contains("/dev/net/tun"), "{got:?}");
     }
 
     /// af_xdp binds worker w to queue w: two workers need two receive queues (the rule

@@ -329,3 +329,56 @@ fn what_netbatch_does_not_consume_reaches_the_kernel_and_back_unchanged() {
     }
     assert!(seen.windows(2).all(|w| w[0] == w[1]), "{seen:#?}");
 }
+
+/// A TCP train for the router's address, merged by GRO on the way in (standard or
+/// fraglist), reaches the kernel as the segments that arrived: the super-packet is
+/// segmented on the way to the tap (which takes no offloads), each segment byte for byte
+/// as received, in order.
+#[test]
+fn a_merged_train_reaches_the_kernel_as_it_arrived() {
+    for gro in [
+        netbatch_scenarios::Gro::Standard,
+        netbatch_scenarios::Gro::Fraglist,
+    ] {
+        for (mode, dispatch) in VARIANTS {
+            let mut s = spec();
+            gro.apply(&mut s.ports[0]);
+            s.graph.gro = true;
+            let mut lab = Lab::new(&s, mode, dispatch);
+            let train: Vec<Vec<u8>> = (0..8u32)
+                .map(|i| {
+                    frames::tcp(
+                        PEER,
+                        US,
+                        "198.51.100.7",
+                        "198.51.100.1",
+                        40000,
+                        179,
+                        1 + i * 1000,
+                        64,
+                        &[i as u8; 1000],
+                    )
+                })
+                .collect();
+            lab.feed(0, train.clone());
+            lab.run();
+            let got: Vec<Vec<u8>> = lab.tx(2).into_iter().map(|f| f.bytes).collect();
+            assert_eq!(got, train, "{gro:?} {mode:?}/{dispatch:?}");
+            if mode == netbatch_engine::Mode::List {
+                let punt = lab
+                    .w
+                    .snapshot()
+                    .into_iter()
+                    .find(|n| n.name == "host-punt")
+                    .expect("host-punt");
+                assert!(
+                    punt.events.contains(&("segmented", 1)),
+                    "{gro:?} {dispatch:?}: one super-packet: {:?}",
+                    punt.events
+                );
+            }
+            lab.assert_conserved();
+            lab.stop_and_check_pool();
+        }
+    }
+}

@@ -74,22 +74,21 @@ impl Stage<Host> for HostPunt {
                 out.drop(p, reason::NO_PAIR);
                 continue;
             };
-            self.punted += v.meta.wire_packets();
+            let wire = v.meta.wire_packets();
             if v.meta.gso_type == gso::NONE {
+                self.punted += wire;
                 out.push(arc, p);
                 continue;
             }
             match crate::gso::segment(cx.pool, cx.cache, p, &mut self.segs) {
                 Ok(()) => {
+                    self.punted += wire;
                     self.segmented += 1;
                     for q in self.segs.drain(..) {
                         out.push(arc, q);
                     }
                 }
-                Err((p, r)) => {
-                    self.punted -= cx.pool.get(&p).meta.wire_packets();
-                    out.drop(p, r);
-                }
+                Err((p, r)) => out.drop(p, r),
             }
         }
     }

@@ -14,6 +14,7 @@ pub mod assemble;
 pub mod cls;
 pub mod dissect;
 pub mod fib;
+pub mod fib6;
 pub mod filter;
 pub mod gro;
 pub mod gso;

@@ -1985,3 +1985,87 @@ impl Drop for ChildGuard {
         let _ = self.0.wait();
     }
 }
+
+/// OSPF through the pairs: BIRD in the control namespace and in a peer speak OSPFv2
+/// (IP protocol 89, hellos to 224.0.0.5 with TTL 1: multicast the port hands to the tap,
+/// and the kernel's own multicast out through it) until the adjacency is Full; the
+/// peer's stub network is in `netbatch show routes` via the peer, and leaves when the
+/// peer's OSPF stops (after the dead interval).
+#[test]
+fn ospf_through_the_pairs() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        return;
+    }
+    need_tools();
+    Bird::need();
+    let mut t = Topo::hosts("o", &["h1"]);
+    let s = t.tag.clone();
+    let dir = t.dir.clone();
+    t.must(
+        "h1",
+        &format!("ip addr add 192.0.2.2/24 dev nb{s}a; ip addr add 198.18.5.1/24 dev lo"),
+    );
+    assert!(sh(&format!("ip netns add {}", t.ns("cp"))).status.success());
+    t.must("cp", "ip link set lo up");
+    let sock = dir.join("ctl.sock");
+    std::fs::write(
+        dir.join("router.toml"),
+        format!(
+            "[datapath]\nmode = \"list\"\nidle_spin_us = 50\n\n[[port]]\nname = \"r1\"\nkind = \"af_packet\"\ninterface = \"nb{s}r1\"\naddresses = [\"192.0.2.1/24\"]\n\n[linux]\nnamespace = \"{}\"\npairs = true\n\n[control]\nsocket = \"{}\"\n",
+            t.ns("cp"),
+            sock.display()
+        ),
+    )
+    .expect("config");
+    t.start();
+    let c = Ctl(sock.clone());
+    wait_for_taps(&t, &[("r1", "192.0.2.1/24")]);
+    let timers = "hello 1; dead 4;";
+    let cp = Bird::start(
+        &t,
+        "cp",
+        &format!(
+            "router id 192.0.2.1;\nprotocol device {{ scan time 1; }}\n\
+             protocol kernel {{ ipv4 {{ import none; export all; }}; }}\n\
+             protocol ospf v2 o {{ ipv4 {{ import all; export none; }}; area 0 {{ interface \"r1\" {{ {timers} }}; }}; }}\n"
+        ),
+    );
+    let peer = Bird::start(
+        &t,
+        "h1",
+        &format!(
+            "router id 192.0.2.2;\nprotocol device {{ scan time 1; }}\n\
+             protocol ospf v2 o {{ ipv4 {{ import all; export all; }}; area 0 {{ interface \"nb{s}a\" {{ {timers} }}; interface \"lo\" {{ stub; }}; }}; }}\n"
+        ),
+    );
+    let route = "198.18.5.0/24 via 192.0.2.2 dev r1";
+    let wait = |present: bool| {
+        let t0 = Instant::now();
+        while c.ok("show routes").contains(route) != present {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "show routes {} '{route}':\n{}\n{}\n{}{}",
+                if present { "has" } else { "lacks" },
+                c.ok("show routes"),
+                cp.birdc("show ospf neighbors").1,
+                cp.logs(),
+                peer.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        t0.elapsed()
+    };
+    let took = wait(true);
+    eprintln!("OSPF route in netbatch {took:?} after the daemons started");
+    assert!(cp.birdc("show ospf neighbors").1.contains("Full"));
+    let (ok, out) = peer.birdc("disable o");
+    assert!(ok, "{out}");
+    let took = wait(false);
+    eprintln!("withdrawn {took:?} after the peer's OSPF stopped");
+    drop(peer);
+    drop(cp);
+    let stats = t.stop();
+    assert_conserved(&stats);
+    assert!(port(&stats, "host-r1", "tx_packets") > 0 && port(&stats, "host-r1", "rx_packets") > 0);
+}

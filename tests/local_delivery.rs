@@ -86,7 +86,7 @@ fn traffic() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
     ));
     let mut f = good(9, 5001, 0);
     f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-    bad.push((f, Some(netbatch_stack::l2::input::reason::IP6_UNSUPPORTED)));
+    bad.push((f, Some(netbatch_stack::ip6::input::reason::TRUNCATED)));
     bad.push((
         frames::udp(
             PEER,
@@ -347,6 +347,7 @@ fn vlan_spec() -> LabSpec {
     use netbatch_runtime::setup::{IfaceSetup, PortSetup};
     use netbatch_stack::iface::Tags;
     let vlan = |name: &str, tags, addr: &str| IfaceSetup {
+        addrs6: Vec::new(),
         name: name.into(),
         tags,
         addrs: vec![addr.parse().expect("address")],

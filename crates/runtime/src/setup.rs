@@ -8,7 +8,7 @@ use std::sync::Arc;
 use netbatch_stack::host::{Host, HostParams};
 use netbatch_stack::iface::{Iface, Pair, Port, Tags};
 use netbatch_stack::offload::Features;
-use netbatch_stack::prefix::{IfAddr, Ipv4Prefix};
+use netbatch_stack::prefix::{If6Addr, IfAddr, Ipv4Prefix};
 use netbatch_stack::route::{Route, RouteError, RouteKind, Routes};
 use netbatch_wire::ethernet::MacAddr;
 
@@ -21,6 +21,9 @@ pub struct IfaceSetup {
     pub tags: Tags,
     /// Addresses.
     pub addrs: Vec<IfAddr>,
+    /// IPv6 addresses (held by the kernel of a host interface pair until netbatch
+    /// routes IPv6).
+    pub addrs6: Vec<If6Addr>,
 }
 
 /// A port with its interfaces.
@@ -36,6 +39,9 @@ pub struct PortSetup {
     pub features: Features,
     /// Addresses of the untagged interface (`None`: untagged frames are refused).
     pub addrs: Option<Vec<IfAddr>>,
+    /// IPv6 addresses of the untagged interface (held by the kernel of a host interface
+    /// pair until netbatch routes IPv6).
+    pub addrs6: Vec<If6Addr>,
     /// VLAN sub-interfaces.
     pub vlans: Vec<IfaceSetup>,
     /// Its place in a host interface pair (`[linux] pairs`).
@@ -51,6 +57,7 @@ impl PortSetup {
             mtu: 1500,
             features: Features::default(),
             addrs: Some(vec![addr]),
+            addrs6: Vec::new(),
             vlans: Vec::new(),
             pair: Pair::None,
         }

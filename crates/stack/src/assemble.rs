@@ -24,6 +24,7 @@ use crate::ip4::input::Ip4Input;
 use crate::ip4::local::Ip4Local;
 use crate::ip4::local_out::Ip4LocalOut;
 use crate::ip4::route::Ip4Route;
+use crate::ip6::input::Ip6Input;
 use crate::l2::input::EthInput;
 use crate::neigh::resolve::Neighbour;
 use crate::tcp::TcpInput;
@@ -42,6 +43,8 @@ pub mod node {
     pub const ARP_INPUT: &str = "arp-input";
     /// IPv4 input checks.
     pub const IP4_INPUT: &str = "ip4-input";
+    /// IPv6 input checks.
+    pub const IP6_INPUT: &str = "ip6-input";
     /// Routing decision.
     pub const IP4_ROUTE: &str = "ip4-route";
     /// Local protocol demux.
@@ -142,7 +145,7 @@ impl GraphOptions {
     }
 }
 
-/// Builds the IPv4 graph for a host with these ports (in port order).
+/// Builds the graph (IPv4, and IPv6 input) for a host with these ports (in port order).
 pub fn build(
     opts: &GraphOptions,
     ports: &[&str],
@@ -170,6 +173,7 @@ pub fn build(
     b.add(ETH_INPUT, Box::new(EthInput))?;
     b.add(ARP_INPUT, Box::new(ArpInput::default()))?;
     b.add(IP4_INPUT, Box::new(Ip4Input))?;
+    b.add(IP6_INPUT, Box::new(Ip6Input))?;
     let pre = hook(&mut b, HookPoint::Prerouting)?;
     b.add(IP4_ROUTE, Box::new(Ip4Route::default()))?;
     let input = hook(&mut b, HookPoint::Input)?;
@@ -209,12 +213,13 @@ pub fn build(
     }
     b.connect(ETH_INPUT, "arp", ARP_INPUT)?;
     b.connect(ETH_INPUT, "ip4", IP4_INPUT)?;
+    b.connect(ETH_INPUT, "ip6", IP6_INPUT)?;
     if opts.host_pairs {
-        // Until netbatch routes IPv6, a paired port's IPv6 is the kernel's (its
+        // Until netbatch routes IPv6, a paired port's valid IPv6 is the kernel's (its
         // neighbour discovery, its daemons' sessions, its addresses).
-        b.connect(ETH_INPUT, "ip6", HOST_PUNT)?;
+        b.connect(IP6_INPUT, "ok", HOST_PUNT)?;
     } else {
-        b.connect_drop(ETH_INPUT, "ip6", crate::l2::input::reason::IP6_UNSUPPORTED)?;
+        b.connect_drop(IP6_INPUT, "ok", crate::ip6::reason::NOT_ROUTED)?;
     }
     b.connect(ARP_INPUT, "tx", TX)?;
     b.connect(ARP_INPUT, "neighbour", NEIGHBOUR)?;

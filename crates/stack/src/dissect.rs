@@ -10,7 +10,10 @@
 //! - `l2_len`: bytes of Ethernet header and VLAN tags (802.1Q, 802.1ad; at most two);
 //! - `l3_type` ([`L3`]): what follows the tags, or why the link header is unusable;
 //! - `l3` and, for an IP header whose fixed part is whole and sane (version, header
-//!   length inside the frame), `l4` and `l4_type` (the IP protocol number);
+//!   length inside the frame), `l4` and `l4_type` (the IP protocol number); for IPv6,
+//!   where the walk of its extension headers ([`ip6_walk`], bounded) ends: the upper-layer
+//!   header and its next header value (for a later fragment, where its data starts and
+//!   the protocol it continues, as for IPv4);
 //! - flags: [`flag::VLAN`] and [`flag::QINQ`].
 //!
 //! What classifiers ask of a packet is read through this module, each a field at a known
@@ -19,11 +22,15 @@
 //! a filter matches ([`MatchKey`]), its flow ([`FlowKey`]) and flow hash ([`flow_hash`]).
 //!
 //! The dissector does not validate: it locates. The input stages check what they own
-//! (`ip4-input` the checksum, lengths and addresses) and give each failure its reason.
-//! Packets this host originates are dissected from their L3 header ([`ip4_packet`]).
+//! (`ip4-input` the checksum, lengths and addresses, `ip6-input` the payload length, the
+//! addresses and why a chain could not be walked) and give each failure its reason.
+//! Packets this host originates are dissected from their L3 header ([`ip4_packet`],
+//! [`ip6_packet`]). The classifiers' readers below read IPv4 only: for an IPv6 packet they
+//! answer nothing (no flow, no ports, [`MatchKey::NONE`]).
 //!
-//! Invariant: `Meta::l4` is 0 (not located) or at least 20 bytes past `Meta::l3`, and
-//! the IP header between them was whole in the frame when it was dissected.
+//! Invariant: `Meta::l4` is 0 (not located) or at least 20 bytes (IPv4) or 40 bytes
+//! (IPv6) past `Meta::l3`, and the IP header between them (extension headers included)
+//! was whole in the frame when it was dissected.
 
 use core::net::Ipv4Addr;
 
@@ -32,6 +39,8 @@ use netbatch_wire::bytes::get_u16;
 use netbatch_wire::ethernet::{self, EtherType, EthernetFrame};
 use netbatch_wire::icmpv4::{self, Icmpv4Packet, Icmpv4Type};
 use netbatch_wire::ipv4::{Ipv4Packet, Protocol};
+use netbatch_wire::ipv6::Ipv6Packet;
+use netbatch_wire::ipv6ext::{self, ExtError, UpperLayer};
 use netbatch_wire::tcp::{self, TcpFlags, TcpPacket};
 use netbatch_wire::toeplitz::Toeplitz;
 use netbatch_wire::udp;
@@ -50,7 +59,7 @@ pub enum L3 {
     Unparsed = 0,
     /// IPv4.
     Ipv4,
-    /// IPv6 (recognised; not walked further yet).
+    /// IPv6.
     Ipv6,
     /// ARP.
     Arp,
@@ -152,9 +161,10 @@ pub struct Dissected {
     pub l2_len: u8,
     /// Offset of the L3 header.
     pub l3: u16,
-    /// Offset of the L4 header (0 when not located).
+    /// Offset of the L4 header (0 when not located): for IPv6, past the extension headers.
     pub l4: u16,
-    /// The IP protocol number (when `l4` is located).
+    /// The IP protocol number (when `l4` is located): for IPv6, the next header value
+    /// that names the upper layer.
     pub l4_type: u8,
     /// Dissector flag bits (see the module doc).
     pub flags: u32,
@@ -206,7 +216,8 @@ impl Dissected {
     }
 }
 
-/// Parses frame `d` (from its Ethernet header): link header, tags, and an IPv4 header.
+/// Parses frame `d` (from its Ethernet header): link header, tags, and an IPv4 or IPv6
+/// header (with its extension headers).
 #[inline]
 pub fn parse(d: &[u8]) -> Dissected {
     let mut r = Dissected::NOTHING;
@@ -238,8 +249,10 @@ pub fn parse(d: &[u8]) -> Dissected {
     r.l2_len = off as u8;
     r.l3 = off as u16;
     r.l3_type = L3::of_ethertype(et);
-    if r.l3_type == L3::Ipv4 {
-        ip4(&d[off..], off, &mut r);
+    match r.l3_type {
+        L3::Ipv4 => ip4(&d[off..], off, &mut r),
+        L3::Ipv6 => ip6(&d[off..], off, &mut r),
+        _ => {}
     }
     r
 }
@@ -258,6 +271,44 @@ fn ip4(ip: &[u8], at: usize, r: &mut Dissected) {
     }
     r.l4 = (at + ihl) as u16;
     r.l4_type = v.protocol().0;
+}
+
+/// Most extension headers [`ip6_walk`] crosses. RFC 8200 4.1 recommends each header at
+/// most once (Destination Options twice): six in all before the upper layer; eight leaves
+/// room for a sender's oddity while bounding the work per packet whatever the packet
+/// says (RFC 8883 gives a node that drops on such a processing limit its ICMPv6 errors).
+pub const IP6_EXT_MAX_HEADERS: usize = 8;
+
+/// Most bytes of extension headers [`ip6_walk`] crosses: the upper-layer header is then
+/// within 296 bytes of the IPv6 header (in the first buffer of any packet, where the
+/// stages after input read it), and the bytes the walk may have to reach are bounded
+/// too (without it, eight headers could claim 2 KiB each). Real chains are a few dozen
+/// bytes.
+pub const IP6_EXT_MAX_BYTES: usize = 256;
+
+/// Walks the extension headers of the IPv6 packet `ip` (checked: 40 bytes) to its upper
+/// layer, within [`IP6_EXT_MAX_HEADERS`] and [`IP6_EXT_MAX_BYTES`]: the one walk the
+/// dissector and `ip6-input` share, so that what one locates the other accepts.
+#[inline]
+pub fn ip6_walk<T: AsRef<[u8]>>(ip: &Ipv6Packet<T>) -> Result<UpperLayer, ExtError> {
+    ipv6ext::walk(ip, IP6_EXT_MAX_HEADERS, IP6_EXT_MAX_BYTES)
+}
+
+/// Locates the upper-layer header of the IPv6 packet `ip`, which starts `at` bytes into
+/// the dissected buffer: not when the fixed header is cut, the version is not 6 or the
+/// walk fails (`ip6-input` says why). Out of line: the IPv4 paths do not carry it.
+#[inline(never)]
+fn ip6(ip: &[u8], at: usize, r: &mut Dissected) {
+    let Ok(v) = Ipv6Packet::new_checked(ip) else {
+        return;
+    };
+    if v.version() != 6 {
+        return;
+    }
+    if let Ok(up) = ip6_walk(&v) {
+        r.l4 = (at + up.offset) as u16;
+        r.l4_type = up.protocol.0;
+    }
 }
 
 /// Dissects the frame `v` starts with, unless it was dissected already.
@@ -309,9 +360,21 @@ pub fn ip4_packet(v: &mut PktMut<'_>) {
     r.store(v.meta);
 }
 
+/// Dissects an IPv6 packet that starts at `v`'s data, without a link header (packets
+/// this host originates, and packets that reach `ip6-input` undissected).
+#[inline]
+pub fn ip6_packet(v: &mut PktMut<'_>) {
+    let mut r = Dissected {
+        l3_type: L3::Ipv6,
+        ..Dissected::NOTHING
+    };
+    ip6(v.data(), 0, &mut r);
+    r.store(v.meta);
+}
+
 /// The IP header length of the packet whose metadata is `m`: from its L3 to its L4
-/// header, as the dissector located them; `None` when the L4 header was not located (an
-/// unusable IP header).
+/// header, as the dissector located them (for IPv6, the extension headers included);
+/// `None` when the L4 header was not located (an unusable IP header).
 #[inline(always)]
 pub fn ihl(m: &Meta) -> Option<usize> {
     (m.l4 != 0).then(|| usize::from(m.l4.wrapping_sub(m.l3)))
@@ -550,6 +613,38 @@ mod tests {
 
     const PORTS: [u8; 8] = [0x13, 0x88, 0x00, 0x35, 0, 8, 0, 0]; // 5000 → 53
 
+    /// An IPv6 header (RFC 8200 3: version 6, payload length `payload.len()`, next
+    /// header `next`, hop limit 64) from 2001:db8::1 to 2001:db8::2, then `payload`.
+    fn ip6(next: u8, payload: &[u8]) -> Vec<u8> {
+        let mut h = vec![0x60, 0, 0, 0];
+        h.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        h.extend_from_slice(&[next, 64]);
+        h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        h.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        h.extend_from_slice(payload);
+        h
+    }
+
+    /// An options header (hop-by-hop or destination options, RFC 8200 4.3, 4.6) of `len`
+    /// bytes (a multiple of 8) naming `next`, its options area all Pad1.
+    fn opts(next: u8, len: usize) -> Vec<u8> {
+        let mut h = vec![0u8; len];
+        h[0] = next;
+        h[1] = (len / 8 - 1) as u8;
+        h
+    }
+
+    /// `n` destination options headers of `each` bytes, the last naming `upper`, then
+    /// the UDP ports.
+    fn dest_chain(n: usize, each: usize, upper: u8) -> Vec<u8> {
+        let mut c = Vec::new();
+        for i in 0..n {
+            c.extend(opts(if i + 1 == n { upper } else { 60 }, each));
+        }
+        c.extend_from_slice(&PORTS);
+        c
+    }
+
     #[test]
     fn untagged_udp_is_located_with_its_ports() {
         let mut f = eth(&[], 0x0800);
@@ -671,8 +766,8 @@ mod tests {
     }
 
     /// The common-case shortcut of [`frame`] records what [`parse`] finds, for valid
-    /// frames, every length cut of them, and each header byte from the ethertype on
-    /// flipped by four bit patterns.
+    /// frames (IPv4 and IPv6), every length cut of them, and each header byte from the
+    /// ethertype on flipped by four bit patterns.
     #[test]
     fn the_shortcut_agrees_with_the_full_parse() {
         use netbatch_engine::{Pool, PoolConfig};
@@ -695,12 +790,26 @@ mod tests {
             f.extend(ip(ihl, total, frag, proto, &PORTS));
             frames.push(f);
         }
+        // IPv6 (never the shortcut's), with and without extension headers, tagged or not.
+        for (tags, next, payload) in [
+            (&[][..], 17, PORTS.to_vec()),
+            (
+                &[][..],
+                0,
+                [&opts(60, 8)[..], &dest_chain(1, 8, 6)].concat(),
+            ),
+            (&[(0x8100, 5)][..], 60, dest_chain(2, 16, 17)),
+        ] {
+            let mut f = eth(tags, 0x86dd);
+            f.extend(ip6(next, &payload));
+            frames.push(f);
+        }
         let mut cases = Vec::new();
         for f in &frames {
             for cut in 0..=f.len() {
                 cases.push(f[..cut].to_vec());
             }
-            for at in 12..f.len().min(40) {
+            for at in 12..f.len().min(64) {
                 for x in [0x01u8, 0x08, 0x40, 0xff] {
                     let mut g = f.clone();
                     g[at] ^= x;
@@ -715,6 +824,152 @@ mod tests {
             frame(&mut v);
             let r = parse(&f);
             assert_eq!(Dissected::load(v.meta), r, "{f:02x?}");
+            c.free(p);
+        }
+    }
+
+    #[test]
+    fn the_ipv6_upper_layer_is_located_past_the_extension_headers() {
+        // No extension header: UDP right after the 40-byte header.
+        let mut f = eth(&[], 0x86dd);
+        f.extend(ip6(17, &PORTS));
+        assert_eq!(
+            parse(&f),
+            Dissected {
+                l3_type: L3::Ipv6,
+                l2_len: 14,
+                l3: 14,
+                l4: 54,
+                l4_type: 17,
+                flags: 0,
+            }
+        );
+        // Tagged; hop-by-hop (8 bytes), destination options (16), a first fragment (M
+        // set), then TCP: 32 bytes of extension headers.
+        let mut chain = opts(60, 8);
+        chain.extend(opts(44, 16));
+        chain.extend([6, 0, 0, 1, 0, 0, 0, 7]);
+        chain.extend_from_slice(&PORTS);
+        let mut f = eth(&[(0x8100, 5)], 0x86dd);
+        f.extend(ip6(0, &chain));
+        let r = parse(&f);
+        assert_eq!(
+            (r.l3_type, r.l3, r.l4, r.l4_type, r.flags),
+            (L3::Ipv6, 18, 18 + 40 + 32, 6, flag::VLAN)
+        );
+        assert_eq!(r.l4_kind(), Some(L4::Tcp));
+        // The classifiers' readers are IPv4's: nothing for IPv6.
+        assert_eq!(FlowKey::of(&r, &f), None);
+        assert_eq!(ports(&r, &f), None);
+        assert_eq!(tcp_flags(&r, &f), None);
+        assert_eq!(
+            hash_frame(&f, &Toeplitz::new(&netbatch_wire::toeplitz::MS_KEY)),
+            0
+        );
+        // A later fragment (offset 1480): its data is not a header; L4 is where it
+        // starts, with the protocol it continues (as a later IPv4 fragment's).
+        let mut later = eth(&[], 0x86dd);
+        later.extend(ip6(44, &[17, 0, 0x05, 0xc8, 0, 0, 0, 9, 1, 2, 3, 4]));
+        let r = parse(&later);
+        assert_eq!((r.l4, r.l4_type), (14 + 48, 17));
+        // ICMPv6 is none of the kinds the stack tells apart yet; ESP and No Next Header
+        // end the walk where they start.
+        for (next, kind) in [(58u8, L4::Other), (50, L4::Other), (59, L4::Other)] {
+            let mut f = eth(&[], 0x86dd);
+            f.extend(ip6(60, &[&opts(next, 8)[..], &PORTS].concat()));
+            let r = parse(&f);
+            assert_eq!((r.l4, r.l4_type, r.l4_kind()), (62, next, Some(kind)));
+        }
+        // A payload length past the frame does not stop the walk (ip6-input checks it);
+        // link padding past the payload length is never walked into: the chain the
+        // payload length ends is cut, whatever the bytes after it say.
+        let mut long = eth(&[], 0x86dd);
+        long.extend(ip6(17, &PORTS));
+        long[18..20].copy_from_slice(&100u16.to_be_bytes());
+        assert_eq!(parse(&long).l4, 54);
+        let mut padded = eth(&[], 0x86dd);
+        padded.extend(ip6(60, &opts(60, 8)));
+        padded.extend(opts(17, 8));
+        assert_eq!(parse(&padded).l4, 0);
+        padded[18..20].copy_from_slice(&16u16.to_be_bytes());
+        assert_eq!(
+            parse(&padded).l4,
+            14 + 56,
+            "the same bytes inside the payload"
+        );
+    }
+
+    /// What the walk cannot cross leaves L4 unset (and `ip6-input` says why); its bounds
+    /// are exact.
+    #[test]
+    fn ipv6_the_walk_cannot_cross_is_not_located() {
+        let located = |payload: &[u8], next: u8| {
+            let mut f = eth(&[], 0x86dd);
+            f.extend(ip6(next, payload));
+            let r = parse(&f);
+            assert_eq!(r.l3_type, L3::Ipv6);
+            (r.l4 != 0).then(|| (r.l4 - 14, r.l4_type))
+        };
+        // Eight headers, 256 bytes: the most crossed.
+        assert_eq!(located(&dest_chain(8, 8, 17), 60), Some((40 + 64, 17)));
+        assert_eq!(located(&dest_chain(9, 8, 17), 60), None, "nine headers");
+        assert_eq!(located(&dest_chain(1, 256, 17), 60), Some((296, 17)));
+        assert_eq!(located(&dest_chain(2, 128, 17), 60), Some((296, 17)));
+        assert_eq!(located(&dest_chain(1, 264, 17), 60), None, "264 bytes");
+        assert_eq!(
+            located(&dest_chain(3, 88, 17), 60),
+            None,
+            "264 bytes in three"
+        );
+        // Hop-by-hop after another header; an unrecognized extension header (253).
+        assert_eq!(located(&[&opts(0, 8)[..], &opts(17, 8)].concat(), 60), None);
+        assert_eq!(located(&[&opts(0, 8)[..], &opts(17, 8)].concat(), 0), None);
+        assert_eq!(located(&opts(253, 8), 60), None);
+        // A chain cut by the payload length, or by the frame.
+        let mut cut = eth(&[], 0x86dd);
+        cut.extend(ip6(60, &dest_chain(2, 8, 17)));
+        cut[18..20].copy_from_slice(&12u16.to_be_bytes());
+        assert_eq!(parse(&cut).l4, 0, "payload length");
+        cut[18..20].copy_from_slice(&24u16.to_be_bytes());
+        cut.truncate(14 + 40 + 12);
+        assert_eq!(parse(&cut).l4, 0, "frame");
+        // A cut fixed header, and version 4 in an IPv6 frame.
+        let mut f = eth(&[], 0x86dd);
+        f.extend(&ip6(17, &PORTS)[..39]);
+        assert_eq!((parse(&f).l3_type, parse(&f).l4), (L3::Ipv6, 0));
+        let mut f = eth(&[], 0x86dd);
+        f.extend(ip6(17, &PORTS));
+        f[14] = 0x40;
+        assert_eq!(parse(&f).l4, 0);
+    }
+
+    /// A packet dissected from its IPv6 header records what the frame's parse records,
+    /// moved by the link header.
+    #[test]
+    fn an_ipv6_packet_without_link_header() {
+        use netbatch_engine::{Pool, PoolConfig};
+        let pool = Pool::new(PoolConfig {
+            buffers: 4,
+            cache_size: 2,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        let mut c = pool.cache();
+        for (next, payload) in [(17, PORTS.to_vec()), (60, dest_chain(3, 16, 6))] {
+            let ip = ip6(next, &payload);
+            let mut f = eth(&[], 0x86dd);
+            f.extend(&ip);
+            let r = parse(&f);
+            let mut p = c.alloc().unwrap();
+            let mut v = pool.get_mut(&mut p);
+            assert!(v.set_data(128, &ip));
+            ip6_packet(&mut v);
+            let got = Dissected::load(v.meta);
+            assert_eq!(
+                (got.l3_type, got.l2_len, got.l3, got.l4, got.l4_type),
+                (L3::Ipv6, 0, 0, r.l4 - 14, r.l4_type)
+            );
+            assert_eq!(ihl(v.meta), Some(usize::from(r.l4 - 14)));
             c.free(p);
         }
     }

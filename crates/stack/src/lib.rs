@@ -23,6 +23,7 @@ pub mod hostif;
 pub mod icmp;
 pub mod iface;
 pub mod ip4;
+pub mod ip6;
 pub mod l2;
 pub mod meta;
 pub mod neigh;
@@ -45,6 +46,8 @@ pub const REASON_SETS: &[&[netbatch_engine::Reason]] = &[
     arp::input::reason::ALL,
     neigh::reason::ALL,
     ip4::input::reason::ALL,
+    ip6::input::reason::ALL,
+    ip6::reason::ALL,
     route::reason::ALL,
     ip4::local::reason::ALL,
     ip4::forward::reason::ALL,

@@ -4,6 +4,8 @@ use core::fmt;
 use core::net::Ipv4Addr;
 use core::str::FromStr;
 
+pub use crate::fib6::{If6Addr, Ipv6Prefix};
+
 /// An IPv4 prefix: address bits and a length; host bits beyond the length are zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ipv4Prefix {

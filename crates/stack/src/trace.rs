@@ -1257,7 +1257,7 @@ mod tests {
         }
         .text();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 5, "{text}");
+        assert_eq!(lines.len(), 6, "{text}");
         assert!(lines[0].starts_with("Packet 1 worker 0 port eth0 at 1970-01-01T00:00:01"));
         assert!(lines[2].starts_with("  ip4-input: 192.0.2.2 -> 192.0.2.1 udp"));
         assert!(
@@ -1268,12 +1268,12 @@ mod tests {
         assert!(lines[3].starts_with("Packet 2 "));
         assert!(lines[4].starts_with("  eth-input: 02:00:00:00:00:02 -> 02:00:00:00:00:01 ipv6"));
         assert!(
-            lines[4].ends_with(&format!(
-                " -> ip6: drop ip6_unsupported ({})",
-                crate::l2::input::reason::IP6_UNSUPPORTED.description()
+            lines[5].ends_with(&format!(
+                " -> ok: drop ip6_not_routed ({})",
+                crate::ip6::reason::NOT_ROUTED.description()
             )),
             "{}",
-            lines[4]
+            lines[5]
         );
     }
 }

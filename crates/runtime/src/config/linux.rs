@@ -183,6 +183,7 @@ pub(super) fn pair_ports(
         let mut setup = PortSetup {
             name: tap_name,
             addrs: None,
+            addrs6: Vec::new(),
             vlans: Vec::new(),
             features: Default::default(),
             pair: Pair::Inject(w),

@@ -23,6 +23,12 @@
 //!   addresses of one subnet on one interface are fine (Linux's primary and secondary).
 //!   Subnets that merely overlap (`10.0.0.0/16` here, `10.0.1.0/24` there) are allowed,
 //!   as Linux allows them: the longer prefix wins, for packets as for a route's gateway;
+//! - an IPv6 address (an `addresses` entry with a `:`) that is no unicast address of a
+//!   wire: unspecified, loopback, multicast (`ff00::/8`), IPv4-mapped (`::ffff:0:0/96`,
+//!   RFC 4291 2.5.5.2), or link-local (`fe80::/10`: each interface's is derived from
+//!   its MAC, RFC 4291 2.5.1); a /0 prefix; one address or one on-link prefix on two
+//!   interfaces, as for IPv4. netbatch does not route IPv6 yet: these addresses are the
+//!   control namespace kernel's, on the taps of host interface pairs (`[linux] pairs`);
 //! - a generator sending a unicast datagram in a group-addressed frame (a router
 //!   discards those, RFC 1812 5.3.4, RFC 1122 3.3.6) or to an all-zero MAC, or datagrams
 //!   longer than its port's MTU.
@@ -30,14 +36,14 @@
 //! Whether the kernel interfaces exist, and have what the workers need, is
 //! [`super::machine`]'s part: a file alone does not say.
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 use std::collections::{HashMap, HashSet};
 
 use netbatch_ports::Carries;
 use netbatch_ports::generator::FlowOrder;
 use netbatch_stack::iface::Tags;
 use netbatch_stack::offload::Features;
-use netbatch_stack::prefix::{IfAddr, Ipv4Prefix, class};
+use netbatch_stack::prefix::{If6Addr, IfAddr, Ipv4Prefix, Ipv6Prefix, class};
 use netbatch_stack::route::file::Resolve;
 use netbatch_wire::ethernet::MacAddr;
 
@@ -295,9 +301,42 @@ impl Resolve for Names {
 struct Placed {
     addrs: HashMap<Ipv4Addr, (String, String)>,
     subnets: HashMap<Ipv4Prefix, (String, String)>,
+    addrs6: HashMap<Ipv6Addr, (String, String)>,
+    subnets6: HashMap<Ipv6Prefix, (String, String)>,
 }
 
 impl Placed {
+    /// Places IPv6 address `addr`, at `key` on interface `iface` (the same rules).
+    fn place6(&mut self, key: &str, iface: &str, addr: If6Addr, e: &mut Errs) {
+        if let Some((first, on)) = self.addrs6.get(&addr.addr) {
+            e.add(
+                key,
+                format!(
+                    "{} is configured twice: it is also {first} ({on})",
+                    addr.addr
+                ),
+            );
+            return;
+        }
+        self.addrs6
+            .insert(addr.addr, (key.to_string(), iface.to_string()));
+        let subnet = addr.subnet();
+        match self.subnets6.get(&subnet) {
+            Some((first, on)) if on != iface => e.add(
+                key,
+                format!(
+                    "prefix {subnet} is also on {on} ({first}): one prefix is on-link on \
+                     one interface"
+                ),
+            ),
+            Some(_) => {}
+            None => {
+                self.subnets6
+                    .insert(subnet, (key.to_string(), iface.to_string()));
+            }
+        }
+    }
+
     /// Places `addr`, at `key` on interface `iface`.
     fn place(&mut self, key: &str, iface: &str, addr: IfAddr, e: &mut Errs) {
         if let Some((first, on)) = self.addrs.get(&addr.addr) {
@@ -401,10 +440,13 @@ pub(super) fn validate(
             );
         }
         let features = features(p, &key, e);
-        let addrs = p
-            .addresses
-            .as_ref()
-            .map(|a| addresses(a, &format!("{key}.addresses"), &p.name, &mut placed, e));
+        let (addrs, addrs6) = match p.addresses.as_ref() {
+            Some(a) => {
+                let (v4, v6) = addresses(a, &format!("{key}.addresses"), &p.name, &mut placed, e);
+                (Some(v4), v6)
+            }
+            None => (None, Vec::new()),
+        };
         let vlans = vlans(p, &key, &mut placed, e);
         let own: Vec<IfAddr> = addrs
             .iter()
@@ -452,6 +494,7 @@ pub(super) fn validate(
                     mtu: p.mtu,
                     features,
                     addrs,
+                    addrs6,
                     vlans,
                     pair: Default::default(),
                 },
@@ -567,17 +610,31 @@ fn features(p: &PortFile, key: &str, e: &mut Errs) -> Features {
 }
 
 /// The addresses under `key` of interface `iface`, each a unicast host address of its
-/// subnet; the usable ones are also `placed`, for the checks across interfaces.
+/// subnet, IPv4 and IPv6 (those with a `:`) apart; the usable ones are also `placed`,
+/// for the checks across interfaces.
 fn addresses(
     list: &[String],
     key: &str,
     iface: &str,
     placed: &mut Placed,
     e: &mut Errs,
-) -> Vec<IfAddr> {
+) -> (Vec<IfAddr>, Vec<If6Addr>) {
     let mut out = Vec::with_capacity(list.len());
+    let mut out6 = Vec::new();
     for (i, a) in list.iter().enumerate() {
         let akey = format!("{key}[{i}]");
+        if a.contains(':') {
+            let Some(addr) = e.parse::<If6Addr>(&akey, a, "an IPv6 interface address (addr/len)")
+            else {
+                continue;
+            };
+            match not_a_host6(addr) {
+                Some(why) => e.add(&akey, why),
+                None => placed.place6(&akey, iface, addr, e),
+            }
+            out6.push(addr);
+            continue;
+        }
         let Some(addr) = e.parse::<IfAddr>(&akey, a, "an interface address (a.b.c.d/len)") else {
             continue;
         };
@@ -587,7 +644,34 @@ fn addresses(
         }
         out.push(addr);
     }
-    out
+    (out, out6)
+}
+
+/// Why IPv6 address `a` cannot be an interface's, if it cannot (see the module's note).
+fn not_a_host6(a: If6Addr) -> Option<String> {
+    let s = a.addr.segments();
+    let class = if a.addr.is_unspecified() {
+        Some("the unspecified address (RFC 4291 2.5.2)")
+    } else if a.addr.is_loopback() {
+        Some("the loopback address (RFC 4291 2.5.3), which never comes from a wire")
+    } else if a.addr.is_multicast() {
+        Some("a multicast group (ff00::/8), not an interface's address")
+    } else if s[..5] == [0; 5] && s[5] == 0xffff {
+        Some("IPv4-mapped (::ffff:0:0/96, RFC 4291 2.5.5.2), which no wire carries")
+    } else if s[0] & 0xffc0 == 0xfe80 {
+        Some(
+            "link-local (fe80::/10): each interface's link-local address is derived from \
+             its MAC (RFC 4291 2.5.1), not configured",
+        )
+    } else {
+        None
+    };
+    if let Some(c) = class {
+        return Some(format!("{} is {c}", a.addr));
+    }
+    (a.len == 0).then(|| {
+        format!("{a} makes every address on-link: its prefix route would be a default route")
+    })
 }
 
 /// Why `a` cannot be an interface's address, if it cannot (see the module's note).
@@ -672,8 +756,14 @@ fn vlans(p: &PortFile, key: &str, placed: &mut Placed, e: &mut Errs) -> Vec<Ifac
             Tags::QinQ(s, c) => format!("{}.{s}.{c}", p.name),
             Tags::None => p.name.clone(),
         });
-        let addrs = addresses(&v.addresses, &format!("{vkey}.addresses"), &name, placed, e);
-        vlans.push(IfaceSetup { name, tags, addrs });
+        let (addrs, addrs6) =
+            addresses(&v.addresses, &format!("{vkey}.addresses"), &name, placed, e);
+        vlans.push(IfaceSetup {
+            name,
+            tags,
+            addrs,
+            addrs6,
+        });
     }
     vlans
 }

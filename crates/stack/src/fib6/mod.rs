@@ -89,7 +89,7 @@ mod tests;
 
 pub use error::Fib6Error;
 pub use generate::{GENERATED_HOPS, LENGTH_MIX, generate_prefixes};
-pub use prefix::{Ipv6Prefix, Prefix6Error, mask6};
+pub use prefix::{If6Addr, Ipv6Prefix, Prefix6Error, mask6};
 pub use trie::{
     DEFAULT_MAX_NODES, DIRECT_BITS, Fib6, Fib6Stats, MAX_NODES_LIMIT, MAX_VALUE, STRIDE,
 };

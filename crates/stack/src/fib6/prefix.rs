@@ -224,3 +224,66 @@ mod tests {
         );
     }
 }
+
+/// An interface's IPv6 address with the length of its on-link prefix (`2001:db8::1/64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct If6Addr {
+    /// The address.
+    pub addr: Ipv6Addr,
+    /// The length of its on-link prefix (RFC 4861 2.1).
+    pub len: u8,
+}
+
+impl If6Addr {
+    /// The on-link prefix.
+    pub fn subnet(&self) -> Ipv6Prefix {
+        Ipv6Prefix::truncating(self.addr, self.len)
+    }
+}
+
+impl fmt::Display for If6Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+impl FromStr for If6Addr {
+    type Err = Prefix6Error;
+    /// Parses `addr/len` (host bits are the point: they are the address).
+    fn from_str(s: &str) -> Result<Self, Prefix6Error> {
+        let (a, l) = s
+            .split_once('/')
+            .ok_or_else(|| Prefix6Error::Syntax(s.into()))?;
+        let addr: Ipv6Addr = a.parse().map_err(|_| Prefix6Error::Syntax(s.into()))?;
+        let len: u8 = l.parse().map_err(|_| Prefix6Error::Syntax(s.into()))?;
+        if len > 128 {
+            return Err(Prefix6Error::Length(len));
+        }
+        Ok(Self { addr, len })
+    }
+}
+
+#[cfg(test)]
+mod if6_tests {
+    use super::*;
+
+    /// `addr/len` with host bits, its on-link prefix truncated; a missing length, a
+    /// length above 128 or an IPv4 address refused.
+    #[test]
+    fn interface_addresses_parse_with_their_prefix() {
+        let a: If6Addr = "2001:db8:1:2::9/64".parse().expect("valid");
+        assert_eq!(a.addr, "2001:db8:1:2::9".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(a.subnet().to_string(), "2001:db8:1:2::/64");
+        assert_eq!(a.to_string(), "2001:db8:1:2::9/64");
+        assert_eq!(
+            "2001:db8::1/129".parse::<If6Addr>(),
+            Err(Prefix6Error::Length(129))
+        );
+        for bad in ["2001:db8::1", "192.0.2.1/24", "2001:db8::1/x"] {
+            assert!(
+                matches!(bad.parse::<If6Addr>(), Err(Prefix6Error::Syntax(_))),
+                "{bad}"
+            );
+        }
+    }
+}

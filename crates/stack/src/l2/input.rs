@@ -28,7 +28,6 @@ netbatch_engine::reasons! {
         VLAN_TOO_DEEP = "l2_vlan_too_deep": "more than two VLAN tags",
         VLAN_UNKNOWN = "l2_vlan_unknown": "VLAN not configured on the port",
         SOURCE_MULTICAST = "l2_source_multicast": "source MAC is multicast or broadcast",
-        IP6_UNSUPPORTED = "ip6_unsupported": "IPv6 is not enabled",
     }
 }
 

@@ -1,5 +1,5 @@
 //! Host interface pairs (`netbatch_stack::hostif`, VPP's linux-cp): what netbatch does
-//! not consume of a paired port's traffic (IPv6 among it, which it does not route yet)
+//! not consume of a paired port's traffic (TCP over IPv6 among it)
 //! reaches the port's tap byte for byte as it arrived, what the kernel sends through the tap leaves by the wire port byte for byte,
 //! and everything netbatch answers or forwards itself stays as it was. Checked in every
 //! mode and dispatch, against the frames fed (made by etherparse or by hand), with the
@@ -139,8 +139,8 @@ fn for_the_kernel() -> Vec<Vec<u8>> {
     // A reply to the kernel's ARP request for 198.51.100.9: netbatch learns, the
     // kernel too.
     let arp = frames::arp(2, PEER2, "198.51.100.9", US, "198.51.100.1", US);
-    // IPv6, which netbatch does not route yet: a BGP session's segment to the router's
-    // link-local address.
+    // A BGP session's segment over IPv6 to the port's link-local address (netbatch
+    // terminates no TCP).
     let v6 = {
         let b = etherparse::PacketBuilder::ethernet2(PEER.0, US.0)
             .ipv6(
@@ -148,10 +148,7 @@ fn for_the_kernel() -> Vec<Vec<u8>> {
                     .parse::<std::net::Ipv6Addr>()
                     .expect("v6")
                     .octets(),
-                "fe80::1"
-                    .parse::<std::net::Ipv6Addr>()
-                    .expect("v6")
-                    .octets(),
+                netbatch_wire::ipv6::link_local_from_mac(US).octets(),
                 64,
             )
             .tcp(40001, 179, 1, 65535);

@@ -518,7 +518,10 @@ fn vlan_demux_and_l2_drop_reasons() {
             .iter()
             .map(|p| {
                 let d = datagram(&lab.w.pool().get(p)).unwrap();
-                (d.dst, d.payload[0])
+                let std::net::IpAddr::V4(dst) = d.dst else {
+                    panic!("an IPv4 datagram")
+                };
+                (dst, d.payload[0])
             })
             .collect();
         lab.w.acct.delivered += got.len() as u64;

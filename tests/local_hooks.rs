@@ -76,7 +76,10 @@ fn read_socket(lab: &mut Lab, s: SocketId) -> Vec<(Ipv4Addr, u8)> {
         .iter()
         .map(|p| {
             let d = datagram(&lab.w.pool().get(p)).expect("a datagram");
-            (d.src, d.payload[0])
+            let core::net::IpAddr::V4(src) = d.src else {
+                panic!("an IPv4 datagram")
+            };
+            (src, d.payload[0])
         })
         .collect();
     lab.w.acct.delivered += got.len() as u64;

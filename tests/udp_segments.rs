@@ -171,7 +171,7 @@ impl App for Sender {
             host,
             cx,
             self.sock,
-            "203.0.113.5:9".parse().unwrap(),
+            "203.0.113.5:9".parse::<std::net::SocketAddr>().unwrap(),
             &payload,
             seg,
         );

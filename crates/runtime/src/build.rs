@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use netbatch_engine::Pool;
 use netbatch_ports::Port;
-use netbatch_stack::route::Routes;
+use netbatch_stack::route::{Routes, Routes6};
 use netbatch_stack::{GraphOptions, Host, build as build_graph};
 
 use crate::apps::App;
@@ -19,7 +19,7 @@ use crate::apps::echo::UdpEcho;
 use crate::apps::sink::UdpSink;
 use crate::config::{AppConfig, Config, PortConfig};
 use crate::rps::Fabric;
-use crate::setup::{PortSetup, build_hosts, build_routes, interfaces};
+use crate::setup::{PortSetup, build_hosts, build_routes, build_routes6, interfaces};
 use crate::{PollParams, Worker};
 
 /// Why a worker could not be assembled.
@@ -61,6 +61,13 @@ pub fn route_table(cfg: &Config) -> Result<Routes, BuildError> {
     Ok(build_routes(&ifaces, &cfg.routes)?)
 }
 
+/// The IPv6 route table of `cfg`: the routes its ports' IPv6 addresses imply, then its
+/// IPv6 routes.
+pub fn route_table6(cfg: &Config) -> Result<Routes6, BuildError> {
+    let (_, ifaces) = interfaces(&setups(cfg))?;
+    Ok(build_routes6(&ifaces, &cfg.routes6)?)
+}
+
 /// The host state a worker of `cfg` starts with (interfaces, routes, static neighbours),
 /// for a look at the configuration as built (`check-config`).
 pub fn host(cfg: &Config) -> Result<Host, BuildError> {
@@ -73,18 +80,30 @@ pub fn host(cfg: &Config) -> Result<Host, BuildError> {
 pub struct Builder<'a> {
     cfg: &'a Config,
     table: Option<Arc<Routes>>,
+    table6: Option<Arc<Routes6>>,
 }
 
 impl<'a> Builder<'a> {
-    /// Builds for `cfg`, its route table built from its ports and routes.
+    /// Builds for `cfg`, its route tables built from its ports and routes.
     pub fn new(cfg: &'a Config) -> Self {
-        Self { cfg, table: None }
+        Self {
+            cfg,
+            table: None,
+            table6: None,
+        }
     }
 
     /// Uses `table` as the route table. It must be what [`route_table`] gives for this
     /// configuration (built once, it can be shared by several datapaths).
     pub fn routes(mut self, table: Arc<Routes>) -> Self {
         self.table = Some(table);
+        self
+    }
+
+    /// Uses `table` as the IPv6 route table (what [`route_table6`] gives for this
+    /// configuration).
+    pub fn routes6(mut self, table: Arc<Routes6>) -> Self {
+        self.table6 = Some(table);
         self
     }
 
@@ -170,11 +189,15 @@ impl<'a> Builder<'a> {
             Some(t) => t.clone(),
             None => Arc::new(route_table(self.cfg)?),
         };
+        let table6 = match &self.table6 {
+            Some(t) => t.clone(),
+            None => Arc::new(route_table6(self.cfg)?),
+        };
         let cfg = self.cfg;
         Ok(build_hosts(
             &setups(cfg),
-            table,
-            &cfg.neighbours,
+            (table, table6),
+            (&cfg.neighbours, &cfg.neighbours6),
             cfg.host,
             n,
         )?)

@@ -2,14 +2,14 @@
 //! and VLAN sub-interfaces), connected routes, local and broadcast host routes, the
 //! configured routes, and static neighbours.
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use netbatch_stack::host::{Host, HostParams};
 use netbatch_stack::iface::{Iface, Pair, Port, Tags};
 use netbatch_stack::offload::Features;
-use netbatch_stack::prefix::{If6Addr, IfAddr, Ipv4Prefix};
-use netbatch_stack::route::{Route, RouteError, RouteKind, Routes};
+use netbatch_stack::prefix::{If6Addr, IfAddr, Ipv4Prefix, Ipv6Prefix};
+use netbatch_stack::route::{Route, Route6, RouteError, RouteKind, Routes, Routes6};
 use netbatch_wire::ethernet::MacAddr;
 
 /// A (sub-)interface on a port.
@@ -21,8 +21,7 @@ pub struct IfaceSetup {
     pub tags: Tags,
     /// Addresses.
     pub addrs: Vec<IfAddr>,
-    /// IPv6 addresses (held by the kernel of a host interface pair until netbatch
-    /// routes IPv6).
+    /// IPv6 addresses (global scope).
     pub addrs6: Vec<If6Addr>,
 }
 
@@ -39,9 +38,11 @@ pub struct PortSetup {
     pub features: Features,
     /// Addresses of the untagged interface (`None`: untagged frames are refused).
     pub addrs: Option<Vec<IfAddr>>,
-    /// IPv6 addresses of the untagged interface (held by the kernel of a host interface
-    /// pair until netbatch routes IPv6).
+    /// IPv6 addresses of the untagged interface (global scope).
     pub addrs6: Vec<If6Addr>,
+    /// The link-local address of the untagged interface, when configured (else derived
+    /// from the MAC).
+    pub ll6: Option<Ipv6Addr>,
     /// VLAN sub-interfaces.
     pub vlans: Vec<IfaceSetup>,
     /// Its place in a host interface pair (`[linux] pairs`).
@@ -58,6 +59,7 @@ impl PortSetup {
             features: Features::default(),
             addrs: Some(vec![addr]),
             addrs6: Vec::new(),
+            ll6: None,
             vlans: Vec::new(),
             pair: Pair::None,
         }
@@ -75,6 +77,17 @@ pub struct StaticNeighbour {
     pub mac: MacAddr,
 }
 
+/// A static IPv6 neighbour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StaticNeighbour6 {
+    /// Interface index.
+    pub iface: u16,
+    /// Address.
+    pub ip: Ipv6Addr,
+    /// MAC.
+    pub mac: MacAddr,
+}
+
 /// Why a host could not be built.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SetupError {
@@ -86,7 +99,7 @@ pub enum SetupError {
     TooManyIfaces,
     /// A static neighbour table entry could not be added.
     #[error("static neighbour {0} could not be added (table full)")]
-    Neighbour(Ipv4Addr),
+    Neighbour(core::net::IpAddr),
 }
 
 /// The interfaces of `ports`, in order: each port's untagged interface, then its VLANs.
@@ -107,26 +120,26 @@ pub(crate) fn interfaces(ports: &[PortSetup]) -> Result<(Vec<Port>, Vec<Iface>),
         if let Some(addrs) = &ps.addrs {
             port.native_if =
                 Some(u16::try_from(ifaces.len()).map_err(|_| SetupError::TooManyIfaces)?);
-            ifaces.push(Iface {
-                name: ps.name.clone(),
-                port: pi,
-                tags: Tags::None,
-                mac: ps.mac,
-                mtu: ps.mtu,
-                addrs: addrs.clone(),
-            });
+            let mut f = Iface::new(
+                ps.name.clone(),
+                pi,
+                Tags::None,
+                ps.mac,
+                ps.mtu,
+                addrs.clone(),
+            );
+            f.addrs6 = ps.addrs6.clone();
+            if let Some(ll) = ps.ll6 {
+                f.ll6 = ll;
+            }
+            ifaces.push(f);
         }
         for v in &ps.vlans {
             let idx = u16::try_from(ifaces.len()).map_err(|_| SetupError::TooManyIfaces)?;
             port.vlans.push((v.tags, idx));
-            ifaces.push(Iface {
-                name: v.name.clone(),
-                port: pi,
-                tags: v.tags,
-                mac: ps.mac,
-                mtu: ps.mtu.saturating_sub(0),
-                addrs: v.addrs.clone(),
-            });
+            let mut f = Iface::new(v.name.clone(), pi, v.tags, ps.mac, ps.mtu, v.addrs.clone());
+            f.addrs6 = v.addrs6.clone();
+            ifaces.push(f);
         }
         out_ports.push(port);
     }
@@ -173,6 +186,50 @@ pub fn local_routes(i: u16, addrs: &[IfAddr]) -> impl Iterator<Item = Route> + '
         .map(move |a| Route::new(Ipv4Prefix::host(a.addr), RouteKind::Local, Some(i), None))
 }
 
+/// The IPv6 routes implied by interface addresses: each global address's on-link prefix
+/// (connected, unless /128) and the address itself (local). Link-local addresses are not
+/// routed: `ip6-route` knows each interface's own (they are scoped to it).
+pub fn implied_routes6(ifaces: &[Iface]) -> Vec<Route6> {
+    let mut r = Vec::new();
+    for (i, f) in ifaces.iter().enumerate() {
+        r.extend(subnet_routes6(i as u16, &f.addrs6));
+    }
+    for (i, f) in ifaces.iter().enumerate() {
+        r.extend(local_routes6(i as u16, &f.addrs6));
+    }
+    r
+}
+
+/// The on-link prefixes of IPv6 addresses `addrs` of interface `i`.
+pub fn subnet_routes6(i: u16, addrs: &[If6Addr]) -> impl Iterator<Item = Route6> + '_ {
+    addrs
+        .iter()
+        .filter(|a| a.len < 128)
+        .map(move |a| Route6::new(a.subnet(), RouteKind::Unicast, Some(i), None))
+}
+
+/// The local routes of IPv6 addresses `addrs` of interface `i`.
+pub fn local_routes6(i: u16, addrs: &[If6Addr]) -> impl Iterator<Item = Route6> + '_ {
+    addrs
+        .iter()
+        .map(move |a| Route6::new(Ipv6Prefix::host(a.addr), RouteKind::Local, Some(i), None))
+}
+
+/// Builds the IPv6 route table as [`build_routes`] builds the IPv4 one.
+pub fn build_routes6(ifaces: &[Iface], routes: &[Route6]) -> Result<Routes6, SetupError> {
+    let (locals, implied): (Vec<Route6>, Vec<Route6>) = implied_routes6(ifaces)
+        .into_iter()
+        .partition(|r| r.kind == RouteKind::Local);
+    let mut t = Routes6::new();
+    t.load(
+        implied
+            .into_iter()
+            .chain(routes.iter().cloned())
+            .chain(locals),
+    )?;
+    Ok(t)
+}
+
 /// Builds the route table: implied routes, then `routes` (a configured route for the same
 /// prefix as an implied one replaces it, except local routes, which always win).
 pub fn build_routes(ifaces: &[Iface], routes: &[Route]) -> Result<Routes, SetupError> {
@@ -195,19 +252,26 @@ pub fn build_routes(ifaces: &[Iface], routes: &[Route]) -> Result<Routes, SetupE
 /// everything else (neighbour queues, transmit queues, counters) each worker's own.
 pub(crate) fn build_hosts(
     ports: &[PortSetup],
-    table: Arc<Routes>,
-    neighbours: &[StaticNeighbour],
+    (table, table6): (Arc<Routes>, Arc<Routes6>),
+    (neighbours, neighbours6): (&[StaticNeighbour], &[StaticNeighbour6]),
     params: HostParams,
     n: usize,
 ) -> Result<Vec<Host>, SetupError> {
     let (p, ifaces) = interfaces(ports)?;
     let shared = Arc::new(netbatch_stack::neigh::NeighShared::default());
+    let shared6 = Arc::new(netbatch_stack::neigh::NeighShared6::default());
     let mut hosts: Vec<Host> = Vec::with_capacity(n);
     for i in 0..n.max(1) {
         let mut h = Host::new(p.clone(), ifaces.clone(), table.clone(), params);
+        h.routes6 = table6.clone();
         for s in neighbours {
             if !h.neigh.add_static(s.iface, s.ip, s.mac) {
-                return Err(SetupError::Neighbour(s.ip));
+                return Err(SetupError::Neighbour(s.ip.into()));
+            }
+        }
+        for s in neighbours6 {
+            if !h.neigh6.add_static(s.iface, s.ip, s.mac) {
+                return Err(SetupError::Neighbour(s.ip.into()));
             }
         }
         if let Some(first) = hosts.first() {
@@ -215,6 +279,7 @@ pub(crate) fn build_hosts(
         }
         if n > 1 {
             h.neigh_shared = Some((shared.clone(), i));
+            h.neigh6_shared = Some((shared6.clone(), i));
         }
         hosts.push(h);
     }

@@ -17,6 +17,7 @@ use crate::host::{Entry, Host};
 use crate::hostif::inject::HostInject;
 use crate::hostif::punt::HostPunt;
 use crate::icmp::input::IcmpInput;
+use crate::icmp6::input::Icmp6Input;
 use crate::ip4::forward::Ip4Forward;
 use crate::ip4::fragment::Ip4Fragment;
 use crate::ip4::icmp_error::Ip4IcmpError;
@@ -24,12 +25,19 @@ use crate::ip4::input::Ip4Input;
 use crate::ip4::local::Ip4Local;
 use crate::ip4::local_out::Ip4LocalOut;
 use crate::ip4::route::Ip4Route;
+use crate::ip6::forward::Ip6Forward;
+use crate::ip6::icmp_error::Ip6IcmpError;
 use crate::ip6::input::Ip6Input;
+use crate::ip6::local::Ip6Local;
+use crate::ip6::local_out::Ip6LocalOut;
+use crate::ip6::route::Ip6Route;
 use crate::l2::input::EthInput;
+use crate::nd::input::NdInput;
+use crate::nd::resolve::Ip6Neighbour;
 use crate::neigh::resolve::Neighbour;
 use crate::tcp::TcpInput;
 use crate::tx::{Tx, TxPort};
-use crate::udp::input::UdpInput;
+use crate::udp::input::{Udp6Input, UdpInput};
 
 /// Node names, the graph's public entry points among them.
 pub mod node {
@@ -45,6 +53,24 @@ pub mod node {
     pub const IP4_INPUT: &str = "ip4-input";
     /// IPv6 input checks.
     pub const IP6_INPUT: &str = "ip6-input";
+    /// IPv6 routing decision.
+    pub const IP6_ROUTE: &str = "ip6-route";
+    /// IPv6 extension headers for us and the upper-layer demux.
+    pub const IP6_LOCAL: &str = "ip6-local";
+    /// UDP over IPv6.
+    pub const UDP6_INPUT: &str = "udp6-input";
+    /// ICMPv6 for us.
+    pub const ICMP6_INPUT: &str = "icmp6-input";
+    /// Neighbour solicitations and advertisements for us.
+    pub const ND_INPUT: &str = "nd-input";
+    /// IPv6 forwarding (hop limit).
+    pub const IP6_FORWARD: &str = "ip6-forward";
+    /// ICMPv6 error generation: entry for IPv6 packets that failed outside the graph.
+    pub const IP6_ICMP_ERROR: &str = "ip6-icmp-error";
+    /// IPv6 local output: entry for IPv6 packets applications send.
+    pub const IP6_LOCAL_OUT: &str = "ip6-local-out";
+    /// IPv6 output MTU, neighbour discovery and the link header.
+    pub const IP6_NEIGHBOUR: &str = "ip6-neighbour";
     /// Routing decision.
     pub const IP4_ROUTE: &str = "ip4-route";
     /// Local protocol demux.
@@ -145,7 +171,7 @@ impl GraphOptions {
     }
 }
 
-/// Builds the graph (IPv4, and IPv6 input) for a host with these ports (in port order).
+/// Builds the graph (IPv4 and IPv6) for a host with these ports (in port order).
 pub fn build(
     opts: &GraphOptions,
     ports: &[&str],
@@ -176,19 +202,28 @@ pub fn build(
     b.add(IP6_INPUT, Box::new(Ip6Input))?;
     let pre = hook(&mut b, HookPoint::Prerouting)?;
     b.add(IP4_ROUTE, Box::new(Ip4Route::default()))?;
+    b.add(IP6_ROUTE, Box::new(Ip6Route::default()))?;
     let input = hook(&mut b, HookPoint::Input)?;
     b.add(IP4_LOCAL, Box::new(Ip4Local))?;
+    b.add(IP6_LOCAL, Box::new(Ip6Local))?;
     b.add(UDP_INPUT, Box::new(UdpInput::default()))?;
+    b.add(UDP6_INPUT, Box::new(Udp6Input::default()))?;
     b.add(ICMP_INPUT, Box::new(IcmpInput))?;
+    b.add(ICMP6_INPUT, Box::new(Icmp6Input))?;
+    b.add(ND_INPUT, Box::new(NdInput::default()))?;
     b.add(TCP_INPUT, Box::new(TcpInput))?;
     b.add(IP4_FORWARD, Box::new(Ip4Forward))?;
+    b.add(IP6_FORWARD, Box::new(Ip6Forward))?;
     let fwd = hook(&mut b, HookPoint::Forward)?;
     b.add(IP4_ICMP_ERROR, Box::new(Ip4IcmpError::default()))?;
+    b.add(IP6_ICMP_ERROR, Box::new(Ip6IcmpError::default()))?;
     b.add(IP4_LOCAL_OUT, Box::new(Ip4LocalOut))?;
+    b.add(IP6_LOCAL_OUT, Box::new(Ip6LocalOut))?;
     let output = hook(&mut b, HookPoint::Output)?;
     let post = hook(&mut b, HookPoint::Postrouting)?;
     b.add(IP4_FRAGMENT, Box::new(Ip4Fragment::default()))?;
     b.add(NEIGHBOUR, Box::new(Neighbour::new(ports)))?;
+    b.add(IP6_NEIGHBOUR, Box::new(Ip6Neighbour::new(ports)))?;
     b.add(GSO, Box::new(Gso::new(ports)))?;
     if opts.host_pairs {
         b.add(HOST_PUNT, Box::new(HostPunt::new(ports)))?;
@@ -214,26 +249,52 @@ pub fn build(
     b.connect(ETH_INPUT, "arp", ARP_INPUT)?;
     b.connect(ETH_INPUT, "ip4", IP4_INPUT)?;
     b.connect(ETH_INPUT, "ip6", IP6_INPUT)?;
-    if opts.host_pairs {
-        // Until netbatch routes IPv6, a paired port's valid IPv6 is the kernel's (its
-        // neighbour discovery, its daemons' sessions, its addresses).
-        b.connect(IP6_INPUT, "ok", HOST_PUNT)?;
-    } else {
-        b.connect_drop(IP6_INPUT, "ok", crate::ip6::reason::NOT_ROUTED)?;
-    }
     b.connect(ARP_INPUT, "tx", TX)?;
     b.connect(ARP_INPUT, "neighbour", NEIGHBOUR)?;
 
-    let to_route = pre.unwrap_or(IP4_ROUTE);
-    b.connect(IP4_INPUT, "ok", to_route)?;
-    if let Some(h) = pre {
-        b.connect(h, "accept", IP4_ROUTE)?;
-    }
-    let to_local = input.unwrap_or(IP4_LOCAL);
-    b.connect(IP4_ROUTE, "local", to_local)?;
-    if let Some(h) = input {
-        b.connect(h, "accept", IP4_LOCAL)?;
-    }
+    // A hook serves both families: it sends IPv4 on by `accept`, IPv6 by `accept6`.
+    let via = |b: &mut GraphBuilder<Host>,
+               from: &str,
+               arc: &str,
+               h: Option<&'static str>,
+               (v4, v6): (&str, &str),
+               six: bool|
+     -> Result<(), GraphError> {
+        match h {
+            Some(h) => b.connect(from, arc, h),
+            None => b.connect(from, arc, if six { v6 } else { v4 }),
+        }
+    };
+    let hook_arcs = |b: &mut GraphBuilder<Host>,
+                     h: Option<&'static str>,
+                     (v4, v6): (&str, &str)|
+     -> Result<(), GraphError> {
+        if let Some(h) = h {
+            b.connect(h, "accept", v4)?;
+            b.connect(h, "accept6", v6)?;
+        }
+        Ok(())
+    };
+    via(&mut b, IP4_INPUT, "ok", pre, (IP4_ROUTE, IP6_ROUTE), false)?;
+    via(&mut b, IP6_INPUT, "ok", pre, (IP4_ROUTE, IP6_ROUTE), true)?;
+    hook_arcs(&mut b, pre, (IP4_ROUTE, IP6_ROUTE))?;
+    via(
+        &mut b,
+        IP4_ROUTE,
+        "local",
+        input,
+        (IP4_LOCAL, IP6_LOCAL),
+        false,
+    )?;
+    via(
+        &mut b,
+        IP6_ROUTE,
+        "local",
+        input,
+        (IP4_LOCAL, IP6_LOCAL),
+        true,
+    )?;
+    hook_arcs(&mut b, input, (IP4_LOCAL, IP6_LOCAL))?;
     b.connect(IP4_ROUTE, "forward", IP4_FORWARD)?;
     b.connect(IP4_ROUTE, "error", IP4_ICMP_ERROR)?;
     b.connect(IP4_INPUT, "error", IP4_ICMP_ERROR)?;
@@ -244,9 +305,31 @@ pub fn build(
     b.connect(IP4_LOCAL, "error", IP4_ICMP_ERROR)?;
     b.connect(UDP_INPUT, "error", IP4_ICMP_ERROR)?;
     b.connect(ICMP_INPUT, "reply", IP4_LOCAL_OUT)?;
+    // IPv6: input's parameter problems, routing, local delivery.
+    b.connect(IP6_INPUT, "error", IP6_ICMP_ERROR)?;
+    b.connect(IP6_ROUTE, "forward", IP6_FORWARD)?;
+    b.connect(IP6_ROUTE, "error", IP6_ICMP_ERROR)?;
+    b.connect(IP6_LOCAL, "udp", UDP6_INPUT)?;
+    b.connect(IP6_LOCAL, "icmp", ICMP6_INPUT)?;
+    b.connect(IP6_LOCAL, "tcp", TCP_INPUT)?;
+    b.connect(IP6_LOCAL, "error", IP6_ICMP_ERROR)?;
+    b.connect(UDP6_INPUT, "error", IP6_ICMP_ERROR)?;
+    b.connect(ICMP6_INPUT, "reply", IP6_LOCAL_OUT)?;
+    b.connect(ICMP6_INPUT, "nd", ND_INPUT)?;
+    b.connect(ND_INPUT, "reply", IP6_LOCAL_OUT)?;
+    b.connect(ND_INPUT, "neighbour", IP6_NEIGHBOUR)?;
     // What is not consumed: to the host interface pair's kernel, or dropped (no port
     // is paired then, so the drop is never taken).
-    for n in [ARP_INPUT, IP4_LOCAL, UDP_INPUT, ICMP_INPUT] {
+    for n in [
+        ARP_INPUT,
+        IP4_LOCAL,
+        UDP_INPUT,
+        ICMP_INPUT,
+        IP6_LOCAL,
+        UDP6_INPUT,
+        ICMP6_INPUT,
+        ND_INPUT,
+    ] {
         if opts.host_pairs {
             b.connect(n, "host", HOST_PUNT)?;
         } else {
@@ -260,30 +343,35 @@ pub fn build(
     }
 
     // Forwarded: FORWARD hook, then POSTROUTING, the neighbour stage.
-    let to_post = post.unwrap_or(NEIGHBOUR);
-    b.connect(IP4_FORWARD, "ok", fwd.unwrap_or(to_post))?;
+    let to_post = post.map_or((NEIGHBOUR, IP6_NEIGHBOUR), |h| (h, h));
+    let fwd_next = fwd.map_or(to_post, |h| (h, h));
+    b.connect(IP4_FORWARD, "ok", fwd_next.0)?;
+    b.connect(IP6_FORWARD, "ok", fwd_next.1)?;
     b.connect(IP4_FORWARD, "error", IP4_ICMP_ERROR)?;
-    if let Some(h) = fwd {
-        b.connect(h, "accept", to_post)?;
-    }
+    b.connect(IP6_FORWARD, "error", IP6_ICMP_ERROR)?;
+    hook_arcs(&mut b, fwd, to_post)?;
     b.connect(IP4_ICMP_ERROR, "out", IP4_LOCAL_OUT)?;
+    b.connect(IP6_ICMP_ERROR, "out", IP6_LOCAL_OUT)?;
     // Local: OUTPUT hook, then POSTROUTING.
-    b.connect(IP4_LOCAL_OUT, "ok", output.unwrap_or(to_post))?;
+    let out_next = output.map_or(to_post, |h| (h, h));
+    b.connect(IP4_LOCAL_OUT, "ok", out_next.0)?;
+    b.connect(IP6_LOCAL_OUT, "ok", out_next.1)?;
     b.connect(IP4_LOCAL_OUT, "local", IP4_LOCAL)?;
-    if let Some(h) = output {
-        b.connect(h, "accept", to_post)?;
-    }
-    if let Some(h) = post {
-        b.connect(h, "accept", NEIGHBOUR)?;
-    }
+    b.connect(IP6_LOCAL_OUT, "local", IP6_LOCAL)?;
+    hook_arcs(&mut b, output, to_post)?;
+    hook_arcs(&mut b, post, (NEIGHBOUR, IP6_NEIGHBOUR))?;
     b.connect(IP4_FRAGMENT, "ok", NEIGHBOUR)?;
     b.connect(IP4_FRAGMENT, "error", IP4_ICMP_ERROR)?;
     b.connect(NEIGHBOUR, "frag", IP4_FRAGMENT)?;
     b.connect(NEIGHBOUR, "tx", TX)?;
     b.connect(NEIGHBOUR, "gso", GSO)?;
+    b.connect(IP6_NEIGHBOUR, "tx", TX)?;
+    b.connect(IP6_NEIGHBOUR, "error", IP6_ICMP_ERROR)?;
+    b.connect(IP6_NEIGHBOUR, "gso", GSO)?;
     b.connect(GSO, "tx", TX)?;
     for &name in &tx_ports {
         b.connect(NEIGHBOUR, name, name)?;
+        b.connect(IP6_NEIGHBOUR, name, name)?;
         b.connect(GSO, name, name)?;
         if opts.host_pairs {
             b.connect(HOST_PUNT, name, name)?;

@@ -19,20 +19,23 @@
 //! What classifiers ask of a packet is read through this module, each a field at a known
 //! place: the tag stack ([`vids`]), the IP header length ([`ihl`]), its ports
 //! ([`ports`]), TCP control bits ([`tcp_flags`]), ICMP type and code ([`icmp_type`]), what
-//! a filter matches ([`MatchKey`]), its flow ([`FlowKey`]) and flow hash ([`flow_hash`]).
+//! a filter matches ([`MatchKey`], [`MatchKey6`]), its flow ([`FlowKey`], [`FlowKey6`])
+//! and flow hash ([`flow_hash`]: RSS's Toeplitz over the IPv4 or IPv6 4-tuple).
 //!
 //! The dissector does not validate: it locates. The input stages check what they own
 //! (`ip4-input` the checksum, lengths and addresses, `ip6-input` the payload length, the
 //! addresses and why a chain could not be walked) and give each failure its reason.
 //! Packets this host originates are dissected from their L3 header ([`ip4_packet`],
-//! [`ip6_packet`]). The classifiers' readers below read IPv4 only: for an IPv6 packet they
-//! answer nothing (no flow, no ports, [`MatchKey::NONE`]).
+//! [`ip6_packet`]). For IPv6 the dissector also records whether a Fragment header makes
+//! the packet a fragment (`flag::FRAG6`, and `flag::FRAG6_LATER` past the first), as the
+//! IPv4 header says it itself. [`tcp_flags`] and [`icmp_type`] read IPv4 packets only (the
+//! classifier's keys); the flow, port and match readers read both families.
 //!
 //! Invariant: `Meta::l4` is 0 (not located) or at least 20 bytes (IPv4) or 40 bytes
 //! (IPv6) past `Meta::l3`, and the IP header between them (extension headers included)
 //! was whole in the frame when it was dissected.
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 
 use netbatch_engine::{Meta, PktMut};
 use netbatch_wire::bytes::get_u16;
@@ -49,7 +52,7 @@ use netbatch_wire::vlan::{self, VlanHeader};
 use crate::meta::flag;
 
 /// Dissector flags (in `Meta::flags`).
-const FLAGS: u32 = flag::VLAN | flag::QINQ;
+const FLAGS: u32 = flag::VLAN | flag::QINQ | flag::FRAG6 | flag::FRAG6_LATER;
 
 /// What the dissector found after the link header (`Meta::l3_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,7 +311,22 @@ fn ip6(ip: &[u8], at: usize, r: &mut Dissected) {
     if let Ok(up) = ip6_walk(&v) {
         r.l4 = (at + up.offset) as u16;
         r.l4_type = up.protocol.0;
+        // An atomic fragment (offset 0, M clear: RFC 6946) is a whole packet.
+        if let Some(f) = up.fragment.filter(|f| f.offset != 0 || f.more) {
+            r.flags |= flag::FRAG6;
+            if f.offset != 0 {
+                r.flags |= flag::FRAG6_LATER;
+            }
+        }
     }
+}
+
+/// Whether next header value `nh` names an upper layer the walk stops at at once (no
+/// extension header, nothing the walk refuses): what the IPv6 shortcut of [`frame_in`]
+/// may take.
+#[inline(always)]
+const fn ip6_upper_at_once(nh: u8) -> bool {
+    !matches!(nh, 0 | 43 | 44 | 51 | 60 | 135 | 139 | 140 | 253 | 254)
 }
 
 /// Dissects the frame `v` starts with, unless it was dissected already.
@@ -337,6 +355,21 @@ pub fn frame_in(m: &mut Meta, d: &[u8]) {
         m.l3 = m.data + ethernet::HEADER_LEN as u16;
         m.l4 = m.l3 + 20;
         m.l4_type = ip.protocol().0;
+        return;
+    }
+    // Untagged IPv6 whose fixed header names its upper layer (no extension header).
+    if let Some((eth, rest)) = d.split_first_chunk::<{ ethernet::HEADER_LEN }>()
+        && let Some(ip) = rest.first_chunk::<40>()
+        && EthernetFrame::new_unchecked(eth).ethertype() == EtherType::IPV6
+        && ip[0] >> 4 == 6
+        && ip6_upper_at_once(ip[6])
+    {
+        m.l3_type = L3::Ipv6 as u8;
+        m.l2_len = ethernet::HEADER_LEN as u8;
+        m.l3 = m.data + ethernet::HEADER_LEN as u16;
+        m.l4 = m.l3 + 40;
+        m.l4_type = ip[6];
+        m.flags &= !FLAGS;
         return;
     }
     frame_slow(m, d);
@@ -426,6 +459,71 @@ impl FlowKey {
     }
 }
 
+/// An IPv6 packet's flow (as [`FlowKey`] for IPv4): what RPS and multipath routing hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey6 {
+    /// Source address.
+    pub src: Ipv6Addr,
+    /// Destination address.
+    pub dst: Ipv6Addr,
+    /// The upper-layer protocol (the next header after the extension headers).
+    pub proto: u8,
+    /// Ports, for a protocol with ports in a packet that is not a fragment (every
+    /// fragment of a datagram is one flow, told by its addresses).
+    pub ports: Option<(u16, u16)>,
+}
+
+impl FlowKey6 {
+    /// The flow of an IPv6 packet dissected as `r`, in buffer `d`; `None` for other
+    /// packets or a cut header.
+    #[inline]
+    pub fn of(r: &Dissected, d: &[u8]) -> Option<Self> {
+        let ip = ip6_header(r, d)?;
+        let ports = if r.flags & flag::FRAG6 != 0 {
+            None
+        } else {
+            ports6_in(r.l4_type, r.l4, r.flags, d)
+        };
+        Some(Self {
+            src: ip.src(),
+            dst: ip.dst(),
+            proto: r.l4_type,
+            ports,
+        })
+    }
+
+    /// The Toeplitz hash of the flow, as a NIC's RSS computes it (RSS's IPv6 input:
+    /// addresses, then the ports for TCP, UDP, SCTP and UDP-Lite).
+    #[inline]
+    pub fn toeplitz(&self, t: &Toeplitz) -> u32 {
+        t.ipv6(self.src.octets(), self.dst.octets(), self.ports)
+    }
+}
+
+/// The fixed IPv6 header of a packet dissected as `r` in `d`, when its upper layer was
+/// located (so the header is whole and sane).
+#[inline(always)]
+fn ip6_header<'a>(r: &Dissected, d: &'a [u8]) -> Option<Ipv6Packet<&'a [u8; 40]>> {
+    if r.l3_type != L3::Ipv6 || r.l4 == 0 {
+        return None;
+    }
+    d.get(usize::from(r.l3)..)
+        .and_then(<[u8]>::first_chunk::<40>)
+        .map(Ipv6Packet::new_unchecked)
+}
+
+/// The ports of an IPv6 packet whose upper layer `proto` starts `l4` bytes into `d` (0:
+/// not located), with dissector flags `flags`: none in a later fragment (whose `l4` is
+/// where its data starts); a first fragment's are read.
+#[inline(always)]
+fn ports6_in(proto: u8, l4: u16, flags: u32, d: &[u8]) -> Option<(u16, u16)> {
+    if l4 == 0 || !L4::of(proto).has_ports() || flags & flag::FRAG6_LATER != 0 {
+        return None;
+    }
+    let p = d.get(usize::from(l4)..)?.first_chunk::<4>()?;
+    Some((get_u16(p, 0), get_u16(p, 2)))
+}
+
 /// The fixed part of the IPv4 header of a packet dissected as `r` in `d`.
 #[inline(always)]
 fn ip4_header<'a>(r: &Dissected, d: &'a [u8]) -> Option<Ipv4Packet<&'a [u8; 20]>> {
@@ -441,9 +539,12 @@ fn ip4_header<'a>(r: &Dissected, d: &'a [u8]) -> Option<Ipv4Packet<&'a [u8; 20]>
 /// protocol has ports and the frame holds them (a first fragment's too: what a port
 /// match of a filter reads; never a later fragment's). As the kernel's flow dissector,
 /// this reads within the buffer, not the IP total length: `ip4-input` checks that, and
-/// trims the packet to it before any filter reads the ports.
+/// trims the packet to it before any filter reads the ports. IPv4 and IPv6.
 #[inline]
 pub fn ports(r: &Dissected, d: &[u8]) -> Option<(u16, u16)> {
+    if r.l3_type == L3::Ipv6 {
+        return ports6_in(r.l4_type, r.l4, r.flags, d);
+    }
     ports_in(&ip4_header(r, d)?, r.l4, d)
 }
 
@@ -534,6 +635,42 @@ impl MatchKey {
     }
 }
 
+/// What a filter matches of an IPv6 packet: the upper-layer protocol (after the
+/// extension headers), addresses and ports, read once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatchKey6 {
+    /// The upper-layer protocol.
+    pub proto: u8,
+    /// Source address.
+    pub src: Ipv6Addr,
+    /// Destination address.
+    pub dst: Ipv6Addr,
+    /// Ports (a first fragment's too; never a later fragment's).
+    pub ports: Option<(u16, u16)>,
+}
+
+impl MatchKey6 {
+    /// The key of the IPv6 packet whose metadata is `m` and data `d`; `None` if it is not
+    /// an IPv6 packet whose upper layer the dissector located.
+    #[inline(always)]
+    pub fn of(m: &Meta, d: &[u8]) -> Option<Self> {
+        if m.l3_type != L3::Ipv6 as u8 || m.l4 == 0 {
+            return None;
+        }
+        let ip = d
+            .get(usize::from(m.l3.wrapping_sub(m.data))..)
+            .and_then(<[u8]>::first_chunk::<40>)
+            .map(Ipv6Packet::new_unchecked)?;
+        let l4 = m.l4.wrapping_sub(m.data);
+        Some(Self {
+            proto: m.l4_type,
+            src: ip.src(),
+            dst: ip.dst(),
+            ports: ports6_in(m.l4_type, l4, m.flags, d),
+        })
+    }
+}
+
 /// The VLAN ids of frame `d` (from its Ethernet header), whose dissector flags are
 /// `flags` (`Meta::flags` or `Dissected::flags`): the outer tag's and, with two tags, the
 /// inner one's (802.1ad S-tag, then 802.1Q C-tag).
@@ -580,7 +717,10 @@ pub fn hash_frame(d: &[u8], t: &Toeplitz) -> u32 {
 /// 0 is folded to 1, as 0 means "no hash").
 #[inline]
 fn hash_of(r: &Dissected, d: &[u8], t: &Toeplitz) -> u32 {
-    FlowKey::of(r, d).map_or(0, |k| k.toeplitz(t).max(1))
+    match r.l3_type {
+        L3::Ipv6 => FlowKey6::of(r, d).map_or(0, |k| k.toeplitz(t).max(1)),
+        _ => FlowKey::of(r, d).map_or(0, |k| k.toeplitz(t).max(1)),
+    }
 }
 
 #[cfg(test)]
@@ -855,16 +995,21 @@ mod tests {
         let r = parse(&f);
         assert_eq!(
             (r.l3_type, r.l3, r.l4, r.l4_type, r.flags),
-            (L3::Ipv6, 18, 18 + 40 + 32, 6, flag::VLAN)
+            (L3::Ipv6, 18, 18 + 40 + 32, 6, flag::VLAN | flag::FRAG6)
         );
         assert_eq!(r.l4_kind(), Some(L4::Tcp));
-        // The classifiers' readers are IPv4's: nothing for IPv6.
+        // IPv4's readers find nothing; IPv6's flow is the addresses alone for a
+        // fragment (every fragment one flow), while a filter reads a first fragment's
+        // ports (as for IPv4).
         assert_eq!(FlowKey::of(&r, &f), None);
-        assert_eq!(ports(&r, &f), None);
-        assert_eq!(tcp_flags(&r, &f), None);
+        let k = FlowKey6::of(&r, &f).expect("an IPv6 flow");
+        assert_eq!((k.proto, k.ports), (6, None));
+        assert_eq!(ports(&r, &f), Some((5000, 53)));
+        assert_eq!(tcp_flags(&r, &f), None, "an IPv4 reader");
+        let t = Toeplitz::new(&netbatch_wire::toeplitz::MS_KEY);
         assert_eq!(
-            hash_frame(&f, &Toeplitz::new(&netbatch_wire::toeplitz::MS_KEY)),
-            0
+            hash_frame(&f, &t),
+            t.ipv6(k.src.octets(), k.dst.octets(), None).max(1)
         );
         // A later fragment (offset 1480): its data is not a header; L4 is where it
         // starts, with the protocol it continues (as a later IPv4 fragment's).

@@ -2,15 +2,15 @@
 //! sockets, the ICMP rate limit, transmit queues and the packets that wait to enter the
 //! graph from outside a stage call (timers, applications).
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use netbatch_engine::{BufCache, Pkt, PktList};
 
 use crate::iface::{Iface, Port};
-use crate::neigh::{NeighParams, NeighTable};
+use crate::neigh::{NeighParams, NeighTable, NeighTable6};
 use crate::ratelimit::TokenBucket;
-use crate::route::Routes;
+use crate::route::{Routes, Routes6};
 use crate::udp::socket::Sockets;
 
 /// Counters of host-level events that are not drops (drops are counted per stage).
@@ -30,8 +30,23 @@ pub struct HostStats {
     pub icmp_errors_rate_limited: u64,
     /// ICMP messages received and consumed (not echo requests).
     pub icmp_in_other: u64,
-    /// Packets the allocation of a new buffer failed for (ARP requests).
+    /// Packets the allocation of a new buffer failed for (ARP requests, neighbour
+    /// solicitations).
     pub alloc_failures: u64,
+    /// Neighbour solicitations sent (RFC 4861 7.2.2).
+    pub nd_solicits_out: u64,
+    /// Neighbour advertisements sent in answer to a solicitation (RFC 4861 7.2.4).
+    pub nd_adverts_out: u64,
+    /// ICMPv6 echo replies sent.
+    pub icmp6_echo_replies: u64,
+    /// ICMPv6 errors sent.
+    pub icmp6_errors_out: u64,
+    /// ICMPv6 errors not sent because RFC 4443 2.4(e) forbids one for that packet.
+    pub icmp6_errors_suppressed: u64,
+    /// ICMPv6 errors not sent because of the rate limit (RFC 4443 2.4(f)).
+    pub icmp6_errors_rate_limited: u64,
+    /// ICMPv6 messages received and consumed (errors, router messages).
+    pub icmp6_in_other: u64,
 }
 
 impl HostStats {
@@ -46,6 +61,13 @@ impl HostStats {
             ("icmp_errors_rate_limited", self.icmp_errors_rate_limited),
             ("icmp_in_other", self.icmp_in_other),
             ("alloc_failures", self.alloc_failures),
+            ("nd_solicits_out", self.nd_solicits_out),
+            ("nd_adverts_out", self.nd_adverts_out),
+            ("icmp6_echo_replies", self.icmp6_echo_replies),
+            ("icmp6_errors_out", self.icmp6_errors_out),
+            ("icmp6_errors_suppressed", self.icmp6_errors_suppressed),
+            ("icmp6_errors_rate_limited", self.icmp6_errors_rate_limited),
+            ("icmp6_in_other", self.icmp6_in_other),
         ]
     }
 }
@@ -61,16 +83,25 @@ pub enum Entry {
     LocalOut,
     /// Packets released by a neighbour another worker learned.
     Neighbour,
-    /// Complete frames (ARP requests from timers).
+    /// IPv6 packets whose `Meta::note` names an ICMPv6 error cause (failed resolutions).
+    Icmp6Error,
+    /// Locally originated IPv6 packets (application sends).
+    LocalOut6,
+    /// IPv6 packets released by a neighbour another worker learned.
+    Neighbour6,
+    /// Complete frames (ARP requests and neighbour solicitations from timers).
     Transmit,
 }
 
 impl Entry {
     /// Every entry, in the order the worker runs what waits at them.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 7] = [
         Self::IcmpError,
         Self::LocalOut,
         Self::Neighbour,
+        Self::Icmp6Error,
+        Self::LocalOut6,
+        Self::Neighbour6,
         Self::Transmit,
     ];
 
@@ -81,6 +112,9 @@ impl Entry {
             Self::IcmpError => node::IP4_ICMP_ERROR,
             Self::LocalOut => node::IP4_LOCAL_OUT,
             Self::Neighbour => node::NEIGHBOUR,
+            Self::Icmp6Error => node::IP6_ICMP_ERROR,
+            Self::LocalOut6 => node::IP6_LOCAL_OUT,
+            Self::Neighbour6 => node::IP6_NEIGHBOUR,
             Self::Transmit => node::TX,
         }
     }
@@ -178,14 +212,20 @@ pub struct Host {
     pub ifaces: Vec<Iface>,
     /// Routes (shared by the workers, read-only on the fast path).
     pub routes: Arc<Routes>,
+    /// IPv6 routes (shared as `routes` is).
+    pub routes6: Arc<Routes6>,
     /// Settings.
     pub params: HostParams,
-    /// Neighbours.
+    /// Neighbours (ARP).
     pub neigh: NeighTable,
+    /// IPv6 neighbours (neighbour discovery).
+    pub neigh6: NeighTable6,
     /// UDP sockets.
     pub sockets: Sockets,
     /// ICMP error rate limit.
     pub icmp_limit: TokenBucket,
+    /// ICMPv6 error rate limit (RFC 4443 2.4(f)).
+    pub icmp6_limit: TokenBucket,
     /// Per-port transmit queues, flushed by the worker after each poll.
     pub tx: Vec<PktList>,
     /// Packets waiting to enter the graph.
@@ -198,6 +238,10 @@ pub struct Host {
     pub neigh_shared: Option<(Arc<crate::neigh::NeighShared>, usize)>,
     neigh_seen: u64,
     learned: Vec<crate::neigh::Learned>,
+    /// With several workers: what they learn from neighbour discovery.
+    pub neigh6_shared: Option<(Arc<crate::neigh::NeighShared6>, usize)>,
+    neigh6_seen: u64,
+    learned6: Vec<crate::neigh::LearnedOf<crate::route::V6>>,
     /// Added to the worker's clock, nanoseconds since the Unix epoch (for IP timestamps):
     /// 0 where that clock already is UTC (replay runs on the capture's timestamps).
     pub clock_to_utc_ns: u64,
@@ -229,8 +273,11 @@ impl Host {
             ports,
             ifaces,
             routes,
+            routes6: Arc::new(Routes6::new()),
             neigh: NeighTable::new(params.neigh),
+            neigh6: NeighTable6::new(params.neigh),
             icmp_limit: TokenBucket::new(params.icmp_rate, params.icmp_burst),
+            icmp6_limit: TokenBucket::new(params.icmp_rate, params.icmp_burst),
             params,
             sockets: Sockets::new(),
             tx,
@@ -240,6 +287,9 @@ impl Host {
             neigh_shared: None,
             neigh_seen: 0,
             learned: Vec::new(),
+            neigh6_shared: None,
+            neigh6_seen: 0,
+            learned6: Vec::new(),
             clock_to_utc_ns: 0,
         }
     }
@@ -258,6 +308,28 @@ impl Host {
                 self.neigh
                     .learn(l.iface, l.ip, l.mac, now_ns, true, released);
             }
+        }
+        if let Some((shared6, _)) = &self.neigh6_shared {
+            self.neigh6_seen = shared6.since(self.neigh6_seen, &mut self.learned6);
+            let released = &mut self.injected.queues[Entry::Neighbour6 as usize];
+            for l in self.learned6.drain(..) {
+                if l.origin != me {
+                    self.neigh6
+                        .learn(l.iface, l.ip, l.mac, now_ns, true, released);
+                }
+            }
+        }
+    }
+
+    /// Tells the other workers about an IPv6 neighbour this one learned.
+    pub fn publish_neighbour6(
+        &self,
+        iface: u16,
+        ip: Ipv6Addr,
+        mac: netbatch_wire::ethernet::MacAddr,
+    ) {
+        if let Some((shared6, me)) = &self.neigh6_shared {
+            shared6.publish(*me, iface, ip, mac);
         }
     }
 
@@ -283,6 +355,19 @@ impl Host {
         self.ifaces.iter().any(|i| i.has_addr(a))
     }
 
+    /// Whether `a` is one of our IPv6 addresses: a global one (any interface), or the
+    /// link-local address of interface `iface` (link-local addresses are scoped to
+    /// their interface).
+    pub fn is_local6(&self, a: Ipv6Addr, iface: u16) -> bool {
+        if netbatch_wire::ipv6::is_link_local(a) {
+            return self
+                .ifaces
+                .get(usize::from(iface))
+                .is_some_and(|i| i.ll6 == a);
+        }
+        self.routes6.is_local_addr(u128::from(a))
+    }
+
     /// Packets held in queues and tables right now (socket queues, neighbour queues,
     /// transmit queues not yet flushed, injected packets not yet run), in wire packets.
     pub fn held(&self, pool: &netbatch_engine::Pool) -> u64 {
@@ -296,13 +381,17 @@ impl Host {
                 .map(|p| pool.get(p).meta.wire_packets())
                 .sum::<u64>()
         };
-        self.neigh.held() + self.tx.iter().map(list).sum::<u64>() + self.injected.held(pool)
+        self.neigh.held()
+            + self.neigh6.held()
+            + self.tx.iter().map(list).sum::<u64>()
+            + self.injected.held(pool)
     }
 
     /// Frees everything the host holds (at shutdown).
     pub fn drain_all(&mut self, cache: &mut BufCache) {
         self.sockets.drain_all(cache);
         self.neigh.drain_all(cache);
+        self.neigh6.drain_all(cache);
         for q in &mut self.tx {
             cache.free_all(q);
         }

@@ -4,13 +4,14 @@
 //! A port maps untagged frames to its native interface (if it has one) and tagged frames
 //! to sub-interfaces by VLAN key.
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 
 use netbatch_wire::ethernet::MacAddr;
+use netbatch_wire::ipv6;
 
 use crate::offload::Features;
 
-use crate::prefix::IfAddr;
+use crate::prefix::{If6Addr, IfAddr};
 
 /// A VLAN tag stack on an interface: none, one 802.1Q tag, or 802.1ad + 802.1Q.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -101,9 +102,59 @@ pub struct Iface {
     /// Addresses; the first is the primary (source of ARP requests, and of ICMP errors
     /// when no better address applies: see `ip4::icmp_error`).
     pub addrs: Vec<IfAddr>,
+    /// IPv6 addresses of global (or unique local) scope, with their on-link prefixes.
+    pub addrs6: Vec<If6Addr>,
+    /// The IPv6 link-local address (RFC 4291 2.5.6): every interface has one, derived
+    /// from its MAC (modified EUI-64, RFC 4291 2.5.1) unless configured. Its scope is
+    /// this interface: the same address on another interface is another address.
+    pub ll6: Ipv6Addr,
 }
 
 impl Iface {
+    /// An interface with IPv4 addresses `addrs`, no global IPv6 address and the
+    /// link-local address derived from `mac`.
+    pub fn new(
+        name: impl Into<String>,
+        port: u16,
+        tags: Tags,
+        mac: MacAddr,
+        mtu: u16,
+        addrs: Vec<IfAddr>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            port,
+            tags,
+            mac,
+            mtu,
+            addrs,
+            addrs6: Vec::new(),
+            ll6: ipv6::link_local_from_mac(mac),
+        }
+    }
+
+    /// Whether `a` is one of this interface's IPv6 addresses (its link-local included).
+    #[inline]
+    pub fn has_addr6(&self, a: Ipv6Addr) -> bool {
+        a == self.ll6 || self.addrs6.iter().any(|x| x.addr == a)
+    }
+
+    /// The IPv6 source address toward `dst` (RFC 6724 5, in its simplest form): the
+    /// link-local address for a link-local or link-scope multicast destination; else an
+    /// address whose on-link prefix holds `dst`, else the first global address, else the
+    /// link-local one.
+    pub fn source6_for(&self, dst: Ipv6Addr) -> Ipv6Addr {
+        if ipv6::is_link_local(dst)
+            || ipv6::multicast_scope(dst).is_some_and(|s| s <= ipv6::scope::LINK_LOCAL)
+        {
+            return self.ll6;
+        }
+        self.addrs6
+            .iter()
+            .find(|a| a.subnet().contains(dst))
+            .or_else(|| self.addrs6.first())
+            .map_or(self.ll6, |a| a.addr)
+    }
     /// The primary address, if any.
     pub fn primary(&self) -> Option<Ipv4Addr> {
         self.addrs.first().map(|a| a.addr)

@@ -2,7 +2,9 @@
 //! the packet's path: `l2::input` (`eth-input`), `arp::input`, `ip4::input`,
 //! `filter::hook` (`hook-prerouting` …), `ip4::route`, `ip4::local`, `udp::input`,
 //! `icmp::input`, `ip4::forward`, `ip4::icmp_error`, `ip4::local_out`,
-//! `neigh::resolve` (`neighbour`), `tx`.
+//! `neigh::resolve` (`neighbour`), `tx`; for IPv6 `ip6::input`, `ip6::route`,
+//! `ip6::local`, `udp::input` (`udp6-input`), `icmp6::input`, `nd::input`,
+//! `ip6::forward`, `ip6::icmp_error`, `ip6::local_out`, `nd::resolve` (`ip6-neighbour`).
 //!
 //! Every stage is list-aware and keeps per-list state (route hint, last socket, last
 //! neighbour) hoisted out of its packet loop. Every packet leaves a stage on an arc or
@@ -21,11 +23,13 @@ pub mod gso;
 pub mod host;
 pub mod hostif;
 pub mod icmp;
+pub mod icmp6;
 pub mod iface;
 pub mod ip4;
 pub mod ip6;
 pub mod l2;
 pub mod meta;
+pub mod nd;
 pub mod neigh;
 pub mod offload;
 pub mod prefix;
@@ -47,8 +51,15 @@ pub const REASON_SETS: &[&[netbatch_engine::Reason]] = &[
     neigh::reason::ALL,
     ip4::input::reason::ALL,
     ip6::input::reason::ALL,
-    ip6::reason::ALL,
     route::reason::ALL,
+    ip6::route::reason::ALL,
+    ip6::local::reason::ALL,
+    ip6::forward::reason::ALL,
+    ip6::icmp_error::reason::ALL,
+    ip6::local_out::reason::ALL,
+    icmp6::input::reason::ALL,
+    nd::input::reason::ALL,
+    nd::resolve::reason::ALL,
     ip4::local::reason::ALL,
     ip4::forward::reason::ALL,
     ip4::fragment::reason::ALL,

@@ -23,6 +23,12 @@ pub mod flag {
     pub const IP_CSUM_OK: u32 = 1 << 4;
     /// The frame carried two VLAN tags (dissector).
     pub const QINQ: u32 = 1 << 5;
+    /// An IPv6 packet with a Fragment header that is not atomic: a fragment of a larger
+    /// datagram, first or later (dissector; RFC 8200 4.5, RFC 6946).
+    pub const FRAG6: u32 = 1 << 6;
+    /// An IPv6 fragment with a non-zero offset: `Meta::l4` is where its data starts, not
+    /// an upper-layer header (dissector).
+    pub const FRAG6_LATER: u32 = 1 << 7;
     /// The destination is one of our addresses (set by routing).
     pub const LOCAL: u32 = 1 << 8;
     /// The packet was originated by this host (not received).
@@ -47,6 +53,8 @@ pub mod flag {
         | VLAN
         | IP_CSUM_OK
         | QINQ
+        | FRAG6
+        | FRAG6_LATER
         | LOCAL
         | ORIGINATED
         | FORWARDED
@@ -70,6 +78,14 @@ pub mod gso {
     pub const FRAGLIST_TCPV4: u8 = 3;
     /// As [`FRAGLIST_TCPV4`] for UDP.
     pub const FRAGLIST_UDPV4: u8 = 4;
+    /// TCP over IPv6, payload merged.
+    pub const TCPV6: u8 = 5;
+    /// UDP over IPv6, payload merged.
+    pub const UDPV6: u8 = 6;
+    /// A fraglist chain of TCP over IPv6.
+    pub const FRAGLIST_TCPV6: u8 = 7;
+    /// A fraglist chain of UDP over IPv6.
+    pub const FRAGLIST_UDPV6: u8 = 8;
     /// Flag bit: the segments share one IPv4 identification (GRO saw them fixed), so GSO
     /// must not increment it.
     pub const FIXED_ID: u8 = 0x80;

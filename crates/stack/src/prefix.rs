@@ -6,6 +6,64 @@ use core::str::FromStr;
 
 pub use crate::fib6::{If6Addr, Ipv6Prefix};
 
+/// An IPv4 or IPv6 prefix (a filter rule's address match): written `a.b.c.d/len` or
+/// `x:y::/len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpPrefix {
+    /// IPv4.
+    V4(Ipv4Prefix),
+    /// IPv6.
+    V6(Ipv6Prefix),
+}
+
+impl IpPrefix {
+    /// Whether the address of a packet of family `v6` with bits `a` (an IPv4 address in
+    /// the low 32 bits) is in the prefix; never for the other family.
+    #[inline]
+    pub fn contains_bits(&self, v6: bool, a: u128) -> bool {
+        match self {
+            Self::V4(p) => !v6 && p.contains_bits(a as u32),
+            Self::V6(p) => v6 && p.contains_bits(a),
+        }
+    }
+
+    /// Whether it is an IPv6 prefix.
+    pub fn is_v6(&self) -> bool {
+        matches!(self, Self::V6(_))
+    }
+}
+
+impl fmt::Display for IpPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::V4(p) => p.fmt(f),
+            Self::V6(p) => p.fmt(f),
+        }
+    }
+}
+
+impl FromStr for IpPrefix {
+    type Err = String;
+    /// An IPv6 prefix when it has a `:`, else IPv4; a bare address is a host prefix.
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.contains(':') {
+            s.parse()
+                .map(Self::V6)
+                .map_err(|e: crate::fib6::Prefix6Error| e.to_string())
+        } else {
+            s.parse()
+                .map(Self::V4)
+                .map_err(|e: PrefixError| e.to_string())
+        }
+    }
+}
+
+impl From<Ipv4Prefix> for IpPrefix {
+    fn from(p: Ipv4Prefix) -> Self {
+        Self::V4(p)
+    }
+}
+
 /// An IPv4 prefix: address bits and a length; host bits beyond the length are zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ipv4Prefix {

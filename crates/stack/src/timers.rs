@@ -24,8 +24,29 @@ pub fn run(host: &mut Host, pool: &Pool, cache: &mut BufCache, now_ns: u64) {
             None => host.stats.alloc_failures += 1,
         }
     }
-    for mut p in failed {
+    for mut p in failed.drain(..) {
         pool.get_mut(&mut p).meta.note = crate::ip4::icmp_error::Cause::NeighFailed.note();
         host.injected.push(Entry::IcmpError, p);
+    }
+    // Neighbour discovery: solicitations retried or probing stale entries, resolutions
+    // given up (what waited is answered with Address Unreachable, RFC 4861 7.2.2).
+    let mut probes6 = Vec::new();
+    host.neigh6.tick(now_ns, &mut probes6, &mut failed);
+    for pr in probes6 {
+        let Some(iface) = host.ifaces.get(usize::from(pr.iface)) else {
+            continue;
+        };
+        match crate::nd::build_solicit(pool, cache, iface, pr.iface, pr.target, pr.unicast) {
+            Some(r) => {
+                host.stats.nd_solicits_out += 1;
+                host.injected.push(Entry::Transmit, r);
+                host.injected.originated += 1;
+            }
+            None => host.stats.alloc_failures += 1,
+        }
+    }
+    for mut p in failed {
+        pool.get_mut(&mut p).meta.note = crate::ip6::Cause::NeighFailed.note();
+        host.injected.push(Entry::Icmp6Error, p);
     }
 }

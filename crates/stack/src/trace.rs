@@ -13,7 +13,7 @@
 //! - A parse error names the word it stopped at.
 
 use core::fmt::{self, Write as _};
-use core::net::Ipv4Addr;
+use core::net::{IpAddr, Ipv4Addr};
 use core::str::FromStr;
 use std::collections::HashMap;
 
@@ -23,10 +23,11 @@ use netbatch_wire::bytes::get_u16;
 use netbatch_wire::ethernet::{EthernetFrame, HEADER_LEN as ETH_LEN};
 use netbatch_wire::icmpv4::Icmpv4Packet;
 use netbatch_wire::ipv4::Ipv4Packet;
+use netbatch_wire::ipv6::Ipv6Packet;
 use netbatch_wire::tcp::TcpFlags;
 
-use crate::dissect::{self, Dissected, FlowKey, L3, L4};
-use crate::prefix::Ipv4Prefix;
+use crate::dissect::{self, Dissected, FlowKey, FlowKey6, L3, L4};
+use crate::prefix::{IpPrefix, Ipv4Prefix, Ipv6Prefix};
 use crate::route::{ADJ_ON_LINK, Routes};
 
 /// One condition of a [`Match`].
@@ -35,11 +36,11 @@ enum Term {
     /// The IP protocol number.
     Proto(u8),
     /// Source address in the prefix.
-    Src(Ipv4Prefix),
+    Src(IpPrefix),
     /// Destination address in the prefix.
-    Dst(Ipv4Prefix),
+    Dst(IpPrefix),
     /// Source or destination address in the prefix.
-    Either(Ipv4Prefix),
+    Either(IpPrefix),
     /// Source port.
     SrcPort(u16),
     /// Destination port.
@@ -48,32 +49,48 @@ enum Term {
     Port(u16),
 }
 
-/// What a frame holds that terms test: its IPv4 addresses and protocol, and its ports.
+/// What a frame holds that terms test: its IP addresses and protocol (for IPv6 the upper
+/// layer's), and its ports.
 struct Keys {
-    flow: Option<FlowKey>,
+    flow: Option<(u8, IpAddr, IpAddr)>,
     ports: Option<(u16, u16)>,
 }
 
 impl Keys {
     fn of(frame: &[u8]) -> Self {
         let r = dissect::parse(frame);
+        let flow = match FlowKey::of(&r, frame) {
+            Some(k) => Some((k.proto, IpAddr::V4(k.src), IpAddr::V4(k.dst))),
+            None => {
+                FlowKey6::of(&r, frame).map(|k| (k.proto, IpAddr::V6(k.src), IpAddr::V6(k.dst)))
+            }
+        };
         Self {
-            flow: FlowKey::of(&r, frame),
+            flow,
             ports: dissect::ports(&r, frame),
         }
     }
 }
 
+/// Whether address `a` is in prefix `p` (of the same family).
+fn within(p: IpPrefix, a: IpAddr) -> bool {
+    match (p, a) {
+        (IpPrefix::V4(p), IpAddr::V4(a)) => p.contains(a),
+        (IpPrefix::V6(p), IpAddr::V6(a)) => p.contains(a),
+        _ => false,
+    }
+}
+
 impl Term {
     fn holds(self, k: &Keys) -> bool {
-        let Some(f) = k.flow else {
+        let Some((proto, src, dst)) = k.flow else {
             return false;
         };
         match self {
-            Self::Proto(p) => f.proto == p,
-            Self::Src(n) => n.contains(f.src),
-            Self::Dst(n) => n.contains(f.dst),
-            Self::Either(n) => n.contains(f.src) || n.contains(f.dst),
+            Self::Proto(p) => proto == p,
+            Self::Src(n) => within(n, src),
+            Self::Dst(n) => within(n, dst),
+            Self::Either(n) => within(n, src) || within(n, dst),
             Self::SrcPort(p) => k.ports.is_some_and(|(s, _)| s == p),
             Self::DstPort(p) => k.ports.is_some_and(|(_, d)| d == p),
             Self::Port(p) => k.ports.is_some_and(|(s, d)| s == p || d == p),
@@ -90,7 +107,7 @@ impl fmt::Display for Term {
             },
             Self::Src(n) => write!(f, "src {}", Host(*n)),
             Self::Dst(n) => write!(f, "dst {}", Host(*n)),
-            Self::Either(n) if n.prefix_len() == 32 => write!(f, "host {}", n.addr()),
+            Self::Either(n) if is_host(n) => write!(f, "host {}", Host(*n)),
             Self::Either(n) => write!(f, "net {n}"),
             Self::SrcPort(p) => write!(f, "src port {p}"),
             Self::DstPort(p) => write!(f, "dst port {p}"),
@@ -99,15 +116,23 @@ impl fmt::Display for Term {
     }
 }
 
+/// Whether prefix `p` is one address.
+fn is_host(p: &IpPrefix) -> bool {
+    match p {
+        IpPrefix::V4(p) => p.prefix_len() == 32,
+        IpPrefix::V6(p) => p.prefix_len() == 128,
+    }
+}
+
 /// A prefix written as an address when it is one.
-struct Host(Ipv4Prefix);
+struct Host(IpPrefix);
 
 impl fmt::Display for Host {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.prefix_len() == 32 {
-            write!(f, "{}", self.0.addr())
-        } else {
-            write!(f, "{}", self.0)
+        match self.0 {
+            IpPrefix::V4(p) if p.prefix_len() == 32 => write!(f, "{}", p.addr()),
+            IpPrefix::V6(p) if p.prefix_len() == 128 => write!(f, "{}", p.addr()),
+            p => write!(f, "{p}"),
         }
     }
 }
@@ -117,6 +142,7 @@ const PROTOS: &[(&str, u8)] = &[
     ("icmp", 1),
     ("tcp", 6),
     ("udp", 17),
+    ("icmp6", 58),
     ("sctp", 132),
     ("udplite", 136),
 ];
@@ -128,15 +154,18 @@ fn proto_name(p: u8) -> Option<&'static str> {
 /// Which received frames to trace: terms over the dissector's keys, all of which must
 /// hold (tcpdump's syntax, a subset):
 ///
-/// - `proto udp|tcp|icmp|sctp|udplite|N`, or the bare name (`udp`);
-/// - `src A`, `dst A` (an address or a prefix `A/len`; `src net A/len` and `src host A`
-///   too), `host A` (source or destination), `net A/len` (source or destination);
+/// - `proto udp|tcp|icmp|icmp6|sctp|udplite|N`, or the bare name (`udp`); for IPv6 the
+///   upper layer's protocol, after the extension headers;
+/// - `src A`, `dst A` (an IPv4 or IPv6 address or a prefix `A/len`; `src net A/len` and
+///   `src host A` too), `host A` (source or destination), `net A/len` (source or
+///   destination);
 /// - `src port N`, `dst port N`, `port N` (either; only a packet with ports matches:
 ///   TCP, UDP, SCTP, UDP-Lite, not a later fragment);
 /// - `not TERM` (or `!`); terms joined by `and` (or `&&`).
 ///
-/// Every term needs an IPv4 header: a frame without one (ARP, IPv6, a cut header)
-/// matches none, and every `not`.
+/// Every term needs an IP header whose upper layer the dissector located: a frame
+/// without one (ARP, a cut header) matches none, and every `not`. An address term
+/// matches its own family only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Match {
     /// (negated, term), all of which must hold.
@@ -169,7 +198,7 @@ impl fmt::Display for MatchError {
 
 impl std::error::Error for MatchError {}
 
-const A_TERM: &str = "a term (proto, udp, tcp, icmp, src, dst, host, net, port, not)";
+const A_TERM: &str = "a term (proto, udp, tcp, icmp, icmp6, src, dst, host, net, port, not)";
 
 /// The words of an expression, consumed front to back.
 struct Words<'a> {
@@ -214,16 +243,19 @@ impl<'a> Words<'a> {
             .ok_or_else(|| self.error(w, what))
     }
 
-    fn prefix(&mut self, host_only: bool) -> Result<Ipv4Prefix, MatchError> {
+    fn prefix(&mut self, host_only: bool) -> Result<IpPrefix, MatchError> {
         let w = self.next();
         let what = if host_only {
-            "an IPv4 address"
+            "an IPv4 or IPv6 address"
         } else {
-            "an IPv4 address or prefix (a.b.c.d/len, no host bits)"
+            "an IPv4 or IPv6 address or prefix (a.b.c.d/len, x:y::/len, no host bits)"
         };
         let p = match w {
-            Some(s) if host_only => s.parse::<Ipv4Addr>().ok().map(Ipv4Prefix::host),
-            Some(s) => s.parse::<Ipv4Prefix>().ok(),
+            Some(s) if host_only => s.parse::<IpAddr>().ok().map(|a| match a {
+                IpAddr::V4(a) => IpPrefix::V4(Ipv4Prefix::host(a)),
+                IpAddr::V6(a) => IpPrefix::V6(Ipv6Prefix::host(a)),
+            }),
+            Some(s) => s.parse::<IpPrefix>().ok(),
             None => None,
         };
         p.ok_or_else(|| self.error(w, what))
@@ -254,7 +286,10 @@ impl<'a> Words<'a> {
                         .or_else(|| p.parse().ok())
                 });
                 Term::Proto(n.ok_or_else(|| {
-                    self.error(p, "a protocol (udp, tcp, icmp, sctp, udplite or 0-255)")
+                    self.error(
+                        p,
+                        "a protocol (udp, tcp, icmp, icmp6, sctp, udplite or 0-255)",
+                    )
                 })?)
             }
             Some(s) if PROTOS.iter().any(|&(n, _)| n == s) => {
@@ -519,13 +554,18 @@ const DECODE: &[(&str, Decode)] = &[
     ("eth-", Decode::Link),
     ("arp-", Decode::Arp),
     ("icmp-", Decode::Icmp),
+    ("icmp6-", Decode::Icmp),
+    ("nd-", Decode::Icmp),
     ("udp-", Decode::Ports),
+    ("udp6-", Decode::Ports),
     ("tcp-", Decode::Ports),
     ("neighbour", Decode::Out),
+    ("ip6-neighbour", Decode::Out),
     ("ip4-fragment", Decode::Out),
     ("gso", Decode::Out),
     ("tx", Decode::Out),
     ("ip4-", Decode::Ip),
+    ("ip6-", Decode::Ip),
     ("hook-", Decode::Ip),
 ];
 
@@ -547,6 +587,17 @@ impl<'a> Glimpse<'a> {
             r: Dissected::load(&m),
             d: v.head(),
         }
+    }
+
+    /// The fixed IPv6 header, when the packet is IPv6 and it was kept.
+    fn ip6(&self) -> Option<Ipv6Packet<&'a [u8; 40]>> {
+        if self.r.l3_type != L3::Ipv6 {
+            return None;
+        }
+        self.d
+            .get(usize::from(self.r.l3)..)?
+            .first_chunk::<40>()
+            .map(Ipv6Packet::new_unchecked)
     }
 
     /// The fixed IPv4 header, when the packet is IPv4 and it was kept.
@@ -581,7 +632,7 @@ fn view_text(node: &str, v: &View, routes: Option<&Routes>) -> String {
         .find(|(p, _)| node.starts_with(p))
         .map(|&(_, d)| d)
         .unwrap_or(match g.r.l3_type {
-            L3::Ipv4 => Decode::Ip,
+            L3::Ipv4 | L3::Ipv6 => Decode::Ip,
             L3::Arp => Decode::Arp,
             _ => Decode::Link,
         });
@@ -589,7 +640,7 @@ fn view_text(node: &str, v: &View, routes: Option<&Routes>) -> String {
     match how {
         Decode::Link => {
             link_text(&mut s, &g);
-            if g.ip().is_some() {
+            if g.ip().is_some() || g.ip6().is_some() {
                 s.push(' ');
                 ip_text(&mut s, &g, false);
             }
@@ -604,12 +655,17 @@ fn view_text(node: &str, v: &View, routes: Option<&Routes>) -> String {
         Decode::Out => {
             let _ = write!(s, "adj {}", v.adj & !ADJ_ON_LINK);
             let next_hop = if v.adj & ADJ_ON_LINK != 0 {
-                g.ip().map(|ip| ip.dst())
+                g.ip()
+                    .map(|ip| IpAddr::V4(ip.dst()))
+                    .or_else(|| g.ip6().map(|ip| IpAddr::V6(ip.dst())))
+            } else if g.r.l3_type == L3::Ipv6 {
+                // The IPv6 routes are not in the report: the adjacency says it.
+                None
             } else {
                 routes
                     .and_then(|r| r.hop(v.adj))
                     .filter(|h| h.gateway != 0)
-                    .map(|h| Ipv4Addr::from(h.gateway))
+                    .map(|h| IpAddr::V4(Ipv4Addr::from(h.gateway)))
             };
             if let Some(n) = next_hop {
                 let _ = write!(s, " next-hop {n}");
@@ -664,12 +720,18 @@ fn link_text(s: &mut String, g: &Glimpse<'_>) {
     let _ = write!(s, " {kind}");
 }
 
-/// `src -> dst proto ttl N len N` (ports after the addresses with `ports`, TCP flags).
+/// `src -> dst proto ttl N len N` (ports after the addresses with `ports`, TCP flags);
+/// for IPv6 `hlim N`, and the upper layer's protocol.
 fn ip_text(s: &mut String, g: &Glimpse<'_>, ports: bool) {
+    if let Some(ip6) = g.ip6() {
+        ip6_text(s, g, &ip6, ports);
+        return;
+    }
     let Some(ip) = g.ip() else {
         s.push_str(match g.r.l3_type {
             L3::Ipv4 => "(ipv4 header not kept)",
-            _ => "(not ipv4)",
+            L3::Ipv6 => "(ipv6 header not kept)",
+            _ => "(not ip)",
         });
         return;
     };
@@ -708,6 +770,44 @@ fn ip_text(s: &mut String, g: &Glimpse<'_>, ports: bool) {
     }
 }
 
+/// [`ip_text`] for an IPv6 packet.
+fn ip6_text(s: &mut String, g: &Glimpse<'_>, ip: &Ipv6Packet<&[u8; 40]>, ports: bool) {
+    let pp = if ports {
+        dissect::ports(&g.r, g.d)
+    } else {
+        None
+    };
+    match pp {
+        Some((sp, dp)) => {
+            let _ = write!(s, "[{}]:{sp} -> [{}]:{dp}", ip.src(), ip.dst());
+        }
+        None => {
+            let _ = write!(s, "{} -> {}", ip.src(), ip.dst());
+        }
+    }
+    let p = g.r.l4_type;
+    match (g.r.l4 != 0, proto_name(p)) {
+        (false, _) => s.push_str(&format!(" next-header {}", ip.next_header().0)),
+        (true, Some(n)) => s.push_str(&format!(" {n}")),
+        (true, None) => s.push_str(&format!(" proto {p}")),
+    }
+    if ports
+        && L4::of(p) == L4::Tcp
+        && let Some(f) = dissect::tcp_flags(&g.r, g.d)
+    {
+        let _ = write!(s, " [{}]", tcp_flags_text(f));
+    }
+    let _ = write!(
+        s,
+        " hlim {} len {}",
+        ip.hop_limit(),
+        40 + usize::from(ip.payload_len())
+    );
+    if g.r.flags & crate::meta::flag::FRAG6 != 0 {
+        s.push_str(" frag");
+    }
+}
+
 /// tcpdump's letters for the control bits.
 fn tcp_flags_text(f: TcpFlags) -> String {
     const LETTERS: &[(TcpFlags, char)] = &[
@@ -728,8 +828,59 @@ fn tcp_flags_text(f: TcpFlags) -> String {
     if s.is_empty() { "none".into() } else { s }
 }
 
+/// ` echo-request id N seq N`, ` unreachable code N`… for ICMPv6 (the first bytes of the
+/// upper layer, as the dissector located it).
+fn icmp6_text(s: &mut String, g: &Glimpse<'_>) {
+    let Some(h) =
+        g.d.get(usize::from(g.r.l4)..)
+            .and_then(<[u8]>::first_chunk::<8>)
+            .filter(|_| g.r.l4 != 0 && g.r.l4_type == 58)
+    else {
+        return;
+    };
+    const NAMES: &[(u8, &str)] = &[
+        (1, "unreachable"),
+        (2, "packet-too-big"),
+        (3, "time-exceeded"),
+        (4, "parameter-problem"),
+        (128, "echo-request"),
+        (129, "echo-reply"),
+        (133, "router-solicitation"),
+        (134, "router-advertisement"),
+        (135, "neighbor-solicitation"),
+        (136, "neighbor-advertisement"),
+        (137, "redirect"),
+    ];
+    let (t, code) = (h[0], h[1]);
+    match NAMES.iter().find(|&&(n, _)| n == t) {
+        Some((_, n)) => {
+            let _ = write!(s, " {n}");
+        }
+        None => {
+            let _ = write!(s, " type {t}");
+        }
+    }
+    if code != 0 || t < 128 {
+        let _ = write!(s, " code {code}");
+    }
+    if matches!(t, 128 | 129) {
+        let _ = write!(s, " id {} seq {}", get_u16(h, 4), get_u16(h, 6));
+    }
+    if matches!(t, 135 | 136)
+        && let Some(a) =
+            g.d.get(usize::from(g.r.l4) + 8..)
+                .and_then(<[u8]>::first_chunk::<16>)
+    {
+        let _ = write!(s, " target {}", core::net::Ipv6Addr::from(*a));
+    }
+}
+
 /// ` echo-request id N seq N`, ` unreachable code N`…
 fn icmp_text(s: &mut String, g: &Glimpse<'_>) {
+    if g.r.l3_type == L3::Ipv6 {
+        icmp6_text(s, g);
+        return;
+    }
     let Some((t, code)) = dissect::icmp_type(&g.r, g.d) else {
         return;
     };
@@ -948,12 +1099,12 @@ mod tests {
             (
                 "src 10.0.0.1/8",
                 "10.0.0.1/8",
-                "at '10.0.0.1/8': expected an IPv4 address or prefix",
+                "at '10.0.0.1/8': expected an IPv4 or IPv6 address or prefix",
             ),
             (
                 "host 10.0.0.0/8",
                 "10.0.0.0/8",
-                "at '10.0.0.0/8': expected an IPv4 address",
+                "at '10.0.0.0/8': expected an IPv4 or IPv6 address",
             ),
             ("udp and and", "and", "at 'and': expected a term"),
             (
@@ -1046,14 +1197,14 @@ mod tests {
             features: Default::default(),
             pair: Default::default(),
         };
-        let iface = Iface {
-            name: "eth0".into(),
-            port: 0,
-            tags: Tags::None,
+        let iface = Iface::new(
+            "eth0",
+            0,
+            Tags::None,
             mac,
-            mtu: 1500,
-            addrs: vec!["192.0.2.1/24".parse().unwrap()],
-        };
+            1500,
+            vec!["192.0.2.1/24".parse().unwrap()],
+        );
         // The routes an address implies: its subnet, connected, and itself, local.
         let mut routes = Routes::new();
         let route = |p: &str, kind| Route {
@@ -1231,11 +1382,21 @@ mod tests {
     }
 
     /// Drops are shown with their reason and its description; an arc that drops is
-    /// one line (the arc and the drop it causes).
+    /// one line (the arc and the drop it causes); IPv6 packets are shown by their
+    /// addresses, upper layer, hop limit and length.
     #[test]
     fn drops_show_reason_and_description() {
         let mut bad_sum = udp("192.0.2.2", "192.0.2.1", 5000, 9);
         bad_sum[14 + 10] ^= 0xff; // the IPv4 header checksum
+        // TCP to us: this graph has no handler for it, so `tcp-input`'s `host` arc drops.
+        let tcp = {
+            let b = PacketBuilder::ethernet2(PEER, US)
+                .ipv4(ip("192.0.2.2"), ip("192.0.2.1"), 64)
+                .tcp(40000, 22, 1, 1000);
+            let mut v = Vec::with_capacity(b.size(0));
+            b.write(&mut v, &[]).unwrap();
+            v
+        };
         let ip6 = build(
             PacketBuilder::ethernet2(PEER, US)
                 .ipv6(
@@ -1246,7 +1407,7 @@ mod tests {
                 .udp(1, 2),
             b"x",
         );
-        let dump = trace_through_stack(TraceSpec::new(2), &[bad_sum, ip6], Dispatch::Runs);
+        let dump = trace_through_stack(TraceSpec::new(3), &[bad_sum, tcp, ip6], Dispatch::Runs);
         let ports = ["eth0".to_string()];
         let text = Report {
             dump: &dump,
@@ -1257,7 +1418,6 @@ mod tests {
         }
         .text();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 6, "{text}");
         assert!(lines[0].starts_with("Packet 1 worker 0 port eth0 at 1970-01-01T00:00:01"));
         assert!(lines[2].starts_with("  ip4-input: 192.0.2.2 -> 192.0.2.1 udp"));
         assert!(
@@ -1266,14 +1426,37 @@ mod tests {
             lines[2]
         );
         assert!(lines[3].starts_with("Packet 2 "));
-        assert!(lines[4].starts_with("  eth-input: 02:00:00:00:00:02 -> 02:00:00:00:00:01 ipv6"));
+        let tcp_line = lines
+            .iter()
+            .find(|l| l.starts_with("  tcp-input: "))
+            .expect("tcp-input");
         assert!(
-            lines[5].ends_with(&format!(
-                " -> ok: drop ip6_not_routed ({})",
-                crate::ip6::reason::NOT_ROUTED.description()
+            tcp_line.ends_with(&format!(
+                " -> host: drop tcp_no_handler ({})",
+                crate::tcp::reason::NO_HANDLER.description()
             )),
-            "{}",
-            lines[5]
+            "{tcp_line}"
         );
+        let p3 = lines
+            .iter()
+            .position(|l| l.starts_with("Packet 3 "))
+            .expect("packet 3");
+        assert!(
+            lines[p3 + 1].starts_with("  eth-input: 02:00:00:00:00:02 -> 02:00:00:00:00:01 ipv6")
+        );
+        assert_eq!(
+            lines[p3 + 2],
+            "  ip6-input: fe80::1 -> ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff udp hlim 64 len 49 \
+             -> ip6-route (ok)"
+        );
+        assert_eq!(
+            lines[p3 + 3],
+            format!(
+                "  ip6-route: fe80::1 -> ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff udp hlim 64 \
+                 len 49 drop ip6_multicast_not_joined ({})",
+                crate::ip6::route::reason::MULTICAST_NOT_JOINED.description()
+            )
+        );
+        assert_eq!(lines.len(), p3 + 4, "{text}");
     }
 }

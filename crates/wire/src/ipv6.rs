@@ -15,7 +15,7 @@
 use core::net::Ipv6Addr;
 
 use crate::ethernet::MacAddr;
-use crate::ipv4::Protocol;
+pub use crate::ipv4::Protocol;
 use crate::{Error, Result};
 
 /// IPv6 next-header values. They share the IANA registry of IPv4 protocol numbers, so they

@@ -38,8 +38,8 @@ pub fn hash_bitwise(key: &[u8; 40], input: &[u8]) -> u32 {
     h
 }
 
-/// Inputs up to this many bytes (the IPv4 4-tuple).
-pub const MAX_INPUT: usize = 12;
+/// Inputs up to this many bytes (the IPv6 4-tuple; the IPv4 one is 12).
+pub const MAX_INPUT: usize = 36;
 
 /// A table-driven Toeplitz hasher for inputs of up to [`MAX_INPUT`] bytes.
 #[derive(Clone)]
@@ -54,7 +54,7 @@ impl core::fmt::Debug for Toeplitz {
 }
 
 impl Toeplitz {
-    /// Precomputes the tables for `key` (12 KiB).
+    /// Precomputes the tables for `key` (36 KiB; an IPv4 hash reads the first 12 KiB).
     pub fn new(key: &[u8; 40]) -> Self {
         let mut table = [[0u32; 256]; MAX_INPUT];
         for (pos, row) in table.iter_mut().enumerate() {
@@ -95,6 +95,23 @@ impl Toeplitz {
                 self.hash(&b)
             }
             None => self.hash(&b[..8]),
+        }
+    }
+
+    /// The hash of an IPv6 4-tuple (`ports` None: addresses only), as RSS hashes it:
+    /// source, destination, source port, destination port.
+    #[inline]
+    pub fn ipv6(&self, src: [u8; 16], dst: [u8; 16], ports: Option<(u16, u16)>) -> u32 {
+        let mut b = [0u8; 36];
+        b[..16].copy_from_slice(&src);
+        b[16..32].copy_from_slice(&dst);
+        match ports {
+            Some((s, d)) => {
+                b[32..34].copy_from_slice(&s.to_be_bytes());
+                b[34..36].copy_from_slice(&d.to_be_bytes());
+                self.hash(&b)
+            }
+            None => self.hash(&b[..32]),
         }
     }
 }
@@ -166,9 +183,55 @@ mod tests {
         }
     }
 
+    /// The IPv6 rows of the RSS verification suite ("Verifying the RSS Hash
+    /// Calculation"): (source, source port, destination, destination port, hash with
+    /// ports, hash of the addresses only).
+    #[test]
+    fn microsoft_rss_ipv6_verification_vectors() {
+        let t = Toeplitz::new(&MS_KEY);
+        let rows: [(&str, u16, &str, u16, u32, u32); 3] = [
+            (
+                "3ffe:2501:200:1fff::7",
+                2794,
+                "3ffe:2501:200:3::1",
+                1766,
+                0x4020_7d3d,
+                0x2cc1_8cd5,
+            ),
+            (
+                "3ffe:501:8::260:97ff:fe40:efab",
+                14230,
+                "ff02::1",
+                4739,
+                0xdde5_1bbf,
+                0x0f0c_461c,
+            ),
+            (
+                "3ffe:1900:4545:3:200:f8ff:fe21:67cf",
+                44251,
+                "fe80::200:f8ff:fe21:67cf",
+                38024,
+                0x02d1_feef,
+                0x4b61_e985,
+            ),
+        ];
+        for (src, sp, dst, dp, with_ports, addrs) in rows {
+            let s = src.parse::<core::net::Ipv6Addr>().unwrap().octets();
+            let d = dst.parse::<core::net::Ipv6Addr>().unwrap().octets();
+            assert_eq!(t.ipv6(s, d, Some((sp, dp))), with_ports, "{src}:{sp}");
+            assert_eq!(t.ipv6(s, d, None), addrs, "{src}");
+            let mut b = [0u8; 36];
+            b[..16].copy_from_slice(&s);
+            b[16..32].copy_from_slice(&d);
+            b[32..34].copy_from_slice(&sp.to_be_bytes());
+            b[34..].copy_from_slice(&dp.to_be_bytes());
+            assert_eq!(hash_bitwise(&MS_KEY, &b), with_ports);
+        }
+    }
+
     proptest::proptest! {
         #[test]
-        fn table_equals_bitwise(input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=12)) {
+        fn table_equals_bitwise(input in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=36)) {
             let t = Toeplitz::new(&MS_KEY);
             proptest::prop_assert_eq!(t.hash(&input), hash_bitwise(&MS_KEY, &input));
         }

@@ -1,14 +1,18 @@
 //! UDP echo: every datagram read from its socket is sent back to its sender, in the same
-//! buffer (addresses and ports swapped, a fresh IPv4 header, checksums recomputed), through
-//! `ip4-local-out` like any application send.
+//! buffer (addresses and ports swapped, a fresh IPv4 or IPv6 header without options or
+//! extension headers, checksums recomputed), through `ip4-local-out` or `ip6-local-out`
+//! like any application send.
 
 use netbatch_engine::{Cx, Pkt};
 use netbatch_stack::Host;
 use netbatch_stack::meta::flag;
 use std::sync::Arc;
 
+use netbatch_stack::dissect::L3;
+use netbatch_stack::host::Entry;
 use netbatch_stack::udp::socket::UdpSocket;
 use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+use netbatch_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use netbatch_wire::udp::UdpPacket;
 
 use super::App;
@@ -84,6 +88,54 @@ fn make_echo(b: &mut netbatch_engine::PktMut<'_>, ident: u16) -> bool {
     true
 }
 
+/// As [`make_echo`] for a datagram over IPv6 (its UDP header at `Meta::l4`, after any
+/// extension headers, which the echo does not carry): a fresh 40-byte header from the
+/// address it was sent to. A datagram sent to a link-local address is answered by the
+/// interface it came in on.
+fn make_echo6(b: &mut netbatch_engine::PktMut<'_>) -> bool {
+    if b.meta.data != b.meta.l3 || b.meta.l4 < b.meta.l3 + 40 {
+        return false;
+    }
+    let Ok(ip) = Ipv6Packet::new_checked(b.data()) else {
+        return false;
+    };
+    let (src, dst) = (ip.dst(), ip.src());
+    let ext = usize::from(b.meta.l4 - b.meta.l3) - Ipv6Repr::HEADER_LEN;
+    if !b.pull(ext) {
+        return false;
+    }
+    let payload_len = b.data().len() - Ipv6Repr::HEADER_LEN;
+    let (h, l4) = b.data_mut().split_at_mut(Ipv6Repr::HEADER_LEN);
+    let Ok(mut udp) = UdpPacket::new_checked(&mut *l4) else {
+        return false;
+    };
+    Ipv6Repr {
+        src,
+        dst,
+        next_header: Protocol::UDP,
+        payload_len,
+        hop_limit: 64,
+        traffic_class: 0,
+        flow_label: 0,
+    }
+    .emit(&mut Ipv6Packet::new_unchecked(h));
+    let (sport, dport) = (udp.src_port(), udp.dst_port());
+    udp.set_src_port(dport);
+    udp.set_dst_port(sport);
+    udp.set_checksum(0);
+    let acc = netbatch_wire::checksum::pseudo_header_v6(src, dst, 17, payload_len as u32);
+    let c = netbatch_wire::checksum::finish(netbatch_wire::checksum::sum(&*l4, acc));
+    UdpPacket::new_unchecked(l4).set_checksum(netbatch_wire::udp::checksum_on_wire(c));
+    let in_if = b.meta.in_if;
+    b.meta.flags = (b.meta.flags & flag::TRACE) | flag::ORIGINATED;
+    b.meta.out_if = if netbatch_wire::ipv6::is_link_local(dst) {
+        in_if
+    } else {
+        u16::MAX
+    };
+    true
+}
+
 impl App for UdpEcho {
     fn name(&self) -> &str {
         "udp-echo"
@@ -92,14 +144,19 @@ impl App for UdpEcho {
     fn poll(&mut self, host: &mut Host, cx: &mut Cx<'_>) -> usize {
         let n = self.socket.recv_batch(&mut self.buf, self.batch);
         for mut p in self.buf.drain(..) {
-            let ident = host.next_ident();
-            let ok = make_echo(&mut cx.pool.get_mut(&mut p), ident);
+            let mut v = cx.pool.get_mut(&mut p);
+            let (ok, entry) = if v.meta.l3_type == L3::Ipv6 as u8 {
+                (make_echo6(&mut v), Entry::LocalOut6)
+            } else {
+                let ident = host.next_ident();
+                (make_echo(&mut v, ident), Entry::LocalOut)
+            };
             // The application read the datagram (delivered) and sends a new one.
             cx.deliver(1);
             if ok {
                 cx.originate(1);
                 self.echoed += 1;
-                host.injected.push(netbatch_stack::host::Entry::LocalOut, p);
+                host.injected.push(entry, p);
             } else {
                 self.failed += 1;
                 cx.cache.free(p);

@@ -48,7 +48,7 @@ pub struct SinkStats {
 pub const DEFAULT_FLOWS: usize = 4096;
 
 /// A flow: source address, source port, destination port.
-type FlowKey = (u32, u16, u16);
+type FlowKey = (core::net::IpAddr, u16, u16);
 
 /// The sink.
 #[derive(Debug)]
@@ -188,11 +188,7 @@ impl UdpSink {
         for part in d.payload_parts(pool) {
             self.stats.bytes += part.len() as u64;
             if self.check {
-                self.check_one(
-                    (u32::from(d.src), d.src_port, d.dst_port),
-                    part,
-                    d.segment_size,
-                );
+                self.check_one((d.src, d.src_port, d.dst_port), part, d.segment_size);
             }
         }
     }
@@ -238,7 +234,7 @@ impl App for UdpSink {
                         self.stats.bytes += d.payload.len() as u64;
                         if self.check {
                             self.check_one(
-                                (u32::from(d.src), d.src_port, d.dst_port),
+                                (d.src, d.src_port, d.dst_port),
                                 d.payload,
                                 d.segment_size,
                             );
@@ -288,7 +284,7 @@ mod tests {
     use netbatch_engine::{Accounting, Pool, PoolConfig};
     use netbatch_stack::udp::socket::Sockets;
 
-    const SRC: u32 = 0xc633_6407; // 198.51.100.7
+    const SRC: core::net::IpAddr = core::net::IpAddr::V4(core::net::Ipv4Addr::new(198, 51, 100, 7));
 
     /// Feeds one datagram per sequence number of flow `sport` (payload: the number in
     /// `width` big-endian bytes, as the generator writes it).

@@ -184,6 +184,7 @@ pub(super) fn pair_ports(
             name: tap_name,
             addrs: None,
             addrs6: Vec::new(),
+            ll6: None,
             vlans: Vec::new(),
             features: Default::default(),
             pair: Pair::Inject(w),

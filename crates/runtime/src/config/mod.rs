@@ -159,8 +159,12 @@ pub struct Config {
     pub ports: Vec<PortConfig>,
     /// Routes (from the file and route files).
     pub routes: Vec<Route>,
+    /// IPv6 routes (from the file and route files).
+    pub routes6: Vec<netbatch_stack::route::Route6>,
     /// Static neighbours.
     pub neighbours: Vec<StaticNeighbour>,
+    /// Static IPv6 neighbours.
+    pub neighbours6: Vec<crate::setup::StaticNeighbour6>,
     /// Hooks and hand-offs. `gro` is not read: the build puts the GRO stage in when some
     /// port does GRO, whatever the ports are by then.
     pub graph: GraphOptions,
@@ -223,7 +227,9 @@ impl Config {
             host,
             ports,
             routes: Vec::new(),
+            routes6: Vec::new(),
             neighbours: Vec::new(),
+            neighbours6: Vec::new(),
             graph,
             apps: Vec::new(),
             control: ControlConfig::default(),
@@ -386,7 +392,9 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         host,
         ports,
         routes,
+        routes6: Vec::new(),
         neighbours,
+        neighbours6: Vec::new(),
         graph,
         apps,
         control,

@@ -61,6 +61,8 @@ pub(super) struct PortFile {
     #[serde(default = "default_mtu")]
     mtu: u16,
     addresses: Option<Vec<String>>,
+    /// The IPv6 link-local address (default: derived from the MAC, RFC 4291 2.5.1).
+    link_local: Option<String>,
     #[serde(default)]
     features: Vec<String>,
     /// GRO mode: off | standard | fraglist (sets the rx-gro features).
@@ -447,6 +449,7 @@ pub(super) fn validate(
             }
             None => (None, Vec::new()),
         };
+        let ll6 = p.link_local.as_deref().and_then(|a| link_local(a, &key, e));
         let vlans = vlans(p, &key, &mut placed, e);
         let own: Vec<IfAddr> = addrs
             .iter()
@@ -495,6 +498,7 @@ pub(super) fn validate(
                     features,
                     addrs,
                     addrs6,
+                    ll6,
                     vlans,
                     pair: Default::default(),
                 },
@@ -645,6 +649,22 @@ fn addresses(
         out.push(addr);
     }
     (out, out6)
+}
+
+/// The configured link-local address `a` of the port at `key`: a unicast address of
+/// fe80::/64 (RFC 4291 2.5.6: link-local addresses have that prefix).
+fn link_local(a: &str, key: &str, e: &mut Errs) -> Option<Ipv6Addr> {
+    let k = format!("{key}.link_local");
+    let addr: Ipv6Addr = e.parse(&k, a, "an IPv6 link-local address (fe80::/64, no length)")?;
+    let s = addr.segments();
+    if s[..4] != [0xfe80, 0, 0, 0] || s[4..] == [0; 4] {
+        e.add(
+            &k,
+            format!("{addr} is not a link-local unicast address (fe80::/64, not fe80::)"),
+        );
+        return None;
+    }
+    Some(addr)
 }
 
 /// Why IPv6 address `a` cannot be an interface's, if it cannot (see the module's note).

@@ -1,9 +1,11 @@
-//! `hook-*`: one stage per hook point, evaluating its chain over the list.
+//! `hook-*`: one stage per hook point, evaluating its chain over the list, for IPv4 and
+//! IPv6 packets alike (one chain per hook, nftables' `inet`); an accepted packet leaves by
+//! its family's arc (`accept`, `accept6`).
 
 use netbatch_engine::{Cx, Out, PktList, PktRef, Reason, Stage};
 
 use super::{Chain, HookPoint, Key, Verdict};
-use crate::dissect::MatchKey;
+use crate::dissect::{L3, MatchKey, MatchKey6};
 use crate::host::Host;
 
 netbatch_engine::reasons! {
@@ -18,8 +20,10 @@ netbatch_engine::reasons! {
 }
 
 netbatch_engine::arcs! {
-    /// Arc for accepted packets.
+    /// Arc for accepted IPv4 packets.
     pub ACCEPT = "accept";
+    /// Arc for accepted IPv6 packets.
+    pub ACCEPT6 = "accept6";
 }
 
 /// A hook stage.
@@ -53,16 +57,39 @@ impl HookStage {
     }
 }
 
-/// The match key of packet `v` (an IPv4 packet, which the dissector located), at a
-/// hook where its interfaces are `in_if` and `out_if`.
+/// The match key of packet `v` (an IP packet, which the dissector located), at a hook
+/// where its interfaces are `in_if` and `out_if`.
 #[inline(always)]
 pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
+    if v.meta.l3_type == L3::Ipv6 as u8 {
+        return key6_of(v, in_if, out_if);
+    }
     let k = MatchKey::of(v.meta, v.data());
     Key {
         proto: k.proto,
-        src: u32::from(k.src),
-        dst: u32::from(k.dst),
+        v6: false,
+        src: u128::from(u32::from(k.src)),
+        dst: u128::from(u32::from(k.dst)),
         ports: k.ports,
+        in_if,
+        out_if,
+        mark: v.meta.mark,
+    }
+}
+
+/// [`key_of`] for an IPv6 packet.
+#[inline(never)]
+fn key6_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
+    let (proto, src, dst, ports) = match MatchKey6::of(v.meta, v.data()) {
+        Some(k) => (k.proto, u128::from(k.src), u128::from(k.dst), k.ports),
+        None => (0, 0, 0, None),
+    };
+    Key {
+        proto,
+        v6: true,
+        src,
+        dst,
+        ports,
         in_if,
         out_if,
         mark: v.meta.mark,
@@ -114,6 +141,7 @@ impl Stage<Host> for HookStage {
             // each datagram it stands for.
             self.hits[rule.unwrap_or(policy_slot)] += v.meta.wire_packets();
             match verdict {
+                Verdict::Accept if v.meta.l3_type == L3::Ipv6 as u8 => out.push(ACCEPT6, p),
                 Verdict::Accept => out.push(ACCEPT, p),
                 Verdict::Drop => out.drop(p, self.reason[0]),
             }

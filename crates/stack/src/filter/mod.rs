@@ -6,14 +6,20 @@
 //! POSTROUTING (everything leaving). A hook with no rules and an accept policy is left
 //! out of the graph altogether, so it costs nothing (the kernel's static key).
 //!
-//! Matching reads the packet's [`MatchKey`](crate::dissect::MatchKey): the IPv4 header at
-//! `Meta::l3` and, for protocols with ports (TCP, UDP, SCTP, UDP-Lite) in a packet that
-//! is not a later fragment, the ports where the dissector located the L4 header (a rule
-//! with a port match never matches a packet whose ports are unknown).
+//! Matching reads the packet's [`MatchKey`](crate::dissect::MatchKey) or, for IPv6,
+//! [`MatchKey6`](crate::dissect::MatchKey6): the IP header at `Meta::l3` and, for
+//! protocols with ports (TCP, UDP, SCTP, UDP-Lite) in a packet that is not a later
+//! fragment, the ports where the dissector located the L4 header (a rule with a port
+//! match never matches a packet whose ports are unknown). For IPv6 the protocol is the
+//! upper layer's, after the extension headers.
+//!
+//! One chain per hook serves both families, as nftables' `inet` tables do: a rule with
+//! an IPv4 prefix matches IPv4 packets only, one with an IPv6 prefix IPv6 packets only,
+//! one without a prefix both.
 
 use core::fmt;
 
-use crate::prefix::Ipv4Prefix;
+use crate::prefix::IpPrefix;
 
 pub mod hook;
 
@@ -134,10 +140,10 @@ impl core::str::FromStr for PortRange {
 pub struct Rule {
     /// IP protocol number.
     pub proto: Option<u8>,
-    /// Source prefix.
-    pub src: Option<Ipv4Prefix>,
+    /// Source prefix (its family restricts the rule to that family).
+    pub src: Option<IpPrefix>,
     /// Destination prefix.
-    pub dst: Option<Ipv4Prefix>,
+    pub dst: Option<IpPrefix>,
     /// Source port range (TCP/UDP).
     pub sport: Option<PortRange>,
     /// Destination port range (TCP/UDP).
@@ -175,10 +181,12 @@ impl Rule {
 pub struct Key {
     /// IP protocol.
     pub proto: u8,
-    /// Source address bits.
-    pub src: u32,
+    /// Whether the packet is IPv6 (else IPv4).
+    pub v6: bool,
+    /// Source address bits (an IPv4 address in the low 32).
+    pub src: u128,
     /// Destination address bits.
-    pub dst: u32,
+    pub dst: u128,
     /// Ports (TCP, UDP, SCTP, UDP-Lite), when known: [`MatchKey`](crate::dissect::MatchKey).
     pub ports: Option<(u16, u16)>,
     /// Input interface (`u16::MAX` if none).
@@ -199,12 +207,12 @@ impl Rule {
             return false;
         }
         if let Some(p) = &self.src
-            && !p.contains_bits(k.src)
+            && !p.contains_bits(k.v6, k.src)
         {
             return false;
         }
         if let Some(p) = &self.dst
-            && !p.contains_bits(k.dst)
+            && !p.contains_bits(k.v6, k.dst)
         {
             return false;
         }
@@ -271,8 +279,9 @@ mod tests {
     fn key(proto: u8, src: &str, dst: &str, ports: Option<(u16, u16)>) -> Key {
         Key {
             proto,
-            src: u32::from(src.parse::<core::net::Ipv4Addr>().unwrap()),
-            dst: u32::from(dst.parse::<core::net::Ipv4Addr>().unwrap()),
+            v6: false,
+            src: u128::from(u32::from(src.parse::<core::net::Ipv4Addr>().unwrap())),
+            dst: u128::from(u32::from(dst.parse::<core::net::Ipv4Addr>().unwrap())),
             ports,
             in_if: 0,
             out_if: 1,
@@ -326,6 +335,36 @@ mod tests {
         );
         assert!(!c.is_noop());
         assert!(Chain::default().is_noop());
+    }
+
+    /// A rule's prefix family restricts it to that family; a rule without prefixes
+    /// matches both (nftables' `inet`).
+    #[test]
+    fn prefixes_select_their_family() {
+        let six = |src: &str, dst: &str| Key {
+            proto: 17,
+            v6: true,
+            src: u128::from(src.parse::<core::net::Ipv6Addr>().unwrap()),
+            dst: u128::from(dst.parse::<core::net::Ipv6Addr>().unwrap()),
+            ports: Some((1, 53)),
+            in_if: 0,
+            out_if: 1,
+            mark: 0,
+        };
+        let mut r6 = Rule::any(Verdict::Drop);
+        r6.dst = Some("2001:db8:1::/48".parse().unwrap());
+        assert!(r6.matches(&six("2001:db8::1", "2001:db8:1:2::3")));
+        assert!(!r6.matches(&six("2001:db8::1", "2001:db8:2::3")));
+        // The IPv4 address whose bits are the low 32 of a matching IPv6 one: no match.
+        assert!(!r6.matches(&key(17, "0.0.0.1", "0.0.0.3", Some((1, 53)))));
+        let mut r4 = Rule::any(Verdict::Drop);
+        r4.src = Some("0.0.0.0/0".parse().unwrap());
+        assert!(!r4.matches(&six("::1", "::2")), "an IPv4 /0 is IPv4 only");
+        assert!(r4.matches(&key(17, "10.0.0.1", "10.0.0.2", None)));
+        let mut both = Rule::any(Verdict::Drop);
+        both.dport = Some("53".parse().unwrap());
+        assert!(both.matches(&six("2001:db8::1", "2001:db8::2")));
+        assert!(both.matches(&key(17, "10.0.0.1", "10.0.0.2", Some((1, 53)))));
     }
 
     #[test]

@@ -223,14 +223,14 @@ mod tests {
             features: f,
             pair: Default::default(),
         };
-        let iface = Iface {
-            name: "eth0".into(),
-            port: 0,
-            tags: Tags::None,
+        let iface = Iface::new(
+            "eth0",
+            0,
+            Tags::None,
             mac,
-            mtu: 1500,
-            addrs: vec!["192.0.2.1/24".parse().unwrap()],
-        };
+            1500,
+            vec!["192.0.2.1/24".parse().unwrap()],
+        );
         Host::new(
             vec![port],
             vec![iface],

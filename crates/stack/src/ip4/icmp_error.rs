@@ -399,13 +399,15 @@ mod tests {
         use crate::route::{Route, Routes};
         use netbatch_wire::ethernet::MacAddr;
 
-        let iface = |name: &str, addrs: &[&str]| Iface {
-            name: name.into(),
-            port: 0,
-            tags: Tags::None,
-            mac: MacAddr([2, 0, 0, 0, 0, 1]),
-            mtu: 1500,
-            addrs: addrs.iter().map(|a| a.parse().expect("address")).collect(),
+        let iface = |name: &str, addrs: &[&str]| {
+            Iface::new(
+                name,
+                0,
+                Tags::None,
+                MacAddr([2, 0, 0, 0, 0, 1]),
+                1500,
+                addrs.iter().map(|a| a.parse().expect("address")).collect(),
+            )
         };
         let mut routes = Routes::new();
         for (p, kind, out_if, gw) in [

@@ -22,8 +22,8 @@
 //!
 //! For the last two RFC 8200 §4 asks for an ICMPv6 Parameter Problem (code 1) pointing at
 //! the next header field: the stage records the [`Cause`] in `Meta::note` and the pointer
-//! in `Meta::scratch`, as `ip4-input` does, and drops the packet (no ICMPv6 error stage
-//! yet). A packet the dissector located the upper layer of has had its chain walked
+//! in `Meta::scratch`, as `ip4-input` does, and sends the packet to `ip6-icmp-error`. A
+//! packet the dissector located the upper layer of has had its chain walked
 //! already (the same walk, within the same bounds, over the same bytes once its payload
 //! length is known to be inside the frame): the walk is repeated only for the others.
 //!
@@ -64,6 +64,8 @@ netbatch_engine::reasons! {
 netbatch_engine::arcs! {
     /// Arc for valid packets.
     pub OK = "ok";
+    /// Arc to the ICMPv6 error stage (a Parameter Problem).
+    pub ERROR = "error";
 }
 
 /// The IPv6 input stage.
@@ -183,13 +185,14 @@ impl Stage<Host> for Ip6Input {
                     v.truncate(total);
                     out.push(OK, p);
                 }
-                Err(f) => {
-                    if let Some((cause, pointer)) = f.error {
+                Err(f) => match f.error {
+                    Some((cause, pointer)) => {
                         m.note = cause.note();
                         m.scratch = pointer;
+                        out.push(ERROR, p);
                     }
-                    out.drop(p, f.reason);
-                }
+                    None => out.drop(p, f.reason),
+                },
             }
         }
     }
@@ -366,7 +369,7 @@ mod tests {
             check(&p, p.len(), false).map_err(|f| f.error),
             Err(Some((Cause::UnrecognizedNextHeader, 48)))
         );
-        for c in Cause::ALL {
+        for c in [Cause::HopByHopNotFirst, Cause::UnrecognizedNextHeader] {
             assert!(reason::ALL.contains(&c.reason()));
         }
     }

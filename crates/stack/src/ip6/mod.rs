@@ -1,39 +1,63 @@
-//! IPv6 (RFC 8200), one stage per file, named after the packet's path.
+//! IPv6 (RFC 8200), one stage per file, named after the packet's path:
 //!
-//! `ip6-input` (validation) is the first stage. Until netbatch routes IPv6, what it accepts
-//! goes to the kernel of a host interface pair (`host-punt`: its neighbour discovery, its
-//! daemons' sessions) or, without pairs, is dropped (`ip6_not_routed`).
+//! `ip6-input` (validation) → `ip6-route` (local or forward) → `ip6-local` (extension
+//! headers for us, then the upper-layer demux) | `ip6-forward` (hop limit) → … →
+//! `ip6-neighbour` (`crate::nd::resolve`: the output MTU, neighbour discovery, the link
+//! header); for packets this host originates, `ip6-local-out` (route, fill the source).
+//! `ip6-icmp-error` turns a packet whose `Meta::note` holds an ICMPv6-worthy [`Cause`]
+//! into that error, in place (RFC 4443). IPv6 routers never fragment (RFC 8200 5): a
+//! forwarded packet larger than its output link's MTU is answered with Packet Too Big.
 //!
 //! Invariant after `ip6-input`: the packet starts at a version-6 header (`Meta::data ==
 //! Meta::l3`); its length is 40 plus the header's payload length (link padding trimmed);
 //! its extension header chain lies inside that length and was walked by the dissector's
 //! bounded walk ([`crate::dissect::ip6_walk`]: hop-by-hop only first, no header the walk
 //! cannot cross), and `Meta::l4` / `Meta::l4_type` name where it ends (the upper-layer
-//! header, or a later fragment's data); its source is neither multicast nor loopback, its
-//! destination neither loopback, unspecified, nor a multicast group of a scope no packet
-//! from another node may carry. The hop limit is not checked (forwarding's job), nor are
-//! the options inside hop-by-hop and destination options headers.
+//! header, or a later fragment's data: `flag::FRAG6_LATER`); its source is neither
+//! multicast nor loopback, its destination neither loopback, unspecified, nor a
+//! multicast group of a scope no packet from another node may carry. The hop limit is
+//! not checked there (forwarding's job), nor are the options inside hop-by-hop and
+//! destination options headers (`ip6-local`'s, for packets to us).
 //!
 //! RFCs: 8200 (the header, §3; extension headers and their order, §4 and §4.1), 4291
-//! (addresses: unspecified §2.5.2, loopback §2.5.3, multicast §2.7), 4443 (the ICMPv6
-//! Parameter Problem a failure may deserve, §3.4: see [`Cause`]).
+//! (addresses: unspecified §2.5.2, loopback §2.5.3, link-local §2.5.6, multicast §2.7),
+//! 4443 (ICMPv6 errors, [`Cause`]), 4861 (neighbour discovery, `crate::nd`).
 
+pub mod forward;
+pub mod icmp_error;
 pub mod input;
+pub mod local;
+pub mod local_out;
+pub mod route;
 
 use netbatch_engine::Reason;
+use netbatch_wire::ipv6::{HEADER_LEN, Ipv6Packet};
 
-netbatch_engine::reasons! {
-    /// Why the IPv6 graph drops a packet outside any stage's own checks.
-    pub mod reason {
-        NOT_ROUTED = "ip6_not_routed": "IPv6 is not routed yet",
-    }
+/// A view of the fixed IPv6 header `d` starts with; `None` when `d` is shorter. Stages
+/// after `ip6-input` see packets whose header is whole, so they treat `None` as a
+/// truncated packet.
+#[inline(always)]
+pub(crate) fn header(d: &[u8]) -> Option<Ipv6Packet<&[u8; HEADER_LEN]>> {
+    d.first_chunk().map(Ipv6Packet::new_unchecked)
+}
+
+/// As [`header`], to rewrite fields in place.
+#[inline(always)]
+pub(crate) fn header_mut(d: &mut [u8]) -> Option<Ipv6Packet<&mut [u8; HEADER_LEN]>> {
+    d.first_chunk_mut().map(Ipv6Packet::new_unchecked)
+}
+
+/// The source and destination address bits of the IPv6 header `d` starts with.
+#[inline(always)]
+pub(crate) fn addrs(d: &[u8; HEADER_LEN]) -> (u128, u128) {
+    let ip = Ipv6Packet::new_unchecked(d);
+    (u128::from(ip.src()), u128::from(ip.dst()))
 }
 
 /// Why an IPv6 packet deserves an ICMPv6 error (RFC 4443), kept in its `Meta::note` by the
-/// stage that found it, with what the error needs in `Meta::scratch` (as IPv4 keeps its
-/// causes, [`crate::ip4::icmp_error::Cause`]). There is no ICMPv6 error stage yet: such a
-/// packet is dropped with the cause's reason, the note showing in traces. The values start
-/// at 0x601, away from the IPv4 causes', so that no note reads as both.
+/// stage that found it, with what the error needs in `Meta::scratch` (a pointer, an MTU),
+/// as IPv4 keeps its causes ([`crate::ip4::icmp_error::Cause`]). The values start at
+/// 0x601, away from the IPv4 causes', so that no note reads as both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum Cause {
@@ -44,11 +68,59 @@ pub enum Cause {
     /// An extension header the walk cannot cross (RFC 8200 §4); the offset of the next
     /// header field that names it in `Meta::scratch`.
     UnrecognizedNextHeader,
+    /// The hop limit would reach 0 in transit: Time Exceeded, code 0 (RFC 8200 §3, RFC
+    /// 4443 §3.3).
+    HopLimitExceeded,
+    /// No route: Destination Unreachable, code 0.
+    NoRoute,
+    /// An unreachable route: Destination Unreachable, code 0 (as Linux answers for
+    /// `unreachable` routes).
+    RouteUnreachable,
+    /// A prohibit route: Destination Unreachable, code 1 (administratively prohibited).
+    RouteProhibit,
+    /// A link-local source leaving by another link: Destination Unreachable, code 2
+    /// (beyond scope of source address, RFC 4443 §3.1, RFC 4007 §9).
+    BeyondScope,
+    /// The next hop did not answer neighbour discovery: Destination Unreachable, code 3
+    /// (address unreachable, RFC 4861 §7.2.2).
+    NeighFailed,
+    /// No socket on the UDP port: Destination Unreachable, code 4 (port unreachable).
+    NoSocket,
+    /// Larger than the next link's MTU (which is in `Meta::scratch`): Packet Too Big
+    /// (RFC 4443 §3.2, RFC 8201).
+    PacketTooBig,
+    /// A routing header to follow, of a type netbatch does not follow: Parameter Problem,
+    /// code 0, the offset of its routing type in `Meta::scratch` (RFC 8200 4.4).
+    BadHeader,
+    /// A malformed options area: Parameter Problem, code 0, the offset of the header's
+    /// length field in `Meta::scratch`.
+    BadOptions,
+    /// An upper-layer protocol netbatch has no handler for: Parameter Problem, code 1, the
+    /// offset of the next header field naming it in `Meta::scratch` (RFC 8200 §4).
+    UnknownNextHeader,
+    /// An option whose type says to answer when it is not recognized: Parameter Problem,
+    /// code 2, the offset of the option in `Meta::scratch` (RFC 8200 §4.2).
+    UnknownOption,
 }
 
 impl Cause {
-    /// Every cause.
-    pub const ALL: [Self; 2] = [Self::HopByHopNotFirst, Self::UnrecognizedNextHeader];
+    /// Every cause, in counter order.
+    pub const ALL: [Self; 14] = [
+        Self::HopByHopNotFirst,
+        Self::UnrecognizedNextHeader,
+        Self::HopLimitExceeded,
+        Self::NoRoute,
+        Self::RouteUnreachable,
+        Self::RouteProhibit,
+        Self::BeyondScope,
+        Self::NeighFailed,
+        Self::NoSocket,
+        Self::PacketTooBig,
+        Self::BadHeader,
+        Self::BadOptions,
+        Self::UnknownNextHeader,
+        Self::UnknownOption,
+    ];
 
     /// The value kept in `Meta::note`.
     #[inline(always)]
@@ -61,12 +133,29 @@ impl Cause {
         Self::ALL.into_iter().find(|c| c.note() == n)
     }
 
-    /// The ICMPv6 (type, code) it causes: both are a Parameter Problem (type 4) with code
-    /// 1, "unrecognized Next Header type encountered" (RFC 4443 §3.4, RFC 8200 §4).
+    /// The ICMPv6 (type, code) it causes (RFC 4443 §3).
     pub const fn icmp(self) -> (u8, u8) {
         match self {
-            Self::HopByHopNotFirst | Self::UnrecognizedNextHeader => (4, 1),
+            Self::HopByHopNotFirst | Self::UnrecognizedNextHeader | Self::UnknownNextHeader => {
+                (4, 1)
+            }
+            Self::HopLimitExceeded => (3, 0),
+            Self::NoRoute | Self::RouteUnreachable => (1, 0),
+            Self::RouteProhibit => (1, 1),
+            Self::BeyondScope => (1, 2),
+            Self::NeighFailed => (1, 3),
+            Self::NoSocket => (1, 4),
+            Self::PacketTooBig => (2, 0),
+            Self::BadHeader | Self::BadOptions => (4, 0),
+            Self::UnknownOption => (4, 2),
         }
+    }
+
+    /// Whether the error may answer a packet sent to a multicast address or in a
+    /// link-layer multicast or broadcast frame: only Packet Too Big and a Parameter
+    /// Problem about an option whose type asks for it (RFC 4443 §2.4 (e.3), (e.4)).
+    pub const fn answers_multicast(self) -> bool {
+        matches!(self, Self::PacketTooBig | Self::UnknownOption)
     }
 
     /// The drop reason of a packet with this cause that gets no error.
@@ -74,6 +163,38 @@ impl Cause {
         match self {
             Self::HopByHopNotFirst => input::reason::HOP_BY_HOP_NOT_FIRST,
             Self::UnrecognizedNextHeader => input::reason::UNRECOGNIZED_NEXT_HEADER,
+            Self::HopLimitExceeded => forward::reason::HOP_LIMIT,
+            Self::NoRoute => crate::route::reason::NO_ROUTE,
+            Self::RouteUnreachable => crate::route::reason::UNREACHABLE,
+            Self::RouteProhibit => crate::route::reason::PROHIBIT,
+            Self::BeyondScope => route::reason::BEYOND_SCOPE,
+            Self::NeighFailed => crate::neigh::reason::FAILED,
+            Self::NoSocket => crate::udp::input::reason::NO_SOCKET,
+            Self::PacketTooBig => crate::nd::resolve::reason::TOO_BIG,
+            Self::BadHeader => local::reason::ROUTING_HEADER,
+            Self::BadOptions => local::reason::BAD_OPTIONS,
+            Self::UnknownNextHeader => local::reason::UNKNOWN_NEXT_HEADER,
+            Self::UnknownOption => local::reason::UNKNOWN_OPTION,
+        }
+    }
+
+    /// The name of the counter of errors sent for it.
+    const fn counter(self) -> &'static str {
+        match self {
+            Self::HopByHopNotFirst => "sent_ip6_hop_by_hop_not_first",
+            Self::UnrecognizedNextHeader => "sent_ip6_unrecognized_next_header",
+            Self::HopLimitExceeded => "sent_ip6_hop_limit_exceeded",
+            Self::NoRoute => "sent_no_route",
+            Self::RouteUnreachable => "sent_route_unreachable",
+            Self::RouteProhibit => "sent_route_prohibit",
+            Self::BeyondScope => "sent_ip6_beyond_scope",
+            Self::NeighFailed => "sent_neigh_failed",
+            Self::NoSocket => "sent_no_socket",
+            Self::PacketTooBig => "sent_ip6_packet_too_big",
+            Self::BadHeader => "sent_ip6_routing_header",
+            Self::BadOptions => "sent_ip6_bad_options",
+            Self::UnknownNextHeader => "sent_ip6_unknown_next_header",
+            Self::UnknownOption => "sent_ip6_unknown_option",
         }
     }
 }
@@ -94,5 +215,39 @@ mod tests {
             assert_eq!(Cause::from_note(c.note()), None);
         }
         assert_eq!(Cause::from_note(0), None, "0 is no note");
+    }
+
+    /// The types and codes are RFC 4443's: Destination Unreachable (1) codes 0–4, Packet
+    /// Too Big (2), Time Exceeded (3) code 0, Parameter Problem (4) codes 0–2; only Packet
+    /// Too Big and Parameter Problem code 2 may answer multicast (§2.4 (e.3)).
+    #[test]
+    fn causes_map_to_rfc4443_types() {
+        use Cause::*;
+        let want = [
+            (NoRoute, (1, 0)),
+            (RouteProhibit, (1, 1)),
+            (BeyondScope, (1, 2)),
+            (NeighFailed, (1, 3)),
+            (NoSocket, (1, 4)),
+            (PacketTooBig, (2, 0)),
+            (HopLimitExceeded, (3, 0)),
+            (BadHeader, (4, 0)),
+            (BadOptions, (4, 0)),
+            (UnknownNextHeader, (4, 1)),
+            (UnrecognizedNextHeader, (4, 1)),
+            (UnknownOption, (4, 2)),
+        ];
+        for (c, tc) in want {
+            assert_eq!(c.icmp(), tc, "{c:?}");
+            assert_eq!(
+                c.answers_multicast(),
+                matches!(tc, (2, 0) | (4, 2)),
+                "{c:?}"
+            );
+        }
+        let mut names: Vec<&str> = Cause::ALL.iter().map(|c| c.counter()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Cause::ALL.len(), "one counter per cause");
     }
 }

@@ -10,13 +10,14 @@
 //! most `queue_len` wire packets however they were merged. Full table: stale and failed entries are evicted oldest
 //! first; if none can go, the new neighbour is refused and counted.
 
-use core::net::Ipv4Addr;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use netbatch_engine::{BufCache, Pkt};
 use netbatch_wire::ethernet::MacAddr;
+
+use crate::route::{Family, V4, V6};
 
 netbatch_engine::reasons! {
     /// Why a packet waiting for its next hop is dropped.
@@ -33,15 +34,29 @@ pub mod resolve;
 /// queues of packets waiting for resolution), and learns what the others learned before
 /// each round, as if the table were one. Bounded: a worker that falls more than
 /// [`NeighShared::KEEP`] updates behind misses the oldest and resolves them itself.
-#[derive(Debug, Default)]
-pub struct NeighShared {
+#[derive(Debug)]
+pub struct NeighSharedOf<F: Family> {
     seq: AtomicU64,
-    log: Mutex<VecDeque<Learned>>,
+    log: Mutex<VecDeque<LearnedOf<F>>>,
+}
+
+/// What workers learn from ARP.
+pub type NeighShared = NeighSharedOf<V4>;
+/// What workers learn from neighbour discovery.
+pub type NeighShared6 = NeighSharedOf<V6>;
+
+impl<F: Family> Default for NeighSharedOf<F> {
+    fn default() -> Self {
+        Self {
+            seq: AtomicU64::new(0),
+            log: Mutex::new(VecDeque::new()),
+        }
+    }
 }
 
 /// One learned neighbour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Learned {
+pub struct LearnedOf<F: Family> {
     /// Sequence number of the update.
     pub seq: u64,
     /// Worker that learned it.
@@ -49,17 +64,20 @@ pub struct Learned {
     /// Interface.
     pub iface: u16,
     /// Address.
-    pub ip: Ipv4Addr,
+    pub ip: F::Addr,
     /// MAC.
     pub mac: MacAddr,
 }
 
-impl NeighShared {
+/// One neighbour learned from ARP.
+pub type Learned = LearnedOf<V4>;
+
+impl<F: Family> NeighSharedOf<F> {
     /// Updates kept for workers that are behind.
     pub const KEEP: usize = 4096;
 
     /// Tells the other workers that `origin` learned `ip` → `mac` on `iface`.
-    pub fn publish(&self, origin: usize, iface: u16, ip: Ipv4Addr, mac: MacAddr) {
+    pub fn publish(&self, origin: usize, iface: u16, ip: F::Addr, mac: MacAddr) {
         let mut log = self
             .log
             .lock()
@@ -68,7 +86,7 @@ impl NeighShared {
         if log.len() == Self::KEEP {
             log.pop_front();
         }
-        log.push_back(Learned {
+        log.push_back(LearnedOf {
             seq,
             origin,
             iface,
@@ -80,7 +98,7 @@ impl NeighShared {
 
     /// Updates after `seen` (one atomic load when there are none) into `out`; returns
     /// the sequence number reached.
-    pub fn since(&self, seen: u64, out: &mut Vec<Learned>) -> u64 {
+    pub fn since(&self, seen: u64, out: &mut Vec<LearnedOf<F>>) -> u64 {
         if self.seq.load(Ordering::Acquire) == seen {
             return seen;
         }
@@ -92,6 +110,10 @@ impl NeighShared {
         log.back().map_or(seen, |l| l.seq)
     }
 }
+
+/// How long a stale entry in use waits for a confirmation before it is probed (RFC 4861
+/// 10, `DELAY_FIRST_PROBE_TIME`), for entries learned from neighbour discovery.
+pub const DELAY_FIRST_PROBE_NS: u64 = 5_000_000_000;
 
 /// Tunables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,8 +162,8 @@ pub enum State {
 }
 
 #[derive(Debug)]
-struct Entry {
-    ip: u32,
+struct Entry<F: Family> {
+    ip: F::Bits,
     iface: u16,
     mac: MacAddr,
     state: State,
@@ -159,11 +181,11 @@ struct Entry {
 
 /// One entry as reports show it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NeighView {
+pub struct NeighViewOf<F: Family> {
     /// Interface index.
     pub iface: u16,
     /// Address.
-    pub ip: Ipv4Addr,
+    pub ip: F::Addr,
     /// Link-layer address, once resolved.
     pub mac: Option<MacAddr>,
     /// State.
@@ -171,6 +193,9 @@ pub struct NeighView {
     /// Wire packets waiting for resolution.
     pub queued: u32,
 }
+
+/// One IPv4 entry as reports show it.
+pub type NeighView = NeighViewOf<V4>;
 
 impl State {
     /// The state's name as `ip neigh` prints it.
@@ -184,7 +209,7 @@ impl State {
     }
 }
 
-impl Entry {
+impl<F: Family> Entry<F> {
     /// The entry now resolves to `mac` in `state`: what waited for it is released into
     /// `waiting`, in order.
     fn resolved(&mut self, mac: MacAddr, state: State, waiting: &mut Vec<Pkt>) {
@@ -229,31 +254,41 @@ pub enum Lookup {
 
 /// A request the table wants sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Probe {
+pub struct ProbeOf<F: Family> {
     /// Interface to send on.
     pub iface: u16,
     /// Address asked for.
-    pub target: Ipv4Addr,
+    pub target: F::Addr,
     /// Unicast to this MAC (refreshing a stale entry) or broadcast.
     pub unicast: Option<MacAddr>,
 }
 
-fn key(iface: u16, ip: u32) -> u64 {
-    (u64::from(iface) << 32) | u64::from(ip)
+/// An ARP request the table wants sent.
+pub type Probe = ProbeOf<V4>;
+
+/// The map key of `ip` on `iface`.
+#[inline(always)]
+fn key<B>(iface: u16, ip: B) -> (u16, B) {
+    (iface, ip)
 }
 
-/// The neighbour table of one worker.
+/// The neighbour table of one worker, for one address family.
 #[derive(Debug)]
-pub struct NeighTable {
+pub struct NeighTableOf<F: Family> {
     params: NeighParams,
-    map: hashbrown::HashMap<u64, u32, foldhash::fast::FixedState>,
-    slots: Vec<Option<Entry>>,
+    map: hashbrown::HashMap<(u16, F::Bits), u32, foldhash::fast::FixedState>,
+    slots: Vec<Option<Entry<F>>>,
     free: Vec<u32>,
     /// Counters.
     pub stats: NeighStats,
 }
 
-impl NeighTable {
+/// The ARP table.
+pub type NeighTable = NeighTableOf<V4>;
+/// The IPv6 neighbour cache (RFC 4861 5.1).
+pub type NeighTable6 = NeighTableOf<V6>;
+
+impl<F: Family> NeighTableOf<F> {
     /// An empty table.
     pub fn new(params: NeighParams) -> Self {
         Self {
@@ -273,8 +308,8 @@ impl NeighTable {
     /// Adds a static entry (never ages, never evicted); what waits for it keeps waiting
     /// until the next resolution step (at start nothing does; a live change uses
     /// [`Self::set_static`]).
-    pub fn add_static(&mut self, iface: u16, ip: Ipv4Addr, mac: MacAddr) -> bool {
-        let ip = u32::from(ip);
+    pub fn add_static(&mut self, iface: u16, ip: F::Addr, mac: MacAddr) -> bool {
+        let ip = F::bits(ip);
         match self.slot_for(iface, ip, 0, true) {
             Some(i) => {
                 if let Some(e) = self.slots[i as usize].as_mut() {
@@ -292,11 +327,11 @@ impl NeighTable {
     pub fn set_static(
         &mut self,
         iface: u16,
-        ip: Ipv4Addr,
+        ip: F::Addr,
         mac: MacAddr,
         waiting: &mut Vec<Pkt>,
     ) -> bool {
-        let ip = u32::from(ip);
+        let ip = F::bits(ip);
         match self.slot_for(iface, ip, 0, true) {
             Some(i) => {
                 if let Some(e) = self.slots[i as usize].as_mut() {
@@ -311,8 +346,8 @@ impl NeighTable {
     /// Removes the entry of `ip` on `iface` (static or learned), as `ip neigh del`;
     /// packets that waited for it are handed back in `dropped` (the caller drops and
     /// counts them). `false` if there was no such entry.
-    pub fn remove(&mut self, iface: u16, ip: Ipv4Addr, dropped: &mut Vec<Pkt>) -> bool {
-        let Some(i) = self.map.remove(&key(iface, u32::from(ip))) else {
+    pub fn remove(&mut self, iface: u16, ip: F::Addr, dropped: &mut Vec<Pkt>) -> bool {
+        let Some(i) = self.map.remove(&key(iface, F::bits(ip))) else {
             return false;
         };
         if let Some(mut e) = self.slots[i as usize].take() {
@@ -324,14 +359,14 @@ impl NeighTable {
 
     /// Every entry: interface, address, MAC (none while incomplete), state and the wire
     /// packets waiting for it (for `show neigh`).
-    pub fn entries(&self) -> Vec<NeighView> {
-        let mut v: Vec<NeighView> = self
+    pub fn entries(&self) -> Vec<NeighViewOf<F>> {
+        let mut v: Vec<NeighViewOf<F>> = self
             .slots
             .iter()
             .flatten()
-            .map(|e| NeighView {
+            .map(|e| NeighViewOf {
                 iface: e.iface,
-                ip: Ipv4Addr::from(e.ip),
+                ip: F::addr(e.ip),
                 mac: (e.state != State::Incomplete).then_some(e.mac),
                 state: e.state,
                 queued: e.queued_wire,
@@ -343,7 +378,7 @@ impl NeighTable {
 
     /// Looks up `ip` on `iface` at time `now_ns`.
     #[inline]
-    pub fn lookup(&mut self, iface: u16, ip: u32, now_ns: u64) -> Lookup {
+    pub fn lookup(&mut self, iface: u16, ip: F::Bits, now_ns: u64) -> Lookup {
         let Some(&i) = self.map.get(&key(iface, ip)) else {
             return Lookup::Miss;
         };
@@ -367,7 +402,7 @@ impl NeighTable {
     }
 
     /// Whether a stale entry is due for a unicast probe now (and marks it sent).
-    pub fn want_refresh(&mut self, iface: u16, ip: u32, now_ns: u64) -> bool {
+    pub fn want_refresh(&mut self, iface: u16, ip: F::Bits, now_ns: u64) -> bool {
         let Some(&i) = self.map.get(&key(iface, ip)) else {
             return false;
         };
@@ -411,7 +446,7 @@ impl NeighTable {
         }
     }
 
-    fn slot_for(&mut self, iface: u16, ip: u32, now_ns: u64, create: bool) -> Option<u32> {
+    fn slot_for(&mut self, iface: u16, ip: F::Bits, now_ns: u64, create: bool) -> Option<u32> {
         if let Some(&i) = self.map.get(&key(iface, ip)) {
             return Some(i);
         }
@@ -422,7 +457,7 @@ impl NeighTable {
             self.stats.table_full += 1;
             return None;
         }
-        let e = Entry {
+        let e = Entry::<F> {
             ip,
             iface,
             mac: MacAddr([0; 6]),
@@ -457,11 +492,11 @@ impl NeighTable {
     pub fn queue(
         &mut self,
         iface: u16,
-        ip: u32,
+        ip: F::Bits,
         (p, wire): (Pkt, u32),
         now_ns: u64,
         overflow: &mut Vec<Pkt>,
-    ) -> (Option<Probe>, bool) {
+    ) -> (Option<ProbeOf<F>>, bool) {
         let Some(i) = self.slot_for(iface, ip, now_ns, true) else {
             overflow.push(p);
             return (None, true);
@@ -494,9 +529,9 @@ impl NeighTable {
             e.probes = 1;
             e.next_probe_ns = now_ns + retrans;
             self.stats.requests += 1;
-            probe = Some(Probe {
+            probe = Some(ProbeOf {
                 iface,
-                target: Ipv4Addr::from(ip),
+                target: F::addr(ip),
                 unicast: None,
             });
         }
@@ -509,13 +544,13 @@ impl NeighTable {
     pub fn learn(
         &mut self,
         iface: u16,
-        ip: Ipv4Addr,
+        ip: F::Addr,
         mac: MacAddr,
         now_ns: u64,
         create: bool,
         waiting: &mut Vec<Pkt>,
     ) -> bool {
-        let ip = u32::from(ip);
+        let ip = F::bits(ip);
         let Some(i) = self.slot_for(iface, ip, now_ns, create) else {
             return false;
         };
@@ -531,9 +566,113 @@ impl NeighTable {
         true
     }
 
+    /// Records that `ip` on `iface` is at `mac` from unsolicited information (the source
+    /// link-layer address option of a solicitation, RFC 4861 7.2.3): a new entry, or one
+    /// whose address changes, becomes stale; an incomplete one is resolved (stale) and
+    /// releases what waited for it into `waiting`; one with the same address keeps its
+    /// state. A stale entry just learned is first probed after
+    /// [`DELAY_FIRST_PROBE_NS`] of use without a confirmation (RFC 4861 7.3.3, DELAY).
+    pub fn learn_stale(
+        &mut self,
+        iface: u16,
+        ip: F::Addr,
+        mac: MacAddr,
+        now_ns: u64,
+        waiting: &mut Vec<Pkt>,
+    ) -> bool {
+        let Some(i) = self.slot_for(iface, F::bits(ip), now_ns, true) else {
+            return false;
+        };
+        let Some(e) = self.slots[i as usize].as_mut() else {
+            return false;
+        };
+        match e.state {
+            State::Permanent => {}
+            State::Incomplete => {
+                e.probes = 0;
+                e.next_probe_ns = now_ns + DELAY_FIRST_PROBE_NS;
+                e.resolved(mac, State::Stale, waiting);
+            }
+            _ if e.mac != mac => {
+                e.mac = mac;
+                e.state = State::Stale;
+                e.probes = 0;
+                e.next_probe_ns = now_ns + DELAY_FIRST_PROBE_NS;
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// Applies a neighbour advertisement for `ip` on `iface` (RFC 4861 7.2.5) carrying
+    /// `mac` (its target link-level address option, if any) and its solicited and
+    /// override flags. Without an entry it changes nothing (`false`: the advertisement is
+    /// discarded). An incomplete entry needs `mac`: it becomes reachable when solicited,
+    /// else stale, and releases what waited into `waiting`. A resolved entry is confirmed
+    /// (reachable) by a solicited advertisement; a different `mac` replaces its address
+    /// only with the override flag (then, unsolicited, it is stale), and without it turns
+    /// a reachable entry stale and is otherwise ignored. Static entries never change.
+    #[allow(clippy::too_many_arguments)]
+    pub fn advert(
+        &mut self,
+        iface: u16,
+        ip: F::Addr,
+        mac: Option<MacAddr>,
+        solicited: bool,
+        override_flag: bool,
+        now_ns: u64,
+        waiting: &mut Vec<Pkt>,
+    ) -> bool {
+        let Some(&i) = self.map.get(&key(iface, F::bits(ip))) else {
+            return false;
+        };
+        let Some(e) = self.slots[i as usize].as_mut() else {
+            return false;
+        };
+        match e.state {
+            State::Permanent => {}
+            State::Incomplete => {
+                let Some(mac) = mac else {
+                    return true;
+                };
+                e.probes = 0;
+                e.confirmed_ns = now_ns;
+                e.next_probe_ns = now_ns + DELAY_FIRST_PROBE_NS;
+                let state = if solicited {
+                    State::Reachable
+                } else {
+                    State::Stale
+                };
+                e.resolved(mac, state, waiting);
+            }
+            _ => {
+                let changed = mac.is_some_and(|m| m != e.mac);
+                if changed && !override_flag {
+                    if e.state == State::Reachable {
+                        e.state = State::Stale;
+                    }
+                    return true;
+                }
+                if let Some(m) = mac {
+                    e.mac = m;
+                }
+                if solicited {
+                    e.state = State::Reachable;
+                    e.confirmed_ns = now_ns;
+                    e.probes = 0;
+                } else if changed {
+                    e.state = State::Stale;
+                    e.probes = 0;
+                    e.next_probe_ns = now_ns + DELAY_FIRST_PROBE_NS;
+                }
+            }
+        }
+        true
+    }
+
     /// Advances timers: retries due requests, fails exhausted resolutions (their queued
     /// packets go to `failed`), removes long-unused stale entries.
-    pub fn tick(&mut self, now_ns: u64, probes: &mut Vec<Probe>, failed: &mut Vec<Pkt>) {
+    pub fn tick(&mut self, now_ns: u64, probes: &mut Vec<ProbeOf<F>>, failed: &mut Vec<Pkt>) {
         let p = self.params;
         let mut remove = Vec::new();
         for (i, slot) in self.slots.iter_mut().enumerate() {
@@ -549,9 +688,9 @@ impl NeighTable {
                         e.probes += 1;
                         e.next_probe_ns = now_ns + p.retrans_ms * 1_000_000;
                         self.stats.requests += 1;
-                        probes.push(Probe {
+                        probes.push(ProbeOf {
                             iface: e.iface,
-                            target: Ipv4Addr::from(e.ip),
+                            target: F::addr(e.ip),
                             unicast: None,
                         });
                     }
@@ -580,8 +719,8 @@ impl NeighTable {
     }
 
     /// The MAC of `ip` on `iface`, if resolved (for tests and reports).
-    pub fn mac_of(&self, iface: u16, ip: Ipv4Addr) -> Option<(MacAddr, State)> {
-        let i = *self.map.get(&key(iface, u32::from(ip)))?;
+    pub fn mac_of(&self, iface: u16, ip: F::Addr) -> Option<(MacAddr, State)> {
+        let i = *self.map.get(&key(iface, F::bits(ip)))?;
         let e = self.slots[i as usize].as_ref()?;
         (e.state != State::Incomplete).then_some((e.mac, e.state))
     }
@@ -619,6 +758,7 @@ impl NeighTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::net::Ipv4Addr;
     use netbatch_engine::{Pool, PoolConfig};
 
     const MS: u64 = 1_000_000;

@@ -56,7 +56,7 @@ impl Neighbour {
     }
 
     /// The arc to `port`'s transmit node (the generic `tx` if there is none).
-    fn port_arc(&self, port: u16) -> Next {
+    pub(crate) fn port_arc(&self, port: u16) -> Next {
         port_arc(&self.arcs, ARCS.len(), port).unwrap_or(TX)
     }
 }
@@ -82,56 +82,69 @@ fn group_mac(nh: u32, host: &Host, out_if: u16) -> Option<MacAddr> {
 /// the interface's VLAN tags, the IPv4 ethertype. Built once per list for each adjacency
 /// met and copied in front of every packet that follows (VPP's adjacency rewrite).
 #[derive(Clone, Copy)]
-struct Rewrite {
-    /// What it is for: the adjacency, and for an on-link one the destination
-    /// ([`Rewrite::key`]); `u64::MAX` for an empty slot.
-    key: u64,
+pub(crate) struct Rewrite<K> {
+    /// What it is for: for IPv4 the adjacency, and for an on-link one the destination
+    /// ([`Rewrite::key`]); a value no packet has for an empty slot.
+    pub(crate) key: K,
     len: u8,
     arc: Next,
     /// GSO kinds (bit per `gso` kind) the port takes whole.
-    gso_ok: u8,
+    gso_ok: u16,
     bytes: [u8; MAX_HEADER_LEN],
 }
 
 /// The GSO kinds a port with `f` transmits whole, one bit per kind (the kernel's
 /// `skb_gso_ok`: a fraglist chain needs the list offload and the L4 one).
-fn gso_kinds(f: &crate::offload::Features) -> u8 {
+pub(crate) fn gso_kinds(f: &crate::offload::Features) -> u16 {
     use crate::meta::gso;
-    let mut k = 0u8;
+    let mut k = 0u16;
     if f.tx_tcp_segmentation {
-        k |= 1 << gso::TCPV4;
+        k |= (1 << gso::TCPV4) | (1 << gso::TCPV6);
     }
     if f.tx_udp_segmentation {
-        k |= 1 << gso::UDPV4;
+        k |= (1 << gso::UDPV4) | (1 << gso::UDPV6);
     }
     if f.tx_gso_list && f.tx_tcp_segmentation {
-        k |= 1 << gso::FRAGLIST_TCPV4;
+        k |= (1 << gso::FRAGLIST_TCPV4) | (1 << gso::FRAGLIST_TCPV6);
     }
     if f.tx_gso_list && f.tx_udp_segmentation {
-        k |= 1 << gso::FRAGLIST_UDPV4;
+        k |= (1 << gso::FRAGLIST_UDPV4) | (1 << gso::FRAGLIST_UDPV6);
     }
     k
 }
 
-impl Rewrite {
+impl Rewrite<u64> {
     /// The key of adjacency `adj` toward `on_link` (0 through a gateway).
     #[inline(always)]
     fn key(adj: u32, on_link: u32) -> u64 {
         (u64::from(adj) << 32) | u64::from(on_link)
     }
+}
 
-    /// A slot nothing matches (an adjacency is below 2^32 - 1).
-    const EMPTY: Self = Self {
-        key: u64::MAX,
-        len: 0,
-        arc: TX,
-        gso_ok: 0,
-        bytes: [0; MAX_HEADER_LEN],
-    };
+impl<K: Copy> Rewrite<K> {
+    /// A slot whose key is `none` (which no packet has).
+    pub(crate) const fn empty(none: K) -> Self {
+        Self {
+            key: none,
+            len: 0,
+            arc: Next(0),
+            gso_ok: 0,
+            bytes: [0; MAX_HEADER_LEN],
+        }
+    }
 
-    fn new(iface: &Iface, key: u64, dst: MacAddr, arc: Next, gso_ok: u8) -> Self {
+    /// The link header of frames from `iface` to `dst` carrying `ethertype`, sent by arc
+    /// `arc` to a port taking the GSO kinds `gso_ok` whole.
+    pub(crate) fn new(
+        iface: &Iface,
+        key: K,
+        dst: MacAddr,
+        ethertype: EtherType,
+        arc: Next,
+        gso_ok: u16,
+    ) -> Self {
         let mut bytes = [0u8; MAX_HEADER_LEN];
-        let len = write_header(&mut bytes, iface, dst, EtherType::IPV4);
+        let len = write_header(&mut bytes, iface, dst, ethertype);
         Self {
             key,
             len: len as u8,
@@ -139,6 +152,38 @@ impl Rewrite {
             gso_ok,
             bytes,
         }
+    }
+
+    /// Pushes the link header in front of packet `v` and chooses its arc: the port's, or
+    /// `gso` (the calling stage's arc to GSO) for a super-packet the port cannot take
+    /// whole and for everything after one for the same port in this list (`via_gso`, one
+    /// bit per arc modulo 64, the list's). `None` when the headroom is too small.
+    #[inline(always)]
+    pub(crate) fn apply(
+        &self,
+        v: &mut netbatch_engine::PktMut<'_>,
+        gso_type: u8,
+        via_gso: &mut u64,
+        gso: Next,
+    ) -> Option<Next> {
+        let n = usize::from(self.len);
+        match v.push(n) {
+            // The untagged header is by far the most common: a fixed-size copy.
+            Some(h) if n == 14 => h[..14].copy_from_slice(&self.bytes[..14]),
+            Some(h) => h.copy_from_slice(&self.bytes[..n]),
+            None => return None,
+        }
+        // The common case in one test: a plain packet, no detour taken in this list.
+        if u64::from(gso_type) | *via_gso == 0 {
+            return Some(self.arc);
+        }
+        // A super-packet the port cannot take whole is segmented first.
+        let kind = gso_type & crate::meta::gso::KIND;
+        let bit = 1u64 << (self.arc.0 & 63);
+        if kind != 0 && self.gso_ok & 1u16.checked_shl(u32::from(kind)).unwrap_or(0) == 0 {
+            *via_gso |= bit;
+        }
+        Some(if *via_gso & bit != 0 { gso } else { self.arc })
     }
 }
 
@@ -221,7 +266,7 @@ impl Stage<Host> for Neighbour {
         // Rewrites resolved in this list, direct-mapped by next hop: interleaved flows to
         // a few next hops resolve each once per list. Only valid within the list (the
         // table may change between lists), so it starts empty every call.
-        let mut cache = [Rewrite::EMPTY; CACHE];
+        let mut cache = [Rewrite::empty(u64::MAX); CACHE];
         let mut mtu_if = (u16::MAX, 0u16);
         // Ports (by arc, modulo 64) whose packets go through `gso` for the rest of the
         // list: once a super-packet for a port takes the detour, the packets after it
@@ -282,8 +327,14 @@ impl Stage<Host> for Neighbour {
                             .ports
                             .get(usize::from(iface.port))
                             .map_or(0, |p| gso_kinds(&p.features));
-                        cache[slot] =
-                            Rewrite::new(iface, key, mac, self.port_arc(iface.port), gso_ok);
+                        cache[slot] = Rewrite::new(
+                            iface,
+                            key,
+                            mac,
+                            EtherType::IPV4,
+                            self.port_arc(iface.port),
+                            gso_ok,
+                        );
                     }
                     None => {
                         Self::wait(host, cx, out_if, nh, p, out);
@@ -291,30 +342,10 @@ impl Stage<Host> for Neighbour {
                     }
                 }
             }
-            let rw = &cache[slot];
-            let n = usize::from(rw.len);
-
-            match v.push(n) {
-                // The untagged header is by far the most common: a fixed-size copy.
-                Some(h) if n == 14 => h[..14].copy_from_slice(&rw.bytes[..14]),
-                Some(h) => h.copy_from_slice(&rw.bytes[..n]),
-                None => {
-                    out.drop(p, netbatch_engine::reason::NO_HEADROOM);
-                    continue;
-                }
+            match cache[slot].apply(&mut v, gso_type, &mut via_gso, GSO) {
+                Some(arc) => out.push(arc, p),
+                None => out.drop(p, netbatch_engine::reason::NO_HEADROOM),
             }
-            // The common case in one test: a plain packet, no detour taken in this list.
-            if u64::from(gso_type) | via_gso == 0 {
-                out.push(rw.arc, p);
-                continue;
-            }
-            // A super-packet the port cannot take whole is segmented first.
-            let kind = gso_type & crate::meta::gso::KIND;
-            let bit = 1u64 << (rw.arc.0 & 63);
-            if kind != 0 && rw.gso_ok & (1 << kind) == 0 {
-                via_gso |= bit;
-            }
-            out.push(if via_gso & bit != 0 { GSO } else { rw.arc }, p);
         }
     }
 }

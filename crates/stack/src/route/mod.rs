@@ -43,10 +43,11 @@
 //! [`FIB_GROUP`]; a group has at least two slots and its slots are adjacencies of hops.
 
 use core::fmt;
-use core::net::Ipv4Addr;
 
-use crate::fib::{FibError, Table};
-use crate::prefix::Ipv4Prefix;
+use crate::fib::FibError;
+
+pub mod family;
+pub use family::{Family, V4, V6};
 
 netbatch_engine::reasons! {
     /// What routing refuses, for every address family.
@@ -88,27 +89,32 @@ pub enum RouteKind {
 /// PREFIX via A` matches a multipath route by its first next hop. Routing reads only
 /// `multipath` when it is set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Route {
+pub struct RouteOf<F: Family> {
     /// Destination prefix.
-    pub prefix: Ipv4Prefix,
+    pub prefix: F::Prefix,
     /// Kind.
     pub kind: RouteKind,
     /// Output interface (unicast, local and broadcast routes).
     pub out_if: Option<u16>,
     /// Next-hop router (unicast routes via a gateway).
-    pub gateway: Option<Ipv4Addr>,
+    pub gateway: Option<F::Addr>,
     /// The next hops of a multipath (unicast) route; `None` for every other route. Boxed
     /// so that a single-path route stays one word larger than it was, not four.
-    pub multipath: Option<Box<Multipath>>,
+    pub multipath: Option<Box<MultipathOf<F>>>,
 }
 
-impl Route {
+/// An IPv4 route.
+pub type Route = RouteOf<V4>;
+/// An IPv6 route.
+pub type Route6 = RouteOf<V6>;
+
+impl<F: Family> RouteOf<F> {
     /// A single-path route (or one with no next hop: blackhole, unreachable, prohibit).
     pub fn new(
-        prefix: Ipv4Prefix,
+        prefix: F::Prefix,
         kind: RouteKind,
         out_if: Option<u16>,
-        gateway: Option<Ipv4Addr>,
+        gateway: Option<F::Addr>,
     ) -> Self {
         Self {
             prefix,
@@ -120,7 +126,7 @@ impl Route {
     }
 
     /// A unicast route over the next hops `m` (its `out_if` and `gateway` the first's).
-    pub fn multipath(prefix: Ipv4Prefix, m: Multipath) -> Self {
+    pub fn multipath(prefix: F::Prefix, m: MultipathOf<F>) -> Self {
         let first = m.first();
         Self {
             prefix,
@@ -133,9 +139,9 @@ impl Route {
 
     /// The route's next hops: a multipath route's, the one of a route with an output
     /// interface (weight 1), none for the others.
-    pub fn next_hops(&self) -> impl Iterator<Item = NextHop> + '_ {
+    pub fn next_hops(&self) -> impl Iterator<Item = NextHopOf<F>> + '_ {
         let single = match (&self.multipath, self.out_if) {
-            (None, Some(out_if)) => Some(NextHop {
+            (None, Some(out_if)) => Some(NextHopOf {
                 gateway: self.gateway,
                 out_if,
                 weight: 1,
@@ -151,15 +157,20 @@ impl Route {
 
 /// One next hop of a multipath route (`nexthop via A dev X weight N`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct NextHop {
+pub struct NextHopOf<F: Family> {
     /// Next-hop router, or `None` for "the destination itself" (`nexthop dev X`).
-    pub gateway: Option<Ipv4Addr>,
+    pub gateway: Option<F::Addr>,
     /// Output interface.
     pub out_if: u16,
     /// Weight, 1 to [`MAX_WEIGHT`]: the next hop's share of the flows is its weight over
     /// the sum of the route's weights.
     pub weight: u16,
 }
+
+/// A next hop of an IPv4 multipath route.
+pub type NextHop = NextHopOf<V4>;
+/// A next hop of an IPv6 multipath route.
+pub type NextHop6 = NextHopOf<V6>;
 
 /// The largest weight of a next hop (Linux keeps `weight - 1` in a byte).
 pub const MAX_WEIGHT: u16 = 256;
@@ -170,9 +181,14 @@ pub const MAX_NEXT_HOPS: usize = 256;
 /// The next hops of a multipath route: two to [`MAX_NEXT_HOPS`], each of weight 1 to
 /// [`MAX_WEIGHT`], in the order given (which is the order of their threshold ranges).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Multipath {
-    hops: Box<[NextHop]>,
+pub struct MultipathOf<F: Family> {
+    hops: Box<[NextHopOf<F>]>,
 }
+
+/// The next hops of an IPv4 multipath route.
+pub type Multipath = MultipathOf<V4>;
+/// The next hops of an IPv6 multipath route.
+pub type Multipath6 = MultipathOf<V6>;
 
 /// Why next hops do not make a multipath route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,9 +215,9 @@ impl fmt::Display for MultipathError {
 
 impl std::error::Error for MultipathError {}
 
-impl Multipath {
+impl<F: Family> MultipathOf<F> {
     /// Checks `hops` (count and weights).
-    pub fn new(hops: Vec<NextHop>) -> Result<Self, MultipathError> {
+    pub fn new(hops: Vec<NextHopOf<F>>) -> Result<Self, MultipathError> {
         if hops.len() < 2 {
             return Err(MultipathError::TooFew);
         }
@@ -219,14 +235,14 @@ impl Multipath {
     }
 
     /// The next hops, in order.
-    pub fn hops(&self) -> &[NextHop] {
+    pub fn hops(&self) -> &[NextHopOf<F>] {
         &self.hops
     }
 
     /// The first next hop.
-    pub fn first(&self) -> NextHop {
+    pub fn first(&self) -> NextHopOf<F> {
         // `new` made sure there are at least two.
-        self.hops.first().copied().unwrap_or(NextHop {
+        self.hops.first().copied().unwrap_or(NextHopOf {
             gateway: None,
             out_if: u16::MAX,
             weight: 1,
@@ -239,14 +255,19 @@ impl Multipath {
 /// `Meta::adj` for the output stages (VPP's adjacency: interface and next hop). Indices
 /// never change for the life of a [`Routes`] value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Hop {
+pub struct HopOf<F: Family> {
     /// [`RouteKind`] as a byte.
     pub kind: RouteKind,
     /// Output interface (`u16::MAX` if none).
     pub out_if: u16,
     /// Gateway address bits, or 0 for "the destination itself".
-    pub gateway: u32,
+    pub gateway: F::Bits,
 }
+
+/// An IPv4 hop.
+pub type Hop = HopOf<V4>;
+/// An IPv6 hop.
+pub type Hop6 = HopOf<V6>;
 
 /// Set in an adjacency whose next hop is the packet's own destination (a connected
 /// route, no gateway): the output stages then key the neighbour by the destination.
@@ -298,16 +319,28 @@ impl From<FibError> for RouteError {
 }
 
 /// The hops and multipath groups of a [`Routes`], append-only, each kept once.
-#[derive(Clone, Default)]
-struct Adjacencies {
-    hops: Vec<Hop>,
-    hop_index: hashbrown::HashMap<Hop, u32, foldhash::fast::RandomState>,
+#[derive(Clone)]
+struct Adjacencies<F: Family> {
+    hops: Vec<HopOf<F>>,
+    hop_index: hashbrown::HashMap<HopOf<F>, u32, foldhash::fast::RandomState>,
     /// Each group's slots: (first, count) in `slots`.
     groups: Vec<(u32, u32)>,
     /// The groups' slots, each an adjacency (a hop index, with [`ADJ_ON_LINK`] when the
     /// hop has no gateway): next hop `i` of a group `Wᵢ/g` times, in the route's order.
     slots: Vec<u32>,
     group_index: hashbrown::HashMap<Box<[u32]>, u32, foldhash::fast::RandomState>,
+}
+
+impl<F: Family> Default for Adjacencies<F> {
+    fn default() -> Self {
+        Self {
+            hops: Vec::new(),
+            hop_index: hashbrown::HashMap::default(),
+            groups: Vec::new(),
+            slots: Vec::new(),
+            group_index: hashbrown::HashMap::default(),
+        }
+    }
 }
 
 /// Greatest common divisor.
@@ -318,15 +351,19 @@ fn gcd(mut a: u32, mut b: u32) -> u32 {
     a
 }
 
-impl Adjacencies {
+impl<F: Family> Adjacencies<F> {
     /// The adjacency of `hop` (its index, with [`ADJ_ON_LINK`] when it has no gateway).
     #[inline(always)]
-    fn adj(i: u32, hop: &Hop) -> u32 {
-        if hop.gateway == 0 { i | ADJ_ON_LINK } else { i }
+    fn adj(i: u32, hop: &HopOf<F>) -> u32 {
+        if hop.gateway == F::Bits::default() {
+            i | ADJ_ON_LINK
+        } else {
+            i
+        }
     }
 
     /// The index of `hop`, added if new.
-    fn hop(&mut self, hop: Hop) -> Result<u32, RouteError> {
+    fn hop(&mut self, hop: HopOf<F>) -> Result<u32, RouteError> {
         if let Some(&i) = self.hop_index.get(&hop) {
             return Ok(i);
         }
@@ -341,12 +378,12 @@ impl Adjacencies {
     }
 
     /// The FIB value of route `r`: its hop's index, or its group's with [`FIB_GROUP`].
-    fn value_of(&mut self, r: &Route) -> Result<u32, RouteError> {
+    fn value_of(&mut self, r: &RouteOf<F>) -> Result<u32, RouteError> {
         match &r.multipath {
-            None => self.hop(Hop {
+            None => self.hop(HopOf {
                 kind: r.kind,
                 out_if: r.out_if.unwrap_or(u16::MAX),
-                gateway: r.gateway.map_or(0, u32::from),
+                gateway: r.gateway.map_or(F::Bits::default(), F::bits),
             }),
             Some(_) if r.kind != RouteKind::Unicast => Err(RouteError::MultipathKind(r.kind)),
             Some(m) => self.group(m).map(|g| g | FIB_GROUP),
@@ -354,14 +391,14 @@ impl Adjacencies {
     }
 
     /// The index of the group of next hops `m`, added if new.
-    fn group(&mut self, m: &Multipath) -> Result<u32, RouteError> {
+    fn group(&mut self, m: &MultipathOf<F>) -> Result<u32, RouteError> {
         let g = m.hops().iter().fold(0, |g, h| gcd(g, u32::from(h.weight)));
         let mut slots = Vec::new();
         for h in m.hops() {
-            let hop = Hop {
+            let hop = HopOf {
                 kind: RouteKind::Unicast,
                 out_if: h.out_if,
-                gateway: h.gateway.map_or(0, u32::from),
+                gateway: h.gateway.map_or(F::Bits::default(), F::bits),
             };
             let adj = Self::adj(self.hop(hop)?, &hop);
             let n = u32::from(h.weight) / g.max(1);
@@ -387,7 +424,7 @@ impl Adjacencies {
     /// group `v & !FIB_GROUP` for flow hash `hash`.
     #[cold]
     #[inline(never)]
-    fn pick(&self, v: u32, hash: u32) -> Option<(u32, Hop)> {
+    fn pick(&self, v: u32, hash: u32) -> Option<(u32, HopOf<F>)> {
         let &(start, len) = self.groups.get((v & !FIB_GROUP) as usize)?;
         let adj = *self
             .slots
@@ -400,33 +437,57 @@ impl Adjacencies {
 /// Routes plus their LPM index. Shared read-only by the workers; a change is made on a
 /// copy that replaces the shared one (the control plane's), so adjacency indices (into
 /// hops, which only grow) stay valid for packets that carry one meanwhile.
-#[derive(Clone)]
-pub struct Routes {
-    fib: Table,
-    adj: Adjacencies,
-    routes: hashbrown::HashMap<Ipv4Prefix, Route, foldhash::fast::RandomState>,
-    local: LocalAddrs,
+pub struct RoutesOf<F: Family> {
+    fib: F::Fib,
+    adj: Adjacencies<F>,
+    routes: hashbrown::HashMap<F::Prefix, RouteOf<F>, foldhash::fast::RandomState>,
+    local: LocalAddrs<F>,
+}
+
+/// The IPv4 routes.
+pub type Routes = RoutesOf<V4>;
+/// The IPv6 routes.
+pub type Routes6 = RoutesOf<V6>;
+
+impl<F: Family> Clone for RoutesOf<F> {
+    fn clone(&self) -> Self {
+        Self {
+            fib: self.fib.clone(),
+            adj: self.adj.clone(),
+            routes: self.routes.clone(),
+            local: self.local.clone(),
+        }
+    }
 }
 
 /// Our own addresses (the local /32 routes), for the source check of every received
 /// packet: a 64-bit filter answers "not ours" for most sources in a few instructions, a
 /// short list answers exactly for the rest.
-#[derive(Debug, Clone, Default)]
-pub struct LocalAddrs {
+#[derive(Debug, Clone)]
+pub struct LocalAddrs<F: Family> {
     filter: u64,
-    addrs: Vec<u32>,
+    addrs: Vec<F::Bits>,
 }
 
-impl LocalAddrs {
+impl<F: Family> Default for LocalAddrs<F> {
+    fn default() -> Self {
+        Self {
+            filter: 0,
+            addrs: Vec::new(),
+        }
+    }
+}
+
+impl<F: Family> LocalAddrs<F> {
     /// The position of address bits `a`'s bit in the filter.
     #[inline(always)]
-    pub fn bit_index(a: u32) -> u32 {
-        a.wrapping_mul(0x9e37_79b1) >> 26
+    pub fn bit_index(a: F::Bits) -> u32 {
+        F::spread(a).wrapping_mul(0x9e37_79b1) >> 26
     }
 
     /// The filter bit of address bits `a`.
     #[inline(always)]
-    fn bit(a: u32) -> u64 {
+    fn bit(a: F::Bits) -> u64 {
         1 << Self::bit_index(a)
     }
 
@@ -439,17 +500,17 @@ impl LocalAddrs {
 
     /// Whether address bits `a` are ours.
     #[inline(always)]
-    pub fn contains(&self, a: u32) -> bool {
+    pub fn contains(&self, a: F::Bits) -> bool {
         self.filter & Self::bit(a) != 0 && self.listed(a)
     }
 
     /// Whether address bits `a` are in the list (the exact answer behind the filter).
     #[inline(always)]
-    pub fn listed(&self, a: u32) -> bool {
+    pub fn listed(&self, a: F::Bits) -> bool {
         self.addrs.contains(&a)
     }
 
-    fn set(&mut self, a: u32, present: bool) {
+    fn set(&mut self, a: F::Bits, present: bool) {
         self.addrs.retain(|&x| x != a);
         if present {
             self.addrs.push(a);
@@ -458,14 +519,15 @@ impl LocalAddrs {
     }
 
     /// Follows a change of the route for `prefix` (now `r`, or none).
-    fn follow(&mut self, prefix: Ipv4Prefix, r: Option<&Route>) {
-        if prefix.prefix_len() == 32 {
-            self.set(prefix.bits(), r.is_some_and(|r| r.kind == RouteKind::Local));
+    fn follow(&mut self, prefix: F::Prefix, r: Option<&RouteOf<F>>) {
+        if F::is_host(&prefix) {
+            let local = r.is_some_and(|r| r.kind == RouteKind::Local);
+            self.set(F::prefix_bits(&prefix), local);
         }
     }
 }
 
-impl fmt::Debug for Routes {
+impl<F: Family> fmt::Debug for RoutesOf<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Routes")
             .field("routes", &self.routes.len())
@@ -475,17 +537,17 @@ impl fmt::Debug for Routes {
     }
 }
 
-impl Default for Routes {
+impl<F: Family> Default for RoutesOf<F> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Routes {
+impl<F: Family> RoutesOf<F> {
     /// An empty table.
     pub fn new() -> Self {
         Self {
-            fib: Table::new(),
+            fib: F::fib_new(),
             adj: Adjacencies::default(),
             routes: hashbrown::HashMap::default(),
             local: LocalAddrs::default(),
@@ -493,16 +555,16 @@ impl Routes {
     }
 
     /// Adds or replaces the route for `r.prefix`.
-    pub fn insert(&mut self, r: Route) -> Result<(), RouteError> {
+    pub fn insert(&mut self, r: RouteOf<F>) -> Result<(), RouteError> {
         let v = self.adj.value_of(&r)?;
-        self.fib.insert(r.prefix.bits(), r.prefix.prefix_len(), v)?;
+        F::fib_insert(&mut self.fib, &r.prefix, v).map_err(RouteError::Fib)?;
         self.local.follow(r.prefix, Some(&r));
         self.routes.insert(r.prefix, r);
         Ok(())
     }
 
     /// Replaces every route, rebuilding the LPM table in bulk (fast for large tables).
-    pub fn load(&mut self, routes: impl IntoIterator<Item = Route>) -> Result<(), RouteError> {
+    pub fn load(&mut self, routes: impl IntoIterator<Item = RouteOf<F>>) -> Result<(), RouteError> {
         self.routes.clear();
         for r in routes {
             // A later line for the same prefix replaces the earlier one, as `ip route replace`.
@@ -510,13 +572,9 @@ impl Routes {
         }
         let mut entries = Vec::with_capacity(self.routes.len());
         for r in self.routes.values() {
-            entries.push((
-                r.prefix.bits(),
-                r.prefix.prefix_len(),
-                self.adj.value_of(r)?,
-            ));
+            entries.push((r.prefix, self.adj.value_of(r)?));
         }
-        self.fib.bulk_load(entries)?;
+        F::fib_load(&mut self.fib, entries).map_err(RouteError::Fib)?;
         self.local = LocalAddrs::default();
         for r in self.routes.values() {
             self.local.follow(r.prefix, Some(r));
@@ -525,34 +583,34 @@ impl Routes {
     }
 
     /// Removes the route for exactly `p`.
-    pub fn remove(&mut self, p: Ipv4Prefix) -> Option<Route> {
+    pub fn remove(&mut self, p: F::Prefix) -> Option<RouteOf<F>> {
         let r = self.routes.remove(&p)?;
-        self.fib.remove(p.bits(), p.prefix_len());
+        F::fib_remove(&mut self.fib, &p);
         self.local.follow(p, None);
         Some(r)
     }
 
     /// The route configured for exactly `p`.
-    pub fn get(&self, p: &Ipv4Prefix) -> Option<&Route> {
+    pub fn get(&self, p: &F::Prefix) -> Option<&RouteOf<F>> {
         self.routes.get(p)
     }
 
     /// Whether `a` is one of our own addresses (has a local /32 route).
     #[inline(always)]
-    pub fn is_local_addr(&self, a: u32) -> bool {
+    pub fn is_local_addr(&self, a: F::Bits) -> bool {
         self.local.contains(a)
     }
 
     /// Our own addresses (the local /32 routes).
     #[inline(always)]
-    pub fn local_addrs(&self) -> &LocalAddrs {
+    pub fn local_addrs(&self) -> &LocalAddrs<F> {
         &self.local
     }
 
     /// Longest-prefix match: the hop for destination bits `dst` (a multipath route's
     /// first next hop).
     #[inline(always)]
-    pub fn lookup(&self, dst: u32) -> Option<Hop> {
+    pub fn lookup(&self, dst: F::Bits) -> Option<HopOf<F>> {
         self.lookup_adj(dst).map(|(_, h)| h)
     }
 
@@ -560,7 +618,7 @@ impl Routes {
     /// it has no gateway) and the hop for destination `dst`; for a multipath route, its
     /// first next hop's (for callers with no flow; see [`Routes::lookup_flow`]).
     #[inline(always)]
-    pub fn lookup_adj(&self, dst: u32) -> Option<(u32, Hop)> {
+    pub fn lookup_adj(&self, dst: F::Bits) -> Option<(u32, HopOf<F>)> {
         self.lookup_flow(dst, || 0)
     }
 
@@ -568,8 +626,8 @@ impl Routes {
     /// (and for no route): what a route hint may keep, and enough to check a route's
     /// kind (multipath routes are unicast), with no call to a group's resolution in it.
     #[inline(always)]
-    pub fn lookup_hop(&self, dst: u32) -> Option<(u32, Hop)> {
-        let i = self.fib.lookup(dst)?;
+    pub fn lookup_hop(&self, dst: F::Bits) -> Option<(u32, HopOf<F>)> {
+        let i = F::fib_lookup(&self.fib, dst)?;
         let h = *self.adj.hops.get(i as usize)?;
         Some((Adjacencies::adj(i, &h), h))
     }
@@ -577,8 +635,8 @@ impl Routes {
     /// As [`Routes::lookup_adj`], a multipath route's next hop chosen by the flow hash
     /// `hash()`, which is called only for a multipath route.
     #[inline(always)]
-    pub fn lookup_flow(&self, dst: u32, hash: impl FnOnce() -> u32) -> Option<(u32, Hop)> {
-        let i = self.fib.lookup(dst)?;
+    pub fn lookup_flow(&self, dst: F::Bits, hash: impl FnOnce() -> u32) -> Option<(u32, HopOf<F>)> {
+        let i = F::fib_lookup(&self.fib, dst)?;
         match self.adj.hops.get(i as usize) {
             Some(h) => Some((Adjacencies::adj(i, h), *h)),
             // Group values are above every hop index.
@@ -588,7 +646,7 @@ impl Routes {
 
     /// The hop of adjacency `adj` (from [`Routes::lookup_adj`]).
     #[inline(always)]
-    pub fn hop(&self, adj: u32) -> Option<Hop> {
+    pub fn hop(&self, adj: u32) -> Option<HopOf<F>> {
         self.adj.hops.get((adj & !ADJ_ON_LINK) as usize).copied()
     }
 
@@ -603,13 +661,13 @@ impl Routes {
     }
 
     /// All routes (unordered).
-    pub fn iter(&self) -> impl Iterator<Item = &Route> {
+    pub fn iter(&self) -> impl Iterator<Item = &RouteOf<F>> {
         self.routes.values()
     }
 
     /// Bytes used by the LPM table.
     pub fn fib_bytes(&self) -> usize {
-        self.fib.memory_bytes()
+        F::fib_bytes(&self.fib)
     }
 
     /// Number of distinct hops and of distinct multipath groups (both only grow).
@@ -620,6 +678,7 @@ impl Routes {
 
 #[cfg(test)]
 mod tests {
+    use core::net::Ipv4Addr;
     use std::cell::Cell;
     use std::collections::BTreeMap;
 
@@ -628,6 +687,7 @@ mod tests {
 
     use super::*;
     use crate::dissect::FlowKey;
+    use crate::prefix::Ipv4Prefix;
 
     fn pfx(s: &str) -> Ipv4Prefix {
         s.parse().expect("prefix")

@@ -1,8 +1,10 @@
-//! `udp-input`: RFC 768 checks, socket lookup, queueing.
+//! `udp-input` and `udp6-input`: RFC 768 checks, socket lookup, queueing, for IPv4 and
+//! IPv6 (one stage written once over the family, [`UdpIp`]).
 //!
 //! Length field at least 8 and within the IP payload (`UdpBadLength`; a shorter UDP
 //! length trims the datagram, as Linux does); checksum verified unless zero (RFC 768:
-//! zero means none) or already verified by the device; no socket → the host kernel when
+//! zero means none; over IPv6 a zero checksum is dropped, `udp6_zero_checksum`, RFC 8200
+//! 8.1) or already verified by the device; no socket → the host kernel when
 //! the port is paired with a host interface ([`crate::hostif`]: its daemons' sockets),
 //! else ICMP port unreachable
 //! (RFC 1122 4.1.3.1) unless the datagram was broadcast or multicast; full queue →
@@ -15,6 +17,8 @@
 //! `udp_unexpected_gso`). A super-datagram whose checksum nobody verified is segmented
 //! before the checks.
 
+use core::marker::PhantomData;
+
 use crate::meta::{flag, gso};
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 use netbatch_wire::checksum;
@@ -23,7 +27,6 @@ use netbatch_wire::udp::{self, UdpPacket};
 
 use super::socket::{SocketId, SocketWriter, Table, TableCache};
 use crate::host::Host;
-use crate::ip4::header;
 
 netbatch_engine::reasons! {
     /// Why `udp-input` does not deliver a datagram (RFC 768).
@@ -33,6 +36,88 @@ netbatch_engine::reasons! {
         CHECKSUM = "udp_checksum": "UDP checksum wrong",
         NO_SOCKET = "no_socket": "no socket bound to the UDP destination port",
         QUEUE_FULL = "socket_queue_full": "socket receive queue full",
+        ZERO_CHECKSUM6 = "udp6_zero_checksum": "UDP over IPv6 without a checksum (RFC 8200 8.1)",
+    }
+}
+
+/// What the UDP stage needs to know of the IP family under it.
+pub trait UdpIp: Send + 'static {
+    /// Address bits.
+    type Bits: Copy + Eq + core::fmt::Debug + Send + 'static;
+    /// Whether a zero checksum means "none" (IPv4); over IPv6 it is refused.
+    const ZERO_CHECKSUM_IS_NONE: bool;
+    /// The kind of a merged super-datagram of this family.
+    const GSO_KIND: u8;
+    /// The destination bits of the IP header `d` starts with.
+    fn dst(d: &[u8]) -> Option<Self::Bits>;
+    /// The checksum accumulator of the pseudo-header of the IP header `d` starts with
+    /// (which [`Self::dst`] found whole) for a UDP length of `ulen`.
+    fn pseudo(d: &[u8], ulen: usize) -> u64;
+    /// The socket for a datagram to `dst:port`.
+    fn lookup(t: &Table, dst: Self::Bits, port: u16) -> Option<SocketId>;
+    /// The `Meta::note` of the port unreachable error.
+    fn no_socket_note() -> u16;
+}
+
+/// UDP over IPv4.
+#[derive(Debug, Default)]
+pub struct V4;
+
+/// UDP over IPv6.
+#[derive(Debug, Default)]
+pub struct V6;
+
+impl UdpIp for V4 {
+    type Bits = u32;
+    const ZERO_CHECKSUM_IS_NONE: bool = true;
+    const GSO_KIND: u8 = gso::UDPV4;
+
+    #[inline(always)]
+    fn dst(d: &[u8]) -> Option<u32> {
+        crate::ip4::header(d).map(|ip| u32::from(ip.dst()))
+    }
+
+    #[inline(always)]
+    fn pseudo(d: &[u8], ulen: usize) -> u64 {
+        crate::ip4::header(d).map_or(0, |ip| {
+            checksum::pseudo_header_v4(ip.src(), ip.dst(), Protocol::UDP.0, ulen as u16)
+        })
+    }
+
+    #[inline(always)]
+    fn lookup(t: &Table, dst: u32, port: u16) -> Option<SocketId> {
+        t.lookup(dst, port)
+    }
+
+    fn no_socket_note() -> u16 {
+        crate::ip4::icmp_error::Cause::NoSocket.note()
+    }
+}
+
+impl UdpIp for V6 {
+    type Bits = u128;
+    const ZERO_CHECKSUM_IS_NONE: bool = false;
+    const GSO_KIND: u8 = gso::UDPV6;
+
+    #[inline(always)]
+    fn dst(d: &[u8]) -> Option<u128> {
+        crate::ip6::header(d).map(|ip| u128::from(ip.dst()))
+    }
+
+    #[inline(always)]
+    fn pseudo(d: &[u8], ulen: usize) -> u64 {
+        crate::ip6::header(d).map_or(0, |ip| {
+            checksum::pseudo_header_v6(ip.src(), ip.dst(), Protocol::UDP.0, ulen as u32)
+        })
+    }
+
+    #[inline(always)]
+    fn lookup(t: &Table, dst: u128, port: u16) -> Option<SocketId> {
+        t.lookup6(dst, port)
+    }
+
+    fn no_socket_note() -> u16 {
+        crate::ip6::Cause::NoSocket.note()
     }
 }
 
@@ -43,29 +128,48 @@ netbatch_engine::arcs! {
     pub HOST = "host";
 }
 
-/// The UDP input stage.
-#[derive(Debug, Default)]
-pub struct UdpInput {
+/// The UDP input stage of IP family `F` (`udp-input` for [`V4`], `udp6-input` for [`V6`]).
+#[derive(Debug)]
+pub struct UdpInputOf<F: UdpIp> {
     segs: Vec<Pkt>,
     tables: TableCache,
     /// The previous datagram's socket, kept across calls (per-packet mode calls with one
     /// datagram) while the table stays the same.
-    hint: Option<(u32, u16, Option<SocketId>)>,
+    hint: Option<(F::Bits, u16, Option<SocketId>)>,
     hint_gen: u64,
     /// Super-datagrams segmented before queueing.
     pub segmented: u64,
+    family: PhantomData<F>,
 }
+
+impl<F: UdpIp> Default for UdpInputOf<F> {
+    fn default() -> Self {
+        Self {
+            segs: Vec::new(),
+            tables: TableCache::default(),
+            hint: None,
+            hint_gen: 0,
+            segmented: 0,
+            family: PhantomData,
+        }
+    }
+}
+
+/// `udp-input`.
+pub type UdpInput = UdpInputOf<V4>;
+/// `udp6-input`.
+pub type Udp6Input = UdpInputOf<V6>;
 
 /// Per-list state: the socket table, the socket of the previous datagram (destination,
 /// port, socket), and the queue of the socket of the current run of datagrams, locked
 /// once for the whole run.
-struct Batch<'t> {
+struct Batch<'t, B> {
     table: &'t Table,
-    hint: Option<(u32, u16, Option<SocketId>)>,
+    hint: Option<(B, u16, Option<SocketId>)>,
     writer: Option<(SocketId, SocketWriter<'t>)>,
 }
 
-impl<'t> Batch<'t> {
+impl<'t, B> Batch<'t, B> {
     /// The locked queue of `sock` (locking it, and releasing the previous one, when the
     /// run changes socket); `None` if the socket is gone. The same socket as the last
     /// datagram's is the hot case, always inlined; a change of socket is called out of
@@ -88,7 +192,7 @@ impl<'t> Batch<'t> {
     }
 }
 
-impl UdpInput {
+impl<F: UdpIp> UdpInputOf<F> {
     /// Checks and queues one datagram (`SUPER`: a super-datagram; the plain version,
     /// the hot one, has every super-datagram branch folded away).
     #[inline(always)]
@@ -97,7 +201,7 @@ impl UdpInput {
         host: &mut Host,
         cx: &mut Cx<'_>,
         mut p: Pkt,
-        b: &mut Batch<'_>,
+        b: &mut Batch<'_, F::Bits>,
         out: &mut Out,
     ) {
         let mut v = cx.pool.get_mut(&mut p);
@@ -108,7 +212,7 @@ impl UdpInput {
         let chained = SUPER && v.meta.chain.is_some();
         let d = v.data();
         let ihl = crate::dissect::ihl(v.meta).unwrap_or(usize::MAX);
-        let (Some(ip), Some(u)) = (header(d), d.get(ihl..)) else {
+        let Some(u) = d.get(ihl..) else {
             out.drop(p, reason::TRUNCATED);
             return;
         };
@@ -127,18 +231,24 @@ impl UdpInput {
             out.drop(p, reason::BAD_LENGTH);
             return;
         }
-        let (src, dst) = (ip.src(), ip.dst());
+        let Some(dst) = F::dst(d) else {
+            out.drop(p, reason::TRUNCATED);
+            return;
+        };
         let dport = uh.dst_port();
-        // The datagram's checksum, unless the device verified it (a zero one means none:
-        // RFC 768).
-        if uh.checksum() != 0 && v.meta.flags & flag::L4_CSUM_OK == 0 {
-            let acc = checksum::pseudo_header_v4(src, dst, Protocol::UDP.0, ulen as u16);
-            if checksum::fold(checksum::sum(&u[..ulen], acc)) != 0xffff {
-                out.drop(p, reason::CHECKSUM);
-                return;
-            }
+        // The datagram's checksum, unless the device verified it (a zero one means none
+        // over IPv4, RFC 768, and is refused over IPv6, RFC 8200 8.1).
+        if uh.checksum() == 0 && !F::ZERO_CHECKSUM_IS_NONE {
+            out.drop(p, reason::ZERO_CHECKSUM6);
+            return;
         }
-        let dst = u32::from(dst);
+        if uh.checksum() != 0
+            && v.meta.flags & flag::L4_CSUM_OK == 0
+            && checksum::fold(checksum::sum(&u[..ulen], F::pseudo(d, ulen))) != 0xffff
+        {
+            out.drop(p, reason::CHECKSUM);
+            return;
+        }
         if ulen < ulen_avail {
             v.truncate(ihl + ulen);
         }
@@ -146,13 +256,13 @@ impl UdpInput {
         let sock = match b.hint {
             Some((a, port, s)) if a == dst && port == dport => s,
             _ => {
-                let s = b.table.lookup(dst, dport);
+                let s = F::lookup(b.table, dst, dport);
                 b.hint = Some((dst, dport, s));
                 s
             }
         };
         let wire = if SUPER { v.meta.wire_packets() } else { 1 };
-        let whole = SUPER && v.meta.gso_type & gso::KIND == gso::UDPV4;
+        let whole = SUPER && v.meta.gso_type & gso::KIND == F::GSO_KIND;
         let Some(sock) = sock else {
             if crate::hostif::punt_port(host, v.meta.in_port).is_some() {
                 out.push(HOST, p);
@@ -165,7 +275,7 @@ impl UdpInput {
             {
                 out.drop(p, reason::NO_SOCKET);
             } else {
-                v.meta.note = crate::ip4::icmp_error::Cause::NoSocket.note();
+                v.meta.note = F::no_socket_note();
                 out.push(ERROR, p);
             }
             return;
@@ -208,7 +318,7 @@ impl UdpInput {
     }
 }
 
-impl UdpInput {
+impl<F: UdpIp> UdpInputOf<F> {
     /// A super-datagram.
     #[cold]
     #[inline(never)]
@@ -217,7 +327,7 @@ impl UdpInput {
         host: &mut Host,
         cx: &mut Cx<'_>,
         p: Pkt,
-        b: &mut Batch<'_>,
+        b: &mut Batch<'_, F::Bits>,
         out: &mut Out,
     ) {
         self.one::<true>(host, cx, p, b, out);
@@ -232,7 +342,7 @@ impl UdpInput {
         host: &mut Host,
         cx: &mut Cx<'_>,
         p: Pkt,
-        b: &mut Batch<'_>,
+        b: &mut Batch<'_, F::Bits>,
         out: &mut Out,
     ) {
         match crate::gso::segment(cx.pool, cx.cache, p, &mut self.segs) {
@@ -249,7 +359,7 @@ impl UdpInput {
     }
 }
 
-impl Stage<Host> for UdpInput {
+impl<F: UdpIp> Stage<Host> for UdpInputOf<F> {
     fn arcs(&self) -> &[&'static str] {
         ARCS
     }

@@ -8,7 +8,7 @@ pub mod input;
 pub mod output;
 pub mod socket;
 
-use core::net::Ipv4Addr;
+use core::net::IpAddr;
 
 use netbatch_engine::{Pkt, PktRef, Pool};
 use netbatch_wire::udp::{self, UdpPacket};
@@ -17,11 +17,11 @@ use netbatch_wire::udp::{self, UdpPacket};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Datagram<'a> {
     /// Sender address.
-    pub src: Ipv4Addr,
+    pub src: IpAddr,
     /// Sender port.
     pub src_port: u16,
     /// Destination address.
-    pub dst: Ipv4Addr,
+    pub dst: IpAddr,
     /// Destination port.
     pub dst_port: u16,
     /// Payload in the first buffer (all of it for a plain datagram; a super-datagram's
@@ -67,12 +67,18 @@ pub fn datagram<'a>(v: &PktRef<'a>) -> Option<Datagram<'a>> {
     let l4 = usize::from(v.meta.l4);
     let end = usize::from(v.meta.data) + usize::from(v.meta.len);
     let b: &'a [u8] = v.buf;
-    let ip = crate::ip4::header(b.get(l3..)?)?;
+    let (src, dst) = if v.meta.l3_type == crate::dissect::L3::Ipv6 as u8 {
+        let ip = crate::ip6::header(b.get(l3..)?)?;
+        (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()))
+    } else {
+        let ip = crate::ip4::header(b.get(l3..)?)?;
+        (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()))
+    };
     let u = UdpPacket::new_unchecked(b.get(l4..)?.first_chunk::<{ udp::HEADER_LEN }>()?);
     let payload = b.get(l4 + udp::HEADER_LEN..end)?;
     Some(Datagram {
-        src: ip.src(),
-        dst: ip.dst(),
+        src,
+        dst,
         src_port: u.src_port(),
         dst_port: u.dst_port(),
         payload,

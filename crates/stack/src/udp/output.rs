@@ -11,12 +11,13 @@
 //! buffer, payload sums recorded), so GSO never copies it.
 
 use core::fmt;
-use core::net::SocketAddrV4;
+use core::net::{IpAddr, SocketAddr};
 
 use crate::meta::{flag, gso};
 use netbatch_engine::{Cx, Pkt};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+use netbatch_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use netbatch_wire::udp::{self, UdpPacket};
 
 use super::socket::SocketId;
@@ -25,7 +26,8 @@ use crate::route::RouteKind;
 
 /// The most segments in one send (`UDP_MAX_SEGMENTS`).
 pub const MAX_SEGMENTS: usize = 128;
-/// The most payload bytes in one send: an IPv4 packet of 65,535 bytes.
+/// The most payload bytes in one send: an IPv4 packet of 65,535 bytes (an IPv6 payload
+/// length would allow 20 bytes more; the smaller bound keeps one rule for both).
 pub const MAX_PAYLOAD: usize = 65_535 - 20 - 8;
 
 /// Why a send was refused (nothing was sent).
@@ -61,45 +63,89 @@ impl fmt::Display for SendError {
 
 impl std::error::Error for SendError {}
 
-/// Sends `payload` from socket `sock` to `dst`, cut into datagrams of `segment_size`
-/// payload bytes (0: one datagram). Returns the datagrams that will leave. The packet is
-/// queued for `ip4-local-out` and runs through the graph at the worker's next step.
+/// Where a send goes: source address, the route's MTU, the IP header length.
+struct Path {
+    src: IpAddr,
+    mtu: usize,
+    ip_len: usize,
+}
+
+/// The source and MTU of a send from an address `bound` (unspecified: ours toward the
+/// destination) to `dst`, by the route to it.
+fn path(host: &Host, bound: IpAddr, dst: IpAddr) -> Result<Path, SendError> {
+    match dst {
+        IpAddr::V4(d) => {
+            let hop = host.routes.lookup(u32::from(d)).ok_or(SendError::NoRoute)?;
+            let (src, mtu) = match hop.kind {
+                RouteKind::Local | RouteKind::Broadcast => (d, usize::from(u16::MAX)),
+                RouteKind::Unicast => {
+                    let iface = host
+                        .ifaces
+                        .get(usize::from(hop.out_if))
+                        .ok_or(SendError::NoRoute)?;
+                    let src = iface.source_for(d).ok_or(SendError::NoRoute)?;
+                    (src, usize::from(iface.mtu))
+                }
+                _ => return Err(SendError::NoRoute),
+            };
+            let src = match bound {
+                IpAddr::V4(b) if !b.is_unspecified() => b,
+                IpAddr::V4(_) => src,
+                IpAddr::V6(_) => return Err(SendError::NoRoute),
+            };
+            Ok(Path {
+                src: IpAddr::V4(src),
+                mtu,
+                ip_len: 20,
+            })
+        }
+        IpAddr::V6(d) => {
+            let hop = host
+                .routes6
+                .lookup(u128::from(d))
+                .ok_or(SendError::NoRoute)?;
+            let (src, mtu) = match hop.kind {
+                RouteKind::Local | RouteKind::Broadcast => (d, usize::from(u16::MAX)),
+                RouteKind::Unicast => {
+                    let iface = host
+                        .ifaces
+                        .get(usize::from(hop.out_if))
+                        .ok_or(SendError::NoRoute)?;
+                    (iface.source6_for(d), usize::from(iface.mtu))
+                }
+                _ => return Err(SendError::NoRoute),
+            };
+            let src = match bound {
+                IpAddr::V6(b) if !b.is_unspecified() => b,
+                IpAddr::V6(_) => src,
+                IpAddr::V4(_) => return Err(SendError::NoRoute),
+            };
+            Ok(Path {
+                src: IpAddr::V6(src),
+                mtu,
+                ip_len: 40,
+            })
+        }
+    }
+}
+
+/// Sends `payload` from socket `sock` to `dst` (IPv4 or IPv6, the socket's family), cut
+/// into datagrams of `segment_size` payload bytes (0: one datagram). Returns the
+/// datagrams that will leave. The packet is queued for `ip4-local-out` (`ip6-local-out`)
+/// and runs through the graph at the worker's next step.
 pub fn send(
     host: &mut Host,
     cx: &mut Cx<'_>,
     sock: SocketId,
-    dst: SocketAddrV4,
+    dst: impl Into<SocketAddr>,
     payload: &[u8],
     segment_size: u16,
 ) -> Result<u16, SendError> {
+    let dst: SocketAddr = dst.into();
     let s = host.sockets.get(sock).ok_or(SendError::NoSocket)?;
     let (bound, sport) = (s.addr, s.port);
-    let daddr = u32::from(*dst.ip());
-    let hop = host.routes.lookup(daddr).ok_or(SendError::NoRoute)?;
-    let (src, mtu) = match hop.kind {
-        RouteKind::Local | RouteKind::Broadcast => (
-            if bound.is_unspecified() {
-                *dst.ip()
-            } else {
-                bound
-            },
-            usize::from(u16::MAX),
-        ),
-        RouteKind::Unicast => {
-            let iface = host
-                .ifaces
-                .get(usize::from(hop.out_if))
-                .ok_or(SendError::NoRoute)?;
-            let src = if bound.is_unspecified() {
-                iface.source_for(*dst.ip()).ok_or(SendError::NoRoute)?
-            } else {
-                bound
-            };
-            (src, usize::from(iface.mtu))
-        }
-        _ => return Err(SendError::NoRoute),
-    };
-    const HDR: usize = 28;
+    let Path { src, mtu, ip_len } = path(host, bound, dst.ip())?;
+    let hdr = ip_len + udp::HEADER_LEN;
     if payload.len() > MAX_PAYLOAD {
         return Err(SendError::TooLong);
     }
@@ -107,7 +153,7 @@ pub fn send(
     let g = usize::from(segment_size);
     let gso = g != 0 && payload.len() > g;
     let n = if gso {
-        if HDR + g > mtu || HDR + g > room {
+        if hdr + g > mtu || hdr + g > room {
             return Err(SendError::SegmentTooLarge);
         }
         let n = payload.len().div_ceil(g);
@@ -116,7 +162,7 @@ pub fn send(
         }
         n
     } else {
-        if HDR + payload.len() > room {
+        if hdr + payload.len() > room {
             return Err(SendError::TooLong);
         }
         1
@@ -133,15 +179,13 @@ pub fn send(
             }
         }
     }
-    let ident = host.next_ident();
-    host.ip_ident = host.ip_ident.wrapping_add(n as u16 - 1);
     // Payloads, each buffer's sum recorded, chained behind the head in order.
     let mut psum = 0u64;
     let mut chain: Option<Pkt> = None;
     for (i, mut p) in bufs.drain(..).enumerate().rev() {
         let part = &payload[i * seg..((i + 1) * seg).min(payload.len())];
         let mut v = cx.pool.get_mut(&mut p);
-        let at = if i == 0 { HDR } else { 0 };
+        let at = if i == 0 { hdr } else { 0 };
         let Some(b) = v.append(at + part.len()) else {
             unreachable!("sizes checked against the buffer room")
         };
@@ -157,37 +201,64 @@ pub fn send(
         unreachable!("n >= 1")
     };
     let ulen = (8 + payload.len()) as u16;
-    let mut v = cx.pool.get_mut(&mut head);
-    let (h, u) = v.data_mut().split_at_mut(20);
-    let ip = Ipv4Repr {
-        src,
-        dst: *dst.ip(),
-        protocol: Protocol::UDP,
-        payload_len: usize::from(ulen),
-        ttl: 64,
-        dscp_ecn: 0,
-        ident,
-        dont_frag: false,
+    let ident = match src {
+        IpAddr::V4(_) => {
+            let ident = host.next_ident();
+            host.ip_ident = host.ip_ident.wrapping_add(n as u16 - 1);
+            ident
+        }
+        IpAddr::V6(_) => 0,
     };
-    ip.emit(&mut Ipv4Packet::new_unchecked(h));
+    let mut v = cx.pool.get_mut(&mut head);
+    let (h, u) = v.data_mut().split_at_mut(ip_len);
+    let acc = match (src, dst.ip()) {
+        (IpAddr::V4(s4), IpAddr::V4(d4)) => {
+            Ipv4Repr {
+                src: s4,
+                dst: d4,
+                protocol: Protocol::UDP,
+                payload_len: usize::from(ulen),
+                ttl: 64,
+                dscp_ecn: 0,
+                ident,
+                dont_frag: false,
+            }
+            .emit(&mut Ipv4Packet::new_unchecked(h));
+            checksum::pseudo_header_v4(s4, d4, Protocol::UDP.0, ulen)
+        }
+        (IpAddr::V6(s6), IpAddr::V6(d6)) => {
+            Ipv6Repr {
+                src: s6,
+                dst: d6,
+                next_header: Protocol::UDP,
+                payload_len: usize::from(ulen),
+                hop_limit: 64,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut Ipv6Packet::new_unchecked(h));
+            checksum::pseudo_header_v6(s6, d6, Protocol::UDP.0, u32::from(ulen))
+        }
+        _ => unreachable!("`path` keeps the source in the destination's family"),
+    };
     let mut uh = UdpPacket::new_unchecked(&mut u[..udp::HEADER_LEN]);
     uh.set_src_port(sport);
     uh.set_dst_port(dst.port());
     uh.set_len(ulen);
     uh.set_checksum(0);
     // The checksum from the header and the payload parts' sums, without reading them again.
-    let acc = checksum::pseudo_header_v4(src, *dst.ip(), Protocol::UDP.0, ulen);
     let c = checksum::sum(&u[..udp::HEADER_LEN], acc + psum);
     UdpPacket::new_unchecked(&mut u[..udp::HEADER_LEN])
         .set_checksum(udp::checksum_on_wire(checksum::finish(c)));
     v.meta.in_port = u16::MAX;
     v.meta.out_if = u16::MAX;
     v.meta.flags = (v.meta.flags & flag::PAYLOAD_SUM) | flag::ORIGINATED | flag::L4_CSUM_OK;
+    let v6 = src.is_ipv6();
     if gso {
-        v.meta.gso_type = gso::UDPV4;
+        v.meta.gso_type = if v6 { gso::UDPV6 } else { gso::UDPV4 };
         v.meta.gso_size = segment_size;
         v.meta.segs = n as u16;
-        v.meta.total_len = (HDR + payload.len()) as u32;
+        v.meta.total_len = (hdr + payload.len()) as u32;
     } else {
         v.meta.flags &= !flag::PAYLOAD_SUM;
     }
@@ -195,6 +266,11 @@ pub fn send(
         s.count_sent(n as u64);
     }
     cx.originate(n as u64);
-    host.injected.push(crate::host::Entry::LocalOut, head);
+    let entry = if v6 {
+        crate::host::Entry::LocalOut6
+    } else {
+        crate::host::Entry::LocalOut
+    };
+    host.injected.push(entry, head);
     Ok(n as u16)
 }

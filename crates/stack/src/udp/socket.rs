@@ -1,8 +1,10 @@
-//! The UDP socket table: bind by (address, port) with `0.0.0.0` as wildcard, bounded
-//! receive queues of packet handles, batch receive.
+//! The UDP socket table: bind by (address, port) with `0.0.0.0` (IPv4) or `::` (IPv6) as
+//! wildcard, bounded receive queues of packet handles, batch receive.
 //!
-//! Lookup order: exact local address first, then the wildcard (RFC 1122 4.1.3.5: the
-//! most specific binding wins). A queue's length and its limit are in wire datagrams (a
+//! Lookup order: exact local address first, then the wildcard of the datagram's family
+//! (RFC 1122 4.1.3.5: the most specific binding wins). A socket is of one family: one
+//! bound to `::` receives IPv6 datagrams only (as with `IPV6_V6ONLY`), so a dual-stack
+//! application binds both wildcards. A queue's length and its limit are in wire datagrams (a
 //! `UDP_GRO`-like super-datagram counts its segments, as the kernel charges its whole
 //! size to the receive buffer); a queue never holds more than its configured length, and
 //! a full queue is a counted drop at the UDP stage. Its storage is allocated whole at bind
@@ -16,7 +18,7 @@
 //! socket's queue takes one uncontended lock per batch of datagrams, not per datagram.
 
 use core::fmt;
-use core::net::Ipv4Addr;
+use core::net::IpAddr;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -77,8 +79,8 @@ impl Queue {
 /// One bound UDP socket.
 #[derive(Debug)]
 pub struct UdpSocket {
-    /// Local address (`0.0.0.0` = any).
-    pub addr: Ipv4Addr,
+    /// Local address (`0.0.0.0` or `::` = any of its family).
+    pub addr: IpAddr,
     /// Local port.
     pub port: u16,
     gro: AtomicBool,
@@ -247,7 +249,7 @@ impl SocketWriter<'_> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BindError {
     /// Another socket holds that address and port.
-    InUse(Ipv4Addr, u16),
+    InUse(IpAddr, u16),
     /// Port 0 is not bindable here.
     PortZero,
     /// Queue length 0.
@@ -259,7 +261,9 @@ pub enum BindError {
 impl fmt::Display for BindError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::InUse(a, p) => write!(f, "{a}:{p} is already bound"),
+            Self::InUse(a, p) => {
+                write!(f, "{} is already bound", core::net::SocketAddr::new(*a, *p))
+            }
             Self::PortZero => f.write_str("cannot bind port 0"),
             Self::ZeroQueue => f.write_str("socket queue length must be at least 1"),
             Self::QueueTooLong(n) => write!(
@@ -282,9 +286,23 @@ pub struct Table {
     socks: Vec<Option<Arc<UdpSocket>>>,
     map: hashbrown::HashMap<u64, u32, foldhash::fast::FixedState>,
     exact_binds: usize,
+    /// IPv6 bindings.
+    map6: hashbrown::HashMap<(u128, u16), u32, foldhash::fast::FixedState>,
+    exact_binds6: usize,
 }
 
 impl Table {
+    /// The socket for an IPv6 datagram to `dst:port` (address bits), exact binding first.
+    #[inline]
+    pub fn lookup6(&self, dst: u128, port: u16) -> Option<SocketId> {
+        if self.exact_binds6 > 0
+            && let Some(&i) = self.map6.get(&(dst, port))
+        {
+            return Some(SocketId(i));
+        }
+        self.map6.get(&(0, port)).map(|&i| SocketId(i))
+    }
+
     /// The socket for a datagram to `dst:port` (address bits), exact binding first.
     #[inline]
     pub fn lookup(&self, dst: u32, port: u16) -> Option<SocketId> {
@@ -373,7 +391,13 @@ impl Sockets {
 
     /// Binds `addr:port` with a queue of `queue_len` datagrams (1 ..= [`MAX_QUEUE_LEN`]),
     /// allocated here whole.
-    pub fn bind(&self, addr: Ipv4Addr, port: u16, queue_len: usize) -> Result<SocketId, BindError> {
+    pub fn bind(
+        &self,
+        addr: impl Into<IpAddr>,
+        port: u16,
+        queue_len: usize,
+    ) -> Result<SocketId, BindError> {
+        let addr: IpAddr = addr.into();
         if port == 0 {
             return Err(BindError::PortZero);
         }
@@ -383,10 +407,13 @@ impl Sockets {
         if queue_len > MAX_QUEUE_LEN {
             return Err(BindError::QueueTooLong(queue_len));
         }
-        let k = key(u32::from(addr), port);
         let mut out = Err(BindError::InUse(addr, port));
         self.update(|t| {
-            if t.map.contains_key(&k) {
+            let taken = match addr {
+                IpAddr::V4(a) => t.map.contains_key(&key(u32::from(a), port)),
+                IpAddr::V6(a) => t.map6.contains_key(&(u128::from(a), port)),
+            };
+            if taken {
                 return;
             }
             let s = Arc::new(UdpSocket {
@@ -414,9 +441,15 @@ impl Sockets {
                 }
             };
             let id = u32::try_from(id).unwrap_or_else(|_| unreachable!("fewer than 2^32 sockets"));
-            t.map.insert(k, id);
-            if !addr.is_unspecified() {
-                t.exact_binds += 1;
+            match addr {
+                IpAddr::V4(a) => {
+                    t.map.insert(key(u32::from(a), port), id);
+                    t.exact_binds += usize::from(!a.is_unspecified());
+                }
+                IpAddr::V6(a) => {
+                    t.map6.insert((u128::from(a), port), id);
+                    t.exact_binds6 += usize::from(!a.is_unspecified());
+                }
             }
             out = Ok(SocketId(id));
         });
@@ -426,7 +459,7 @@ impl Sockets {
     /// Binds `addr:port` and returns the socket itself (what an application keeps).
     pub fn open(
         &self,
-        addr: Ipv4Addr,
+        addr: impl Into<IpAddr>,
         port: u16,
         queue_len: usize,
     ) -> Result<(SocketId, Arc<UdpSocket>), BindError> {
@@ -444,9 +477,15 @@ impl Sockets {
         let mut gone = None;
         self.update(|t| {
             if let Some(s) = t.socks.get_mut(id.0 as usize).and_then(Option::take) {
-                t.map.remove(&key(u32::from(s.addr), s.port));
-                if !s.addr.is_unspecified() {
-                    t.exact_binds -= 1;
+                match s.addr {
+                    IpAddr::V4(a) => {
+                        t.map.remove(&key(u32::from(a), s.port));
+                        t.exact_binds -= usize::from(!a.is_unspecified());
+                    }
+                    IpAddr::V6(a) => {
+                        t.map6.remove(&(u128::from(a), s.port));
+                        t.exact_binds6 -= usize::from(!a.is_unspecified());
+                    }
                 }
                 gone = Some(s);
             }
@@ -463,6 +502,11 @@ impl Sockets {
     /// The socket for a datagram to `dst:port` (address bits), exact binding first.
     pub fn lookup(&self, dst: u32, port: u16) -> Option<SocketId> {
         self.snapshot().lookup(dst, port)
+    }
+
+    /// The socket for an IPv6 datagram to `dst:port` (address bits), exact binding first.
+    pub fn lookup6(&self, dst: u128, port: u16) -> Option<SocketId> {
+        self.snapshot().lookup6(dst, port)
     }
 
     /// A socket by id.
@@ -498,23 +542,67 @@ impl Sockets {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::net::{Ipv4Addr, Ipv6Addr};
 
     #[test]
     fn exact_binding_wins_over_wildcard() {
         let t = Sockets::new();
         let any = t.bind(Ipv4Addr::UNSPECIFIED, 53, 4).unwrap();
-        let one = t.bind("192.0.2.1".parse().unwrap(), 53, 4).unwrap();
+        let one = t
+            .bind("192.0.2.1".parse::<Ipv4Addr>().unwrap(), 53, 4)
+            .unwrap();
         assert_eq!(t.lookup(0xc000_0201, 53), Some(one));
         assert_eq!(t.lookup(0xc000_0202, 53), Some(any));
         assert_eq!(t.lookup(0xc000_0201, 54), None);
         assert_eq!(
             t.bind(Ipv4Addr::UNSPECIFIED, 53, 4),
-            Err(BindError::InUse(Ipv4Addr::UNSPECIFIED, 53))
+            Err(BindError::InUse(Ipv4Addr::UNSPECIFIED.into(), 53))
         );
         assert_eq!(
             t.bind(Ipv4Addr::UNSPECIFIED, 0, 4),
             Err(BindError::PortZero)
         );
+    }
+
+    /// IPv6 bindings are their own family: `::` takes IPv6 datagrams only, an exact
+    /// IPv6 binding wins over it, and the same port may be bound in both families.
+    #[test]
+    fn ipv6_bindings_are_their_own_family() {
+        let t = Sockets::new();
+        let v4 = t.bind(Ipv4Addr::UNSPECIFIED, 53, 4).unwrap();
+        let any6 = t.bind(Ipv6Addr::UNSPECIFIED, 53, 4).unwrap();
+        let one6 = t
+            .bind("2001:db8::1".parse::<Ipv6Addr>().unwrap(), 53, 4)
+            .unwrap();
+        let a = |s: &str| u128::from(s.parse::<Ipv6Addr>().unwrap());
+        assert_eq!(t.lookup6(a("2001:db8::1"), 53), Some(one6));
+        assert_eq!(t.lookup6(a("2001:db8::2"), 53), Some(any6));
+        assert_eq!(t.lookup(0xc000_0201, 53), Some(v4));
+        assert_eq!(
+            t.lookup6(a("::c000:201"), 53),
+            Some(any6),
+            "no IPv4 socket for IPv6"
+        );
+        assert_eq!(t.lookup6(a("2001:db8::1"), 54), None);
+        assert_eq!(
+            t.bind(Ipv6Addr::UNSPECIFIED, 53, 4),
+            Err(BindError::InUse(Ipv6Addr::UNSPECIFIED.into(), 53))
+        );
+        let mut c = netbatch_engine::Pool::new(netbatch_engine::PoolConfig {
+            buffers: 2,
+            cache_size: 2,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut cache = c.cache();
+        t.close(one6, &mut cache);
+        assert_eq!(
+            t.lookup6(a("2001:db8::1"), 53),
+            Some(any6),
+            "closed: the wildcard"
+        );
+        drop(cache);
+        let _ = &mut c;
     }
 
     #[test]

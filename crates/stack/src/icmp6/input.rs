@@ -1,0 +1,164 @@
+//! `icmp6-input`: ICMPv6 messages for us (RFC 4443).
+//!
+//! At least the 4-byte type, code and checksum (`icmp6_truncated`, 8 for an echo request),
+//! and a checksum over the pseudo-header and the whole message (`icmp6_checksum`, RFC 4443
+//! 2.3). Then by type:
+//! - an echo request (RFC 4443 4.1) becomes its echo reply in the same buffer: a fresh
+//!   40-byte header (extension headers are not echoed) from the address it was sent to
+//!   (for one sent to a multicast group, our address toward the sender: 4.2), hop limit
+//!   64, type 129, the checksum updated for the one word that changed (RFC 1624) or
+//!   computed again when the source changed; `ip6-local-out` routes it back;
+//! - neighbour solicitations and advertisements go to `nd-input` (RFC 4861);
+//! - error messages (types below 128), echo replies, router solicitations and
+//!   advertisements, redirects and MLD are consumed and counted (`icmp6_in_other`) or,
+//!   on a port paired with a host interface, handed to the kernel, whose sockets and
+//!   daemons they are for (a router ignores redirects and router advertisements, RFC 4861
+//!   8.1, 6.2.7);
+//! - an informational message of an unknown type is discarded (RFC 4443 2.4 (b),
+//!   `icmp6_unknown_informational`).
+
+use netbatch_engine::{Cx, Out, PktList, Stage};
+use netbatch_wire::checksum;
+use netbatch_wire::icmpv6::{Icmpv6Packet, Icmpv6Type};
+use netbatch_wire::ipv6::{HEADER_LEN, Ipv6Packet, Ipv6Repr, Protocol};
+
+use crate::host::Host;
+use crate::meta::flag;
+
+netbatch_engine::reasons! {
+    /// Why `icmp6-input` drops a message.
+    pub mod reason {
+        TRUNCATED = "icmp6_truncated": "ICMPv6 message cut short",
+        CHECKSUM = "icmp6_checksum": "ICMPv6 checksum wrong",
+        UNKNOWN_INFORMATIONAL = "icmp6_unknown_informational": "ICMPv6 informational message of an unknown type",
+        ECHO_OFF = "icmp6_echo_off": "echo request not answered (icmp echo is off)",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc to `ip6-local-out` (echo replies).
+    pub REPLY = "reply";
+    /// Arc to `nd-input` (neighbour solicitations and advertisements).
+    pub ND = "nd";
+    /// Arc to the host kernel ([`crate::hostif`]).
+    pub HOST = "host";
+}
+
+/// Hop limit of echo replies.
+const HOP_LIMIT: u8 = 64;
+
+/// The ICMPv6 input stage.
+#[derive(Debug, Default)]
+pub struct Icmp6Input;
+
+impl Stage<Host> for Icmp6Input {
+    fn arcs(&self) -> &[&'static str] {
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
+    }
+
+    fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        for mut p in list.drain(..) {
+            let mut v = cx.pool.get_mut(&mut p);
+            let at = usize::from(v.meta.l4.wrapping_sub(v.meta.data));
+            let d = v.data();
+            let (Some(ip), Some(msg)) = (
+                crate::ip6::header(d),
+                d.get(at..).filter(|m| m.len() >= 4 && at >= HEADER_LEN),
+            ) else {
+                out.drop(p, reason::TRUNCATED);
+                continue;
+            };
+            let (src, dst) = (ip.src(), ip.dst());
+            let acc = checksum::pseudo_header_v6(src, dst, Protocol::ICMPV6.0, msg.len() as u32);
+            if checksum::fold(checksum::sum(msg, acc)) != 0xffff {
+                out.drop(p, reason::CHECKSUM);
+                continue;
+            }
+            let ty = Icmpv6Type(msg[0]);
+            let paired = crate::hostif::punt_port(host, v.meta.in_port).is_some();
+            match ty {
+                Icmpv6Type::NEIGHBOR_SOLICIT | Icmpv6Type::NEIGHBOR_ADVERT => {
+                    out.push(ND, p);
+                    continue;
+                }
+                Icmpv6Type::ECHO_REQUEST => {}
+                // Echo replies, errors, router and MLD messages (RFC 4443, 4861, 3810).
+                Icmpv6Type(1..=4 | 129..=134 | 137 | 143) | Icmpv6Type(0..=127) => {
+                    if paired {
+                        out.push(HOST, p);
+                    } else {
+                        host.stats.icmp6_in_other += 1;
+                        cx.deliver(v.meta.wire_packets());
+                        cx.cache.free(p);
+                    }
+                    continue;
+                }
+                _ => {
+                    out.drop(p, reason::UNKNOWN_INFORMATIONAL);
+                    continue;
+                }
+            }
+            if msg.len() < 8 {
+                out.drop(p, reason::TRUNCATED);
+                continue;
+            }
+            if !host.params.icmp_echo {
+                out.drop(p, reason::ECHO_OFF);
+                continue;
+            }
+            let in_if = v.meta.in_if;
+            // From the address it was sent to; for a group, from ours toward the sender.
+            let reply_src = if dst.is_multicast() {
+                match host.ifaces.get(usize::from(in_if)) {
+                    Some(i) => i.source6_for(src),
+                    None => {
+                        out.drop(p, netbatch_engine::reason::PORT_DOWN);
+                        continue;
+                    }
+                }
+            } else {
+                dst
+            };
+            let msg_len = msg.len();
+            // Extension headers are not echoed: the fresh header goes right before the
+            // message.
+            v.pull(at - HEADER_LEN);
+            let (h, m) = v.data_mut().split_at_mut(HEADER_LEN);
+            Ipv6Repr {
+                src: reply_src,
+                dst: src,
+                next_header: Protocol::ICMPV6,
+                payload_len: msg_len,
+                hop_limit: HOP_LIMIT,
+                traffic_class: 0,
+                flow_label: 0,
+            }
+            .emit(&mut Ipv6Packet::new_unchecked(h));
+            let mut msg = Icmpv6Packet::new_unchecked(m);
+            let code = u16::from(msg.code());
+            msg.set_msg_type(Icmpv6Type::ECHO_REPLY);
+            if reply_src == dst {
+                // The pseudo-header sums the same addresses swapped: one word changed.
+                let old = (u16::from(Icmpv6Type::ECHO_REQUEST.0) << 8) | code;
+                let new = (u16::from(Icmpv6Type::ECHO_REPLY.0) << 8) | code;
+                msg.set_checksum(checksum::update16(msg.checksum(), old, new));
+            } else {
+                msg.fill_checksum(reply_src, src);
+            }
+            let m = &mut *v.meta;
+            m.flags = (m.flags & flag::TRACE) | flag::ORIGINATED;
+            // A link-local peer is answered on its link; others are routed.
+            m.out_if = if netbatch_wire::ipv6::is_link_local(src) {
+                in_if
+            } else {
+                u16::MAX
+            };
+            host.stats.icmp6_echo_replies += 1;
+            out.push(REPLY, p);
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! `ip6-forward`: the hop limit of packets in transit (RFC 8200 3).
+//!
+//! Hop limit ≤ 1 → ICMPv6 Time Exceeded, code 0 (RFC 4443 3.3: a router that receives a
+//! packet with a hop limit of 0, or decrements it to 0, discards it and answers).
+//! Otherwise the hop limit is decremented: IPv6 has no header checksum, so nothing else
+//! changes. The output MTU is checked once, by `ip6-neighbour`, for forwarded and local
+//! packets alike: too large is answered with Packet Too Big (routers never fragment,
+//! RFC 8200 5).
+//!
+//! Hop-by-hop options are not processed in transit (RFC 8200 4.3 lets a node skip them
+//! unless configured to examine them).
+
+use netbatch_engine::{Cx, Out, PktList, Stage};
+
+use super::{Cause, header_mut};
+use crate::host::Host;
+use crate::meta::flag;
+
+netbatch_engine::reasons! {
+    /// Why `ip6-forward` stops a packet.
+    pub mod reason {
+        HOP_LIMIT = "ip6_hop_limit_exceeded": "IPv6 hop limit reached zero in transit",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc for packets that go on.
+    pub OK = "ok";
+    /// Arc to the ICMPv6 error stage.
+    pub ERROR = "error";
+}
+
+/// The IPv6 forwarding stage.
+#[derive(Debug, Default)]
+pub struct Ip6Forward;
+
+impl Stage<Host> for Ip6Forward {
+    fn arcs(&self) -> &[&'static str] {
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        reason::ALL
+    }
+
+    fn process(&mut self, _host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        for mut p in list.drain(..) {
+            let mut v = cx.pool.get_mut(&mut p);
+            let Some(mut ip) = header_mut(v.data_mut()) else {
+                out.drop(p, super::input::reason::TRUNCATED);
+                continue;
+            };
+            let hl = ip.hop_limit();
+            if hl <= 1 {
+                v.meta.note = Cause::HopLimitExceeded.note();
+                out.push(ERROR, p);
+                continue;
+            }
+            ip.set_hop_limit(hl - 1);
+            v.meta.flags |= flag::FORWARDED;
+            out.push(OK, p);
+        }
+    }
+}

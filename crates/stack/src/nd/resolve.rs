@@ -1,0 +1,252 @@
+//! `ip6-neighbour`: the output MTU, the next hop's MAC by neighbour discovery, the link
+//! header (the IPv6 twin of `neighbour`).
+//!
+//! First the output MTU, the one place it is checked: a forwarded packet longer than it
+//! (a super-packet whose segments are) is answered with Packet Too Big carrying the MTU
+//! (RFC 8200 5, RFC 4443 3.2; routers never fragment); one we originated is dropped
+//! (`ip6_local_too_big`: netbatch does not fragment its own IPv6 packets either).
+//!
+//! The next hop is the packet's destination for an on-link adjacency (`ADJ_ON_LINK`: a
+//! connected route, or a link-scope destination `ip6-local-out` sent by an interface),
+//! else the route's gateway. A multicast destination maps to `33:33` and its last four
+//! bytes (RFC 2464 7). Otherwise the neighbour cache: reachable → sent; stale → sent,
+//! and a unicast solicitation probes it once due (RFC 4861 7.3.3); unknown or
+//! incomplete → the packet waits in the neighbour's bounded queue (in wire packets;
+//! `neigh_queue_full` for what is pushed out) and a multicast solicitation goes to the
+//! target's solicited-node group (originated). Within a list each (interface, next hop)
+//! is resolved once: its link header is kept in a small direct-mapped cache for the rest
+//! of the list, and pushed in front of every packet that follows.
+
+use netbatch_engine::{Cx, Next, Out, Pkt, PktList, Stage};
+use netbatch_wire::ethernet::{EtherType, MacAddr};
+use netbatch_wire::ipv6 as wire6;
+
+use super::build_solicit;
+use crate::host::Host;
+use crate::ip6::Cause;
+use crate::meta::flag;
+use crate::neigh::Lookup;
+use crate::neigh::resolve::{Rewrite, gso_kinds};
+use crate::route::ADJ_ON_LINK;
+use crate::tx::{port_arc, with_port_arcs};
+
+netbatch_engine::reasons! {
+    /// Why `ip6-neighbour` does not send a packet (besides the neighbour queue's reasons,
+    /// [`crate::neigh::reason`]).
+    pub mod reason {
+        TOO_BIG = "ip6_packet_too_big": "IPv6 packet larger than the next link's MTU (routers do not fragment)",
+        LOCAL_TOO_BIG = "ip6_local_too_big": "IPv6 packet we made is larger than its link's MTU (no fragmentation)",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// Arc to transmit (solicitations).
+    pub TX = "tx";
+    /// Arc to the ICMPv6 error stage (Packet Too Big).
+    pub ERROR = "error";
+    /// Arc to GSO (a super-packet for a port without the matching offload).
+    pub GSO = "gso";
+}
+
+/// Bits of the per-list rewrite cache index.
+const CACHE_BITS: u32 = 3;
+/// Slots of the per-list rewrite cache.
+const CACHE: usize = 1 << CACHE_BITS;
+
+/// The key of a rewrite: output interface and next hop (no packet has `u16::MAX` as its
+/// output interface here).
+type Key = (u16, u128);
+
+/// The IPv6 neighbour stage.
+#[derive(Debug)]
+pub struct Ip6Neighbour {
+    /// `tx`, `error`, `gso`, then one `tx-<port>` arc per port.
+    arcs: Vec<&'static str>,
+}
+
+impl Ip6Neighbour {
+    /// The stage for a host with these ports (one `tx-<port>` arc each).
+    pub fn new(ports: &[&str]) -> Self {
+        Self {
+            arcs: with_port_arcs(ARCS, ports),
+        }
+    }
+
+    /// The arc to `port`'s transmit node.
+    fn port_arc(&self, port: u16) -> Next {
+        port_arc(&self.arcs, ARCS.len(), port).unwrap_or(TX)
+    }
+
+    /// The MAC of next hop `nh` on `out_if`, if it is known now (sending a probe of a
+    /// stale entry when one is due); a multicast next hop maps directly.
+    fn resolve(
+        host: &mut Host,
+        cx: &mut Cx<'_>,
+        out_if: u16,
+        nh: u128,
+        out: &mut Out,
+    ) -> Option<MacAddr> {
+        if let Some(m) = wire6::multicast_mac(nh.into()) {
+            return Some(m);
+        }
+        match host.neigh6.lookup(out_if, nh, cx.now_ns) {
+            Lookup::Mac(m) => Some(m),
+            Lookup::StaleMac(m) => {
+                if host.neigh6.want_refresh(out_if, nh, cx.now_ns) {
+                    let iface = &host.ifaces[usize::from(out_if)];
+                    match build_solicit(cx.pool, cx.cache, iface, out_if, nh.into(), Some(m)) {
+                        Some(r) => {
+                            host.stats.nd_solicits_out += 1;
+                            cx.originate(1);
+                            out.push(TX, r);
+                        }
+                        None => host.stats.alloc_failures += 1,
+                    }
+                }
+                Some(m)
+            }
+            Lookup::Pending(_) | Lookup::Miss => None,
+        }
+    }
+
+    /// Queues `p` behind the resolution of `nh` and solicits it if one is due.
+    fn wait(host: &mut Host, cx: &mut Cx<'_>, out_if: u16, nh: u128, p: Pkt, out: &mut Out) {
+        let wire = u32::try_from(cx.pool.get(&p).meta.wire_packets()).unwrap_or(u32::MAX);
+        let mut evicted = Vec::new();
+        let (probe, refused) = host
+            .neigh6
+            .queue(out_if, nh, (p, wire), cx.now_ns, &mut evicted);
+        let why = if refused {
+            crate::neigh::reason::TABLE_FULL
+        } else {
+            crate::neigh::reason::QUEUE_FULL
+        };
+        for e in evicted {
+            out.drop(e, why);
+        }
+        if let Some(pr) = probe {
+            let iface = &host.ifaces[usize::from(pr.iface)];
+            match build_solicit(cx.pool, cx.cache, iface, pr.iface, pr.target, pr.unicast) {
+                Some(r) => {
+                    host.stats.nd_solicits_out += 1;
+                    cx.originate(1);
+                    out.push(TX, r);
+                }
+                None => host.stats.alloc_failures += 1,
+            }
+        }
+    }
+}
+
+/// The length of the wire packets the packet `m` (starting at its IPv6 header) stands
+/// for: its own, or for a super-packet its headers plus one segment.
+#[inline]
+fn wire_len(m: &netbatch_engine::Meta) -> usize {
+    if m.gso_size == 0 {
+        return usize::from(m.len);
+    }
+    let headers = m.l4.wrapping_sub(m.data) as usize + l4_header_len(m);
+    headers + usize::from(m.gso_size)
+}
+
+/// The upper-layer header length of a super-packet: TCP's is in the packet; UDP's is 8.
+#[inline]
+fn l4_header_len(m: &netbatch_engine::Meta) -> usize {
+    use crate::meta::gso;
+    match m.gso_type & gso::KIND {
+        gso::TCPV6 | gso::FRAGLIST_TCPV6 | gso::TCPV4 | gso::FRAGLIST_TCPV4 => 20,
+        _ => 8,
+    }
+}
+
+impl Stage<Host> for Ip6Neighbour {
+    fn arcs(&self) -> &[&'static str] {
+        &self.arcs
+    }
+
+    fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+        static REASONS: std::sync::LazyLock<Vec<netbatch_engine::Reason>> =
+            std::sync::LazyLock::new(|| {
+                crate::neigh::reason::ALL
+                    .iter()
+                    .chain(reason::ALL)
+                    .copied()
+                    .collect()
+            });
+        &REASONS
+    }
+
+    fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        let mut cache = [Rewrite::<Key>::empty((u16::MAX, 0)); CACHE];
+        let mut mtu_if = (u16::MAX, 0u16);
+        let mut via_gso = 0u64;
+        let pool = cx.pool;
+        for mut p in list.drain(..) {
+            let mut v = pool.get_mut(&mut p);
+            let (out_if, adj, len, gso_type) =
+                (v.meta.out_if, v.meta.adj, v.meta.len, v.meta.gso_type);
+            let Some(dst) = v
+                .data()
+                .get(24..40)
+                .and_then(|a| <[u8; 16]>::try_from(a).ok())
+            else {
+                out.drop(p, crate::ip6::input::reason::TRUNCATED);
+                continue;
+            };
+            let dst = u128::from_be_bytes(dst);
+            if out_if != mtu_if.0 {
+                let Some(i) = host.ifaces.get(usize::from(out_if)) else {
+                    out.drop(p, netbatch_engine::reason::PORT_DOWN);
+                    continue;
+                };
+                mtu_if = (out_if, i.mtu);
+            }
+            if len > mtu_if.1 && wire_len(v.meta) > usize::from(mtu_if.1) {
+                if v.meta.flags & flag::ORIGINATED != 0 {
+                    out.drop(p, reason::LOCAL_TOO_BIG);
+                } else {
+                    v.meta.note = Cause::PacketTooBig.note();
+                    v.meta.scratch = u32::from(mtu_if.1);
+                    out.push(ERROR, p);
+                }
+                continue;
+            }
+            let nh = if adj & ADJ_ON_LINK != 0 {
+                dst
+            } else {
+                host.routes6.hop(adj).map_or(0, |h| h.gateway)
+            };
+            let key = (out_if, nh);
+            let slot = ((nh as u32) ^ ((nh >> 96) as u32) ^ u32::from(out_if))
+                .wrapping_mul(0x9e37_79b9) as usize
+                >> (32 - CACHE_BITS);
+            if cache[slot].key != key {
+                match Self::resolve(host, cx, out_if, nh, out) {
+                    Some(mac) => {
+                        let iface = &host.ifaces[usize::from(out_if)];
+                        let gso_ok = host
+                            .ports
+                            .get(usize::from(iface.port))
+                            .map_or(0, |p| gso_kinds(&p.features));
+                        cache[slot] = Rewrite::new(
+                            iface,
+                            key,
+                            mac,
+                            EtherType::IPV6,
+                            self.port_arc(iface.port),
+                            gso_ok,
+                        );
+                    }
+                    None => {
+                        Self::wait(host, cx, out_if, nh, p, out);
+                        continue;
+                    }
+                }
+            }
+            match cache[slot].apply(&mut v, gso_type, &mut via_gso, GSO) {
+                Some(arc) => out.push(arc, p),
+                None => out.drop(p, netbatch_engine::reason::NO_HEADROOM),
+            }
+        }
+    }
+}

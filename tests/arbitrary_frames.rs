@@ -23,6 +23,8 @@ fn spec() -> LabSpec {
     let mut fwd = Rule::any(Verdict::Drop);
     fwd.dst = Some("203.0.113.128/25".parse().unwrap());
     LabSpec {
+        routes6: Vec::new(),
+        neighbours6: Vec::new(),
         ports: vec![
             {
                 let mut p = port("eth0", US, "198.51.100.1/24");

@@ -306,6 +306,8 @@ fn spec() -> LabSpec {
     };
     let m = Multipath::new(vec![hop(GW_IP[0], 1, 1), hop(GW_IP[1], 2, 1)]).expect("next hops");
     LabSpec {
+        routes6: Vec::new(),
+        neighbours6: Vec::new(),
         ports: vec![
             port("eth0", ETH[0], "198.51.100.1/24"),
             port("eth1", ETH[1], "192.0.2.1/24"),

@@ -1173,6 +1173,8 @@ fn flist_local_tcp_gets_standard_gro() {
             assert!(eth1.features.set(f, true));
         }
         let spec = LabSpec {
+            routes6: Vec::new(),
+            neighbours6: Vec::new(),
             ports: vec![eth0, eth1],
             routes: Vec::new(),
             neighbours: vec![StaticNeighbour {

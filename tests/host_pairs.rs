@@ -30,6 +30,8 @@ fn spec() -> LabSpec {
         ..port("host-eth0", US, "198.51.100.1/24")
     };
     LabSpec {
+        routes6: Vec::new(),
+        neighbours6: Vec::new(),
         ports: vec![eth0, port("eth1", US2, "192.0.2.1/24"), tap],
         routes: vec![Route::new(
             "203.0.113.0/24".parse().expect("prefix"),

@@ -18,6 +18,8 @@ const OTHER: MacAddr = MacAddr([2, 0, 0, 0, 0, 3]);
 
 fn spec() -> LabSpec {
     LabSpec {
+        routes6: Vec::new(),
+        neighbours6: Vec::new(),
         ports: vec![port("eth0", US, "198.51.100.1/24")],
         routes: vec![],
         neighbours: vec![StaticNeighbour {
@@ -368,6 +370,8 @@ fn vlan_spec() -> LabSpec {
         mac: PEER,
     };
     LabSpec {
+        routes6: Vec::new(),
+        neighbours6: Vec::new(),
         ports: vec![eth0, eth1],
         routes: vec![],
         // Interfaces in order: eth0 (0), eth0.100 (1), eth0.200.300 (2), eth1.5 (3).

@@ -34,6 +34,8 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn spec() -> LabSpec {
     LabSpec {
+        routes6: Vec::new(),
+        neighbours6: Vec::new(),
         ports: vec![port("eth0", US, "198.51.100.1/24")],
         routes: vec![],
         neighbours: vec![StaticNeighbour {

@@ -22,6 +22,8 @@ const ELSEWHERE: MacAddr = MacAddr([2, 0, 0, 0, 9, 9]);
 /// `n` ports, port `i` owning 198.51.100.(16 i + 1)/28.
 fn spec(n: usize) -> LabSpec {
     LabSpec {
+        routes6: Vec::new(),
+        neighbours6: Vec::new(),
         ports: (0..n)
             .map(|i| {
                 port(

@@ -11,10 +11,10 @@ use netbatch_ports::mem::{MemPort, TxFrame};
 use netbatch_runtime::Worker;
 use netbatch_runtime::build;
 use netbatch_runtime::config::{Config, PortConfig};
-use netbatch_runtime::setup::{PortSetup, StaticNeighbour};
+use netbatch_runtime::setup::{PortSetup, StaticNeighbour, StaticNeighbour6};
 use netbatch_stack::GraphOptions;
 use netbatch_stack::host::HostParams;
-use netbatch_stack::route::{Route, RouteKind};
+use netbatch_stack::route::{Route, Route6, RouteKind};
 use netbatch_wire::ethernet::MacAddr;
 
 pub mod frames;
@@ -62,6 +62,8 @@ pub fn router(gro: Gro) -> LabSpec {
     let mut p0 = port("eth0", US, "198.51.100.1/24");
     gro.apply(&mut p0);
     LabSpec {
+        routes6: Vec::new(),
+        neighbours6: Vec::new(),
         ports: vec![p0, port("eth1", US2, "192.0.2.1/24")],
         routes: vec![Route {
             prefix: "203.0.113.0/24".parse().expect("prefix"),
@@ -83,6 +85,42 @@ pub fn router(gro: Gro) -> LabSpec {
     }
 }
 
+/// The peer's IPv6 address on eth0.
+pub const PEER6: &str = "2001:db8:100::2";
+/// Our IPv6 address on eth0.
+pub const US6: &str = "2001:db8:100::1";
+/// Our IPv6 address on eth1.
+pub const US26: &str = "2001:db8:200::1";
+/// The next hop of 2001:db8:300::/48 on eth1.
+pub const GW6: &str = "2001:db8:200::fe";
+/// The MAC of the next hops on eth1 (IPv4 and IPv6).
+pub const GW_MAC: MacAddr = MacAddr([2, 0, 0, 0, 2, 2]);
+
+/// [`router`] dual-stack: eth0 also has 2001:db8:100::1/64 and eth1 2001:db8:200::1/64;
+/// 2001:db8:300::/48 via 2001:db8:200::fe on eth1 (its MAC configured).
+pub fn router6(gro: Gro) -> LabSpec {
+    let mut spec = router(gro);
+    spec.ports[0].addrs6 = vec![format!("{US6}/64").parse().expect("address")];
+    spec.ports[1].addrs6 = vec![format!("{US26}/64").parse().expect("address")];
+    spec.routes6 = vec![Route6::new(
+        "2001:db8:300::/48".parse().expect("prefix"),
+        RouteKind::Unicast,
+        Some(1),
+        Some(ip6(GW6)),
+    )];
+    spec.neighbours6 = vec![StaticNeighbour6 {
+        iface: 1,
+        ip: ip6(GW6),
+        mac: GW_MAC,
+    }];
+    spec
+}
+
+/// Parses an IPv6 address literal.
+pub fn ip6(s: &str) -> std::net::Ipv6Addr {
+    s.parse().expect("IPv6 address")
+}
+
 /// Every combination of batch mode and dispatch strategy.
 pub const VARIANTS: [(Mode, Dispatch); 4] = [
     (Mode::Packet, Dispatch::Runs),
@@ -98,8 +136,12 @@ pub struct LabSpec {
     pub ports: Vec<PortSetup>,
     /// Routes beyond the connected ones.
     pub routes: Vec<Route>,
+    /// IPv6 routes beyond the connected ones.
+    pub routes6: Vec<Route6>,
     /// Static neighbours.
     pub neighbours: Vec<StaticNeighbour>,
+    /// Static IPv6 neighbours.
+    pub neighbours6: Vec<StaticNeighbour6>,
     /// Host settings.
     pub params: HostParams,
     /// Hooks and hand-offs (the GRO stage follows the ports' features).
@@ -118,7 +160,9 @@ impl LabSpec {
         cfg.pool.cache_size = 64;
         cfg.host = self.params;
         cfg.routes = self.routes.clone();
+        cfg.routes6 = self.routes6.clone();
         cfg.neighbours = self.neighbours.clone();
+        cfg.neighbours6 = self.neighbours6.clone();
         cfg.graph = self.graph.clone();
         cfg
     }

@@ -97,7 +97,8 @@ pub const GW6: &str = "2001:db8:200::fe";
 pub const GW_MAC: MacAddr = MacAddr([2, 0, 0, 0, 2, 2]);
 
 /// [`router`] dual-stack: eth0 also has 2001:db8:100::1/64 and eth1 2001:db8:200::1/64;
-/// 2001:db8:300::/48 via 2001:db8:200::fe on eth1 (its MAC configured).
+/// 2001:db8:300::/48 via 2001:db8:200::fe on eth1; the MACs of that next hop and of the
+/// peer on eth0 ([`PEER6`] and its link-local address) configured.
 pub fn router6(gro: Gro) -> LabSpec {
     let mut spec = router(gro);
     spec.ports[0].addrs6 = vec![format!("{US6}/64").parse().expect("address")];
@@ -108,11 +109,25 @@ pub fn router6(gro: Gro) -> LabSpec {
         Some(1),
         Some(ip6(GW6)),
     )];
-    spec.neighbours6 = vec![StaticNeighbour6 {
-        iface: 1,
-        ip: ip6(GW6),
-        mac: GW_MAC,
-    }];
+    spec.neighbours6 = vec![
+        StaticNeighbour6 {
+            iface: 1,
+            ip: ip6(GW6),
+            mac: GW_MAC,
+        },
+        // The peer on eth0, by its global and its link-local address, so that answers
+        // to it need no resolution (the tests of resolution add their own next hops).
+        StaticNeighbour6 {
+            iface: 0,
+            ip: ip6(PEER6),
+            mac: PEER,
+        },
+        StaticNeighbour6 {
+            iface: 0,
+            ip: netbatch_wire::ipv6::link_local_from_mac(PEER),
+            mac: PEER,
+        },
+    ];
     spec
 }
 

@@ -110,7 +110,11 @@ impl VnetHdr {
                 h.gso_type = GSO_TCPV4;
                 h.gso_size = m.gso_size;
             }
-            gso::UDPV4 if m.segs > 1 => {
+            gso::TCPV6 if m.segs > 1 => {
+                h.gso_type = GSO_TCPV6;
+                h.gso_size = m.gso_size;
+            }
+            gso::UDPV4 | gso::UDPV6 if m.segs > 1 => {
                 h.gso_type = GSO_UDP_L4;
                 h.gso_size = m.gso_size;
             }
@@ -164,10 +168,15 @@ pub fn import(
     let extra = if tag.is_some() { 4 } else { 0 };
     let len = frame.len() + extra;
     let shift = |x: u16| usize::from(x) + if usize::from(x) >= 12 { extra } else { 0 };
-    let gso_kind = match hdr.gso_type & !GSO_ECN {
-        GSO_NONE => None,
-        GSO_TCPV4 => Some(gso::TCPV4),
-        GSO_UDP_L4 => Some(gso::UDPV4),
+    // UDP segmentation names no family: the IP header says which; a TCP kind must be
+    // the frame's family.
+    let v6 = is_ipv6(frame, tag);
+    let gso_kind = match (hdr.gso_type & !GSO_ECN, v6) {
+        (GSO_NONE, _) => None,
+        (GSO_TCPV4, false) => Some(gso::TCPV4),
+        (GSO_TCPV6, true) => Some(gso::TCPV6),
+        (GSO_UDP_L4, true) => Some(gso::UDPV6),
+        (GSO_UDP_L4, false) => Some(gso::UDPV4),
         _ => return Err(ImportError::Refused),
     };
     let partial = hdr.flags & F_NEEDS_CSUM != 0;
@@ -254,11 +263,29 @@ pub fn import(
     Ok((head, wire))
 }
 
+/// Whether `frame` (its ethertype after the MACs, or after a tag still in it) carries
+/// IPv6; a tag the kernel stripped is not in the frame.
+fn is_ipv6(frame: &[u8], stripped: Option<StrippedTag>) -> bool {
+    // A stripped tag's TPID is not the frame's type: the type is at 12 either way.
+    let et = |at: usize| {
+        frame
+            .get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    let mut at = 12;
+    if stripped.is_none() {
+        while matches!(et(at), Some(0x8100 | 0x88a8)) {
+            at += 4;
+        }
+    }
+    et(at) == Some(0x86dd)
+}
+
 /// The L4 header length of a super-frame, read at `csum_start`.
 fn l4_header_len(frame: &[u8], hdr: &VnetHdr, kind: u8) -> Option<usize> {
     // Offsets in `frame` (the tag, if any, is not in it).
     let l4 = frame.get(usize::from(hdr.csum_start)..)?;
-    if kind == gso::TCPV4 {
+    if kind == gso::TCPV4 || kind == gso::TCPV6 {
         let tcp = TcpPacket::new_checked(l4).ok()?;
         Some(tcp.header_len())
     } else {
@@ -531,6 +558,76 @@ mod tests {
         assert_eq!(pool.free_in_pool(), 256);
     }
 
+    /// IPv6 super-frames: `GSO_TCPV6` and `GSO_UDP_L4` over IPv6 become IPv6 super-packets
+    /// (the family of `GSO_UDP_L4` read from the frame), with the segment count the
+    /// payload and the segment size give; the transmit header names them back.
+    #[test]
+    fn ipv6_super_frames_become_ipv6_super_packets() {
+        let pool = pool();
+        let mut cache = pool.cache();
+        let payload = vec![7u8; 2500];
+        let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv6(
+                [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+                64,
+            )
+            .udp(1000, 2000);
+        let mut udp6 = Vec::new();
+        b.write(&mut udp6, &payload).unwrap();
+        let h = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_UDP_L4,
+            gso_size: 1000,
+            csum_start: 54,
+            csum_offset: 6,
+            ..VnetHdr::default()
+        };
+        let p = imp(&pool, &mut cache, &udp6, &h, None, 0, 1920).expect("imported");
+        {
+            let m = &pool.get(&p).meta;
+            assert_eq!((m.gso_type, m.gso_size, m.segs), (gso::UDPV6, 1000, 3));
+            let back = VnetHdr::for_tx(m, &[]);
+            assert_eq!((back.gso_type, back.gso_size), (GSO_UDP_L4, 1000));
+        }
+        cache.free(p);
+        let b = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv6(
+                [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+                64,
+            )
+            .tcp(1000, 2000, 1, 65535);
+        let mut tcp6 = Vec::new();
+        b.write(&mut tcp6, &payload).unwrap();
+        let h = VnetHdr {
+            gso_type: GSO_TCPV6,
+            csum_offset: 16,
+            ..h
+        };
+        let p = imp(&pool, &mut cache, &tcp6, &h, None, 0, 1920).expect("imported");
+        {
+            let m = &pool.get(&p).meta;
+            assert_eq!((m.gso_type, m.gso_size, m.segs), (gso::TCPV6, 1000, 3));
+            let back = VnetHdr::for_tx(m, &[]);
+            assert_eq!((back.gso_type, back.gso_size), (GSO_TCPV6, 1000));
+        }
+        cache.free(p);
+        // A TCP kind of the other family is refused.
+        let wrong = VnetHdr {
+            gso_type: GSO_TCPV4,
+            ..h
+        };
+        assert_eq!(
+            imp(&pool, &mut cache, &tcp6, &wrong, None, 0, 1920).unwrap_err(),
+            ImportError::Refused
+        );
+        cache.flush();
+        assert_eq!(pool.free_in_pool(), 256);
+    }
+
+    /// Kinds netbatch does not take (UFO's `GSO_UDP`, a TCP kind of the frame's other
+    /// family) and offsets outside the frame are refused.
     #[test]
     fn unsupported_gso_kinds_and_bad_offsets_are_refused_and_leak_nothing() {
         let pool = pool();

@@ -5,8 +5,13 @@
 //!
 //! ```text
 //!  h1 (192.0.2.2/24) ── veth ── [ r1  netbatch  r2 ] ── veth ── h2 (198.51.100.2/24)
-//!                               192.0.2.1  198.51.100.1   (namespace r)
+//!     (2001:db8:1::2/64)        192.0.2.1  198.51.100.1          (2001:db8:2::2/64)
+//!                               2001:db8:1::1  2001:db8:2::1   (namespace r)
 //! ```
+//!
+//! The router scenario runs dual-stack: IPv6 is on in the hosts (their kernels solicit,
+//! announce and probe as they do on any link); namespace `r`'s own kernel keeps IPv6 off
+//! on the interfaces netbatch serves, so that only netbatch answers there.
 //!
 //! netbatch runs as users run it (`netbatch run CONFIG` inside namespace `r`, stopped
 //! with SIGTERM); the hosts use `ping`, `traceroute`, `iperf3`, `ip neigh` and Python's
@@ -133,6 +138,19 @@ impl Topo {
                 "ip addr add 198.51.100.2/24 dev nb{s}b; ip route add default via 198.51.100.1"
             ),
         );
+        // IPv6 on in the hosts (`hosts` turned it off), their addresses usable at once
+        // (no duplicate address detection to wait for).
+        for (n, d, net) in [("h1", "a", 1), ("h2", "b", 2)] {
+            t.must(
+                n,
+                &format!(
+                    "sysctl -qw net.ipv6.conf.nb{s}{d}.accept_dad=0 && \
+                     sysctl -qw net.ipv6.conf.nb{s}{d}.disable_ipv6=0 && \
+                     ip -6 addr add 2001:db8:{net}::2/64 dev nb{s}{d} nodad && \
+                     ip -6 route add default via 2001:db8:{net}::1"
+                ),
+            );
+        }
         if kind == "af_xdp" {
             // Frames sent by a kernel with checksum offload on veth carry partial
             // checksums; AF_XDP has no way to say so (AF_PACKET does: its virtio-net
@@ -153,14 +171,14 @@ workers = {workers}
 name = "r1"
 kind = "{kind}"
 interface = "nb{s}r1"
-addresses = ["192.0.2.1/24"]
+addresses = ["192.0.2.1/24", "2001:db8:1::1/64"]
 rx_workers = {rx}
 
 [[port]]
 name = "r2"
 kind = "{kind}"
 interface = "nb{s}r2"
-addresses = ["198.51.100.1/24"]
+addresses = ["198.51.100.1/24", "2001:db8:2::1/64"]
 rx_workers = {rx}
 
 # The host kernel of namespace r behind a tap: TCP to it crosses netbatch both ways.
@@ -515,10 +533,16 @@ fn scenario(kind: &str, id: &str, workers: usize) {
     let got = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert_eq!(got, "5 0", "port 9998 passes, port 9999 is dropped");
 
+    ipv6_through_netbatch(&t);
+
     let stats = t.stop();
     // Conservation in wire packets, super-frames from the kernels included.
     assert_conserved(&stats);
     assert_eq!(drops(&stats, "filter_forward"), 5, "{stats:#}");
+    assert!(
+        event(&stats, "ip6-icmp-error", "sent_ip6_hop_limit_exceeded") >= 2,
+        "ping -6 -t 1 and traceroute -6's first hop were answered: {stats:#}"
+    );
     assert!(
         event(&stats, "ip4-icmp-error", "sent_ttl_expired") >= 2,
         "ping -t 1 and traceroute's first hop were answered: {stats:#}"
@@ -585,6 +609,137 @@ fn scenario(kind: &str, id: &str, workers: usize) {
     );
     assert!(log.contains("packets: rx"), "counters printed: {log}");
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// The IPv6 half of [`scenario`], with the kernel's tools on both hosts: `ping -6` to
+/// netbatch's global and link-local addresses and through it, neighbour discovery both
+/// ways (`ip -6 neigh` on both hosts shows netbatch's MACs), hop limit 1 and
+/// `traceroute -6` answered with time exceeded, UDP and TCP over IPv6 between the hosts.
+fn ipv6_through_netbatch(t: &Topo) {
+    let s = &t.tag;
+    t.must("h1", "ping -6 -c 3 -i 0.2 -W 2 2001:db8:1::1");
+    let r1_mac: netbatch_wire::ethernet::MacAddr = t
+        .must("r", &format!("cat /sys/class/net/nb{s}r1/address"))
+        .trim()
+        .parse()
+        .expect("r1's MAC");
+    let r2_mac = t.must("r", &format!("cat /sys/class/net/nb{s}r2/address"));
+    let ll = netbatch_wire::ipv6::link_local_from_mac(r1_mac);
+    t.must("h1", &format!("ping -6 -c 3 -i 0.2 -W 2 {ll}%nb{s}a"));
+    t.must("h1", "ping -6 -c 3 -i 0.2 -W 2 2001:db8:2::2");
+    let n1 = t.must("h1", "ip -6 neigh show 2001:db8:1::1");
+    assert!(
+        n1.contains(&r1_mac.to_string()) && !n1.contains("FAILED"),
+        "h1's kernel resolved netbatch by neighbour discovery: {n1}"
+    );
+    let n2 = t.must("h2", "ip -6 neigh show 2001:db8:2::1");
+    assert!(
+        n2.contains(r2_mac.trim()) && !n2.contains("FAILED"),
+        "h2's kernel resolved netbatch: {n2}"
+    );
+    // netbatch resolved the hosts too: h2 answered its solicitation for 2001:db8:2::2.
+    let (_, p) = t.exec("h1", "ping -6 -c 1 -t 1 -W 2 2001:db8:2::2");
+    assert!(
+        p.contains("From 2001:db8:1::1") && p.to_lowercase().contains("time exceeded"),
+        "{p}"
+    );
+    let tr = t.must("h1", "traceroute -6 -n -q 1 -w 2 -m 3 2001:db8:2::2");
+    let hops: Vec<&str> = tr.lines().skip(1).collect();
+    assert!(
+        hops.first().is_some_and(|l| l.contains("2001:db8:1::1"))
+            && hops.get(1).is_some_and(|l| l.contains("2001:db8:2::2")),
+        "{tr}"
+    );
+    // UDP over IPv6, h1 to a socket in h2: every datagram, intact.
+    let listen = format!(
+        "import socket, select, time\n\
+         s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n\
+         s.bind(('2001:db8:2::2', 9876))\n\
+         open('{ready}', 'w').close()\n\
+         got = set()\n\
+         end = time.time() + 3\n\
+         while time.time() < end and len(got) < 20:\n\
+         \x20   r, _, _ = select.select([s], [], [], 0.1)\n\
+         \x20   if r:\n\
+         \x20       d, a = s.recvfrom(2048)\n\
+         \x20       if a[0] == '2001:db8:1::2' and d.startswith(b'six '):\n\
+         \x20           got.add(d)\n\
+         print(len(got))\n",
+        ready = t.dir.join("ready6").display()
+    );
+    std::fs::write(t.dir.join("listen6.py"), listen).expect("script");
+    let server = Command::new("ip")
+        .args(["netns", "exec", &t.ns("h2"), "python3"])
+        .arg(t.dir.join("listen6.py"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("listener");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !t.dir.join("ready6").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.must(
+        "h1",
+        "python3 -c \"import socket; s=socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); [s.sendto(b'six %d' % i, ('2001:db8:2::2', 9876)) for i in range(20)]\"",
+    );
+    let out = server.wait_with_output().expect("listener ends");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "20",
+        "every datagram"
+    );
+    // TCP over IPv6 between the hosts, 300 kB each way (the kernels send TSO super-frames
+    // where the port carries them: GSO super-packets through netbatch).
+    let server = format!(
+        "import socket\n\
+         l = socket.socket(socket.AF_INET6)\n\
+         l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+         l.bind(('2001:db8:2::2', 5006))\n\
+         l.listen(1)\n\
+         open('{ready}', 'w').close()\n\
+         l.settimeout(10)\n\
+         c, _ = l.accept()\n\
+         c.settimeout(10)\n\
+         got = b''\n\
+         while True:\n\
+         \x20   d = c.recv(65536)\n\
+         \x20   if not d:\n\
+         \x20       break\n\
+         \x20   got += d\n\
+         c.sendall(got[::-1])\n\
+         c.close()\n",
+        ready = t.dir.join("tcp6-ready").display()
+    );
+    std::fs::write(t.dir.join("tcp6-server.py"), server).expect("script");
+    let srv = Command::new("ip")
+        .args(["netns", "exec", &t.ns("h2"), "python3"])
+        .arg(t.dir.join("tcp6-server.py"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcp6 server");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !t.dir.join("tcp6-ready").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = "import socket\n\
+         s = socket.create_connection(('2001:db8:2::2', 5006), timeout=10)\n\
+         data = bytes((i * 11) % 251 for i in range(300000))\n\
+         s.sendall(data)\n\
+         s.shutdown(socket.SHUT_WR)\n\
+         got = b''\n\
+         while True:\n\
+         \x20   d = s.recv(65536)\n\
+         \x20   if not d:\n\
+         \x20       break\n\
+         \x20   got += d\n\
+         print('ok' if got == data[::-1] else 'bad %d' % len(got))\n";
+    std::fs::write(t.dir.join("tcp6-client.py"), client).expect("script");
+    let out = t.must(
+        "h1",
+        &format!("python3 {}", t.dir.join("tcp6-client.py").display()),
+    );
+    let _ = srv.wait_with_output();
+    assert_eq!(out.trim(), "ok", "300 kB each way over IPv6, intact");
 }
 
 #[test]

@@ -13,6 +13,14 @@
 //!   retires its id for the life of the process.
 //! - Nothing here allocates after [`Pool::new`]: the free list, the caches and the metadata
 //!   array are sized once. Exhaustion is a counted `None`, never a panic.
+//! - A device that reads and writes the region itself (an AF_XDP socket registers it as
+//!   its UMEM) is lent buffers by index: [`BufCache::lend`] takes a free buffer's index
+//!   without making a handle, [`Pool::lend`] turns a handle into its index; either way no
+//!   handle for that buffer exists while the device has it, so nothing in Rust reads or
+//!   writes its bytes or metadata. [`Pool::reclaim`] (unsafe: the caller vouches that it
+//!   lent that index and has not reclaimed it since) makes the one handle again. A lent
+//!   buffer is in no free list and in no cache: the lender accounts for it until it comes
+//!   back. Lending is not on any path of a pool no device borrows from.
 #![allow(unsafe_code)]
 
 use core::cell::UnsafeCell;
@@ -113,6 +121,20 @@ impl PoolConfig {
     }
 }
 
+/// How buffers are laid out in the region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// A cache line apart beyond their size (`buf_size + 64`), so that the first data line
+    /// of consecutive buffers falls in different L1 sets. Some buffers straddle a page.
+    #[default]
+    Padded,
+    /// Exactly `buf_size` apart, so no buffer of up to a page straddles a page (and larger
+    /// ones span whole pages): what a device that maps each page for DMA on its own needs
+    /// to use any buffer (AF_XDP zero-copy). Same-offset lines of consecutive buffers
+    /// share L1 sets.
+    Pages,
+}
+
 /// A handle to one packet buffer: owning it means owning the buffer.
 ///
 /// Four bytes: the pool id in the top 8 bits, the buffer index below. Not `Copy`, not
@@ -176,6 +198,7 @@ fn release_pool_id(id: u8) {
 struct Region {
     ptr: NonNull<u8>,
     len: usize,
+    huge: bool,
 }
 
 impl Region {
@@ -203,7 +226,11 @@ impl Region {
             if p != libc::MAP_FAILED
                 && let Some(ptr) = NonNull::new(p.cast::<u8>())
             {
-                return Ok(Self { ptr, len });
+                return Ok(Self {
+                    ptr,
+                    len,
+                    huge: flags & libc::MAP_HUGETLB != 0,
+                });
             }
             last = std::io::Error::last_os_error().to_string();
         }
@@ -228,6 +255,7 @@ struct Shared {
     free: ArrayQueue<u32>,
     cfg: PoolConfig,
     stride: usize,
+    layout: Layout,
     alloc_failures: AtomicU64,
 }
 
@@ -283,13 +311,22 @@ impl fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// Allocates the region and metadata once; every buffer starts on the free list.
+    /// Allocates the region and metadata once, buffers [`Layout::Padded`]; every buffer
+    /// starts on the free list.
     pub fn new(cfg: PoolConfig) -> Result<Self, PoolError> {
+        Self::with_layout(cfg, Layout::Padded)
+    }
+
+    /// As [`Pool::new`], with the buffers laid out as `layout` says.
+    pub fn with_layout(cfg: PoolConfig, layout: Layout) -> Result<Self, PoolError> {
         cfg.validate()?;
-        // Buffers are a cache line apart beyond their size: with a power-of-two stride the
-        // first data line of every buffer would fall in the same one or two L1 sets (the
-        // way size is 4 KiB), and a list of 64 packets would thrash them.
-        let stride = cfg.buf_size as usize + CACHE_LINE;
+        // Padded: buffers are a cache line apart beyond their size. With a power-of-two
+        // stride the first data line of every buffer would fall in the same one or two L1
+        // sets (the way size is 4 KiB), and a list of 64 packets would thrash them.
+        let stride = match layout {
+            Layout::Padded => cfg.buf_size as usize + CACHE_LINE,
+            Layout::Pages => cfg.buf_size as usize,
+        };
         let len = cfg.buffers as usize * stride;
         let region = Region::map(len, cfg.huge_pages)?;
         let id = take_pool_id().ok_or(PoolError::NoPoolId)?;
@@ -307,6 +344,7 @@ impl Pool {
             meta,
             free,
             stride,
+            layout,
             cfg,
             alloc_failures: AtomicU64::new(0),
         };
@@ -358,6 +396,75 @@ impl Pool {
     #[inline(always)]
     pub fn offset_of(&self, p: &Pkt) -> u64 {
         (self.check(p) as u64) * self.stride as u64
+    }
+
+    /// Bytes from one buffer's start to the next's.
+    #[inline(always)]
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// Whether `other` is this pool (a clone of it), not merely one like it.
+    pub fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// How the buffers are laid out.
+    pub fn layout(&self) -> Layout {
+        self.shared.layout
+    }
+
+    /// Whether the region is backed by huge pages.
+    pub fn huge_pages(&self) -> bool {
+        self.shared.region.huge
+    }
+
+    /// The buffer holding byte `offset` of the region and the offset inside it; `None`
+    /// past the last buffer or in the padding between two.
+    #[inline(always)]
+    pub fn locate(&self, offset: u64) -> Option<(u32, usize)> {
+        let stride = self.stride as u64;
+        let index = offset / stride;
+        let within = (offset - index * stride) as usize;
+        (index < u64::from(self.shared.cfg.buffers) && within < self.buf_size)
+            .then_some((index as u32, within))
+    }
+
+    /// Gives up a handle, keeping its buffer out of the pool for a device: the returned
+    /// index is the buffer's ([`Pkt::index`]) until [`Pool::reclaim`] makes a handle of
+    /// it again. Whatever is chained to the packet stays chained (lend only unchained
+    /// packets: a chain is freed with its head, and a lent head is not freed). Nothing is
+    /// unsound if the index is never reclaimed: the buffer is then merely lost.
+    #[inline(always)]
+    pub fn lend(&self, p: Pkt) -> u32 {
+        let i = self.check(&p);
+        debug_assert!(self.meta_chain_is_empty(i), "a lent packet has no chain");
+        i
+    }
+
+    #[inline(always)]
+    fn meta_chain_is_empty(&self, i: u32) -> bool {
+        // SAFETY: `i` passed the pool check with its handle, which the caller still owns
+        // (moved into `lend`), so nothing else reaches the metadata.
+        unsafe { (*self.meta_ptr(i)).chain.is_none() }
+    }
+
+    /// The handle of a lent buffer, again: the buffer is back in Rust's hands with its
+    /// bytes as the device left them and its metadata as it was when lent. Panics if
+    /// `index` is not a buffer of this pool.
+    ///
+    /// # Safety
+    /// `index` must have been lent by this caller ([`Pool::lend`] or [`BufCache::lend`] on
+    /// this pool) and not reclaimed since, and whoever it was lent to (the device) must be
+    /// done with it: it neither reads nor writes the buffer any more. Then no other handle
+    /// for it exists and this one owns it.
+    #[inline(always)]
+    pub unsafe fn reclaim(&self, index: u32) -> Pkt {
+        assert!(
+            index < self.shared.cfg.buffers,
+            "reclaimed index {index} is not a buffer of this pool"
+        );
+        Pkt::new(self.id, index)
     }
 
     #[inline(always)]
@@ -480,6 +587,21 @@ impl BufCache {
                 None
             }
         }
+    }
+
+    /// Takes a free buffer for a device, as its index (see [`Pool::lend`]): no handle is
+    /// made and the metadata is not reset (whoever reclaims it sets what it needs).
+    /// `None` (counted as an allocation failure) when the pool is exhausted.
+    #[inline]
+    pub fn lend(&mut self) -> Option<u32> {
+        if self.stack.is_empty() {
+            self.refill();
+        }
+        let got = self.stack.pop();
+        if got.is_none() {
+            self.alloc_failures += 1;
+        }
+        got
     }
 
     #[cold]
@@ -853,6 +975,71 @@ mod tests {
         let mut ca = a.cache();
         let p = ca.alloc().unwrap();
         let _ = b.get(&p).data().len();
+    }
+
+    #[test]
+    fn lent_buffers_are_out_of_the_pool_until_reclaimed() {
+        let pool = small(8, 4);
+        let mut c = pool.cache();
+        // Lent from the cache: an index, no handle, counted nowhere in the pool.
+        let a = c.lend().unwrap();
+        let mut p = c.alloc().unwrap();
+        pool.get_mut(&mut p)
+            .append(3)
+            .unwrap()
+            .copy_from_slice(b"abc");
+        let b = pool.lend(p);
+        assert_ne!(a, b);
+        let mut rest: Vec<Pkt> = core::iter::from_fn(|| c.alloc()).collect();
+        assert_eq!(rest.len(), 6, "two buffers are lent");
+        assert!(c.lend().is_none(), "exhaustion is a counted None");
+        assert_eq!(c.alloc_failures(), 2);
+        c.free_all(&mut rest);
+        // SAFETY: both were lent above and are reclaimed once each; nothing else has them.
+        let (pa, pb) = unsafe { (pool.reclaim(a), pool.reclaim(b)) };
+        assert_eq!((pa.index(), pb.index()), (a, b));
+        assert_eq!(pool.get(&pb).data(), b"abc", "bytes and metadata as lent");
+        c.free(pa);
+        c.free(pb);
+        drop(c);
+        assert_eq!(pool.free_in_pool(), 8);
+    }
+
+    #[test]
+    fn offsets_locate_their_buffer_in_either_layout() {
+        for (layout, stride) in [(Layout::Padded, 2048 + 64), (Layout::Pages, 2048)] {
+            let pool = Pool::with_layout(
+                PoolConfig {
+                    buffers: 4,
+                    cache_size: 4,
+                    ..PoolConfig::default()
+                },
+                layout,
+            )
+            .unwrap();
+            assert_eq!((pool.stride(), pool.layout()), (stride, layout));
+            let (base, len) = pool.region();
+            assert!(!base.is_null() && len >= 4 * stride);
+            let mut c = pool.cache();
+            let p = c.alloc().unwrap();
+            let off = pool.offset_of(&p);
+            assert_eq!(off, u64::from(p.index()) * stride as u64);
+            assert_eq!(pool.locate(off + 300), Some((p.index(), 300)));
+            assert_eq!(pool.locate(3 * stride as u64 + 2047), Some((3, 2047)));
+            assert_eq!(pool.locate(4 * stride as u64), None, "past the last buffer");
+            if layout == Layout::Padded {
+                assert_eq!(pool.locate(2048), None, "in the padding");
+            }
+            c.free(p);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "not a buffer of this pool")]
+    fn reclaiming_an_index_past_the_pool_panics() {
+        let pool = small(2, 2);
+        // SAFETY: the call panics before making a handle.
+        let _ = unsafe { pool.reclaim(2) };
     }
 
     #[test]

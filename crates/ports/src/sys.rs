@@ -190,6 +190,13 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Bytes of a memory page (what the kernel maps, pins and DMA-maps one at a time).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions; a failure (-1) is mapped to the smallest page.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).unwrap_or(4096).max(4096)
+}
+
 /// This process's effective user id.
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.

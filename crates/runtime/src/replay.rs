@@ -239,12 +239,19 @@ pub fn stats(w: &Worker) -> Value {
     let ports: Vec<Value> = w
         .port_stats()
         .into_iter()
-        .map(|(name, p)| {
-            json!({
+        .zip(&w.ports)
+        .map(|((name, p), port)| {
+            let mut j = json!({
                 "name": name,
                 "rx_packets": p.rx_packets, "rx_bytes": p.rx_bytes, "rx_nobuf": p.rx_nobuf, "rx_dropped": p.rx_dropped,
                 "tx_packets": p.tx_packets, "tx_bytes": p.tx_bytes, "tx_refused": p.tx_refused,
-            })
+            });
+            // How the queue works, in the backend's words (AF_XDP: zero-copy or copy mode).
+            let mode = port.describe();
+            if !mode.is_empty() {
+                j["mode"] = json!(mode);
+            }
+            j
         })
         .collect();
     let apps: Vec<Value> = w

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use netbatch_engine::Pool;
+use netbatch_engine::{Layout, Pool};
 use netbatch_ports::sys::PortError;
 use netbatch_ports::{Port, QueueSpec};
 use serde_json::{Map, Value, json};
@@ -119,12 +119,28 @@ pub fn open_ports(cfg: &Config, pool: &Pool) -> Result<Vec<Vec<Box<dyn Port>>>, 
                     mtu: p.setup.mtu,
                 },
             )?,
-            PortKind::AfXdp(_) => netbatch_ports::af_xdp::open(&specs)?,
+            PortKind::AfXdp(_) => netbatch_ports::af_xdp::open(&specs, pool)?,
             PortKind::Pcap | PortKind::Gen(_) => unreachable!("refused above"),
         };
         all.push(queues);
     }
     Ok(all)
+}
+
+/// How the pool's buffers are laid out: tiling pages when an `af_xdp` port's interface
+/// offers zero-copy (its driver then uses the pool's buffers as they are), padded
+/// otherwise.
+fn pool_layout(cfg: &Config) -> Layout {
+    let xdp = cfg
+        .ports
+        .iter()
+        .filter(|p| matches!(p.kind, PortKind::AfXdp(_)))
+        .filter_map(|p| p.kind.interface());
+    let (layout, by) = netbatch_ports::af_xdp::pool_layout(xdp);
+    if let Some(iface) = by {
+        tracing::info!(target: "netbatch::run", "af_xdp: {iface} offers zero-copy: packet buffers tile pages (stride {} B) so that its driver can use them", cfg.pool.buf_size);
+    }
+    layout
 }
 
 /// What a run did.
@@ -142,7 +158,7 @@ pub fn run(
     mut started: impl FnMut(&Started),
 ) -> Result<RunReport, RunError> {
     let stop = &opts.stop;
-    let pool = Pool::new(cfg.pool).map_err(BuildError::from)?;
+    let pool = Pool::with_layout(cfg.pool, pool_layout(cfg)).map_err(BuildError::from)?;
     let opened = open_ports(cfg, &pool)?;
     let infos: Vec<Started> = cfg
         .ports

@@ -1,55 +1,77 @@
-//! `af_xdp`: a kernel interface through XSK (AF_XDP) sockets.
+//! `af_xdp`: a kernel interface through XSK (AF_XDP) sockets whose UMEM is the packet pool.
 //!
 //! Each worker has one socket per port, bound to the interface's queue whose number is
 //! the worker's; a port's sockets come up together ([`open`]), so the interface must have
-//! at least one receive queue per worker. Every socket has its own UMEM of [`FRAMES`]
-//! frames of [`FRAME_SIZE`] bytes (aligned mode): the lower half is lent to the kernel
-//! through the fill ring to receive into, the upper half is a free stack of frames to
-//! transmit from. A receiving worker's socket is entered in the port's XSKMAP under its
-//! queue number; one tiny XDP program (loaded here with the `bpf()` system call, see
-//! `bpf`) redirects each frame to the map slot of the queue it arrived on, and passes it
-//! to the kernel's stack when the slot is empty. The program is attached with a BPF
-//! link, native (driver) mode first, generic (SKB) mode when the driver has none; the
+//! at least one receive queue per worker. Every socket registers the whole packet pool's
+//! region as its UMEM (unaligned chunks of [`FRAME_SIZE`] bytes, one per pool buffer,
+//! starting at the buffer), so a frame is received straight into a pool buffer and a
+//! packet is transmitted from the buffer it is in, whatever port it came from: the kernel
+//! is lent buffers by index ([`netbatch_engine::Pool::lend`]) and gives them back on the
+//! RX and completion rings. A receiving worker's socket is entered in the port's XSKMAP
+//! under its queue number; one tiny XDP program (loaded here with the `bpf()` system
+//! call, see `bpf`) redirects each frame to the map slot of the queue it arrived on, and
+//! passes it to the kernel's stack when the slot is empty. The program is attached with a
+//! BPF link, native (driver) mode first, generic (SKB) mode when the driver has none; the
 //! link, program and map are shared by the port's queues and go when the last queue is
 //! dropped (closing the link detaches the program, so a crash detaches it too).
 //!
 //! Binding asks for zero-copy with `XDP_USE_NEED_WAKEUP`, then copy mode with it, then
-//! copy mode without it; [`AfXdpQueue::zero_copy`] says which mode the kernel gave.
+//! copy mode without it; [`AfXdpQueue::zero_copy`] says which mode the kernel gave. In
+//! zero-copy mode the driver maps each page for DMA on its own, and the kernel refuses a
+//! chunk that straddles two pages it cannot prove contiguous (and loses it): zero-copy is
+//! asked for only when the pool's buffers tile pages ([`Layout::Pages`], which
+//! `netbatch run` chooses when [`pool_layout`] finds an interface that offers zero-copy).
+//! In copy mode (veth, or a driver without zero-copy) the kernel copies each frame between
+//! its own buffers and the pool's, and nothing is copied in user space either way.
 //!
-//! Invariants:
-//! - a receive frame is either on the fill ring, held by the kernel (being filled or on
-//!   the RX ring), or in [`AfXdpQueue::rx`] between being taken from the RX ring and put
-//!   back on the fill ring in the same call; the fill ring has a slot for every receive
-//!   frame, so a frame always goes back;
-//! - a transmit frame is either on the free stack, on the TX ring, or held by the kernel
-//!   until it comes back on the completion ring, which is reaped at the start of every
-//!   `rx` and `tx` call; the completion ring has a slot for every transmit frame;
+//! Invariants (ownership is total: every pool buffer is in exactly one place):
+//! - a buffer this queue lent to the kernel (on the fill ring, being filled, on the RX
+//!   ring; or on the TX ring, being sent, on the completion ring) has its bit set in
+//!   `Lent` and no handle; the bit is set when it is lent and cleared when it comes back
+//!   on the RX or completion ring, which is the only time a handle is made for it again
+//!   ([`netbatch_engine::Pool::reclaim`]), so a descriptor the kernel hands back twice,
+//!   or one for a buffer this queue did not lend, makes no second handle (it is counted
+//!   as a dropped frame and otherwise ignored);
+//! - a receiving queue keeps up to its fill target (the pool's buffers over
+//!   [`FILL_SHARE`], at most [`RING_SIZE`]) lent to the fill ring, replacing each frame it
+//!   takes off the RX ring from the worker's cache; a buffer it cannot get is counted in
+//!   `rx_nobuf` and lent on a later call (meanwhile the kernel drops what finds no fill
+//!   buffer, counted in its `rx_dropped`);
+//! - transmitted packets are lent to the TX ring and come back on the completion ring,
+//!   which is reaped at the start of every `rx` and `tx` call, into the worker's cache;
+//!   the completion ring has a slot for every TX ring entry;
 //! - indices are published with one release store per call and ring;
-//! - frames the port cannot take now (TX ring or free stack full, or the port faulted)
-//!   stay in the caller's list and are counted as `tx_refused`; frames that can never be
-//!   sent here (longer than a UMEM frame, or GSO super-packets: the port has no
-//!   segmentation offload; the configuration refuses an MTU or offloads that would
-//!   produce them) are freed, counted by [`AfXdpQueue::tx_dropped`] and reported to the
-//!   worker, which counts them as dropped (`frame_too_long`);
+//! - packets the port cannot take now (TX ring full, or the port faulted) stay in the
+//!   caller's list and are counted as `tx_refused`; packets that can never be sent here
+//!   (empty, longer than a chunk, or GSO super-packets: the port has no segmentation
+//!   offload; the configuration refuses an MTU or offloads that would produce them) are
+//!   freed, counted by [`AfXdpQueue::tx_dropped`] and reported to the worker, which
+//!   counts them as dropped (`frame_too_long`); a packet chained over several buffers is
+//!   joined into one new buffer first (the one copy this port makes, counted by
+//!   [`AfXdpQueue::copied`]);
 //! - once the interface is gone (checked every 100 ms of the worker's clock) or a socket
 //!   call fails with `ENXIO`/`ENODEV` (the socket was unbound), the port records a fault
 //!   and moves nothing more. An interface that is merely down (`ENETDOWN`) is not a
 //!   fault: frames wait in the TX ring and go when it comes back up;
-//! - drop order: the socket's rings and UMEM are unmapped, the socket closed (which takes
-//!   it out of the XSKMAP), then the port's shared attachment is released; the last
-//!   queue's release detaches the program.
+//! - drop order: the socket's rings are unmapped and the socket closed (which unbinds it
+//!   and takes it out of the XSKMAP: the kernel touches no lent buffer after that), then
+//!   every buffer still lent goes back to the pool, then the port's shared attachment is
+//!   released; the last queue's release detaches the program. The pool outlives them:
+//!   each queue holds it.
 //!
 //! Known limits:
-//! - copy mode between the UMEM and the pool: the pool's memory is not the UMEM, so even
-//!   a zero-copy socket costs one copy per frame each way;
-//! - a received frame can be at most [`MAX_RX_FRAME`] bytes (the kernel keeps 256 bytes
-//!   of XDP headroom in each frame); longer ones are dropped by the kernel (counted in
+//! - the pool's buffers must hold a chunk ([`FRAME_SIZE`] bytes, `[pool] buf_size` ≥
+//!   2048), or the port is refused; a received frame can be at most [`MAX_RX_FRAME`]
+//!   bytes (the kernel keeps 256 bytes of XDP headroom in each chunk, which is also the
+//!   headroom received frames get); longer ones are dropped by the kernel (counted in
 //!   `rx_dropped` from the socket's statistics); no multi-buffer (`XDP_USE_SG`);
+//! - every socket registers the whole pool, so each pins it (locked memory: root, or
+//!   `CAP_IPC_LOCK`, or an `RLIMIT_MEMLOCK` that covers the pool once per socket);
 //! - no offloads: frames are plain, received checksums are not validated by the device,
-//!   partial checksums are completed in software before transmission. Frames that the
-//!   Linux stack of a veth peer sends with checksum offload arrive with only the
-//!   pseudo-header sum in their L4 checksum (the XDP path does not complete it), so such
-//!   a peer must have transmit checksumming off;
+//!   partial checksums are completed in software (in place) before transmission. Frames
+//!   that the Linux stack of a veth peer sends with checksum offload arrive with only the
+//!   pseudo-header sum in their L4 checksum (the XDP path does not complete it), so such a
+//!   peer must have transmit checksumming off;
 //! - frames arriving on a queue with no receiving worker go to the kernel's stack.
 #![allow(unsafe_code)]
 
@@ -62,26 +84,23 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use netbatch_engine::{Pkt, PktList, Pool};
+use netbatch_engine::{BufCache, Layout, Meta, Pkt, PktList, Pool};
 
 use crate::sys::{self, Interface, PortError};
 use crate::{Carries, Port, PortCx, PortStats, QueueSpec};
 
-use ring::{Geometry, OpenError, Socket};
+use ring::{Geometry, OpenError, Socket, UmemArea};
 
-/// Bytes per UMEM frame.
+/// Bytes of a UMEM chunk: what the kernel may write from a fill-ring address on, and the
+/// longest frame the TX ring takes. Pool buffers must be at least this long.
 pub const FRAME_SIZE: u32 = 2048;
-/// UMEM frames per socket (8 MiB with [`FRAME_SIZE`]).
-pub const FRAMES: u32 = 4096;
-/// UMEM frames lent to the kernel to receive into (the rest transmit).
-pub const RX_FRAMES: u32 = FRAMES / 2;
-/// UMEM frames to transmit from.
-pub const TX_FRAMES: u32 = FRAMES - RX_FRAMES;
-/// Entries of each ring (fill, completion, RX, TX): room for every frame of its half.
+/// Entries of each ring (fill, completion, RX, TX).
 pub const RING_SIZE: u32 = 2048;
+/// A receiving queue lends at most the pool's buffers over this to its fill ring.
+pub const FILL_SHARE: u32 = 8;
 /// Headroom the kernel keeps in front of a received frame (`XDP_PACKET_HEADROOM`).
 const XDP_HEADROOM: u32 = 256;
-/// Longest frame the kernel can receive into one UMEM frame.
+/// Longest frame the kernel can receive into one chunk.
 pub const MAX_RX_FRAME: usize = (FRAME_SIZE - XDP_HEADROOM) as usize;
 /// What an AF_XDP port carries: no segmentation offload (a super-packet is never sent
 /// whole), and frames of at most [`MAX_RX_FRAME`] bytes.
@@ -92,9 +111,7 @@ pub const CARRIES: Carries = Carries {
 /// Longest run of `sendto` kicks in one call (copy mode sends at most 32 frames a kick).
 const MAX_TX_KICKS: u32 = RING_SIZE / 32 + 1;
 
-const _: () =
-    assert!(RING_SIZE.is_power_of_two() && RING_SIZE >= RX_FRAMES && RING_SIZE >= TX_FRAMES);
-const _: () = assert!(FRAME_SIZE.is_power_of_two() && (FRAME_SIZE == 2048 || FRAME_SIZE == 4096));
+const _: () = assert!(RING_SIZE.is_power_of_two());
 
 /// The ways of binding, in order of preference.
 const BIND_MODES: [(u16, &str); 3] = [
@@ -103,17 +120,67 @@ const BIND_MODES: [(u16, &str); 3] = [
     (libc::XDP_COPY, "copy without need-wakeup"),
 ];
 
-/// Opens every worker queue of one port: `specs` are the port's queues, one per worker,
-/// in worker order, all on the same interface. Returns one port per spec, in order.
-pub fn open(specs: &[QueueSpec]) -> Result<Vec<Box<dyn Port>>, PortError> {
-    Ok(open_queues(specs)?
+/// Whether a zero-copy driver can use every buffer of `pool`: no chunk straddles a page
+/// (the buffers tile pages).
+pub fn zero_copy_fits(pool: &Pool) -> bool {
+    let stride = pool.stride();
+    stride >= FRAME_SIZE as usize && sys::page_size().is_multiple_of(stride)
+}
+
+/// The pool layout for AF_XDP ports on `interfaces`: [`Layout::Pages`] (and the first
+/// interface that offers zero-copy) when one of them binds an XSK socket in zero-copy
+/// mode, so that its driver can use every buffer; [`Layout::Padded`] otherwise (copy
+/// mode does not care, and padding keeps consecutive buffers out of each other's L1
+/// sets). Probing binds a throwaway socket to queue 0 of each interface.
+pub fn pool_layout<'a>(interfaces: impl IntoIterator<Item = &'a str>) -> (Layout, Option<String>) {
+    for name in interfaces {
+        if offers_zero_copy(name) {
+            return (Layout::Pages, Some(name.to_string()));
+        }
+    }
+    (Layout::Padded, None)
+}
+
+/// Whether interface `name` binds an XSK socket to its queue 0 in zero-copy mode (a
+/// throwaway socket over a few pages of its own, closed at once).
+pub fn offers_zero_copy(name: &str) -> bool {
+    let Some(ifindex) = sys::ifindex(name) else {
+        return false;
+    };
+    let len = 16 * FRAME_SIZE as usize;
+    let Ok(mem) = sys::Mmap::anonymous(len) else {
+        return false;
+    };
+    let area = UmemArea {
+        addr: mem.as_ptr(),
+        len,
+        chunk: FRAME_SIZE,
+    };
+    let g = Geometry {
+        fill: 16,
+        comp: 16,
+        rx: None,
+        tx: 16,
+    };
+    // The socket goes (closed, unbound) before the memory it registered.
+    let bound = Socket::open(&g, &area, ifindex, 0, libc::XDP_ZEROCOPY)
+        .is_ok_and(|s| s.zero_copy().unwrap_or(true));
+    drop(mem);
+    bound
+}
+
+/// Opens every worker queue of one port over `pool` (its region becomes each socket's
+/// UMEM): `specs` are the port's queues, one per worker, in worker order, all on the
+/// same interface. Returns one port per spec, in order.
+pub fn open(specs: &[QueueSpec], pool: &Pool) -> Result<Vec<Box<dyn Port>>, PortError> {
+    Ok(open_queues(specs, pool)?
         .into_iter()
         .map(|q| Box::new(q) as Box<dyn Port>)
         .collect())
 }
 
 /// As [`open`], with the concrete queues (for tools and tests that need their own API).
-pub fn open_queues(specs: &[QueueSpec]) -> Result<Vec<AfXdpQueue>, PortError> {
+pub fn open_queues(specs: &[QueueSpec], pool: &Pool) -> Result<Vec<AfXdpQueue>, PortError> {
     let Some(first) = specs.first() else {
         return Ok(Vec::new());
     };
@@ -124,6 +191,16 @@ pub fn open_queues(specs: &[QueueSpec]) -> Result<Vec<AfXdpQueue>, PortError> {
             what: format!(
                 "af_xdp queues of one port must share an interface ({} and {})",
                 first.interface, s.interface
+            ),
+        });
+    }
+    let buf_size = pool.config().buf_size;
+    if buf_size < FRAME_SIZE {
+        return Err(PortError::Unsupported {
+            port: port.into(),
+            what: format!(
+                "af_xdp receives into the pool's buffers, which must hold a {FRAME_SIZE}-byte \
+                 UMEM chunk: pool.buf_size is {buf_size}"
             ),
         });
     }
@@ -150,15 +227,22 @@ pub fn open_queues(specs: &[QueueSpec]) -> Result<Vec<AfXdpQueue>, PortError> {
         });
     }
 
+    let (base, len) = pool.region();
+    let area = UmemArea {
+        addr: base,
+        len,
+        chunk: FRAME_SIZE,
+    };
+    let zc_fits = zero_copy_fits(pool);
     let mut socks = Vec::with_capacity(specs.len());
     for s in specs {
-        socks.push(bind(s, &iface)?);
+        socks.push(bind(s, &iface, &area, zc_fits)?);
     }
     let rx: Vec<(u32, RawFd)> = specs
         .iter()
         .zip(&socks)
         .filter(|(s, _)| s.rx_member.is_some())
-        .map(|(s, (sock, _))| (queue_of(s), sock.fd()))
+        .map(|(s, b)| (queue_of(s), b.sock.fd()))
         .collect();
     let xdp = if rx.is_empty() {
         None
@@ -167,13 +251,16 @@ pub fn open_queues(specs: &[QueueSpec]) -> Result<Vec<AfXdpQueue>, PortError> {
         Some(Arc::new(bpf::attach(port, &iface, &rx, entries)?))
     };
 
-    Ok(specs
+    // Everything is bound and attached: only now are buffers lent (nothing above can
+    // fail with buffers out).
+    let mut cache = pool.cache();
+    let queues = specs
         .iter()
         .zip(socks)
-        .map(|(s, (sock, (zero_copy, need_wakeup)))| {
-            AfXdpQueue::new(s, iface.clone(), sock, zero_copy, need_wakeup, xdp.clone())
-        })
-        .collect())
+        .map(|(s, b)| AfXdpQueue::new(s, iface.clone(), b, pool, xdp.clone(), &mut cache))
+        .collect();
+    cache.flush();
+    Ok(queues)
 }
 
 /// The queue id a spec's socket binds: the worker's number.
@@ -181,12 +268,52 @@ fn queue_of(s: &QueueSpec) -> u32 {
     u32::try_from(s.worker).unwrap_or(u32::MAX)
 }
 
-/// Makes and binds the socket of one spec, trying the modes in order of preference;
-/// returns it with (zero-copy, need-wakeup).
-fn bind(s: &QueueSpec, iface: &Interface) -> Result<(Socket, (bool, bool)), PortError> {
+/// A bound socket and how it was bound.
+struct Bound {
+    sock: Socket,
+    zero_copy: bool,
+    need_wakeup: bool,
+    /// Why the socket is not in zero-copy mode (when it is not).
+    copy_why: Option<String>,
+}
+
+/// How long a bind waits for a queue another socket still holds: the kernel releases a
+/// closed socket's hold on its queue a moment later (deferred work), so a port opened
+/// right after another closed (or after [`offers_zero_copy`] probed it) may find the
+/// queue busy for a few milliseconds.
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Makes and binds the socket of one spec over `area`, trying the modes in order of
+/// preference (zero-copy only when `zc_fits`: the pool's buffers tile pages); a queue
+/// that is busy in every mode is tried again until [`BUSY_WAIT`] has passed.
+fn bind(
+    s: &QueueSpec,
+    iface: &Interface,
+    area: &UmemArea,
+    zc_fits: bool,
+) -> Result<Bound, PortError> {
+    let start = std::time::Instant::now();
+    loop {
+        match bind_once(s, iface, area, zc_fits) {
+            Err((e, true)) if start.elapsed() < BUSY_WAIT => {
+                drop(e);
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err((e, _)) => return Err(e),
+            Ok(b) => return Ok(b),
+        }
+    }
+}
+
+/// One round of [`bind`]: the bound socket, or the error and whether every mode found
+/// the queue busy.
+fn bind_once(
+    s: &QueueSpec,
+    iface: &Interface,
+    area: &UmemArea,
+    zc_fits: bool,
+) -> Result<Bound, (PortError, bool)> {
     let g = Geometry {
-        frames: FRAMES,
-        frame_size: FRAME_SIZE,
         fill: RING_SIZE,
         comp: RING_SIZE,
         rx: s.rx_member.map(|_| RING_SIZE),
@@ -195,45 +322,154 @@ fn bind(s: &QueueSpec, iface: &Interface) -> Result<(Socket, (bool, bool)), Port
     let queue = queue_of(s);
     let mut tried = Vec::new();
     let mut last = None;
+    let mut busy = true;
+    let mut copy_why =
+        (!zc_fits).then(|| "zero-copy not tried: the pool's buffers straddle pages".to_string());
     for (flags, mode) in BIND_MODES {
-        match Socket::open(&g, iface.index, queue, flags) {
+        let zc = flags & libc::XDP_ZEROCOPY != 0;
+        if zc && !zc_fits {
+            continue;
+        }
+        match Socket::open(&g, area, iface.index, queue, flags) {
             Ok(sock) => {
-                let zc = sock.zero_copy().unwrap_or(flags & libc::XDP_ZEROCOPY != 0);
-                return Ok((sock, (zc, flags & libc::XDP_USE_NEED_WAKEUP != 0)));
+                let zero_copy = sock.zero_copy().unwrap_or(zc);
+                return Ok(Bound {
+                    sock,
+                    zero_copy,
+                    need_wakeup: flags & libc::XDP_USE_NEED_WAKEUP != 0,
+                    copy_why: if zero_copy { None } else { copy_why },
+                });
             }
-            Err(OpenError::Setup(op, e)) => return Err(PortError::sys(&s.name, op, e)),
+            Err(OpenError::Setup(op, e)) => return Err((PortError::sys(&s.name, op, e), false)),
             Err(OpenError::Bind(e)) => {
+                busy &= e.raw_os_error() == Some(libc::EBUSY);
+                if zc {
+                    copy_why = Some(format!("zero-copy refused by the driver: {e}"));
+                }
                 tried.push(format!("{mode}: {e}"));
                 last = Some(e);
             }
         }
     }
-    Err(PortError::sys(
-        &s.name,
-        format!(
-            "bind AF_XDP socket to {} queue {queue} (tried {})",
-            iface.name,
-            tried.join("; ")
+    Err((
+        PortError::sys(
+            &s.name,
+            format!(
+                "bind AF_XDP socket to {} queue {queue} (tried {})",
+                iface.name,
+                tried.join("; ")
+            ),
+            last.unwrap_or_else(|| io::Error::other("no bind mode tried")),
         ),
-        last.unwrap_or_else(|| io::Error::other("no bind mode tried")),
+        busy,
     ))
+}
+
+/// The buffers a queue has lent to the kernel, one bit per pool buffer; dropping it
+/// gives every buffer still lent back to the pool (declared after the socket, so the
+/// socket is closed first).
+struct Lent {
+    pool: Pool,
+    bits: Box<[u64]>,
+    count: u32,
+}
+
+impl Lent {
+    fn new(pool: &Pool) -> Self {
+        let words = (pool.config().buffers as usize).div_ceil(64);
+        Self {
+            pool: pool.clone(),
+            bits: vec![0; words].into_boxed_slice(),
+            count: 0,
+        }
+    }
+
+    /// Records `i` as lent.
+    #[inline(always)]
+    fn lend(&mut self, i: u32) {
+        if let Some(w) = self.bits.get_mut((i / 64) as usize) {
+            debug_assert!(*w & (1 << (i % 64)) == 0, "buffer {i} lent twice");
+            *w |= 1 << (i % 64);
+            self.count += 1;
+        }
+    }
+
+    /// Whether `i` was lent (and is no longer recorded as lent).
+    #[inline(always)]
+    fn take(&mut self, i: u32) -> bool {
+        match self.bits.get_mut((i / 64) as usize) {
+            Some(w) if *w & (1 << (i % 64)) != 0 => {
+                *w &= !(1 << (i % 64));
+                self.count -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The buffer and offset a descriptor address names (the kernel's unaligned-mode
+    /// encoding: a base in the low 48 bits plus an offset in the high 16), if `len` bytes
+    /// from there lie inside one buffer.
+    #[inline(always)]
+    fn locate(&self, addr: u64, len: u32) -> Option<(u32, usize)> {
+        let at = (addr & libc::XSK_UNALIGNED_BUF_ADDR_MASK)
+            + (addr >> libc::XSK_UNALIGNED_BUF_OFFSET_SHIFT);
+        let (i, off) = self.pool.locate(at)?;
+        (off + len as usize <= self.pool.config().buf_size as usize).then_some((i, off))
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        let mut cache = self.pool.cache();
+        for (w, word) in self.bits.iter_mut().enumerate() {
+            while *word != 0 {
+                let b = word.trailing_zeros();
+                *word &= !(1 << b);
+                let i = (w * 64) as u32 + b;
+                // SAFETY: the bit says this queue lent buffer `i` and has not taken it
+                // back; clearing it here reclaims it once. The socket (declared before this
+                // field) is closed: the kernel has unbound it and touches none of its
+                // buffers any more.
+                let p = unsafe { self.pool.reclaim(i) };
+                cache.free(p);
+            }
+        }
+        self.count = 0;
+        cache.flush();
+    }
+}
+
+impl std::fmt::Debug for Lent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lent").field("count", &self.count).finish()
+    }
 }
 
 /// One worker's queue of an AF_XDP port.
 #[derive(Debug)]
 pub struct AfXdpQueue {
-    /// The socket, its rings and UMEM (dropped first).
+    /// The socket and its rings (dropped first: closing it unbinds it).
     sock: Socket,
+    /// What the kernel holds of the pool (dropped next: back to the pool).
+    lent: Lent,
     name: String,
     iface: Interface,
     index: u16,
     queue: u32,
-    room: usize,
     zero_copy: bool,
     need_wakeup: bool,
-    /// Transmit frames (UMEM addresses) free to use.
-    tx_free: Vec<u64>,
+    copy_why: Option<String>,
+    /// Buffers this queue keeps lent to the fill ring (0 for a transmit-only queue).
+    fill_target: u32,
+    /// Buffers lent to the fill ring (or being filled, or on the RX ring).
+    on_fill: u32,
+    /// Buffers lent to the TX ring (or being sent, or on the completion ring).
+    in_tx: u32,
     stats: PortStats,
+    copied: u64,
+    /// Descriptors the kernel handed back naming no buffer this queue lent.
+    foreign: u64,
     tx_dropped: u64,
     /// Of `tx_dropped`, what the caller has not been told yet (`take_unsendable`).
     unsendable: u64,
@@ -248,49 +484,53 @@ impl AfXdpQueue {
     fn new(
         s: &QueueSpec,
         iface: Interface,
-        sock: Socket,
-        zero_copy: bool,
-        need_wakeup: bool,
+        b: Bound,
+        pool: &Pool,
         xdp: Option<Arc<bpf::Attachment>>,
+        cache: &mut BufCache,
     ) -> Self {
-        let tx_free = (RX_FRAMES..FRAMES)
-            .rev()
-            .map(|i| u64::from(i) * u64::from(FRAME_SIZE))
-            .collect();
         let health = sys::Health::new(&s.name, &iface.name, iface.index);
+        let fill_target = if b.sock.rx.is_some() {
+            (pool.config().buffers / FILL_SHARE).clamp(1, RING_SIZE)
+        } else {
+            0
+        };
         let mut q = Self {
-            sock,
+            sock: b.sock,
+            lent: Lent::new(pool),
             name: s.name.clone(),
             iface,
             index: s.index,
             queue: queue_of(s),
-            room: s.room,
-            zero_copy,
-            need_wakeup,
-            tx_free,
+            zero_copy: b.zero_copy,
+            need_wakeup: b.need_wakeup,
+            copy_why: b.copy_why,
+            fill_target,
+            on_fill: 0,
+            in_tx: 0,
             stats: PortStats::default(),
+            copied: 0,
+            foreign: 0,
             tx_dropped: 0,
             unsendable: 0,
             kicks: (0, 0),
             health,
             xdp,
         };
-        if q.sock.rx.is_some() {
-            // Lend every receive frame to the kernel: the fill ring holds them all.
-            for i in 0..RX_FRAMES {
-                let put = q.sock.fill.put(i, u64::from(i) * u64::from(FRAME_SIZE));
-                debug_assert!(put, "the fill ring has a slot for every receive frame");
-            }
-            q.sock.fill.submit(RX_FRAMES);
-            q.kick_fill();
-        }
+        q.refill(cache, 0);
+        q.kick_fill();
         q
     }
 
-    /// Whether the socket runs in zero-copy mode (the driver fills and sends UMEM frames
-    /// itself) rather than copy mode.
+    /// Whether the socket runs in zero-copy mode (the driver fills and sends pool buffers
+    /// itself) rather than copy mode (the kernel copies between its buffers and the pool).
     pub fn zero_copy(&self) -> bool {
         self.zero_copy
+    }
+
+    /// Why the socket is in copy mode (`None` in zero-copy mode).
+    pub fn copy_mode_why(&self) -> Option<&str> {
+        self.copy_why.as_deref()
     }
 
     /// Whether the socket was bound with `XDP_USE_NEED_WAKEUP` (the kernel says when it
@@ -312,10 +552,33 @@ impl AfXdpQueue {
     }
 
     /// Wire packets freed without being sent because they can never be sent here: longer
-    /// than a UMEM frame ([`FRAME_SIZE`]), empty, or GSO super-packets (the port has no
+    /// than a chunk ([`FRAME_SIZE`]), empty, or GSO super-packets (the port has no
     /// segmentation offload).
     pub fn tx_dropped(&self) -> u64 {
         self.tx_dropped
+    }
+
+    /// Packets copied in user space to be sent: those chained over several buffers,
+    /// joined into one. Every other packet leaves from the buffer it is in.
+    pub fn copied(&self) -> u64 {
+        self.copied
+    }
+
+    /// Buffers lent to the kernel right now: (fill ring, TX ring), each including those
+    /// the kernel holds on the way back (RX ring, completion ring).
+    pub fn lent(&self) -> (u32, u32) {
+        (self.on_fill, self.in_tx)
+    }
+
+    /// Descriptors the kernel handed back (RX or completion ring) that named no buffer
+    /// this queue had lent: no handle was made for them (a kernel fault; never seen).
+    pub fn foreign_descriptors(&self) -> u64 {
+        self.foreign
+    }
+
+    /// Buffers the queue keeps lent to the fill ring when the pool allows.
+    pub fn fill_target(&self) -> u32 {
+        self.fill_target
     }
 
     /// System calls made so far to wake the kernel: (receive, transmit). In copy mode
@@ -335,17 +598,57 @@ impl AfXdpQueue {
         }
     }
 
-    /// Takes transmitted frames back from the completion ring.
-    fn reap_completions(&mut self) {
+    /// Lends buffers from `cache` to the fill ring up to the fill target. `replaced`
+    /// frames were just taken off the RX ring: those not replaced for want of a buffer
+    /// are counted in `rx_nobuf`.
+    fn refill(&mut self, cache: &mut BufCache, replaced: u32) {
+        let want = self.fill_target - self.on_fill;
+        if want == 0 {
+            return;
+        }
+        assert!(
+            cache.pool().same(&self.lent.pool),
+            "af_xdp queue {} fed from another pool",
+            self.name
+        );
+        let room = self.sock.fill.free(want).min(want);
+        let stride = self.lent.pool.stride() as u64;
+        let mut put = 0;
+        while put < room {
+            let Some(i) = cache.lend() else {
+                break;
+            };
+            if !self.sock.fill.put(put, u64::from(i) * stride) {
+                // Cannot happen (`free` showed the slot); the buffer goes back.
+                // SAFETY: `i` was lent by `cache.lend` just above and handed to nobody.
+                cache.free(unsafe { self.lent.pool.reclaim(i) });
+                break;
+            }
+            self.lent.lend(i);
+            put += 1;
+        }
+        self.sock.fill.submit(put);
+        self.on_fill += put;
+        self.stats.rx_nobuf += u64::from(replaced.min(room).saturating_sub(put));
+    }
+
+    /// Takes transmitted packets back from the completion ring into `cache`.
+    fn reap_completions(&mut self, cache: &mut BufCache) {
         let n = self.sock.comp.available(RING_SIZE);
-        let tx_lo = u64::from(RX_FRAMES) * u64::from(FRAME_SIZE);
-        let tx_hi = u64::from(FRAMES) * u64::from(FRAME_SIZE);
         for i in 0..n {
-            if let Some(addr) = self.sock.comp.get(i) {
-                let base = addr & !u64::from(FRAME_SIZE - 1);
-                if (tx_lo..tx_hi).contains(&base) && self.tx_free.len() < TX_FRAMES as usize {
-                    self.tx_free.push(base);
+            let Some(addr) = self.sock.comp.get(i) else {
+                break;
+            };
+            match self.lent.locate(addr, 0) {
+                Some((b, _)) if self.lent.take(b) => {
+                    self.in_tx -= 1;
+                    // SAFETY: the bit said this queue lent buffer `b` (to the TX ring) and
+                    // it was cleared just now, so this is its one reclaim; the kernel put
+                    // it on the completion ring, so it has finished with it.
+                    cache.free(unsafe { self.lent.pool.reclaim(b) });
                 }
+                // Not a buffer this queue lent: nothing to take back.
+                _ => self.foreign += 1,
             }
         }
         self.sock.comp.release(n);
@@ -353,7 +656,7 @@ impl AfXdpQueue {
 
     /// Wakes the kernel if it asks to be told about new fill-ring frames.
     fn kick_fill(&mut self) {
-        if self.need_wakeup && self.sock.fill.needs_wakeup() {
+        if self.sock.rx.is_some() && self.need_wakeup && self.sock.fill.needs_wakeup() {
             self.kicks.0 += 1;
             if let Err(e) = self.sock.kick_rx() {
                 self.check_error("wake receive (recvfrom)", &e);
@@ -397,20 +700,55 @@ impl AfXdpQueue {
             pending = now;
         }
     }
-}
 
-/// Copies a frame over its buffer chain into `dst` (exactly `Meta::total_len` bytes long).
-fn copy_chain(pool: &Pool, p: &Pkt, dst: &mut [u8]) {
-    let mut at = 0;
-    let mut cur = Some(p);
-    while let Some(q) = cur {
-        let v = pool.get(q);
-        let d = v.data();
-        if let Some(out) = dst.get_mut(at..at + d.len()) {
-            out.copy_from_slice(d);
+    /// Whether a packet can be sent here at all (else it is dropped, `frame_too_long`).
+    #[inline(always)]
+    fn sendable(m: &Meta) -> bool {
+        m.segs <= 1 && m.total_len > 0 && m.total_len <= FRAME_SIZE
+    }
+
+    /// Replaces the chained packet `p` by a copy in one new buffer from `cache`; `false`
+    /// (nothing changed) when the pool has no buffer or the frame does not fit one.
+    fn join(&mut self, cache: &mut BufCache, p: &mut Pkt) -> bool {
+        let pool = &self.lent.pool;
+        let len = pool.get(p).meta.total_len as usize;
+        let Some(mut q) = cache.alloc() else {
+            return false;
+        };
+        let mut v = pool.get_mut(&mut q);
+        let Some(dst) = v.append(len) else {
+            cache.free(q);
+            return false;
+        };
+        let mut at = 0;
+        let mut cur = Some(&*p);
+        while let Some(c) = cur {
+            let r = pool.get(c);
+            let d = r.data();
+            if let Some(out) = dst.get_mut(at..at + d.len()) {
+                out.copy_from_slice(d);
+            }
+            at += d.len();
+            cur = r.meta.chain.as_ref();
         }
-        at += d.len();
-        cur = v.meta.chain.as_ref();
+        // What the stack recorded stays true of the joined frame, offsets moved with it.
+        let old = pool.get(p).meta;
+        let shift = i32::from(v.meta.data) - i32::from(old.data);
+        let moved = |o: u16| (i32::from(o) + shift).clamp(0, i32::from(u16::MAX)) as u16;
+        v.meta.flags = old.flags;
+        v.meta.l3 = moved(old.l3);
+        v.meta.l4 = moved(old.l4);
+        v.meta.l3_type = old.l3_type;
+        v.meta.l4_type = old.l4_type;
+        v.meta.l2_len = old.l2_len;
+        v.meta.in_port = old.in_port;
+        v.meta.out_if = old.out_if;
+        v.meta.hash = old.hash;
+        v.meta.mark = old.mark;
+        core::mem::swap(p, &mut q);
+        cache.free(q);
+        self.copied += 1;
+        true
     }
 }
 
@@ -421,7 +759,7 @@ impl Port for AfXdpQueue {
 
     fn describe(&self) -> String {
         format!(
-            "queue {}: {}, {} mode{}",
+            "queue {}: {}, {} mode{}, UMEM = the packet pool ({} B stride{}){}{}",
             self.queue_id(),
             match self.native_xdp() {
                 Some(true) => "native XDP",
@@ -437,7 +775,22 @@ impl Port for AfXdpQueue {
                 ", need-wakeup"
             } else {
                 ""
-            }
+            },
+            self.lent.pool.stride(),
+            if self.lent.pool.layout() == Layout::Pages {
+                ", page-tiled"
+            } else {
+                ""
+            },
+            if self.fill_target > 0 {
+                format!(", {} buffers lent to the fill ring", self.fill_target)
+            } else {
+                String::new()
+            },
+            match &self.copy_why {
+                Some(why) => format!(" ({why})"),
+                None => String::new(),
+            },
         )
     }
 
@@ -446,71 +799,54 @@ impl Port for AfXdpQueue {
         if self.health.failed() {
             return 0;
         }
-        self.reap_completions();
+        self.reap_completions(cx.cache);
         // Frames a previous call left in the TX ring (copy mode sends 32 a kick).
         self.kick_tx();
         let Some(rx) = self.sock.rx.as_mut() else {
             return 0;
         };
         let n = rx.available(u32::try_from(max).unwrap_or(u32::MAX));
-        if n == 0 {
-            self.kick_fill();
-            return 0;
-        }
-        // Every receive frame fits on the fill ring (`RING_SIZE == RX_FRAMES`): refreshing
-        // its consumer index once makes a slot for each frame taken below.
-        let room = self.sock.fill.free(n);
-        debug_assert!(
-            room >= n,
-            "the fill ring has a slot for every receive frame"
-        );
-        let rx_hi = u64::from(RX_FRAMES) * u64::from(FRAME_SIZE);
-        let (mut taken, mut refill, mut got) = (0u32, 0u32, 0usize);
-        while taken < n {
-            let Some(d) = rx.get(taken) else {
+        let mut got = 0u64;
+        for k in 0..n {
+            let Some(d) = rx.get(k) else {
                 break;
             };
-            let base = d.addr & !u64::from(FRAME_SIZE - 1);
-            let len = d.len as usize;
-            let in_frame = (d.addr - base) as usize + len <= FRAME_SIZE as usize;
-            if base < rx_hi && in_frame && len <= self.room {
-                let Some(mut p) = cx.cache.alloc() else {
-                    // Leave the frame on the RX ring for the next call.
-                    self.stats.rx_nobuf += 1;
-                    break;
-                };
-                let mut v = cx.pool.get_mut(&mut p);
-                let copied = match v.append(len) {
-                    // SAFETY: the frame was taken from the RX ring and goes back on the
-                    // fill ring only below, so the kernel is not writing it.
-                    Some(dst) => unsafe { self.sock.umem.read_frame(d.addr, dst) },
-                    None => false,
-                };
-                if copied {
-                    v.meta.in_port = self.index;
-                    self.stats.rx_packets += 1;
-                    self.stats.rx_bytes += len as u64;
-                    out.push(p);
-                    got += 1;
-                } else {
-                    self.stats.rx_dropped += 1;
-                    cx.cache.free(p);
-                }
-            } else {
-                // Malformed descriptor, or longer than a pool buffer holds.
+            let Some((b, off)) = self
+                .lent
+                .locate(d.addr, d.len)
+                .filter(|&(b, _)| self.lent.take(b))
+            else {
+                // Not a frame inside a buffer this queue lent: no handle is made.
                 self.stats.rx_dropped += 1;
+                self.foreign += 1;
+                continue;
+            };
+            self.on_fill -= 1;
+            // SAFETY: the bit said this queue lent buffer `b` (to the fill ring) and it was
+            // cleared just now, so this is its one reclaim; the kernel put it on the RX
+            // ring, so it has finished writing it.
+            let mut p = unsafe { self.lent.pool.reclaim(b) };
+            let len = d.len as usize;
+            if len == 0 || len > MAX_RX_FRAME {
+                self.stats.rx_dropped += 1;
+                cx.cache.free(p);
+                continue;
             }
-            if base < rx_hi {
-                let put = self.sock.fill.put(refill, base);
-                debug_assert!(put, "the fill ring has a slot for every receive frame");
-                refill += u32::from(put);
-            }
-            taken += 1;
+            let v = self.lent.pool.get_mut(&mut p);
+            // The buffer's metadata is whatever its last life left: start afresh.
+            *v.meta = Meta::new(off as u16);
+            v.meta.len = len as u16;
+            v.meta.total_len = len as u32;
+            v.meta.in_port = self.index;
+            self.stats.rx_bytes += len as u64;
+            out.push(p);
+            got += 1;
         }
-        rx.release(taken);
-        self.sock.fill.submit(refill);
+        rx.release(n);
+        self.stats.rx_packets += got;
+        self.refill(cx.cache, n);
         self.kick_fill();
-        got as u64
+        got
     }
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
@@ -519,55 +855,57 @@ impl Port for AfXdpQueue {
             self.stats.tx_refused += pkts.len() as u64;
             return 0;
         }
-        self.reap_completions();
+        self.reap_completions(cx.cache);
         let want = u32::try_from(pkts.len()).unwrap_or(u32::MAX);
-        let slots = self
-            .sock
-            .tx
-            .free(want)
-            .min(u32::try_from(self.tx_free.len()).unwrap_or(u32::MAX));
-        let (mut sent, mut consumed) = (0u32, 0usize);
-        for p in pkts.iter() {
-            if sent >= slots {
+        let slots = self.sock.tx.free(want).min(want) as usize;
+        // What is taken: as many as the ring has slots for, chained packets joined into
+        // one buffer on the way (a packet that cannot be joined for want of a buffer
+        // stays, with those behind it).
+        let mut take = 0;
+        while take < slots {
+            let Some(p) = pkts.get_mut(take) else {
+                break;
+            };
+            let m = self.lent.pool.get(p).meta;
+            if m.chain.is_some() && Self::sendable(m) && !self.join(cx.cache, p) {
                 break;
             }
-            let v = cx.pool.get(p);
-            let len = v.meta.total_len as usize;
-            // A super-packet would need segmentation, which the port does not offer.
-            if v.meta.segs > 1 || len == 0 || len > FRAME_SIZE as usize {
-                self.tx_dropped += u64::from(v.meta.segs.max(1));
-                self.unsendable += u64::from(v.meta.segs.max(1));
-                consumed += 1;
+            take += 1;
+        }
+        let mut sent = 0u32;
+        for mut p in pkts.drain(..take) {
+            let base = self.lent.pool.offset_of(&p);
+            let v = self.lent.pool.get_mut(&mut p);
+            if !Self::sendable(v.meta) || v.meta.chain.is_some() {
+                let w = v.meta.wire_packets();
+                self.tx_dropped += w;
+                self.unsendable += w;
+                cx.cache.free(p);
                 continue;
             }
-            let Some(addr) = self.tx_free.pop() else {
-                break;
-            };
-            // SAFETY: `addr` came off the free stack, so the frame is not on the TX
-            // ring and not held by the kernel until it is published below.
-            let Some(frame) = (unsafe { self.sock.umem.frame_mut(addr, len) }) else {
-                // Outside the UMEM: cannot happen for a free-stack address.
-                self.tx_free.push(addr);
-                break;
-            };
-            copy_chain(cx.pool, p, frame);
-            crate::complete_partial(v.meta, frame);
+            let (at, n) = (usize::from(v.meta.data), usize::from(v.meta.len));
+            if let Some(frame) = v.buf.get_mut(at..at + n) {
+                crate::complete_partial(v.meta, frame);
+            }
+            let len = u32::from(v.meta.len);
             let desc = libc::xdp_desc {
-                addr,
-                len: len as u32,
+                addr: base + u64::from(v.meta.data),
+                len,
                 options: 0,
             };
             if !self.sock.tx.put(sent, desc) {
-                self.tx_free.push(addr);
-                break;
+                // Cannot happen (`free` showed the slots): dropped as unsendable.
+                self.tx_dropped += 1;
+                self.unsendable += 1;
+                cx.cache.free(p);
+                continue;
             }
+            let i = self.lent.pool.lend(p);
+            self.lent.lend(i);
+            self.stats.tx_bytes += u64::from(len);
             sent += 1;
-            consumed += 1;
-            self.stats.tx_bytes += len as u64;
         }
-        for p in pkts.drain(..consumed) {
-            cx.cache.free(p);
-        }
+        self.in_tx += sent;
         self.stats.tx_packets += u64::from(sent);
         self.stats.tx_refused += pkts.len() as u64;
         self.sock.tx.submit(sent);

@@ -1,4 +1,4 @@
-//! The XSK socket of one queue: its UMEM and its four rings.
+//! The XSK socket of one queue: its UMEM registration and its four rings.
 //!
 //! Invariants (the reason this module may hold `unsafe`):
 //! - a ring's mapping is exactly `desc + size × entry` bytes, and the producer, consumer
@@ -12,13 +12,12 @@
 //!   index loaded with acquire, and written (producer rings) only between the producer
 //!   index and the kernel's consumer index plus the ring size, so the kernel never
 //!   touches a slot while we do;
-//! - UMEM bytes are copied only for frames the queue owns at that moment (taken from the
-//!   RX ring and not yet back on the fill ring, or on the TX free stack and not yet in
-//!   the TX ring); the callers of [`Umem::read_frame`] and [`Umem::frame_mut`]
-//!   uphold that;
-//! - fields drop in declaration order: the rings are unmapped, then the UMEM, then the
-//!   socket is closed (the kernel keeps its own pin on the UMEM pages until the socket is
-//!   released, so the order is only tidiness).
+//! - this module never touches UMEM bytes: the memory is the caller's (the packet pool's
+//!   region), registered with the kernel, which pins its pages until the socket is
+//!   released; who may touch which buffer when is the caller's business (see the
+//!   parent module);
+//! - fields drop in declaration order: the rings are unmapped, then the socket is closed
+//!   (which unbinds it: the kernel writes no UMEM byte after the close returns).
 #![allow(unsafe_code)]
 
 use std::io;
@@ -253,13 +252,9 @@ impl<T: Copy> ConsRing<T> {
     }
 }
 
-/// Sizes of one socket.
+/// Sizes of one socket's rings.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Geometry {
-    /// UMEM frames.
-    pub(super) frames: u32,
-    /// Bytes per UMEM frame (a power of two, 2048 or 4096).
-    pub(super) frame_size: u32,
     /// Fill ring entries.
     pub(super) fill: u32,
     /// Completion ring entries.
@@ -270,6 +265,19 @@ pub(super) struct Geometry {
     pub(super) tx: u32,
 }
 
+/// The memory a socket registers as its UMEM: page aligned, `len` bytes, that the kernel
+/// may read and write at the addresses given to it on the fill and TX rings.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct UmemArea {
+    /// The first byte (page aligned).
+    pub(super) addr: *mut u8,
+    /// Bytes.
+    pub(super) len: usize,
+    /// Bytes of a chunk: the most the kernel writes from a fill-ring address on, and the
+    /// longest frame it takes from the TX ring.
+    pub(super) chunk: u32,
+}
+
 /// Why a socket could not be made.
 #[derive(Debug)]
 pub(super) enum OpenError {
@@ -277,62 +285,6 @@ pub(super) enum OpenError {
     Setup(&'static str, io::Error),
     /// Binding with the asked flags failed (another mode may work).
     Bind(io::Error),
-}
-
-/// The frames shared with the kernel.
-#[derive(Debug)]
-pub(super) struct Umem {
-    map: Mmap,
-}
-
-impl Umem {
-    /// Whether `len` bytes at UMEM address `addr` lie inside the UMEM.
-    fn in_umem(&self, addr: u64, len: usize) -> bool {
-        usize::try_from(addr)
-            .ok()
-            .and_then(|a| a.checked_add(len))
-            .is_some_and(|end| end <= self.map.len())
-    }
-
-    /// Copies `dst.len()` bytes from UMEM address `addr` into `dst`; `false` (nothing
-    /// copied) if they are not all inside the UMEM.
-    ///
-    /// # Safety
-    /// The queue must own the frame holding those bytes (taken from the RX ring and not
-    /// yet returned to the fill ring), so the kernel is not writing them.
-    pub(super) unsafe fn read_frame(&self, addr: u64, dst: &mut [u8]) -> bool {
-        if !self.in_umem(addr, dst.len()) {
-            return false;
-        }
-        // SAFETY: the range is inside the UMEM mapping (checked above; `addr` fits a
-        // usize), which `self` keeps alive; `dst` is a distinct Rust allocation (a pool
-        // buffer), so they do not overlap; the caller guarantees nobody writes the range.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.map.as_ptr().add(addr as usize),
-                dst.as_mut_ptr(),
-                dst.len(),
-            );
-        }
-        true
-    }
-
-    /// The `len` bytes at UMEM address `addr`, writable; `None` unless they are all
-    /// inside the UMEM.
-    ///
-    /// # Safety
-    /// The queue must own the frame holding those bytes (on its TX free stack, not yet
-    /// given to the kernel in the TX ring), so the kernel neither reads nor writes them
-    /// while the slice lives.
-    pub(super) unsafe fn frame_mut(&mut self, addr: u64, len: usize) -> Option<&mut [u8]> {
-        if !self.in_umem(addr, len) {
-            return None;
-        }
-        // SAFETY: the range is inside the UMEM mapping (checked above), which `self`
-        // keeps alive and which the returned slice borrows mutably, so no other Rust
-        // reference to it exists; the caller guarantees the kernel does not touch it.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr().add(addr as usize), len) })
-    }
 }
 
 /// An XSK socket with its UMEM and rings.
@@ -346,17 +298,22 @@ pub(super) struct Socket {
     pub(super) rx: Option<ConsRing<libc::xdp_desc>>,
     /// The TX ring (frames to transmit).
     pub(super) tx: ProdRing<libc::xdp_desc>,
-    /// The UMEM.
-    pub(super) umem: Umem,
     /// The socket.
     fd: OwnedFd,
 }
 
 impl Socket {
-    /// Creates a socket with its UMEM and rings and binds it to queue `queue` of interface
-    /// `ifindex` with `sxdp_flags = flags`.
+    /// Creates a socket over `umem` (registered in unaligned-chunk mode: a chunk may
+    /// start at any address, so the fill ring takes buffer starts whatever their
+    /// stride, and a TX descriptor any frame inside the area) with its rings, and binds it
+    /// to queue `queue` of interface `ifindex` with `sxdp_flags = flags`.
+    ///
+    /// The kernel pins the area's pages for as long as the socket lives and writes frames
+    /// into the chunks given to it on the fill ring: the caller keeps the area mapped for
+    /// the socket's life and gives the kernel only memory nothing else uses meanwhile.
     pub(super) fn open(
         g: &Geometry,
+        umem: &UmemArea,
         ifindex: u32,
         queue: u32,
         flags: u16,
@@ -365,14 +322,12 @@ impl Socket {
         let fd = sys::socket(libc::AF_XDP, libc::SOCK_RAW, 0)
             .map_err(|e| Setup("create AF_XDP socket", e))?;
         let raw = fd.as_raw_fd();
-        let len = g.frames as usize * g.frame_size as usize;
-        let umem = Mmap::anonymous(len).map_err(|e| Setup("allocate UMEM", e))?;
         let reg = libc::xdp_umem_reg {
-            addr: umem.as_ptr() as u64,
-            len: len as u64,
-            chunk_size: g.frame_size,
+            addr: umem.addr as u64,
+            len: umem.len as u64,
+            chunk_size: umem.chunk,
             headroom: 0,
-            flags: 0,
+            flags: libc::XDP_UMEM_UNALIGNED_CHUNK_FLAG,
             tx_metadata_len: 0,
         };
         sys::setsockopt(raw, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg)
@@ -421,7 +376,6 @@ impl Socket {
             comp: ConsRing::new(comp),
             rx: rx.map(ConsRing::new),
             tx: ProdRing::new(tx),
-            umem: Umem { map: umem },
             fd,
         })
     }

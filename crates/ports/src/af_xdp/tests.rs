@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use netbatch_engine::{BufCache, Pkt, PktList, Pool, PoolConfig};
+use netbatch_engine::{BufCache, Layout, Pkt, PktList, Pool, PoolConfig};
 use netbatch_stack::meta::flag;
 use netbatch_stack::offload::Features;
 
@@ -156,9 +156,22 @@ fn rx_specs(iface: &str, n: usize) -> Vec<QueueSpec> {
     (0..n).map(|w| spec(iface, w, Some(w), n)).collect()
 }
 
-/// The queues of `n` workers that all receive on `iface`.
-fn rx_queues(iface: &str, n: usize) -> Vec<AfXdpQueue> {
-    open_queues(&rx_specs(iface, n)).unwrap()
+/// The queues of `n` workers that all receive on `iface`, over `pool`.
+fn rx_queues(iface: &str, n: usize, pool: &Pool) -> Vec<AfXdpQueue> {
+    open_queues(&rx_specs(iface, n), pool).unwrap()
+}
+
+/// A pool of [`BUFFERS`] buffers laid out as `layout`.
+fn test_pool(layout: Layout) -> Pool {
+    Pool::with_layout(
+        PoolConfig {
+            buffers: BUFFERS,
+            cache_size: 64,
+            ..PoolConfig::default()
+        },
+        layout,
+    )
+    .unwrap()
 }
 
 fn xdp_shown(dev: &str) -> bool {
@@ -195,12 +208,7 @@ impl Bench {
         let serial = serial_as_root()?;
         let v = Veth::with_queues(tag, queues);
         let (ma, mb) = v.macs();
-        let pool = Pool::new(PoolConfig {
-            buffers: BUFFERS,
-            cache_size: 64,
-            ..PoolConfig::default()
-        })
-        .unwrap();
+        let pool = test_pool(Layout::Padded);
         Some(Self {
             cache: pool.cache(),
             pool,
@@ -291,23 +299,42 @@ impl Bench {
     }
 
     /// Calls `tx` on `q` with nothing to send (each call reaps the completion ring) until
-    /// every UMEM transmit frame is back and `also` holds, or 2 s passed; then checks
-    /// that every frame is back.
+    /// every buffer lent to the TX ring is back and `also` holds, or 2 s passed; then
+    /// checks that every one is back.
     fn reap(&mut self, q: &mut AfXdpQueue, also: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(2);
-        while (q.tx_free.len() < TX_FRAMES as usize || !also()) && Instant::now() < deadline {
+        while (q.lent().1 > 0 || !also()) && Instant::now() < deadline {
             q.tx(&mut self.cx(), &mut PktList::new());
             std::thread::sleep(Duration::from_millis(1));
         }
+        assert_eq!(q.lent().1, 0, "every transmitted buffer completed");
+    }
+
+    /// Buffers the pool can hand out now: its free list and the bench's cache.
+    fn free(&self) -> usize {
+        self.pool.free_in_pool() + self.cache.cached()
+    }
+
+    /// Checks that every buffer is somewhere: free, lent by one of `qs`, or `held`.
+    fn all_accounted(&self, qs: &[AfXdpQueue], held: usize) {
+        let lent: usize = qs.iter().map(|q| (q.lent().0 + q.lent().1) as usize).sum();
         assert_eq!(
-            q.tx_free.len(),
-            TX_FRAMES as usize,
-            "every UMEM frame completed"
+            self.free() + lent + held,
+            BUFFERS as usize,
+            "free {} + lent {lent} + held {held} = every buffer",
+            self.free()
         );
     }
 
     /// Drops the queues, then checks that every buffer is back in the pool.
     fn finish(mut self, qs: Vec<AfXdpQueue>) {
+        for q in &qs {
+            assert_eq!(
+                q.foreign_descriptors(),
+                0,
+                "every descriptor named a lent buffer"
+            );
+        }
         drop(qs);
         self.cache.flush();
         assert_eq!(
@@ -323,7 +350,7 @@ fn frames_sent_by_the_peer_arrive_whole_and_in_order() {
     let Some(mut t) = Bench::new("xr", 1) else {
         return;
     };
-    let mut qs = rx_queues(&t.v.a, 1);
+    let mut qs = rx_queues(&t.v.a, 1, &t.pool);
     eprintln!(
         "af_xdp on veth: zero-copy {}, need-wakeup {}, native XDP {:?}",
         qs[0].zero_copy(),
@@ -364,15 +391,27 @@ fn frames_sent_through_the_queue_reach_the_peer() {
         return;
     };
     // A transmit-only queue: no program, no RX ring.
-    let mut qs = open_queues(&[spec(&t.v.a, 0, None, 0)]).unwrap();
+    let mut qs = open_queues(&[spec(&t.v.a, 0, None, 0)], &t.pool).unwrap();
     assert!(qs[0].rx_fd().is_none());
     assert_eq!(qs[0].native_xdp(), None);
     assert!(!xdp_shown(&t.v.a));
     let raw = Raw::open(&t.v.b);
     let frames = make_frames(32, |i| udp_frame(t.mb, t.ma, 2000, i, usize::from(i) * 41));
+    let free = t.free();
     let (sent, left) = t.send(&mut qs[0], &frames);
     assert_eq!(sent, 32);
     assert!(left.is_empty(), "every frame taken");
+    assert_eq!(
+        qs[0].lent(),
+        (0, 32),
+        "a transmit-only queue lends no fill buffer"
+    );
+    assert_eq!(
+        t.free(),
+        free - 32,
+        "the frames' own buffers are on the TX ring"
+    );
+    assert_eq!(qs[0].copied(), 0);
     let got = raw.collect(frames.len(), 2);
     assert_eq!(got, frames, "same bytes, same order");
     eprintln!("kicks for 32 frames: {:?}", qs[0].kicks());
@@ -381,6 +420,7 @@ fn frames_sent_through_the_queue_reach_the_peer() {
     assert_eq!(s.tx_bytes, total_len(&frames));
     // Transmitted frames come back through the completion ring.
     t.reap(&mut qs[0], || true);
+    assert_eq!(t.free(), free);
     t.finish(qs);
 }
 
@@ -389,7 +429,7 @@ fn chained_partial_and_oversize_frames_are_sent_completed_or_dropped() {
     let Some(mut t) = Bench::new("xc", 1) else {
         return;
     };
-    let mut qs = rx_queues(&t.v.a, 1);
+    let mut qs = rx_queues(&t.v.a, 1, &t.pool);
     let raw = Raw::open(&t.v.b);
 
     // 1: a frame split over two chained buffers.
@@ -413,21 +453,27 @@ fn chained_partial_and_oversize_frames_are_sent_completed_or_dropped() {
     assert_eq!(qs[0].tx(&mut t.cx(), &mut l), 2);
     assert!(l.is_empty());
     assert_eq!(qs[0].tx_dropped(), 1);
+    assert_eq!(qs[0].copied(), 1, "only the chain was copied (joined)");
     // The caller hears of it once, to count it as dropped.
     assert_eq!(qs[0].take_unsendable(), 1);
     assert_eq!(qs[0].take_unsendable(), 0);
     let got = raw.collect(2, 2);
     assert_eq!(got, vec![chained, full], "chain joined, checksum completed");
+    t.reap(&mut qs[0], || true);
+    t.all_accounted(&qs, 0);
     t.finish(qs);
 }
 
 #[test]
 fn a_missing_interface_or_too_few_queues_are_refused() {
     let Some(_g) = serial_as_root() else { return };
-    let e = open(&[spec("nbx-nosuch0", 0, Some(0), 1)]).err().unwrap();
+    let pool = test_pool(Layout::Padded);
+    let e = open(&[spec("nbx-nosuch0", 0, Some(0), 1)], &pool)
+        .err()
+        .unwrap();
     assert!(matches!(e, PortError::NoInterface { .. }), "{e}");
     let v = Veth::with_queues("xq", 1);
-    let e = open(&rx_specs(&v.a, 2)).err().unwrap();
+    let e = open(&rx_specs(&v.a, 2), &pool).err().unwrap();
     assert!(matches!(e, PortError::Unsupported { .. }), "{e}");
     assert_eq!(
         e.to_string(),
@@ -438,7 +484,21 @@ fn a_missing_interface_or_too_few_queues_are_refused() {
         )
     );
     assert!(!xdp_shown(&v.a), "nothing left attached");
-    assert!(open(&[]).unwrap().is_empty());
+    assert!(open(&[], &pool).unwrap().is_empty());
+    // Buffers too short for a UMEM chunk: refused, saying which key.
+    let small = Pool::new(PoolConfig {
+        buffers: 64,
+        buf_size: 1024,
+        cache_size: 8,
+        ..PoolConfig::default()
+    })
+    .unwrap();
+    let e = open(&rx_specs(&v.a, 1), &small).err().unwrap();
+    assert!(matches!(e, PortError::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("pool.buf_size is 1024"), "{e}");
+    assert!(!xdp_shown(&v.a), "nothing left attached");
+    assert_eq!(pool.free_in_pool(), BUFFERS as usize, "nothing lent");
+    assert_eq!(small.free_in_pool(), 64, "nothing lent");
 }
 
 #[test]
@@ -446,7 +506,7 @@ fn two_workers_on_a_two_queue_veth_receive_everything() {
     let Some(mut t) = Bench::new("xm", 2) else {
         return;
     };
-    let mut qs = rx_queues(&t.v.a, 2);
+    let mut qs = rx_queues(&t.v.a, 2, &t.pool);
     assert_eq!((qs[0].queue_id(), qs[1].queue_id()), (0, 1));
     let raw = Raw::open(&t.v.b);
     let frames = make_frames(64, |i| udp_frame(t.ma, t.mb, 4000 + i % 16, i, 10));
@@ -463,7 +523,8 @@ fn two_workers_on_a_two_queue_veth_receive_everything() {
 fn the_program_is_detached_when_the_last_queue_goes() {
     let Some(_g) = serial_as_root() else { return };
     let v = Veth::with_queues("xd", 2);
-    let mut qs = rx_queues(&v.a, 2);
+    let pool = test_pool(Layout::Padded);
+    let mut qs = rx_queues(&v.a, 2, &pool);
     assert!(xdp_shown(&v.a));
     let last = qs.pop().unwrap();
     drop(qs);
@@ -475,9 +536,10 @@ fn the_program_is_detached_when_the_last_queue_goes() {
     }
     assert!(!xdp_shown(&v.a), "detached");
     // And the interface can be opened again at once.
-    let qs = rx_queues(&v.a, 1);
+    let qs = rx_queues(&v.a, 1, &pool);
     assert!(xdp_shown(&v.a));
     drop(qs);
+    assert_eq!(pool.free_in_pool(), BUFFERS as usize, "every buffer back");
 }
 
 #[test]
@@ -485,7 +547,7 @@ fn an_interface_that_goes_away_is_a_fault() {
     let Some(mut t) = Bench::new("xf", 1) else {
         return;
     };
-    let mut qs = rx_queues(&t.v.a, 1);
+    let mut qs = rx_queues(&t.v.a, 1, &t.pool);
     let name = t.v.a.clone();
     ip(&format!("link del {name}"));
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -546,7 +608,7 @@ fn checksums_from_an_offloading_veth_peer_arrive_partial() {
         t.v.mac_a(),
         t.v.b
     ));
-    let mut qs = rx_queues(&t.v.a, 1);
+    let mut qs = rx_queues(&t.v.a, 1, &t.pool);
     for offload in ["on", "off"] {
         if offload == "off" && !ns.succeeds(&format!("ethtool -K {} tx off", t.v.b)) {
             eprintln!("ethtool missing: transmit checksumming not turned off");
@@ -581,7 +643,7 @@ fn many_frames_cycle_through_the_rings_both_ways() {
     let Some(mut t) = Bench::new("xs", 1) else {
         return;
     };
-    let mut qs = rx_queues(&t.v.a, 1);
+    let mut qs = rx_queues(&t.v.a, 1, &t.pool);
 
     // Transmit: more frames than the UMEM has, in bursts of 64; what the ring cannot take
     // now stays in the list and is offered again.
@@ -629,51 +691,253 @@ fn many_frames_cycle_through_the_rings_both_ways() {
     eprintln!("rx: {got} of {N} frames, {s:?}");
     assert_eq!(got, N, "every frame received");
     assert_eq!(s.rx_dropped, 0);
+    // Every buffer is free or lent to the fill ring, none lost on the way.
+    assert_eq!(qs[0].lent(), (qs[0].fill_target(), 0));
+    t.all_accounted(&qs, 0);
     t.finish(qs);
 }
 
+/// Receives on `q` until `want` frames are in `into` or 2 s passed (frames stay there).
+fn pull(t: &mut Bench, q: &mut AfXdpQueue, into: &mut PktList, want: usize) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while into.len() < want && Instant::now() < deadline {
+        q.rx(&mut t.cx(), into, 64);
+        if let Some(fd) = q.rx_fd() {
+            sys::wait_readable(&[fd], 5);
+        }
+    }
+}
+
+/// The bytes of every packet of `l`, in order.
+fn bytes_of(pool: &Pool, l: &PktList) -> Vec<Vec<u8>> {
+    l.iter().map(|p| crate::frame_bytes(pool, p)).collect()
+}
+
+/// Whether `q` has buffer `i` lent to the kernel.
+fn lent_by(q: &AfXdpQueue, i: u32) -> bool {
+    q.lent.bits[(i / 64) as usize] & (1 << (i % 64)) != 0
+}
+
+/// Frames land in the buffers already lent to the fill ring, whatever the pool holds; a
+/// drained pool leaves the ring unrefilled (counted in `rx_nobuf`), and once the ring is
+/// empty the kernel drops what arrives and counts it; buffers freed refill it.
 #[test]
-fn frames_wait_in_the_ring_while_the_pool_is_empty() {
+fn a_drained_pool_empties_the_fill_ring_and_every_drop_is_counted() {
     let Some(mut t) = Bench::new("xn", 1) else {
         return;
     };
-    let mut qs = rx_queues(&t.v.a, 1);
+    let mut qs = rx_queues(&t.v.a, 1, &t.pool);
+    let target = qs[0].fill_target();
+    assert_eq!(target, BUFFERS / FILL_SHARE);
+    assert_eq!(
+        qs[0].lent(),
+        (target, 0),
+        "the fill ring is stocked at open"
+    );
+    t.all_accounted(&qs, 0);
     let raw = Raw::open(&t.v.b);
-    let frames = make_frames(32, |i| udp_frame(t.ma, t.mb, 6000, i, 0));
-    // Leave 10 buffers free.
+    // Hold every free buffer.
     let mut held = PktList::new();
     while let Some(p) = t.cache.alloc() {
         held.push(p);
     }
-    for _ in 0..10 {
-        t.cache.free(held.pop().unwrap());
-    }
-    raw.send_all(&frames);
-    let mut got = Vec::new();
+    assert_eq!(held.len() + target as usize, BUFFERS as usize);
+
+    // 1: fewer frames than the fill ring holds: all arrive, none is replaced.
+    let first = make_frames(32, |i| udp_frame(t.ma, t.mb, 6000, i, 0));
+    raw.send_all(&first);
+    let mut got = PktList::new();
+    pull(&mut t, &mut qs[0], &mut got, 32);
+    assert_eq!(bytes_of(&t.pool, &got), first, "none lost, order kept");
+    assert_eq!(qs[0].stats().rx_nobuf, 32, "no buffer to replace them with");
+    assert_eq!(qs[0].lent().0, target - 32);
+    t.all_accounted(&qs, held.len() + got.len());
+
+    // 2: more than the ring has left: the kernel drops the rest and counts it.
+    let left = target - 32;
+    let more = make_frames(left as u16 + 20, |i| udp_frame(t.ma, t.mb, 6001, i, 0));
+    raw.send_all(&more);
+    let mut got2 = PktList::new();
+    pull(&mut t, &mut qs[0], &mut got2, left as usize);
     let deadline = Instant::now() + Duration::from_secs(2);
-    while qs[0].stats().rx_nobuf == 0 && Instant::now() < deadline {
-        qs[0].rx(&mut t.cx(), &mut got, 64);
+    while qs[0].stats().rx_dropped < 20 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(got.len(), 10, "as many as there were buffers");
-    assert!(qs[0].stats().rx_nobuf > 0);
-    let mut bytes: Vec<Vec<u8>> = got.iter().map(|p| crate::frame_bytes(&t.pool, p)).collect();
+    assert_eq!(
+        bytes_of(&t.pool, &got2),
+        more[..left as usize],
+        "those with a buffer"
+    );
+    assert_eq!(
+        qs[0].stats().rx_dropped,
+        20,
+        "the kernel counted those without"
+    );
+    assert_eq!(qs[0].stats().rx_nobuf, 32 + u64::from(left));
+    assert_eq!(qs[0].lent().0, 0, "the fill ring is empty");
+    t.all_accounted(&qs, held.len() + got.len() + got2.len());
+
+    // 3: buffers come back: the next call refills the ring and frames arrive again.
     t.cache.free_all(&mut got);
+    t.cache.free_all(&mut got2);
     t.cache.free_all(&mut held);
-    t.cache.flush();
-    // The rest waited in the RX ring.
-    bytes.extend(t.receive(&mut qs, 22, 2).into_iter().map(|g| g.0));
-    assert_eq!(bytes, frames, "none lost, order kept");
-    assert_eq!(qs[0].stats().rx_dropped, 0);
+    t.rx_discard(&mut qs[0]);
+    assert_eq!(qs[0].lent().0, target, "refilled");
+    let last = make_frames(8, |i| udp_frame(t.ma, t.mb, 6002, i, 0));
+    raw.send_all(&last);
+    let back: Vec<Vec<u8>> = t.receive(&mut qs, 8, 2).into_iter().map(|g| g.0).collect();
+    assert_eq!(back, last);
+    assert_eq!(qs[0].stats().rx_dropped, 20, "nothing more dropped");
+    t.all_accounted(&qs, 0);
     t.finish(qs);
+}
+
+/// af_xdp to af_xdp: a received frame leaves from the very buffer it arrived in. Its
+/// buffer is the one lent to the TX ring, no buffer is taken from the pool and nothing
+/// is copied; the peer gets the same bytes, and every buffer comes back.
+#[test]
+fn received_frames_leave_from_the_buffers_they_arrived_in() {
+    let Some(mut t) = Bench::new("xz", 1) else {
+        return;
+    };
+    let out = Veth::with_queues("xy", 1);
+    let mut rxq = rx_queues(&t.v.a, 1, &t.pool);
+    let mut txq = open_queues(&[spec(&out.a, 0, None, 0)], &t.pool).unwrap();
+    let raw_in = Raw::open(&t.v.b);
+    let raw_out = Raw::open(&out.b);
+    let frames = make_frames(48, |i| {
+        udp_frame(t.ma, t.mb, 7000 + i % 8, i, usize::from(i) * 29)
+    });
+    raw_in.send_all(&frames);
+    let mut l = PktList::new();
+    pull(&mut t, &mut rxq[0], &mut l, frames.len());
+    assert_eq!(bytes_of(&t.pool, &l), frames);
+    let indices: Vec<u32> = l.iter().map(Pkt::index).collect();
+    for (p, &i) in l.iter().zip(&indices) {
+        assert!(!lent_by(&rxq[0], i), "a received buffer is no longer lent");
+        assert_eq!(t.pool.get(p).meta.data, 256, "the kernel's XDP headroom");
+    }
+    let free = t.free();
+    assert_eq!(txq[0].tx(&mut t.cx(), &mut l), frames.len() as u64);
+    assert!(l.is_empty(), "every frame taken");
+    assert_eq!(txq[0].copied(), 0, "nothing copied");
+    assert_eq!(t.free(), free, "no buffer taken from the pool");
+    assert_eq!(txq[0].lent(), (0, frames.len() as u32));
+    for &i in &indices {
+        assert!(lent_by(&txq[0], i), "buffer {i} is on the TX ring");
+    }
+    assert_eq!(
+        raw_out.collect(frames.len(), 2),
+        frames,
+        "same bytes, same order"
+    );
+    t.reap(&mut txq[0], || true);
+    let mut qs = rxq;
+    qs.append(&mut txq);
+    t.all_accounted(&qs, 0);
+    t.finish(qs);
+}
+
+/// Between af_xdp and a port of another kind a frame is copied once, by the other kind:
+/// af_xdp to af_packet, the AF_XDP side copies nothing (the packet socket's send copies
+/// it into the kernel's buffer); af_packet to af_xdp, the packet socket's receive copied
+/// it into a pool buffer, and that buffer goes on the TX ring as it is.
+#[test]
+fn crossing_to_a_port_of_another_kind_copies_once() {
+    let Some(mut t) = Bench::new("xo", 1) else {
+        return;
+    };
+    let other = Veth::with_queues("xp", 1);
+    let (oa, ob) = other.macs();
+    let mut xq = rx_queues(&t.v.a, 1, &t.pool);
+    let mut pq = crate::af_packet::open(&[spec(&other.a, 0, Some(0), 1)]).unwrap();
+    let raw_x = Raw::open(&t.v.b);
+    let raw_p = Raw::open(&other.b);
+
+    // af_xdp in, af_packet out.
+    let frames = make_frames(16, |i| udp_frame(t.ma, t.mb, 8000, i, 100));
+    raw_x.send_all(&frames);
+    let mut l = PktList::new();
+    pull(&mut t, &mut xq[0], &mut l, frames.len());
+    let free = t.free();
+    assert_eq!(pq[0].tx(&mut t.cx(), &mut l), frames.len() as u64);
+    assert!(l.is_empty());
+    assert_eq!(
+        t.free(),
+        free + frames.len(),
+        "sent and freed: the kernel copied them"
+    );
+    assert_eq!(raw_p.collect(frames.len(), 2), frames);
+    assert_eq!(xq[0].copied(), 0);
+
+    // af_packet in, af_xdp out.
+    let back = make_frames(16, |i| udp_frame(oa, ob, 8001, i, 200));
+    raw_p.send_all(&back);
+    let mut l = PktList::new();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while l.len() < back.len() && Instant::now() < deadline {
+        let mut got = PktList::new();
+        pq[0].rx(&mut t.cx(), &mut got, 64);
+        for p in got {
+            if is_marked(&crate::frame_bytes(&t.pool, &p)) {
+                l.push(p);
+            } else {
+                t.cache.free(p);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(bytes_of(&t.pool, &l), back);
+    let indices: Vec<u32> = l.iter().map(Pkt::index).collect();
+    let free = t.free();
+    assert_eq!(xq[0].tx(&mut t.cx(), &mut l), back.len() as u64);
+    assert_eq!(
+        (xq[0].copied(), t.free()),
+        (0, free),
+        "sent from where it was"
+    );
+    assert!(indices.iter().all(|&i| lent_by(&xq[0], i)));
+    assert_eq!(raw_x.collect(back.len(), 2), back);
+    t.reap(&mut xq[0], || true);
+    drop(pq);
+    t.all_accounted(&xq, 0);
+    t.finish(xq);
+}
+
+/// Zero-copy is asked for only over a page-tiled pool; veth has no zero-copy, so the
+/// socket ends in copy mode either way, and says why.
+#[test]
+fn zero_copy_is_tried_on_a_page_tiled_pool_and_veth_refuses_it() {
+    let Some(_g) = serial_as_root() else { return };
+    let v = Veth::with_queues("xw", 1);
+    assert!(!offers_zero_copy(&v.a), "veth has no zero-copy");
+    assert_eq!(pool_layout([v.a.as_str()]), (Layout::Padded, None));
+    for (layout, why) in [
+        (Layout::Padded, "straddle pages"),
+        (Layout::Pages, "refused by the driver"),
+    ] {
+        let pool = test_pool(layout);
+        assert_eq!(zero_copy_fits(&pool), layout == Layout::Pages);
+        let qs = rx_queues(&v.a, 1, &pool);
+        assert!(!qs[0].zero_copy());
+        let said = qs[0].copy_mode_why().unwrap_or_default().to_string();
+        assert!(said.contains(why), "{layout:?}: {said}");
+        let d = qs[0].describe();
+        assert!(d.contains("copy mode") && d.contains(why), "{d}");
+        eprintln!("{layout:?}: {d}");
+        drop(qs);
+        assert_eq!(pool.free_in_pool(), BUFFERS as usize);
+    }
 }
 
 #[test]
 fn a_second_program_on_the_interface_is_refused() {
     let Some(_g) = serial_as_root() else { return };
     let v = Veth::with_queues("xe", 2);
-    let first = rx_queues(&v.a, 1);
+    let pool = test_pool(Layout::Padded);
+    let first = rx_queues(&v.a, 1, &pool);
     // Another port on the other queue needs its own program: the interface has one.
-    let e = open(&[spec(&v.a, 1, Some(0), 1)]).err().unwrap();
+    let e = open(&[spec(&v.a, 1, Some(0), 1)], &pool).err().unwrap();
     assert!(matches!(e, PortError::Unsupported { .. }), "{e}");
     assert!(e.to_string().contains("already attached"), "{e}");
     assert!(xdp_shown(&v.a), "the first program stays");
@@ -684,7 +948,8 @@ fn a_second_program_on_the_interface_is_refused() {
 fn a_bridge_without_native_xdp_gets_generic_mode() {
     let Some(_g) = serial_as_root() else { return };
     let br = Bridge::new("xg");
-    let qs = rx_queues(&br.name, 1);
+    let pool = test_pool(Layout::Padded);
+    let qs = rx_queues(&br.name, 1, &pool);
     assert_eq!(qs[0].native_xdp(), Some(false));
     assert!(xdp_shown(&br.name));
     assert!(ip(&format!("-d link show dev {}", br.name)).contains("xdpgeneric"));

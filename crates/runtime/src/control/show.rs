@@ -289,6 +289,11 @@ pub fn ports(c: &Value, kinds: &[String], links: &[Value]) -> Reply {
             queues.push(q);
         }
         t.render(&mut text);
+        for (wi, w) in workers(c).iter().enumerate() {
+            if let Some(mode) = w["ports"][pi]["mode"].as_str() {
+                let _ = writeln!(text, "  worker {wi}: {mode}");
+            }
+        }
         text.push('\n');
         data.push(json!({ "name": name, "kind": kind, "link": links.get(pi).cloned().unwrap_or(Value::Null), "queues": queues }));
     }

@@ -8,24 +8,42 @@ The router in namespace r is, in turn:
 
   af_xdp     netbatch with two af_xdp ports (worker pinned to CPU 1)
   af_packet  netbatch with two af_packet ports (worker pinned to CPU 1)
-  kernel     the kernel's own IPv4 forwarding, its receive work moved to CPU 1 by RPS
+  kernel     the kernel's own IPv4 forwarding
 
-`netbatch flood` in h1, pinned to CPU 0, sends 64 UDP flows of small frames as fast as
-it can for --seconds to a socket in h2 that never reads (so h2 drops them without ICMP).
-Each kind runs --repeat times, the kinds alternating, each run on a freshly built
-topology. Run as root from anywhere:
+Where the work lands. On veth a frame's receive work runs where it is scheduled: by
+default inline on the sending CPU (veth hands it to the peer's backlog or NAPI on the
+CPU that transmitted). Here every router's receive work runs on CPU 1, the router's:
+r1 receives through veth's NAPI (the XDP program netbatch attaches turns it on for
+af_xdp, GRO on r1 for the other two), in threaded mode, its kernel thread pinned to CPU 1;
+h1 has transmit checksumming (and so TSO) off, which veth requires before it hands a
+frame to NAPI. So CPU 1 carries the router's receive (for af_xdp the XDP program, the
+redirect and the copy into the pool), its forwarding and its transmit, and h2's receive
+(r2's transmit runs h2's backlog on the transmitting CPU, the same for every kind: h2
+drops the flood at a socket that never reads). CPU 0 carries only the source.
+
+The source is `netbatch flood` in h1, pinned to CPU 0, sending 64 UDP flows of small
+frames as fast as it can for --seconds, by default through an AF_XDP socket's TX ring
+(`--sender af_xdp`; `af_packet` for sendmmsg). Each kind runs --repeat times, the kinds
+alternating, each run on a freshly built topology. Run as root from anywhere:
 
     python3 bench/live-forward.py [--seconds 5] [--size 64] [--repeat 3] [--json out.json]
 
 What is measured, per run:
-  offered    frames the sender put onto h1's link (what the router was offered);
-  forwarded  the increase of h2's interface rx_packets over the flood, per second of flood;
+  offered    frames the source's kernel took: what was offered to the router (the source
+             never waits: a send its socket refuses, a full TX ring or EAGAIN, is
+             counted as refused and not retried; that is the source's own limit, its
+             kernel's transmit path); frames r1's queue had no room for are dropped at
+             h1's veth (h1 tx_dropped) and count as the router's loss;
+  forwarded  the increase of h2's interface rx_packets over the flood, per second;
   loss       1 - forwarded/offered;
-  refused    sends the sender's own socket refused (EAGAIN): with the kernel as router,
-             frames queued for CPU 1 stay charged to the sender's send buffer, so this is
-             back-pressure, not loss; such frames are not offered;
-  cpu0/cpu1  busy share of each CPU over the flood (/proc/stat), netbatch's frames per
-             list, its counters and drops, the four interfaces' counters, softnet drops.
+  cores      each CPU's busy share over the flood (/proc/stat: user, system, softirq),
+             and the CPU seconds of the source, the router process (netbatch's worker),
+             r1's NAPI thread and the ksoftirqd threads, so each core's work is named;
+  also       netbatch's frames per list, counters and drops, the four interfaces'
+             counters, softnet counters.
+The source outran a router when the router forwarded clearly less than it was offered
+(it dropped at its input what it had no time for) while its CPU was busy all along: the
+table says so per kind.
 A run during which other processes (not this benchmark's) used more than 5% of a CPU is
 marked disturbed and run again (at most 6 times in all); medians leave disturbed runs
 out when undisturbed ones exist. Every raw number goes to --json.
@@ -53,6 +71,8 @@ KINDS = ["af_xdp", "af_packet", "kernel"]
 H1_ADDR, R1_ADDR = "192.0.2.2", "192.0.2.1"
 H2_ADDR, R2_ADDR = "198.51.100.2", "198.51.100.1"
 SENDER_CPU, ROUTER_CPU = 0, 1
+# The source outran the router when it offered at least this much more than was forwarded.
+OUTRUN_MARGIN = 1.05
 # A run is disturbed when processes other than its own used more than this share of one
 # CPU over the flood; it is run again, at most MAX_RETRIES times in all.
 FOREIGN_LIMIT = 0.05
@@ -198,6 +218,33 @@ def process_cpu_seconds(pid):
     return {"user": int(fields[11]) / tick, "system": int(fields[12]) / tick}
 
 
+def kernel_threads(prefix):
+    """{pid: comm} of the kernel threads whose name starts with `prefix`."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        comm = head.split("(", 1)[1]
+        if tail.split()[1] == "2" and comm.startswith(prefix):
+            out[int(d)] = comm
+    return out
+
+
+def cpu_seconds(pids):
+    """Summed user + system CPU seconds of `pids` (those still there)."""
+    total = 0.0
+    for pid in pids:
+        t = process_cpu_seconds(pid)
+        if t:
+            total += t["user"] + t["system"]
+    return total
+
+
 class Topology:
     """The namespaces, veth pairs and processes of one run; `close` removes them all."""
 
@@ -219,6 +266,8 @@ class Topology:
         self.router = None
         self.router_log = None
         self.mac = {}
+        # r1's NAPI kernel threads (threaded mode, pinned to ROUTER_CPU).
+        self.napi = {}
 
     def ex(self, n, cmd, timeout=30, check=True):
         """Runs a shell command in namespace n."""
@@ -257,22 +306,45 @@ class Topology:
                       f"dev {d['h1']} nud permanent")
         self.ex("h2", f"ip neigh replace {R2_ADDR} lladdr {self.mac['r2']} "
                       f"dev {d['h2']} nud permanent")
+        # veth hands a frame to the peer's NAPI only when the sender has no TSO, which
+        # goes with transmit checksumming; AF_XDP frames carry no "checksum left to the
+        # device" mark either, so the hosts checksum in software (as the live test does).
+        self.ex("h1", f"ethtool -K {d['h1']} tx off >/dev/null")
+        self.ex("h2", f"ethtool -K {d['h2']} tx off >/dev/null")
+        if self.kind != "af_xdp":
+            # GRO turns veth's NAPI on (for af_xdp the XDP program does).
+            self.ex("r", f"ethtool -K {d['r1']} gro on >/dev/null")
         if self.kind == "kernel":
-            rps = f"/sys/class/net/{d['r1']}/queues/rx-0/rps_cpus"
             self.ex("r", f"ip addr add {R1_ADDR}/24 dev {d['r1']}; "
                          f"ip addr add {R2_ADDR}/24 dev {d['r2']}; "
-                         f"sysctl -qw net.ipv4.ip_forward=1; "
-                         f"echo {1 << ROUTER_CPU:x} > {rps}")
-            got = self.ex("r", f"cat {rps}").strip().lstrip("0,")
-            if got != f"{1 << ROUTER_CPU:x}":
-                raise Failure(f"RPS on {d['r1']} reads back as {got!r}")
+                         f"sysctl -qw net.ipv4.ip_forward=1")
         else:
-            if self.kind == "af_xdp":
-                # AF_XDP frames carry no "checksum left to the device" mark, so the hosts
-                # checksum in software (as the live test does).
-                self.ex("h1", f"ethtool -K {d['h1']} tx off >/dev/null")
-                self.ex("h2", f"ethtool -K {d['h2']} tx off >/dev/null")
             self.start_netbatch()
+        self.thread_napi("r1")
+
+    def thread_napi(self, dev):
+        """Puts dev's NAPI in threaded mode and pins its threads to ROUTER_CPU."""
+        name = self.dev[dev]
+        before = kernel_threads("napi/")
+        self.ex("r", f"echo 1 > /sys/class/net/{name}/threaded")
+        if self.ex("r", f"cat /sys/class/net/{name}/threaded").strip() != "1":
+            raise Failure(f"threaded NAPI on {name} did not take")
+        # Thread names are napi/<device>-<id>, cut to 15 characters.
+        prefix = f"napi/{name}-"[:15]
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            new = {p: c for p, c in kernel_threads("napi/").items()
+                   if p not in before and c.startswith(prefix)}
+            if new:
+                break
+            time.sleep(0.02)
+        else:
+            raise Failure(f"no NAPI thread appeared for {name}")
+        for pid in new:
+            os.sched_setaffinity(pid, {ROUTER_CPU})
+            if os.sched_getaffinity(pid) != {ROUTER_CPU}:
+                raise Failure(f"NAPI thread {pid} of {name} not pinned to CPU {ROUTER_CPU}")
+        self.napi = new
 
     def wait_for_sink(self):
         """Waits until h2's UDP sink socket is bound (it is h2's keeper process)."""
@@ -379,29 +451,40 @@ class Topology:
         self.created = []
 
 
-def flood(topo, seconds, size):
+def flood(topo, args):
     """Runs netbatch flood in h1 on SENDER_CPU; returns what it and the counters saw."""
+    seconds, size = args.seconds, args.size
     argv = ["taskset", "-c", str(SENDER_CPU), "ip", "netns", "exec", topo.ns["h1"],
             str(BINARY), "flood", "--interface", topo.dev["h1"], "--dst-mac",
             topo.mac["r1"], "--src", H1_ADDR, "--dst", H2_ADDR, "--seconds", str(seconds),
-            "--size", str(size), "--json"]
+            "--size", str(size), "--via", args.sender, "--json"]
     router_pid = topo.router.pid if topo.router else None
+    softirqd = {p: c for p, c in kernel_threads("ksoftirqd/").items()}
     procs0 = all_cpu_seconds()
     dev0, cpu0, soft0 = topo.counters(), cpu_times(), softnet()
     nb0 = process_cpu_seconds(router_pid) if router_pid else None
+    napi0 = cpu_seconds(topo.napi)
+    sirq0 = {c: cpu_seconds([p]) for p, c in softirqd.items()}
     t0 = time.monotonic()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ours = {os.getpid(), p.pid, router_pid, *(k.pid for k in topo.keepers.values())}
     samples = []
+    sender_cpu = None
     try:
         while p.poll() is None:
             samples.append((time.monotonic() - t0, topo.h2_rx()))
+            # The source's own CPU time, read while it runs (its process is `ip`'s child).
+            t = cpu_seconds(children(p.pid) | {p.pid})
+            sender_cpu = t if t else sender_cpu
             time.sleep(0.1)
         out, err = p.communicate(timeout=seconds + 30)
     finally:
         stop_process(p, grace=2)
+    elapsed = time.monotonic() - t0
     dev1, cpu1, soft1 = topo.counters(), cpu_times(), softnet()
     nb1 = process_cpu_seconds(router_pid) if router_pid else None
+    napi1 = cpu_seconds(topo.napi)
+    sirq1 = {c: cpu_seconds([p]) for p, c in softirqd.items()}
     foreign, foreign_top = foreign_cpu(procs0, all_cpu_seconds(), ours)
     if p.returncode != 0:
         raise Failure(f"flood exited with {p.returncode}: {err.strip()}")
@@ -412,9 +495,8 @@ def flood(topo, seconds, size):
     time.sleep(0.3)
     late = topo.counters()
     forwarded = dev1["h2"]["rx_packets"] - dev0["h2"]["rx_packets"]
-    # Offered: what went onto h1's link. The sender's refusals are not frames offered:
-    # with the kernel as router they are its socket's send buffer pushing back (frames
-    # queued for the router's CPU stay charged to it), EAGAIN, nothing lost.
+    # Offered: what the source's kernel took. Refused sends (a full TX ring, EAGAIN) are
+    # not offered; frames r1's queue had no room for are (h1's tx_dropped): router loss.
     offered = sender["sent"]
     secs = sender["seconds"]
     # A steady-state rate from the samples, leaving out the first second and the last
@@ -424,17 +506,38 @@ def flood(topo, seconds, size):
     if len(inside) >= 2 and inside[-1][0] > inside[0][0]:
         steady = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
     delta = {dev: {k: dev1[dev][k] - dev0[dev][k] for k in dev1[dev]} for dev in dev1}
+    use = cpu_use(cpu0, cpu1)
+    share = lambda sec: None if sec is None else round(100.0 * sec / elapsed, 1)
+    if "cpu_user_seconds" in sender:
+        sender_cpu = sender["cpu_user_seconds"] + sender["cpu_system_seconds"]
+    threads = {
+        "source": share(sender_cpu),
+        "router_process": (share(sum(nb1.values()) - sum(nb0.values()))
+                           if nb0 and nb1 else None),
+        "r1_napi_thread": share(napi1 - napi0) if topo.napi else None,
+    }
+    for c in sirq1:
+        threads[c] = share(sirq1[c] - sirq0.get(c, 0.0))
     return {
         "sender": sender,
         "offered_pps": offered / secs,
         "refused_pps": sender["not_sent"] / secs,
+        "input_dropped_pps": (delta["h1"]["tx_dropped"] + delta["r1"]["rx_dropped"]) / secs,
         "forwarded": forwarded,
         "forwarded_pps": forwarded / secs,
         "forwarded_pps_steady": steady,
         "arrived_after_end": late["h2"]["rx_packets"] - dev1["h2"]["rx_packets"],
         "loss_pct": 100.0 * (1 - forwarded / offered) if offered else None,
+        "outran": offered >= OUTRUN_MARGIN * forwarded,
         "interfaces": delta,
-        "cpu": cpu_use(cpu0, cpu1),
+        "cpu": use,
+        "cores": {
+            cpu: {"busy": round(100.0 - c["idle"], 1), "user": c["user"],
+                  "system": c["system"], "softirq": c["softirq"]}
+            for cpu, c in use.items()
+        },
+        "threads_pct_of_a_cpu": threads,
+        "napi_threads": {str(pid): comm for pid, comm in topo.napi.items()},
         "softnet": [
             {"cpu": i, "processed": b[0] - a[0], "dropped": b[1] - a[1],
              "time_squeeze": b[2] - a[2]}
@@ -446,6 +549,21 @@ def flood(topo, seconds, size):
             {k: round(nb1[k] - nb0[k], 2) for k in nb0} if nb0 and nb1 else None
         ),
     }
+
+
+def children(pid):
+    """The pids of `pid`'s descendants (the source runs under `taskset` and `ip netns`)."""
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            continue
+        out.update(kids)
+        todo.extend(kids)
+    return out
 
 
 def netbatch_summary(stats):
@@ -487,7 +605,7 @@ def one_run(kind, repeat, attempt, args, workdir):
     try:
         topo.build()
         topo.warm_up()
-        result.update(flood(topo, args.seconds, args.size))
+        result.update(flood(topo, args))
         if kind != "kernel":
             result["netbatch"] = netbatch_summary(topo.stop_netbatch())
             # What netbatch said: the ports' modes (native or generic XDP, copy or
@@ -523,17 +641,26 @@ def summarize(runs, failures):
         # the medians when undisturbed ones exist.
         clean = [r for r in mine if not r["disturbed"]]
         ok = clean or mine
+        thread = lambda name: median(
+            [(r.get("threads_pct_of_a_cpu") or {}).get(name) for r in ok])
         summary[kind] = {
             "runs": len(ok),
             "disturbed_runs_left_out": len(mine) - len(ok),
             "offered_pps": median([r["offered_pps"] for r in ok]),
             "refused_pps": median([r["refused_pps"] for r in ok]),
+            "input_dropped_pps": median([r["input_dropped_pps"] for r in ok]),
             "forwarded_pps": median([r["forwarded_pps"] for r in ok]),
             "forwarded_pps_all": [round(r["forwarded_pps"]) for r in ok],
             "forwarded_pps_steady": median([r["forwarded_pps_steady"] for r in ok]),
             "loss_pct": median([r["loss_pct"] for r in ok]),
+            "source_outran_router": all(r["outran"] for r in ok) if ok else None,
             "cpu0_busy_pct": median([busy(r, SENDER_CPU) for r in ok]),
             "cpu1_busy_pct": median([busy(r, ROUTER_CPU) for r in ok]),
+            "cpu1_softirq_pct": median(
+                [(r["cores"].get(ROUTER_CPU) or {}).get("softirq") for r in ok]),
+            "source_cpu_pct": thread("source"),
+            "router_process_cpu_pct": thread("router_process"),
+            "r1_napi_thread_cpu_pct": thread("r1_napi_thread"),
             "frames_per_list": median(
                 [(r.get("netbatch") or {}).get("frames_per_list") for r in ok]),
             "errors": [f["error"] for f in failures if f["kind"] == kind],
@@ -545,32 +672,39 @@ def summarize(runs, failures):
     return summary
 
 
-def print_table(summary, args):
+def print_table(summary, args, busy_machine):
     print()
     print(f"IPv4 forwarding h1 -> r -> h2: {args.size}-byte frames, 64 UDP flows, "
-          f"{args.seconds:g} s per run, medians of up to {args.repeat} runs")
-    head = (f"{'router':<10} {'runs':>4} {'offered pps':>12} {'forwarded pps':>14} "
-            f"{'loss %':>7} {'vs kernel':>9} {'refused pps':>12} {'cpu0 %':>7} "
-            f"{'cpu1 %':>7} {'list':>5}")
+          f"{args.seconds:g} s per run, medians of up to {args.repeat} runs, source "
+          f"{args.sender} on CPU {SENDER_CPU}, router on CPU {ROUTER_CPU}")
+    head = (f"{'router':<10} {'runs':>4} {'offered':>8} {'forwarded':>9} "
+            f"{'loss %':>6} {'vs kernel':>9} {'outran':>6} {'cpu0 %':>6} {'cpu1 %':>6} "
+            f"{'napi %':>6} {'proc %':>6} {'list':>5}")
     print(head)
     print("-" * len(head))
+    pct = lambda x: "-" if x is None else f"{x:.0f}"
+    mpps = lambda x: "-" if x is None else f"{x / 1e6:.3f}"
     for kind in KINDS:
         s = summary[kind]
         loss = "-" if s["loss_pct"] is None else f"{s['loss_pct']:.1f}"
         ratio = s.get("vs_kernel")
         ratio = "" if kind == "kernel" else ("-" if ratio is None else f"{ratio:.2f}")
-        pct = lambda x: "-" if x is None else f"{x:.0f}"
         lst = "" if s["frames_per_list"] is None else f"{s['frames_per_list']:.1f}"
-        print(f"{kind:<10} {s['runs']:>4} {fmt_pps(s['offered_pps']):>12} "
-              f"{fmt_pps(s['forwarded_pps']):>14} {loss:>7} {ratio:>9} "
-              f"{fmt_pps(s['refused_pps']):>12} {pct(s['cpu0_busy_pct']):>7} "
-              f"{pct(s['cpu1_busy_pct']):>7} {lst:>5}")
+        outran = {True: "yes", False: "NO", None: "-"}[s["source_outran_router"]]
+        print(f"{kind:<10} {s['runs']:>4} "
+              f"{mpps(s['offered_pps']):>8} {mpps(s['forwarded_pps']):>9} {loss:>6} "
+              f"{ratio:>9} {outran:>6} {pct(s['cpu0_busy_pct']):>6} "
+              f"{pct(s['cpu1_busy_pct']):>6} {pct(s['r1_napi_thread_cpu_pct']):>6} "
+              f"{pct(s['router_process_cpu_pct']):>6} {lst:>5}")
     print()
-    print("offered: frames onto h1's link; forwarded: frames h2's interface received, per "
-          "second of flood;\nloss: 1 - forwarded/offered; refused: sends the sender's "
-          "socket refused (not offered);\ncpu0 (sender) and cpu1 (netbatch's worker, "
-          "busy polling included, or the RPS target): busy %;\nlist: netbatch's frames "
-          "per list (af_xdp: a few = the worker keeps up; af_packet: whole ring blocks).")
+    print("Mpps. offered: frames the source's kernel took; forwarded: frames h2's "
+          "interface received;\nloss: 1 - forwarded/offered (r1's input drops included); "
+          "outran: the router forwarded < 1/1.05 of\nwhat it was offered in every run "
+          "(it was the bottleneck);\n"
+          "cpu0 (source) and cpu1 (router): busy %; napi: r1's NAPI thread (the router's "
+          "receive: XDP and redirect\nfor af_xdp, GRO and the kernel's input for the "
+          "others), proc: netbatch's process, each in % of a CPU;\nlist: netbatch's frames "
+          "per list.")
     print()
     for kind in ("af_xdp", "af_packet"):
         r = summary[kind].get("vs_kernel")
@@ -582,6 +716,9 @@ def print_table(summary, args):
         for e in summary[kind]["errors"]:
             lines = [ln for ln in e.strip().splitlines() if ln.strip()][:5]
             print(f"{kind} failed: " + "\n    ".join(lines))
+    if busy_machine:
+        print("\nNOTE: other processes used the CPUs during every run of some kind "
+              "(a busy machine): the figures are noisy, not for the README.")
 
 
 def main():
@@ -591,6 +728,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="runs per router kind")
     ap.add_argument("--json", type=Path, help="write every raw number here")
     ap.add_argument("--no-build", action="store_true", help="use the binary as it is")
+    ap.add_argument("--sender", choices=["af_xdp", "af_packet"], default="af_xdp",
+                    help="the source's socket (netbatch flood --via)")
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="routers to measure, comma-separated (the kernel is the baseline)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("live-forward: run as root (it creates network namespaces)")
@@ -601,6 +742,10 @@ def main():
         sys.exit("live-forward: needs two CPUs (sender on 0, router on 1)")
     if args.seconds < 1 or args.repeat < 1:
         sys.exit("live-forward: --seconds must be at least 1 and --repeat at least 1")
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        sys.exit(f"live-forward: --kinds takes {', '.join(KINDS)} (got {args.kinds!r})")
 
     # A SIGTERM ends the run the way Ctrl-C does: through the clean-up below.
     def on_term(signum, frame):
@@ -626,7 +771,7 @@ def main():
     workdir = Path(tempfile.mkdtemp(prefix="netbatch-live-forward-"))
     try:
         for rep in range(args.repeat):
-            order = KINDS[rep % len(KINDS):] + KINDS[:rep % len(KINDS)]
+            order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
             for kind in order:
                 attempt = 0
                 while kind not in skip:
@@ -649,7 +794,9 @@ def main():
                                 f"{r['foreign_cpu_seconds']:.2f} CPU s: "
                                 f"{', '.join(r['foreign_top'])})")
                     print(f"offered {r['offered_pps'] / 1e6:.3f} Mpps, "
-                          f"forwarded {r['forwarded_pps'] / 1e6:.3f} Mpps{note}", flush=True)
+                          f"forwarded {r['forwarded_pps'] / 1e6:.3f} Mpps, "
+                          f"cpu0 {busy(r, SENDER_CPU)} % cpu1 {busy(r, ROUTER_CPU)} %"
+                          f"{note}", flush=True)
                     if not r["disturbed"] or retries_left == 0:
                         break
                     retries_left -= 1
@@ -662,18 +809,23 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
 
     summary = summarize(runs, failures)
+    busy_machine = any(
+        runs and all(r["disturbed"] for r in runs if r["kind"] == k)
+        for k in KINDS if any(r["kind"] == k for r in runs))
     if args.json:
         doc = {
             "settings": {"seconds": args.seconds, "size": args.size, "repeat": args.repeat,
-                         "flows": 64, "sender_cpu": SENDER_CPU, "router_cpu": ROUTER_CPU,
-                         "foreign_limit": FOREIGN_LIMIT, "kernel": platform.release(),
-                         "cpus": os.cpu_count()},
+                         "flows": 64, "sender": args.sender, "sender_cpu": SENDER_CPU,
+                         "router_cpu": ROUTER_CPU, "receive_work": "threaded NAPI of r1 "
+                         "pinned to the router's CPU", "foreign_limit": FOREIGN_LIMIT,
+                         "kernel": platform.release(), "cpus": os.cpu_count(),
+                         "busy_machine": busy_machine},
             "summary": summary,
             "runs": runs,
             "failures": failures,
         }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
-    print_table(summary, args)
+    print_table(summary, args, busy_machine)
     print(f"\n({time.monotonic() - started:.0f} s for the runs)")
     if args.json:
         print(f"raw numbers: {args.json}")

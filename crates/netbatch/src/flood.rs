@@ -2,12 +2,16 @@
 //! router with small packets (iperf3 is not).
 //!
 //! Frames come from the in-memory generator (one template per flow, the UDP source port
-//! telling the flows apart) and leave through a transmit-only `af_packet` queue, 64 at a
-//! time. A frame the queue does not take (the kernel refused it: the socket's send buffer
-//! or a queue behind the device is full) is freed at once and counted as not sent; it is
-//! never retried. So `sent` is what went onto the link and `sent + not_sent` what the
-//! flood tried to send: on a veth whose peer queues frames for another CPU, refusals are
-//! mostly the send buffer pushing back (`EAGAIN`), not frames lost on the link.
+//! telling the flows apart) and leave through a transmit-only queue, 64 at a time: an
+//! `af_packet` queue (`sendmmsg`, the default) or an `af_xdp` queue (`--via af_xdp`: the
+//! generator writes each frame into a pool buffer that is the UMEM, the TX ring takes it
+//! as it is, one `sendto` per 32 frames; no XDP program on the interface). A frame the
+//! queue does not take (af_packet: the kernel refused it, the socket's send buffer or a
+//! queue behind the device is full; af_xdp: the TX ring is full) is freed at once and
+//! counted as not sent; it is never retried. So `sent` is what the kernel took to put on
+//! the link and `sent + not_sent` what the flood tried to send: on a veth whose peer
+//! queues frames for another CPU, refusals are mostly back-pressure (`EAGAIN`, a full
+//! ring), not frames lost on the link.
 
 use core::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -16,7 +20,7 @@ use anyhow::{Context, bail};
 use netbatch_engine::{PktList, Pool, PoolConfig, time};
 use netbatch_ports::generator::{FlowOrder, FlowSpec, GenConfig, GenPort, L4};
 use netbatch_ports::sys::Interface;
-use netbatch_ports::{Port, PortCx, QueueSpec, af_packet};
+use netbatch_ports::{Port, PortCx, QueueSpec, af_packet, af_xdp};
 use netbatch_wire::ethernet::MacAddr;
 
 /// Frames handed to the queue per call.
@@ -64,6 +68,20 @@ pub(crate) struct Args {
     /// Print the result as JSON on stdout (the summary line goes to stderr).
     #[arg(long)]
     json: bool,
+    /// The socket the frames leave through.
+    #[arg(long, value_enum, default_value_t = Via::AfPacket)]
+    via: Via,
+}
+
+/// The kinds of transmit queue a flood can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Via {
+    /// A packet socket (`sendmmsg`, qdisc bypassed).
+    #[value(name = "af_packet")]
+    AfPacket,
+    /// An XSK socket's TX ring over the packet pool (copy or zero-copy mode).
+    #[value(name = "af_xdp")]
+    AfXdp,
 }
 
 /// What one flood did.
@@ -131,11 +149,15 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             iface.mtu
         );
     }
-    let pool = Pool::new(PoolConfig {
+    let pool_cfg = PoolConfig {
         buffers: 4096,
         ..PoolConfig::default()
-    })
-    .context("packet pool")?;
+    };
+    let layout = match a.via {
+        Via::AfXdp => af_xdp::pool_layout([a.interface.as_str()]).0,
+        Via::AfPacket => netbatch_engine::Layout::Padded,
+    };
+    let pool = Pool::with_layout(pool_cfg, layout).context("packet pool")?;
     let room = pool.config().room();
     let payload_len = a.size - FCS - HEADERS;
     let cfg = GenConfig::new(
@@ -143,7 +165,7 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         FlowOrder::Interleaved,
     );
     let mut source = GenPort::new("flood", 0, &cfg, room)?;
-    let mut queues = af_packet::open(&[QueueSpec {
+    let spec = QueueSpec {
         rx_member: None,
         rx_members: 0,
         worker: 0,
@@ -152,14 +174,24 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         interface: a.interface.clone(),
         features: Default::default(),
         room,
-    }])?;
+    };
+    let mut queues = match a.via {
+        Via::AfPacket => af_packet::open(&[spec])?,
+        Via::AfXdp => af_xdp::open(&[spec], &pool)?,
+    };
     let Some(port) = queues.first_mut() else {
         bail!("no transmit queue opened on {}", a.interface);
     };
+    let how = port.describe();
     let mut cache = pool.cache();
     let result = flood(a, &pool, &mut cache, &mut source, port.as_mut());
+    // Transmitted buffers come back through the completion ring (af_xdp) before the
+    // queue goes.
+    drain(&pool, &mut cache, port.as_mut());
+    drop(queues);
     cache.flush();
     let out = result?;
+    let cpu = netbatch_ports::sys::cpu_seconds();
     let line = format!(
         "flood: sent {} frames of {} bytes in {:.3} s: {:.0} pps ({} not sent: refused by \
          the kernel, dropped, not retried)",
@@ -176,6 +208,14 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             "seconds": out.seconds,
             "pps": out.pps(),
             "not_sent": out.not_sent,
+            // The source's own CPU time over the whole command (start-up included).
+            "cpu_user_seconds": cpu.0,
+            "cpu_system_seconds": cpu.1,
+            "via": match a.via {
+                Via::AfPacket => "af_packet",
+                Via::AfXdp => "af_xdp",
+            },
+            "queue": how,
         });
         println!("{j}");
     } else {
@@ -184,7 +224,24 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends until the time is up; every buffer taken from `cache` is back in it on return.
+/// Gives the queue up to 100 ms to hand back what it was still sending (an af_xdp queue
+/// returns transmitted buffers on its completion ring, reaped by each `tx` call).
+fn drain(pool: &Pool, cache: &mut netbatch_engine::BufCache, port: &mut dyn Port) {
+    let deadline = Instant::now() + Duration::from_millis(100);
+    let want = pool.config().buffers as usize;
+    while pool.free_in_pool() + cache.cached() < want && Instant::now() < deadline {
+        let mut cx = PortCx {
+            pool,
+            cache: &mut *cache,
+            now_ns: time::mono_ns(),
+        };
+        port.tx(&mut cx, &mut PktList::new());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Sends until the time is up; every buffer taken from `cache` is back in it on return
+/// (or, af_xdp, lent to the TX ring until it completes).
 fn flood(
     a: &Args,
     pool: &Pool,

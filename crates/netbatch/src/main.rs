@@ -37,7 +37,8 @@ enum Cmd {
     Run(run::Args),
     /// Validate a configuration file and explain each error with its key.
     CheckConfig(check_config::Args),
-    /// Send a UDP flood on an interface through af_packet (a traffic source for routers).
+    /// Send a UDP flood on an interface through af_packet or af_xdp (a traffic source for
+    /// routers).
     Flood(flood::Args),
     /// Show a running datapath's tables: runtime, errors, ports, routes, neigh, rules,
     /// sockets, softnet, counters.

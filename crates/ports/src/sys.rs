@@ -197,6 +197,20 @@ pub fn page_size() -> usize {
     usize::try_from(n).unwrap_or(4096).max(4096)
 }
 
+/// CPU time this process has used so far, user and system, in seconds (all threads).
+pub fn cpu_seconds() -> (f64, f64) {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `u` is a writable rusage, which getrusage fills in; RUSAGE_SELF is valid.
+    let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+    if r != 0 {
+        return (0.0, 0.0);
+    }
+    // SAFETY: getrusage succeeded, so it initialised the struct (it was zeroed anyway).
+    let u = unsafe { u.assume_init() };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(u.ru_utime), secs(u.ru_stime))
+}
+
 /// This process's effective user id.
 pub fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.

@@ -22,7 +22,17 @@
 //! asked for only when the pool's buffers tile pages ([`Layout::Pages`], which
 //! `netbatch run` chooses when [`pool_layout`] finds an interface that offers zero-copy).
 //! In copy mode (veth, or a driver without zero-copy) the kernel copies each frame between
-//! its own buffers and the pool's, and nothing is copied in user space either way.
+//! its own buffers and the pool's, and nothing is copied in user space either way. Copy
+//! mode sends 32 frames a `sendto` unless the kernel lets the socket raise that
+//! (`XDP_MAX_TX_SKB_BUDGET`, Linux 6.17): the port asks for the TX ring's size.
+//!
+//! Where the interface defers its interrupts to busy pollers (`napi_defer_hard_irqs` and
+//! `gro_flush_timeout` set in sysfs, as the kernel's NAPI documentation describes for
+//! preferred busy polling), a receiving socket turns on `SO_PREFER_BUSY_POLL` and every
+//! receive call runs the device queue's NAPI poll itself (`recvfrom`, up to 64 frames):
+//! the kernel's receive work (driver, XDP, redirect) then runs in the worker, only as
+//! fast as the worker takes frames, instead of in a softirq or NAPI thread that would
+//! compete with it for the core and fill the RX ring faster than it is emptied.
 //!
 //! Invariants (ownership is total: every pool buffer is in exactly one place):
 //! - a buffer this queue lent to the kernel (on the fill ring, being filled, on the RX
@@ -108,7 +118,28 @@ pub const CARRIES: Carries = Carries {
     tx_offloads_refused: &["tx-tcp-segmentation", "tx-udp-segmentation", "tx-gso-list"],
     max_frame: Some(MAX_RX_FRAME),
 };
-/// Longest run of `sendto` kicks in one call (copy mode sends at most 32 frames a kick).
+/// Frames a busy poll asks the device queue's NAPI for (`SO_BUSY_POLL_BUDGET`).
+const BUSY_POLL_BUDGET: u32 = 64;
+/// `SO_BUSY_POLL`, in µs: any non-zero value lets the socket's calls busy poll (a
+/// non-blocking call polls once).
+const BUSY_POLL_USEC: u32 = 20;
+
+/// Whether interface `name` (of the calling thread's namespace) defers its interrupts to
+/// busy pollers: `napi_defer_hard_irqs` and `gro_flush_timeout` both set, as preferred
+/// busy polling needs (`Documentation/networking/napi.rst`). Then the port's receiving
+/// sockets busy poll.
+fn defers_to_busy_polling(name: &str) -> bool {
+    let read = |what: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{name}/{what}"))
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    read("napi_defer_hard_irqs") > 0 && read("gro_flush_timeout") > 0
+}
+
+/// Longest run of `sendto` kicks in one call (copy mode sends 32 frames a kick unless the
+/// kernel lets the socket raise that).
 const MAX_TX_KICKS: u32 = RING_SIZE / 32 + 1;
 
 const _: () = assert!(RING_SIZE.is_power_of_two());
@@ -251,6 +282,18 @@ pub fn open_queues(specs: &[QueueSpec], pool: &Pool) -> Result<Vec<AfXdpQueue>, 
         Some(Arc::new(bpf::attach(port, &iface, &rx, entries)?))
     };
 
+    // Receiving sockets busy poll where the interface defers to busy pollers.
+    let busy = defers_to_busy_polling(&iface.name);
+    let mut socks = socks;
+    for (s, b) in specs.iter().zip(&mut socks) {
+        if busy && s.rx_member.is_some() {
+            b.sock
+                .prefer_busy_poll(BUSY_POLL_USEC, BUSY_POLL_BUDGET)
+                .map_err(|e| PortError::sys(&s.name, "turn on busy polling", e))?;
+            b.busy_poll = true;
+        }
+    }
+
     // Everything is bound and attached: only now are buffers lent (nothing above can
     // fail with buffers out).
     let mut cache = pool.cache();
@@ -273,6 +316,7 @@ struct Bound {
     sock: Socket,
     zero_copy: bool,
     need_wakeup: bool,
+    busy_poll: bool,
     /// Why the socket is not in zero-copy mode (when it is not).
     copy_why: Option<String>,
 }
@@ -337,6 +381,7 @@ fn bind_once(
                     sock,
                     zero_copy,
                     need_wakeup: flags & libc::XDP_USE_NEED_WAKEUP != 0,
+                    busy_poll: false,
                     copy_why: if zero_copy { None } else { copy_why },
                 });
             }
@@ -459,6 +504,8 @@ pub struct AfXdpQueue {
     queue: u32,
     zero_copy: bool,
     need_wakeup: bool,
+    /// The socket busy polls: every receive call runs the queue's NAPI poll itself.
+    busy_poll: bool,
     copy_why: Option<String>,
     /// Buffers this queue keeps lent to the fill ring (0 for a transmit-only queue).
     fill_target: u32,
@@ -504,6 +551,7 @@ impl AfXdpQueue {
             queue: queue_of(s),
             zero_copy: b.zero_copy,
             need_wakeup: b.need_wakeup,
+            busy_poll: b.busy_poll,
             copy_why: b.copy_why,
             fill_target,
             on_fill: 0,
@@ -537,6 +585,13 @@ impl AfXdpQueue {
     /// needs a system call to make progress).
     pub fn need_wakeup(&self) -> bool {
         self.need_wakeup
+    }
+
+    /// Whether the socket busy polls (the interface defers its interrupts to busy
+    /// pollers): each receive call runs the device queue's NAPI poll in the worker's
+    /// context, so the kernel's receive work (XDP, redirect, copy) is the worker's.
+    pub fn busy_poll(&self) -> bool {
+        self.busy_poll
     }
 
     /// How the port's XDP program runs: `Some(true)` in the driver (native mode),
@@ -656,7 +711,11 @@ impl AfXdpQueue {
 
     /// Wakes the kernel if it asks to be told about new fill-ring frames.
     fn kick_fill(&mut self) {
-        if self.sock.rx.is_some() && self.need_wakeup && self.sock.fill.needs_wakeup() {
+        if self.sock.rx.is_some()
+            && !self.busy_poll
+            && self.need_wakeup
+            && self.sock.fill.needs_wakeup()
+        {
             self.kicks.0 += 1;
             if let Err(e) = self.sock.kick_rx() {
                 self.check_error("wake receive (recvfrom)", &e);
@@ -665,8 +724,8 @@ impl AfXdpQueue {
     }
 
     /// Makes the kernel transmit what waits in the TX ring: in copy mode only a system
-    /// call transmits (at most 32 frames each); in zero-copy mode the driver needs one
-    /// only when it says so.
+    /// call transmits (32 frames each, or up to the ring's size where the kernel lets the
+    /// socket raise it); in zero-copy mode the driver needs one only when it says so.
     fn kick_tx(&mut self) {
         let mut pending = self.sock.tx.pending();
         if pending == 0 {
@@ -759,7 +818,7 @@ impl Port for AfXdpQueue {
 
     fn describe(&self) -> String {
         format!(
-            "queue {}: {}, {} mode{}, UMEM = the packet pool ({} B stride{}){}{}",
+            "queue {}: {}, {} mode{}{}{}, UMEM = the packet pool ({} B stride{}){}{}",
             self.queue_id(),
             match self.native_xdp() {
                 Some(true) => "native XDP",
@@ -775,6 +834,15 @@ impl Port for AfXdpQueue {
                 ", need-wakeup"
             } else {
                 ""
+            },
+            match self.sock.tx_budget {
+                Some(n) if !self.zero_copy => format!(", up to {n} frames a send"),
+                _ => String::new(),
+            },
+            if self.busy_poll {
+                format!(", preferred busy polling ({BUSY_POLL_BUDGET} frames a poll)")
+            } else {
+                String::new()
             },
             self.lent.pool.stride(),
             if self.lent.pool.layout() == Layout::Pages {
@@ -802,6 +870,14 @@ impl Port for AfXdpQueue {
         self.reap_completions(cx.cache);
         // Frames a previous call left in the TX ring (copy mode sends 32 a kick).
         self.kick_tx();
+        if self.busy_poll {
+            // The device queue's NAPI runs here, in this call (one poll of up to
+            // `BUSY_POLL_BUDGET` frames): what it receives is on the RX ring after it.
+            self.kicks.0 += 1;
+            if let Err(e) = self.sock.kick_rx() {
+                self.check_error("busy poll (recvfrom)", &e);
+            }
+        }
         let Some(rx) = self.sock.rx.as_mut() else {
             return 0;
         };

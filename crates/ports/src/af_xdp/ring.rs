@@ -252,6 +252,10 @@ impl<T: Copy> ConsRing<T> {
     }
 }
 
+/// `XDP_MAX_TX_SKB_BUDGET` (`linux/if_xdp.h`, Linux 6.17): frames a copy-mode `sendto`
+/// sends at most (32 unless set; at most the TX ring's size).
+const XDP_MAX_TX_SKB_BUDGET: i32 = 9;
+
 /// Sizes of one socket's rings.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Geometry {
@@ -298,6 +302,8 @@ pub(super) struct Socket {
     pub(super) rx: Option<ConsRing<libc::xdp_desc>>,
     /// The TX ring (frames to transmit).
     pub(super) tx: ProdRing<libc::xdp_desc>,
+    /// Frames copy mode sends per system call, when the kernel let us raise it from 32.
+    pub(super) tx_budget: Option<u32>,
     /// The socket.
     fd: OwnedFd,
 }
@@ -342,6 +348,11 @@ impl Socket {
         }
         sys::setsockopt(raw, libc::SOL_XDP, libc::XDP_TX_RING, &g.tx)
             .map_err(|e| Setup("size TX ring", e))?;
+        // Copy mode sends 32 frames a system call unless told otherwise (Linux 6.17 on:
+        // up to the TX ring's size); an older kernel does not know the option.
+        let tx_budget = sys::setsockopt(raw, libc::SOL_XDP, XDP_MAX_TX_SKB_BUDGET, &g.tx)
+            .is_ok()
+            .then_some(g.tx);
         let off: MmapOffsets = sys::getsockopt(raw, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS)
             .map_err(|e| Setup("read ring offsets", e))?;
         // The page offsets are the kernel's fixed ring selectors (they fit an off_t).
@@ -376,6 +387,7 @@ impl Socket {
             comp: ConsRing::new(comp),
             rx: rx.map(ConsRing::new),
             tx: ProdRing::new(tx),
+            tx_budget,
             fd,
         })
     }
@@ -389,6 +401,23 @@ impl Socket {
     pub(super) fn zero_copy(&self) -> io::Result<bool> {
         let opts: u32 = sys::getsockopt(self.fd(), libc::SOL_XDP, libc::XDP_OPTIONS)?;
         Ok(opts & libc::XDP_OPTIONS_ZEROCOPY != 0)
+    }
+
+    /// Turns on preferred busy polling: the socket's `recvfrom`/`sendto`/`poll` run the
+    /// device queue's NAPI poll (up to `budget` frames) in the caller's context, and the
+    /// kernel leaves that NAPI to them (where the device defers its interrupts).
+    pub(super) fn prefer_busy_poll(&self, usec: u32, budget: u32) -> io::Result<()> {
+        let one: i32 = 1;
+        let usec = i32::try_from(usec).unwrap_or(i32::MAX);
+        let budget = i32::try_from(budget).unwrap_or(i32::MAX);
+        sys::setsockopt(self.fd(), libc::SOL_SOCKET, libc::SO_PREFER_BUSY_POLL, &one)?;
+        sys::setsockopt(self.fd(), libc::SOL_SOCKET, libc::SO_BUSY_POLL, &usec)?;
+        sys::setsockopt(
+            self.fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL_BUDGET,
+            &budget,
+        )
     }
 
     /// The kernel's drop counters for the socket.

@@ -956,3 +956,41 @@ fn a_bridge_without_native_xdp_gets_generic_mode() {
     drop(qs);
     assert!(!xdp_shown(&br.name));
 }
+
+/// Where the interface defers its interrupts to busy pollers, a receiving socket busy
+/// polls: each receive call runs veth's NAPI poll itself, and everything arrives.
+#[test]
+fn a_queue_busy_polls_where_the_interface_defers_to_busy_pollers() {
+    let Some(mut t) = Bench::new("xb", 1) else {
+        return;
+    };
+    let plain = rx_queues(&t.v.a, 1, &t.pool);
+    assert!(!plain[0].busy_poll(), "no deferral set: no busy polling");
+    drop(plain);
+    for (what, v) in [
+        ("napi_defer_hard_irqs", "2"),
+        ("gro_flush_timeout", "200000"),
+    ] {
+        std::fs::write(format!("/sys/class/net/{}/{what}", t.v.a), v).unwrap();
+    }
+    let mut qs = rx_queues(&t.v.a, 1, &t.pool);
+    assert!(qs[0].busy_poll());
+    assert!(
+        qs[0].describe().contains("busy polling"),
+        "{}",
+        qs[0].describe()
+    );
+    let raw = Raw::open(&t.v.b);
+    for round in 0..4u16 {
+        let frames = make_frames(64, |i| udp_frame(t.ma, t.mb, 9000 + round, i, 10));
+        raw.send_all(&frames);
+        let got: Vec<Vec<u8>> = t.receive(&mut qs, 64, 2).into_iter().map(|g| g.0).collect();
+        assert_eq!(got, frames, "round {round}: none lost, order kept");
+    }
+    let (rx_kicks, _) = qs[0].kicks();
+    eprintln!("busy polls: {rx_kicks}, {:?}", qs[0].stats());
+    assert!(rx_kicks > 0, "receive calls polled the device");
+    assert_eq!(qs[0].stats().rx_dropped, 0);
+    t.all_accounted(&qs, 0);
+    t.finish(qs);
+}

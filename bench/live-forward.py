@@ -16,9 +16,9 @@ CPU that transmitted). Here every router's receive work runs on CPU 1, the route
 r1 receives through veth's NAPI (the XDP program netbatch attaches turns it on for
 af_xdp, GRO on r1 for the other two), in threaded mode, its kernel thread pinned to CPU 1;
 h1 has transmit checksumming (and so TSO) off, which veth requires before it hands a
-frame to NAPI. For af_xdp, r1 also defers to busy pollers (napi_defer_hard_irqs,
-gro_flush_timeout), so netbatch's receiving socket runs r1's NAPI poll in its own calls
-on CPU 1 (preferred busy polling; --no-busy-poll leaves it to the NAPI thread). So CPU 1 carries the router's receive (for af_xdp the XDP program, the
+frame to NAPI. (AF_XDP busy polling, which would run r1's NAPI in netbatch's own calls,
+needs a zero-copy socket on Linux 6.13 and later: veth's copy-mode sockets get no NAPI
+to poll, so the NAPI thread and netbatch's worker share CPU 1.) So CPU 1 carries the router's receive (for af_xdp the XDP program, the
 redirect and the copy into the pool), its forwarding and its transmit, and h2's receive
 (r2's transmit runs h2's backlog on the transmitting CPU, the same for every kind: h2
 drops the flood at a socket that never reads). CPU 0 carries only the source.
@@ -75,11 +75,6 @@ H2_ADDR, R2_ADDR = "198.51.100.2", "198.51.100.1"
 SENDER_CPU, ROUTER_CPU = 0, 1
 # The source outran the router when it offered at least this much more than was forwarded.
 OUTRUN_MARGIN = 1.05
-# What r1 is given for netbatch af_xdp to busy poll it (napi_defer_hard_irqs: polls the
-# kernel leaves to the busy poller; gro_flush_timeout: the watchdog, in ns, after which
-# the NAPI thread takes over again when the busy poller stops polling).
-DEFER_HARD_IRQS = 2
-GRO_FLUSH_TIMEOUT_NS = 200_000
 # A run is disturbed when processes other than its own used more than this share of one
 # CPU over the flood; it is run again, at most MAX_RETRIES times in all.
 FOREIGN_LIMIT = 0.05
@@ -255,9 +250,8 @@ def cpu_seconds(pids):
 class Topology:
     """The namespaces, veth pairs and processes of one run; `close` removes them all."""
 
-    def __init__(self, kind, tag, workdir, busy_poll=True):
+    def __init__(self, kind, tag, workdir):
         self.kind = kind
-        self.busy_poll = busy_poll
         self.ns = {n: f"nbf{tag}-{n}" for n in ("h1", "h2", "r")}
         self.dev = {
             "h1": f"nbf{tag}a",
@@ -319,14 +313,9 @@ class Topology:
         # device" mark either, so the hosts checksum in software (as the live test does).
         self.ex("h1", f"ethtool -K {d['h1']} tx off >/dev/null")
         self.ex("h2", f"ethtool -K {d['h2']} tx off >/dev/null")
-        if self.kind != "af_xdp":
-            # GRO turns veth's NAPI on (for af_xdp the XDP program does).
-            self.ex("r", f"ethtool -K {d['r1']} gro on >/dev/null")
-        if self.kind == "af_xdp" and self.busy_poll:
-            # r1 defers to busy pollers: netbatch's receiving socket then runs r1's NAPI
-            # poll in its own calls (preferred busy polling, as DPDK's AF_XDP driver does).
-            self.ex("r", f"echo {DEFER_HARD_IRQS} > /sys/class/net/{d['r1']}/napi_defer_hard_irqs; "
-                         f"echo {GRO_FLUSH_TIMEOUT_NS} > /sys/class/net/{d['r1']}/gro_flush_timeout")
+        # GRO turns veth's NAPI on (for af_xdp the XDP program would too; the same
+        # switch for every kind).
+        self.ex("r", f"ethtool -K {d['r1']} gro on >/dev/null")
         if self.kind == "kernel":
             self.ex("r", f"ip addr add {R1_ADDR}/24 dev {d['r1']}; "
                          f"ip addr add {R2_ADDR}/24 dev {d['r2']}; "
@@ -613,7 +602,7 @@ def one_run(kind, repeat, attempt, args, workdir):
     tag = f"{os.getpid() % 100000}{repeat}{KINDS.index(kind)}{attempt}"
     run_dir = workdir / f"{kind}-{repeat}-{attempt}"
     run_dir.mkdir()
-    topo = Topology(kind, tag, run_dir, busy_poll=not args.no_busy_poll)
+    topo = Topology(kind, tag, run_dir)
     result = {"kind": kind, "repeat": repeat, "attempt": attempt}
     try:
         topo.build()
@@ -741,8 +730,6 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="runs per router kind")
     ap.add_argument("--json", type=Path, help="write every raw number here")
     ap.add_argument("--no-build", action="store_true", help="use the binary as it is")
-    ap.add_argument("--no-busy-poll", action="store_true",
-                    help="af_xdp: leave r1's NAPI to its thread (no preferred busy polling)")
     ap.add_argument("--sender", choices=["af_xdp", "af_packet"], default="af_xdp",
                     help="the source's socket (netbatch flood --via)")
     ap.add_argument("--kinds", default=",".join(KINDS),
@@ -832,8 +819,7 @@ def main():
             "settings": {"seconds": args.seconds, "size": args.size, "repeat": args.repeat,
                          "flows": 64, "sender": args.sender, "sender_cpu": SENDER_CPU,
                          "router_cpu": ROUTER_CPU, "receive_work": "threaded NAPI of r1 "
-                         "pinned to the router's CPU", "af_xdp_busy_poll": not args.no_busy_poll,
-                         "foreign_limit": FOREIGN_LIMIT,
+                         "pinned to the router's CPU", "foreign_limit": FOREIGN_LIMIT,
                          "kernel": platform.release(), "cpus": os.cpu_count(),
                          "busy_machine": busy_machine},
             "summary": summary,

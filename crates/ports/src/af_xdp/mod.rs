@@ -32,7 +32,9 @@
 //! receive call runs the device queue's NAPI poll itself (`recvfrom`, up to 64 frames):
 //! the kernel's receive work (driver, XDP, redirect) then runs in the worker, only as
 //! fast as the worker takes frames, instead of in a softirq or NAPI thread that would
-//! compete with it for the core and fill the RX ring faster than it is emptied.
+//! compete with it for the core and fill the RX ring faster than it is emptied. Since
+//! Linux 6.13 the kernel gives only zero-copy sockets a NAPI to poll: a socket that has
+//! none when its first frames arrive turns busy polling off again (and says so).
 //!
 //! Invariants (ownership is total: every pool buffer is in exactly one place):
 //! - a buffer this queue lent to the kernel (on the fill ring, being filled, on the RX
@@ -506,6 +508,11 @@ pub struct AfXdpQueue {
     need_wakeup: bool,
     /// The socket busy polls: every receive call runs the queue's NAPI poll itself.
     busy_poll: bool,
+    /// Busy polling was asked for and the socket's NAPI is still to be checked (at the
+    /// first frame received: the kernel names it at bind or then).
+    busy_check: bool,
+    /// Why busy polling, asked for, was turned off.
+    busy_off: Option<&'static str>,
     copy_why: Option<String>,
     /// Buffers this queue keeps lent to the fill ring (0 for a transmit-only queue).
     fill_target: u32,
@@ -552,6 +559,8 @@ impl AfXdpQueue {
             zero_copy: b.zero_copy,
             need_wakeup: b.need_wakeup,
             busy_poll: b.busy_poll,
+            busy_check: b.busy_poll,
+            busy_off: None,
             copy_why: b.copy_why,
             fill_target,
             on_fill: 0,
@@ -641,6 +650,18 @@ impl AfXdpQueue {
     /// queue needs none.
     pub fn kicks(&self) -> (u64, u64) {
         self.kicks
+    }
+
+    /// Turns busy polling off when the kernel gave the socket no NAPI to poll (copy-mode
+    /// sockets on Linux 6.13 and later: the kernel names a socket's NAPI at bind, and only
+    /// for zero-copy); receive calls then make no system call that would do nothing.
+    #[cold]
+    fn check_busy_poll(&mut self) {
+        self.busy_check = false;
+        if !matches!(self.sock.napi_id(), Ok(id) if id != 0) {
+            self.busy_poll = false;
+            self.busy_off = Some("busy polling off: the kernel gave the socket no NAPI to poll");
+        }
     }
 
     /// Records a fault if `e` says the socket is no longer bound to a device.
@@ -839,10 +860,10 @@ impl Port for AfXdpQueue {
                 Some(n) if !self.zero_copy => format!(", up to {n} frames a send"),
                 _ => String::new(),
             },
-            if self.busy_poll {
-                format!(", preferred busy polling ({BUSY_POLL_BUDGET} frames a poll)")
-            } else {
-                String::new()
+            match (self.busy_poll, self.busy_off) {
+                (true, _) => format!(", preferred busy polling ({BUSY_POLL_BUDGET} frames a poll)"),
+                (false, Some(why)) => format!(", {why}"),
+                (false, None) => String::new(),
             },
             self.lent.pool.stride(),
             if self.lent.pool.layout() == Layout::Pages {
@@ -919,6 +940,9 @@ impl Port for AfXdpQueue {
             got += 1;
         }
         rx.release(n);
+        if self.busy_check && got > 0 {
+            self.check_busy_poll();
+        }
         self.stats.rx_packets += got;
         self.refill(cx.cache, n);
         self.kick_fill();

@@ -420,6 +420,13 @@ impl Socket {
         )
     }
 
+    /// The NAPI instance the kernel recorded for the socket's receive queue
+    /// (`SO_INCOMING_NAPI_ID`; 0 before the first frame, or when the device has none):
+    /// what its busy polls run.
+    pub(super) fn napi_id(&self) -> io::Result<u32> {
+        sys::getsockopt(self.fd(), libc::SOL_SOCKET, libc::SO_INCOMING_NAPI_ID)
+    }
+
     /// The kernel's drop counters for the socket.
     pub(super) fn kernel_stats(&self) -> io::Result<KernelStats> {
         sys::getsockopt(self.fd(), libc::SOL_XDP, libc::XDP_STATISTICS)

@@ -250,8 +250,10 @@ def cpu_seconds(pids):
 class Topology:
     """The namespaces, veth pairs and processes of one run; `close` removes them all."""
 
-    def __init__(self, kind, tag, workdir):
+    def __init__(self, kind, tag, workdir, napi_nice=0, idle_spin_us=50):
         self.kind = kind
+        self.napi_nice = napi_nice
+        self.idle_spin_us = idle_spin_us
         self.ns = {n: f"nbf{tag}-{n}" for n in ("h1", "h2", "r")}
         self.dev = {
             "h1": f"nbf{tag}a",
@@ -346,6 +348,8 @@ class Topology:
             os.sched_setaffinity(pid, {ROUTER_CPU})
             if os.sched_getaffinity(pid) != {ROUTER_CPU}:
                 raise Failure(f"NAPI thread {pid} of {name} not pinned to CPU {ROUTER_CPU}")
+            if self.napi_nice:
+                os.setpriority(os.PRIO_PROCESS, pid, self.napi_nice)
         self.napi = new
 
     def wait_for_sink(self):
@@ -371,7 +375,7 @@ class Topology:
             )
         return (
             '[datapath]\nmode = "list"\nworkers = 1\n'
-            f"cores = [{ROUTER_CPU}]\nidle_spin_us = 50\n" + ports
+            f"cores = [{ROUTER_CPU}]\nidle_spin_us = {self.idle_spin_us}\n" + ports
         )
 
     def start_netbatch(self):
@@ -520,6 +524,14 @@ def flood(topo, args):
     }
     for c in sirq1:
         threads[c] = share(sirq1[c] - sirq0.get(c, 0.0))
+    # CPU time spent on the router's work (its process, r1's NAPI thread, the router
+    # CPU's ksoftirqd), per frame forwarded: what a core of its own would forward is the
+    # inverse. Counted by the scheduler tick (4 ms), so it holds while other processes
+    # share the CPU, up to what they cost in caches and switches.
+    router_s = ((sum(nb1.values()) - sum(nb0.values()) if nb0 and nb1 else 0.0)
+                + (napi1 - napi0)
+                + sum(sirq1[c] - sirq0.get(c, 0.0) for c in sirq1
+                      if c == f"ksoftirqd/{ROUTER_CPU}"))
     return {
         "sender": sender,
         "offered_pps": offered / secs,
@@ -539,6 +551,10 @@ def flood(topo, args):
             for cpu, c in use.items()
         },
         "threads_pct_of_a_cpu": threads,
+        "router_cpu_seconds_all": round(router_s, 3),
+        "router_ns_per_frame": 1e9 * router_s / forwarded if forwarded else None,
+        "source_ns_per_frame": (1e9 * sender_cpu / offered
+                                if offered and sender_cpu else None),
         "napi_threads": {str(pid): comm for pid, comm in topo.napi.items()},
         "softnet": [
             {"cpu": i, "processed": b[0] - a[0], "dropped": b[1] - a[1],
@@ -602,7 +618,8 @@ def one_run(kind, repeat, attempt, args, workdir):
     tag = f"{os.getpid() % 100000}{repeat}{KINDS.index(kind)}{attempt}"
     run_dir = workdir / f"{kind}-{repeat}-{attempt}"
     run_dir.mkdir()
-    topo = Topology(kind, tag, run_dir)
+    topo = Topology(kind, tag, run_dir, napi_nice=args.napi_nice,
+                    idle_spin_us=args.idle_spin_us)
     result = {"kind": kind, "repeat": repeat, "attempt": attempt}
     try:
         topo.build()
@@ -665,6 +682,8 @@ def summarize(runs, failures):
             "r1_napi_thread_cpu_pct": thread("r1_napi_thread"),
             "frames_per_list": median(
                 [(r.get("netbatch") or {}).get("frames_per_list") for r in ok]),
+            "router_ns_per_frame": median([r.get("router_ns_per_frame") for r in ok]),
+            "source_ns_per_frame": median([r.get("source_ns_per_frame") for r in ok]),
             "errors": [f["error"] for f in failures if f["kind"] == kind],
         }
     base = summary["kernel"]["forwarded_pps"]
@@ -681,7 +700,7 @@ def print_table(summary, args, busy_machine):
           f"{args.sender} on CPU {SENDER_CPU}, router on CPU {ROUTER_CPU}")
     head = (f"{'router':<10} {'runs':>4} {'offered':>8} {'forwarded':>9} "
             f"{'loss %':>6} {'vs kernel':>9} {'outran':>6} {'cpu0 %':>6} {'cpu1 %':>6} "
-            f"{'napi %':>6} {'proc %':>6} {'list':>5}")
+            f"{'napi %':>6} {'proc %':>6} {'ns/fr':>6} {'list':>5}")
     print(head)
     print("-" * len(head))
     pct = lambda x: "-" if x is None else f"{x:.0f}"
@@ -697,7 +716,8 @@ def print_table(summary, args, busy_machine):
               f"{mpps(s['offered_pps']):>8} {mpps(s['forwarded_pps']):>9} {loss:>6} "
               f"{ratio:>9} {outran:>6} {pct(s['cpu0_busy_pct']):>6} "
               f"{pct(s['cpu1_busy_pct']):>6} {pct(s['r1_napi_thread_cpu_pct']):>6} "
-              f"{pct(s['router_process_cpu_pct']):>6} {lst:>5}")
+              f"{pct(s['router_process_cpu_pct']):>6} {pct(s['router_ns_per_frame']):>6} "
+              f"{lst:>5}")
     print()
     print("Mpps. offered: frames the source's kernel took; forwarded: frames h2's "
           "interface received;\nloss: 1 - forwarded/offered (r1's input drops included); "
@@ -705,8 +725,15 @@ def print_table(summary, args, busy_machine):
           "(it was the bottleneck);\n"
           "cpu0 (source) and cpu1 (router): busy %; napi: r1's NAPI thread (the router's "
           "receive: XDP and redirect\nfor af_xdp, GRO and the kernel's input for the "
-          "others), proc: netbatch's process, each in % of a CPU;\nlist: netbatch's frames "
-          "per list.")
+          "others), proc: netbatch's process, each in % of a CPU;\nns/fr: CPU time of the "
+          "router's work (its process, r1's NAPI thread, CPU 1's ksoftirqd) per frame "
+          "forwarded;\nlist: netbatch's frames per list.")
+    base = summary.get("kernel", {}).get("router_ns_per_frame")
+    for kind in ("af_xdp", "af_packet"):
+        mine = summary.get(kind, {}).get("router_ns_per_frame")
+        if mine and base:
+            print(f"{kind}: {mine:.0f} ns of CPU per frame against the kernel's "
+                  f"{base:.0f}: {base / mine:.2f}x the kernel's rate on a core of its own")
     print()
     for kind in ("af_xdp", "af_packet"):
         r = summary[kind].get("vs_kernel")
@@ -730,6 +757,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="runs per router kind")
     ap.add_argument("--json", type=Path, help="write every raw number here")
     ap.add_argument("--no-build", action="store_true", help="use the binary as it is")
+    ap.add_argument("--napi-nice", type=int, default=0,
+                    help="nice value of r1's NAPI thread (the router's receive)")
+    ap.add_argument("--idle-spin-us", type=int, default=50,
+                    help="netbatch's busy polling before its worker sleeps (datapath.idle_spin_us)")
+    ap.add_argument("--retries", type=int, default=MAX_RETRIES,
+                    help="runs repeated in all because other processes disturbed them")
     ap.add_argument("--sender", choices=["af_xdp", "af_packet"], default="af_xdp",
                     help="the source's socket (netbatch flood --via)")
     ap.add_argument("--kinds", default=",".join(KINDS),
@@ -768,7 +801,7 @@ def main():
 
     runs, failures = [], []
     skip = set()
-    retries_left = MAX_RETRIES
+    retries_left = args.retries
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="netbatch-live-forward-"))
     try:

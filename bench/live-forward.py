@@ -24,8 +24,14 @@ redirect and the copy into the pool), its forwarding and its transmit, and h2's 
 drops the flood at a socket that never reads). CPU 0 carries only the source.
 
 The source is `netbatch flood` in h1, pinned to CPU 0, sending 64 UDP flows of small
-frames as fast as it can for --seconds, by default through an AF_XDP socket's TX ring
-(`--sender af_xdp`; `af_packet` for sendmmsg). Each kind runs --repeat times, the kinds
+frames as fast as it can for --seconds. By default (`--sender xdp`) the kernel makes
+them: an XDP program run on live frames (BPF_PROG_TEST_RUN, as xdp-trafficgen) gives
+each a UDP source port among 64 and redirects it into h1's veth, which hands it to r1's
+NAPI as an XDP frame: no socket buffer, no system call per frame, and no completion
+left for r1's CPU (a frame from a socket carries its socket's completion, which the
+router's CPU would otherwise run when it frees it; for an AF_XDP socket that takes a lock
+shared with the source's CPU). `--sender af_xdp` (an XSK TX ring) and `af_packet`
+(sendmmsg) are the alternatives. Each kind runs --repeat times, the kinds
 alternating, each run on a freshly built topology. Run as root from anywhere:
 
     python3 bench/live-forward.py [--seconds 5] [--size 64] [--repeat 3] [--json out.json]
@@ -473,7 +479,17 @@ def flood(topo, args):
     sirq0 = {c: cpu_seconds([p]) for p, c in softirqd.items()}
     t0 = time.monotonic()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    perf = None
+    if args.perf:
+        # The router's CPU, sampled from half a second into the flood to its last second.
+        perf_data = topo.dir / "perf.data"
+        perf = subprocess.Popen(
+            ["perf", "record", "-q", "-C", str(ROUTER_CPU), "-F", "999", "-o", str(perf_data),
+             "--", "sleep", str(max(seconds - 1.0, 0.5))],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ours = {os.getpid(), p.pid, router_pid, *(k.pid for k in topo.keepers.values())}
+    if perf:
+        ours.add(perf.pid)
     samples = []
     sender_cpu = None
     try:
@@ -487,6 +503,11 @@ def flood(topo, args):
     finally:
         stop_process(p, grace=2)
     elapsed = time.monotonic() - t0
+    profile = None
+    if perf:
+        perf.wait(timeout=30)
+        profile = perf_profile(topo.dir / "perf.data",
+                               tasks(router_pid) if router_pid else set(), topo.napi)
     dev1, cpu1, soft1 = topo.counters(), cpu_times(), softnet()
     nb1 = process_cpu_seconds(router_pid) if router_pid else None
     napi1 = cpu_seconds(topo.napi)
@@ -536,7 +557,8 @@ def flood(topo, args):
         "sender": sender,
         "offered_pps": offered / secs,
         "refused_pps": sender["not_sent"] / secs,
-        "input_dropped_pps": (delta["h1"]["tx_dropped"] + delta["r1"]["rx_dropped"]) / secs,
+        # Frames r1's receive queue had no room for (veth counts them on both ends).
+        "input_dropped_pps": delta["h1"]["tx_dropped"] / secs,
         "forwarded": forwarded,
         "forwarded_pps": forwarded / secs,
         "forwarded_pps_steady": steady,
@@ -552,6 +574,7 @@ def flood(topo, args):
         },
         "threads_pct_of_a_cpu": threads,
         "router_cpu_seconds_all": round(router_s, 3),
+        "router_cpu_profile": profile,
         "router_ns_per_frame": 1e9 * router_s / forwarded if forwarded else None,
         "source_ns_per_frame": (1e9 * sender_cpu / offered
                                 if offered and sender_cpu else None),
@@ -567,6 +590,44 @@ def flood(topo, args):
             {k: round(nb1[k] - nb0[k], 2) for k in nb0} if nb0 and nb1 else None
         ),
     }
+
+
+def perf_profile(data, router_tids, napi):
+    """Where the router's CPU went, from `perf record` samples: the share of samples per
+    thread (netbatch's threads, r1's NAPI thread, anything else by name) and the top
+    symbols of the router's own threads, in % of all samples of the CPU."""
+    try:
+        out = sh(["perf", "report", "-i", str(data), "--no-children", "--stdio", "-g", "none",
+                  "--sort", "pid,sym", "--percent-limit", "0.3"], timeout=120)
+    except Failure as e:
+        return {"error": str(e)}
+    threads, symbols = {}, []
+    for line in out.splitlines():
+        parts = line.split(None, 1)
+        if len(parts) < 2 or not parts[0].endswith("%"):
+            continue
+        pct = float(parts[0].rstrip("%"))
+        # "  TID:COMM  [k] symbol" (a command name may hold spaces)
+        tid_comm, _, sym = parts[1].partition("  ")
+        tid_s, _, comm = tid_comm.strip().partition(":")
+        try:
+            tid = int(tid_s)
+        except ValueError:
+            continue
+        who = ("napi" if tid in napi else "netbatch" if tid in router_tids
+               else "other:" + comm.strip())
+        threads[who] = round(threads.get(who, 0.0) + pct, 2)
+        if not who.startswith("other"):
+            symbols.append({"thread": who, "symbol": sym.strip(), "pct": pct})
+    return {"threads_pct": threads, "top_symbols": symbols[:40]}
+
+
+def tasks(pid):
+    """The thread ids of process `pid` (none once it is gone)."""
+    try:
+        return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    except OSError:
+        return set()
 
 
 def children(pid):
@@ -683,6 +744,9 @@ def summarize(runs, failures):
             "frames_per_list": median(
                 [(r.get("netbatch") or {}).get("frames_per_list") for r in ok]),
             "router_ns_per_frame": median([r.get("router_ns_per_frame") for r in ok]),
+            # The profile of the run whose rate is the median (or the first).
+            "profile": next((r.get("router_cpu_profile") for r in sorted(
+                ok, key=lambda r: r["forwarded_pps"])[len(ok) // 2:]), None) if ok else None,
             "source_ns_per_frame": median([r.get("source_ns_per_frame") for r in ok]),
             "errors": [f["error"] for f in failures if f["kind"] == kind],
         }
@@ -745,6 +809,16 @@ def print_table(summary, args, busy_machine):
         for e in summary[kind]["errors"]:
             lines = [ln for ln in e.strip().splitlines() if ln.strip()][:5]
             print(f"{kind} failed: " + "\n    ".join(lines))
+    if args.perf:
+        for kind in KINDS:
+            prof = summary[kind].get("profile")
+            if not prof or "threads_pct" not in prof:
+                continue
+            print(f"\n{kind}: CPU {ROUTER_CPU} samples by thread (%): "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in sorted(
+                      prof["threads_pct"].items(), key=lambda kv: -kv[1])[:6]))
+            for e in prof["top_symbols"][:12]:
+                print(f"  {e['pct']:5.2f} %  {e['thread']:<8} {e['symbol']}")
     if busy_machine:
         print("\nNOTE: other processes used the CPUs during every run of some kind "
               "(a busy machine): the figures are noisy, not for the README.")
@@ -757,20 +831,25 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="runs per router kind")
     ap.add_argument("--json", type=Path, help="write every raw number here")
     ap.add_argument("--no-build", action="store_true", help="use the binary as it is")
+    ap.add_argument("--perf", action="store_true",
+                    help="sample the router's CPU with perf record during each flood "
+                         "(top symbols per thread into the JSON)")
     ap.add_argument("--napi-nice", type=int, default=0,
                     help="nice value of r1's NAPI thread (the router's receive)")
     ap.add_argument("--idle-spin-us", type=int, default=50,
                     help="netbatch's busy polling before its worker sleeps (datapath.idle_spin_us)")
     ap.add_argument("--retries", type=int, default=MAX_RETRIES,
                     help="runs repeated in all because other processes disturbed them")
-    ap.add_argument("--sender", choices=["af_xdp", "af_packet"], default="af_xdp",
-                    help="the source's socket (netbatch flood --via)")
+    ap.add_argument("--sender", choices=["xdp", "af_xdp", "af_packet"], default="xdp",
+                    help="the source (netbatch flood --via): xdp (live XDP frames "
+                         "redirected into h1's veth by the kernel), af_xdp or af_packet")
     ap.add_argument("--kinds", default=",".join(KINDS),
                     help="routers to measure, comma-separated (the kernel is the baseline)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("live-forward: run as root (it creates network namespaces)")
-    missing = [t for t in ("ip", "taskset", "ethtool", "ping") if shutil.which(t) is None]
+    needed = ("ip", "taskset", "ethtool", "ping") + (("perf",) if args.perf else ())
+    missing = [t for t in needed if shutil.which(t) is None]
     if missing:
         sys.exit(f"live-forward: missing tools: {', '.join(missing)}")
     if (os.cpu_count() or 1) < 2:

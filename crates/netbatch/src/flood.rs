@@ -82,6 +82,10 @@ enum Via {
     /// An XSK socket's TX ring over the packet pool (copy or zero-copy mode).
     #[value(name = "af_xdp")]
     AfXdp,
+    /// The kernel itself: an XDP program run on live frames redirects each to the
+    /// interface (`BPF_PROG_TEST_RUN`, as xdp-trafficgen does; UDP checksum 0).
+    #[value(name = "xdp")]
+    Xdp,
 }
 
 /// What one flood did.
@@ -155,7 +159,7 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     };
     let layout = match a.via {
         Via::AfXdp => af_xdp::pool_layout([a.interface.as_str()]).0,
-        Via::AfPacket => netbatch_engine::Layout::Padded,
+        Via::AfPacket | Via::Xdp => netbatch_engine::Layout::Padded,
     };
     let pool = Pool::with_layout(pool_cfg, layout).context("packet pool")?;
     let room = pool.config().room();
@@ -165,6 +169,15 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         FlowOrder::Interleaved,
     );
     let mut source = GenPort::new("flood", 0, &cfg, room)?;
+    if a.via == Via::Xdp {
+        let out = flood_xdp(a, &iface, &pool, &mut source)?;
+        let how = format!(
+            "XDP live frames redirected to {} (BPF_PROG_TEST_RUN), {} flows drawn at random",
+            iface.name, a.flows
+        );
+        report(a, &out, &how);
+        return Ok(());
+    }
     let spec = QueueSpec {
         rx_member: None,
         rx_members: 0,
@@ -178,19 +191,36 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     let mut queues = match a.via {
         Via::AfPacket => af_packet::open(&[spec])?,
         Via::AfXdp => af_xdp::open(&[spec], &pool)?,
+        Via::Xdp => unreachable!("the XDP source has no queue (handled above)"),
     };
     let Some(port) = queues.first_mut() else {
         bail!("no transmit queue opened on {}", a.interface);
     };
     let how = port.describe();
+    let out = flood_through(a, &pool, &mut source, port.as_mut());
+    drop(queues);
+    report(a, &out?, &how);
+    Ok(())
+}
+
+/// Sends through `port`, then gives it back what it was still sending.
+fn flood_through(
+    a: &Args,
+    pool: &Pool,
+    source: &mut GenPort,
+    port: &mut dyn Port,
+) -> anyhow::Result<Outcome> {
     let mut cache = pool.cache();
-    let result = flood(a, &pool, &mut cache, &mut source, port.as_mut());
+    let result = flood(a, pool, &mut cache, source, port);
     // Transmitted buffers come back through the completion ring (af_xdp) before the
     // queue goes.
-    drain(&pool, &mut cache, port.as_mut());
-    drop(queues);
+    drain(pool, &mut cache, port);
     cache.flush();
-    let out = result?;
+    result
+}
+
+/// Prints what a flood did (a line, or JSON with the line on stderr).
+fn report(a: &Args, out: &Outcome, how: &str) {
     let cpu = netbatch_ports::sys::cpu_seconds();
     let line = format!(
         "flood: sent {} frames of {} bytes in {:.3} s: {:.0} pps ({} not sent: refused by \
@@ -214,6 +244,7 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             "via": match a.via {
                 Via::AfPacket => "af_packet",
                 Via::AfXdp => "af_xdp",
+                Via::Xdp => "xdp",
             },
             "queue": how,
         });
@@ -221,7 +252,64 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     } else {
         println!("{line}");
     }
-    Ok(())
+}
+
+/// Frames one live XDP run sends at most (a few ms at several Mpps, so the time and the
+/// rate are kept to within that).
+const XDP_CHUNK: u64 = 16_384;
+
+/// Sends the generator's first frame, its UDP checksum cleared, as live XDP frames over
+/// `a.flows` source ports until the time is up (paced to `a.rate` in chunks).
+fn flood_xdp(
+    a: &Args,
+    iface: &Interface,
+    pool: &Pool,
+    source: &mut GenPort,
+) -> anyhow::Result<Outcome> {
+    let mut cache = pool.cache();
+    let mut l = PktList::new();
+    let mut cx = PortCx {
+        pool,
+        cache: &mut cache,
+        now_ns: time::mono_ns(),
+    };
+    source.rx(&mut cx, &mut l, 1);
+    let Some(first) = l.first() else {
+        bail!("the generator made no frame");
+    };
+    let mut frame = netbatch_ports::frame_bytes(pool, first);
+    cache.free_all(&mut l);
+    // No UDP checksum (RFC 768 allows it over IPv4): the source changes the port only.
+    if let Some(sum) = frame.get_mut(HEADERS - 2..HEADERS) {
+        sum.copy_from_slice(&[0, 0]);
+    }
+    let src = af_xdp::XdpSource::new(iface.index, &frame, FIRST_SPORT, a.flows)
+        .map_err(|e| anyhow::anyhow!("XDP source on {}: {e}", iface.name))?;
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(a.seconds);
+    let (mut sent, mut now) = (0u64, start);
+    while now < end {
+        let mut n = XDP_CHUNK;
+        if a.rate > 0 {
+            let due = (now - start).as_nanos() * u128::from(a.rate) / 1_000_000_000;
+            let allowed = u64::try_from(due.saturating_sub(u128::from(sent))).unwrap_or(u64::MAX);
+            if allowed == 0 {
+                std::thread::sleep(Duration::from_micros(100));
+                now = Instant::now();
+                continue;
+            }
+            n = allowed.min(XDP_CHUNK);
+        }
+        src.run(n as u32)
+            .with_context(|| format!("live XDP run on {}", iface.name))?;
+        sent += n;
+        now = Instant::now();
+    }
+    Ok(Outcome {
+        sent,
+        not_sent: 0,
+        seconds: (now - start).as_secs_f64(),
+    })
 }
 
 /// Gives the queue up to 100 ms to hand back what it was still sending (an af_xdp queue

@@ -2,7 +2,10 @@
 //!
 //! It makes an XSKMAP, loads a five-instruction program that redirects each frame to
 //! the socket registered for its receive queue (or passes it to the stack when that slot
-//! is empty), and attaches it with a BPF link.
+//! is empty), and attaches it with a BPF link. It also loads the program of a traffic
+//! source (`source_program`: each frame given one of the flows' UDP source ports, the
+//! frame redirected to an interface) and runs it on live frames (`BPF_PROG_TEST_RUN` with
+//! `BPF_F_TEST_XDP_LIVE_FRAMES`: the kernel makes the frames and really redirects them).
 //!
 //! Invariants (the reason this module may hold `unsafe`):
 //! - each command's attribute block is a `repr(C)` prefix of the kernel's
@@ -23,6 +26,11 @@ const BPF_MAP_CREATE: i32 = 0;
 const BPF_MAP_UPDATE_ELEM: i32 = 2;
 const BPF_PROG_LOAD: i32 = 5;
 const BPF_LINK_CREATE: i32 = 28;
+const BPF_PROG_TEST_RUN: i32 = 10;
+/// `BPF_F_TEST_XDP_LIVE_FRAMES`: run the program on frames the kernel makes and carry
+/// out what it returns (transmit, redirect).
+const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
+const BPF_FUNC_REDIRECT: i32 = 23;
 
 const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 const BPF_PROG_TYPE_XDP: u32 = 6;
@@ -92,6 +100,28 @@ struct LinkCreate {
     flags: u32,
 }
 
+/// The attribute block of `BPF_PROG_TEST_RUN` (the `test` member).
+#[repr(C)]
+#[derive(Default)]
+struct TestRun {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    _pad: u32,
+}
+
 /// One `struct bpf_insn`: opcode, registers (two nibbles), offset, immediate.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -140,6 +170,80 @@ fn program(map_fd: RawFd) -> [Insn; 6] {
         Insn::new(CALL, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),
         Insn::new(EXIT, 0, 0, 0, 0),
     ]
+}
+
+/// Where the UDP source port of an untagged Ethernet/IPv4 frame without options lies.
+pub(super) const UDP_SPORT_AT: usize = 14 + 20;
+
+/// The traffic source's program: gives the frame a UDP source port drawn at random
+/// among `flows` ports from `base` (as pktgen's `UDPSRC_RND`), then redirects it to
+/// interface `ifindex`. A frame too short to hold the port is redirected as it is.
+///
+/// ```text
+/// r2 = ctx->data; r3 = ctx->data_end; r4 = r2 + 36; if r4 > r3 goto redirect
+/// r6 = r2; r0 = bpf_get_prandom_u32(); r0 %= flows; r0 += base
+/// *(u16 *)(r6 + 34) = be16(r0)
+/// redirect: r0 = bpf_redirect(ifindex, 0); exit
+/// ```
+fn source_program(ifindex: u32, base: u16, flows: u16) -> [Insn; 15] {
+    const LDX_MEM_W: u8 = 0x61; // BPF_LDX | BPF_MEM | BPF_W
+    const STX_MEM_H: u8 = 0x6b; // BPF_STX | BPF_MEM | BPF_H
+    const MOV64_REG: u8 = 0xbf; // BPF_ALU64 | BPF_MOV | BPF_X
+    const MOV64_IMM: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
+    const ADD64_IMM: u8 = 0x07; // BPF_ALU64 | BPF_ADD | BPF_K
+    const MOD64_IMM: u8 = 0x97; // BPF_ALU64 | BPF_MOD | BPF_K
+    const TO_BE: u8 = 0xdc; // BPF_ALU | BPF_END | BPF_TO_BE
+    const JGT_REG: u8 = 0x2d; // BPF_JMP | BPF_JGT | BPF_X
+    const CALL: u8 = 0x85;
+    const EXIT: u8 = 0x95;
+    const GET_PRANDOM_U32: i32 = 7;
+    let at = UDP_SPORT_AT as i16;
+    [
+        Insn::new(LDX_MEM_W, 2, 1, 0, 0),
+        Insn::new(LDX_MEM_W, 3, 1, 4, 0),
+        Insn::new(MOV64_REG, 4, 2, 0, 0),
+        Insn::new(ADD64_IMM, 4, 0, 0, at as i32 + 2),
+        // Too short: straight to the redirect (insn 11).
+        Insn::new(JGT_REG, 4, 3, 6, 0),
+        // r6 keeps the checked packet pointer across the call.
+        Insn::new(MOV64_REG, 6, 2, 0, 0),
+        Insn::new(CALL, 0, 0, 0, GET_PRANDOM_U32),
+        Insn::new(MOD64_IMM, 0, 0, 0, i32::from(flows.max(1))),
+        Insn::new(ADD64_IMM, 0, 0, 0, i32::from(base)),
+        Insn::new(TO_BE, 0, 0, 0, 16),
+        Insn::new(STX_MEM_H, 6, 0, at, 0),
+        Insn::new(MOV64_IMM, 1, 0, 0, ifindex as i32),
+        Insn::new(MOV64_IMM, 2, 0, 0, 0),
+        Insn::new(CALL, 0, 0, 0, BPF_FUNC_REDIRECT),
+        Insn::new(EXIT, 0, 0, 0, 0),
+    ]
+}
+
+/// The source program for `ifindex` (see [`source_program`]), loaded.
+pub(super) fn load_source(ifindex: u32, base: u16, flows: u16) -> Result<OwnedFd, String> {
+    load_program(&source_program(ifindex, base, flows), "nb_xdp_source").map_err(|(e, log)| {
+        let log = log.trim();
+        if log.is_empty() {
+            format!("load XDP source program: {e}")
+        } else {
+            format!("load XDP source program: {e} (verifier log: {log})")
+        }
+    })
+}
+
+/// Runs `prog` `repeat` times on live frames made of `frame` (`batch` at a time), in the
+/// calling thread: what the program returns is carried out (its redirects transmit).
+pub(super) fn run_live(prog: &OwnedFd, frame: &[u8], repeat: u32, batch: u32) -> io::Result<()> {
+    let mut t = TestRun {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: u32::try_from(frame.len()).map_err(|_| io::Error::other("frame too long"))?,
+        data_in: frame.as_ptr() as u64,
+        repeat,
+        flags: BPF_F_TEST_XDP_LIVE_FRAMES,
+        batch_size: batch,
+        ..TestRun::default()
+    };
+    bpf(BPF_PROG_TEST_RUN, &mut t).map(|_| ())
 }
 
 /// Runs `bpf(cmd, attr, sizeof attr)`.
@@ -228,7 +332,7 @@ pub(super) fn attach(
         bpf(BPF_MAP_UPDATE_ELEM, &mut mu)
             .map_err(|e| sys(format!("register queue {queue}'s socket in the XSKMAP"), e))?;
     }
-    let prog = load(map.as_raw_fd()).map_err(|(e, log)| {
+    let prog = load_program(&program(map.as_raw_fd()), "nb_xsk_redirect").map_err(|(e, log)| {
         let log = log.trim();
         let op = if log.is_empty() {
             "load XDP program".to_string()
@@ -282,9 +386,9 @@ pub(super) fn attach(
     ))
 }
 
-/// Loads the program; on failure, loads it again with a verifier log and returns the log.
-fn load(map_fd: RawFd) -> Result<OwnedFd, (io::Error, String)> {
-    let insns = program(map_fd);
+/// Loads an XDP program; on failure, loads it again with a verifier log and returns the
+/// log.
+fn load_program(insns: &[Insn], name: &str) -> Result<OwnedFd, (io::Error, String)> {
     let license = c"Dual MIT/GPL";
     let attr = |log: &mut Vec<u8>, level: u32| ProgLoad {
         prog_type: BPF_PROG_TYPE_XDP,
@@ -298,7 +402,7 @@ fn load(map_fd: RawFd) -> Result<OwnedFd, (io::Error, String)> {
         } else {
             log.as_mut_ptr() as u64
         },
-        prog_name: obj_name("nb_xsk_redirect"),
+        prog_name: obj_name(name),
         expected_attach_type: BPF_XDP,
         ..ProgLoad::default()
     };
@@ -331,6 +435,25 @@ mod tests {
         assert_eq!(std::mem::offset_of!(ProgLoad, prog_name), 48);
         assert_eq!(std::mem::offset_of!(ProgLoad, expected_attach_type), 68);
         assert_eq!(size_of::<LinkCreate>(), 16);
+        assert_eq!(std::mem::offset_of!(TestRun, repeat), 32);
+        assert_eq!(std::mem::offset_of!(TestRun, ctx_in), 48);
+        assert_eq!(std::mem::offset_of!(TestRun, flags), 64);
+        assert_eq!(std::mem::offset_of!(TestRun, batch_size), 72);
+        assert_eq!(size_of::<TestRun>(), 80);
+    }
+
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn source_program_encodes_as_expected() {
+        let p = source_program(9, 1024, 64);
+        // The bounds check jumps to the redirect.
+        assert_eq!((p[4].code, p[4].regs, p[4].off), (0x2d, 0x34, 6));
+        assert_eq!(p[4 + 1 + p[4].off as usize].imm, 9, "r1 = ifindex");
+        assert_eq!((p[6].code, p[6].imm), (0x85, 7), "bpf_get_prandom_u32");
+        assert_eq!((p[7].imm, p[8].imm, p[9].imm), (64, 1024, 16));
+        assert_eq!((p[10].code, p[10].regs, p[10].off), (0x6b, 0x06, 34));
+        assert_eq!((p[13].code, p[13].imm), (0x85, 23));
+        assert_eq!(p[14].code, 0x95);
     }
 
     #[test]

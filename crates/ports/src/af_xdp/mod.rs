@@ -89,8 +89,11 @@
 
 mod bpf;
 mod ring;
+mod source;
 #[cfg(test)]
 mod tests;
+
+pub use source::XdpSource;
 
 use std::io;
 use std::os::fd::RawFd;

@@ -1004,3 +1004,61 @@ fn busy_polling_is_asked_for_where_the_interface_defers_and_dropped_without_a_na
     t.all_accounted(&qs, 0);
     t.finish(qs);
 }
+
+/// The kernel-side source: an XDP program run on live frames redirects them to a veth,
+/// whose peer receives them (through its NAPI, on as GRO turns it on) with their source
+/// ports drawn from the flows'.
+#[test]
+fn the_xdp_source_sends_frames_into_a_veth() {
+    let Some(_g) = serial_as_root() else { return };
+    let v = Veth::new("xv");
+    let (ma, mb) = v.macs();
+    ip(&format!("link set {} up", v.b));
+    let gro = std::process::Command::new("ethtool")
+        .args(["-K", &v.b, "gro", "on"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        gro,
+        "ethtool turns GRO on (veth's NAPI, which XDP frames need)"
+    );
+    let mut frame = udp_frame(mb, ma, 1024, 1, 10);
+    frame[40..42].copy_from_slice(&[0, 0]);
+    let raw = Raw::open(&v.b);
+    let ifindex = sys::ifindex(&v.a).unwrap();
+    let mut with_sum = frame.clone();
+    with_sum[40] = 1;
+    assert!(
+        XdpSource::new(ifindex, &with_sum, 1024, 4).is_err(),
+        "checksum refused"
+    );
+    assert!(
+        XdpSource::new(ifindex, &frame[..30], 1024, 4).is_err(),
+        "short refused"
+    );
+    let src = XdpSource::new(ifindex, &frame, 1024, 4).unwrap();
+    // 16 at a time: a frame made from an XDP frame takes a page of the packet socket's
+    // receive buffer.
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        src.run(16).unwrap();
+        got.extend(raw.collect(16, 2));
+    }
+    assert_eq!(got.len(), 64, "every frame arrived");
+    assert_eq!(dev_stat(&v.b, "rx_packets"), 64);
+    let mut ports: Vec<u16> = got
+        .iter()
+        .map(|f| u16::from_be_bytes([f[34], f[35]]))
+        .collect();
+    assert!(
+        got.iter().all(|f| f[36..] == frame[36..]),
+        "only the port changes"
+    );
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(
+        ports,
+        [1024, 1025, 1026, 1027],
+        "four flows (64 draws miss none)"
+    );
+}

@@ -254,12 +254,16 @@ fn report(a: &Args, out: &Outcome, how: &str) {
     }
 }
 
-/// Frames one live XDP run sends at most (a few ms at several Mpps, so the time and the
-/// rate are kept to within that).
-const XDP_CHUNK: u64 = 16_384;
+/// Frames of the first live XDP run (then sized by how long runs take).
+const XDP_FIRST_RUN: u64 = 16_384;
+/// How long a live XDP run should last. Each run also waits a while in the kernel when
+/// it ends (its page pool goes away, ~25 ms on this VM, CPU idle meanwhile): runs this
+/// long keep that under a tenth of the time, and the last run is cut to the time left.
+const XDP_RUN_NS: u64 = 250_000_000;
 
 /// Sends the generator's first frame, its UDP checksum cleared, as live XDP frames over
-/// `a.flows` source ports until the time is up (paced to `a.rate` in chunks).
+/// `a.flows` source ports until the time is up (paced to `a.rate`), in runs of about
+/// [`XDP_RUN_NS`].
 fn flood_xdp(
     a: &Args,
     iface: &Interface,
@@ -288,8 +292,14 @@ fn flood_xdp(
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(a.seconds);
     let (mut sent, mut now) = (0u64, start);
+    // Nanoseconds a frame costs a run, its end's wait included (measured as runs go).
+    let mut per_frame: Option<f64> = None;
     while now < end {
-        let mut n = XDP_CHUNK;
+        let left = (end - now).as_nanos() as f64;
+        let mut n = match per_frame {
+            Some(c) => (left.min(XDP_RUN_NS as f64) / c).clamp(1.0, f64::from(u32::MAX)) as u64,
+            None => XDP_FIRST_RUN,
+        };
         if a.rate > 0 {
             let due = (now - start).as_nanos() * u128::from(a.rate) / 1_000_000_000;
             let allowed = u64::try_from(due.saturating_sub(u128::from(sent))).unwrap_or(u64::MAX);
@@ -298,12 +308,16 @@ fn flood_xdp(
                 now = Instant::now();
                 continue;
             }
-            n = allowed.min(XDP_CHUNK);
+            n = n.min(allowed);
         }
+        let began = Instant::now();
         src.run(n as u32)
             .with_context(|| format!("live XDP run on {}", iface.name))?;
-        sent += n;
         now = Instant::now();
+        sent += n;
+        if a.rate == 0 {
+            per_frame = Some((now - began).as_nanos() as f64 / n as f64);
+        }
     }
     Ok(Outcome {
         sent,

@@ -66,8 +66,10 @@
 //!   and moves nothing more. An interface that is merely down (`ENETDOWN`) is not a
 //!   fault: frames wait in the TX ring and go when it comes back up;
 //! - drop order: the socket's rings are unmapped and the socket closed (which unbinds it
-//!   and takes it out of the XSKMAP: the kernel touches no lent buffer after that), then
-//!   every buffer still lent goes back to the pool, then the port's shared attachment is
+//!   and takes it out of the XSKMAP: the kernel writes no lent buffer after that; a
+//!   copy-mode frame still in flight on a driver that sends from the UMEM's own pages
+//!   holds those pages and may still be read), then every buffer still lent goes back to
+//!   the pool, then the port's shared attachment is
 //!   released; the last queue's release detaches the program. The pool outlives them:
 //!   each queue holds it.
 //!

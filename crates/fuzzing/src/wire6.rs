@@ -135,7 +135,7 @@ pub fn wire_ipv6(data: &[u8]) {
     assert_eq!(repr.map(|_| ()), expected, "{data:02x?}");
     if let Ok(repr) = repr {
         assert_eq!(repr.payload_len, usize::from(plen));
-        let mut out = vec![0xa5; 40];
+        let mut out = [0xa5u8; 40];
         repr.emit(&mut Ipv6Packet::new_unchecked(&mut out[..]));
         assert_eq!(out[..], data[..40], "the header has one encoding");
         assert_eq!(

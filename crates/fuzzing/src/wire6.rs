@@ -40,7 +40,8 @@ fn addr6(d: &[u8], at: usize) -> Ipv6Addr {
 
 /// The end of an extension header chain as RFC 8200 4 describes it: (upper-layer
 /// protocol, its offset, the offset of the next header field naming it, the first
-/// fragment header's (offset, fragment offset in bytes, M, identification)).
+/// fragment header's (offset, fragment offset in bytes, M, identification)); for a later
+/// fragment, the protocol its data continues and where that data starts.
 type Walked = (u8, usize, usize, Option<(usize, u16, bool, u32)>);
 
 /// A second walk of the chain of `p` (the bytes up to the payload length), within the
@@ -77,10 +78,15 @@ fn walk(p: &[u8]) -> Result<Walked, ExtError> {
         if at + len > p.len() {
             return Err(ExtError::Truncated { at });
         }
-        if next == 44 && frag.is_none() {
+        if next == 44 {
             let w = be16(p, at + 2);
             let ident = u32::from_be_bytes([p[at + 4], p[at + 5], p[at + 6], p[at + 7]]);
-            frag = Some((at, w & 0xfff8, w & 1 != 0, ident));
+            let first = *frag.get_or_insert((at, w & 0xfff8, w & 1 != 0, ident));
+            // A later fragment's data is not headers (RFC 8200 4.5): the walk ends after
+            // the fragment header, naming the protocol the data continues.
+            if w & 0xfff8 != 0 {
+                return Ok((p[at], at + 8, at, Some(first)));
+            }
         }
         next_at = at;
         next = p[at];

@@ -243,10 +243,16 @@ impl Stage<Host> for Ip6Neighbour {
                     }
                 }
             }
-            match cache[slot].apply(&mut v, gso_type, &mut via_gso, GSO) {
-                Some(arc) => out.push(arc, p),
-                None => out.drop(p, netbatch_engine::reason::NO_HEADROOM),
+            let rw = &cache[slot];
+            if !rw.push_onto(&mut v) {
+                out.drop(p, netbatch_engine::reason::NO_HEADROOM);
+                continue;
             }
+            if u64::from(gso_type) | via_gso == 0 {
+                out.push(rw.arc(), p);
+                continue;
+            }
+            out.push(rw.detour(gso_type, &mut via_gso, GSO), p);
         }
     }
 }

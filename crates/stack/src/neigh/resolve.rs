@@ -154,36 +154,39 @@ impl<K: Copy> Rewrite<K> {
         }
     }
 
-    /// Pushes the link header in front of packet `v` and chooses its arc: the port's, or
-    /// `gso` (the calling stage's arc to GSO) for a super-packet the port cannot take
-    /// whole and for everything after one for the same port in this list (`via_gso`, one
-    /// bit per arc modulo 64, the list's). `None` when the headroom is too small.
+    /// Pushes the link header in front of packet `v`; `false` when the headroom is too
+    /// small (the packet is unchanged).
     #[inline(always)]
-    pub(crate) fn apply(
-        &self,
-        v: &mut netbatch_engine::PktMut<'_>,
-        gso_type: u8,
-        via_gso: &mut u64,
-        gso: Next,
-    ) -> Option<Next> {
+    pub(crate) fn push_onto(&self, v: &mut netbatch_engine::PktMut<'_>) -> bool {
         let n = usize::from(self.len);
         match v.push(n) {
             // The untagged header is by far the most common: a fixed-size copy.
             Some(h) if n == 14 => h[..14].copy_from_slice(&self.bytes[..14]),
             Some(h) => h.copy_from_slice(&self.bytes[..n]),
-            None => return None,
+            None => return false,
         }
-        // The common case in one test: a plain packet, no detour taken in this list.
-        if u64::from(gso_type) | *via_gso == 0 {
-            return Some(self.arc);
-        }
-        // A super-packet the port cannot take whole is segmented first.
+        true
+    }
+
+    /// The port's transmit arc.
+    #[inline(always)]
+    pub(crate) fn arc(&self) -> Next {
+        self.arc
+    }
+
+    /// The arc of a packet of kind `gso_type` when a super-packet may be in the list
+    /// (`via_gso` not empty, or this one is): `gso` (the calling stage's arc to GSO) for a
+    /// super-packet the port cannot take whole and for everything after one for the same
+    /// port in this list (`via_gso`: one bit per arc modulo 64, the list's), else the
+    /// port's.
+    #[inline]
+    pub(crate) fn detour(&self, gso_type: u8, via_gso: &mut u64, gso: Next) -> Next {
         let kind = gso_type & crate::meta::gso::KIND;
         let bit = 1u64 << (self.arc.0 & 63);
         if kind != 0 && self.gso_ok & 1u16.checked_shl(u32::from(kind)).unwrap_or(0) == 0 {
             *via_gso |= bit;
         }
-        Some(if *via_gso & bit != 0 { gso } else { self.arc })
+        if *via_gso & bit != 0 { gso } else { self.arc }
     }
 }
 
@@ -342,10 +345,17 @@ impl Stage<Host> for Neighbour {
                     }
                 }
             }
-            match cache[slot].apply(&mut v, gso_type, &mut via_gso, GSO) {
-                Some(arc) => out.push(arc, p),
-                None => out.drop(p, netbatch_engine::reason::NO_HEADROOM),
+            let rw = &cache[slot];
+            if !rw.push_onto(&mut v) {
+                out.drop(p, netbatch_engine::reason::NO_HEADROOM);
+                continue;
             }
+            // The common case in one test: a plain packet, no detour taken in this list.
+            if u64::from(gso_type) | via_gso == 0 {
+                out.push(rw.arc(), p);
+                continue;
+            }
+            out.push(rw.detour(gso_type, &mut via_gso, GSO), p);
         }
     }
 }

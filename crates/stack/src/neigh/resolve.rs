@@ -88,27 +88,28 @@ pub(crate) struct Rewrite<K> {
     pub(crate) key: K,
     len: u8,
     arc: Next,
-    /// GSO kinds (bit per `gso` kind) the port takes whole.
-    gso_ok: u16,
+    /// GSO kinds the port takes whole: bit `kind - 1` per `gso` kind.
+    gso_ok: u8,
     bytes: [u8; MAX_HEADER_LEN],
 }
 
 /// The GSO kinds a port with `f` transmits whole, one bit per kind (the kernel's
 /// `skb_gso_ok`: a fraglist chain needs the list offload and the L4 one).
-pub(crate) fn gso_kinds(f: &crate::offload::Features) -> u16 {
+pub(crate) fn gso_kinds(f: &crate::offload::Features) -> u8 {
     use crate::meta::gso;
-    let mut k = 0u16;
+    let bit = |kind: u8| 1u8 << (kind - 1);
+    let mut k = 0u8;
     if f.tx_tcp_segmentation {
-        k |= (1 << gso::TCPV4) | (1 << gso::TCPV6);
+        k |= bit(gso::TCPV4) | bit(gso::TCPV6);
     }
     if f.tx_udp_segmentation {
-        k |= (1 << gso::UDPV4) | (1 << gso::UDPV6);
+        k |= bit(gso::UDPV4) | bit(gso::UDPV6);
     }
     if f.tx_gso_list && f.tx_tcp_segmentation {
-        k |= (1 << gso::FRAGLIST_TCPV4) | (1 << gso::FRAGLIST_TCPV6);
+        k |= bit(gso::FRAGLIST_TCPV4) | bit(gso::FRAGLIST_TCPV6);
     }
     if f.tx_gso_list && f.tx_udp_segmentation {
-        k |= (1 << gso::FRAGLIST_UDPV4) | (1 << gso::FRAGLIST_UDPV6);
+        k |= bit(gso::FRAGLIST_UDPV4) | bit(gso::FRAGLIST_UDPV6);
     }
     k
 }
@@ -141,7 +142,7 @@ impl<K: Copy> Rewrite<K> {
         dst: MacAddr,
         ethertype: EtherType,
         arc: Next,
-        gso_ok: u16,
+        gso_ok: u8,
     ) -> Self {
         let mut bytes = [0u8; MAX_HEADER_LEN];
         let len = write_header(&mut bytes, iface, dst, ethertype);
@@ -183,7 +184,11 @@ impl<K: Copy> Rewrite<K> {
     pub(crate) fn detour(&self, gso_type: u8, via_gso: &mut u64, gso: Next) -> Next {
         let kind = gso_type & crate::meta::gso::KIND;
         let bit = 1u64 << (self.arc.0 & 63);
-        if kind != 0 && self.gso_ok & 1u16.checked_shl(u32::from(kind)).unwrap_or(0) == 0 {
+        let ok = kind
+            .checked_sub(1)
+            .and_then(|b| 1u8.checked_shl(u32::from(b)))
+            .is_some_and(|b| self.gso_ok & b != 0);
+        if kind != 0 && !ok {
             *via_gso |= bit;
         }
         if *via_gso & bit != 0 { gso } else { self.arc }
@@ -346,13 +351,19 @@ impl Stage<Host> for Neighbour {
                 }
             }
             let rw = &cache[slot];
-            if !rw.push_onto(&mut v) {
-                out.drop(p, netbatch_engine::reason::NO_HEADROOM);
-                continue;
+            let n = usize::from(rw.len);
+            match v.push(n) {
+                // The untagged header is by far the most common: a fixed-size copy.
+                Some(h) if n == 14 => h[..14].copy_from_slice(&rw.bytes[..14]),
+                Some(h) => h.copy_from_slice(&rw.bytes[..n]),
+                None => {
+                    out.drop(p, netbatch_engine::reason::NO_HEADROOM);
+                    continue;
+                }
             }
             // The common case in one test: a plain packet, no detour taken in this list.
             if u64::from(gso_type) | via_gso == 0 {
-                out.push(rw.arc(), p);
+                out.push(rw.arc, p);
                 continue;
             }
             out.push(rw.detour(gso_type, &mut via_gso, GSO), p);

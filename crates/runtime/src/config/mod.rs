@@ -52,7 +52,7 @@ use serde::Deserialize;
 
 use crate::setup::StaticNeighbour;
 
-pub use apps::AppConfig;
+pub use apps::{AppConfig, AppKind, SinkOptions};
 pub use control::{ControlConfig, SOCKET_DIR, group_id};
 pub use linux::LinuxConfig;
 pub(crate) use ports::any_gro;
@@ -288,9 +288,9 @@ impl Config {
         filter::rule_from_words(words, &ports::Names::of(&self.ports))
     }
 
-    /// A route written on a command line (an `ip route` line), with this
-    /// configuration's interface names and subnets.
-    pub fn parse_route(&self, line: &str) -> Result<Route, String> {
+    /// A route written on a command line (an `ip route` line, or an `ip -6 route` one),
+    /// with this configuration's interface names, subnets and prefixes.
+    pub fn parse_route(&self, line: &str) -> Result<netbatch_stack::route::file::AnyRoute, String> {
         netbatch_stack::route::file::parse_line(line, &ports::Names::of(&self.ports))?
             .ok_or_else(|| "no route given".to_string())
     }
@@ -362,8 +362,14 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let neigh = neighbour::tunables(&raw.neighbour, pool.buffers, e);
     let host = icmp::host(&raw.icmp, &dp, neigh);
     let (ports, names) = ports::validate(&raw.ports, dp.workers, dp.rps.is_some(), e);
-    let routes = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
-    let neighbours = neighbour::statics(&raw.neighbour, &names, &routes, neigh.max_entries, e);
+    let (routes, routes6) = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
+    let (neighbours, neighbours6) = neighbour::statics(
+        &raw.neighbour,
+        &names,
+        (&routes, &routes6),
+        neigh.max_entries,
+        e,
+    );
     let port_names: Vec<String> = ports.iter().map(|p| p.setup.name.clone()).collect();
     let graph = GraphOptions {
         chains: filter::validate(&raw.filter, &names, e),
@@ -392,9 +398,9 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         host,
         ports,
         routes,
-        routes6: Vec::new(),
+        routes6,
         neighbours,
-        neighbours6: Vec::new(),
+        neighbours6,
         graph,
         apps,
         control,

@@ -59,9 +59,12 @@ impl Running {
             Box::new(MemPort::new(&names[p], p as u16, room)) as Box<dyn Port>
         })
         .expect("built");
-        let routes = workers[0].host.routes.clone();
+        let (routes, routes6) = (
+            workers[0].host.routes.clone(),
+            workers[0].host.routes6.clone(),
+        );
         let dp = Datapath::start(workers, fabric, &cfg.run).expect("started");
-        let control = Arc::new(Control::new(dp.remote(), cfg, &path, routes));
+        let control = Arc::new(Control::new(dp.remote(), cfg, &path, routes, routes6));
         Self {
             dir,
             dp: Some(dp),

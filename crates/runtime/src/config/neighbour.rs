@@ -440,4 +440,92 @@ mod tests {
             "{got:#?}"
         );
     }
+
+    /// A static IPv6 neighbour goes to `neighbours6` when the table would be asked for
+    /// it: a link-local address (on any link), an address on one of its interface's
+    /// prefixes, or the gateway of an IPv6 route out of it; refused, at its key: off-link
+    /// (on another interface's prefix, or none), ours (global, or its interface's own
+    /// link-local address, derived from 02:00:00:00:00:01 as fe80::ff:fe00:1, RFC 4291
+    /// appendix A), not unicast, and a repeat.
+    #[test]
+    fn static_ipv6_neighbours_must_be_on_link() {
+        let ports = r#"
+            [[port]]
+            name = "eth0"
+            mac = "02:00:00:00:00:01"
+            addresses = ["192.0.2.1/24", "2001:db8:a::1/64"]
+            [[port]]
+            name = "eth1"
+            mac = "02:00:00:00:00:02"
+            addresses = ["198.51.100.1/24", "2001:db8:b::1/64"]
+            [[route]]
+            prefix = "2001:db8:7::/48"
+            via = "2001:db8:ff::1"
+            dev = "eth1"
+        "#;
+        let m = "02:00:00:00:00:aa";
+        let good = [
+            entry("fe80::1", m, "eth0"),
+            entry("2001:db8:a::9", m, "eth0"),
+            entry("2001:db8:ff::1", m, "eth1"),
+            entry("192.0.2.9", m, "eth0"),
+        ];
+        let c = parse(&format!("{ports}{}", good.concat())).unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<(u16, String)> = c
+            .neighbours6
+            .iter()
+            .map(|n| (n.iface, n.ip.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "fe80::1".to_string()),
+                (0, "2001:db8:a::9".to_string()),
+                (1, "2001:db8:ff::1".to_string())
+            ]
+        );
+        assert_eq!(c.neighbours.len(), 1);
+        let bad = [
+            entry("2001:db8:b::9", m, "eth0"),
+            entry("2001:db8:ff::1", m, "eth0"),
+            entry("2001:db8:a::1", m, "eth1"),
+            entry("fe80::ff:fe00:1", m, "eth0"),
+            entry("ff02::1", m, "eth0"),
+            entry("::", m, "eth0"),
+            entry("2001:db8:a::g", m, "eth0"),
+            entry("fe80::1", m, "eth0"),
+            entry("fe80::1", m, "eth0"),
+        ];
+        let want = [
+            (
+                "neighbour.static[0].ip",
+                "2001:db8:b::9 is off-link for eth0: not link-local, on no prefix of it (2001:db8:a::/64) and no IPv6 route's gateway through it",
+            ),
+            (
+                "neighbour.static[1].ip",
+                "2001:db8:ff::1 is off-link for eth0",
+            ),
+            (
+                "neighbour.static[2].ip",
+                "2001:db8:a::1 is an address of eth0, not a neighbour's",
+            ),
+            (
+                "neighbour.static[3].ip",
+                "fe80::ff:fe00:1 is the link-local address of eth0",
+            ),
+            ("neighbour.static[4].ip", "ff02::1 is a multicast group"),
+            ("neighbour.static[5].ip", ":: is the unspecified address"),
+            ("neighbour.static[6].ip", "is not an IPv6 address"),
+            (
+                "neighbour.static[8].ip",
+                "fe80::1 on eth0 is also neighbour.static[7]",
+            ),
+        ];
+        let got = errors(&format!("{ports}{}", bad.concat()));
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for ((k, r), (wk, wr)) in got.iter().zip(want) {
+            assert_eq!(k, wk, "{got:#?}");
+            assert!(r.contains(wr), "{k}: «{r}» lacks «{wr}»");
+        }
+    }
 }

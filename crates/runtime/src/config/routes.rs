@@ -832,4 +832,239 @@ mod tests {
         let got = errors(&unknown, dir.path());
         assert!(got.iter().any(|(_, r)| r.contains("metric")), "{got:#?}");
     }
+
+    const DUAL: &str = r#"
+        [[port]]
+        name = "eth0"
+        mac = "02:00:00:00:00:01"
+        addresses = ["192.0.2.1/24", "2001:db8:a::1/64"]
+
+        [[port]]
+        name = "eth1"
+        mac = "02:00:00:00:00:02"
+        addresses = ["198.51.100.1/24", "2001:db8:b::1/64"]
+    "#;
+
+    /// IPv6 routes, inline and in a route file mixed with IPv4 lines, land in
+    /// `routes6` with the device named or found from the gateway's on-link prefix; a
+    /// `default` is IPv6 when its gateway is; IPv4 and IPv6 routes for the "same"
+    /// prefix (the two defaults) are two routes, one per table.
+    #[test]
+    fn ipv6_routes_inline_and_in_files() {
+        use netbatch_stack::prefix::Ipv6Prefix;
+        use netbatch_stack::route::{NextHop6, Route6, RouteKind};
+        let dir = Dir::new("ipv6");
+        std::fs::write(
+            dir.path().join("r.txt"),
+            "10.9.0.0/16 via 192.0.2.9\n2001:db8:1::/48 via fe80::1 dev eth1\n\
+             default via 2001:db8:b::fe\nblackhole 2001:db8:dead::/48\n\
+             2001:db8:3::/48 nexthop via fe80::1 dev eth0 nexthop via 2001:db8:b::2 weight 3\n",
+        )
+        .expect("route file");
+        let text = format!(
+            r#"route_files = ["r.txt"]
+            {DUAL}
+            [[route]]
+            prefix = "2001:db8:5::/48"
+            via = "2001:db8:a::9"
+            [[route]]
+            prefix = "2001:db8:6::/48"
+            dev = "eth1"
+            [[route]]
+            prefix = "default"
+            via = "198.51.100.254"
+            [[route]]
+            prefix = "2001:db8:7::/48"
+            kind = "unreachable"
+            [[route]]
+            prefix = "2001:db8:8::/48"
+            nexthops = [{{ via = "fe80::2", dev = "eth0" }}, {{ via = "2001:db8:b::3", weight = 2 }}]
+            "#
+        );
+        let c = Config::parse(&text, dir.path(), "test.toml").unwrap_or_else(|e| panic!("{e}"));
+        let p = |s: &str| s.parse::<Ipv6Prefix>().expect("prefix");
+        let a = |s: &str| Some(s.parse().expect("address"));
+        let hops = |r: &Route6| r.multipath.as_ref().map(|m| m.hops().to_vec());
+        let nh = |gateway, out_if, weight| NextHop6 {
+            gateway,
+            out_if,
+            weight,
+        };
+        assert_eq!(c.routes6.len(), 8, "{:#?}", c.routes6);
+        assert_eq!(
+            c.routes6[0],
+            Route6::new(
+                p("2001:db8:5::/48"),
+                RouteKind::Unicast,
+                Some(0),
+                a("2001:db8:a::9")
+            )
+        );
+        assert_eq!(
+            c.routes6[1],
+            Route6::new(p("2001:db8:6::/48"), RouteKind::Unicast, Some(1), None)
+        );
+        assert_eq!(
+            c.routes6[2],
+            Route6::new(p("2001:db8:7::/48"), RouteKind::Unreachable, None, None)
+        );
+        assert_eq!(
+            hops(&c.routes6[3]),
+            Some(vec![nh(a("fe80::2"), 0, 1), nh(a("2001:db8:b::3"), 1, 2)])
+        );
+        assert_eq!(
+            c.routes6[4],
+            Route6::new(
+                p("2001:db8:1::/48"),
+                RouteKind::Unicast,
+                Some(1),
+                a("fe80::1")
+            )
+        );
+        assert_eq!(
+            c.routes6[5],
+            Route6::new(p("::/0"), RouteKind::Unicast, Some(1), a("2001:db8:b::fe"))
+        );
+        assert_eq!(c.routes6[6].kind, RouteKind::Blackhole);
+        assert_eq!(
+            hops(&c.routes6[7]),
+            Some(vec![nh(a("fe80::1"), 0, 1), nh(a("2001:db8:b::2"), 1, 3)])
+        );
+        let v4: Vec<String> = c.routes.iter().map(|r| r.prefix.to_string()).collect();
+        assert_eq!(v4, ["0.0.0.0/0", "10.9.0.0/16"]);
+    }
+
+    /// Every IPv6 mistake is refused at its key, with the reason: host bits, a length
+    /// above 128, a gateway off-link, a link-local gateway without dev, a multicast
+    /// gateway, a gateway of the other family (both ways), a link-local prefix, a
+    /// prefix routed twice (per family: the IPv4 and IPv6 defaults do not clash), and
+    /// in a route file the line with its reason.
+    #[test]
+    fn ipv6_route_mistakes_name_their_key() {
+        let dir = Dir::new("ipv6-bad");
+        std::fs::write(
+            dir.path().join("r.txt"),
+            "default via 2001:db8:a::fe\n0.0.0.0/0 via 192.0.2.254\n2001:db8:5::/48 dev eth0\n\
+             2001:db8:9::/48 via fe80::1\n",
+        )
+        .expect("route file");
+        let text = format!(
+            r#"route_files = ["r.txt"]
+            {DUAL}
+            [[route]]
+            prefix = "2001:db8::1/32"
+            dev = "eth0"
+            [[route]]
+            prefix = "2001:db8::/129"
+            dev = "eth0"
+            [[route]]
+            prefix = "2001:db8:1::/48"
+            via = "2001:db8:99::1"
+            [[route]]
+            prefix = "2001:db8:2::/48"
+            via = "fe80::1"
+            [[route]]
+            prefix = "2001:db8:3::/48"
+            via = "ff02::2"
+            dev = "eth0"
+            [[route]]
+            prefix = "2001:db8:4::/48"
+            via = "192.0.2.9"
+            [[route]]
+            prefix = "10.4.0.0/16"
+            via = "2001:db8:a::9"
+            [[route]]
+            prefix = "fe80::/64"
+            dev = "eth0"
+            [[route]]
+            prefix = "2001:db8:5::/48"
+            kind = "blackhole"
+            [[route]]
+            prefix = "::/0"
+            via = "2001:db8:b::fe"
+            [[route]]
+            prefix = "2001:db8:6::/48"
+            nexthops = [{{ via = "fe80::1", dev = "eth0" }}, {{ via = "fe80::2" }}]
+            "#
+        );
+        let got = errors(&text, dir.path());
+        let want = [
+            (
+                "route[0].prefix",
+                "'2001:db8::1/32' is not an IPv6 prefix (addr/len, host bits zero): '2001:db8::1/32' has host bits set beyond its length",
+            ),
+            ("route[1].prefix", "prefix length 129 is above 128"),
+            (
+                "route[2].via",
+                "gateway 2001:db8:99::1 is not on-link (on no interface's IPv6 prefix); add dev",
+            ),
+            (
+                "route[3].via",
+                "gateway fe80::1 is link-local, which names a router only together with its link (RFC 4007 6); add dev",
+            ),
+            ("route[4].via", "gateway ff02::2 is a multicast group"),
+            (
+                "route[5].via",
+                "'192.0.2.9' is an IPv4 address: the gateway of an IPv6 route (2001:db8:4::/48) is an IPv6 address",
+            ),
+            (
+                "route[6].via",
+                "'2001:db8:a::9' is an IPv6 address: the gateway of an IPv4 route (10.4.0.0/16) is an IPv4 address",
+            ),
+            ("route[7].prefix", "fe80::/64 is link-local"),
+            ("route[10].nexthops[1].via", "gateway fe80::2 is link-local"),
+            (
+                "route_files[0]",
+                "::/0 is routed twice: route[9] and r.txt line 1 (one route per prefix)",
+            ),
+            (
+                "route_files[0]",
+                "2001:db8:5::/48 is routed twice: route[8] and r.txt line 3",
+            ),
+            (
+                "route_files[0]",
+                "r.txt: line 4: gateway fe80::1 is link-local",
+            ),
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for ((k, r), (wk, wr)) in got.iter().zip(want) {
+            assert_eq!(k, wk, "{got:#?}");
+            assert!(r.contains(wr), "{k}: «{r}» lacks «{wr}»");
+        }
+    }
+
+    /// A million distinct IPv6 prefixes in a file load, in order, with their checks
+    /// (the one-route-per-prefix sort included).
+    #[test]
+    fn a_large_ipv6_file_loads() {
+        let dir = Dir::new("large6");
+        let n = 1u32 << 20;
+        let mut text = String::with_capacity(n as usize * 40);
+        for i in 0..n {
+            // Distinct /48s from 2001:db8:: up, and /64s in a second /32 for variety.
+            let (hi, lo) = ((i >> 16) as u16, i as u16);
+            if i % 2 == 0 {
+                text += &format!("2001:{hi:x}:{lo:x}::/48 via 2001:db8:a::9\n");
+            } else {
+                text += &format!("2001:db9:{hi:x}:{lo:x}::/64 via fe80::1 dev eth1\n");
+            }
+        }
+        std::fs::write(dir.path().join("big6.txt"), text).expect("route file");
+        let t0 = std::time::Instant::now();
+        let c = Config::parse(
+            &format!("route_files = [\"big6.txt\"]\n{DUAL}"),
+            dir.path(),
+            "test.toml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        eprintln!(
+            "{} IPv6 routes validated in {:?}",
+            c.routes6.len(),
+            t0.elapsed()
+        );
+        assert_eq!(c.routes6.len(), n as usize);
+        assert_eq!(c.routes6[1].prefix.to_string(), "2001:db9:0:1::/64");
+        assert_eq!(c.routes6[2].prefix.to_string(), "2001:0:2::/48");
+        assert!(c.routes.is_empty());
+    }
 }

@@ -783,4 +783,58 @@ mod tests {
             route_line(&d, &names)
         );
     }
+
+    /// IPv6 routes print as `ip -6 route` prints them (iproute2's `print_route`, without
+    /// the metric and `pref` netbatch has not): connected and local routes have no scope
+    /// word, a default route is `default`, multipath as for IPv4.
+    #[test]
+    fn ipv6_routes_print_as_ip_6_route_does() {
+        use netbatch_stack::route::{Multipath6, NextHop6, Route6};
+        let names = vec!["p0".to_string(), "p1".to_string()];
+        let r = |s: &str, kind, out_if, gw: Option<&str>| {
+            Route6::new(
+                s.parse().expect("prefix"),
+                kind,
+                out_if,
+                gw.map(|g| g.parse().expect("addr")),
+            )
+        };
+        for (route, line) in [
+            (
+                r("::/0", RouteKind::Unicast, Some(1), Some("fe80::1")),
+                "default via fe80::1 dev p1",
+            ),
+            (
+                r("2001:db8:1::/64", RouteKind::Unicast, Some(0), None),
+                "2001:db8:1::/64 dev p0",
+            ),
+            (
+                r("2001:db8:1::1/128", RouteKind::Local, Some(0), None),
+                "local 2001:db8:1::1 dev p0",
+            ),
+            (
+                r("2001:db8:dead::/48", RouteKind::Blackhole, None, None),
+                "blackhole 2001:db8:dead::/48",
+            ),
+            (
+                r("2001:db8:5::/48", RouteKind::Unreachable, None, None),
+                "unreachable 2001:db8:5::/48",
+            ),
+        ] {
+            assert_eq!(route_line(&route, &names), line);
+        }
+        let hop = |gw: &str, out_if, weight| NextHop6 {
+            gateway: Some(gw.parse().expect("addr")),
+            out_if,
+            weight,
+        };
+        let m = Multipath6::new(vec![hop("fe80::1", 0, 1), hop("2001:db8::2", 1, 3)])
+            .expect("next hops");
+        let r = Route6::multipath("2001:db8:3::/48".parse().expect("prefix"), m);
+        assert_eq!(
+            route_line(&r, &names),
+            "2001:db8:3::/48\n\tnexthop via fe80::1 dev p0 weight 1\n\
+             \tnexthop via 2001:db8::2 dev p1 weight 3"
+        );
+    }
 }

@@ -21,7 +21,13 @@
 //!
 //! A `udp-sink` app reads one or more ports of one address, one socket per port:
 //! `bind = "0.0.0.0:5001"`, a range `"0.0.0.0:5001-5004"`, a list `"0.0.0.0:5001,5003"`
-//! (or ranges in a list). Port 0 is refused, and no socket is bound twice.
+//! (or ranges in a list); an IPv6 address is written in brackets (`"[::]:5001"`). Port 0
+//! is refused, and no socket is bound twice.
+//!
+//! Routes and static neighbours are IPv4 or IPv6 by their addresses, each family into
+//! its own list ([`Config::routes`], [`Config::routes6`]; [`Config::neighbours`],
+//! [`Config::neighbours6`]), checked by the same rules with each family's notions
+//! (`routes` and `neighbour` say which).
 //!
 //! A configuration can also be made in code: [`Config::new`] gives what a file with only
 //! those `[[port]]`s would (every other key at its default), and its fields are then set

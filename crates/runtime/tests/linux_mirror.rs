@@ -117,11 +117,16 @@ impl Running {
     }
 
     fn start_tuned(ns: &Netns, tuning: Tuning) -> Self {
+        Self::start_with(ns, tuning, "")
+    }
+
+    /// The datapath of [`FILE`] mirroring `ns`, with `linux` more keys of `[linux]`.
+    fn start_with(ns: &Netns, tuning: Tuning, linux: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("mirror.toml");
         std::fs::write(
             &path,
-            format!("{FILE}\n[linux]\nnamespace = \"{}\"\n", ns.0),
+            format!("{FILE}\n[linux]\nnamespace = \"{}\"\n{linux}", ns.0),
         )
         .expect("config");
         let cfg = Config::load_for_run(&path).expect("valid");
@@ -742,4 +747,63 @@ fn ip_6_route_and_ip_6_neigh_drive_netbatch() {
     assert_eq!(after.changes(), before.changes(), "{after:?}");
     assert_eq!((after.errors, after.overruns), (0, 0), "{after:?}");
     println!("mirror counters: {}", after.to_json());
+}
+
+/// Host interface pairs (`pairs = true`): the mirror gives each port's kernel interface
+/// in the namespace (here the veths `r1` and `r2` stand for the taps) the port's IPv4
+/// and IPv6 addresses, then follows them: an IPv6 address added there is netbatch's
+/// interface's too, with its local route and on-link prefix, and goes when deleted.
+#[test]
+fn pairs_give_and_follow_ipv6_addresses() {
+    if let Some(why) = cannot_run() {
+        println!("skipped: {why}");
+        return;
+    }
+    let ns = Netns::new("p6");
+    ns.ip("link set lo up");
+    ns.veth("r1");
+    ns.veth("r2");
+    let r = Running::start_with(&ns, Tuning::default(), "pairs = true\n");
+    let addrs = Command::new("ip")
+        .args(["-n", &ns.0, "-6", "addr", "show", "dev", "r1"])
+        .output()
+        .expect("ip");
+    let addrs = String::from_utf8_lossy(&addrs.stdout).to_string();
+    assert!(addrs.contains("inet6 2001:db8:a::1/64"), "{addrs}");
+    let local = |a: &str| -> Option<Route6> { r.route6(&format!("{a}/128")) };
+    let s = r.mirror().stats();
+    assert_eq!(s.routes6, 2, "the kernel's connected routes adopted: {s:?}");
+
+    ns.ip("-6 addr add 2001:db8:c::1/64 dev r1 nodad");
+    let on_link = Route6::new(
+        "2001:db8:c::/64".parse().expect("prefix"),
+        RouteKind::Unicast,
+        Some(0),
+        None,
+    );
+    wait_for(
+        "an IPv6 address followed",
+        WAIT,
+        || {
+            (
+                local("2001:db8:c::1").map(|x| x.kind),
+                r.route6("2001:db8:c::/64"),
+            )
+        },
+        |(l, p)| *l == Some(RouteKind::Local) && p.as_ref() == Some(&on_link),
+    );
+    ns.ip("-6 addr del 2001:db8:c::1/64 dev r1");
+    wait_for(
+        "an IPv6 address deleted",
+        WAIT,
+        || (local("2001:db8:c::1"), r.route6("2001:db8:c::/64")),
+        |(l, p)| l.is_none() && p.is_none(),
+    );
+    assert!(
+        local("2001:db8:a::1").is_some(),
+        "the port's own address stays"
+    );
+    let s = r.mirror().stats();
+    assert_eq!(s.errors, 0, "{s:?}");
+    assert!(s.interface_changes >= 2, "{s:?}");
 }

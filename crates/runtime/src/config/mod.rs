@@ -327,6 +327,26 @@ impl Config {
         None
     }
 
+    /// The IPv6 addresses of interface `i` (interfaces numbered as
+    /// [`Self::iface_names`] lists them).
+    pub fn iface_addrs6_mut(
+        &mut self,
+        i: u16,
+    ) -> Option<&mut Vec<netbatch_stack::prefix::If6Addr>> {
+        let mut n = 0usize;
+        for p in &mut self.ports {
+            let untagged = p.setup.addrs.is_some().then_some(&mut p.setup.addrs6);
+            let tagged = p.setup.vlans.iter_mut().map(|v| &mut v.addrs6);
+            for a in untagged.into_iter().chain(tagged) {
+                if n == usize::from(i) {
+                    return Some(a);
+                }
+                n += 1;
+            }
+        }
+        None
+    }
+
     /// Interface names in interface order.
     pub fn iface_names(&self) -> Vec<String> {
         ports::Names::of(&self.ports).into_names()

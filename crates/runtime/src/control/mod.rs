@@ -644,8 +644,15 @@ impl Control {
     }
 
     /// The wire ports paired with a tap (`[linux] pairs`), each with its untagged
-    /// interface's addresses: what the taps carry in the control namespace.
-    pub fn host_pairs(&self) -> Vec<(String, Vec<netbatch_stack::prefix::IfAddr>)> {
+    /// interface's addresses, IPv4 and IPv6: what the taps carry in the control
+    /// namespace.
+    pub fn host_pairs(
+        &self,
+    ) -> Vec<(
+        String,
+        Vec<netbatch_stack::prefix::IfAddr>,
+        Vec<netbatch_stack::prefix::If6Addr>,
+    )> {
         self.state()
             .cfg
             .ports
@@ -655,26 +662,30 @@ impl Control {
                 (
                     p.setup.name.clone(),
                     p.setup.addrs.clone().unwrap_or_default(),
+                    p.setup.addrs6.clone(),
                 )
             })
             .collect()
     }
 
-    /// Makes interface `i` have addresses `addrs` (the first the primary; those it has
-    /// already keep their order) and, when given, its port the MTU `mtu`, as the kernel
-    /// interface of its pair has them: the interface's local, connected and broadcast
-    /// routes follow in one table publication, with the addresses, on every worker.
-    /// Returns whether anything changed. Refused, with nothing changed: an address
-    /// another interface has. An MTU below 68 (RFC 791) or above the one the port
-    /// started with (what its interface was checked to carry) is refused alone: the
-    /// addresses still follow, and the error says whether they changed.
+    /// Makes interface `i` have addresses `addrs` and IPv6 addresses `addrs6` (the
+    /// first the primary; those it has already keep their order) and, when given, its
+    /// port the MTU `mtu`, as the kernel interface of its pair has them: the
+    /// interface's local, connected and broadcast routes (IPv4), and local and on-link
+    /// routes (IPv6), follow in one table publication per family that changed, with the
+    /// addresses, on every worker. Returns whether anything changed. Refused, with
+    /// nothing changed: an address another interface has. An MTU below 68 (RFC 791) or
+    /// above the one the port started with (what its interface was checked to carry)
+    /// is refused alone: the addresses still follow, and the error says whether they
+    /// changed.
     pub fn set_iface(
         &self,
         i: u16,
         addrs: &[netbatch_stack::prefix::IfAddr],
+        addrs6: &[netbatch_stack::prefix::If6Addr],
         mtu: Option<u16>,
     ) -> Result<bool, (bool, String)> {
-        use crate::setup::{local_routes, subnet_routes};
+        use crate::setup::{local_routes, local_routes6, subnet_routes, subnet_routes6};
         let mut st = self.state();
         let names = st.cfg.iface_names();
         let name = names
@@ -692,14 +703,22 @@ impl Control {
             {
                 return Err((false, format!("{name}: {} is {other}'s address", a.addr)));
             }
+            if let Some(theirs) = st.cfg.iface_addrs6_mut(j as u16)
+                && let Some(a) = addrs6
+                    .iter()
+                    .find(|a| theirs.iter().any(|t| t.addr == a.addr))
+            {
+                return Err((false, format!("{name}: {} is {other}'s address", a.addr)));
+            }
         }
         let (port, native, cur) = st
             .cfg
             .iface_addrs_mut(i)
             .ok_or_else(|| (false, format!("no interface {i}")))?;
         let old = cur.clone();
-        let mut new: Vec<_> = old.iter().filter(|a| addrs.contains(a)).copied().collect();
-        new.extend(addrs.iter().filter(|a| !old.contains(a)));
+        let old6 = st.cfg.iface_addrs6_mut(i).cloned().unwrap_or_default();
+        let new = merged(&old, addrs);
+        let new6 = merged(&old6, addrs6);
         let old_mtu = st.cfg.ports[port].setup.mtu;
         // A VLAN's MTU is its port's: only the untagged interface's is followed.
         let mtu = mtu.filter(|&m| native && m != old_mtu);
@@ -712,37 +731,46 @@ impl Control {
                 );
                 // The addresses still follow.
                 drop(st);
-                let changed = self.set_iface(i, addrs, None)?;
+                let changed = self.set_iface(i, addrs, addrs6, None)?;
                 return Err((changed, why));
             }
         }
-        if new == old && mtu.is_none() {
+        if new == old && new6 == old6 && mtu.is_none() {
             return Ok(false);
         }
         let routes_of = |a: &[netbatch_stack::prefix::IfAddr]| -> Vec<RouteOf<V4>> {
             subnet_routes(i, a).chain(local_routes(i, a)).collect()
         };
-        let (before, after) = (routes_of(&old), routes_of(&new));
-        let mut next = (*st.routes).clone();
-        for r in &before {
-            if !after.iter().any(|n| n.prefix == r.prefix) && next.get(&r.prefix) == Some(r) {
-                next.remove(r.prefix);
-            }
-        }
-        for r in &after {
-            if !before.contains(r) || next.get(&r.prefix).is_none() {
-                next.insert(r.clone())
-                    .map_err(|e| (false, format!("{name}: route {}: {e}", r.prefix)))?;
-            }
-        }
-        let table = Arc::new(next);
-        let (shared, set) = (table.clone(), new.clone());
+        let routes6_of = |a: &[netbatch_stack::prefix::If6Addr]| -> Vec<RouteOf<V6>> {
+            subnet_routes6(i, a).chain(local_routes6(i, a)).collect()
+        };
+        let err = |e: netbatch_stack::route::RouteError, p: &dyn core::fmt::Display| {
+            (false, format!("{name}: route {p}: {e}"))
+        };
+        let table = (new != old)
+            .then(|| follow(&st.routes, &routes_of(&old), &routes_of(&new)))
+            .transpose()
+            .map_err(|(e, p)| err(e, &p))?
+            .map(Arc::new);
+        let table6 = (new6 != old6)
+            .then(|| follow(&st.routes6, &routes6_of(&old6), &routes6_of(&new6)))
+            .transpose()
+            .map_err(|(e, p)| err(e, &p))?
+            .map(Arc::new);
+        let (shared, shared6) = (table.clone(), table6.clone());
+        let (set, set6) = (new.clone(), new6.clone());
         let wire = st.cfg.ports[port].setup.pair;
         self.remote
             .on_each(move |_, w| {
-                w.host.routes = shared.clone();
+                if let Some(t) = &shared {
+                    w.host.routes = t.clone();
+                }
+                if let Some(t) = &shared6 {
+                    w.host.routes6 = t.clone();
+                }
                 if let Some(f) = w.host.ifaces.get_mut(usize::from(i)) {
                     f.addrs = set.clone();
+                    f.addrs6 = set6.clone();
                 }
                 if let Some(m) = mtu {
                     w.host.set_port_mtu(port as u16, m);
@@ -752,9 +780,17 @@ impl Control {
                 }
             })
             .map_err(|e| (false, e.to_string()))?;
-        st.routes = table;
+        if let Some(t) = table {
+            st.routes = t;
+        }
+        if let Some(t) = table6 {
+            st.routes6 = t;
+        }
         if let Some((_, _, cur)) = st.cfg.iface_addrs_mut(i) {
             *cur = new;
+        }
+        if let Some(cur) = st.cfg.iface_addrs6_mut(i) {
+            *cur = new6;
         }
         if let Some(m) = mtu {
             st.cfg.ports[port].setup.mtu = m;
@@ -1214,6 +1250,37 @@ impl Control {
             .map_err(e)?;
         Ok(())
     }
+}
+
+/// The addresses `given`, those of `old` among them first, in their order (the primary
+/// stays the primary).
+fn merged<T: Copy + PartialEq>(old: &[T], given: &[T]) -> Vec<T> {
+    let mut new: Vec<T> = old.iter().filter(|a| given.contains(a)).copied().collect();
+    new.extend(given.iter().filter(|a| !old.contains(a)));
+    new
+}
+
+/// A copy of `live` where the routes an interface's addresses implied (`before`) give
+/// way to those its addresses imply now (`after`): a route of `before` not in `after`
+/// goes if it is still the implied one (a route configured over it stays), a route of
+/// `after` is put in unless it is there already.
+fn follow<F: Family>(
+    live: &RoutesOf<F>,
+    before: &[RouteOf<F>],
+    after: &[RouteOf<F>],
+) -> Result<RoutesOf<F>, (netbatch_stack::route::RouteError, F::Prefix)> {
+    let mut next = live.clone();
+    for r in before {
+        if !after.iter().any(|n| n.prefix == r.prefix) && next.get(&r.prefix) == Some(r) {
+            next.remove(r.prefix);
+        }
+    }
+    for r in after {
+        if !before.contains(r) || next.get(&r.prefix).is_none() {
+            next.insert(r.clone()).map_err(|e| (e, r.prefix))?;
+        }
+    }
+    Ok(next)
 }
 
 /// The routes of family `F` a reload to `new` changes: a copy of the live table with

@@ -567,8 +567,9 @@ pub fn linux(l: &Value) -> Reply {
     let n = |k: &str| u(l, k);
     let _ = writeln!(
         text,
-        "mirrored: {} route(s), {} neighbour(s)\nroutes added {} replaced {} deleted {}; neighbours set {} deleted {}; interfaces changed {}",
+        "mirrored: {} route(s), {} IPv6 route(s), {} neighbour(s)\nroutes added {} replaced {} deleted {}; neighbours set {} deleted {}; interfaces changed {}",
         n("routes"),
+        n("routes6"),
         n("neighbours"),
         n("routes_added"),
         n("routes_replaced"),

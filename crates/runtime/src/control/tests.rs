@@ -823,3 +823,74 @@ fn ipv6_neighbour_changes_release_or_drop_what_waited() {
     );
     w.shutdown();
 }
+
+/// Following a paired tap's addresses (`set_iface`, as the mirror calls it): a new IPv6
+/// address reaches every worker's interface with its on-link prefix and local route in
+/// the IPv6 table, a removed one takes them away, the IPv4 table is not republished for
+/// an IPv6 change, the same addresses again change nothing, and an address another
+/// interface has is refused with nothing changed.
+#[test]
+fn set_iface_follows_ipv6_addresses() {
+    use netbatch_stack::prefix::{If6Addr, IfAddr};
+    let r = Running::with(&file6(), ROUTES6, "");
+    let v4 = r.control.routes();
+    let a4: Vec<IfAddr> = vec!["192.0.2.1/24".parse().expect("address")];
+    let a6 = |list: &[&str]| -> Vec<If6Addr> {
+        list.iter().map(|a| a.parse().expect("address")).collect()
+    };
+    let on_workers = |r: &Running| -> Vec<(Vec<String>, Option<netbatch_stack::route::RouteKind>)> {
+        r.control
+            .remote
+            .on_each(|_, w| {
+                let host = netbatch_stack::prefix::Ipv6Prefix::host(
+                    "2001:db8:c::1".parse().expect("address"),
+                );
+                (
+                    w.host.ifaces[0]
+                        .addrs6
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                    w.host.routes6.get(&host).map(|x| x.kind),
+                )
+            })
+            .expect("answers")
+    };
+    let both = a6(&["2001:db8:a::1/64", "2001:db8:c::1/64"]);
+    assert_eq!(r.control.set_iface(0, &a4, &both, None), Ok(true));
+    assert_eq!(
+        on_workers(&r),
+        vec![
+            (
+                vec![
+                    "2001:db8:a::1/64".to_string(),
+                    "2001:db8:c::1/64".to_string()
+                ],
+                Some(netbatch_stack::route::RouteKind::Local)
+            );
+            2
+        ]
+    );
+    assert_eq!(
+        r.lookups6("2001:db8:c::9"),
+        vec![Some((0, 0)); 2],
+        "on-link"
+    );
+    assert!(r.ipv4_table_is(&v4), "no IPv4 change, no IPv4 publication");
+    assert_eq!(r.control.set_iface(0, &a4, &both, None), Ok(false));
+    let only_c = a6(&["2001:db8:c::1/64"]);
+    assert_eq!(r.control.set_iface(0, &a4, &only_c, None), Ok(true));
+    assert_eq!(
+        r.lookups6("2001:db8:a::9"),
+        vec![None; 2],
+        "the prefix went"
+    );
+    assert_eq!(r.lookups6("2001:db8:c::9"), vec![Some((0, 0)); 2]);
+    let before = r.ok("show routes");
+    assert_eq!(
+        r.control
+            .set_iface(0, &a4, &a6(&["2001:db8:b::1/64"]), None),
+        Err((false, "eth0: 2001:db8:b::1 is eth1's address".to_string()))
+    );
+    assert_eq!(r.ok("show routes"), before, "refused: nothing changed");
+}

@@ -19,16 +19,17 @@
 //!   an appended next hop is notified as the merged route, which replaces the view's;
 //!   the deletion of one next hop of several is notified as that next hop alone, which
 //!   says nothing of the rest, so it asks for a resync (the dump has the siblings left).
-//! - With host interface pairs (`follow_ifaces`), the IPv4 addresses and MTU of each
-//!   kernel interface named as a netbatch interface are that interface's: a change marks
-//!   the interface, and its whole kernel state is handed over ([`State::iface_changes`]);
+//! - With host interface pairs (`follow_ifaces`), the IPv4 and IPv6 addresses (but
+//!   link-local ones: each netbatch interface has its own) and MTU of each kernel
+//!   interface named as a netbatch interface are that interface's: a change marks the
+//!   interface, and its whole kernel state is handed over ([`State::iface_changes`]);
 //!   netbatch compares and changes only what differs.
 
 use core::net::IpAddr;
 use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
-use netbatch_stack::prefix::{IfAddr, Ipv4Prefix, Ipv6Prefix};
+use netbatch_stack::prefix::{If6Addr, IfAddr, Ipv4Prefix, Ipv6Prefix};
 use netbatch_stack::route::{Family, RouteOf, RoutesOf, V4, V6};
 use netbatch_wire::ethernet::MacAddr;
 use netlink_packet_core::NLM_F_APPEND;
@@ -179,6 +180,8 @@ pub(crate) struct Kernel {
     neighbours: HashMap<(u16, IpAddr), MacAddr>,
     /// IPv4 addresses by kernel interface (followed with host interface pairs only).
     addrs: HashMap<u32, Vec<IfAddr>>,
+    /// IPv6 addresses by kernel interface, link-local ones left out (likewise).
+    addrs6: HashMap<u32, Vec<If6Addr>>,
 }
 
 /// One family's pending prefixes and how many of its prefixes are owned.
@@ -282,7 +285,25 @@ impl Kernel {
                     v.push(a);
                     Touched::Iface(i)
                 }
-                Err(Skip::OtherFamily) => Touched::Nothing,
+                Err(Skip::OtherFamily) => match convert::address6_of(m) {
+                    Ok((index, a)) => {
+                        let Some(i) = self.iface(index) else {
+                            return Touched::Nothing;
+                        };
+                        let v = self.addrs6.entry(index).or_default();
+                        if v.contains(&a) {
+                            return Touched::Nothing;
+                        }
+                        v.push(a);
+                        Touched::Iface(i)
+                    }
+                    // The kernel's own link-local addresses, or another family's.
+                    Err(Skip::LinkLocal | Skip::OtherFamily) => Touched::Nothing,
+                    Err(s) => {
+                        stats.skip(s);
+                        Touched::Nothing
+                    }
+                },
                 Err(s) => {
                     stats.skip(s);
                     Touched::Nothing
@@ -361,6 +382,23 @@ impl Kernel {
                 // Routes through gateways of the address's subnet go with it, silently.
                 Touched::Resync("address deleted")
             }
+            // An IPv6 address's prefix route goes with a notification, and routes via
+            // gateways on it stay: only the interface's addresses change.
+            RouteNetlinkMessage::DelAddress(m) if follow_ifaces => match convert::address6_of(m) {
+                Ok((index, a)) => {
+                    let Some(i) = self.iface(index) else {
+                        return Touched::Nothing;
+                    };
+                    match self.addrs6.get_mut(&index) {
+                        Some(v) if v.contains(&a) => {
+                            v.retain(|x| *x != a);
+                            Touched::Iface(i)
+                        }
+                        _ => Touched::Nothing,
+                    }
+                }
+                Err(_) => Touched::Nothing,
+            },
             _ => Touched::Nothing,
         }
     }
@@ -444,6 +482,19 @@ impl<F: Family> Plan<F> {
         self.changes.push(c);
         self.existed.push(existed);
     }
+}
+
+/// A netbatch interface's state in the kernel, to follow (host interface pairs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct IfaceChange {
+    /// The netbatch interface.
+    pub(crate) iface: u16,
+    /// Its kernel interface's IPv4 addresses.
+    pub(crate) addrs: Vec<IfAddr>,
+    /// Its kernel interface's IPv6 addresses, but link-local ones.
+    pub(crate) addrs6: Vec<If6Addr>,
+    /// Its kernel interface's MTU, when known.
+    pub(crate) mtu: Option<u16>,
 }
 
 /// The netbatch interface of a kernel interface's name.
@@ -580,22 +631,27 @@ impl State {
     }
 
     /// For each netbatch interface whose kernel interface changed since the last call:
-    /// its IPv4 addresses and MTU there (with host interface pairs only).
-    pub(crate) fn iface_changes(&mut self) -> Vec<(u16, Vec<IfAddr>, Option<u16>)> {
+    /// its IPv4 and IPv6 addresses and MTU there (with host interface pairs only).
+    pub(crate) fn iface_changes(&mut self) -> Vec<IfaceChange> {
         let mut out = Vec::new();
         let mut dirty: Vec<u16> = self.iface_dirty.drain().collect();
         dirty.sort_unstable();
         for i in dirty {
-            let mut addrs = Vec::new();
-            let mut mtu = None;
+            let mut c = IfaceChange {
+                iface: i,
+                ..IfaceChange::default()
+            };
             for (index, l) in &self.kernel.links {
                 if l.iface != Some(i) {
                     continue;
                 }
-                addrs.extend(self.kernel.addrs.get(index).into_iter().flatten().copied());
-                mtu = l.mtu.and_then(|m| u16::try_from(m).ok()).or(mtu);
+                c.addrs
+                    .extend(self.kernel.addrs.get(index).into_iter().flatten().copied());
+                c.addrs6
+                    .extend(self.kernel.addrs6.get(index).into_iter().flatten().copied());
+                c.mtu = l.mtu.and_then(|m| u16::try_from(m).ok()).or(c.mtu);
             }
-            out.push((i, addrs, mtu));
+            out.push(c);
         }
         out
     }

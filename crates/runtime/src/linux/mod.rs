@@ -276,6 +276,7 @@ pub fn start_tuned(
                     netlink::RTNLGRP_NEIGH,
                     netlink::RTNLGRP_IPV4_IFADDR,
                     netlink::RTNLGRP_IPV4_ROUTE,
+                    netlink::RTNLGRP_IPV6_IFADDR,
                     netlink::RTNLGRP_IPV6_ROUTE,
                 ];
                 let listen = Rtnl::open(&groups, tuning.rcvbuf)
@@ -464,11 +465,12 @@ impl Thread {
     fn flush(&mut self) -> (u64, u64) {
         // Interfaces first: a new address's connected subnet is what later routes'
         // gateways are on.
-        for (i, addrs, mtu) in self.state.iface_changes() {
-            let (changed, refused) = match self.control.set_iface(i, &addrs, mtu) {
-                Ok(c) => (c, None),
-                Err((c, e)) => (c, Some(e)),
-            };
+        for c in self.state.iface_changes() {
+            let (changed, refused) =
+                match self.control.set_iface(c.iface, &c.addrs, &c.addrs6, c.mtu) {
+                    Ok(c) => (c, None),
+                    Err((c, e)) => (c, Some(e)),
+                };
             self.state.stats.interface_changes += u64::from(changed);
             if let Some(e) = refused {
                 self.state.stats.error(format!("interface: {e}"));
@@ -618,12 +620,16 @@ impl Thread {
             m.header.family = family;
             RouteNetlinkMessage::GetNeighbour(m)
         };
-        let mut addr = AddressMessage::default();
-        addr.header.family = AddressFamily::Inet;
+        let addr = |family| {
+            let mut m = AddressMessage::default();
+            m.header.family = family;
+            RouteNetlinkMessage::GetAddress(m)
+        };
         let mut n = 0;
         let mut reqs = vec![RouteNetlinkMessage::GetLink(LinkMessage::default())];
         if self.pairs {
-            reqs.push(RouteNetlinkMessage::GetAddress(addr));
+            reqs.push(addr(AddressFamily::Inet));
+            reqs.push(addr(AddressFamily::Inet6));
         }
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
             reqs.push(route(family));

@@ -80,37 +80,70 @@ fn link_mtu(index: u32, name: &str, mtu: u32) -> RouteNetlinkMessage {
     RouteNetlinkMessage::NewLink(m)
 }
 
-/// With host interface pairs, the IPv4 addresses and MTU of a kernel interface named as
-/// a netbatch interface are handed over whole when they change (as `ip addr` and `ip
-/// link set mtu` change them); a repeated message, another interface's or an IPv6
-/// address changes nothing; a deletion asks for a resync (the kernel drops routes
-/// through the subnet silently), after which every interface is handed over again from
-/// the dump. Without pairs, addresses are not followed at all.
+/// With host interface pairs, the IPv4 and IPv6 addresses and MTU of a kernel interface
+/// named as a netbatch interface are handed over whole when they change (as `ip addr`
+/// and `ip link set mtu` change them); a repeated message, another interface's or a
+/// link-local IPv6 address (the kernel's own) changes nothing; an IPv4 deletion asks
+/// for a resync (the kernel drops routes through the subnet silently), after which
+/// every interface is handed over again from the dump; an IPv6 deletion (whose prefix
+/// route goes with a notification) hands the interface over. Without pairs, addresses
+/// are not followed at all.
 #[test]
 fn pairs_follow_addresses_and_mtu() {
     let ifa = |a: &str, len| IfAddr { addr: ip(a), len };
+    let ifa6 = |a: &str, len| If6Addr {
+        addr: a.parse().expect("address"),
+        len,
+    };
+    let change = |iface, addrs: Vec<IfAddr>, addrs6: Vec<If6Addr>, mtu| IfaceChange {
+        iface,
+        addrs,
+        addrs6,
+        mtu,
+    };
     let mut s = state_with(true);
     // The links themselves mark their interfaces: handed over with no address yet.
     assert_eq!(
         s.iface_changes(),
-        vec![(0, vec![], None), (1, vec![], None)]
+        vec![
+            change(0, vec![], vec![], None),
+            change(1, vec![], vec![], None)
+        ]
     );
     s.notified(&address(true, 2, "192.0.2.1", 24), 0);
     s.notified(&address(true, 2, "192.0.2.1", 24), 0);
     s.notified(&address(true, 4, "203.0.113.9", 24), 0);
-    s.notified(&address(true, 2, "2001:db8::1", 64), 0);
+    s.notified(&address(true, 2, "fe80::1", 64), 0);
     assert_eq!(
         s.iface_changes(),
-        vec![(0, vec![ifa("192.0.2.1", 24)], None)]
+        vec![change(0, vec![ifa("192.0.2.1", 24)], vec![], None)]
     );
     assert!(s.iface_changes().is_empty(), "nothing more changed");
+    s.notified(&address(true, 2, "2001:db8::1", 64), 0);
+    s.notified(&address(true, 2, "2001:db8::1", 64), 0);
     s.notified(&address(true, 2, "198.51.100.1", 25), 0);
     s.notified(&link_mtu(2, "r1", 1400), 0);
     assert_eq!(
         s.iface_changes(),
-        vec![(
+        vec![change(
             0,
             vec![ifa("192.0.2.1", 24), ifa("198.51.100.1", 25)],
+            vec![ifa6("2001:db8::1", 64)],
+            Some(1400)
+        )]
+    );
+    s.notified(&address(false, 2, "2001:db8::1", 64), 0);
+    assert_eq!(
+        s.take_resync(),
+        None,
+        "an IPv6 deletion is notified route by route"
+    );
+    assert_eq!(
+        s.iface_changes(),
+        vec![change(
+            0,
+            vec![ifa("192.0.2.1", 24), ifa("198.51.100.1", 25)],
+            vec![],
             Some(1400)
         )]
     );
@@ -120,17 +153,19 @@ fn pairs_follow_addresses_and_mtu() {
     s.dumped(&link_mtu(2, "r1", 1400), 0);
     s.dumped(&link(3, "r2", true), 0);
     s.dumped(&address(true, 2, "198.51.100.1", 25), 0);
+    s.dumped(&address(true, 3, "2001:db8:b::1", 64), 0);
     s.end_resync();
     assert_eq!(
         s.iface_changes(),
         vec![
-            (0, vec![ifa("198.51.100.1", 25)], Some(1400)),
-            (1, vec![], None)
+            change(0, vec![ifa("198.51.100.1", 25)], vec![], Some(1400)),
+            change(1, vec![], vec![ifa6("2001:db8:b::1", 64)], None)
         ]
     );
 
     let mut off = state_with(false);
     off.notified(&address(true, 2, "192.0.2.1", 24), 0);
+    off.notified(&address(true, 2, "2001:db8::1", 64), 0);
     off.notified(&link_mtu(2, "r1", 1400), 0);
     assert!(off.iface_changes().is_empty());
 }

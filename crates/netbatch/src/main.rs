@@ -44,10 +44,11 @@ enum Cmd {
     Show(ctl::Words),
     /// Clear a running datapath's counters (`clear counters`; `show` counts from then).
     Clear(ctl::Words),
-    /// Change a running datapath's routes: `route add|replace|del` and an `ip route` line.
+    /// Change a running datapath's routes: `route add|replace|del` and an `ip route` line
+    /// (or an `ip -6 route` one: `route add 2001:db8::/32 via fe80::1 dev eth1`).
     Route(ctl::Words),
     /// Change a running datapath's neighbours: `neigh add|replace ADDR lladdr MAC dev IF`,
-    /// `neigh del ADDR dev IF`.
+    /// `neigh del ADDR dev IF` (ADDR IPv4 or IPv6).
     Neigh(ctl::Words),
     /// Change a running datapath's filter rules: `rule add HOOK [index N] KEY VALUE...`
     /// (the keys of `[[filter.HOOK.rule]]`), `rule del HOOK N`.

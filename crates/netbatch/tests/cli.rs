@@ -85,6 +85,26 @@ fn shipped_examples_validate() {
     assert!(text.contains("ok"));
     assert!(text.contains("interface eth1: 198.51.100.1/24"), "{text}");
     assert!(text.contains("filter forward: 2 rule(s)"), "{text}");
+    // Dual-stack: eth0's IPv6 address and its link-local address from its MAC
+    // 02:00:5e:00:53:01 (RFC 4291 appendix A: the U/L bit flipped, ff:fe in the middle:
+    // interface identifier 0000:5eff:fe00:5301).
+    assert!(
+        text.contains(
+            "interface eth0: 192.0.2.1/24, 2001:db8:0:1::1/64; IPv6 link-local fe80::5eff:fe00:5301"
+        ),
+        "{text}"
+    );
+    // The IPv6 default, the unreachable route, two on-link prefixes and two locals.
+    assert!(
+        text.contains(
+            "IPv6 routes: 6 (3 unicast, 2 local, 0 blackhole, 1 unreachable, 0 prohibit)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("static neighbours: 1 IPv4, 1 IPv6; apps: 2"),
+        "{text}"
+    );
 
     let out = netbatch()
         .arg("check-config")
@@ -134,6 +154,9 @@ fn bad_config_is_refused_with_each_key_and_reason() {
         "route[0].prefix: '10.0.0.1/8'",
         "filter.forward.rule[0].action: unknown verdict 'deny'",
         "filter.forward.rule[0]: port matches need proto",
+        "route[3].via: gateway fe80::1 is link-local",
+        "route[4].via: '198.51.100.254' is an IPv4 address: the gateway of an IPv6 route",
+        "neighbour.static[1].ip: 2001:db8:99::9 is off-link for eth1",
     ] {
         assert!(err.contains(want), "missing «{want}» in:\n{err}");
     }

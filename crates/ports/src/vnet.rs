@@ -110,7 +110,11 @@ impl VnetHdr {
                 h.gso_type = GSO_TCPV4;
                 h.gso_size = m.gso_size;
             }
-            gso::UDPV4 if m.segs > 1 => {
+            gso::TCPV6 if m.segs > 1 => {
+                h.gso_type = GSO_TCPV6;
+                h.gso_size = m.gso_size;
+            }
+            gso::UDPV4 | gso::UDPV6 if m.segs > 1 => {
                 h.gso_type = GSO_UDP_L4;
                 h.gso_size = m.gso_size;
             }

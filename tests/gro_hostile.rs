@@ -496,3 +496,54 @@ fn malformed_ipv6_datagrams_meet_the_same_fate_as_without_gro() {
     }
     same_fate_in("malformed udp6", &input, true, true);
 }
+
+/// No frame leaves above its MTU with IPv6 GRO either: TCP segments with a timestamp
+/// option (a 32-byte TCP header) that fit eth0's MTU (1500: 40 + 32 + 1428 bytes) do not
+/// fit eth1's (1490), so none may leave on eth1, whatever GRO made of them: each is
+/// answered with a Packet Too Big (RFC 4443 3.2), as without GRO. (A super-packet's
+/// segment length counts its own TCP header, options included.)
+#[test]
+fn ipv6_super_packets_never_leave_above_the_mtu() {
+    let seg = |k: u32| {
+        let mut v = Vec::new();
+        PacketBuilder::ethernet2(PEER.0, US.0)
+            .ipv6(ip6(PEER6).octets(), ip6("2001:db8:300::9").octets(), 64)
+            .tcp(9000, 80, 1 + 1428 * k, 1000)
+            .ack(1)
+            .options(&[
+                etherparse::TcpOptionElement::Noop,
+                etherparse::TcpOptionElement::Noop,
+                etherparse::TcpOptionElement::Timestamp(5, 7),
+            ])
+            .unwrap()
+            .write(&mut v, &[0x5a; 1428])
+            .unwrap();
+        v
+    };
+    let input: Vec<Vec<u8>> = (0..20).map(seg).collect();
+    assert_eq!(input[0].len(), 14 + 1500);
+    for gro in [Gro::Off, Gro::Standard, Gro::Fraglist] {
+        for mode in [Mode::List, Mode::Packet] {
+            let mut spec = router6(gro);
+            spec.ports[1].mtu = 1490;
+            spec.neighbours6
+                .push(netbatch_runtime::setup::StaticNeighbour6 {
+                    iface: 0,
+                    ip: ip6(PEER6),
+                    mac: PEER,
+                });
+            let mut l = Lab::new(&spec, mode, Dispatch::Buckets);
+            l.feed(0, input.iter().cloned());
+            l.run();
+            let what = format!("{gro:?} {mode:?}");
+            let out = l.tx(1);
+            assert!(out.is_empty(), "{what}: {} frames left on eth1", out.len());
+            // GRO merged (the test is not vacuous).
+            if gro != Gro::Off {
+                assert!(gro_event(&l, "merged") > 0, "{what}");
+            }
+            l.assert_conserved();
+            l.stop_and_check_pool();
+        }
+    }
+}

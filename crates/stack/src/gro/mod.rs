@@ -707,41 +707,36 @@ impl GroTable {
     /// merged when its leading bytes match the flow's template and its IP identification,
     /// header checksum and TCP sequence number are the expected ones, which is exactly
     /// when the full rules would merge it (and not end the train). Anything else is
-    /// handed back for the full parse. The flow's template says its IP version; the IPv6
-    /// path is out of line, so the IPv4 one stays what it was.
+    /// handed back for the full parse. IPv4 flows only (see [`Self::try_fast6`]).
     #[inline]
     pub(crate) fn try_fast(&mut self, pool: &Pool, p: Pkt, done: &mut Vec<Pkt>) -> Result<(), Pkt> {
-        let Some((b, i)) = self.last else {
-            return Err(p);
-        };
-        match self.buckets[b][i].fast {
-            Fast::V4(_) => self.fast::<false>(pool, p, done, (b, i)),
-            Fast::V6(_) => self.fast6(pool, p, done, (b, i)),
-            Fast::None => Err(p),
-        }
+        self.fast::<false>(pool, p, done)
     }
 
-    /// [`Self::try_fast`] for an IPv6 flow.
+    /// [`Self::try_fast`] for an IPv6 flow, tried when that fails: out of line, so the
+    /// IPv4 fast path stays what it was.
     #[inline(never)]
-    fn fast6(
+    pub(crate) fn try_fast6(
         &mut self,
         pool: &Pool,
         p: Pkt,
         done: &mut Vec<Pkt>,
-        at: (usize, usize),
     ) -> Result<(), Pkt> {
-        self.fast::<true>(pool, p, done, at)
+        self.fast::<true>(pool, p, done)
     }
 
-    /// The fast path for the flow at `(b, i)`, whose template is of IP version `V6`.
+    /// The fast path for flows of one IP version (`V6`): each flow's template is of its
+    /// version ([`Fast`]).
     #[inline(always)]
     fn fast<const V6: bool>(
         &mut self,
         pool: &Pool,
         mut p: Pkt,
         done: &mut Vec<Pkt>,
-        (b, i): (usize, usize),
     ) -> Result<(), Pkt> {
+        let Some((b, i)) = self.last else {
+            return Err(p);
+        };
         let h = &mut self.buckets[b][i];
         let t = match (&h.fast, V6) {
             (Fast::V4(t), false) | (Fast::V6(t), true) => t,
@@ -1143,6 +1138,9 @@ mod tests {
                 }
             }
             let Err(p) = t.try_fast(&pool, p, &mut done) else {
+                continue;
+            };
+            let Err(p) = t.try_fast6(&pool, p, &mut done) else {
                 continue;
             };
             match parse_frame(f, csum_ok) {

@@ -159,8 +159,12 @@ impl Stage<Host> for Gro {
         }
         for p in list.drain(..) {
             // The common case, the next full-size segment of the last train (its port
-            // does GRO), takes a shortcut.
-            let mut p = match self.table.try_fast(pool, p, &mut self.done) {
+            // does GRO), takes a shortcut (IPv4's first, then IPv6's).
+            let fast = match self.table.try_fast(pool, p, &mut self.done) {
+                Ok(()) => Ok(()),
+                Err(p) => self.table.try_fast6(pool, p, &mut self.done),
+            };
+            let mut p = match fast {
                 Ok(()) => {
                     if !self.done.is_empty() {
                         for q in self.done.drain(..) {

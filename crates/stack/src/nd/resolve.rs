@@ -138,23 +138,26 @@ impl Ip6Neighbour {
     }
 }
 
-/// The length of the wire packets the packet `m` (starting at its IPv6 header) stands
-/// for: its own, or for a super-packet its headers plus one segment.
+/// The length of the wire packets the packet `m` (starting at its IPv6 header, `d`)
+/// stands for: its own, or for a super-packet its headers plus one segment.
 #[inline]
-fn wire_len(m: &netbatch_engine::Meta) -> usize {
+fn wire_len(d: &[u8], m: &netbatch_engine::Meta) -> usize {
     if m.gso_size == 0 {
         return usize::from(m.len);
     }
-    let headers = m.l4.wrapping_sub(m.data) as usize + l4_header_len(m);
-    headers + usize::from(m.gso_size)
+    let l4 = m.l4.wrapping_sub(m.data) as usize;
+    l4 + l4_header_len(d.get(l4..).unwrap_or_default(), m) + usize::from(m.gso_size)
 }
 
-/// The upper-layer header length of a super-packet: TCP's is in the packet; UDP's is 8.
+/// The upper-layer header length of a super-packet whose upper-layer header `l4` starts:
+/// TCP's is in the packet (options included); UDP's is 8.
 #[inline]
-fn l4_header_len(m: &netbatch_engine::Meta) -> usize {
+fn l4_header_len(l4: &[u8], m: &netbatch_engine::Meta) -> usize {
     use crate::meta::gso;
     match m.gso_type & gso::KIND {
-        gso::TCPV6 | gso::FRAGLIST_TCPV6 | gso::TCPV4 | gso::FRAGLIST_TCPV4 => 20,
+        gso::TCPV6 | gso::FRAGLIST_TCPV6 | gso::TCPV4 | gso::FRAGLIST_TCPV4 => {
+            netbatch_wire::tcp::TcpPacket::new_checked(l4).map_or(20, |t| t.header_len())
+        }
         _ => 8,
     }
 }
@@ -201,7 +204,7 @@ impl Stage<Host> for Ip6Neighbour {
                 };
                 mtu_if = (out_if, i.mtu);
             }
-            if len > mtu_if.1 && wire_len(v.meta) > usize::from(mtu_if.1) {
+            if len > mtu_if.1 && wire_len(v.data(), v.meta) > usize::from(mtu_if.1) {
                 if v.meta.flags & flag::ORIGINATED != 0 {
                     out.drop(p, reason::LOCAL_TOO_BIG);
                 } else {

@@ -25,7 +25,8 @@
 //! A destination equal to the previous packet's reuses its result without a lookup (the
 //! route hint, for one list only); a multipath route's next hop is chosen by the flow
 //! hash of the IPv6 4-tuple (as `ip4-route` does, [`crate::route::RoutesOf::lookup_flow`]).
-//! A lookup the hint cannot save looks ahead: it takes with it the destinations of the
+//! A lookup the hint cannot save looks ahead (unless the next packet has the same
+//! destination, as in a burst of one flow): it takes with it the destinations of the
 //! next packets (up to seven more, each different from the one before, within 16
 //! packets) and walks the tree for all eight in lockstep
 //! ([`crate::route::RoutesOf::lookup_hop8`]), so that interleaved flows pay the FIB's
@@ -100,6 +101,9 @@ fn joined(iface: &Iface, g: u128) -> bool {
 pub struct Ip6Route {
     /// Packets whose destination was the previous one's (lookups the hint saved).
     pub hint_hits: u64,
+    /// The look-ahead, emptied at the start of each list (kept here so that a call does
+    /// not initialise its arrays: per-packet mode calls once per packet).
+    ahead: Ahead,
 }
 
 /// Packets a look-ahead reads past the one that needs a lookup.
@@ -107,7 +111,8 @@ const WINDOW: usize = 16;
 
 /// Lookups made ahead of the packets that need them: destinations in the order their
 /// packets come, each with what [`Routes6::lookup_hop`] gives for it. Only valid within
-/// one list (the table may change between lists).
+/// one list (the table may change between lists): [`Ahead::clear`] at every list.
+#[derive(Debug, Default)]
 struct Ahead {
     dst: [u128; 8],
     found: [Option<(u32, Hop6)>; 8],
@@ -118,13 +123,11 @@ struct Ahead {
 }
 
 impl Ahead {
-    fn new() -> Self {
-        Self {
-            dst: [0; 8],
-            found: [None; 8],
-            len: 0,
-            next: 0,
-        }
+    /// Forgets what was looked up (for another list).
+    #[inline(always)]
+    fn clear(&mut self) {
+        self.len = 0;
+        self.next = 0;
     }
 
     /// What the FIB has for `dst`, the destination of the packet before `rest`: from an
@@ -163,7 +166,7 @@ impl Ahead {
         self.dst[0] = dst;
         let mut n = 1;
         let mut last = dst;
-        for q in rest.iter().take(WINDOW) {
+        for (k, q) in rest.iter().take(WINDOW).enumerate() {
             let Some(d) = pool
                 .get(q)
                 .data()
@@ -173,6 +176,11 @@ impl Ahead {
                 continue;
             };
             let d = u128::from_be_bytes(d);
+            if k == 0 && d == dst {
+                // The next packet goes where this one does (a burst of one flow): the hint
+                // will serve it, and a look-ahead would read packets for nothing.
+                break;
+            }
             if d == last || d >> 118 >= SPECIAL {
                 continue;
             }
@@ -282,7 +290,8 @@ impl Stage<Host> for Ip6Route {
         // The route hint: the last destination looked up, and what it found.
         let mut hint_dst: Option<u128> = None;
         let mut hint: Option<(u32, Hop6)> = None;
-        let mut ahead = Ahead::new();
+        let ahead = &mut self.ahead;
+        ahead.clear();
         // The last (source, receiving interface) checked and whether the source is ours
         // there (one of our global addresses, or that interface's link-local address).
         let mut src_hint: Option<(u128, u16, bool)> = None;

@@ -193,7 +193,7 @@ impl FamilyPrefix for Ipv4Prefix {
     type Bits = u32;
     #[inline(always)]
     fn contains_bits(&self, a: u32) -> bool {
-        Ipv4Prefix::contains_bits(self, a)
+        Self::contains_bits(self, a)
     }
     fn of(p: &IpPrefix) -> Option<Self> {
         match p {
@@ -207,7 +207,7 @@ impl FamilyPrefix for Ipv6Prefix {
     type Bits = u128;
     #[inline(always)]
     fn contains_bits(&self, a: u128) -> bool {
-        Ipv6Prefix::contains_bits(self, a)
+        Self::contains_bits(self, a)
     }
     fn of(p: &IpPrefix) -> Option<Self> {
         match p {

@@ -1,5 +1,5 @@
-//! The Linux kernel's GRO selftest (`tools/testing/selftests/net/gro.c`), IPv4 cases, as
-//! captures replayed through a two-port router: eth0 receives with GRO on, eth1 sends
+//! The Linux kernel's GRO selftest (`tools/testing/selftests/net/gro.c`), IPv4 cases and
+//! (below, dual-stack) its IPv6 ones, as captures replayed through a two-port router: eth0 receives with GRO on, eth1 sends
 //! with `tx-tcp-segmentation`, so each frame on eth1 is exactly what GRO built. The
 //! payload-length list of the frames on eth1 must be the kernel's expected list.
 //!
@@ -23,6 +23,13 @@
 //!   `udp_*`: each super-packet one frame on a port with `tx-udp-segmentation`;
 //! - `capacity` beyond 8 flows (the 8 × 8 table's overflow).
 //!
+//! The IPv6 half (cases named `…6…`) runs the same kinds of case over IPv6: the
+//! selftest's `-6` cases (data, ack, flags, tcp, ip: traffic class, a Fragment header,
+//! extension headers with equal and different bytes, large with its IPv6 geometry), the
+//! hop limit and flow label, Routing and Destination Options headers, the 64-segment cap,
+//! fraglist TCP, UDP merge rules and `udpgro_fwd.sh` trains, and local TCP getting
+//! standard GRO.
+//!
 //! UDP trains as in `udpgro_fwd.sh` are also checked end to end: one datagram train
 //! forwarded with `rx-udp-gro-forwarding` arrives as one frame on a port with
 //! `tx-udp-segmentation`, with `rx-gro-list` as one frame on a port with `tx-gso-list`,
@@ -39,6 +46,9 @@ const ETH0: [u8; 6] = [0x02, 0, 0x5e, 0, 0x53, 0x01];
 const PEER: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
 const SRC: [u8; 4] = [192, 0, 2, 200];
 const DST: [u8; 4] = [198, 51, 100, 100];
+/// IPv6 source (on eth0's subnet) and forwarded destination (on eth1's).
+const SRC6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0];
+const DST6: [u8; 16] = [0x20, 1, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0];
 const MTU: usize = 4096;
 /// MSS for the large cases: the MTU less IPv4 and TCP headers.
 const MSS: usize = MTU - 40;
@@ -88,6 +98,17 @@ struct Seg {
     ulen: Option<u16>,
     /// UDP: no checksum (a zero checksum field).
     zero_csum: bool,
+    /// IPv6 (from `SRC6` to `dst6`; `tos` is the traffic class, `ttl` the hop limit, the
+    /// IPv4-only fields are unused).
+    v6: bool,
+    /// IPv6 destination (default `DST6`, forwarded).
+    dst6: [u8; 16],
+    /// IPv6 flow label.
+    flow: u32,
+    /// IPv6 extension headers, in order: each one's first byte is its kind (written over
+    /// with the next header when the frame is built), its second its length in 8-byte
+    /// units beyond the first (a Fragment header's is 0).
+    exts: Vec<Vec<u8>>,
 }
 
 const ACK: u8 = 0x10;
@@ -118,7 +139,18 @@ impl Seg {
             dst: DST,
             ulen: None,
             zero_csum: false,
+            v6: false,
+            dst6: DST6,
+            flow: 0,
+            exts: Vec::new(),
         }
+    }
+
+    /// This segment over IPv6 (hop limit 8, as the selftest's; traffic class 0, flow
+    /// label 0).
+    fn v6(mut self) -> Self {
+        self.v6 = true;
+        self
     }
 
     fn udp(n: u32, len: usize) -> Self {
@@ -136,6 +168,9 @@ impl Seg {
     }
 
     fn frame(&self) -> Vec<u8> {
+        if self.v6 {
+            return self.frame6();
+        }
         let payload: Vec<u8> = (0..self.len)
             .map(|i| (self.seq as usize + i) as u8)
             .collect();
@@ -249,7 +284,18 @@ fn variants() -> Vec<Variant> {
 /// takes up to 256 frames, so every case (at most 144 frames per timestamp) is one GRO
 /// window, as the selftest's `SO_TXTIME` burst is one NAPI window.
 fn config(v: &Variant, gro: &str, tx: &[&str]) -> Config {
+    config_with(v, gro, tx, false)
+}
+
+/// [`config`], dual-stack when `v6`: eth0 also has 2001:db8:1::1/64, eth1
+/// 2001:db8:2::1/64, and `DST6` (on eth1's subnet) is a static neighbour.
+fn config_with(v: &Variant, gro: &str, tx: &[&str], v6: bool) -> Config {
     let (mode, dispatch) = (v.mode, v.dispatch);
+    let (a0, a1) = if v6 {
+        (", \"2001:db8:1::1/64\"", ", \"2001:db8:2::1/64\"")
+    } else {
+        ("", "")
+    };
     let list = |fs: &[&str]| {
         fs.iter()
             .map(|f| format!("\"{f}\""))
@@ -281,18 +327,26 @@ mac = "02:00:5e:00:53:01"
 mtu = {MTU}
 gro = "{gro}"
 features = [{rx}]
-addresses = ["192.0.2.1/24"]
+addresses = ["192.0.2.1/24"{a0}]
 
 [[port]]
 name = "eth1"
 mac = "02:00:5e:00:53:02"
 mtu = {MTU}
 features = [{tx}]
-addresses = ["198.51.100.1/24"]
+addresses = ["198.51.100.1/24"{a1}]
 "#
     );
-    Config::parse(&text, std::path::Path::new("."), "gro.toml")
-        .unwrap_or_else(|e| panic!("config: {e}\n{text}"))
+    let mut cfg = Config::parse(&text, std::path::Path::new("."), "gro.toml")
+        .unwrap_or_else(|e| panic!("config: {e}\n{text}"));
+    if v6 {
+        cfg.neighbours6 = vec![netbatch_runtime::setup::StaticNeighbour6 {
+            iface: 1,
+            ip: DST6.into(),
+            mac: netbatch_wire::ethernet::MacAddr([2, 0, 0, 0, 0, 0x64]),
+        }];
+    }
+    cfg
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -380,16 +434,20 @@ fn tcp_lengths_in(case: &str, frames: &[Vec<u8>], l4_csum: bool) -> Vec<usize> {
     out
 }
 
-/// `cap` with the closing FIN appended (after the highest sequence number sent).
+/// `cap` with the closing FIN appended (after the highest sequence number sent; over
+/// IPv6 when the capture is).
 fn with_fin(mut cap: Capture) -> Capture {
     let last = cap.last().map_or(0, |(t, _)| *t);
+    let v6 = cap.first().is_some_and(|(_, s)| s.v6);
     let fin_seq = cap
         .iter()
         .filter(|(_, s)| s.flags & (SYN | RST) == 0)
         .map(|(_, s)| s.seq - 100 + s.len as u32)
         .max()
         .unwrap_or(0);
-    cap.push((last, Seg::tcp(fin_seq, 0).flags(FIN)));
+    let mut fin = Seg::tcp(fin_seq, 0).flags(FIN);
+    fin.v6 = v6;
+    cap.push((last, fin));
     cap
 }
 
@@ -1221,6 +1279,719 @@ fn flist_local_tcp_gets_standard_gro() {
             got,
             [(2, 200), (1, 100)],
             "forwarded TCP in {mode:?}/{dispatch:?}"
+        );
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}
+
+// IPv6: the kernel GRO selftest's IPv6 cases (`gro.c -6`), and the same merge rules for
+// UDP and fraglist over IPv6, through the same router, dual-stack: from 2001:db8:1::200
+// on eth0's subnet to 2001:db8:2::100 on eth1's (a static neighbour). Frames are built by
+// hand, field by field (RFC 8200 3, its pseudo-header for TCP and UDP, 8.1), checked with
+// this file's checksum routine; the payload-length lists are the selftest's expected ones
+// (or, where it has no such case, worked out from the kernel's rules).
+
+impl Seg {
+    /// The frame of an IPv6 segment.
+    fn frame6(&self) -> Vec<u8> {
+        let payload: Vec<u8> = (0..self.len)
+            .map(|i| (self.seq as usize + i) as u8)
+            .collect();
+        let mut l4 = if self.proto == 6 {
+            let doff = 20 + self.tcp_opts.len();
+            let mut t = Vec::with_capacity(doff);
+            t.extend_from_slice(&self.sport.to_be_bytes());
+            t.extend_from_slice(&8000u16.to_be_bytes());
+            t.extend_from_slice(&self.seq.to_be_bytes());
+            t.extend_from_slice(&self.ack.to_be_bytes());
+            t.push(((doff / 4) as u8) << 4);
+            t.push(self.flags);
+            t.extend_from_slice(&1024u16.to_be_bytes());
+            t.extend_from_slice(&[0, 0, 0, 0]);
+            t.extend_from_slice(&self.tcp_opts);
+            t
+        } else {
+            let mut u = Vec::new();
+            u.extend_from_slice(&self.sport.to_be_bytes());
+            u.extend_from_slice(&8000u16.to_be_bytes());
+            let ulen = self.ulen.unwrap_or((8 + self.len) as u16);
+            u.extend_from_slice(&ulen.to_be_bytes());
+            u.extend_from_slice(&[0, 0]);
+            u
+        };
+        let l4_len = (l4.len() + self.len) as u32;
+        // RFC 8200 8.1: addresses, the upper-layer length (32 bits), three zero bytes and
+        // the upper-layer next header.
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&SRC6);
+        pseudo.extend_from_slice(&self.dst6);
+        pseudo.extend_from_slice(&l4_len.to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, self.proto]);
+        let at = if self.proto == 6 { 16 } else { 6 };
+        let mut c = csum(&[&pseudo, &l4, &payload]);
+        if self.proto == 17 && c == 0 {
+            c = 0xffff;
+        }
+        if self.bad_l4_csum {
+            c ^= 0x5a5a;
+        }
+        if self.zero_csum {
+            c = 0;
+        }
+        l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
+        // The extension headers, each naming the next; the fixed header names the first.
+        let mut exts: Vec<u8> = Vec::new();
+        for (k, e) in self.exts.iter().enumerate() {
+            let mut e = e.clone();
+            e[0] = self.exts.get(k + 1).map_or(self.proto, |n| n[0]);
+            exts.extend_from_slice(&e);
+        }
+        let first = self.exts.first().map_or(self.proto, |e| e[0]);
+        let plen = (exts.len() as u32 + l4_len) as u16;
+        let (tc, fl) = (u32::from(self.tos), self.flow & 0xf_ffff);
+        let word = (6u32 << 28) | (tc << 20) | fl;
+        let mut f = Vec::new();
+        f.extend_from_slice(&ETH0);
+        f.extend_from_slice(&PEER);
+        f.extend_from_slice(&0x86ddu16.to_be_bytes());
+        f.extend_from_slice(&word.to_be_bytes());
+        f.extend_from_slice(&plen.to_be_bytes());
+        f.extend_from_slice(&[first, self.ttl]);
+        f.extend_from_slice(&SRC6);
+        f.extend_from_slice(&self.dst6);
+        f.extend_from_slice(&exts);
+        f.extend_from_slice(&l4);
+        f.extend_from_slice(&payload);
+        f
+    }
+}
+
+/// An IPv6 frame sent on eth1, read: its upper-layer header and payload (up to the
+/// payload length) and its upper-layer next header, after checking that the frame is
+/// exactly its packet. The extension headers are walked by their kinds (RFC 8200 4).
+fn upper6<'a>(case: &str, f: &'a [u8]) -> (&'a [u8], u8) {
+    assert_eq!(&f[12..14], &[0x86, 0xdd], "{case}: IPv6 frames only");
+    let ip = &f[14..];
+    assert_eq!(ip[0] >> 4, 6, "{case}: version");
+    let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+    assert_eq!(
+        f.len(),
+        14 + 40 + plen,
+        "{case}: a frame is exactly its packet"
+    );
+    let (mut next, mut at) = (ip[6], 40);
+    while matches!(next, 0 | 43 | 44 | 60) {
+        let len = if next == 44 {
+            8
+        } else {
+            (usize::from(ip[at + 1]) + 1) * 8
+        };
+        next = ip[at];
+        at += len;
+    }
+    (&ip[at..40 + plen], next)
+}
+
+/// The IPv6 pseudo-header of the packet in frame `f` for `l4_len` bytes of protocol
+/// `proto`.
+fn pseudo6(f: &[u8], l4_len: usize, proto: u8) -> Vec<u8> {
+    let mut p = Vec::from(&f[14 + 8..14 + 40]);
+    p.extend_from_slice(&(l4_len as u32).to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0, proto]);
+    p
+}
+
+/// [`tcp_lengths_in`] over IPv6: payload bytes of each TCP frame up to the FIN, each
+/// checked to be exactly its IPv6 packet, and its TCP checksum when `l4_csum`.
+fn tcp6_lengths_in(case: &str, frames: &[Vec<u8>], l4_csum: bool) -> Vec<usize> {
+    let mut out = Vec::new();
+    for f in frames {
+        let (tcp, next) = upper6(case, f);
+        assert_eq!(next, 6, "{case}: TCP");
+        let doff = usize::from(tcp[12] >> 4) * 4;
+        if tcp[13] & FIN != 0 {
+            break;
+        }
+        if case != "tcp6_csum" && l4_csum {
+            let pseudo = pseudo6(f, tcp.len(), 6);
+            assert_eq!(csum(&[&pseudo, tcp]), 0, "{case}: TCP checksum");
+        }
+        out.push(tcp.len() - doff);
+    }
+    out
+}
+
+/// The TCP payload bytes of IPv6 `frames` up to the FIN, concatenated.
+fn tcp6_payload(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in frames {
+        let (tcp, _) = upper6("payload", f);
+        if tcp[13] & FIN != 0 {
+            break;
+        }
+        out.extend_from_slice(&tcp[usize::from(tcp[12] >> 4) * 4..]);
+    }
+    out
+}
+
+/// [`check`] over IPv6 (a FIN is appended): standard GRO, an output port with
+/// `tx-tcp-segmentation`.
+fn check6(case: &str, cap: Capture, want: &[usize]) -> Value {
+    let cap = with_fin(cap);
+    let mut stats = Value::Null;
+    for v in variants() {
+        let cfg = config_with(&v, "standard", &["tx-tcp-segmentation"], true);
+        let o = run(case, &cap, &cfg);
+        assert_eq!(
+            tcp6_lengths_in(case, &o.frames, true),
+            want,
+            "{case} in {v:?}"
+        );
+        stats = o.stats;
+    }
+    stats
+}
+
+/// [`check_fraglist`] over IPv6: fraglist GRO, chains seen whole on a `tx-gso-list`
+/// port, the original segments (and their bytes) on a port without offloads.
+fn check_fraglist6(case: &str, cap: Capture, want: &[usize]) -> Value {
+    let originals: Vec<usize> = cap.iter().map(|(_, s)| s.len).collect();
+    let cap = with_fin(cap);
+    let mut stats = Value::Null;
+    for v in variants() {
+        let whole = &["tx-tcp-segmentation", "tx-gso-list"][..];
+        let o = run(case, &cap, &config_with(&v, "fraglist", whole, true));
+        assert_eq!(
+            tcp6_lengths_in(case, &o.frames, false),
+            want,
+            "{case} (fraglist, chains whole) in {v:?}"
+        );
+        stats = o.stats;
+        let chained = tcp6_payload(&o.frames);
+        let o = run(case, &cap, &config_with(&v, "fraglist", &[], true));
+        assert_eq!(
+            tcp6_lengths_in(case, &o.frames, true),
+            originals,
+            "{case} (fraglist, segmented at transmit) in {v:?}"
+        );
+        assert!(
+            chained == tcp6_payload(&o.frames),
+            "{case} in {v:?}: the chains carry the segments' bytes"
+        );
+    }
+    stats
+}
+
+/// IPv6 segments of `len` bytes at consecutive sequence numbers, all at time 0.
+fn train6(lens: &[usize]) -> Capture {
+    train(lens).into_iter().map(|(t, s)| (t, s.v6())).collect()
+}
+
+/// Declares one IPv6 test: `case6!(name, capture, expected lengths)`.
+macro_rules! case6 {
+    ($name:ident, $cap:expr, $want:expr) => {
+        #[test]
+        fn $name() {
+            check6(stringify!($name), $cap, &$want);
+        }
+    };
+}
+
+/// A capture made IPv6.
+fn six(cap: Capture) -> Capture {
+    cap.into_iter().map(|(t, s)| (t, s.v6())).collect()
+}
+
+case6!(data6_same, train6(&[100, 100]), [200]);
+case6!(data6_lrg_sml, train6(&[100, 50]), [150]);
+case6!(data6_sml_lrg, train6(&[50, 100]), [50, 100]);
+case6!(
+    data6_burst,
+    {
+        let mut c = train6(&[100, 100, 100, 100]);
+        c[2].0 = 100;
+        c[3].0 = 100;
+        c
+    },
+    [200, 200]
+);
+case6!(
+    ack6,
+    {
+        let a = Seg::tcp(0, 0).v6();
+        let mut a2 = a.clone();
+        a2.ack += 1;
+        vec![(0, a.clone()), (0, a), (0, a2)]
+    },
+    [0, 0, 0]
+);
+case6!(
+    flags6_psh,
+    {
+        let mut c = train6(&[100; 5]);
+        c[2].1.flags |= PSH;
+        c
+    },
+    [300, 200]
+);
+case6!(flags6_syn, six(flag_train(SYN)), [200, 0, 200]);
+case6!(flags6_rst, six(flag_train(RST)), [200, 0, 200]);
+case6!(flags6_urg, six(flag_train(URG)), [200, 0, 200]);
+case6!(
+    tcp6_csum,
+    {
+        let mut c = train6(&[100, 100]);
+        c[1].1.bad_l4_csum = true;
+        c
+    },
+    [100, 100]
+);
+case6!(
+    tcp6_seq,
+    {
+        let mut c = train6(&[100, 100]);
+        c[1].1.seq += 1;
+        c
+    },
+    [100, 100]
+);
+case6!(
+    tcp6_ts,
+    {
+        let mut c = train6(&[100; 5]);
+        for (i, (_, s)) in c.iter_mut().enumerate() {
+            s.tcp_opts = match i {
+                0 | 1 => ts(0, 0),
+                2 => ts(100, 0),
+                3 => ts(100, 1),
+                _ => ts(100, 2),
+            };
+        }
+        c
+    },
+    [200, 100, 100, 100]
+);
+case6!(
+    tcp6_opt,
+    {
+        let mut c = train6(&[100; 3]);
+        c[0].1.tcp_opts = ts(0, 0);
+        c[1].1.tcp_opts = ts(0, 0);
+        c[2].1.tcp_opts = vec![1, 3, 3, 14];
+        c
+    },
+    [200, 100]
+);
+
+/// Two IPv6 segments, the second changed by `f`.
+fn second_changed6(f: fn(&mut Seg)) -> Capture {
+    let mut c = train6(&[100, 100]);
+    f(&mut c[1].1);
+    c
+}
+
+// As the selftest: `ip_ecn` flips the traffic class's ECN bits to 10
+// (`buf[ETH_HLEN + 1] ^= 0x20`), `ip_tos` sets its high four bits (`priority = 0xf`).
+case6!(ip6_ecn, second_changed6(|s| s.tos ^= 0x02), [100, 100]);
+case6!(ip6_tos, second_changed6(|s| s.tos |= 0xf0), [100, 100]);
+// The kernel's `ipv6_gro_flush` compares the hop limit (the selftest's comment that GRO
+// does not, and its missing case, predate it): not merged.
+case6!(ip6_hop_limit, second_changed6(|s| s.ttl = 7), [100, 100]);
+// Another flow label: another flow for the kernel, its held packet completed here;
+// either way not merged.
+case6!(ip6_flow_label, second_changed6(|s| s.flow = 1), [100, 100]);
+
+/// An options header (Hop-by-Hop or Destination Options, by `kind`) of 8 bytes whose six
+/// option bytes are `b` (the selftest's `EXT_PAYLOAD_1` is zeros, `EXT_PAYLOAD_2` 0x11).
+fn opts_hdr(kind: u8, b: u8) -> Vec<u8> {
+    vec![kind, 0, b, b, b, b, b, b]
+}
+
+/// `send_fragment6`: two segments (merged), then in the next window a segment with a
+/// Fragment header (all zero but its next header: an atomic fragment, never merged) and
+/// one without (alone: the one before it was not held).
+#[test]
+fn ip6_frag() {
+    let mut c = train6(&[100; 4]);
+    c[2].1.exts = vec![vec![44, 0, 0, 0, 0, 0, 0, 0]];
+    c[2].0 = 100;
+    c[3].0 = 100;
+    check6("ip6_frag", c, &[200, 100, 100]);
+}
+
+// `send_ipv6_exthdr`: a Hop-by-Hop header on both; the same bytes merge, other bytes
+// do not.
+case6!(
+    ip6_ext_same,
+    {
+        let mut c = train6(&[100, 100]);
+        for (_, s) in &mut c {
+            s.exts = vec![opts_hdr(0, 0)];
+        }
+        c
+    },
+    [200]
+);
+case6!(
+    ip6_ext_diff,
+    {
+        let mut c = train6(&[100, 100]);
+        c[0].1.exts = vec![opts_hdr(0, 0)];
+        c[1].1.exts = vec![opts_hdr(0, 0x11)];
+        c
+    },
+    [100, 100]
+);
+// Destination Options after Hop-by-Hop: merged too (`ipv6_gro_pull_exthdrs` crosses
+// both).
+case6!(
+    ip6_ext_hbh_dstopts,
+    {
+        let mut c = train6(&[100; 3]);
+        for (_, s) in &mut c {
+            s.exts = vec![opts_hdr(0, 0), opts_hdr(60, 0)];
+        }
+        c
+    },
+    [300]
+);
+// A Routing header with segments left: netbatch does not merge it (the kernel does):
+// every segment alone, none lost or reordered.
+case6!(
+    ip6_routing_segments_left,
+    {
+        let mut c = train6(&[100; 3]);
+        for (_, s) in &mut c {
+            let mut rh = vec![43, 2, 0, 1, 0, 0, 0, 0];
+            rh.extend_from_slice(&DST6);
+            s.exts = vec![rh];
+        }
+        c
+    },
+    [100, 100, 100]
+);
+
+/// The selftest's IPv6 geometry: MSS = 4096 less the IPv6 and TCP headers; 16 of them
+/// and the remainder make a 65,535-byte packet (`skb_gro_receive` counts the IPv6 header
+/// in: the payload length stays at most 65,495).
+const MSS6: usize = MTU - 60;
+const REM6: usize = 65535 - 60 - 16 * MSS6;
+
+#[test]
+fn large6_max() {
+    assert_eq!(REM6, 899, "the selftest's remainder, (65535 - 60) % MSS");
+    let mut lens = vec![MSS6; 16];
+    lens.push(REM6);
+    let mut c = train6(&lens);
+    c.push((0, Seg::tcp((16 * MSS6 + REM6 + 1) as u32, REM6).v6()));
+    check6("large6_max", c, &[16 * MSS6 + REM6, REM6]);
+}
+
+#[test]
+fn large6_rem() {
+    let mut lens = vec![MSS6; 16];
+    lens.push(REM6 + 1);
+    let mut c = train6(&lens);
+    c.push((0, Seg::tcp((16 * MSS6 + REM6 + 2) as u32, REM6 + 1).v6()));
+    check6("large6_rem", c, &[16 * MSS6, REM6 + 1, REM6 + 1]);
+}
+
+/// The 64-segment cap over IPv6, as [`tcp_max_segs`].
+#[test]
+fn tcp6_max_segs() {
+    let stats = check6("tcp6_max_segs", train6(&[100; 70]), &[6400, 600]);
+    assert_eq!(gro_event(&stats, "coalesced"), 2, "two super-packets");
+}
+
+/// Declares one IPv6 fraglist TCP test.
+macro_rules! flist6_case {
+    ($name:ident, $cap:expr, $want:expr) => {
+        #[test]
+        fn $name() {
+            check_fraglist6(stringify!($name), $cap, &$want);
+        }
+    };
+}
+
+// Fraglist TCP over IPv6 (`tcp6_check_fraglist_gro`: forwarded, no local socket), the
+// IPv4 lists (`tcp_gro_receive`'s rules are the same).
+flist6_case!(flist6_data_same, train6(&[100; 5]), [500]);
+flist6_case!(flist6_data_lrg_sml, train6(&[100, 100, 50]), [250]);
+flist6_case!(flist6_data_sml_lrg, train6(&[50, 100]), [50, 100]);
+flist6_case!(
+    flist6_flags_psh,
+    {
+        let mut c = train6(&[100; 5]);
+        c[2].1.flags |= PSH;
+        c
+    },
+    [200, 100, 200]
+);
+flist6_case!(
+    flist6_tcp_seq,
+    {
+        let mut c = train6(&[100; 4]);
+        c[2].1.seq += 1;
+        c[3].1.seq += 1;
+        c
+    },
+    [200, 200]
+);
+flist6_case!(
+    flist6_ext_hbh,
+    {
+        let mut c = train6(&[100; 4]);
+        for (_, s) in &mut c {
+            s.exts = vec![opts_hdr(0, 0)];
+        }
+        c
+    },
+    [400]
+);
+flist6_case!(flist6_max_segs, train6(&[100; 70]), [6400, 600]);
+
+/// The largest remainder a fraglist chain of 16 full IPv6 segments takes: the head
+/// packet (60 + 16 MSS bytes) and the new member whole (60 + R bytes) stay below 65,536.
+const FLIST_REM6: usize = 65535 - 120 - 16 * MSS6;
+
+flist6_case!(
+    flist6_large_max,
+    {
+        let mut lens = vec![MSS6; 16];
+        lens.push(FLIST_REM6);
+        let mut c = train6(&lens);
+        c.push((
+            0,
+            Seg::tcp((16 * MSS6 + FLIST_REM6 + 1) as u32, FLIST_REM6).v6(),
+        ));
+        c
+    },
+    [16 * MSS6 + FLIST_REM6, FLIST_REM6]
+);
+flist6_case!(
+    flist6_large_rem,
+    {
+        let mut lens = vec![MSS6; 16];
+        lens.push(FLIST_REM6 + 1);
+        let mut c = train6(&lens);
+        c.push((
+            0,
+            Seg::tcp((16 * MSS6 + FLIST_REM6 + 2) as u32, FLIST_REM6 + 1).v6(),
+        ));
+        c
+    },
+    [16 * MSS6, FLIST_REM6 + 1, FLIST_REM6 + 1]
+);
+
+/// UDP datagrams over IPv6 of `lens` payload bytes, one forwarded flow, all at time 0.
+fn udp6_train(lens: &[usize]) -> Capture {
+    six(udp_train(lens))
+}
+
+/// [`udp_frames`] over IPv6: each frame exactly its packet, its UDP checksum valid when
+/// its length field is right (over IPv6 it always has one, RFC 8200 8.1).
+fn udp6_frames(case: &str, frames: &[Vec<u8>]) -> Vec<UdpOut> {
+    frames
+        .iter()
+        .map(|f| {
+            let (udp, next) = upper6(case, f);
+            assert_eq!(next, 17, "{case}: UDP");
+            let ulen = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
+            let c = u16::from_be_bytes([udp[6], udp[7]]);
+            let ulen_ok = ulen == udp.len();
+            if ulen_ok && c != 0 {
+                let pseudo = pseudo6(f, udp.len(), 17);
+                assert_eq!(csum(&[&pseudo, udp]), 0, "{case}: UDP checksum");
+            }
+            UdpOut {
+                len: udp.len() - 8,
+                ulen_ok,
+                zero_csum: c == 0,
+            }
+        })
+        .collect()
+}
+
+/// [`check_udp`] over IPv6.
+fn check_udp6(case: &str, cap: &Capture, want: &[usize]) -> (Vec<UdpOut>, Value) {
+    let mut last: Option<(Vec<UdpOut>, Value)> = None;
+    for v in variants() {
+        let cfg = config_with(&v, "standard", &["tx-udp-segmentation"], true);
+        let o = run(case, cap, &cfg);
+        let got = udp6_frames(case, &o.frames);
+        let lens: Vec<usize> = got.iter().map(|u| u.len).collect();
+        assert_eq!(lens, want, "{case} in {v:?}");
+        assert_eq!(
+            o.stats["tx_packets"].as_u64(),
+            Some(cap.len() as u64),
+            "{case} in {v:?}: every datagram forwarded"
+        );
+        if let Some((prev, _)) = &last {
+            assert_eq!(&got, prev, "{case} in {v:?}: same frames in every variant");
+        }
+        last = Some((got, o.stats));
+    }
+    last.expect("variants")
+}
+
+/// Declares one IPv6 UDP test.
+macro_rules! udp6_case {
+    ($name:ident, $cap:expr, $want:expr) => {
+        #[test]
+        fn $name() {
+            check_udp6(stringify!($name), &$cap, &$want);
+        }
+    };
+}
+
+// `udp6_gro_receive` → `udp_gro_receive_segment`: the IPv4 rules, over IPv6.
+udp6_case!(udp6_data_same, udp6_train(&[100; 4]), [400]);
+udp6_case!(udp6_data_sml_lrg, udp6_train(&[100, 200, 200]), [100, 400]);
+udp6_case!(
+    udp6_data_lrg_sml,
+    udp6_train(&[100, 100, 50, 100, 100]),
+    [250, 200]
+);
+
+/// A zero checksum is never merged; over IPv6 it is invalid (RFC 8200 8.1), but a router
+/// forwards it as it came (not its to judge): window 1, a datagram then one without a
+/// checksum; window 2, one without, then two that merge.
+#[test]
+fn udp6_csum_zero() {
+    let mut c = udp6_train(&[100; 5]);
+    c[1].1.zero_csum = true;
+    c[2].1.zero_csum = true;
+    for e in &mut c[2..] {
+        e.0 = 100;
+    }
+    let (got, _) = check_udp6("udp6_csum_zero", &c, &[100, 100, 100, 200]);
+    let zero: Vec<usize> = got.iter().filter(|u| u.zero_csum).map(|u| u.len).collect();
+    assert_eq!(zero, [100, 100], "forwarded unchanged");
+}
+
+/// A UDP length field that disagrees with the payload length: never merged, forwarded.
+#[test]
+fn udp6_bad_len() {
+    let mut c = udp6_train(&[100; 5]);
+    c[1].1.ulen = Some(8 + 100 + 4);
+    c[2].1.ulen = Some(8 + 50);
+    for e in &mut c[2..] {
+        e.0 = 100;
+    }
+    let (got, stats) = check_udp6("udp6_bad_len", &c, &[100, 100, 100, 200]);
+    let bad: Vec<usize> = got.iter().filter(|u| !u.ulen_ok).map(|u| u.len).collect();
+    assert_eq!(bad, [100, 100], "unmerged");
+    assert_eq!(stats["dropped_packets"], 0, "forwarded, not dropped");
+}
+
+#[test]
+fn udp6_max_segs() {
+    let (_, stats) = check_udp6("udp6_max_segs", &udp6_train(&[100; 70]), &[6400, 600]);
+    assert_eq!(gro_event(&stats, "coalesced"), 2, "two super-packets");
+}
+
+/// The 64 KB limit over IPv6: datagrams of the largest size the MTU allows (4,048
+/// bytes); 16 make a packet of 40 + 8 + 64,768 bytes, a 17th would pass 65,535.
+#[test]
+fn udp6_large() {
+    let d = MTU - 48;
+    check_udp6("udp6_large", &udp6_train(&[d; 17]), &[16 * d, d]);
+}
+
+/// `udpgro_fwd.sh` over IPv6: ten 1300-byte datagrams of one forwarded flow arrive as one
+/// frame on a port that takes the super-packet whole, and as the originals (hop limit
+/// 8 → 7, MACs rewritten, nothing else changed) on a port without offloads.
+#[test]
+fn udp6_forwarding_cases() {
+    let cap: Capture = (0..10).map(|n| (0, Seg::udp(n, 1300).v6())).collect();
+    let originals: Vec<Vec<u8>> = cap.iter().map(|(_, s)| s.frame()).collect();
+    for v in variants() {
+        for (gro, tx, frames) in [
+            ("standard", &["tx-udp-segmentation"][..], 1),
+            ("fraglist", &["tx-udp-segmentation", "tx-gso-list"][..], 1),
+            ("off", &["tx-udp-segmentation"][..], 10),
+            ("standard", &[][..], 10),
+            ("fraglist", &[][..], 10),
+        ] {
+            let o = run("udp6", &cap, &config_with(&v, gro, tx, true));
+            let what = format!("udp6 {gro} to {tx:?} in {v:?}");
+            assert_eq!(o.frames.len(), frames, "{what}");
+            let total: usize = o.frames.iter().map(|f| f.len() - 14 - 48).sum();
+            assert_eq!(total, 13000, "{what}: payload bytes");
+            if frames == 10 {
+                for (got, orig) in o.frames.iter().zip(&originals) {
+                    assert_eq!(got[14 + 7], 7, "{what}: hop limit");
+                    assert_eq!(&got[14..21], &orig[14..21], "{what}: IPv6 header start");
+                    assert_eq!(&got[22..], &orig[22..], "{what}: addresses, UDP, payload");
+                }
+                udp6_frames(&what, &o.frames);
+            } else {
+                let f = &o.frames[0];
+                assert_eq!(u16::from_be_bytes([f[18], f[19]]), 13008, "{what}: length");
+                assert_eq!(u16::from_be_bytes([f[58], f[59]]), 13008, "{what}: UDP");
+            }
+        }
+    }
+}
+
+/// The GRO kind decision for TCP over IPv6 (`tcp6_check_fraglist_gro`): under
+/// `rx-gro-list`, TCP to one of our addresses gets standard GRO, forwarded TCP fraglist.
+/// The train [100, 100, 100 + PSH] to 2001:db8:100::1 (eth0's) and to 2001:db8:300::5
+/// (forwarded via eth1): one standard super-packet of 3 segments, PSH set, its checksum
+/// completed as a TSO device would; [2, 1] chained.
+#[test]
+fn flist6_local_tcp_gets_standard_gro() {
+    use etherparse::PacketBuilder;
+    use netbatch_scenarios::{Gro, Lab, PEER, PEER6, US, US6, VARIANTS, ip6, router6};
+    let frames = |dst: &str| -> Vec<Vec<u8>> {
+        (0..3u32)
+            .map(|k| {
+                let b = PacketBuilder::ethernet2(PEER.0, US.0)
+                    .ipv6(ip6(PEER6).octets(), ip6(dst).octets(), 64)
+                    .tcp(1500, 8000, 1 + 100 * k, 1000)
+                    .ack(1);
+                let b = if k == 2 { b.psh() } else { b };
+                let mut v = Vec::new();
+                b.write(&mut v, &[k as u8; 100]).unwrap();
+                v
+            })
+            .collect()
+    };
+    for (mode, dispatch) in VARIANTS {
+        let mut spec = router6(Gro::Fraglist);
+        for f in ["tx-tcp-segmentation", "tx-udp-segmentation", "tx-gso-list"] {
+            assert!(spec.ports[1].features.set(f, true));
+        }
+        spec.graph.tcp_to = Some("tx-eth1");
+        let mut lab = Lab::new(&spec, mode, dispatch);
+        lab.feed(0, frames(US6));
+        lab.run();
+        let got = lab.tx(1);
+        let what = format!("local TCP over IPv6 in {mode:?}/{dispatch:?}");
+        assert_eq!(got.len(), 1, "{what}: one super-packet");
+        let (f, ip) = (&got[0], &got[0].bytes[..]);
+        assert_eq!(ip[0] >> 4, 6, "{what}: from the IPv6 header on");
+        assert_eq!((f.segs, f.gso_size), (3, 100), "{what}");
+        let plen = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+        assert_eq!((plen, ip.len()), (320, 360), "{what}: 300 bytes of payload");
+        assert_ne!(ip[40 + 13] & PSH, 0, "{what}: PSH inherited");
+        let mut pseudo = Vec::from(&ip[8..40]);
+        pseudo.extend_from_slice(&320u32.to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, 6]);
+        assert_eq!(csum(&[&pseudo, &ip[40..]]), 0, "{what}: TCP checksum");
+
+        lab.feed(0, frames("2001:db8:300::5"));
+        lab.run();
+        let got: Vec<(u16, usize)> = lab
+            .tx(1)
+            .iter()
+            .map(|f| (f.segs, f.bytes.len() - 14 - 60))
+            .collect();
+        assert_eq!(
+            got,
+            [(2, 200), (1, 100)],
+            "forwarded TCP over IPv6 in {mode:?}/{dispatch:?}"
         );
         lab.assert_conserved();
         lab.stop_and_check_pool();

@@ -3,7 +3,9 @@
 //!   super-datagrams (`UDP_GRO`) as one, with its segment size, and any other socket as
 //!   the original datagrams (re-segmented when fraglist GRO merged them);
 //! - send (`udpgso.c`, the IPv4 rows of its table, MTU 1500 so MSS 1472): a send with a
-//!   segment size leaves as the datagrams the table lists, or is refused.
+//!   segment size leaves as the datagrams the table lists, or is refused;
+//! - the same over IPv6 through a dual-stack router (`udpgro.sh -6`, the IPv6 rows of
+//!   `udpgso.c`'s table, MSS 1452).
 //!
 //! Frames are built and checked with etherparse.
 
@@ -14,7 +16,9 @@ use netbatch_engine::{Cx, Dispatch, Mode};
 use netbatch_runtime::apps::App;
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::frames::set_ip_ident;
-use netbatch_scenarios::{Gro, Lab, LabSpec, PEER, US, VARIANTS, ip, router};
+use netbatch_scenarios::{
+    Gro, Lab, LabSpec, PEER, PEER6, US, US6, US26, VARIANTS, ip, ip6, router, router6,
+};
 use netbatch_stack::host::Host;
 use netbatch_stack::udp::datagram;
 use netbatch_stack::udp::output::{SendError, send};
@@ -435,5 +439,350 @@ fn malformed_datagrams_are_not_merged_and_meet_their_fate() {
         assert_eq!(d.drops.get("udp_bad_length"), Some(&1), "{what}");
         assert_eq!(d.drops.values().sum::<u64>(), 1, "{what}: {:?}", d.drops);
         assert_eq!((d.merged, d.coalesced), (3, 3), "{what}");
+    }
+}
+
+// IPv6.
+
+const MSS6: usize = 1500 - 48;
+
+/// [`spec`] dual-stack: the peer's IPv6 address a static neighbour on eth0.
+fn spec6(gro: &str) -> LabSpec {
+    let gro = match gro {
+        "off" => Gro::Off,
+        "standard" => Gro::Standard,
+        "fraglist" => Gro::Fraglist,
+        other => panic!("no GRO mode {other}"),
+    };
+    let mut spec = router6(gro);
+    spec.neighbours6
+        .push(netbatch_runtime::setup::StaticNeighbour6 {
+            iface: 0,
+            ip: ip6(PEER6),
+            mac: PEER,
+        });
+    spec
+}
+
+/// Datagram `n` of `len` payload bytes from the peer to our port 8000, over IPv6.
+fn dgram6(n: usize, len: usize) -> Vec<u8> {
+    let payload: Vec<u8> = (0..len).map(|i| (n * 131 + i) as u8).collect();
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2(PEER.0, US.0)
+        .ipv6(ip6(PEER6).octets(), ip6(US6).octets(), 64)
+        .udp(7000, 8000)
+        .write(&mut v, &payload)
+        .unwrap();
+    v
+}
+
+/// Feeds `frames` to a socket bound to `[::]:8000` (with `UDP_GRO` if `sock_gro`)
+/// behind a port with GRO mode `gro`, in one GRO window (`window`) or one per poll.
+fn deliver6(
+    gro: &str,
+    sock_gro: bool,
+    (mode, dispatch): (Mode, Dispatch),
+    frames: Vec<Vec<u8>>,
+    window: bool,
+) -> Delivery {
+    let mut lab = Lab::new(&spec6(gro), mode, dispatch);
+    let s = lab
+        .w
+        .host
+        .sockets
+        .bind(std::net::Ipv6Addr::UNSPECIFIED, 8000, 64)
+        .unwrap();
+    lab.w.host.sockets.get(s).unwrap().set_gro(sock_gro);
+    if window {
+        lab.feed(0, frames);
+        lab.run();
+    } else {
+        for f in frames {
+            lab.feed(0, [f]);
+            lab.run();
+        }
+    }
+    let event = |name: &str| {
+        lab.w
+            .snapshot()
+            .iter()
+            .find(|n| n.name == "gro")
+            .and_then(|n| n.events.iter().find(|(k, _)| *k == name))
+            .map_or(0, |e| e.1)
+    };
+    let (merged, coalesced) = (event("merged"), event("coalesced"));
+    let reads = read(&mut lab, s);
+    let drops = lab.drops();
+    lab.assert_conserved();
+    lab.stop_and_check_pool();
+    Delivery {
+        reads,
+        drops,
+        merged,
+        coalesced,
+    }
+}
+
+/// `udpgro.sh -6`: ten 1452-byte datagrams in one window reach a `UDP_GRO` socket as one
+/// super-datagram (segment size 1452), standard and fraglist ports alike (a `UDP_GRO`
+/// socket gets standard GRO under `rx-gro-list`); in separate windows as ten datagrams;
+/// a plain socket gets the ten datagrams (a fraglist chain split again before it, no
+/// GRO at all on a standard port); and 500-byte datagrams give segment size 500.
+#[test]
+fn udp_gro_sockets_over_ipv6() {
+    let frames: Vec<Vec<u8>> = (0..10).map(|n| dgram6(n, MSS6)).collect();
+    let want: Vec<u8> = frames.iter().flat_map(|f| f[62..].to_vec()).collect();
+    for v in VARIANTS {
+        for gro in ["standard", "fraglist"] {
+            let what = format!("{gro} {v:?}");
+            let d = deliver6(gro, true, v, frames.clone(), true);
+            assert_eq!(d.reads.len(), 1, "{what}: one super-datagram");
+            assert_eq!(d.reads[0].0, MSS6 as u16, "{what}: segment size");
+            assert_eq!(d.reads[0].1, want, "{what}");
+            assert_eq!((d.merged, d.coalesced), (9, 1), "{what}");
+            let d = deliver6(gro, true, v, frames.clone(), false);
+            assert_eq!(d.reads.len(), 10, "{what}: separate windows");
+            assert!(d.reads.iter().all(|(s, b)| *s == 0 && b.len() == MSS6));
+            let d = deliver6(gro, false, v, frames.clone(), true);
+            assert_eq!(d.reads.len(), 10, "{what}: plain socket");
+            assert!(d.reads.iter().all(|(s, b)| *s == 0 && b.len() == MSS6));
+            assert_eq!(d.reads.concat_bytes(), want, "{what}");
+            let chains = u64::from(gro == "fraglist");
+            assert_eq!((d.merged, d.coalesced), (9 * chains, chains), "{what}");
+        }
+        let small: Vec<Vec<u8>> = (0..10).map(|n| dgram6(n, 500)).collect();
+        let d = deliver6("standard", true, v, small, true);
+        assert_eq!(d.reads.len(), 1);
+        assert_eq!((d.reads[0].0, d.reads[0].1.len()), (500, 5000));
+    }
+}
+
+/// Malformed datagrams in an IPv6 train to a `UDP_GRO` socket are never merged and meet
+/// their fate at `udp6-input` as without GRO. Ten 1452-byte datagrams:
+/// - d2 has no checksum: not merged; dropped (`udp6_zero_checksum`, RFC 8200 8.1);
+/// - d4's length field is 40 bytes beyond the payload: not merged; dropped
+///   (`udp_bad_length`);
+/// - d7's length field says 1000 of its 1452 bytes: not merged; delivered trimmed.
+///
+/// The others merge in runs: d0+d1, d3 (alone), d5+d6, d8+d9.
+#[test]
+fn malformed_ipv6_datagrams_are_not_merged_and_meet_their_fate() {
+    let mut frames: Vec<Vec<u8>> = (0..10).map(|n| dgram6(n, MSS6)).collect();
+    frames[2][60..62].copy_from_slice(&[0, 0]);
+    frames[4][58..60].copy_from_slice(&(1460u16 + 40).to_be_bytes());
+    let mut d7 = dgram6(7, 1000);
+    d7.extend_from_slice(&[0xee; MSS6 - 1000]);
+    d7[18..20].copy_from_slice(&(8 + MSS6 as u16).to_be_bytes());
+    frames[7] = d7;
+    let payload = |n: usize, len: usize| frames[n][62..62 + len].to_vec();
+    let two = |a: usize| [payload(a, MSS6), payload(a + 1, MSS6)].concat();
+    let want: Vec<(u16, Vec<u8>)> = vec![
+        (MSS6 as u16, two(0)),
+        (0, payload(3, MSS6)),
+        (MSS6 as u16, two(5)),
+        (0, payload(7, 1000)),
+        (MSS6 as u16, two(8)),
+    ];
+    for v in VARIANTS {
+        let d = deliver6("standard", true, v, frames.clone(), true);
+        let what = format!("{v:?}");
+        assert_eq!(d.reads, want, "{what}");
+        assert_eq!(d.drops.get("udp6_zero_checksum"), Some(&1), "{what}");
+        assert_eq!(d.drops.get("udp_bad_length"), Some(&1), "{what}");
+        assert_eq!(d.drops.values().sum::<u64>(), 2, "{what}: {:?}", d.drops);
+        assert_eq!((d.merged, d.coalesced), (3, 3), "{what}");
+    }
+}
+
+/// Sends `len` bytes with segment size `seg` from `[2001:db8:200::1]:4000` to
+/// `[2001:db8:300::5]:9` (via eth1); returns the result, the payload lengths of the
+/// frames that left (each checked by etherparse: lengths, UDP checksum, hop limit 64)
+/// and the drops.
+fn send6_case(
+    mode: Mode,
+    len: usize,
+    seg: u16,
+) -> (
+    Result<u16, SendError>,
+    Vec<usize>,
+    std::collections::BTreeMap<&'static str, u64>,
+) {
+    let mut lab = Lab::new(&spec6("off"), mode, Dispatch::Buckets);
+    let s = lab.w.host.sockets.bind(ip6(US26), 4000, 8).unwrap();
+    let results = Arc::new(Mutex::new(Vec::new()));
+    lab.w.apps.push(Box::new(Sender6 {
+        sock: s,
+        sends: vec![(len, seg)],
+        results: results.clone(),
+    }));
+    lab.advance(1_000);
+    lab.advance(1_000);
+    let r = results.lock().unwrap()[0];
+    let mut lens = Vec::new();
+    let mut sent = Vec::new();
+    for f in lab.tx(1) {
+        let p = SlicedPacket::from_ethernet(&f.bytes).expect("a valid frame");
+        let Some(etherparse::NetSlice::Ipv6(ip)) = &p.net else {
+            panic!("IPv6")
+        };
+        let h = ip.header();
+        assert_eq!(h.hop_limit(), 64);
+        assert_eq!(
+            usize::from(h.payload_length()),
+            f.bytes.len() - 54,
+            "payload length"
+        );
+        let Some(TransportSlice::Udp(u)) = &p.transport else {
+            panic!("UDP")
+        };
+        assert_eq!(
+            u.to_header()
+                .calc_checksum_ipv6(&h.to_header(), u.payload())
+                .unwrap(),
+            u.checksum(),
+            "UDP checksum"
+        );
+        assert_eq!(usize::from(u.length()), 8 + u.payload().len(), "UDP length");
+        lens.push(u.payload().len());
+        sent.extend_from_slice(u.payload());
+    }
+    if r.is_ok() && sent.len() == len {
+        let want: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        assert_eq!(sent, want, "the segments carry the payload in order");
+    }
+    let drops = lab.drops();
+    lab.assert_conserved();
+    lab.stop_and_check_pool();
+    (r, lens, drops)
+}
+
+/// As [`Sender`], to an IPv6 destination.
+struct Sender6 {
+    sock: SocketId,
+    sends: Vec<(usize, u16)>,
+    results: Arc<Mutex<Vec<Result<u16, SendError>>>>,
+}
+
+impl App for Sender6 {
+    fn name(&self) -> &str {
+        "sender6"
+    }
+
+    fn poll(&mut self, host: &mut Host, cx: &mut Cx<'_>) -> usize {
+        let Some((len, seg)) = self.sends.pop() else {
+            return 0;
+        };
+        let payload: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        let dst: std::net::SocketAddr = "[2001:db8:300::5]:9".parse().unwrap();
+        let r = send(host, cx, self.sock, dst, &payload, seg);
+        self.results.lock().unwrap().push(r);
+        1
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// The IPv6 rows of `udpgso.c`'s table (MSS 1452). Where netbatch differs it says so: a
+/// datagram too large for the MTU is refused by the kernel at the socket (`EMSGSIZE`,
+/// the test sets `IPV6_PMTUDISC_DO`), while netbatch accepts the send and drops the
+/// datagram at output (`ip6_local_too_big`, a router never fragments and netbatch's
+/// sockets do not either); and netbatch's byte limit is one for both families (65,507),
+/// 20 bytes above the kernel's IPv6 one (65,535 less the 48 header bytes).
+#[test]
+fn udp_segment_sends_over_ipv6_follow_the_udpgso_table() {
+    let m = MSS6;
+    let too_big = Some("ip6_local_too_big");
+    // (name, bytes sent, segment size, result, payload bytes of the frames that leave,
+    // the drop at output)
+    type Case = (
+        &'static str,
+        usize,
+        u16,
+        Result<u16, SendError>,
+        Vec<usize>,
+        Option<&'static str>,
+    );
+    let cases: Vec<Case> = vec![
+        ("no GSO 1 byte", 1, 0, Ok(1), vec![1], None),
+        ("no GSO MSS", m, 0, Ok(1), vec![m], None),
+        ("no GSO MSS+1", m + 1, 0, Ok(1), vec![], too_big),
+        ("GSO = MSS, one segment", m, m as u16, Ok(1), vec![m], None),
+        ("GSO > MSS, fits one", m, m as u16 + 1, Ok(1), vec![m], None),
+        // The kernel falls back to a plain datagram, which is too large (above).
+        (
+            "GSO > MSS, one too long",
+            m + 1,
+            m as u16 + 2,
+            Ok(1),
+            vec![],
+            too_big,
+        ),
+        ("GSO MSS+1", m + 1, m as u16, Ok(2), vec![m, 1], None),
+        ("GSO 2 x MSS", 2 * m, m as u16, Ok(2), vec![m, m], None),
+        (
+            "GSO 2 x MSS + 1",
+            2 * m + 1,
+            m as u16,
+            Ok(3),
+            vec![m, m, 1],
+            None,
+        ),
+        (
+            "GSO > MTU",
+            3 * m,
+            m as u16 + 1,
+            Err(SendError::SegmentTooLarge),
+            vec![],
+            None,
+        ),
+        (
+            "GSO max segments",
+            45 * m,
+            m as u16,
+            Ok(45),
+            vec![m; 45],
+            None,
+        ),
+        (
+            "GSO max bytes",
+            65535 - 48,
+            m as u16,
+            Ok(46),
+            [vec![m; 45], vec![147]].concat(),
+            None,
+        ),
+        ("GSO 1, 1 byte", 1, 1, Ok(1), vec![1], None),
+        ("GSO 1, 2 bytes", 2, 1, Ok(2), vec![1, 1], None),
+        ("GSO 2, 5 bytes", 5, 2, Ok(3), vec![2, 2, 1], None),
+        ("GSO 1, 128 bytes", 128, 1, Ok(128), vec![1; 128], None),
+        (
+            "GSO 1, 129 bytes",
+            129,
+            1,
+            Err(SendError::TooManySegments),
+            vec![],
+            None,
+        ),
+        (
+            "GSO netbatch's max bytes + 1",
+            65508,
+            m as u16,
+            Err(SendError::TooLong),
+            vec![],
+            None,
+        ),
+    ];
+    for mode in [Mode::List, Mode::Packet] {
+        for (name, len, seg, want, lens, drop) in &cases {
+            let (r, got, drops) = send6_case(mode, *len, *seg);
+            assert_eq!(r, *want, "{name}");
+            assert_eq!(&got, lens, "{name}");
+            match drop {
+                Some(d) => assert_eq!(drops.get(d), Some(&1), "{name}: {drops:?}"),
+                None => assert!(drops.is_empty(), "{name}: {drops:?}"),
+            }
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! offloads, the pool's size, whether the sink takes GRO super-datagrams whole) and then
 //! describes frames, each built from a realistic template (UDP, TCP, ICMP echo and errors,
 //! ARP, IPv4 options, fragments, trains of one flow for GRO, other protocols and
-//! ethertypes, VLAN and QinQ tags) with its fields taken from the input, or taken as raw
+//! ethertypes, VLAN and QinQ tags; IPv6 with extension headers, neighbour discovery and
+//! ICMPv6) with its fields taken from the input, or taken as raw
 //! bytes, or a previous frame mutated or repeated. Frames arrive in bursts on either port
 //! of a router built from [`CONFIG`] as `netbatch replay` builds one (in-memory ports,
 //! `runtime::build`, the route table built once and shared as the builder allows), with
@@ -15,8 +16,8 @@
 //! `rx + originated = tx + delivered + dropped + held`, and no frame left a port shorter
 //! than an Ethernet header or (unless a super-packet the port takes whole) longer after
 //! its link header than the port's MTU; every frame the router built or rewrote has a
-//! valid IPv4 header checksum, a TTL above 0 and, when every frame received had a valid
-//! L4 checksum, a valid one too; after the clock has run on
+//! valid IPv4 header checksum and a TTL above 0 (IPv6: a hop limit above 0) and, when
+//! every frame received had a valid L4 checksum, a valid one too; after the clock has run on
 //! long enough for every ARP resolution to time out, the law holds again; after shutdown,
 //! every buffer is back in the pool, and only once. Polling a burst is bounded: a burst that does not
 //! drain is a finding too.
@@ -26,7 +27,7 @@ use std::collections::HashSet;
 /// The tag protocols, as the wire module names them.
 const C_TAG: u16 = netbatch_wire::ethernet::EtherType::VLAN.0;
 const S_TAG: u16 = netbatch_wire::ethernet::EtherType::QINQ.0;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -38,7 +39,8 @@ use netbatch_runtime::Worker;
 use netbatch_runtime::build::{self, Builder};
 use netbatch_runtime::config::{AppConfig, Config};
 use netbatch_stack::dissect::{self, L3};
-use netbatch_stack::route::Routes;
+use netbatch_stack::route::{Route6, RouteKind, Routes};
+use netbatch_wire::checksum;
 use netbatch_wire::ethernet::MacAddr;
 use netbatch_wire::icmpv4::{Icmpv4Packet, Icmpv4Repr, Icmpv4Type};
 use netbatch_wire::ipv4::Ipv4Packet;
@@ -83,7 +85,7 @@ dev = "eth1"
 [[port]]
 name = "eth0"
 mac = "02:00:00:00:00:01"
-addresses = ["198.51.100.1/24"]
+addresses = ["198.51.100.1/24", "2001:db8:100::1/64"]
 [[port.vlan]]
 id = 10
 addresses = ["10.10.0.1/24"]
@@ -95,7 +97,7 @@ addresses = ["10.20.0.1/24"]
 name = "eth1"
 mac = "02:00:00:00:01:01"
 mtu = 1280
-addresses = ["192.0.2.1/24"]
+addresses = ["192.0.2.1/24", "2001:db8:200::1/64"]
 
 [[route]]
 prefix = "203.0.113.0/24"
@@ -195,9 +197,49 @@ bind = "198.51.100.1:7"
 queue = 8
 "#;
 
-/// [`CONFIG`], parsed.
+/// [`CONFIG`], parsed, with its IPv6 routes and neighbour: 2001:db8:300::/48 via a
+/// static neighbour on eth1, 2001:db8:301::/48 via one that never answers, a blackhole,
+/// a prohibit and an unreachable /48, and a default route via eth0's peer.
 fn parse() -> Config {
-    Config::parse(CONFIG, Path::new("."), "graph.toml").unwrap_or_else(|e| panic!("{e}"))
+    let mut cfg =
+        Config::parse(CONFIG, Path::new("."), "graph.toml").unwrap_or_else(|e| panic!("{e}"));
+    let r = |p: &str, kind, dev: Option<u16>, via: Option<&str>| {
+        Route6::new(
+            p.parse().expect("prefix"),
+            kind,
+            dev,
+            via.map(|a| a.parse().expect("address")),
+        )
+    };
+    cfg.routes6 = vec![
+        r(
+            "2001:db8:300::/48",
+            RouteKind::Unicast,
+            Some(1),
+            Some("2001:db8:200::fe"),
+        ),
+        r(
+            "2001:db8:301::/48",
+            RouteKind::Unicast,
+            Some(1),
+            Some("2001:db8:200::fd"),
+        ),
+        r("2001:db8:666::/48", RouteKind::Blackhole, None, None),
+        r("2001:db8:667::/48", RouteKind::Prohibit, None, None),
+        r("2001:db8:668::/48", RouteKind::Unreachable, None, None),
+        r(
+            "::/0",
+            RouteKind::Unicast,
+            Some(0),
+            Some("2001:db8:100::fe"),
+        ),
+    ];
+    cfg.neighbours6 = vec![netbatch_runtime::setup::StaticNeighbour6 {
+        iface: 1,
+        ip: "2001:db8:200::fe".parse().expect("address"),
+        mac: MacAddr([2, 0, 0, 0, 2, 0xfe]),
+    }];
+    cfg
 }
 
 /// The route tables of [`CONFIG`] (as configured, and without the default route), built
@@ -256,6 +298,32 @@ const ADDRS: [[u8; 4]; 24] = [
     [192, 0, 2, 9],
     [240, 0, 0, 1],
     [198, 51, 100, 0],
+];
+
+/// IPv6 addresses a template picks from: ours (global, link-local from the MACs), the
+/// peer's, destinations of every route kind, multicast groups we join and others, and
+/// special ones.
+const ADDRS6: [&str; 20] = [
+    "2001:db8:100::1",
+    "2001:db8:200::1",
+    "fe80::ff:fe00:1",
+    "fe80::ff:fe00:101",
+    "2001:db8:100::7",
+    "fe80::ff:fe00:2",
+    "2001:db8:300::5",
+    "2001:db8:301::5",
+    "2001:db8:666::1",
+    "2001:db8:667::1",
+    "2001:db8:668::1",
+    "2001:db8:999::1",
+    "ff02::1",
+    "ff02::2",
+    "ff02::1:ff00:1",
+    "ff02::5",
+    "::",
+    "::1",
+    "fe80::1234",
+    "ff05::2",
 ];
 
 /// Ports a template picks from: the sink's, the echo's, the filtered range, others.
@@ -585,9 +653,157 @@ fn ethernet(i: &mut Input<'_>, port: usize, ethertype: u16, l3: &[u8]) -> Vec<u8
     f
 }
 
+/// The fields of an IPv6 header a template writes, and the extension headers before
+/// its upper layer.
+#[derive(Debug, Clone)]
+struct Ip6 {
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    hop_limit: u8,
+    tc_flow: u32,
+    /// Extension headers (each a next header value and its bytes after the first two).
+    ext: Vec<(u8, Vec<u8>)>,
+    /// Added to the payload length field (0: the right length).
+    len_delta: i8,
+}
+
+impl Ip6 {
+    /// An address from the table, or (index 20 and up) sixteen bytes of the input.
+    fn addr(i: &mut Input<'_>) -> Ipv6Addr {
+        let k = usize::from(i.u8() % 24);
+        match ADDRS6.get(k) {
+            Some(a) => a.parse().expect("address"),
+            None => Ipv6Addr::from(i.array::<16>()),
+        }
+    }
+
+    fn read(i: &mut Input<'_>) -> Self {
+        let (src, dst) = (Self::addr(i), Self::addr(i));
+        let f = i.u8();
+        let mut ip = Self {
+            src,
+            dst,
+            hop_limit: 64,
+            tc_flow: 0,
+            ext: Vec::new(),
+            len_delta: 0,
+        };
+        if f & 0x01 != 0 {
+            ip.hop_limit = [0, 1, 2, 255][usize::from(i.u8() % 4)];
+        }
+        if f & 0x02 != 0 {
+            ip.tc_flow = i.u32() & 0x0fff_ffff;
+        }
+        if f & 0x04 != 0 {
+            ip.len_delta = i.u8() as i8;
+        }
+        if f & 0x08 != 0 {
+            for _ in 0..1 + i.u8() % 4 {
+                let (nh, body) = match i.u8() % 6 {
+                    // Hop-by-hop or destination options: padding, Router Alert, an
+                    // unknown option of each action, or input bytes.
+                    k @ (0 | 1) => {
+                        let opt: Vec<u8> = match i.u8() % 5 {
+                            0 => vec![1, 4, 0, 0, 0, 0],
+                            1 => vec![5, 2, 0, 0, 1, 0],
+                            2 => vec![0x1e | (i.u8() & 0xc0), 2, 0, 0, 1, 0],
+                            3 => vec![0xc2, 4, 0, 1, 0, 0],
+                            _ => i.bytes(6).to_vec(),
+                        };
+                        (if k == 0 { 0 } else { 60 }, opt)
+                    }
+                    // Routing: type 0 or 2, segments left from the input.
+                    2 => {
+                        let mut b = vec![i.u8() % 4, i.u8() % 3, 0, 0, 0, 0];
+                        b.extend_from_slice(&Self::addr(i).octets());
+                        (43, b)
+                    }
+                    // Fragment: atomic, first, or later.
+                    3 => {
+                        let off = match i.u8() % 3 {
+                            0 => 0u16,
+                            1 => 1,
+                            _ => i.u16() & 0xfff9,
+                        };
+                        let mut b = off.to_be_bytes().to_vec();
+                        b.extend_from_slice(&i.u32().to_be_bytes());
+                        (44, b)
+                    }
+                    // A header the walk refuses, or No Next Header.
+                    4 => ([135, 253, 59][usize::from(i.u8() % 3)], vec![0; 6]),
+                    _ => (60, i.bytes(6).to_vec()),
+                };
+                ip.ext.push((nh, body));
+            }
+        }
+        ip
+    }
+
+    /// The packet: the fixed header, the extension headers (each padded to whole 8-byte
+    /// units unless a fragment header), then `l4` of protocol `proto`.
+    fn packet(&self, proto: u8, l4: &[u8]) -> Vec<u8> {
+        let mut chain = Vec::new();
+        for (k, (nh, body)) in self.ext.iter().enumerate() {
+            let next = self.ext.get(k + 1).map_or(proto, |(n, _)| *n);
+            let start = chain.len();
+            chain.push(next);
+            if *nh == 44 {
+                chain.push(0);
+                chain.extend_from_slice(&body[..body.len().min(6)]);
+                chain.resize(start + 8, 0);
+            } else {
+                let units = (2 + body.len()).div_ceil(8);
+                chain.push((units - 1) as u8);
+                chain.extend_from_slice(body);
+                chain.resize(start + units * 8, 0);
+            }
+        }
+        let first = self.ext.first().map_or(proto, |(n, _)| *n);
+        let plen = (chain.len() + l4.len()) as u16;
+        let mut v = Vec::with_capacity(40 + plen as usize);
+        v.extend_from_slice(&((6u32 << 28) | self.tc_flow).to_be_bytes());
+        v.extend_from_slice(
+            &plen
+                .wrapping_add_signed(i16::from(self.len_delta))
+                .to_be_bytes(),
+        );
+        v.extend_from_slice(&[first, self.hop_limit]);
+        v.extend_from_slice(&self.src.octets());
+        v.extend_from_slice(&self.dst.octets());
+        v.extend(chain);
+        v.extend_from_slice(l4);
+        v
+    }
+}
+
+/// An upper-layer message over IPv6 with its checksum filled (over `src`, `dst`), unless
+/// `bad` (then one bit off), at `at` in `msg`.
+fn sum6(
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    proto: u8,
+    mut msg: Vec<u8>,
+    at: usize,
+    bad: bool,
+) -> Vec<u8> {
+    if msg.len() >= at + 2 {
+        msg[at..at + 2].fill(0);
+        let acc = checksum::pseudo_header_v6(src, dst, proto, msg.len() as u32);
+        let mut c = checksum::finish(checksum::sum(&msg, acc));
+        if proto == 17 && c == 0 {
+            c = 0xffff;
+        }
+        if bad {
+            c ^= 1;
+        }
+        msg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    }
+    msg
+}
+
 /// Reads the frames of one record (several for trains and repeats) into `out`.
 fn record(i: &mut Input<'_>, port: usize, kind: u8, out: &mut Vec<Vec<u8>>) {
-    match kind % 14 {
+    match kind % 18 {
         // Raw bytes.
         0 => {
             let n = usize::from(i.u8());
@@ -760,6 +976,92 @@ fn record(i: &mut Input<'_>, port: usize, kind: u8, out: &mut Vec<Vec<u8>>) {
             l3.extend(payload(i));
             out.push(ethernet(i, port, et, &l3));
         }
+        // UDP, TCP or ICMPv6 echo over IPv6, extension headers maybe.
+        14 => {
+            let ip = Ip6::read(i);
+            let bad = i.bool();
+            let (proto, l4) = match i.u8() % 3 {
+                0 => {
+                    let mut u = vec![0; 8];
+                    u[..2].copy_from_slice(&l4_port(i).to_be_bytes());
+                    u[2..4].copy_from_slice(&l4_port(i).to_be_bytes());
+                    u.extend(payload(i));
+                    let n = u.len() as u16;
+                    u[4..6].copy_from_slice(&n.to_be_bytes());
+                    (17, sum6(ip.src, ip.dst, 17, u, 6, bad))
+                }
+                1 => {
+                    let t = Tcp::read(i);
+                    let mut b = vec![0; 20];
+                    b[..2].copy_from_slice(&t.sport.to_be_bytes());
+                    b[2..4].copy_from_slice(&t.dport.to_be_bytes());
+                    b[4..8].copy_from_slice(&t.seq.to_be_bytes());
+                    b[12] = 5 << 4;
+                    b[13] = t.flags.0 as u8;
+                    b[14..16].copy_from_slice(&[0xff, 0xff]);
+                    b.extend(payload(i));
+                    (6, sum6(ip.src, ip.dst, 6, b, 16, bad))
+                }
+                _ => {
+                    let mut m = vec![128, 0, 0, 0];
+                    m.extend_from_slice(&i.u32().to_be_bytes());
+                    m.extend(payload(i));
+                    (58, sum6(ip.src, ip.dst, 58, m, 2, bad))
+                }
+            };
+            out.push(ethernet(i, port, 0x86dd, &ip.packet(proto, &l4)));
+        }
+        // Neighbour discovery: a solicitation or advertisement, hop limit 255 mostly,
+        // with or without its link-layer address option.
+        15 => {
+            let mut ip = Ip6::read(i);
+            ip.ext.clear();
+            if i.u8() & 3 != 0 {
+                ip.hop_limit = 255;
+            }
+            let advert = i.bool();
+            let mut m = vec![if advert { 136 } else { 135 }, i.u8() % 2, 0, 0];
+            m.extend_from_slice(&[i.u8() & 0xe0, 0, 0, 0]);
+            m.extend_from_slice(&Ip6::addr(i).octets());
+            if i.bool() {
+                m.extend_from_slice(&[if advert { 2 } else { 1 }, 1]);
+                m.extend_from_slice(&(if i.bool() { PEER } else { MacAddr(i.array()) }).0);
+            }
+            let bad = i.u8() & 7 == 0;
+            let m = sum6(ip.src, ip.dst, 58, m, 2, bad);
+            out.push(ethernet(i, port, 0x86dd, &ip.packet(58, &m)));
+        }
+        // Any ICMPv6 type and code, an error quoting a packet mostly.
+        16 => {
+            let ip = Ip6::read(i);
+            let (t, c) = (i.u8(), i.u8() % 8);
+            let mut m = vec![t, c, 0, 0];
+            m.extend_from_slice(&i.u32().to_be_bytes());
+            let inner = Ip6::read(i);
+            m.extend(inner.packet(17, &[0x13, 0x89, 0, 53, 0, 8, 0, 0]));
+            let m = sum6(ip.src, ip.dst, 58, m, 2, false);
+            out.push(ethernet(i, port, 0x86dd, &ip.packet(58, &m)));
+        }
+        // A train of one IPv6 flow: consecutive UDP datagrams of one length.
+        17 => {
+            let n = 1 + usize::from(i.u8() % 16);
+            let mut ip = Ip6::read(i);
+            ip.ext.clear();
+            let (sp, dp) = (l4_port(i), l4_port(i));
+            let data = payload(i);
+            let link = i.u8();
+            for _ in 0..n {
+                let mut u = vec![0; 8];
+                u[..2].copy_from_slice(&sp.to_be_bytes());
+                u[2..4].copy_from_slice(&dp.to_be_bytes());
+                u.extend_from_slice(&data);
+                let len = u.len() as u16;
+                u[4..6].copy_from_slice(&len.to_be_bytes());
+                let u = sum6(ip.src, ip.dst, 17, u, 6, false);
+                let mut e = Input::new(std::slice::from_ref(&link));
+                out.push(ethernet(&mut e, port, 0x86dd, &ip.packet(17, &u)));
+            }
+        }
         // The previous frame again, a few times.
         _ => {
             let Some(f) = out.last().cloned() else {
@@ -828,6 +1130,9 @@ fn bursts(i: &mut Input<'_>) -> Vec<Burst> {
 /// TCP, UDP or ICMP message whose checksum does not verify.
 fn l4_valid(f: &[u8]) -> bool {
     let r = dissect::parse(f);
+    if r.l3_type == L3::Ipv6 {
+        return l4_valid6(f, &r);
+    }
     if r.l3_type != L3::Ipv4 || r.l4 == 0 {
         return true;
     }
@@ -853,6 +1158,44 @@ fn l4_valid(f: &[u8]) -> bool {
         }),
         6 => pl.len() >= 20 && TcpPacket::new_unchecked(pl).verify_checksum(src, dst),
         1 => pl.len() >= 8 && Icmpv4Packet::new_unchecked(pl).verify_checksum(),
+        _ => true,
+    }
+}
+
+/// [`l4_valid`] for an IPv6 packet: a fragment cannot tell, a packet whose upper layer the
+/// dissector did not locate or whose payload length runs past the frame cannot leave as
+/// anything but itself; UDP (a zero checksum being invalid over IPv6), TCP and ICMPv6
+/// must verify over the pseudo-header.
+fn l4_valid6(f: &[u8], r: &dissect::Dissected) -> bool {
+    let l3 = usize::from(r.l3);
+    let Some(h) = f.get(l3..l3 + 40) else {
+        return true;
+    };
+    let end = l3 + 40 + usize::from(u16::from_be_bytes([h[4], h[5]]));
+    if r.l4 == 0 || end > f.len() || h[0] >> 4 != 6 {
+        return true;
+    }
+    if r.flags & netbatch_stack::meta::flag::FRAG6 != 0 {
+        return false;
+    }
+    let (Some(msg), src, dst) = (
+        f.get(usize::from(r.l4)..end),
+        Ipv6Addr::from(<[u8; 16]>::try_from(&h[8..24]).unwrap_or_default()),
+        Ipv6Addr::from(<[u8; 16]>::try_from(&h[24..40]).unwrap_or_default()),
+    ) else {
+        return true;
+    };
+    let ok = |at: usize| {
+        msg.len() >= at + 2
+            && checksum::fold(checksum::sum(
+                msg,
+                checksum::pseudo_header_v6(src, dst, r.l4_type, msg.len() as u32),
+            )) == 0xffff
+    };
+    match r.l4_type {
+        17 => msg.len() >= 8 && msg[6..8] != [0, 0] && ok(6),
+        6 => ok(16),
+        58 => ok(2),
         _ => true,
     }
 }
@@ -892,6 +1235,15 @@ fn final_destination(options: &[u8], dst: Ipv4Addr) -> Ipv4Addr {
 /// valid L4 checksum unless it is a fragment.
 fn made_right(f: &[u8], sums_valid: bool) -> Result<(), &'static str> {
     let r = dissect::parse(f);
+    if r.l3_type == L3::Ipv6 && r.l4 != 0 {
+        if f.get(usize::from(r.l3) + 7) == Some(&0) {
+            return Err("hop limit 0");
+        }
+        if sums_valid && r.flags & netbatch_stack::meta::flag::FRAG6 == 0 && !l4_valid(f) {
+            return Err("L4 checksum (IPv6)");
+        }
+        return Ok(());
+    }
     if r.l3_type != L3::Ipv4 || r.l4 == 0 {
         return Ok(());
     }
@@ -1118,5 +1470,13 @@ mod tests {
         assert_eq!(run(&hole).drops, [("route_blackhole", 1)]);
         let filtered = [0, 0, 0, 0x01, 4, 0, 0, 0, 3, 0, 5, 0x41, 0];
         assert_eq!(run(&filtered).drops, [("filter_prerouting", 1)]);
+        // IPv6 (kind 14): UDP from 2001:db8:100::7 (address 4) to 2001:db8:300::5 (6), no
+        // flags, checksum right, ports 5001 → 5001, 5 bytes: forwarded out of eth1 to its
+        // static neighbour; to 2001:db8:666::1 (8), a blackhole.
+        let six = [0, 0, 0, 0x0e, 4, 6, 0, 0, 0, 0, 0, 5, 0x41, 0];
+        let a = run(&six).acct;
+        assert_eq!((a.rx, a.tx, a.dropped), (1, 1, 0), "{a:?}");
+        let hole6 = [0, 0, 0, 0x0e, 4, 8, 0, 0, 0, 0, 0, 5, 0x41, 0];
+        assert_eq!(run(&hole6).drops, [("route_blackhole", 1)]);
     }
 }

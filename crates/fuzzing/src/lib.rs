@@ -30,6 +30,7 @@ pub mod dissect;
 pub mod graph;
 mod input;
 pub mod wire;
+pub mod wire6;
 
 pub use config::config;
 pub use dissect::dissect;
@@ -38,6 +39,7 @@ pub use wire::{
     wire_arp, wire_checksum, wire_ethernet, wire_icmpv4, wire_ipv4, wire_tcp, wire_toeplitz,
     wire_udp, wire_vlan,
 };
+pub use wire6::{wire_icmpv6, wire_ipv6};
 
 /// A fuzz target's check.
 pub type Check = fn(&[u8]);
@@ -49,6 +51,8 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("wire_arp", wire_arp),
     ("wire_ipv4", wire_ipv4),
     ("wire_icmpv4", wire_icmpv4),
+    ("wire_ipv6", wire_ipv6),
+    ("wire_icmpv6", wire_icmpv6),
     ("wire_udp", wire_udp),
     ("wire_tcp", wire_tcp),
     ("wire_checksum", wire_checksum),

@@ -61,6 +61,8 @@ replay!(
     wire_arp,
     wire_ipv4,
     wire_icmpv4,
+    wire_ipv6,
+    wire_icmpv6,
     wire_udp,
     wire_tcp,
     wire_checksum,

@@ -120,21 +120,31 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         );
     }
     for i in &host.ifaces {
-        let addrs: Vec<String> = i.addrs.iter().map(ToString::to_string).collect();
+        let addrs: Vec<String> = i
+            .addrs
+            .iter()
+            .map(ToString::to_string)
+            .chain(i.addrs6.iter().map(ToString::to_string))
+            .collect();
         let _ = writeln!(
             o,
-            "  interface {}: {}",
+            "  interface {}: {}; IPv6 link-local {}",
             i.name,
             if addrs.is_empty() {
                 "no address".into()
             } else {
                 addrs.join(", ")
-            }
+            },
+            i.ll6
         );
     }
     let mut kinds = [0usize; 6];
     for r in host.routes.iter() {
         kinds[r.kind as usize] += 1;
+    }
+    let mut kinds6 = [0usize; 6];
+    for r in host.routes6.iter() {
+        kinds6[r.kind as usize] += 1;
     }
     let _ = writeln!(
         o,
@@ -147,6 +157,17 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         kinds[RouteKind::Unreachable as usize],
         kinds[RouteKind::Prohibit as usize],
         host.routes.fib_bytes() >> 20
+    );
+    let _ = writeln!(
+        o,
+        "  IPv6 routes: {} ({} unicast, {} local, {} blackhole, {} unreachable, {} prohibit); FIB {} KiB",
+        host.routes6.len(),
+        kinds6[RouteKind::Unicast as usize],
+        kinds6[RouteKind::Local as usize],
+        kinds6[RouteKind::Blackhole as usize],
+        kinds6[RouteKind::Unreachable as usize],
+        kinds6[RouteKind::Prohibit as usize],
+        host.routes6.fib_bytes() >> 10
     );
     for (hook, chain) in &cfg.graph.chains {
         let _ = writeln!(
@@ -169,8 +190,9 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     }
     let _ = writeln!(
         o,
-        "  static neighbours: {}, apps: {}",
+        "  static neighbours: {} IPv4, {} IPv6; apps: {}",
         cfg.neighbours.len(),
+        cfg.neighbours6.len(),
         cfg.apps.len()
     );
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), o.as_bytes());

@@ -45,10 +45,11 @@ enum Cmd {
     Show(ctl::Words),
     /// Clear a running datapath's counters (`clear counters`; `show` counts from then).
     Clear(ctl::Words),
-    /// Change a running datapath's routes: `route add|replace|del` and an `ip route` line.
+    /// Change a running datapath's routes: `route add|replace|del` and an `ip route` line
+    /// (or an `ip -6 route` one: `route add 2001:db8::/32 via fe80::1 dev eth1`).
     Route(ctl::Words),
     /// Change a running datapath's neighbours: `neigh add|replace ADDR lladdr MAC dev IF`,
-    /// `neigh del ADDR dev IF`.
+    /// `neigh del ADDR dev IF` (ADDR IPv4 or IPv6).
     Neigh(ctl::Words),
     /// Change a running datapath's filter rules: `rule add HOOK [index N] KEY VALUE...`
     /// (the keys of `[[filter.HOOK.rule]]`), `rule del HOOK N`.
@@ -83,7 +84,25 @@ fn init_logs(verbose: u8, quiet: bool) {
         .try_init();
 }
 
+/// Whether this processor runs the code the build made: `.cargo/config.toml` lets the
+/// compiler use POPCNT on x86-64, and a processor without it would stop at the first
+/// use with an illegal instruction instead of a message.
+fn cpu_supported() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_feature = "popcnt"))]
+    if !std::arch::is_x86_feature_detected!("popcnt") {
+        eprintln!(
+            "netbatch: this build needs a processor with the POPCNT instruction (x86-64 \
+             since 2008); rebuild without `target-feature=+popcnt` in .cargo/config.toml"
+        );
+        return false;
+    }
+    true
+}
+
 fn main() -> std::process::ExitCode {
+    if !cpu_supported() {
+        return std::process::ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     init_logs(cli.verbose, cli.quiet);
     let r = match cli.cmd {

@@ -85,6 +85,26 @@ fn shipped_examples_validate() {
     assert!(text.contains("ok"));
     assert!(text.contains("interface eth1: 198.51.100.1/24"), "{text}");
     assert!(text.contains("filter forward: 2 rule(s)"), "{text}");
+    // Dual-stack: eth0's IPv6 address and its link-local address from its MAC
+    // 02:00:5e:00:53:01 (RFC 4291 appendix A: the U/L bit flipped, ff:fe in the middle:
+    // interface identifier 0000:5eff:fe00:5301).
+    assert!(
+        text.contains(
+            "interface eth0: 192.0.2.1/24, 2001:db8:0:1::1/64; IPv6 link-local fe80::5eff:fe00:5301"
+        ),
+        "{text}"
+    );
+    // The IPv6 default, the unreachable route, two on-link prefixes and two locals.
+    assert!(
+        text.contains(
+            "IPv6 routes: 6 (3 unicast, 2 local, 0 blackhole, 1 unreachable, 0 prohibit)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("static neighbours: 1 IPv4, 1 IPv6; apps: 2"),
+        "{text}"
+    );
 
     let out = netbatch()
         .arg("check-config")
@@ -134,6 +154,9 @@ fn bad_config_is_refused_with_each_key_and_reason() {
         "route[0].prefix: '10.0.0.1/8'",
         "filter.forward.rule[0].action: unknown verdict 'deny'",
         "filter.forward.rule[0]: port matches need proto",
+        "route[3].via: gateway fe80::1 is link-local",
+        "route[4].via: '198.51.100.254' is an IPv4 address: the gateway of an IPv6 route",
+        "neighbour.static[1].ip: 2001:db8:99::9 is off-link for eth1",
     ] {
         assert!(err.contains(want), "missing «{want}» in:\n{err}");
     }
@@ -486,6 +509,113 @@ fn gro_bench_reports_each_mode_with_its_frame_rate() {
     }
     assert_eq!(seen, want);
     assert!(doc["failures"].as_array().unwrap().is_empty());
+}
+
+/// The IPv6 scenarios: `ip6-forward` once per `--fib6` size, `udp6-local-1b` and
+/// `udp6-forward-1460` (each GRO mode) in both modes, every frame through `ip6-input`
+/// (and for forwarding through `ip6-forward` and `ip6-neighbour`), none through IPv4's
+/// stages; the datagrams reach the sink; the ratio lines the targets name are printed.
+#[test]
+fn ipv6_benches_report_every_variant_through_the_ipv6_stages() {
+    let doc = bench_json(
+        "ip6",
+        &[
+            "--scenario",
+            "ip6-forward,udp6-local-1b,udp6-forward-1460",
+            "--fib6",
+            "1000,5000",
+            "--dispatch",
+            "buckets",
+            "--gro",
+            "off,standard,fraglist",
+            "--packets",
+            "20000",
+            "--repeat",
+            "1",
+        ],
+    );
+    assert_eq!(doc["fib6"], serde_json::json!([1000, 5000]));
+    let mut seen = Vec::new();
+    for r in doc["results"].as_array().unwrap() {
+        let scenario = r["scenario"].as_str().unwrap().to_string();
+        let packets = r["packets"].as_u64().unwrap();
+        assert!((20000..20000 + 64).contains(&packets), "{r}");
+        for k in ["mpps", "ns_per_packet", "cycles_per_packet"] {
+            assert!(r[k].as_f64().is_some_and(|v| v > 0.0), "{k} in {r}");
+        }
+        let stages = r["stages"].as_array().unwrap();
+        let stage = |name: &str| stages.iter().find(|s| s["name"] == name);
+        let through = |name: &str| {
+            stage(name).unwrap_or_else(|| panic!("no {name} stage in {r}"))["packets"]
+                .as_u64()
+                .unwrap()
+        };
+        if r["gro"] == "off" {
+            assert_eq!(through("ip6-input"), packets, "{r}");
+        } else {
+            // GRO merges the IPv6 stream: the stages after it see super-packets, and
+            // every wire frame received leaves as a wire frame again.
+            assert_eq!(through("gro"), packets, "{r}");
+            let merged = stage("gro").unwrap()["events"]["merged"].as_u64().unwrap();
+            assert!(merged > packets / 2, "GRO merges IPv6: {r}");
+            assert!(through("ip6-input") < packets / 2, "{r}");
+            assert_eq!(through("tx-gen1"), packets, "{r}");
+        }
+        assert!(
+            stage("ip4-input").is_none_or(|s| s["packets"] == 0),
+            "no IPv4: {r}"
+        );
+        match scenario.as_str() {
+            "ip6-forward" => {
+                assert_eq!(through("ip6-route"), packets, "{r}");
+                assert_eq!(through("ip6-forward"), packets, "{r}");
+                assert_eq!(through("ip6-neighbour"), packets, "{r}");
+                let n = r["extra"]["routes6"].as_u64().unwrap();
+                assert_eq!(r["fib_routes"].as_u64(), Some(n), "{r}");
+            }
+            "udp6-local-1b" => {
+                // Over the warm-up, the run and the profiling pass (the bench verified
+                // that every datagram received was delivered).
+                let got = r["extra"]["sink_datagrams"].as_u64().unwrap();
+                assert!(got >= packets, "{r}");
+            }
+            _ => assert_eq!(through("ip6-neighbour"), through("ip6-input"), "{r}"),
+        }
+        seen.push((
+            scenario,
+            r["mode"].as_str().unwrap().to_string(),
+            r["gro"].as_str().unwrap().to_string(),
+            r["fib_routes"].as_u64(),
+        ));
+    }
+    seen.sort();
+    let mut want = Vec::new();
+    for m in ["list", "packet"] {
+        for n in [1000, 5000] {
+            want.push((
+                "ip6-forward".to_string(),
+                m.to_string(),
+                "off".to_string(),
+                Some(n),
+            ));
+        }
+        for g in ["fraglist", "off", "standard"] {
+            want.push((
+                "udp6-forward-1460".to_string(),
+                m.to_string(),
+                g.to_string(),
+                None,
+            ));
+        }
+        want.push((
+            "udp6-local-1b".to_string(),
+            m.to_string(),
+            "off".to_string(),
+            None,
+        ));
+    }
+    want.sort();
+    assert_eq!(seen, want);
 }
 
 /// Without privileges, `run` says which capability is missing, naming the port. Needs

@@ -157,6 +157,114 @@ queue = 16
     );
 }
 
+/// IPv6 mistakes are explained at their key with the reason, inline and in a route file:
+/// host bits in a prefix, a length above 128, a gateway off-link, a link-local gateway
+/// without dev, a multicast gateway, a gateway of the other family (both ways), a prefix
+/// routed twice, a neighbour off-link for its interface, an IPv6 address on two ports,
+/// an app bound to an IPv6 address that is not ours.
+#[test]
+fn ipv6_mistakes_are_explained_at_their_key() {
+    let dir = Dir::new("ipv6");
+    dir.file(
+        "routes6.txt",
+        "# IPv6 and IPv4 lines\n192.0.2.128/25 dev eth0\n2001:db8:7::/48 via 2001:db8:a::fe\n\
+         2001:db8:8::/48 via fe80::1\n",
+    );
+    let cfg = dir.file(
+        "mistakes6.toml",
+        r#"route_files = ["routes6.txt"]
+[[port]]
+name = "eth0"
+mac = "02:00:00:00:00:01"
+addresses = ["192.0.2.1/24", "2001:db8:a::1/64"]
+
+[[port]]
+name = "eth1"
+mac = "02:00:00:00:00:02"
+addresses = ["198.51.100.1/24", "2001:db8:a::1/64"]
+
+[[route]]
+prefix = "2001:db8::1/32"
+dev = "eth0"
+[[route]]
+prefix = "2001:db8:1::/130"
+dev = "eth0"
+[[route]]
+prefix = "2001:db8:2::/48"
+via = "2001:db8:99::1"
+[[route]]
+prefix = "2001:db8:3::/48"
+via = "fe80::1"
+[[route]]
+prefix = "2001:db8:4::/48"
+via = "ff02::1:2"
+dev = "eth0"
+[[route]]
+prefix = "2001:db8:5::/48"
+via = "192.0.2.254"
+[[route]]
+prefix = "10.5.0.0/16"
+via = "2001:db8:a::fe"
+[[route]]
+prefix = "2001:db8:7::/48"
+kind = "blackhole"
+
+[[neighbour.static]]
+ip = "2001:db8:b::9"
+mac = "02:00:00:00:00:99"
+dev = "eth0"
+
+[[app]]
+kind = "udp-sink"
+bind = "[2001:db8:a::2]:5001"
+"#,
+    );
+    assert_refused(
+        &check_config(&["--offline"], &cfg),
+        &[
+            (
+                "port[1].addresses[1]",
+                "2001:db8:a::1 is configured twice: it is also port[0].addresses[1] (eth0)",
+            ),
+            (
+                "route[0].prefix",
+                "'2001:db8::1/32' has host bits set beyond its length",
+            ),
+            ("route[1].prefix", "prefix length 130 is above 128"),
+            (
+                "route[2].via",
+                "gateway 2001:db8:99::1 is not on-link (on no interface's IPv6 prefix); add dev",
+            ),
+            ("route[3].via", "gateway fe80::1 is link-local"),
+            ("route[4].via", "gateway ff02::1:2 is a multicast group"),
+            (
+                "route[5].via",
+                "'192.0.2.254' is an IPv4 address: the gateway of an IPv6 route",
+            ),
+            (
+                "route[6].via",
+                "'2001:db8:a::fe' is an IPv6 address: the gateway of an IPv4 route",
+            ),
+            (
+                "route_files[0]",
+                "2001:db8:7::/48 is routed twice: route[7] and routes6.txt line 3",
+            ),
+            (
+                "route_files[0]",
+                "routes6.txt: line 4: gateway fe80::1 is link-local",
+            ),
+            (
+                "neighbour.static[0].ip",
+                "2001:db8:b::9 is off-link for eth0",
+            ),
+            (
+                "app[0].bind",
+                "2001:db8:a::2 is not an IPv6 address of any interface",
+            ),
+        ],
+    );
+}
+
 /// The shipped mistakes show the new rules too.
 #[test]
 fn the_bad_example_shows_mistakes_a_file_can_only_make_by_accident() {
@@ -184,6 +292,12 @@ fn the_bad_example_shows_mistakes_a_file_can_only_make_by_accident() {
             (
                 "app[0].bind",
                 "192.0.2.99 is not an address of any interface",
+            ),
+            ("route[3].via", "gateway fe80::1 is link-local"),
+            ("route[4].via", "'198.51.100.254' is an IPv4 address"),
+            (
+                "neighbour.static[1].ip",
+                "2001:db8:99::9 is off-link for eth1",
             ),
         ],
     );

@@ -285,6 +285,29 @@ bind = "192.0.2.1:7"
         status
     }
 
+    /// Starts the Python program `script` (written to the test's directory as `name.py`;
+    /// `{ready}` in it names the file it creates once it listens) in namespace `n`, with
+    /// its standard output piped, and waits (5 s at most) until it is ready.
+    fn python_server(&self, n: &str, name: &str, script: &str) -> Child {
+        let ready = self.dir.join(format!("{name}.ready"));
+        let _ = std::fs::remove_file(&ready);
+        let path = self.dir.join(format!("{name}.py"));
+        let text = script.replace("{ready}", &ready.display().to_string());
+        std::fs::write(&path, text).expect("script");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns(n), "python3"])
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python starts");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ready.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    }
+
     fn log_text(&self) -> String {
         self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
     }
@@ -429,7 +452,9 @@ fn scenario(kind: &str, id: &str, workers: usize) {
             "ip addr add 203.0.113.1/24 dev nb{s}t && ip route add 192.0.2.0/24 via 203.0.113.2"
         ),
     );
-    let server = format!(
+    let srv = t.python_server(
+        "r",
+        "tcp-server",
         "import socket\n\
          l = socket.socket()\n\
          l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
@@ -450,19 +475,7 @@ fn scenario(kind: &str, id: &str, workers: usize) {
          \x20   n += len(d)\n\
          c.sendall(b'%d %d\\n' % (n, h) + bytes(i % 251 for i in range(400000)))\n\
          c.close()\n",
-        ready = t.dir.join("tcp-ready").display()
     );
-    std::fs::write(t.dir.join("tcp-server.py"), server).expect("script");
-    let srv = Command::new("ip")
-        .args(["netns", "exec", &t.ns("r"), "python3"])
-        .arg(t.dir.join("tcp-server.py"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcp server");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !t.dir.join("tcp-ready").exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let client = "import socket\n\
          s = socket.create_connection(('203.0.113.1', 5001), timeout=10)\n\
          data = bytes((i * 7) % 253 for i in range(600000))\n\
@@ -496,7 +509,9 @@ fn scenario(kind: &str, id: &str, workers: usize) {
     );
 
     // The firewall rule drops UDP to port 9999 and nothing else.
-    let listen = format!(
+    let server = t.python_server(
+        "h2",
+        "listen",
         "import socket, select, time\n\
          ss = []\n\
          for p in (9998, 9999):\n\
@@ -504,7 +519,7 @@ fn scenario(kind: &str, id: &str, workers: usize) {
          \x20   s.bind(('198.51.100.2', p))\n\
          \x20   ss.append(s)\n\
          open('{ready}', 'w').close()\n\
-         got = {{9998: 0, 9999: 0}}\n\
+         got = {9998: 0, 9999: 0}\n\
          end = time.time() + 3\n\
          while time.time() < end:\n\
          \x20   r, _, _ = select.select(ss, [], [], 0.1)\n\
@@ -512,19 +527,7 @@ fn scenario(kind: &str, id: &str, workers: usize) {
          \x20       s.recv(2048)\n\
          \x20       got[s.getsockname()[1]] += 1\n\
          print(got[9998], got[9999])\n",
-        ready = t.dir.join("ready").display()
     );
-    std::fs::write(t.dir.join("listen.py"), listen).expect("script");
-    let server = Command::new("ip")
-        .args(["netns", "exec", &t.ns("h2"), "python3"])
-        .arg(t.dir.join("listen.py"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("listener");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !t.dir.join("ready").exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     t.must(
         "h1",
         "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); [s.sendto(b'x', ('198.51.100.2', p)) for p in (9998, 9999) for i in range(5)]\"",
@@ -651,7 +654,9 @@ fn ipv6_through_netbatch(t: &Topo) {
         "{tr}"
     );
     // UDP over IPv6, h1 to a socket in h2: every datagram, intact.
-    let listen = format!(
+    let server = t.python_server(
+        "h2",
+        "listen6",
         "import socket, select, time\n\
          s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n\
          s.bind(('2001:db8:2::2', 9876))\n\
@@ -665,19 +670,7 @@ fn ipv6_through_netbatch(t: &Topo) {
          \x20       if a[0] == '2001:db8:1::2' and d.startswith(b'six '):\n\
          \x20           got.add(d)\n\
          print(len(got))\n",
-        ready = t.dir.join("ready6").display()
     );
-    std::fs::write(t.dir.join("listen6.py"), listen).expect("script");
-    let server = Command::new("ip")
-        .args(["netns", "exec", &t.ns("h2"), "python3"])
-        .arg(t.dir.join("listen6.py"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("listener");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !t.dir.join("ready6").exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     t.must(
         "h1",
         "python3 -c \"import socket; s=socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); [s.sendto(b'six %d' % i, ('2001:db8:2::2', 9876)) for i in range(20)]\"",
@@ -690,7 +683,9 @@ fn ipv6_through_netbatch(t: &Topo) {
     );
     // TCP over IPv6 between the hosts, 300 kB each way (the kernels send TSO super-frames
     // where the port carries them: GSO super-packets through netbatch).
-    let server = format!(
+    let srv = t.python_server(
+        "h2",
+        "tcp6-server",
         "import socket\n\
          l = socket.socket(socket.AF_INET6)\n\
          l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
@@ -708,19 +703,7 @@ fn ipv6_through_netbatch(t: &Topo) {
          \x20   got += d\n\
          c.sendall(got[::-1])\n\
          c.close()\n",
-        ready = t.dir.join("tcp6-ready").display()
     );
-    std::fs::write(t.dir.join("tcp6-server.py"), server).expect("script");
-    let srv = Command::new("ip")
-        .args(["netns", "exec", &t.ns("h2"), "python3"])
-        .arg(t.dir.join("tcp6-server.py"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcp6 server");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !t.dir.join("tcp6-ready").exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let client = "import socket\n\
          s = socket.create_connection(('2001:db8:2::2', 5006), timeout=10)\n\
          data = bytes((i * 11) % 251 for i in range(300000))\n\

@@ -216,20 +216,22 @@ pub fn frame_bytes(pool: &Pool, p: &netbatch_engine::Pkt) -> Vec<u8> {
 /// (`flag::L4_CSUM_PARTIAL`), as a device's checksum offload does on transmit; `frame`
 /// holds the packet's bytes from its first (`Meta::data`) on. Other frames are left alone.
 /// The TCP or UDP checksum field (holding the pseudo-header sum) becomes the checksum
-/// over the L4 bytes up to the IP total length (link-layer padding excluded; RFC 1071).
+/// over the L4 bytes up to the IP length (IPv4 total length, IPv6 40 + payload length;
+/// link-layer padding excluded; RFC 1071).
 pub(crate) fn complete_partial(m: &netbatch_engine::Meta, frame: &mut [u8]) {
     let Some((l4, field)) = netbatch_stack::offload::partial_checksum(m) else {
         return;
     };
     let l3 = usize::from(m.l3.wrapping_sub(m.data));
-    let Some(ip) = frame
-        .get(l3..)
-        .and_then(<[u8]>::first_chunk::<20>)
-        .map(netbatch_wire::ipv4::Ipv4Packet::new_unchecked)
-    else {
+    let Some(ip) = frame.get(l3..).and_then(<[u8]>::first_chunk::<20>) else {
         return;
     };
-    let end = (l3 + usize::from(ip.total_len())).min(frame.len());
+    let ip_len = if ip[0] >> 4 == 6 {
+        netbatch_wire::ipv6::HEADER_LEN + usize::from(u16::from_be_bytes([ip[4], ip[5]]))
+    } else {
+        usize::from(netbatch_wire::ipv4::Ipv4Packet::new_unchecked(ip).total_len())
+    };
+    let end = (l3 + ip_len).min(frame.len());
     if end < l4 + field + 2 {
         return;
     }

@@ -191,14 +191,20 @@ impl Port for MemPort {
     }
 }
 
-/// Whether `frame`, dissected as `r`, is Ethernet (VLAN tags allowed) / IPv4 / TCP or
+/// Whether `frame`, dissected as `r`, is Ethernet (VLAN tags allowed) / IPv4 or IPv6 / TCP or
 /// UDP with a valid L4 checksum: what a NIC with receive checksum offload reports.
 fn l4_checksum_ok(r: &netbatch_stack::dissect::Dissected, frame: &[u8]) -> bool {
     use netbatch_stack::dissect::{L3, L4};
     use netbatch_wire::checksum;
-    let (L3::Ipv4, Some(kind @ (L4::Tcp | L4::Udp))) = (r.l3_type, r.l4_kind()) else {
+    let Some(kind @ (L4::Tcp | L4::Udp)) = r.l4_kind() else {
         return false;
     };
+    if r.l3_type == L3::Ipv6 {
+        return l4_checksum6_ok(r, kind, frame);
+    }
+    if r.l3_type != L3::Ipv4 {
+        return false;
+    }
     let ip = &frame[usize::from(r.l3)..];
     let Ok(p) = netbatch_wire::ipv4::Ipv4Packet::new_checked(ip) else {
         return false;
@@ -217,6 +223,34 @@ fn l4_checksum_ok(r: &netbatch_stack::dissect::Dissected, frame: &[u8]) -> bool 
         l4,
         checksum::pseudo_header_v4(p.src(), p.dst(), r.l4_type, len),
     )) == 0xffff
+}
+
+/// [`l4_checksum_ok`] over IPv6 (RFC 8200 8.1 pseudo-header): a whole packet (not a
+/// fragment) within the frame, and a UDP checksum that is not zero (over IPv6 a zero one
+/// is no checksum to validate either).
+fn l4_checksum6_ok(
+    r: &netbatch_stack::dissect::Dissected,
+    kind: netbatch_stack::dissect::L4,
+    frame: &[u8],
+) -> bool {
+    use netbatch_wire::checksum;
+    let ip = &frame[usize::from(r.l3)..];
+    let Ok(p) = netbatch_wire::ipv6::Ipv6Packet::new_checked(ip) else {
+        return false;
+    };
+    let end = netbatch_wire::ipv6::HEADER_LEN + usize::from(p.payload_len());
+    let at = usize::from(r.l4 - r.l3);
+    if r.flags & netbatch_stack::meta::flag::FRAG6 != 0 || end > ip.len() || at > end {
+        return false;
+    }
+    let l4 = &ip[at..end];
+    if kind == netbatch_stack::dissect::L4::Udp
+        && netbatch_wire::udp::UdpPacket::new_checked(l4).is_ok_and(|u| u.checksum() == 0)
+    {
+        return false;
+    }
+    let pseudo = checksum::pseudo_header_v6(p.src(), p.dst(), r.l4_type, l4.len() as u32);
+    checksum::fold(checksum::sum(l4, pseudo)) == 0xffff
 }
 
 #[cfg(test)]

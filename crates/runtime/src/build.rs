@@ -7,6 +7,7 @@
 //! configured routes (the benchmark loads a large generated table once and shares it
 //! between its variants).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use netbatch_engine::Pool;
@@ -17,7 +18,7 @@ use netbatch_stack::{GraphOptions, Host, build as build_graph};
 use crate::apps::App;
 use crate::apps::echo::UdpEcho;
 use crate::apps::sink::UdpSink;
-use crate::config::{AppConfig, Config, PortConfig};
+use crate::config::{AppKind, Config, PortConfig};
 use crate::rps::Fabric;
 use crate::setup::{PortSetup, build_hosts, build_routes, build_routes6, interfaces};
 use crate::{PollParams, Worker};
@@ -254,20 +255,7 @@ pub(crate) fn apps_for(
 ) -> Result<Vec<Box<dyn App>>, BuildError> {
     let mut apps: Vec<Box<dyn App>> = Vec::new();
     for a in &cfg.apps {
-        let (w, addr, queue) = match *a {
-            AppConfig::UdpSink {
-                worker,
-                addr,
-                queue,
-                ..
-            }
-            | AppConfig::UdpEcho {
-                worker,
-                addr,
-                queue,
-                ..
-            } => (worker, addr, queue),
-        };
+        let (w, addr, queue) = a.binding();
         if fabric.is_some() && w != worker {
             continue;
         }
@@ -275,34 +263,28 @@ pub(crate) fn apps_for(
             sockets
                 .open(addr, port, queue)
                 .map(|(_, s)| s)
-                .map_err(|e| BuildError::Bind(format!("{addr}:{port}"), e))
+                .map_err(|e| BuildError::Bind(SocketAddr::new(addr, port).to_string(), e))
         };
-        match a {
-            AppConfig::UdpSink {
-                ports,
-                check,
-                gro,
-                latency,
-                ..
-            } => {
+        match a.kind() {
+            AppKind::Sink(ports, o) => {
                 let socks = ports
                     .iter()
                     .map(|&p| open(p))
                     .collect::<Result<Vec<_>, _>>()?;
                 for s in &socks {
-                    s.set_gro(*gro);
+                    s.set_gro(o.gro);
                 }
-                let mut sink = UdpSink::new(socks, 256, *check);
+                let mut sink = UdpSink::new(socks, 256, o.check);
                 let rfs = cfg.rps.as_ref().is_some_and(|r| r.rfs_log > 0);
                 if let Some(f) = fabric.filter(|_| rfs) {
                     sink = sink.with_rfs(f.clone(), worker);
                 }
-                if *latency {
+                if o.latency {
                     sink = sink.with_latency();
                 }
                 apps.push(Box::new(sink));
             }
-            AppConfig::UdpEcho { port, .. } => apps.push(Box::new(UdpEcho::new(open(*port)?, 256))),
+            AppKind::Echo(port) => apps.push(Box::new(UdpEcho::new(open(port)?, 256))),
         }
     }
     Ok(apps)

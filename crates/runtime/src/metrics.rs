@@ -22,7 +22,7 @@
 //! | `softnet_<field>_total`, `softnet_backlog_len` | counter, gauge | worker | `worker` |
 //! | `host_<event>_total` | counter | worker | `host` |
 //! | `app_<counter>_total` | counter | app, worker | `apps[].counters` |
-//! | `neighbours` | gauge | worker | `neighbours` |
+//! | `neighbours`, `neighbours6` | gauge | worker | `neighbours`, `neighbours6` (the ARP and NDP tables) |
 //! | `workers` | gauge | | number of per-worker documents |
 //! | [`TableGauge::name`] | gauge | | the caller's table sizes |
 //!
@@ -341,7 +341,7 @@ fn linux(out: &mut Families, l: &Map<String, Value>) {
             continue;
         }
         let Some(n) = v.as_u64() else { continue };
-        if matches!(key.as_str(), "routes" | "neighbours") || key.starts_with("last_") {
+        if matches!(key.as_str(), "routes" | "routes6" | "neighbours") || key.starts_with("last_") {
             out.add(
                 &format!("linux_{key}"),
                 &format!("Kernel table mirror: {} (a level).", k.replace('_', " ")),
@@ -427,14 +427,16 @@ fn worker(out: &mut Families, id: &str, w: &Map<String, Value>) {
     if let Some(h) = w.get("host").and_then(Value::as_object) {
         fields(out, "host", "The host stack's", h, &wl(), HOST_HELP);
     }
-    if let Some(n) = w.get("neighbours").and_then(Value::as_u64) {
-        out.add(
-            "neighbours",
-            "Entries in a worker's neighbour (ARP) table.",
-            Kind::Gauge,
-            wl(),
-            n,
-        );
+    for (key, help) in [
+        ("neighbours", "Entries in a worker's neighbour (ARP) table."),
+        (
+            "neighbours6",
+            "Entries in a worker's IPv6 neighbour (NDP) table.",
+        ),
+    ] {
+        if let Some(n) = w.get(key).and_then(Value::as_u64) {
+            out.add(key, help, Kind::Gauge, wl(), n);
+        }
     }
     // Two instances of one application in a worker: the later ones get `-2`, `-3`, ..
     let mut apps_seen: Vec<&str> = Vec::new();
@@ -864,6 +866,7 @@ mod tests {
                     ],
                     "host": {"arp_requests_out": 1, "icmp_errors_out": 2},
                     "neighbours": 5,
+                    "neighbours6": 3,
                     "apps": [{"name": "udp-sink", "counters": {"datagrams": 7}}],
                     "worker": {"rounds": 100, "processed": 12, "time_squeeze": 1}
                 },
@@ -871,7 +874,7 @@ mod tests {
                     "rx_packets": 2, "tx_packets": 2, "delivered_packets": 0,
                     "dropped_packets": 0, "held_packets": 0, "originated_packets": 0,
                     "drops": {}, "drop_reasons": [],
-                    "stages": [], "ports": [], "host": {}, "neighbours": 0,
+                    "stages": [], "ports": [], "host": {}, "neighbours": 0, "neighbours6": 0,
                     "apps": [
                         {"name": "udp-echo", "counters": {"echoed": 2}},
                         {"name": "udp-echo", "counters": {"echoed": 3}}
@@ -893,6 +896,7 @@ mod tests {
     fn encode_names_every_series_by_the_conventions() {
         let tables = [
             TableGauge::new("routes", "Routes in the routing table.", 4),
+            TableGauge::new("routes6", "IPv6 routes in the routing table.", 7),
             TableGauge::new("sockets", "Bound UDP sockets.", 2),
         ];
         let text = encode(&document(), &tables).unwrap();
@@ -1031,6 +1035,8 @@ mod tests {
             ("netbatch_host_icmp_errors_out_total", w0.to_vec(), 2.0),
             ("netbatch_neighbours", w0.to_vec(), 5.0),
             ("netbatch_neighbours", w1.to_vec(), 0.0),
+            ("netbatch_neighbours6", w0.to_vec(), 3.0),
+            ("netbatch_neighbours6", w1.to_vec(), 0.0),
             (
                 "netbatch_app_datagrams_total",
                 vec![("app", "udp-sink"), ("worker", "0")],
@@ -1060,6 +1066,7 @@ mod tests {
             ("netbatch_softnet_taken_over_total", w1.to_vec(), 7.0),
             ("netbatch_softnet_future_field_total", w1.to_vec(), 11.0),
             ("netbatch_routes", vec![], 4.0),
+            ("netbatch_routes6", vec![], 7.0),
             ("netbatch_sockets", vec![], 2.0),
         ];
         for (name, labels, value) in &expect {

@@ -273,6 +273,7 @@ pub fn stats(w: &Worker) -> Value {
         "ports": ports,
         "host": w.host.stats.named().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<Map<_, _>>(),
         "neighbours": w.host.neigh.len(),
+        "neighbours6": w.host.neigh6.len(),
         "apps": apps,
         "worker": softnet(w),
     })

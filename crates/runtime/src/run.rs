@@ -187,7 +187,10 @@ pub fn run(
     for w in &mut workers {
         w.graph.set_timing(opts.stage_timing);
     }
-    let routes = workers[0].host.routes.clone();
+    let (routes, routes6) = (
+        workers[0].host.routes.clone(),
+        workers[0].host.routes6.clone(),
+    );
     let dp = Datapath::start(workers, fabric, &cfg.run)?;
     let dp_stop = dp.stop_flag();
     let control = Arc::new(Control::new(
@@ -195,6 +198,7 @@ pub fn run(
         cfg.clone(),
         &opts.config_path,
         routes,
+        routes6,
     ));
     let served = match serve(cfg, opts, &control) {
         Ok(s) => s,

@@ -724,6 +724,39 @@ impl Worker {
         self.host.sync_neighbours(netbatch_engine::time::mono_ns());
         let mut dropped = Vec::new();
         let found = self.host.neigh.remove(iface, ip, &mut dropped);
+        self.drop_deleted(dropped);
+        found
+    }
+
+    /// Sets a static IPv6 neighbour (`neigh add|replace` of an IPv6 address): as
+    /// [`Self::set_neighbour`], the packets that waited for it released towards
+    /// `ip6-neighbour`.
+    pub fn set_neighbour6(
+        &mut self,
+        iface: u16,
+        ip: core::net::Ipv6Addr,
+        mac: netbatch_wire::ethernet::MacAddr,
+    ) -> bool {
+        let mut waiting = Vec::new();
+        let ok = self.host.neigh6.set_static(iface, ip, mac, &mut waiting);
+        for p in waiting {
+            self.host.injected.push(Entry::Neighbour6, p);
+        }
+        ok
+    }
+
+    /// Removes an IPv6 neighbour entry: as [`Self::remove_neighbour`].
+    pub fn remove_neighbour6(&mut self, iface: u16, ip: core::net::Ipv6Addr) -> bool {
+        self.host.sync_neighbours(netbatch_engine::time::mono_ns());
+        let mut dropped = Vec::new();
+        let found = self.host.neigh6.remove(iface, ip, &mut dropped);
+        self.drop_deleted(dropped);
+        found
+    }
+
+    /// Drops what waited for a deleted neighbour entry (`neigh_deleted`, counted on the
+    /// control pseudo-stage).
+    fn drop_deleted(&mut self, mut dropped: Vec<netbatch_engine::Pkt>) {
         let wire: u64 = dropped
             .iter()
             .map(|p| self.pool.get(p).meta.wire_packets())
@@ -733,7 +766,6 @@ impl Worker {
             self.outside[CONTROL].1.add(reason::NEIGH_DELETED, wire);
         }
         self.cache.free_all(&mut dropped);
-        found
     }
 
     /// Closes every UDP socket (shared by the workers: call it on one), counting what

@@ -21,8 +21,8 @@ use netbatch_runtime::config::Config;
 use netbatch_runtime::control::Control;
 use netbatch_runtime::datapath::Datapath;
 use netbatch_runtime::linux::{self, Mirror, Tuning};
-use netbatch_stack::prefix::Ipv4Prefix;
-use netbatch_stack::route::{Multipath, NextHop, Route, RouteKind};
+use netbatch_stack::prefix::{Ipv4Prefix, Ipv6Prefix};
+use netbatch_stack::route::{Multipath, Multipath6, NextHop, NextHop6, Route, Route6, RouteKind};
 
 /// Why the tests cannot run here, if they cannot.
 fn cannot_run() -> Option<&'static str> {
@@ -94,12 +94,12 @@ cache_size = 64
 [[port]]
 name = "r1"
 mac = "02:00:5e:00:53:01"
-addresses = ["192.0.2.1/24"]
+addresses = ["192.0.2.1/24", "2001:db8:a::1/64"]
 
 [[port]]
 name = "r2"
 mac = "02:00:5e:00:53:02"
-addresses = ["198.51.100.1/24"]
+addresses = ["198.51.100.1/24", "2001:db8:b::1/64"]
 "#;
 
 /// A datapath of threaded workers on in-memory ports, its control plane, and the
@@ -117,11 +117,16 @@ impl Running {
     }
 
     fn start_tuned(ns: &Netns, tuning: Tuning) -> Self {
+        Self::start_with(ns, tuning, "")
+    }
+
+    /// The datapath of [`FILE`] mirroring `ns`, with `linux` more keys of `[linux]`.
+    fn start_with(ns: &Netns, tuning: Tuning, linux: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("mirror.toml");
         std::fs::write(
             &path,
-            format!("{FILE}\n[linux]\nnamespace = \"{}\"\n", ns.0),
+            format!("{FILE}\n[linux]\nnamespace = \"{}\"\n{linux}", ns.0),
         )
         .expect("config");
         let cfg = Config::load_for_run(&path).expect("valid");
@@ -134,9 +139,18 @@ impl Running {
             Box::new(MemPort::new(&names[p], p as u16, room)) as Box<dyn Port>
         })
         .expect("built");
-        let routes = workers[0].host.routes.clone();
+        let (routes, routes6) = (
+            workers[0].host.routes.clone(),
+            workers[0].host.routes6.clone(),
+        );
         let dp = Datapath::start(workers, fabric, &cfg.run).expect("started");
-        let control = Arc::new(Control::new(dp.remote(), cfg, Path::new(&path), routes));
+        let control = Arc::new(Control::new(
+            dp.remote(),
+            cfg,
+            Path::new(&path),
+            routes,
+            routes6,
+        ));
         let mirror =
             linux::start_tuned(control.clone(), &linux_cfg, tuning).expect("mirror started");
         Self {
@@ -153,6 +167,11 @@ impl Running {
 
     fn route(&self, p: &str) -> Option<Route> {
         self.control.routes().get(&pfx(p)).cloned()
+    }
+
+    fn route6(&self, p: &str) -> Option<Route6> {
+        let p: Ipv6Prefix = p.parse().expect("prefix");
+        self.control.routes6().get(&p).cloned()
     }
 
     fn neighbours(&self) -> String {
@@ -236,15 +255,34 @@ fn wait_for<T: core::fmt::Debug>(
 
 const WAIT: Duration = Duration::from_secs(5);
 
-/// The control namespace with `r1` (192.0.2.1/24) and `r2` (198.51.100.1/24) up.
+/// The control namespace with `r1` (192.0.2.1/24, 2001:db8:a::1/64) and `r2`
+/// (198.51.100.1/24, 2001:db8:b::1/64) up (the IPv6 addresses without duplicate address
+/// detection, so usable at once).
 fn control_namespace(tag: &str) -> Netns {
     let ns = Netns::new(tag);
     ns.ip("link set lo up");
-    for (dev, addr) in [("r1", "192.0.2.1/24"), ("r2", "198.51.100.1/24")] {
+    for (dev, addr, addr6) in [
+        ("r1", "192.0.2.1/24", "2001:db8:a::1/64"),
+        ("r2", "198.51.100.1/24", "2001:db8:b::1/64"),
+    ] {
         ns.veth(dev);
         ns.ip(&format!("addr add {addr} dev {dev}"));
+        ns.ip(&format!("addr add {addr6} dev {dev} nodad"));
     }
     ns
+}
+
+fn ip6(s: &str) -> core::net::Ipv6Addr {
+    s.parse().expect("address")
+}
+
+fn via6(p: &str, gw: &str, out_if: u16) -> Route6 {
+    Route6::new(
+        p.parse().expect("prefix"),
+        RouteKind::Unicast,
+        Some(out_if),
+        Some(ip6(gw)),
+    )
 }
 
 /// `ip route add|replace|del`, the kinds, a multipath route, `ip neigh add|del`, a link
@@ -562,4 +600,210 @@ fn routes_added_in_bulk_are_all_mirrored() {
         (t.elapsed().max(flushed)).as_secs_f64()
     );
     assert_eq!(r.mirror().stats().errors, 0);
+}
+
+/// `ip -6 route add|replace|del`, the kinds, a multipath route, a next hop appended to
+/// it and one deleted from it, `ip -6 neigh add|del`: netbatch's IPv6 table and NDP
+/// neighbours follow, the kernel's own `fe80::/64` and multicast routes are not
+/// mirrored, the IPv4 table is not republished by IPv6 changes, and a forced resync
+/// changes nothing.
+#[test]
+fn ip_6_route_and_ip_6_neigh_drive_netbatch() {
+    if let Some(why) = cannot_run() {
+        println!("skipped: {why}");
+        return;
+    }
+    let ns = control_namespace("v6");
+    let r = Running::start(&ns);
+    // The kernel's connected IPv6 routes are netbatch's own: adopted, nothing changed;
+    // its fe80::/64 of r1 and r2 are skipped.
+    let s = r.mirror().stats();
+    assert_eq!(s.changes(), 0, "{s:?}");
+    assert_eq!(
+        (s.routes, s.routes6),
+        (2, 2),
+        "connected routes adopted: {s:?}"
+    );
+    assert!(
+        s.skipped.get("link_local").copied().unwrap_or(0) >= 2,
+        "{s:?}"
+    );
+    let v4 = r.control.routes();
+    assert!(r.route6("fe80::/64").is_none());
+
+    ns.ip("-6 route add 2001:db8:5::/48 via fe80::1 dev r1");
+    let want = via6("2001:db8:5::/48", "fe80::1", 0);
+    wait_for(
+        "ip -6 route add",
+        WAIT,
+        || r.route6("2001:db8:5::/48"),
+        |v| v.as_ref() == Some(&want),
+    );
+    ns.ip("-6 route replace 2001:db8:5::/48 via 2001:db8:b::7");
+    let want = via6("2001:db8:5::/48", "2001:db8:b::7", 1);
+    wait_for(
+        "ip -6 route replace",
+        WAIT,
+        || r.route6("2001:db8:5::/48"),
+        |v| v.as_ref() == Some(&want),
+    );
+    ns.ip("-6 route del 2001:db8:5::/48");
+    wait_for(
+        "ip -6 route del",
+        WAIT,
+        || r.route6("2001:db8:5::/48"),
+        Option::is_none,
+    );
+    ns.ip("-6 route add default via fe80::fe dev r2");
+    let want = via6("::/0", "fe80::fe", 1);
+    wait_for(
+        "ip -6 default route",
+        WAIT,
+        || r.route6("::/0"),
+        |v| v.as_ref() == Some(&want),
+    );
+
+    for (kind, k) in [
+        ("blackhole", RouteKind::Blackhole),
+        ("unreachable", RouteKind::Unreachable),
+        ("prohibit", RouteKind::Prohibit),
+    ] {
+        ns.ip(&format!("-6 route add {kind} 2001:db8:66::/48"));
+        let want = Route6::new("2001:db8:66::/48".parse().expect("prefix"), k, None, None);
+        wait_for(
+            kind,
+            WAIT,
+            || r.route6("2001:db8:66::/48"),
+            |v| v.as_ref() == Some(&want),
+        );
+        ns.ip("-6 route del 2001:db8:66::/48");
+        wait_for(kind, WAIT, || r.route6("2001:db8:66::/48"), Option::is_none);
+    }
+
+    // Multipath with weights, next hops in interface and gateway order.
+    ns.ip("-6 route add 2001:db8:77::/48 nexthop via fe80::2 dev r2 weight 2 nexthop via fe80::1 dev r1 weight 1");
+    let hop = |gw: &str, out_if, weight| NextHop6 {
+        gateway: Some(ip6(gw)),
+        out_if,
+        weight,
+    };
+    let mp = |hops| {
+        Route6::multipath(
+            "2001:db8:77::/48".parse().expect("prefix"),
+            Multipath6::new(hops).expect("hops"),
+        )
+    };
+    let two = mp(vec![hop("fe80::1", 0, 1), hop("fe80::2", 1, 2)]);
+    wait_for(
+        "ip -6 multipath",
+        WAIT,
+        || r.route6("2001:db8:77::/48"),
+        |v| v.as_ref() == Some(&two),
+    );
+    ns.ip("-6 route append 2001:db8:77::/48 via 2001:db8:a::9 dev r1");
+    let three = mp(vec![
+        hop("2001:db8:a::9", 0, 1),
+        hop("fe80::1", 0, 1),
+        hop("fe80::2", 1, 2),
+    ]);
+    wait_for(
+        "a next hop appended",
+        WAIT,
+        || r.route6("2001:db8:77::/48"),
+        |v| v.as_ref() == Some(&three),
+    );
+    ns.ip("-6 route del 2001:db8:77::/48 via fe80::1 dev r1");
+    let left = mp(vec![hop("2001:db8:a::9", 0, 1), hop("fe80::2", 1, 2)]);
+    wait_for(
+        "a next hop deleted",
+        WAIT,
+        || r.route6("2001:db8:77::/48"),
+        |v| v.as_ref() == Some(&left),
+    );
+
+    ns.ip("-6 neigh add fe80::50 lladdr 02:00:5e:00:53:50 dev r1 nud permanent");
+    wait_for(
+        "ip -6 neigh add",
+        WAIT,
+        || r.neighbours(),
+        |t| t.contains("fe80::50 dev r1 lladdr 02:00:5e:00:53:50"),
+    );
+    ns.ip("-6 neigh del fe80::50 dev r1");
+    wait_for(
+        "ip -6 neigh del",
+        WAIT,
+        || r.neighbours(),
+        |t| !t.contains("fe80::50"),
+    );
+
+    assert!(
+        Arc::ptr_eq(&r.control.routes(), &v4),
+        "IPv6 changes republished no IPv4 table"
+    );
+    let before = r.mirror().stats();
+    let rs = r.mirror().resync().expect("resync");
+    assert_eq!((rs.route_changes, rs.neighbour_changes), (0, 0), "{rs:?}");
+    let after = r.mirror().stats();
+    assert_eq!(after.changes(), before.changes(), "{after:?}");
+    assert_eq!((after.errors, after.overruns), (0, 0), "{after:?}");
+    println!("mirror counters: {}", after.to_json());
+}
+
+/// Host interface pairs (`pairs = true`): the mirror gives each port's kernel interface
+/// in the namespace (here the veths `r1` and `r2` stand for the taps) the port's IPv4
+/// and IPv6 addresses, then follows them: an IPv6 address added there is netbatch's
+/// interface's too, with its local route and on-link prefix, and goes when deleted.
+#[test]
+fn pairs_give_and_follow_ipv6_addresses() {
+    if let Some(why) = cannot_run() {
+        println!("skipped: {why}");
+        return;
+    }
+    let ns = Netns::new("p6");
+    ns.ip("link set lo up");
+    ns.veth("r1");
+    ns.veth("r2");
+    let r = Running::start_with(&ns, Tuning::default(), "pairs = true\n");
+    let addrs = Command::new("ip")
+        .args(["-n", &ns.0, "-6", "addr", "show", "dev", "r1"])
+        .output()
+        .expect("ip");
+    let addrs = String::from_utf8_lossy(&addrs.stdout).to_string();
+    assert!(addrs.contains("inet6 2001:db8:a::1/64"), "{addrs}");
+    let local = |a: &str| -> Option<Route6> { r.route6(&format!("{a}/128")) };
+    let s = r.mirror().stats();
+    assert_eq!(s.routes6, 2, "the kernel's connected routes adopted: {s:?}");
+
+    ns.ip("-6 addr add 2001:db8:c::1/64 dev r1 nodad");
+    let on_link = Route6::new(
+        "2001:db8:c::/64".parse().expect("prefix"),
+        RouteKind::Unicast,
+        Some(0),
+        None,
+    );
+    wait_for(
+        "an IPv6 address followed",
+        WAIT,
+        || {
+            (
+                local("2001:db8:c::1").map(|x| x.kind),
+                r.route6("2001:db8:c::/64"),
+            )
+        },
+        |(l, p)| *l == Some(RouteKind::Local) && p.as_ref() == Some(&on_link),
+    );
+    ns.ip("-6 addr del 2001:db8:c::1/64 dev r1");
+    wait_for(
+        "an IPv6 address deleted",
+        WAIT,
+        || (local("2001:db8:c::1"), r.route6("2001:db8:c::/64")),
+        |(l, p)| l.is_none() && p.is_none(),
+    );
+    assert!(
+        local("2001:db8:a::1").is_some(),
+        "the port's own address stays"
+    );
+    let s = r.mirror().stats();
+    assert_eq!(s.errors, 0, "{s:?}");
+    assert!(s.interface_changes >= 2, "{s:?}");
 }

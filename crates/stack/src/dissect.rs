@@ -357,7 +357,13 @@ pub fn frame_in(m: &mut Meta, d: &[u8]) {
         m.l4_type = ip.protocol().0;
         return;
     }
-    // Untagged IPv6 whose fixed header names its upper layer (no extension header).
+    frame_slow(m, d);
+}
+
+/// [`frame_in`] for everything but the common case; first the common IPv6 case: an
+/// untagged frame whose fixed header names its upper layer (no extension header).
+#[inline(never)]
+fn frame_slow(m: &mut Meta, d: &[u8]) {
     if let Some((eth, rest)) = d.split_first_chunk::<{ ethernet::HEADER_LEN }>()
         && let Some(ip) = rest.first_chunk::<40>()
         && EthernetFrame::new_unchecked(eth).ethertype() == EtherType::IPV6
@@ -372,12 +378,6 @@ pub fn frame_in(m: &mut Meta, d: &[u8]) {
         m.flags &= !FLAGS;
         return;
     }
-    frame_slow(m, d);
-}
-
-/// [`frame_in`] for everything but the common case.
-#[inline(never)]
-fn frame_slow(m: &mut Meta, d: &[u8]) {
     parse(d).store(m);
 }
 

@@ -63,7 +63,7 @@ const GATEWAYS: [Ipv4Addr; 4] = [
 ];
 
 /// SplitMix64: a small, good, seedable generator (no dependency needed for test data).
-pub(crate) struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     pub(crate) fn next(&mut self) -> u64 {
@@ -184,8 +184,8 @@ fn flows(routes: &[Route], count: usize) -> Vec<FlowSpec> {
                 src_mac: SENDER_MAC,
                 dst_mac: GEN0_MAC,
                 vlan: None,
-                src: Ipv4Addr::new(198, 51, 100, 2 + (i % 200) as u8),
-                dst: Ipv4Addr::from(dst),
+                src: Ipv4Addr::new(198, 51, 100, 2 + (i % 200) as u8).into(),
+                dst: Ipv4Addr::from(dst).into(),
                 l4: L4::Udp,
                 sport: 1024 + i as u16,
                 dport: 9,

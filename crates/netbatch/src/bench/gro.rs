@@ -3,19 +3,24 @@
 //! out of `gen1`, a port without offloads, with GRO `off`, `standard` or `fraglist` on
 //! `gen0`. The rate is frames received per second.
 //!
+//! `udp6-forward-1460` is the same over IPv6 (2001:db8:1::2 to 2001:db8:2::10, a
+//! connected next hop, 1398 bytes of payload). IPv6 GRO is not in this branch's GRO
+//! stage: there the `standard` and `fraglist` variants run the GRO stage, which hands
+//! IPv6 segments on unmerged, until it learns IPv6.
+//!
 //! `gen0` validates L4 checksums as a NIC does (`rx-checksum`), and writes each flow's
 //! sequence into every frame (IPv4 ID, TCP sequence number, payload) so the stream is a
 //! real one that GRO can merge. GRO modes map to the ethtool switches: `standard` is
 //! `rx-gro` + `rx-udp-gro-forwarding`, `fraglist` is `rx-gro` + `rx-gro-list`.
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 
 use anyhow::Context;
 use netbatch_engine::{Dispatch, Pool};
 use netbatch_ports::Port;
 use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
 use netbatch_runtime::build;
-use netbatch_runtime::setup::StaticNeighbour;
+use netbatch_runtime::setup::{StaticNeighbour, StaticNeighbour6};
 use netbatch_stack::filter::{Chain, HookPoint, PortRange, Rule, Verdict};
 use netbatch_stack::offload::Features;
 use netbatch_wire::ethernet::MacAddr;
@@ -69,12 +74,17 @@ const GEN1_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 1]);
 const SENDER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 9, 9]);
 /// The receiver behind `gen1` (TEST-NET-1).
 const RECEIVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+/// The IPv6 receiver behind `gen1` and the sender (documentation prefix).
+const RECEIVER6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x10);
+const SENDER6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
 
-/// Builds a `udp-forward-1460` (`tcp == false`) or `tcp-forward-1460` variant.
+/// Builds a `udp-forward-1460` (`tcp == false`) or `tcp-forward-1460` variant, over
+/// IPv6 with `ip6` (`udp6-forward-1460`).
 pub(crate) fn build_gro_forward(
     v: &Variant,
     c: &Common,
     tcp: bool,
+    ip6: bool,
 ) -> anyhow::Result<Box<dyn Bench>> {
     let gro = v.gro.unwrap_or(GroMode::Off);
     let mut gen0 = port("gen0", GEN0_MAC, "198.51.100.1/24")?;
@@ -83,6 +93,10 @@ pub(crate) fn build_gro_forward(
     // gen1 only transmits (no worker receives from it).
     let mut gen1 = port("gen1", GEN1_MAC, "192.0.2.1/24")?;
     gen1.rx_workers.clear();
+    if ip6 {
+        gen0.setup.addrs6 = vec!["2001:db8:1::1/64".parse()?];
+        gen1.setup.addrs6 = vec!["2001:db8:2::1/64".parse()?];
+    }
     if c.tx_offload {
         gen1.setup.features.tx_tcp_segmentation = true;
         gen1.setup.features.tx_udp_segmentation = true;
@@ -95,6 +109,13 @@ pub(crate) fn build_gro_forward(
         ip: RECEIVER,
         mac: MacAddr([0x02, 0, 0, 0, 2, 1]),
     }];
+    if ip6 {
+        cfg.neighbours6 = vec![StaticNeighbour6 {
+            iface: 1,
+            ip: RECEIVER6,
+            mac: MacAddr([0x02, 0, 0, 0, 2, 1]),
+        }];
+    }
     if c.fwd_rules > 0 {
         // Rules on other traffic (UDP/TCP to ports this stream does not use), evaluated
         // in full for every packet of it.
@@ -117,16 +138,21 @@ pub(crate) fn build_gro_forward(
     }
     let pool = Pool::new(cfg.pool).context("pool")?;
     let (l4, hdr) = if tcp { (L4::Tcp, 20) } else { (L4::Udp, 8) };
+    let (src, dst, ip_hdr) = if ip6 {
+        (SENDER6.into(), RECEIVER6.into(), 40)
+    } else {
+        (Ipv4Addr::new(198, 51, 100, 2).into(), RECEIVER.into(), 20)
+    };
     let flow = FlowSpec {
         src_mac: SENDER_MAC,
         dst_mac: GEN0_MAC,
         vlan: None,
-        src: Ipv4Addr::new(198, 51, 100, 2),
-        dst: RECEIVER,
+        src,
+        dst,
         l4,
         sport: 40000,
         dport: 5001,
-        payload_len: FRAME - 14 - 20 - hdr,
+        payload_len: FRAME - 14 - ip_hdr - hdr,
         ttl: 64,
         dont_frag: true,
     };

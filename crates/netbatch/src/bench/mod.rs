@@ -13,6 +13,7 @@
 //! measured) to fill in the per-stage cycle counts.
 
 mod forward;
+mod forward6;
 mod gro;
 mod plot;
 mod scenarios;
@@ -58,6 +59,12 @@ cost (the null row), as a NIC's DMA and driver loop are part of the kernel's fig
   rps                  two worker threads: worker 0 receives 256 flows of 1-byte UDP and
                        RPS spreads them by flow hash (each --rps-policy); reports wake-ups,
                        backlog polls, reordered datagrams and latency (--rate)
+  ip6-forward          78-byte IPv6 frames (74 + FCS) of 1024 UDP flows routed by a FIB of
+                       generated IPv6 prefixes (mostly /48, many /32-/44, some /56-/64),
+                       one variant per --fib6 size, forwarded to four next hops
+  udp6-local-1b        udp-local-1b over IPv6: four 1-byte streams to four sockets on [::]
+  udp6-forward-1460    udp-forward-1460 over IPv6, each --gro mode (the GRO stage does
+                       not merge IPv6 yet: standard and fraglist forward unmerged)
 
 Variants: each scenario runs in each --modes (packet: one packet at a time through every
 stage; list: a list at a time) and --dispatch (runs: a stage's output cut into runs with
@@ -96,7 +103,7 @@ list/packet ratios.";
 pub(crate) struct Args {
     /// Scenarios to run (comma-separated): null, udp-local-1b, udp-local-1b-nf1,
     /// udp-local-1b-flower, smoltcp-udp-1b, ip4-forward, udp-forward-1460,
-    /// tcp-forward-1460, rps.
+    /// tcp-forward-1460, rps, ip6-forward, udp6-local-1b, udp6-forward-1460.
     #[arg(
         long,
         value_delimiter = ',',
@@ -109,7 +116,8 @@ pub(crate) struct Args {
     /// Dispatch strategies to compare.
     #[arg(long, value_delimiter = ',', default_value = "runs,buckets")]
     pub(crate) dispatch: Vec<Dispatch>,
-    /// GRO modes of the receiving port (udp-forward-1460, tcp-forward-1460).
+    /// GRO modes of the receiving port (udp-forward-1460, tcp-forward-1460,
+    /// udp6-forward-1460).
     #[arg(long, value_delimiter = ',', default_value = "off,standard,fraglist")]
     pub(crate) gro: Vec<gro::GroMode>,
     /// Worker threads (udp-local-1b, ip4-forward: each worker its own receive queue).
@@ -140,6 +148,10 @@ pub(crate) struct Args {
     /// Routes in the FIB of the forwarding scenarios (up to 1,000,000).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) routes: u32,
+    /// Routes in ip6-forward's FIB, one variant per size (comma-separated, up to
+    /// 1,000,000): generated IPv6 prefixes.
+    #[arg(long, value_delimiter = ',', default_value = "10000", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) fib6: Vec<u32>,
     /// FORWARD rules, none matching, in udp-forward-1460 and tcp-forward-1460 (a
     /// heavier per-packet path, as a firewall makes it).
     #[arg(long, default_value_t = 0)]
@@ -257,6 +269,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
         rate_pps: args.rate.map(|r| (r * 1e6) as u64),
     };
     let mut entries = Vec::new();
+    let fib6: Vec<usize> = args.fib6.iter().map(|&n| n as usize).collect();
     for s in &args.scenario {
         let axes = scenarios::Axes {
             modes: &args.modes,
@@ -264,6 +277,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
             gro: &args.gro,
             workers: &args.workers,
             rps: &args.rps_policy,
+            fib6: &fib6,
         };
         for v in scenarios::variants(s, &axes)? {
             let bench = scenarios::build_variant(&v, &common)
@@ -296,7 +310,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
             let s = run_for(e.bench.as_mut(), &clock, args);
             e.samples.push(s);
             eprintln!(
-                "  rep {} {:<18} {:<6} {:<7} {:<8} w{} {:<8} {:>8.3} Mpps",
+                "  rep {} {:<18} {:<6} {:<7} {:<8} w{} {:<8} {:>7} {:>8.3} Mpps",
                 rep + 1,
                 e.v.scenario,
                 e.v.mode_name(),
@@ -304,6 +318,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
                 e.v.gro_name(),
                 e.v.workers,
                 e.v.rps_name(),
+                e.v.fib_name(),
                 s.mpps()
             );
         }
@@ -324,13 +339,14 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
     for e in &entries {
         if let Err(err) = e.bench.verify() {
             failures.push(format!(
-                "{} {} {} gro {} workers {} rps {}: {err:#}",
+                "{} {} {} gro {} workers {} rps {} fib {}: {err:#}",
                 e.v.scenario,
                 e.v.mode_name(),
                 e.v.dispatch_name(),
                 e.v.gro_name(),
                 e.v.workers,
-                e.v.rps_name()
+                e.v.rps_name(),
+                e.v.fib_name()
             ));
         }
     }
@@ -352,6 +368,7 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
             "burst": common.burst,
             "flow_order": format!("{:?}", common.flow_order),
             "routes": common.routes,
+            "fib6": fib6,
             "fwd_rules": common.fwd_rules,
             "tx_offload": common.tx_offload,
             "rate_mpps": args.rate,
@@ -432,6 +449,7 @@ fn result_json(e: &Entry, sum: &Summary, tsc_hz: f64) -> Value {
         "gro": e.v.gro_name(),
         "workers": e.v.workers,
         "rps_policy": e.v.rps_name(),
+        "fib_routes": e.v.fib,
         "packets": e.samples.first().map_or(0, |s| s.packets),
         "tsc_hz": tsc_hz,
         "samples_mpps": e.samples.iter().map(Sample::mpps).collect::<Vec<_>>(),
@@ -485,12 +503,14 @@ fn summary_table(rows: &[Summary], tsc_hz: f64) -> String {
     let show_gro = rows.iter().any(|r| r.v.gro.is_some());
     let show_workers = rows.iter().any(|r| r.v.workers > 1);
     let show_rps = rows.iter().any(|r| r.v.rps.is_some());
+    let show_fib = rows.iter().any(|r| r.v.fib.is_some());
     let mut header = vec!["scenario", "mode", "dispatch"];
     let mut right = vec![false; 3];
     for (shown, name, r) in [
         (show_gro, "gro", false),
         (show_workers, "w", true),
         (show_rps, "rps", false),
+        (show_fib, "fib", true),
     ] {
         if shown {
             header.push(name);
@@ -525,6 +545,9 @@ fn summary_table(rows: &[Summary], tsc_hz: f64) -> String {
             }
             if show_rps {
                 c.push(r.v.rps_name().to_string());
+            }
+            if show_fib {
+                c.push(r.v.fib_name());
             }
             let ratio = ratios
                 .iter()
@@ -603,6 +626,46 @@ fn table(entries: &[Entry], rows: &[Summary], tsc_hz: f64) -> String {
                 e.v.dispatch_name(),
                 e.v.workers,
                 mpps(i) / mpps(one)
+            );
+        }
+    }
+    // IPv6 forwarding against IPv4 forwarding (same mode and dispatch), and each FIB
+    // size against the smallest: the ratios of TSC cycles per packet the targets name.
+    let tsc = |i: usize| rows[i].tsc.median;
+    for (i, e) in entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.v.scenario == "ip6-forward")
+    {
+        let same = |o: &Entry| o.v.mode == e.v.mode && o.v.dispatch == e.v.dispatch;
+        if let Some(v4) = entries
+            .iter()
+            .position(|o| o.v.scenario == "ip4-forward" && o.v.workers == 1 && same(o))
+        {
+            let _ = writeln!(
+                s,
+                "ip6-forward {} {} {} routes / ip4-forward: {:.2}x cycles per packet",
+                e.v.mode_name(),
+                e.v.dispatch_name(),
+                e.v.fib_name(),
+                tsc(i) / tsc(v4)
+            );
+        }
+        let smallest = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.v.scenario == "ip6-forward" && same(o))
+            .min_by_key(|(_, o)| o.v.fib)
+            .map(|(k, _)| k);
+        if let Some(k) = smallest.filter(|&k| entries[k].v.fib != e.v.fib) {
+            let _ = writeln!(
+                s,
+                "ip6-forward {} {}: {} / {} routes = {:.2}x cycles per packet",
+                e.v.mode_name(),
+                e.v.dispatch_name(),
+                e.v.fib_name(),
+                entries[k].v.fib_name(),
+                tsc(i) / tsc(k)
             );
         }
     }

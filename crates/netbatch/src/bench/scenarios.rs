@@ -1,7 +1,7 @@
 //! Benchmark scenarios. Each builds, for one variant, something that can receive a given
 //! number of frames from an in-memory generator and report what happened to them.
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 
 use anyhow::{Context, bail};
 use netbatch_engine::{Dispatch, Mode, NodeSnapshot, Pool, PoolConfig};
@@ -28,6 +28,9 @@ pub(crate) const NAMES: &[&str] = &[
     "udp-forward-1460",
     "tcp-forward-1460",
     "rps",
+    "ip6-forward",
+    "udp6-local-1b",
+    "udp6-forward-1460",
 ];
 
 /// What a variant is.
@@ -44,6 +47,8 @@ pub(crate) struct Variant {
     pub(crate) workers: usize,
     /// RPS policy (`rps` scenario).
     pub(crate) rps: Option<RpsPolicy>,
+    /// Routes in the FIB when the FIB size is a variant axis (`ip6-forward`'s `--fib6`).
+    pub(crate) fib: Option<usize>,
 }
 
 impl Variant {
@@ -59,16 +64,21 @@ impl Variant {
     pub(crate) fn rps_name(&self) -> &'static str {
         self.rps.map_or("-", RpsPolicy::name)
     }
+    /// The FIB size as a table cell ("-": not an axis of the scenario).
+    pub(crate) fn fib_name(&self) -> String {
+        self.fib.map_or_else(|| "-".to_string(), |n| n.to_string())
+    }
 }
 
 /// The axes variants are spread over (`--modes`, `--dispatch`, `--gro`, `--workers`,
-/// `--rps-policy`).
+/// `--rps-policy`, `--fib6`).
 pub(crate) struct Axes<'a> {
     pub(crate) modes: &'a [Mode],
     pub(crate) dispatch: &'a [Dispatch],
     pub(crate) gro: &'a [GroMode],
     pub(crate) workers: &'a [usize],
     pub(crate) rps: &'a [RpsPolicy],
+    pub(crate) fib6: &'a [usize],
 }
 
 /// Options shared by every scenario.
@@ -176,8 +186,8 @@ fn udp_1b_flows() -> Vec<FlowSpec> {
             src_mac: PEER_MAC,
             dst_mac: DUT_MAC,
             vlan: None,
-            src: Ipv4Addr::new(192, 0, 2, 10),
-            dst: DUT_ADDR,
+            src: Ipv4Addr::new(192, 0, 2, 10).into(),
+            dst: DUT_ADDR.into(),
             l4: L4::Udp,
             sport: 40000 + i as u16,
             dport,
@@ -430,6 +440,54 @@ fn udp_local(v: &Variant, c: &Common, nf1: bool) -> anyhow::Result<Box<dyn Bench
     }))
 }
 
+/// The datapath's IPv6 address (documentation prefix, RFC 3849).
+pub(crate) const DUT_ADDR6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+
+/// `udp_1b_flows` over IPv6: sender 2001:db8::10 to [`DUT_ADDR6`].
+fn udp6_1b_flows() -> Vec<FlowSpec> {
+    udp_1b_flows()
+        .into_iter()
+        .map(|f| FlowSpec {
+            src: Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10).into(),
+            dst: DUT_ADDR6.into(),
+            ..f
+        })
+        .collect()
+}
+
+/// `udp6-local-1b`: `udp-local-1b` over IPv6. The four streams go to four sockets bound
+/// to `[::]:5001-5004`, read by one sink as `udp-local-1b`'s (same batch, same queue
+/// length); the configuration's applications bind IPv4 only, so the sockets are opened
+/// on the built worker's socket table and the sink added to its applications.
+fn udp6_local(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    let mut gen0 = port("gen0", DUT_MAC, &format!("{DUT_ADDR}/24"))?;
+    gen0.setup.addrs6 = vec![format!("{DUT_ADDR6}/64").parse()?];
+    let mut cfg = config(v, c, vec![gen0], Dispatch::Runs);
+    cfg.pool.buffers = 8192;
+    let pool = Pool::new(cfg.pool).context("packet pool")?;
+    let source = gen_port(&pool, udp6_1b_flows(), c.flow_order)?;
+    let mut w = build::worker(&cfg, vec![Box::new(source)], pool)?;
+    let socks = UDP_PORTS
+        .iter()
+        .map(|&p| {
+            w.host
+                .sockets
+                .open(Ipv6Addr::UNSPECIFIED, p, 1024)
+                .map(|(_, s)| s)
+                .with_context(|| format!("binding [::]:{p}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    w.apps
+        .push(Box::new(netbatch_runtime::apps::sink::UdpSink::new(
+            socks, 256, false,
+        )));
+    Ok(Box::new(WorkerBench {
+        w,
+        expect: Expect::Delivered,
+        facts: Vec::new(),
+    }))
+}
+
 fn smoltcp_udp(c: &Common) -> anyhow::Result<Box<dyn Bench>> {
     let pool = pool(8192)?;
     let source = gen_port(&pool, udp_1b_flows(), c.flow_order)?;
@@ -466,6 +524,7 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
         gro: None,
         workers: 1,
         rps: None,
+        fib: None,
     };
     let mut v = Vec::new();
     match name {
@@ -483,14 +542,26 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
                 }
             }
         }
-        "udp-local-1b-nf1" | "udp-local-1b-flower" => {
+        "ip6-forward" => {
+            for &n in ax.fib6 {
+                for &d in ax.dispatch {
+                    for &m in ax.modes {
+                        v.push(Variant {
+                            fib: Some(n),
+                            ..mk(Some(m), Some(d))
+                        });
+                    }
+                }
+            }
+        }
+        "udp-local-1b-nf1" | "udp-local-1b-flower" | "udp6-local-1b" => {
             for &d in ax.dispatch {
                 for &m in ax.modes {
                     v.push(mk(Some(m), Some(d)));
                 }
             }
         }
-        "udp-forward-1460" | "tcp-forward-1460" => {
+        "udp-forward-1460" | "tcp-forward-1460" | "udp6-forward-1460" => {
             for &d in ax.dispatch {
                 for &m in ax.modes {
                     for &g in ax.gro {
@@ -547,8 +618,11 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "udp-local-1b-flower" => udp_local(v, c, false),
         "smoltcp-udp-1b" => smoltcp_udp(c),
         "ip4-forward" => super::forward::build_forward(v, c),
-        "udp-forward-1460" => super::gro::build_gro_forward(v, c, false),
-        "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true),
+        "udp-forward-1460" => super::gro::build_gro_forward(v, c, false, false),
+        "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true, false),
+        "ip6-forward" => super::forward6::build_forward6(v, c),
+        "udp6-local-1b" => udp6_local(v, c),
+        "udp6-forward-1460" => super::gro::build_gro_forward(v, c, false, true),
         other => bail!("unknown scenario '{other}'"),
     }
 }

@@ -126,6 +126,9 @@ fn variant_label(v: &Variant, mode: bool) -> String {
     if v.rps.is_some() {
         part(&format!("rps {}", v.rps_name()));
     }
+    if let Some(n) = v.fib {
+        part(&format!("{n} routes"));
+    }
     s
 }
 
@@ -155,6 +158,7 @@ pub(crate) fn list_packet_ratios(rows: &[Summary]) -> Vec<Ratio> {
                 && p.v.gro == l.v.gro
                 && p.v.workers == l.v.workers
                 && p.v.rps == l.v.rps
+                && p.v.fib == l.v.fib
         });
         if let Some(pi) = twin {
             let p = &rows[pi];
@@ -190,6 +194,7 @@ pub(crate) mod tests {
             gro: None,
             workers: 1,
             rps: None,
+            fib: None,
         }
     }
 

@@ -14,6 +14,7 @@
 //! its worker; it records the latency from the frame's receive timestamp to its reading;
 //! and it adds what it read to a counter shared with whoever waits for the traffic.
 
+use core::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -47,8 +48,11 @@ pub struct SinkStats {
 /// Flows a checking sink tracks unless told otherwise.
 pub const DEFAULT_FLOWS: usize = 4096;
 
-/// A flow: source address, source port, destination port.
-type FlowKey = (core::net::IpAddr, u16, u16);
+/// A flow: source address, source port, destination port (IPv4; IPv6 flows are kept in
+/// a table of their own, so that an IPv4 flow's key stays one word).
+type FlowKey = (u32, u16, u16);
+/// An IPv6 flow.
+type FlowKey6 = (u128, u16, u16);
 
 /// The sink.
 #[derive(Debug)]
@@ -60,6 +64,8 @@ pub struct UdpSink {
     /// construction and never grown: no flow is ever removed, so up to `flow_cap`
     /// insertions fit without a reallocation.
     last: hashbrown::HashMap<FlowKey, u64, foldhash::fast::FixedState>,
+    /// The same for IPv6 flows (the two tables together track at most `flow_cap`).
+    last6: hashbrown::HashMap<FlowKey6, u64, foldhash::fast::FixedState>,
     flow_cap: usize,
     buf: Vec<Pkt>,
     rfs: Option<(Arc<Fabric>, usize)>,
@@ -79,6 +85,7 @@ impl UdpSink {
             batch,
             check,
             last: Self::flow_table(flow_cap),
+            last6: Self::flow_table(flow_cap),
             flow_cap,
             buf: Vec::with_capacity(batch),
             rfs: None,
@@ -88,7 +95,7 @@ impl UdpSink {
         }
     }
 
-    fn flow_table(cap: usize) -> hashbrown::HashMap<FlowKey, u64, foldhash::fast::FixedState> {
+    fn flow_table<K>(cap: usize) -> hashbrown::HashMap<K, u64, foldhash::fast::FixedState> {
         hashbrown::HashMap::with_capacity_and_hasher(cap, foldhash::fast::FixedState::default())
     }
 
@@ -97,6 +104,7 @@ impl UdpSink {
     pub fn with_flow_capacity(mut self, flows: usize) -> Self {
         self.flow_cap = if self.check { flows } else { 0 };
         self.last = Self::flow_table(self.flow_cap);
+        self.last6 = Self::flow_table(self.flow_cap);
         self
     }
 
@@ -130,49 +138,83 @@ impl UdpSink {
         }
     }
 
-    fn check_one(&mut self, key: FlowKey, payload: &[u8], segment: u16) {
-        let seg = if segment == 0 {
-            payload.len().max(1)
+    /// Checks the datagram(s) of flow (source, source port, destination port) carrying
+    /// `payload` in `segment`-byte segments (0: one datagram).
+    fn check_one(&mut self, (src, sport, dport): (IpAddr, u16, u16), payload: &[u8], segment: u16) {
+        let tracked = self.last.len() + self.last6.len();
+        let room = tracked < self.flow_cap;
+        match src {
+            IpAddr::V4(a) => check_flow(
+                &mut self.last,
+                &mut self.stats,
+                room,
+                (u32::from(a), sport, dport),
+                payload,
+                segment,
+            ),
+            IpAddr::V6(a) => check_flow(
+                &mut self.last6,
+                &mut self.stats,
+                room,
+                (u128::from(a), sport, dport),
+                payload,
+                segment,
+            ),
+        }
+    }
+}
+
+/// Checks the sequence numbers of `payload` (in `segment`-byte segments, 0: one
+/// datagram) of flow `key` against the highest seen in `last`, which takes a new flow
+/// only when there is `room`.
+fn check_flow<K: core::hash::Hash + Eq + Copy>(
+    last_seen: &mut hashbrown::HashMap<K, u64, foldhash::fast::FixedState>,
+    stats: &mut SinkStats,
+    room: bool,
+    key: K,
+    payload: &[u8],
+    segment: u16,
+) {
+    let seg = if segment == 0 {
+        payload.len().max(1)
+    } else {
+        usize::from(segment)
+    };
+    for chunk in payload.chunks(seg) {
+        let n = chunk.len().min(8);
+        if n == 0 {
+            continue;
+        }
+        let mut b = [0u8; 8];
+        b[8 - n..].copy_from_slice(&chunk[..n]);
+        let seq = u64::from_be_bytes(b);
+        let mask = if n == 8 {
+            u64::MAX
         } else {
-            usize::from(segment)
+            (1u64 << (8 * n)) - 1
         };
-        for chunk in payload.chunks(seg) {
-            let n = chunk.len().min(8);
-            if n == 0 {
-                continue;
-            }
-            let mut b = [0u8; 8];
-            b[8 - n..].copy_from_slice(&chunk[..n]);
-            let seq = u64::from_be_bytes(b);
-            let mask = if n == 8 {
-                u64::MAX
-            } else {
-                (1u64 << (8 * n)) - 1
-            };
-            let room = self.last.len() < self.flow_cap;
-            match self.last.get_mut(&key) {
-                Some(last) => {
-                    // How far past the expected number this one is, modulo the bytes
-                    // carried: ahead (within half the range) is a gap, behind is a
-                    // datagram overtaken by a later one (and the sink keeps expecting
-                    // what follows the highest number seen).
-                    let ahead = seq.wrapping_sub(last.wrapping_add(1)) & mask;
-                    if ahead == 0 {
-                        *last = seq;
-                    } else if ahead <= mask / 2 {
-                        self.stats.gaps += ahead;
-                        *last = seq;
-                    } else {
-                        self.stats.out_of_order += 1;
-                    }
+        match last_seen.get_mut(&key) {
+            Some(last) => {
+                // How far past the expected number this one is, modulo the bytes
+                // carried: ahead (within half the range) is a gap, behind is a
+                // datagram overtaken by a later one (and the sink keeps expecting
+                // what follows the highest number seen).
+                let ahead = seq.wrapping_sub(last.wrapping_add(1)) & mask;
+                if ahead == 0 {
+                    *last = seq;
+                } else if ahead <= mask / 2 {
+                    stats.gaps += ahead;
+                    *last = seq;
+                } else {
+                    stats.out_of_order += 1;
                 }
-                // Within capacity: no reallocation (nothing is ever removed).
-                None if room => {
-                    self.last.insert(key, seq);
-                    self.stats.flows += 1;
-                }
-                None => self.stats.flow_overflow += 1,
             }
+            // Within capacity: no reallocation (nothing is ever removed).
+            None if room => {
+                last_seen.insert(key, seq);
+                stats.flows += 1;
+            }
+            None => stats.flow_overflow += 1,
         }
     }
 }
@@ -284,11 +326,10 @@ mod tests {
     use netbatch_engine::{Accounting, Pool, PoolConfig};
     use netbatch_stack::udp::socket::Sockets;
 
-    const SRC: core::net::IpAddr = core::net::IpAddr::V4(core::net::Ipv4Addr::new(198, 51, 100, 7));
-
     /// Feeds one datagram per sequence number of flow `sport` (payload: the number in
     /// `width` big-endian bytes, as the generator writes it).
     fn feed(s: &mut UdpSink, sport: u16, width: usize, seqs: &[u64]) {
+        const SRC: IpAddr = IpAddr::V4(core::net::Ipv4Addr::new(198, 51, 100, 7));
         for &q in seqs {
             let b = q.to_be_bytes();
             s.check_one((SRC, sport, 9), &b[8 - width..], 0);

@@ -1,18 +1,22 @@
 //! `[[app]]`: the built-in applications, each bound to distinct addresses and ports, on
 //! a worker that exists, with a queue the pool can fill.
 //!
-//! The address bound is `0.0.0.0` (every address), one of the interfaces' addresses, or
-//! a broadcast address of ours (a subnet's directed broadcast, or `255.255.255.255`):
-//! what Linux's `bind` takes without `IP_FREEBIND` (a local or broadcast address in
-//! `inet_bind`; multicast too, but netbatch receives no multicast). Anything else is
-//! refused: no datagram would ever reach the socket.
+//! The address bound is `0.0.0.0` (every IPv4 address), one of the interfaces' addresses,
+//! or a broadcast address of ours (a subnet's directed broadcast, or
+//! `255.255.255.255`): what Linux's `bind` takes without `IP_FREEBIND` (a local or
+//! broadcast address in `inet_bind`; multicast too, but netbatch receives no multicast).
+//! An IPv6 address is written in brackets (`[::]:5001`, `[2001:db8::1]:53`, RFC 3986
+//! 3.2.2): `::` (every IPv6 address: an IPv6 socket, which takes no IPv4 datagrams, as
+//! with `IPV6_V6ONLY`) or one of the interfaces' IPv6 addresses, global or link-local
+//! (what `inet6_bind` takes). Anything else is refused: no datagram would ever reach
+//! the socket.
 //!
 //! `bind` is `address:port`. A `udp-sink` may read several ports of one address: a range
 //! (`0.0.0.0:5001-5004`), a list (`0.0.0.0:5001,5003`) or both (`0.0.0.0:53,5001-5004`),
 //! one socket per port (each with its own `queue`), one sink reading them all. Every
 //! socket counts against the others: no address and port is bound twice.
 
-use core::net::{Ipv4Addr, SocketAddrV4};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use netbatch_stack::filter::PortRange;
 use netbatch_stack::prefix::class;
 use std::collections::HashMap;
@@ -41,7 +45,8 @@ fn default_queue() -> usize {
     1024
 }
 
-/// A built-in application.
+/// A built-in application. The IPv4 and IPv6 forms of each are variants of their own
+/// (`UdpSink`, `UdpSink6`): the address's type says which family its sockets take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AppConfig {
     /// Receives and counts.
@@ -73,6 +78,115 @@ pub enum AppConfig {
         /// Queue length.
         queue: usize,
     },
+    /// A `udp-sink` on an IPv6 address (fields as [`AppConfig::UdpSink`]'s).
+    UdpSink6 {
+        /// Worker it runs on.
+        worker: usize,
+        /// Address bound (`::`: every IPv6 address).
+        addr: Ipv6Addr,
+        /// Ports bound, one socket each, in order (at least one).
+        ports: Vec<u16>,
+        /// Queue length of each socket.
+        queue: usize,
+        /// Check per-flow sequence numbers.
+        check: bool,
+        /// Take GRO super-datagrams whole (`UDP_GRO`).
+        gro: bool,
+        /// Record the latency to each datagram's reading.
+        latency: bool,
+    },
+    /// A `udp-echo` on an IPv6 address (fields as [`AppConfig::UdpEcho`]'s).
+    UdpEcho6 {
+        /// Worker it runs on.
+        worker: usize,
+        /// Address bound (`::`: every IPv6 address).
+        addr: Ipv6Addr,
+        /// Port bound.
+        port: u16,
+        /// Queue length.
+        queue: usize,
+    },
+}
+
+/// What a sink does besides reading: check sequence numbers, take super-datagrams,
+/// record latencies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// Check per-flow sequence numbers.
+    pub check: bool,
+    /// Take GRO super-datagrams whole.
+    pub gro: bool,
+    /// Record latencies.
+    pub latency: bool,
+}
+
+/// What an application is, whatever its address's family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppKind {
+    /// A sink on these ports.
+    Sink(Vec<u16>, SinkOptions),
+    /// An echo on this port.
+    Echo(u16),
+}
+
+impl AppConfig {
+    /// The worker it runs on, the address its sockets bind and their queue length.
+    pub fn binding(&self) -> (usize, IpAddr, usize) {
+        match *self {
+            Self::UdpSink {
+                worker,
+                addr,
+                queue,
+                ..
+            }
+            | Self::UdpEcho {
+                worker,
+                addr,
+                queue,
+                ..
+            } => (worker, addr.into(), queue),
+            Self::UdpSink6 {
+                worker,
+                addr,
+                queue,
+                ..
+            }
+            | Self::UdpEcho6 {
+                worker,
+                addr,
+                queue,
+                ..
+            } => (worker, addr.into(), queue),
+        }
+    }
+
+    /// What it does.
+    pub fn kind(&self) -> AppKind {
+        match self {
+            Self::UdpSink {
+                ports,
+                check,
+                gro,
+                latency,
+                ..
+            }
+            | Self::UdpSink6 {
+                ports,
+                check,
+                gro,
+                latency,
+                ..
+            } => AppKind::Sink(
+                ports.clone(),
+                SinkOptions {
+                    check: *check,
+                    gro: *gro,
+                    latency: *latency,
+                },
+            ),
+            Self::UdpEcho { port, .. } | Self::UdpEcho6 { port, .. } => AppKind::Echo(*port),
+        }
+    }
 }
 
 /// Validates `[[app]]`, against the `workers` there are, the pool's `buffers` and the
@@ -86,7 +200,7 @@ pub(super) fn validate(
 ) -> Vec<AppConfig> {
     let mut apps = Vec::new();
     // Every socket bound so far, and the app that binds it.
-    let mut binds: HashMap<SocketAddrV4, usize> = HashMap::new();
+    let mut binds: HashMap<SocketAddr, usize> = HashMap::new();
     for (ai, a) in raw.iter().enumerate() {
         let key = format!("app[{ai}]");
         let (addr, ports) = match bind(&a.bind) {
@@ -95,7 +209,8 @@ pub(super) fn validate(
                 e.add(
                     format!("{key}.bind"),
                     format!(
-                        "'{}' is not an address:port (or a udp-sink's address:ports): {why}",
+                        "'{}' is not an address:port, [IPv6 address]:port (or a udp-sink's \
+                         address:ports): {why}",
                         a.bind
                     ),
                 );
@@ -105,7 +220,11 @@ pub(super) fn validate(
         if ports.contains(&0) {
             e.add(format!("{key}.bind"), "port 0 cannot be bound");
         }
-        if let Some(why) = not_ours(addr, names) {
+        let not_ours = match addr {
+            IpAddr::V4(a) => not_ours(a, names),
+            IpAddr::V6(a) => not_ours6(a, names),
+        };
+        if let Some(why) = not_ours {
             e.add(format!("{key}.bind"), why);
         }
         if a.queue == 0 {
@@ -121,7 +240,7 @@ pub(super) fn validate(
             );
         }
         for &port in &ports {
-            let sa = SocketAddrV4::new(addr, port);
+            let sa = SocketAddr::new(addr, port);
             match binds.insert(sa, ai) {
                 Some(other) if other == ai => {
                     e.add(format!("{key}.bind"), format!("{sa} is listed twice"));
@@ -133,6 +252,7 @@ pub(super) fn validate(
                 None => {}
             }
         }
+        let (worker, queue) = (a.worker, a.queue);
         match a.kind.as_str() {
             _ if a.worker >= workers => e.add(
                 format!("{key}.worker"),
@@ -141,14 +261,25 @@ pub(super) fn validate(
                     a.worker
                 ),
             ),
-            "udp-sink" => apps.push(AppConfig::UdpSink {
-                worker: a.worker,
-                addr,
-                ports,
-                queue: a.queue,
-                check: a.check,
-                gro: a.gro,
-                latency: false,
+            "udp-sink" => apps.push(match addr {
+                IpAddr::V4(addr) => AppConfig::UdpSink {
+                    worker,
+                    addr,
+                    ports,
+                    queue,
+                    check: a.check,
+                    gro: a.gro,
+                    latency: false,
+                },
+                IpAddr::V6(addr) => AppConfig::UdpSink6 {
+                    worker,
+                    addr,
+                    ports,
+                    queue,
+                    check: a.check,
+                    gro: a.gro,
+                    latency: false,
+                },
             }),
             "udp-echo" if a.gro => e.add(
                 format!("{key}.gro"),
@@ -158,11 +289,19 @@ pub(super) fn validate(
                 format!("{key}.bind"),
                 "udp-echo binds one port; only udp-sink reads several",
             ),
-            "udp-echo" => apps.push(AppConfig::UdpEcho {
-                worker: a.worker,
-                addr,
-                port: ports[0],
-                queue: a.queue,
+            "udp-echo" => apps.push(match addr {
+                IpAddr::V4(addr) => AppConfig::UdpEcho {
+                    worker,
+                    addr,
+                    port: ports[0],
+                    queue,
+                },
+                IpAddr::V6(addr) => AppConfig::UdpEcho6 {
+                    worker,
+                    addr,
+                    port: ports[0],
+                    queue,
+                },
             }),
             other => e.add(
                 format!("{key}.kind"),
@@ -195,13 +334,47 @@ fn not_ours(addr: Ipv4Addr, names: &Names) -> Option<String> {
     })
 }
 
-/// `address:ports`: an IPv4 address and one or more ports, each a port or a range
-/// `lo-hi` as a filter rule writes it, separated by commas.
-fn bind(text: &str) -> Result<(Ipv4Addr, Vec<u16>), String> {
-    let (addr, list) = text.rsplit_once(':').ok_or("no ':port'")?;
-    let addr = addr
-        .parse::<Ipv4Addr>()
-        .map_err(|err| format!("'{addr}': {err}"))?;
+/// Why IPv6 `addr` cannot be bound, if it cannot (see the module's note).
+fn not_ours6(addr: Ipv6Addr, names: &Names) -> Option<String> {
+    if addr.is_unspecified()
+        || names.addrs6().any(|(_, a)| a.addr == addr)
+        || names.link_locals().any(|(_, a)| a == addr)
+    {
+        return None;
+    }
+    Some(if addr.is_multicast() {
+        format!("{addr} is a multicast group, and netbatch's sockets join no group")
+    } else {
+        format!(
+            "{addr} is not an IPv6 address of any interface, so nothing would reach it \
+             ([::] binds every IPv6 address)"
+        )
+    })
+}
+
+/// `address:ports`: an IPv4 address, or an IPv6 address in brackets, and one or more
+/// ports, each a port or a range `lo-hi` as a filter rule writes it, separated by commas.
+fn bind(text: &str) -> Result<(IpAddr, Vec<u16>), String> {
+    let (addr, list) = if let Some(rest) = text.strip_prefix('[') {
+        let (a, list) = rest
+            .split_once("]:")
+            .ok_or("an IPv6 address is written [address]:port")?;
+        let a = a
+            .parse::<Ipv6Addr>()
+            .map_err(|err| format!("'{a}': {err}"))?;
+        (IpAddr::V6(a), list)
+    } else {
+        let (a, list) = text.rsplit_once(':').ok_or("no ':port'")?;
+        if a.contains(':') {
+            return Err(format!(
+                "'{a}': an IPv6 address is written in brackets, [{a}]:port"
+            ));
+        }
+        let a = a
+            .parse::<Ipv4Addr>()
+            .map_err(|err| format!("'{a}': {err}"))?;
+        (IpAddr::V4(a), list)
+    };
     let mut ports = Vec::new();
     for item in list.split(',') {
         let r: PortRange = item.parse()?;
@@ -212,7 +385,7 @@ fn bind(text: &str) -> Result<(Ipv4Addr, Vec<u16>), String> {
 
 #[cfg(test)]
 mod tests {
-    use core::net::Ipv4Addr;
+    use core::net::{Ipv4Addr, Ipv6Addr};
 
     use super::super::parse_test as parse;
     use super::AppConfig;
@@ -247,7 +420,7 @@ mod tests {
             .iter()
             .filter_map(|a| match a {
                 AppConfig::UdpSink { addr, ports, .. } => Some((*addr, ports.clone())),
-                AppConfig::UdpEcho { .. } => None,
+                _ => None,
             })
             .collect();
         assert_eq!(
@@ -346,6 +519,81 @@ mod tests {
         for (x, (k, w)) in e.errors.iter().zip(&want) {
             assert_eq!(&x.key, k, "{e}");
             assert!(x.reason.contains(w), "{e}");
+        }
+    }
+
+    /// An IPv6 address is bound in brackets (RFC 3986 3.2.2), with ports as for IPv4:
+    /// `::` (every IPv6 address), a global address of ours, or an interface's link-local
+    /// address (derived from its MAC here: 02:00:00:00:00:01 gives fe80::ff:fe00:1, RFC
+    /// 4291 appendix A); the same port on `0.0.0.0` and `::` are two sockets.
+    #[test]
+    fn ipv6_addresses_are_bound_in_brackets() {
+        let ports = r#"
+            [[port]]
+            name = "eth0"
+            mac = "02:00:00:00:00:01"
+            addresses = ["192.0.2.1/24", "2001:db8::1/64"]
+        "#;
+        let text = format!(
+            r#"{ports}
+            [[app]]
+            kind = "udp-sink"
+            bind = "[::]:5001-5002"
+            [[app]]
+            kind = "udp-echo"
+            bind = "[2001:db8::1]:53"
+            [[app]]
+            kind = "udp-echo"
+            bind = "[fe80::ff:fe00:1]:7"
+            [[app]]
+            kind = "udp-sink"
+            bind = "0.0.0.0:5001"
+            "#
+        );
+        let c = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        let any6 = Ipv6Addr::UNSPECIFIED;
+        assert!(matches!(
+            &c.apps[0],
+            AppConfig::UdpSink6 { addr, ports, .. } if *addr == any6 && ports == &[5001, 5002]
+        ));
+        let ours: Ipv6Addr = "2001:db8::1".parse().expect("address");
+        assert!(matches!(c.apps[1], AppConfig::UdpEcho6 { addr, port: 53, .. } if addr == ours));
+        let ll: Ipv6Addr = "fe80::ff:fe00:1".parse().expect("address");
+        assert!(matches!(c.apps[2], AppConfig::UdpEcho6 { addr, port: 7, .. } if addr == ll));
+        assert_eq!(c.apps[1].binding(), (0, ours.into(), 1024));
+
+        let bad = [
+            (
+                "[2001:db8::2]:9",
+                "2001:db8::2 is not an IPv6 address of any interface",
+            ),
+            ("[ff02::1]:9", "ff02::1 is a multicast group"),
+            ("[::]:5001", "[::]:5001 is bound by another app"),
+            (
+                "2001:db8::1:53",
+                "an IPv6 address is written in brackets, [2001:db8::1]:port",
+            ),
+            (
+                "[2001:db8::1]53",
+                "an IPv6 address is written [address]:port",
+            ),
+            ("[2001:db8::g]:53", "'2001:db8::g'"),
+            ("[::]:0", "port 0 cannot be bound"),
+        ];
+        let mut text = format!("{ports}\n[[app]]\nkind = \"udp-sink\"\nbind = \"[::]:5001\"\n");
+        for (b, _) in bad {
+            text += &format!("[[app]]\nkind = \"udp-sink\"\nbind = \"{b}\"\n");
+        }
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.errors.len(), bad.len(), "{e}");
+        for (x, (i, (_, why))) in e.errors.iter().zip(bad.iter().enumerate()) {
+            assert_eq!(x.key, format!("app[{}].bind", i + 1), "{e}");
+            assert!(
+                x.reason.contains(why),
+                "{}: «{}» lacks «{why}»",
+                x.key,
+                x.reason
+            );
         }
     }
 }

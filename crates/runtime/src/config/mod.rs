@@ -21,7 +21,13 @@
 //!
 //! A `udp-sink` app reads one or more ports of one address, one socket per port:
 //! `bind = "0.0.0.0:5001"`, a range `"0.0.0.0:5001-5004"`, a list `"0.0.0.0:5001,5003"`
-//! (or ranges in a list). Port 0 is refused, and no socket is bound twice.
+//! (or ranges in a list); an IPv6 address is written in brackets (`"[::]:5001"`). Port 0
+//! is refused, and no socket is bound twice.
+//!
+//! Routes and static neighbours are IPv4 or IPv6 by their addresses, each family into
+//! its own list ([`Config::routes`], [`Config::routes6`]; [`Config::neighbours`],
+//! [`Config::neighbours6`]), checked by the same rules with each family's notions
+//! (`routes` and `neighbour` say which).
 //!
 //! A configuration can also be made in code: [`Config::new`] gives what a file with only
 //! those `[[port]]`s would (every other key at its default), and its fields are then set
@@ -52,7 +58,7 @@ use serde::Deserialize;
 
 use crate::setup::StaticNeighbour;
 
-pub use apps::AppConfig;
+pub use apps::{AppConfig, AppKind, SinkOptions};
 pub use control::{ControlConfig, SOCKET_DIR, group_id};
 pub use linux::LinuxConfig;
 pub(crate) use ports::any_gro;
@@ -288,9 +294,9 @@ impl Config {
         filter::rule_from_words(words, &ports::Names::of(&self.ports))
     }
 
-    /// A route written on a command line (an `ip route` line), with this
-    /// configuration's interface names and subnets.
-    pub fn parse_route(&self, line: &str) -> Result<Route, String> {
+    /// A route written on a command line (an `ip route` line, or an `ip -6 route` one),
+    /// with this configuration's interface names, subnets and prefixes.
+    pub fn parse_route(&self, line: &str) -> Result<netbatch_stack::route::file::AnyRoute, String> {
         netbatch_stack::route::file::parse_line(line, &ports::Names::of(&self.ports))?
             .ok_or_else(|| "no route given".to_string())
     }
@@ -314,6 +320,26 @@ impl Config {
             for (native, a) in untagged.chain(tagged) {
                 if n == usize::from(i) {
                     return Some((pi, native, a));
+                }
+                n += 1;
+            }
+        }
+        None
+    }
+
+    /// The IPv6 addresses of interface `i` (interfaces numbered as
+    /// [`Self::iface_names`] lists them).
+    pub fn iface_addrs6_mut(
+        &mut self,
+        i: u16,
+    ) -> Option<&mut Vec<netbatch_stack::prefix::If6Addr>> {
+        let mut n = 0usize;
+        for p in &mut self.ports {
+            let untagged = p.setup.addrs.is_some().then_some(&mut p.setup.addrs6);
+            let tagged = p.setup.vlans.iter_mut().map(|v| &mut v.addrs6);
+            for a in untagged.into_iter().chain(tagged) {
+                if n == usize::from(i) {
+                    return Some(a);
                 }
                 n += 1;
             }
@@ -362,8 +388,14 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let neigh = neighbour::tunables(&raw.neighbour, pool.buffers, e);
     let host = icmp::host(&raw.icmp, &dp, neigh);
     let (ports, names) = ports::validate(&raw.ports, dp.workers, dp.rps.is_some(), e);
-    let routes = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
-    let neighbours = neighbour::statics(&raw.neighbour, &names, &routes, neigh.max_entries, e);
+    let (routes, routes6) = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
+    let (neighbours, neighbours6) = neighbour::statics(
+        &raw.neighbour,
+        &names,
+        (&routes, &routes6),
+        neigh.max_entries,
+        e,
+    );
     let port_names: Vec<String> = ports.iter().map(|p| p.setup.name.clone()).collect();
     let graph = GraphOptions {
         chains: filter::validate(&raw.filter, &names, e),
@@ -392,9 +424,9 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         host,
         ports,
         routes,
-        routes6: Vec::new(),
+        routes6,
         neighbours,
-        neighbours6: Vec::new(),
+        neighbours6,
         graph,
         apps,
         control,

@@ -13,19 +13,25 @@
 //! route out of that interface; each address once per interface, and no more entries
 //! than `max_entries`. (Linux's `ip neigh add` takes any of these; netbatch's lookups
 //! only ever ask for next hops, which are on a subnet or a route's gateway.)
+//!
+//! An IPv6 entry (`ip` with a `:`) follows the same rules with IPv6's notions: a unicast
+//! address (not unspecified, loopback, multicast or IPv4-mapped) that is not ours,
+//! on-link for its interface (link-local, which every link has, or on one of the
+//! interface's prefixes) or the gateway of an IPv6 route out of it. It goes to the
+//! IPv6 (NDP) table, which has its own `max_entries`.
 
-use core::net::Ipv4Addr;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::collections::HashMap;
 
 use netbatch_stack::neigh::NeighParams;
 use netbatch_stack::prefix::class;
-use netbatch_stack::route::Route;
 use netbatch_stack::route::file::Resolve;
+use netbatch_stack::route::{Route, Route6};
 use netbatch_wire::ethernet::MacAddr;
 
 use super::Errs;
 use super::ports::{Names, not_a_station};
-use crate::setup::StaticNeighbour;
+use crate::setup::{StaticNeighbour, StaticNeighbour6};
 
 /// The most entries `max_entries` may allow: every host of a /8. Each worker's table
 /// grows to it under a flood of destinations on a large connected subnet, at about a
@@ -96,21 +102,28 @@ pub(super) fn tunables(raw: &NeighFile, buffers: u32, e: &mut Errs) -> NeighPara
 }
 
 /// Validates `[[neighbour.static]]`: `names` are the interfaces the ports define,
-/// `routes` the configured routes (whose gateways may be off-subnet), `max_entries` the
-/// table's size.
+/// `routes` and `routes6` the configured routes (whose gateways may be off-subnet),
+/// `max_entries` the size of each family's table. Returns the IPv4 and the IPv6 entries.
 pub(super) fn statics(
     raw: &NeighFile,
     names: &Names,
-    routes: &[Route],
+    (routes, routes6): (&[Route], &[Route6]),
     max_entries: usize,
     e: &mut Errs,
-) -> Vec<StaticNeighbour> {
+) -> (Vec<StaticNeighbour>, Vec<StaticNeighbour6>) {
     let mut neighbours = Vec::new();
+    let mut neighbours6 = Vec::new();
     // Each (interface, address) with the first entry that has it.
-    let mut seen: HashMap<(u16, Ipv4Addr), usize> = HashMap::new();
+    let mut seen: HashMap<(u16, IpAddr), usize> = HashMap::new();
     for (si, s) in raw.statics.iter().enumerate() {
         let key = format!("neighbour.static[{si}]");
-        let ip = e.parse::<Ipv4Addr>(&format!("{key}.ip"), &s.ip, "an IPv4 address");
+        let ip = if s.ip.contains(':') {
+            e.parse::<Ipv6Addr>(&format!("{key}.ip"), &s.ip, "an IPv6 address")
+                .map(IpAddr::V6)
+        } else {
+            e.parse::<Ipv4Addr>(&format!("{key}.ip"), &s.ip, "an IPv4 address")
+                .map(IpAddr::V4)
+        };
         let mac = e.parse::<MacAddr>(&format!("{key}.mac"), &s.mac, "a MAC address");
         let dev = names.iface(&s.dev);
         if dev.is_none() {
@@ -130,7 +143,11 @@ pub(super) fn statics(
         let (Some(ip), Some(mac), Some(iface)) = (ip, mac, dev) else {
             continue;
         };
-        if let Some(why) = unusable(ip, iface, names, routes) {
+        let why = match ip {
+            IpAddr::V4(ip) => unusable(ip, iface, names, routes),
+            IpAddr::V6(ip) => unusable6(ip, iface, names, routes6),
+        };
+        if let Some(why) = why {
             e.add(format!("{key}.ip"), why);
         } else if let Some(first) = seen.insert((iface, ip), si) {
             e.add(
@@ -141,18 +158,77 @@ pub(super) fn statics(
                 ),
             );
         }
-        neighbours.push(StaticNeighbour { iface, ip, mac });
+        match ip {
+            IpAddr::V4(ip) => neighbours.push(StaticNeighbour { iface, ip, mac }),
+            IpAddr::V6(ip) => neighbours6.push(StaticNeighbour6 { iface, ip, mac }),
+        }
     }
-    if neighbours.len() > max_entries {
-        e.add(
-            "neighbour.static",
-            format!(
-                "{} static neighbours do not fit a table of neighbour.max_entries = {max_entries}",
-                neighbours.len()
-            ),
-        );
+    for (n, what) in [(neighbours.len(), ""), (neighbours6.len(), "IPv6 ")] {
+        if n > max_entries {
+            e.add(
+                "neighbour.static",
+                format!(
+                    "{n} static {what}neighbours do not fit a table of neighbour.max_entries = \
+                     {max_entries}"
+                ),
+            );
+        }
     }
-    neighbours
+    (neighbours, neighbours6)
+}
+
+/// Why a static IPv6 neighbour `ip` on interface `iface` would never be used, if it
+/// would not: no unicast address; one of ours; neither link-local (every link's,
+/// RFC 4291 2.5.6), nor on an on-link prefix of its interface (RFC 4861 2.1), nor the
+/// gateway of an IPv6 route out of it.
+fn unusable6(ip: Ipv6Addr, iface: u16, names: &Names, routes6: &[Route6]) -> Option<String> {
+    let s = ip.segments();
+    let class = if ip.is_unspecified() {
+        Some("the unspecified address (RFC 4291 2.5.2)")
+    } else if ip.is_loopback() {
+        Some("the loopback address (RFC 4291 2.5.3)")
+    } else if ip.is_multicast() {
+        Some(
+            "a multicast group (ff00::/8), whose link-layer address is derived, not resolved (RFC 2464 7)",
+        )
+    } else if s[..5] == [0; 5] && s[5] == 0xffff {
+        Some("IPv4-mapped (::ffff:0:0/96, RFC 4291 2.5.5.2)")
+    } else {
+        None
+    };
+    if let Some(c) = class {
+        return Some(format!("{ip} is {c}, not a neighbour's address"));
+    }
+    let (dev, _) = names.get(iface)?;
+    let (addrs, ll) = names.get6(iface)?;
+    if ip == ll {
+        return Some(format!(
+            "{ip} is the link-local address of {dev}, not a neighbour's"
+        ));
+    }
+    if let Some((i, _)) = names.addrs6().find(|(_, a)| a.addr == ip) {
+        let (other, _) = names.get(i)?;
+        return Some(format!("{ip} is an address of {other}, not a neighbour's"));
+    }
+    if netbatch_wire::ipv6::is_link_local(ip) || addrs.iter().any(|a| a.subnet().contains(ip)) {
+        return None;
+    }
+    if routes6.iter().any(|r| {
+        r.next_hops()
+            .any(|h| h.out_if == iface && h.gateway == Some(ip))
+    }) {
+        return None;
+    }
+    let prefixes: Vec<String> = addrs.iter().map(|a| a.subnet().to_string()).collect();
+    Some(format!(
+        "{ip} is off-link for {dev}: not link-local, on no prefix of it ({}) and no IPv6 \
+         route's gateway through it, so it would never be looked up",
+        if prefixes.is_empty() {
+            "it has no IPv6 prefix".to_string()
+        } else {
+            prefixes.join(", ")
+        }
+    ))
 }
 
 /// Why a static neighbour `ip` on interface `iface` would never be used, if it would not.
@@ -363,5 +439,93 @@ mod tests {
             got[0].1.contains("2 static neighbours do not fit"),
             "{got:#?}"
         );
+    }
+
+    /// A static IPv6 neighbour goes to `neighbours6` when the table would be asked for
+    /// it: a link-local address (on any link), an address on one of its interface's
+    /// prefixes, or the gateway of an IPv6 route out of it; refused, at its key: off-link
+    /// (on another interface's prefix, or none), ours (global, or its interface's own
+    /// link-local address, derived from 02:00:00:00:00:01 as fe80::ff:fe00:1, RFC 4291
+    /// appendix A), not unicast, and a repeat.
+    #[test]
+    fn static_ipv6_neighbours_must_be_on_link() {
+        let ports = r#"
+            [[port]]
+            name = "eth0"
+            mac = "02:00:00:00:00:01"
+            addresses = ["192.0.2.1/24", "2001:db8:a::1/64"]
+            [[port]]
+            name = "eth1"
+            mac = "02:00:00:00:00:02"
+            addresses = ["198.51.100.1/24", "2001:db8:b::1/64"]
+            [[route]]
+            prefix = "2001:db8:7::/48"
+            via = "2001:db8:ff::1"
+            dev = "eth1"
+        "#;
+        let m = "02:00:00:00:00:aa";
+        let good = [
+            entry("fe80::1", m, "eth0"),
+            entry("2001:db8:a::9", m, "eth0"),
+            entry("2001:db8:ff::1", m, "eth1"),
+            entry("192.0.2.9", m, "eth0"),
+        ];
+        let c = parse(&format!("{ports}{}", good.concat())).unwrap_or_else(|e| panic!("{e}"));
+        let got: Vec<(u16, String)> = c
+            .neighbours6
+            .iter()
+            .map(|n| (n.iface, n.ip.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "fe80::1".to_string()),
+                (0, "2001:db8:a::9".to_string()),
+                (1, "2001:db8:ff::1".to_string())
+            ]
+        );
+        assert_eq!(c.neighbours.len(), 1);
+        let bad = [
+            entry("2001:db8:b::9", m, "eth0"),
+            entry("2001:db8:ff::1", m, "eth0"),
+            entry("2001:db8:a::1", m, "eth1"),
+            entry("fe80::ff:fe00:1", m, "eth0"),
+            entry("ff02::1", m, "eth0"),
+            entry("::", m, "eth0"),
+            entry("2001:db8:a::g", m, "eth0"),
+            entry("fe80::1", m, "eth0"),
+            entry("fe80::1", m, "eth0"),
+        ];
+        let want = [
+            (
+                "neighbour.static[0].ip",
+                "2001:db8:b::9 is off-link for eth0: not link-local, on no prefix of it (2001:db8:a::/64) and no IPv6 route's gateway through it",
+            ),
+            (
+                "neighbour.static[1].ip",
+                "2001:db8:ff::1 is off-link for eth0",
+            ),
+            (
+                "neighbour.static[2].ip",
+                "2001:db8:a::1 is an address of eth0, not a neighbour's",
+            ),
+            (
+                "neighbour.static[3].ip",
+                "fe80::ff:fe00:1 is the link-local address of eth0",
+            ),
+            ("neighbour.static[4].ip", "ff02::1 is a multicast group"),
+            ("neighbour.static[5].ip", ":: is the unspecified address"),
+            ("neighbour.static[6].ip", "is not an IPv6 address"),
+            (
+                "neighbour.static[8].ip",
+                "fe80::1 on eth0 is also neighbour.static[7]",
+            ),
+        ];
+        let got = errors(&format!("{ports}{}", bad.concat()));
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for ((k, r), (wk, wr)) in got.iter().zip(want) {
+            assert_eq!(k, wk, "{got:#?}");
+            assert!(r.contains(wr), "{k}: «{r}» lacks «{wr}»");
+        }
     }
 }

@@ -27,8 +27,8 @@
 //!   wire: unspecified, loopback, multicast (`ff00::/8`), IPv4-mapped (`::ffff:0:0/96`,
 //!   RFC 4291 2.5.5.2), or link-local (`fe80::/10`: each interface's is derived from
 //!   its MAC, RFC 4291 2.5.1); a /0 prefix; one address or one on-link prefix on two
-//!   interfaces, as for IPv4. netbatch does not route IPv6 yet: these addresses are the
-//!   control namespace kernel's, on the taps of host interface pairs (`[linux] pairs`);
+//!   interfaces, as for IPv4. Each address makes its prefix on-link and itself local
+//!   (`setup::implied_routes6`), as an IPv4 address makes its subnet connected;
 //! - a generator sending a unicast datagram in a group-addressed frame (a router
 //!   discards those, RFC 1812 5.3.4, RFC 1122 3.3.6) or to an all-zero MAC, or datagrams
 //!   longer than its port's MTU.
@@ -237,11 +237,13 @@ pub(crate) fn any_gro(ports: &[PortConfig]) -> bool {
 }
 
 /// Interface names to indices, as `setup::interfaces` numbers them, with each
-/// interface's addresses.
+/// interface's addresses (IPv4, IPv6 global, and its IPv6 link-local address).
 #[derive(Default)]
 pub(super) struct Names {
     names: Vec<String>,
     subnets: Vec<Vec<IfAddr>>,
+    subnets6: Vec<Vec<If6Addr>>,
+    ll6: Vec<Ipv6Addr>,
 }
 
 impl Names {
@@ -250,16 +252,48 @@ impl Names {
     pub(super) fn of(ports: &[PortConfig]) -> Self {
         let mut n = Self::default();
         for p in ports {
-            if let Some(a) = &p.setup.addrs {
-                n.names.push(p.setup.name.clone());
-                n.subnets.push(a.clone());
-            }
-            for v in &p.setup.vlans {
-                n.names.push(v.name.clone());
-                n.subnets.push(v.addrs.clone());
-            }
+            n.push_port(&p.setup);
         }
         n
+    }
+
+    /// The interfaces of port `s`: its untagged one (when it has addresses) with the
+    /// link-local address configured or derived from its MAC, then its VLANs (whose
+    /// link-local address is the MAC's, as `setup::interfaces` gives them).
+    fn push_port(&mut self, s: &PortSetup) {
+        let from_mac = netbatch_wire::ipv6::link_local_from_mac(s.mac);
+        if let Some(a) = &s.addrs {
+            self.push(&s.name, a, &s.addrs6, s.ll6.unwrap_or(from_mac));
+        }
+        for v in &s.vlans {
+            self.push(&v.name, &v.addrs, &v.addrs6, from_mac);
+        }
+    }
+
+    fn push(&mut self, name: &str, addrs: &[IfAddr], addrs6: &[If6Addr], ll6: Ipv6Addr) {
+        self.names.push(name.to_string());
+        self.subnets.push(addrs.to_vec());
+        self.subnets6.push(addrs6.to_vec());
+        self.ll6.push(ll6);
+    }
+
+    /// The IPv6 addresses of interface `i`: its global ones and its link-local one.
+    pub(super) fn get6(&self, i: u16) -> Option<(&[If6Addr], Ipv6Addr)> {
+        let i = usize::from(i);
+        Some((self.subnets6.get(i)?.as_slice(), *self.ll6.get(i)?))
+    }
+
+    /// Every global IPv6 interface address, with the interface's index.
+    pub(super) fn addrs6(&self) -> impl Iterator<Item = (u16, &If6Addr)> {
+        self.subnets6
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.iter().map(move |a| (i as u16, a)))
+    }
+
+    /// Every interface's link-local address, with the interface's index.
+    pub(super) fn link_locals(&self) -> impl Iterator<Item = (u16, Ipv6Addr)> + '_ {
+        self.ll6.iter().enumerate().map(|(i, &a)| (i as u16, a))
     }
 
     /// The names, in interface order.
@@ -290,6 +324,17 @@ impl Resolve for Names {
     /// reaches it through, when subnets overlap).
     fn iface_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
         self.addrs()
+            .filter(|(_, a)| a.subnet().contains(gw))
+            .min_by_key(|&(i, a)| (core::cmp::Reverse(a.len), i))
+            .map(|(i, _)| i)
+    }
+    /// The interface with the longest on-link prefix holding `gw` (no two interfaces
+    /// share a prefix); none for a link-local `gw`, which every link has.
+    fn iface_for_gateway6(&self, gw: Ipv6Addr) -> Option<u16> {
+        if netbatch_wire::ipv6::is_link_local(gw) {
+            return None;
+        }
+        self.addrs6()
             .filter(|(_, a)| a.subnet().contains(gw))
             .min_by_key(|&(i, a)| (core::cmp::Reverse(a.len), i))
             .map(|(i, _)| i)
@@ -471,13 +516,15 @@ pub(super) fn validate(
                 "only a gen port has generator settings",
             );
         }
+        let from_mac = mac.map_or(
+            Ipv6Addr::UNSPECIFIED,
+            netbatch_wire::ipv6::link_local_from_mac,
+        );
         if let Some(a) = &addrs {
-            names.names.push(p.name.clone());
-            names.subnets.push(a.clone());
+            names.push(&p.name, a, &addrs6, ll6.unwrap_or(from_mac));
         }
         for v in &vlans {
-            names.names.push(v.name.clone());
-            names.subnets.push(v.addrs.clone());
+            names.push(&v.name, &v.addrs, &v.addrs6, from_mac);
         }
         let rx_workers = worker_list(e, &format!("{key}.rx_workers"), &p.rx_workers, workers);
         let rps_map = match &p.rps_map {

@@ -1,29 +1,39 @@
 //! `[[route]]` and `route_files`: inline routes first, then the routes of each file (read
 //! relative to the configuration's directory), out through the interfaces the ports
-//! define.
+//! define; IPv4 and IPv6 routes alike, each family into its own list.
 //!
-//! netbatch has one route table, so a prefix (after masking) is routed once: a second
-//! route for it, inline or in a file, is refused naming the first, as Linux's `ip route
-//! add` refuses it (`EEXIST`, "File exists"); `ip route replace` semantics would let the
-//! last one silently win. A configured route may still replace a connected one (the
-//! route table's rule; see `setup::build_routes`). The check sorts one word per route
-//! once every route is read (O(n log n), a few tens of milliseconds for a million-line
-//! file); of a file's repeats, the first [`REPEATS_SHOWN`] are listed and the rest
-//! counted. A file listed twice is refused once, at its second listing. Errors come in
-//! the order of the routes they are about.
+//! netbatch has one route table per family, so a prefix (after masking) is routed once:
+//! a second route for it, inline or in a file, is refused naming the first, as Linux's
+//! `ip route add` refuses it (`EEXIST`, "File exists"); `ip route replace` semantics
+//! would let the last one silently win. A configured route may still replace a
+//! connected one (the route table's rule; see `setup::build_routes`). The check sorts
+//! one key per route once every route is read (O(n log n), a few tens of milliseconds
+//! for a million-line file); of a file's repeats, the first [`REPEATS_SHOWN`] are listed
+//! and the rest counted. A file listed twice is refused once, at its second listing.
+//! Errors come in the order of the routes they are about (inline routes, then each
+//! file's lines).
 //!
 //! A multipath `[[route]]` lists its next hops instead of `via` and `dev`, as `ip route`'s
 //! `nexthop` words: `nexthops = [{ via = "A", dev = "X", weight = 1 }, { via = "B",
 //! weight = 2 }]` (each `via` or `dev` or both, the device found from the gateway's
 //! subnet when left out, weight 1 to 256, 1 when left out). One next hop makes a
 //! single-path route, as the kernel keeps it.
+//!
+//! An IPv6 route has an IPv6 prefix (`2001:db8::/32`, `::/0`), or is `default` with an
+//! IPv6 gateway (its `via`, or its first next hop's). Its rules are the route files'
+//! (`netbatch_stack::route::file`): every gateway of the route's family; a gateway
+//! that is a router's unicast address (not unspecified, loopback, multicast or
+//! IPv4-mapped); a link-local gateway (`fe80::/10`) only with `dev`, which says which
+//! link; without `dev`, a gateway on some interface's on-link prefix (`addresses`); no
+//! prefix inside `fe80::/10` or `ff00::/8`, which routing never looks up.
 
-use core::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use netbatch_stack::prefix::Ipv4Prefix;
-use netbatch_stack::route::file::{self as route_file, LineError, Resolve};
-use netbatch_stack::route::{MAX_NEXT_HOPS, MAX_WEIGHT, Multipath, NextHop, Route, RouteKind};
+use netbatch_stack::route::file::{self as route_file, AnyRoute, LineFamily, gateway_problem};
+use netbatch_stack::route::{
+    Family, MAX_NEXT_HOPS, MAX_WEIGHT, MultipathOf, NextHopOf, Route, Route6, RouteKind, RouteOf,
+    V4, V6,
+};
 
 use super::Errs;
 use super::ports::Names;
@@ -55,14 +65,19 @@ fn default_route_kind() -> String {
 /// Repeated prefixes listed per route file before the rest are only counted.
 pub(super) const REPEATS_SHOWN: usize = 10;
 
-/// Where the routes came from, by their place in the list: the `[[route]]` number of
-/// each inline one, then each file's first place and number, and each file route's line.
+/// Where one family's routes came from, by their place in its list: the `[[route]]`
+/// number of each inline one, then each file's first place and number, and each file
+/// route's line.
 #[derive(Default)]
 struct Origins {
     inline: Vec<usize>,
     files: Vec<(usize, usize)>,
     lines: Vec<u32>,
 }
+
+/// Where in the configuration something is, in the order errors are reported: inline
+/// routes (file 0, by number), then route file `i` as file `i + 1` (by line).
+type Place = (usize, usize);
 
 impl Origins {
     /// The file number of the route at `pos` (past the inline ones).
@@ -82,33 +97,109 @@ impl Origins {
             ),
         }
     }
+
+    /// The place of the route at `pos`.
+    fn place(&self, pos: usize) -> Place {
+        match self.inline.get(pos) {
+            Some(&i) => (0, i),
+            None => (
+                self.file_of(pos) + 1,
+                self.lines[pos - self.inline.len()] as usize,
+            ),
+        }
+    }
+}
+
+/// One family's routes, with where each came from.
+struct List<F: Family> {
+    routes: Vec<RouteOf<F>>,
+    from: Origins,
+}
+
+impl<F: Family> Default for List<F> {
+    fn default() -> Self {
+        Self {
+            routes: Vec::new(),
+            from: Origins::default(),
+        }
+    }
+}
+
+/// A route repeated: where it is, the error's key, why, and its file (none inline).
+struct Repeat {
+    place: Place,
+    key: String,
+    why: String,
+    file: Option<usize>,
+}
+
+impl<F: Family> List<F> {
+    /// Every route of the list whose prefix an earlier one has, named (see [`Repeat`]).
+    fn repeats(&self, pairs: &[(usize, usize)], files: &[String]) -> Vec<Repeat> {
+        pairs
+            .iter()
+            .map(|&(pos, first)| {
+                let p = self.routes[pos].prefix;
+                let why = format!(
+                    "{p} is routed twice: {} and {} (one route per prefix)",
+                    self.from.name(first, files),
+                    self.from.name(pos, files)
+                );
+                match self.from.inline.get(pos) {
+                    Some(ri) => Repeat {
+                        place: self.from.place(pos),
+                        key: format!("route[{ri}].prefix"),
+                        why,
+                        file: None,
+                    },
+                    None => {
+                        let fi = self.from.file_of(pos);
+                        Repeat {
+                            place: self.from.place(pos),
+                            key: format!("route_files[{fi}]"),
+                            why,
+                            file: Some(fi),
+                        }
+                    }
+                }
+            })
+            .collect()
+    }
 }
 
 /// Validates `[[route]]` (`raw`) and then reads `route_files` (`files`, relative to
-/// `dir`); `names` are the interfaces the ports define.
+/// `dir`); `names` are the interfaces the ports define. Returns the IPv4 and the IPv6
+/// routes, each in order.
 pub(super) fn validate(
     raw: &[RouteFile],
     files: &[String],
     dir: &Path,
     names: &Names,
     e: &mut Errs,
-) -> Vec<Route> {
-    let mut routes = Vec::new();
-    let mut from = Origins::default();
-    // Errors with the place in `routes` they come at, to be put in order with the
-    // repeats (found once every route is read).
-    let mut later: Vec<(usize, String, String)> = Vec::new();
+) -> (Vec<Route>, Vec<Route6>) {
+    let mut v4 = List::<V4>::default();
+    let mut v6 = List::<V6>::default();
+    // Errors with their place, to be put in order with the repeats (found once every
+    // route is read).
+    let mut later: Vec<(Place, String, String)> = Vec::new();
     for (ri, r) in raw.iter().enumerate() {
-        if let Some(route) = inline(r, &format!("route[{ri}]"), names, e) {
-            routes.push(route);
-            from.inline.push(ri);
+        match inline(r, &format!("route[{ri}]"), names, e) {
+            Some(AnyRoute::V4(route)) => {
+                v4.routes.push(route);
+                v4.from.inline.push(ri);
+            }
+            Some(AnyRoute::V6(route)) => {
+                v6.routes.push(route);
+                v6.from.inline.push(ri);
+            }
+            None => {}
         }
     }
     for (fi, f) in files.iter().enumerate() {
         let key = format!("route_files[{fi}]");
         if let Some(first) = files[..fi].iter().position(|x| x == f) {
             later.push((
-                routes.len(),
+                (fi + 1, 0),
                 key,
                 format!("'{f}' is also route_files[{first}]"),
             ));
@@ -123,80 +214,103 @@ pub(super) fn validate(
             Ok(t) => t,
             Err(err) => {
                 later.push((
-                    routes.len(),
+                    (fi + 1, 0),
                     key,
                     format!("cannot read {}: {err}", path.display()),
                 ));
                 continue;
             }
         };
-        // About 40 bytes a line: room for the file without growing as it is read.
-        routes.reserve(text.len() / 40);
-        from.lines.reserve(text.len() / 40);
-        from.files.push((routes.len(), fi));
-        let read = read_file(&text, names, |route, line| {
-            routes.push(route);
-            from.lines.push(u32::try_from(line).unwrap_or(u32::MAX));
+        // About 40 bytes a line: room for the file without growing as it is read (the
+        // family of most of its lines is not known yet: the first line's is guessed).
+        let lines = text.len() / 40;
+        if first_line_is_v6(&text) {
+            v6.routes.reserve(lines);
+            v6.from.lines.reserve(lines);
+        } else {
+            v4.routes.reserve(lines);
+            v4.from.lines.reserve(lines);
+        }
+        v4.from.files.push((v4.routes.len(), fi));
+        v6.from.files.push((v6.routes.len(), fi));
+        let line_of = |line: usize| u32::try_from(line).unwrap_or(u32::MAX);
+        let read = route_file::each_route(&text, names, |route, line| match route {
+            AnyRoute::V4(r) => {
+                v4.routes.push(r);
+                v4.from.lines.push(line_of(line));
+            }
+            AnyRoute::V6(r) => {
+                v6.routes.push(r);
+                v6.from.lines.push(line_of(line));
+            }
         });
         if let Err(le) = read {
-            later.push((routes.len(), key, format!("{}: {le}", path.display())));
+            later.push(((fi + 1, le.line), key, format!("{}: {le}", path.display())));
         }
     }
     // Each repeat once, at its place; past REPEATS_SHOWN in one file, only counted.
+    let mut repeats = v4.repeats(&repeats4(&v4.routes), files);
+    repeats.extend(v6.repeats(&repeats6(&v6.routes), files));
+    repeats.sort_by_key(|r| r.place);
     let mut shown_in = vec![0usize; files.len()];
-    let mut more_in: Vec<Option<(usize, usize)>> = vec![None; files.len()];
-    for (pos, first) in repeats(&routes) {
-        let p = routes[pos].prefix;
-        let why = format!(
-            "{p} is routed twice: {} and {} (one route per prefix)",
-            from.name(first, files),
-            from.name(pos, files)
-        );
-        match from.inline.get(pos) {
-            Some(ri) => later.push((pos, format!("route[{ri}].prefix"), why)),
-            None => {
-                let fi = from.file_of(pos);
-                if shown_in[fi] < REPEATS_SHOWN {
-                    shown_in[fi] += 1;
-                    later.push((pos, format!("route_files[{fi}]"), why));
-                } else {
-                    let m = more_in[fi].get_or_insert((pos, 0));
-                    *m = (pos, m.1 + 1);
-                }
+    let mut more_in: Vec<Option<(Place, usize)>> = vec![None; files.len()];
+    for r in repeats {
+        match r.file {
+            Some(fi) if shown_in[fi] >= REPEATS_SHOWN => {
+                let m = more_in[fi].get_or_insert((r.place, 0));
+                *m = (r.place, m.1 + 1);
             }
+            Some(fi) => {
+                shown_in[fi] += 1;
+                later.push((r.place, r.key, r.why));
+            }
+            None => later.push((r.place, r.key, r.why)),
         }
     }
     for (fi, m) in more_in.iter().enumerate() {
-        if let Some((pos, n)) = m {
+        if let Some((place, n)) = m {
             later.push((
-                *pos,
+                *place,
                 format!("route_files[{fi}]"),
                 format!("and {n} more prefixes of {} routed twice", files[fi]),
             ));
         }
     }
-    later.sort_by_key(|(pos, _, _)| *pos);
+    later.sort_by_key(|(place, _, _)| *place);
     for (_, key, why) in later {
         e.add(key, why);
     }
-    routes
+    (v4.routes, v6.routes)
 }
 
-/// Every route whose prefix an earlier one has, as (its place, the earliest's place),
-/// in order: one sort of (prefix, place) keys, in one word each while places fit in
-/// [`PLACE_BITS`] bits.
-fn repeats(routes: &[Route]) -> Vec<(usize, usize)> {
-    let prefix = |r: &Route| (u64::from(r.prefix.bits()) << 8) | u64::from(r.prefix.prefix_len());
+/// Whether the first route line of `text` is IPv6 (a guess at the file's family).
+fn first_line_is_v6(text: &str) -> bool {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .find(|l| !l.is_empty())
+        .is_some_and(|l| l.contains(':'))
+}
+
+/// The pairs (place, earliest place) of equal keys in `sorted` (sorted by key, then
+/// place), in the order of the later place.
+fn equal_keys<K: PartialEq>(sorted: impl Iterator<Item = (K, usize)>) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
-    let mut note = |keys: &mut dyn Iterator<Item = (u64, usize)>| {
-        let mut first: Option<(u64, usize)> = None;
-        for (k, pos) in keys {
-            match first {
-                Some((fk, fpos)) if fk == k => out.push((pos, fpos)),
-                _ => first = Some((k, pos)),
-            }
+    let mut first: Option<(K, usize)> = None;
+    for (k, pos) in sorted {
+        match &first {
+            Some((fk, fpos)) if *fk == k => out.push((pos, *fpos)),
+            _ => first = Some((k, pos)),
         }
-    };
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Every IPv4 route whose prefix an earlier one has, as (its place, the earliest's
+/// place), in order: one sort of (prefix, place) keys, in one word each while places fit
+/// in [`PLACE_BITS`] bits.
+fn repeats4(routes: &[Route]) -> Vec<(usize, usize)> {
+    let prefix = |r: &Route| (u64::from(r.prefix.bits()) << 8) | u64::from(r.prefix.prefix_len());
     if routes.len() < 1 << PLACE_BITS {
         // Prefix bits and length above, place below: sorting the words sorts by prefix,
         // then place.
@@ -207,7 +321,7 @@ fn repeats(routes: &[Route]) -> Vec<(usize, usize)> {
             .collect();
         words.sort_unstable();
         let mask = (1u64 << PLACE_BITS) - 1;
-        note(&mut words.iter().map(|w| (w >> PLACE_BITS, (w & mask) as usize)));
+        equal_keys(words.iter().map(|w| (w >> PLACE_BITS, (w & mask) as usize)))
     } else {
         let mut pairs: Vec<(u64, usize)> = routes
             .iter()
@@ -215,49 +329,66 @@ fn repeats(routes: &[Route]) -> Vec<(usize, usize)> {
             .map(|(pos, r)| (prefix(r), pos))
             .collect();
         pairs.sort_unstable();
-        note(&mut pairs.into_iter());
+        equal_keys(pairs.into_iter())
     }
-    out.sort_unstable();
-    out
 }
 
-/// Bits of a route's place in [`repeats`]' one-word keys (40 bits of prefix and length
+/// [`repeats4`] for IPv6 routes: (prefix bits, length, place) keys.
+fn repeats6(routes: &[Route6]) -> Vec<(usize, usize)> {
+    let mut keys: Vec<(u128, u8, usize)> = routes
+        .iter()
+        .enumerate()
+        .map(|(pos, r)| (r.prefix.bits(), r.prefix.prefix_len(), pos))
+        .collect();
+    keys.sort_unstable();
+    equal_keys(keys.into_iter().map(|(b, l, pos)| ((b, l), pos)))
+}
+
+/// Bits of a route's place in [`repeats4`]' one-word keys (40 bits of prefix and length
 /// above them).
 const PLACE_BITS: u32 = 24;
 
-/// Reads a route file as `route_file::parse` does, line by line, stopping at the first
-/// bad line; hands each route to `take` with its 1-based line.
-fn read_file(
-    text: &str,
-    names: &Names,
-    mut take: impl FnMut(Route, usize),
-) -> Result<(), LineError> {
-    for (i, line) in text.lines().enumerate() {
-        match route_file::parse_line(line, names) {
-            Ok(Some(route)) => take(route, i + 1),
-            Ok(None) => {}
-            Err(reason) => {
-                return Err(LineError {
-                    line: i + 1,
-                    reason,
-                });
-            }
-        }
+/// One `[[route]]` under `key`, of the family its prefix (or for `default`, its first
+/// gateway) says.
+fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<AnyRoute> {
+    let v6 = if r.prefix == "default" {
+        let first_via = r
+            .via
+            .as_deref()
+            .or_else(|| r.nexthops.iter().flatten().find_map(|h| h.via.as_deref()));
+        first_via.is_some_and(|v| v.contains(':'))
+    } else {
+        r.prefix.contains(':')
+    };
+    if v6 {
+        inline_of::<V6>(r, key, names, e).map(AnyRoute::V6)
+    } else {
+        inline_of::<V4>(r, key, names, e).map(AnyRoute::V4)
     }
-    Ok(())
 }
 
-/// One `[[route]]` under `key`.
-fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<Route> {
-    let prefix = if r.prefix == "default" {
-        Ipv4Prefix::new(Ipv4Addr::UNSPECIFIED, 0).ok()
-    } else {
-        e.parse::<Ipv4Prefix>(
-            &format!("{key}.prefix"),
-            &r.prefix,
-            "a prefix (a.b.c.d/len, host bits zero)",
-        )
-    }?;
+/// One `[[route]]` under `key`, of family `F`.
+fn inline_of<F: LineFamily>(
+    r: &RouteFile,
+    key: &str,
+    names: &Names,
+    e: &mut Errs,
+) -> Option<RouteOf<F>> {
+    let pkey = format!("{key}.prefix");
+    let prefix = match F::prefix(&r.prefix) {
+        Ok(p) => p,
+        Err(why) => {
+            e.add(
+                pkey,
+                format!("'{}' is not {}: {why}", r.prefix, F::PREFIX_FORM),
+            );
+            return None;
+        }
+    };
+    if let Some(why) = F::unused_prefix(&prefix) {
+        e.add(pkey, why);
+        return None;
+    }
     let kind = match r.kind.as_str() {
         "unicast" => RouteKind::Unicast,
         "blackhole" => RouteKind::Blackhole,
@@ -278,7 +409,7 @@ fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<Route
                 format!("a {} route takes no via, dev or nexthops", r.kind),
             );
         }
-        return Some(Route::new(prefix, kind, None, None));
+        return Some(RouteOf::new(prefix, kind, None, None));
     }
     if let Some(hops) = &r.nexthops {
         if r.via.is_some() || r.dev.is_some() {
@@ -288,24 +419,33 @@ fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<Route
             );
             return None;
         }
-        return multipath(prefix, hops, key, names, e);
+        return multipath::<F>(prefix, hops, key, names, e);
     }
-    let (out_if, gw) = next_hop(r.via.as_deref(), r.dev.as_deref(), key, names, e)?;
-    Some(Route::new(prefix, kind, Some(out_if), gw))
+    let (out_if, gw) = next_hop::<F>(&prefix, r.via.as_deref(), r.dev.as_deref(), key, names, e)?;
+    Some(RouteOf::new(prefix, kind, Some(out_if), gw))
 }
 
-/// The output interface and gateway of a next hop under `key` (a route, or one of its
-/// `nexthops`) from its `via` and `dev`.
-fn next_hop(
+/// The output interface and gateway of a next hop under `key` (a route for `prefix`,
+/// or one of its `nexthops`) from its `via` and `dev`.
+fn next_hop<F: LineFamily>(
+    prefix: &F::Prefix,
     via: Option<&str>,
     dev: Option<&str>,
     key: &str,
     names: &Names,
     e: &mut Errs,
-) -> Option<(u16, Option<Ipv4Addr>)> {
-    let gw = via.and_then(|v| e.parse::<Ipv4Addr>(&format!("{key}.via"), v, "an IPv4 address"));
+) -> Option<(u16, Option<F::Addr>)> {
+    let vkey = format!("{key}.via");
+    let gw = match via.map(|v| route_file::address::<F>(v, prefix)) {
+        Some(Ok(g)) => Some(g),
+        Some(Err(why)) => {
+            e.add(&vkey, why);
+            None
+        }
+        None => None,
+    };
     let dev = match dev {
-        Some(d) => match names.iface(d) {
+        Some(d) => match route_file::Resolve::iface(names, d) {
             Some(i) => Some(i),
             None => {
                 e.add(format!("{key}.dev"), format!("no interface named '{d}'"));
@@ -314,15 +454,18 @@ fn next_hop(
         },
         None => None,
     };
+    if let Some(g) = gw
+        && let Some(why) = gateway_problem::<F>(g, dev.is_some(), "add dev")
+    {
+        e.add(vkey, why);
+        return None;
+    }
     let out_if = match (dev, gw) {
         (Some(d), _) => d,
-        (None, Some(g)) => match names.iface_for_gateway(g) {
+        (None, Some(g)) => match F::gateway_iface(names, g) {
             Some(i) => i,
             None => {
-                e.add(
-                    format!("{key}.via"),
-                    format!("gateway {g} is not on a connected subnet; add dev"),
-                );
+                e.add(vkey, format!("gateway {g} {}; add dev", F::OFF_LINK));
                 return None;
             }
         },
@@ -337,13 +480,13 @@ fn next_hop(
 }
 
 /// A route over `nexthops` under `key`.
-fn multipath(
-    prefix: Ipv4Prefix,
+fn multipath<F: LineFamily>(
+    prefix: F::Prefix,
     nexthops: &[NextHopFile],
     key: &str,
     names: &Names,
     e: &mut Errs,
-) -> Option<Route> {
+) -> Option<RouteOf<F>> {
     if nexthops.is_empty() || nexthops.len() > MAX_NEXT_HOPS {
         e.add(
             format!("{key}.nexthops"),
@@ -367,9 +510,9 @@ fn multipath(
                 }
             },
         };
-        let hop = next_hop(h.via.as_deref(), h.dev.as_deref(), &k, names, e);
+        let hop = next_hop::<F>(&prefix, h.via.as_deref(), h.dev.as_deref(), &k, names, e);
         if let (Some((out_if, gateway)), Some(weight)) = (hop, weight) {
-            hops.push(NextHop {
+            hops.push(NextHopOf {
                 gateway,
                 out_if,
                 weight,
@@ -380,15 +523,15 @@ fn multipath(
         return None;
     }
     if let [one] = hops[..] {
-        return Some(Route::new(
+        return Some(RouteOf::new(
             prefix,
             RouteKind::Unicast,
             Some(one.out_if),
             one.gateway,
         ));
     }
-    match Multipath::new(hops) {
-        Ok(m) => Some(Route::multipath(prefix, m)),
+    match MultipathOf::new(hops) {
+        Ok(m) => Some(RouteOf::multipath(prefix, m)),
         Err(err) => {
             e.add(format!("{key}.nexthops"), err.to_string());
             None
@@ -688,5 +831,240 @@ mod tests {
         );
         let got = errors(&unknown, dir.path());
         assert!(got.iter().any(|(_, r)| r.contains("metric")), "{got:#?}");
+    }
+
+    const DUAL: &str = r#"
+        [[port]]
+        name = "eth0"
+        mac = "02:00:00:00:00:01"
+        addresses = ["192.0.2.1/24", "2001:db8:a::1/64"]
+
+        [[port]]
+        name = "eth1"
+        mac = "02:00:00:00:00:02"
+        addresses = ["198.51.100.1/24", "2001:db8:b::1/64"]
+    "#;
+
+    /// IPv6 routes, inline and in a route file mixed with IPv4 lines, land in
+    /// `routes6` with the device named or found from the gateway's on-link prefix; a
+    /// `default` is IPv6 when its gateway is; IPv4 and IPv6 routes for the "same"
+    /// prefix (the two defaults) are two routes, one per table.
+    #[test]
+    fn ipv6_routes_inline_and_in_files() {
+        use netbatch_stack::prefix::Ipv6Prefix;
+        use netbatch_stack::route::{NextHop6, Route6, RouteKind};
+        let dir = Dir::new("ipv6");
+        std::fs::write(
+            dir.path().join("r.txt"),
+            "10.9.0.0/16 via 192.0.2.9\n2001:db8:1::/48 via fe80::1 dev eth1\n\
+             default via 2001:db8:b::fe\nblackhole 2001:db8:dead::/48\n\
+             2001:db8:3::/48 nexthop via fe80::1 dev eth0 nexthop via 2001:db8:b::2 weight 3\n",
+        )
+        .expect("route file");
+        let text = format!(
+            r#"route_files = ["r.txt"]
+            {DUAL}
+            [[route]]
+            prefix = "2001:db8:5::/48"
+            via = "2001:db8:a::9"
+            [[route]]
+            prefix = "2001:db8:6::/48"
+            dev = "eth1"
+            [[route]]
+            prefix = "default"
+            via = "198.51.100.254"
+            [[route]]
+            prefix = "2001:db8:7::/48"
+            kind = "unreachable"
+            [[route]]
+            prefix = "2001:db8:8::/48"
+            nexthops = [{{ via = "fe80::2", dev = "eth0" }}, {{ via = "2001:db8:b::3", weight = 2 }}]
+            "#
+        );
+        let c = Config::parse(&text, dir.path(), "test.toml").unwrap_or_else(|e| panic!("{e}"));
+        let p = |s: &str| s.parse::<Ipv6Prefix>().expect("prefix");
+        let a = |s: &str| Some(s.parse().expect("address"));
+        let hops = |r: &Route6| r.multipath.as_ref().map(|m| m.hops().to_vec());
+        let nh = |gateway, out_if, weight| NextHop6 {
+            gateway,
+            out_if,
+            weight,
+        };
+        assert_eq!(c.routes6.len(), 8, "{:#?}", c.routes6);
+        assert_eq!(
+            c.routes6[0],
+            Route6::new(
+                p("2001:db8:5::/48"),
+                RouteKind::Unicast,
+                Some(0),
+                a("2001:db8:a::9")
+            )
+        );
+        assert_eq!(
+            c.routes6[1],
+            Route6::new(p("2001:db8:6::/48"), RouteKind::Unicast, Some(1), None)
+        );
+        assert_eq!(
+            c.routes6[2],
+            Route6::new(p("2001:db8:7::/48"), RouteKind::Unreachable, None, None)
+        );
+        assert_eq!(
+            hops(&c.routes6[3]),
+            Some(vec![nh(a("fe80::2"), 0, 1), nh(a("2001:db8:b::3"), 1, 2)])
+        );
+        assert_eq!(
+            c.routes6[4],
+            Route6::new(
+                p("2001:db8:1::/48"),
+                RouteKind::Unicast,
+                Some(1),
+                a("fe80::1")
+            )
+        );
+        assert_eq!(
+            c.routes6[5],
+            Route6::new(p("::/0"), RouteKind::Unicast, Some(1), a("2001:db8:b::fe"))
+        );
+        assert_eq!(c.routes6[6].kind, RouteKind::Blackhole);
+        assert_eq!(
+            hops(&c.routes6[7]),
+            Some(vec![nh(a("fe80::1"), 0, 1), nh(a("2001:db8:b::2"), 1, 3)])
+        );
+        let v4: Vec<String> = c.routes.iter().map(|r| r.prefix.to_string()).collect();
+        assert_eq!(v4, ["0.0.0.0/0", "10.9.0.0/16"]);
+    }
+
+    /// Every IPv6 mistake is refused at its key, with the reason: host bits, a length
+    /// above 128, a gateway off-link, a link-local gateway without dev, a multicast
+    /// gateway, a gateway of the other family (both ways), a link-local prefix, a
+    /// prefix routed twice (per family: the IPv4 and IPv6 defaults do not clash), and
+    /// in a route file the line with its reason.
+    #[test]
+    fn ipv6_route_mistakes_name_their_key() {
+        let dir = Dir::new("ipv6-bad");
+        std::fs::write(
+            dir.path().join("r.txt"),
+            "default via 2001:db8:a::fe\n0.0.0.0/0 via 192.0.2.254\n2001:db8:5::/48 dev eth0\n\
+             2001:db8:9::/48 via fe80::1\n",
+        )
+        .expect("route file");
+        let text = format!(
+            r#"route_files = ["r.txt"]
+            {DUAL}
+            [[route]]
+            prefix = "2001:db8::1/32"
+            dev = "eth0"
+            [[route]]
+            prefix = "2001:db8::/129"
+            dev = "eth0"
+            [[route]]
+            prefix = "2001:db8:1::/48"
+            via = "2001:db8:99::1"
+            [[route]]
+            prefix = "2001:db8:2::/48"
+            via = "fe80::1"
+            [[route]]
+            prefix = "2001:db8:3::/48"
+            via = "ff02::2"
+            dev = "eth0"
+            [[route]]
+            prefix = "2001:db8:4::/48"
+            via = "192.0.2.9"
+            [[route]]
+            prefix = "10.4.0.0/16"
+            via = "2001:db8:a::9"
+            [[route]]
+            prefix = "fe80::/64"
+            dev = "eth0"
+            [[route]]
+            prefix = "2001:db8:5::/48"
+            kind = "blackhole"
+            [[route]]
+            prefix = "::/0"
+            via = "2001:db8:b::fe"
+            [[route]]
+            prefix = "2001:db8:6::/48"
+            nexthops = [{{ via = "fe80::1", dev = "eth0" }}, {{ via = "fe80::2" }}]
+            "#
+        );
+        let got = errors(&text, dir.path());
+        let want = [
+            (
+                "route[0].prefix",
+                "'2001:db8::1/32' is not an IPv6 prefix (addr/len, host bits zero): '2001:db8::1/32' has host bits set beyond its length",
+            ),
+            ("route[1].prefix", "prefix length 129 is above 128"),
+            (
+                "route[2].via",
+                "gateway 2001:db8:99::1 is not on-link (on no interface's IPv6 prefix); add dev",
+            ),
+            (
+                "route[3].via",
+                "gateway fe80::1 is link-local, which names a router only together with its link (RFC 4007 6); add dev",
+            ),
+            ("route[4].via", "gateway ff02::2 is a multicast group"),
+            (
+                "route[5].via",
+                "'192.0.2.9' is an IPv4 address: the gateway of an IPv6 route (2001:db8:4::/48) is an IPv6 address",
+            ),
+            (
+                "route[6].via",
+                "'2001:db8:a::9' is an IPv6 address: the gateway of an IPv4 route (10.4.0.0/16) is an IPv4 address",
+            ),
+            ("route[7].prefix", "fe80::/64 is link-local"),
+            ("route[10].nexthops[1].via", "gateway fe80::2 is link-local"),
+            (
+                "route_files[0]",
+                "::/0 is routed twice: route[9] and r.txt line 1 (one route per prefix)",
+            ),
+            (
+                "route_files[0]",
+                "2001:db8:5::/48 is routed twice: route[8] and r.txt line 3",
+            ),
+            (
+                "route_files[0]",
+                "r.txt: line 4: gateway fe80::1 is link-local",
+            ),
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for ((k, r), (wk, wr)) in got.iter().zip(want) {
+            assert_eq!(k, wk, "{got:#?}");
+            assert!(r.contains(wr), "{k}: «{r}» lacks «{wr}»");
+        }
+    }
+
+    /// A million distinct IPv6 prefixes in a file load, in order, with their checks
+    /// (the one-route-per-prefix sort included).
+    #[test]
+    fn a_large_ipv6_file_loads() {
+        let dir = Dir::new("large6");
+        let n = 1u32 << 20;
+        let mut text = String::with_capacity(n as usize * 40);
+        for i in 0..n {
+            // Distinct /48s from 2001:db8:: up, and /64s in a second /32 for variety.
+            let (hi, lo) = ((i >> 16) as u16, i as u16);
+            if i % 2 == 0 {
+                text += &format!("2001:{hi:x}:{lo:x}::/48 via 2001:db8:a::9\n");
+            } else {
+                text += &format!("2001:db9:{hi:x}:{lo:x}::/64 via fe80::1 dev eth1\n");
+            }
+        }
+        std::fs::write(dir.path().join("big6.txt"), text).expect("route file");
+        let t0 = std::time::Instant::now();
+        let c = Config::parse(
+            &format!("route_files = [\"big6.txt\"]\n{DUAL}"),
+            dir.path(),
+            "test.toml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        eprintln!(
+            "{} IPv6 routes validated in {:?}",
+            c.routes6.len(),
+            t0.elapsed()
+        );
+        assert_eq!(c.routes6.len(), n as usize);
+        assert_eq!(c.routes6[1].prefix.to_string(), "2001:db9:0:1::/64");
+        assert_eq!(c.routes6[2].prefix.to_string(), "2001:0:2::/48");
+        assert!(c.routes.is_empty());
     }
 }

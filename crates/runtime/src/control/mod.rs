@@ -9,7 +9,9 @@
 //! - A route change is made on a copy of the table, which replaces the workers' shared
 //!   table between lists (RCU-like: a list is routed wholly by the old or wholly by the
 //!   new table). Copies come from the current table, so adjacency indices of packets
-//!   waiting for a neighbour stay valid.
+//!   waiting for a neighbour stay valid. IPv4 and IPv6 have a table each (`host.routes`,
+//!   `host.routes6`), changed and published the same way: a command or reload changes
+//!   each family's table only if it changes that family's routes.
 //! - A change is checked whole before anything is applied: a refused command or reload
 //!   changes nothing.
 //! - `clear counters` does not touch the workers' counters (their sums must keep
@@ -22,24 +24,34 @@ pub mod show;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use netbatch_stack::filter::{Chain, HookPoint};
-use netbatch_stack::route::{Route, Routes};
+use netbatch_stack::route::file::{AnyRoute, LineFamily};
+use netbatch_stack::route::{Family, RouteOf, Routes, Routes6, RoutesOf, V4, V6};
 use netbatch_wire::ethernet::MacAddr;
 use serde_json::{Value, json};
 
-use crate::build::Builder;
+use crate::build::{BuildError, Builder};
 use crate::config::Config;
 use crate::datapath::Remote;
-use crate::setup::StaticNeighbour;
+use crate::setup::{StaticNeighbour, StaticNeighbour6};
+use crate::worker::Worker;
 
-/// One change of a batch of routes ([`Control::apply_routes`]).
+/// One change of a batch of routes of family `F` ([`Control::apply_routes`],
+/// [`Control::apply_routes6`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RouteChange {
+pub enum RouteChangeOf<F: Family> {
     /// Add the route, or replace the one for its prefix.
-    Replace(Route),
+    Replace(RouteOf<F>),
     /// Remove the route for exactly this prefix (if there is one).
-    Delete(netbatch_stack::prefix::Ipv4Prefix),
+    Delete(F::Prefix),
 }
+
+/// A change of the IPv4 routes.
+pub type RouteChange = RouteChangeOf<V4>;
+/// A change of the IPv6 routes.
+pub type RouteChange6 = RouteChangeOf<V6>;
 
 /// An answer to a command: success, text for a person, data for `--json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +88,125 @@ impl Reply {
 struct State {
     cfg: Config,
     routes: Arc<Routes>,
+    routes6: Arc<Routes6>,
     baseline: Option<Value>,
+}
+
+/// Where each family's routes are: the table the workers hold, the configured routes,
+/// the table a configuration builds. The control plane's route commands, batches and
+/// reloads are written once over it.
+trait Published: LineFamily {
+    /// The table the workers hold.
+    fn live(st: &State) -> &Arc<RoutesOf<Self>>;
+    /// Records `t` as the table the workers hold.
+    fn set_live(st: &mut State, t: Arc<RoutesOf<Self>>);
+    /// The configured routes (the file's, and those of live commands since).
+    fn configured(cfg: &mut Config) -> &mut Vec<RouteOf<Self>>;
+    /// Makes worker `w` route by `t`.
+    fn install(w: &mut Worker, t: &Arc<RoutesOf<Self>>);
+    /// The table `cfg` builds (implied routes, then its routes).
+    fn built(cfg: &Config) -> Result<RoutesOf<Self>, BuildError>;
+}
+
+impl Published for V4 {
+    fn live(st: &State) -> &Arc<Routes> {
+        &st.routes
+    }
+    fn set_live(st: &mut State, t: Arc<Routes>) {
+        st.routes = t;
+    }
+    fn configured(cfg: &mut Config) -> &mut Vec<RouteOf<Self>> {
+        &mut cfg.routes
+    }
+    fn install(w: &mut Worker, t: &Arc<Routes>) {
+        w.host.routes = t.clone();
+    }
+    fn built(cfg: &Config) -> Result<Routes, BuildError> {
+        crate::build::route_table(cfg)
+    }
+}
+
+impl Published for V6 {
+    fn live(st: &State) -> &Arc<Routes6> {
+        &st.routes6
+    }
+    fn set_live(st: &mut State, t: Arc<Routes6>) {
+        st.routes6 = t;
+    }
+    fn configured(cfg: &mut Config) -> &mut Vec<RouteOf<Self>> {
+        &mut cfg.routes6
+    }
+    fn install(w: &mut Worker, t: &Arc<Routes6>) {
+        w.host.routes6 = t.clone();
+    }
+    fn built(cfg: &Config) -> Result<Routes6, BuildError> {
+        crate::build::route_table6(cfg)
+    }
+}
+
+/// Where each family's neighbours are: the workers' tables and the configured static
+/// entries. The neighbour commands are written once over it.
+trait Neighbours: Family {
+    /// Why `ip` cannot be a neighbour's address, if it cannot.
+    fn refused(ip: Self::Addr) -> Option<String>;
+    /// Sets a static entry on worker `w` (releasing what waited); `false` if full.
+    fn set(w: &mut Worker, iface: u16, ip: Self::Addr, mac: MacAddr) -> bool;
+    /// Removes an entry from worker `w` (dropping what waited); whether it had one.
+    fn remove(w: &mut Worker, iface: u16, ip: Self::Addr) -> bool;
+    /// Whether `cfg` has a static entry for `ip` on `iface`.
+    fn configured(cfg: &Config, iface: u16, ip: Self::Addr) -> bool;
+    /// Makes `cfg`'s static entry for `ip` on `iface` be `mac`, or none.
+    fn configure(cfg: &mut Config, iface: u16, ip: Self::Addr, mac: Option<MacAddr>);
+}
+
+impl Neighbours for V4 {
+    fn refused(_: Ipv4Addr) -> Option<String> {
+        None
+    }
+    fn set(w: &mut Worker, iface: u16, ip: Ipv4Addr, mac: MacAddr) -> bool {
+        w.set_neighbour(iface, ip, mac)
+    }
+    fn remove(w: &mut Worker, iface: u16, ip: Ipv4Addr) -> bool {
+        w.remove_neighbour(iface, ip)
+    }
+    fn configured(cfg: &Config, iface: u16, ip: Ipv4Addr) -> bool {
+        cfg.neighbours
+            .iter()
+            .any(|n| n.iface == iface && n.ip == ip)
+    }
+    fn configure(cfg: &mut Config, iface: u16, ip: Ipv4Addr, mac: Option<MacAddr>) {
+        cfg.neighbours.retain(|n| !(n.iface == iface && n.ip == ip));
+        if let Some(mac) = mac {
+            cfg.neighbours.push(StaticNeighbour { iface, ip, mac });
+        }
+    }
+}
+
+impl Neighbours for V6 {
+    /// What only a unicast address can be (RFC 4291 2.5.2, 2.5.3, 2.7): a multicast
+    /// group's link-layer address is derived (RFC 2464 7), never a neighbour entry's.
+    fn refused(ip: Ipv6Addr) -> Option<String> {
+        (ip.is_unspecified() || ip.is_loopback() || ip.is_multicast())
+            .then(|| format!("{ip} is not a unicast address, so no neighbour has it"))
+    }
+    fn set(w: &mut Worker, iface: u16, ip: Ipv6Addr, mac: MacAddr) -> bool {
+        w.set_neighbour6(iface, ip, mac)
+    }
+    fn remove(w: &mut Worker, iface: u16, ip: Ipv6Addr) -> bool {
+        w.remove_neighbour6(iface, ip)
+    }
+    fn configured(cfg: &Config, iface: u16, ip: Ipv6Addr) -> bool {
+        cfg.neighbours6
+            .iter()
+            .any(|n| n.iface == iface && n.ip == ip)
+    }
+    fn configure(cfg: &mut Config, iface: u16, ip: Ipv6Addr, mac: Option<MacAddr>) {
+        cfg.neighbours6
+            .retain(|n| !(n.iface == iface && n.ip == ip));
+        if let Some(mac) = mac {
+            cfg.neighbours6.push(StaticNeighbour6 { iface, ip, mac });
+        }
+    }
 }
 
 /// The control plane of one running datapath.
@@ -116,8 +246,8 @@ pub mod trace;
 pub const USAGE: &str = "\
 show runtime|errors|ports|routes|neigh|rules|sockets|softnet|counters|linux
 clear counters
-route add|replace|del ROUTE            (an `ip route` line: PREFIX via GW [dev IF] | PREFIX dev IF | blackhole|unreachable|prohibit PREFIX)
-neigh add|replace ADDRESS lladdr MAC dev IF
+route add|replace|del ROUTE            (an `ip route` or `ip -6 route` line: PREFIX via GW [dev IF] | PREFIX dev IF | blackhole|unreachable|prohibit PREFIX)
+neigh add|replace ADDRESS lladdr MAC dev IF   (ADDRESS IPv4 or IPv6)
 neigh del ADDRESS dev IF
 rule add HOOK [index N] KEY VALUE...   (keys of [[filter.HOOK.rule]]: proto src dst sport dport in out mark action)
 rule del HOOK N
@@ -130,8 +260,14 @@ trace clear";
 
 impl Control {
     /// The control plane of workers reached through `remote`, started from `cfg` (read
-    /// from `path`), whose workers hold `routes`.
-    pub fn new(remote: Remote, cfg: Config, path: &Path, routes: Arc<Routes>) -> Self {
+    /// from `path`), whose workers hold `routes` and `routes6`.
+    pub fn new(
+        remote: Remote,
+        cfg: Config,
+        path: &Path,
+        routes: Arc<Routes>,
+        routes6: Arc<Routes6>,
+    ) -> Self {
         let kernel_ifaces = cfg
             .ports
             .iter()
@@ -150,6 +286,7 @@ impl Control {
             state: Mutex::new(State {
                 cfg,
                 routes,
+                routes6,
                 baseline: None,
             }),
             trace: Mutex::new(trace::Collected::default()),
@@ -223,7 +360,7 @@ impl Control {
         Ok(c)
     }
 
-    /// Table sizes, for `show` and `/metrics`: routes, next hops, sockets.
+    /// Table sizes, for `show` and `/metrics`: routes of each family, rules, sockets.
     pub fn tables(&self) -> Vec<(&'static str, &'static str, u64)> {
         let st = self.state();
         let sockets = self
@@ -242,6 +379,11 @@ impl Control {
                 "routes",
                 "Routes in the table, implied ones included",
                 st.routes.len() as u64,
+            ),
+            (
+                "routes6",
+                "IPv6 routes in the table, implied ones included",
+                st.routes6.len() as u64,
             ),
             (
                 "rules",
@@ -331,7 +473,7 @@ impl Control {
                     .collect();
                 show::ports(c.as_ref().unwrap_or(&Value::Null), &kinds, &links)
             }
-            "routes" => show::routes(&st.routes, &names),
+            "routes" => show::routes(&st.routes, &st.routes6, &names),
             "linux" => match c.as_ref().and_then(|c| c.get("linux")) {
                 Some(l) => show::linux(l),
                 None => Reply::err("show linux: no kernel table is mirrored (no [linux] section)"),
@@ -343,8 +485,14 @@ impl Control {
             ),
             "neigh" => {
                 drop(st);
-                match self.remote.on_each(|_, w| w.host.neigh.entries()) {
-                    Ok(per) => show::neigh(&per, &names),
+                match self
+                    .remote
+                    .on_each(|_, w| (w.host.neigh.entries(), w.host.neigh6.entries()))
+                {
+                    Ok(per) => {
+                        let (v4, v6): (Vec<_>, Vec<_>) = per.into_iter().unzip();
+                        show::neigh(&v4, &v6, &names)
+                    }
                     Err(e) => Reply::err(e.to_string()),
                 }
             }
@@ -407,27 +555,36 @@ impl Control {
     /// (what a routing daemon's mirror calls). Returns (routes replaced or added,
     /// routes deleted); nothing changes if a route is refused.
     pub fn apply_routes(&self, changes: &[RouteChange]) -> Result<(usize, usize), String> {
+        self.apply::<V4>(changes)
+    }
+
+    /// [`Self::apply_routes`] for the IPv6 table.
+    pub fn apply_routes6(&self, changes: &[RouteChange6]) -> Result<(usize, usize), String> {
+        self.apply::<V6>(changes)
+    }
+
+    fn apply<F: Published>(&self, changes: &[RouteChangeOf<F>]) -> Result<(usize, usize), String> {
         if changes.is_empty() {
             return Ok((0, 0));
         }
         let mut st = self.state();
-        let mut next = (*st.routes).clone();
+        let mut next = (**F::live(&st)).clone();
         let (mut set, mut deleted) = (0, 0);
         for c in changes {
             match c {
-                RouteChange::Replace(r) => {
+                RouteChangeOf::Replace(r) => {
                     next.insert(r.clone())
                         .map_err(|e| format!("route {}: {e}", r.prefix))?;
                     set += 1;
                 }
-                RouteChange::Delete(p) => {
+                RouteChangeOf::Delete(p) => {
                     if next.remove(*p).is_some() {
                         deleted += 1;
                     }
                 }
             }
         }
-        self.publish_routes(&mut st, next)?;
+        self.publish_routes::<F>(&mut st, next)?;
         Ok((set, deleted))
     }
 
@@ -436,17 +593,28 @@ impl Control {
         self.state().routes.clone()
     }
 
+    /// The IPv6 route table the workers hold now.
+    pub fn routes6(&self) -> Arc<Routes6> {
+        self.state().routes6.clone()
+    }
+
     /// Sets a static neighbour on every worker (packets waiting for it leave).
-    pub fn set_neighbour(
+    pub fn set_neighbour(&self, iface: u16, ip: Ipv4Addr, mac: MacAddr) -> Result<(), String> {
+        self.set_neighbour_of::<V4>(iface, ip, mac)
+    }
+
+    /// Sets a static IPv6 neighbour on every worker (packets waiting for it leave).
+    pub fn set_neighbour6(&self, iface: u16, ip: Ipv6Addr, mac: MacAddr) -> Result<(), String> {
+        self.set_neighbour_of::<V6>(iface, ip, mac)
+    }
+
+    fn set_neighbour_of<F: Neighbours>(
         &self,
         iface: u16,
-        ip: core::net::Ipv4Addr,
+        ip: F::Addr,
         mac: MacAddr,
     ) -> Result<(), String> {
-        match self
-            .remote
-            .on_each(move |_, w| w.set_neighbour(iface, ip, mac))
-        {
+        match self.remote.on_each(move |_, w| F::set(w, iface, ip, mac)) {
             Ok(v) if v.iter().all(|&ok| ok) => Ok(()),
             Ok(_) => Err("the neighbour table is full".into()),
             Err(e) => Err(e.to_string()),
@@ -454,9 +622,18 @@ impl Control {
     }
 
     /// Removes a neighbour from every worker; whether any had it.
-    pub fn delete_neighbour(&self, iface: u16, ip: core::net::Ipv4Addr) -> Result<bool, String> {
+    pub fn delete_neighbour(&self, iface: u16, ip: Ipv4Addr) -> Result<bool, String> {
+        self.delete_neighbour_of::<V4>(iface, ip)
+    }
+
+    /// Removes an IPv6 neighbour from every worker; whether any had it.
+    pub fn delete_neighbour6(&self, iface: u16, ip: Ipv6Addr) -> Result<bool, String> {
+        self.delete_neighbour_of::<V6>(iface, ip)
+    }
+
+    fn delete_neighbour_of<F: Neighbours>(&self, iface: u16, ip: F::Addr) -> Result<bool, String> {
         self.remote
-            .on_each(move |_, w| w.remove_neighbour(iface, ip))
+            .on_each(move |_, w| F::remove(w, iface, ip))
             .map(|v| v.iter().any(|&f| f))
             .map_err(|e| e.to_string())
     }
@@ -467,8 +644,15 @@ impl Control {
     }
 
     /// The wire ports paired with a tap (`[linux] pairs`), each with its untagged
-    /// interface's addresses: what the taps carry in the control namespace.
-    pub fn host_pairs(&self) -> Vec<(String, Vec<netbatch_stack::prefix::IfAddr>)> {
+    /// interface's addresses, IPv4 and IPv6: what the taps carry in the control
+    /// namespace.
+    pub fn host_pairs(
+        &self,
+    ) -> Vec<(
+        String,
+        Vec<netbatch_stack::prefix::IfAddr>,
+        Vec<netbatch_stack::prefix::If6Addr>,
+    )> {
         self.state()
             .cfg
             .ports
@@ -478,26 +662,30 @@ impl Control {
                 (
                     p.setup.name.clone(),
                     p.setup.addrs.clone().unwrap_or_default(),
+                    p.setup.addrs6.clone(),
                 )
             })
             .collect()
     }
 
-    /// Makes interface `i` have addresses `addrs` (the first the primary; those it has
-    /// already keep their order) and, when given, its port the MTU `mtu`, as the kernel
-    /// interface of its pair has them: the interface's local, connected and broadcast
-    /// routes follow in one table publication, with the addresses, on every worker.
-    /// Returns whether anything changed. Refused, with nothing changed: an address
-    /// another interface has. An MTU below 68 (RFC 791) or above the one the port
-    /// started with (what its interface was checked to carry) is refused alone: the
-    /// addresses still follow, and the error says whether they changed.
+    /// Makes interface `i` have addresses `addrs` and IPv6 addresses `addrs6` (the
+    /// first the primary; those it has already keep their order) and, when given, its
+    /// port the MTU `mtu`, as the kernel interface of its pair has them: the
+    /// interface's local, connected and broadcast routes (IPv4), and local and on-link
+    /// routes (IPv6), follow in one table publication per family that changed, with the
+    /// addresses, on every worker. Returns whether anything changed. Refused, with
+    /// nothing changed: an address another interface has. An MTU below 68 (RFC 791) or
+    /// above the one the port started with (what its interface was checked to carry)
+    /// is refused alone: the addresses still follow, and the error says whether they
+    /// changed.
     pub fn set_iface(
         &self,
         i: u16,
         addrs: &[netbatch_stack::prefix::IfAddr],
+        addrs6: &[netbatch_stack::prefix::If6Addr],
         mtu: Option<u16>,
     ) -> Result<bool, (bool, String)> {
-        use crate::setup::{local_routes, subnet_routes};
+        use crate::setup::{local_routes, local_routes6, subnet_routes, subnet_routes6};
         let mut st = self.state();
         let names = st.cfg.iface_names();
         let name = names
@@ -515,14 +703,22 @@ impl Control {
             {
                 return Err((false, format!("{name}: {} is {other}'s address", a.addr)));
             }
+            if let Some(theirs) = st.cfg.iface_addrs6_mut(j as u16)
+                && let Some(a) = addrs6
+                    .iter()
+                    .find(|a| theirs.iter().any(|t| t.addr == a.addr))
+            {
+                return Err((false, format!("{name}: {} is {other}'s address", a.addr)));
+            }
         }
         let (port, native, cur) = st
             .cfg
             .iface_addrs_mut(i)
             .ok_or_else(|| (false, format!("no interface {i}")))?;
         let old = cur.clone();
-        let mut new: Vec<_> = old.iter().filter(|a| addrs.contains(a)).copied().collect();
-        new.extend(addrs.iter().filter(|a| !old.contains(a)));
+        let old6 = st.cfg.iface_addrs6_mut(i).cloned().unwrap_or_default();
+        let new = merged(&old, addrs);
+        let new6 = merged(&old6, addrs6);
         let old_mtu = st.cfg.ports[port].setup.mtu;
         // A VLAN's MTU is its port's: only the untagged interface's is followed.
         let mtu = mtu.filter(|&m| native && m != old_mtu);
@@ -535,37 +731,46 @@ impl Control {
                 );
                 // The addresses still follow.
                 drop(st);
-                let changed = self.set_iface(i, addrs, None)?;
+                let changed = self.set_iface(i, addrs, addrs6, None)?;
                 return Err((changed, why));
             }
         }
-        if new == old && mtu.is_none() {
+        if new == old && new6 == old6 && mtu.is_none() {
             return Ok(false);
         }
-        let routes_of = |a: &[netbatch_stack::prefix::IfAddr]| -> Vec<Route> {
+        let routes_of = |a: &[netbatch_stack::prefix::IfAddr]| -> Vec<RouteOf<V4>> {
             subnet_routes(i, a).chain(local_routes(i, a)).collect()
         };
-        let (before, after) = (routes_of(&old), routes_of(&new));
-        let mut next = (*st.routes).clone();
-        for r in &before {
-            if !after.iter().any(|n| n.prefix == r.prefix) && next.get(&r.prefix) == Some(r) {
-                next.remove(r.prefix);
-            }
-        }
-        for r in &after {
-            if !before.contains(r) || next.get(&r.prefix).is_none() {
-                next.insert(r.clone())
-                    .map_err(|e| (false, format!("{name}: route {}: {e}", r.prefix)))?;
-            }
-        }
-        let table = Arc::new(next);
-        let (shared, set) = (table.clone(), new.clone());
+        let routes6_of = |a: &[netbatch_stack::prefix::If6Addr]| -> Vec<RouteOf<V6>> {
+            subnet_routes6(i, a).chain(local_routes6(i, a)).collect()
+        };
+        let err = |e: netbatch_stack::route::RouteError, p: &dyn core::fmt::Display| {
+            (false, format!("{name}: route {p}: {e}"))
+        };
+        let table = (new != old)
+            .then(|| follow(&st.routes, &routes_of(&old), &routes_of(&new)))
+            .transpose()
+            .map_err(|(e, p)| err(e, &p))?
+            .map(Arc::new);
+        let table6 = (new6 != old6)
+            .then(|| follow(&st.routes6, &routes6_of(&old6), &routes6_of(&new6)))
+            .transpose()
+            .map_err(|(e, p)| err(e, &p))?
+            .map(Arc::new);
+        let (shared, shared6) = (table.clone(), table6.clone());
+        let (set, set6) = (new.clone(), new6.clone());
         let wire = st.cfg.ports[port].setup.pair;
         self.remote
             .on_each(move |_, w| {
-                w.host.routes = shared.clone();
+                if let Some(t) = &shared {
+                    w.host.routes = t.clone();
+                }
+                if let Some(t) = &shared6 {
+                    w.host.routes6 = t.clone();
+                }
                 if let Some(f) = w.host.ifaces.get_mut(usize::from(i)) {
                     f.addrs = set.clone();
+                    f.addrs6 = set6.clone();
                 }
                 if let Some(m) = mtu {
                     w.host.set_port_mtu(port as u16, m);
@@ -575,9 +780,17 @@ impl Control {
                 }
             })
             .map_err(|e| (false, e.to_string()))?;
-        st.routes = table;
+        if let Some(t) = table {
+            st.routes = t;
+        }
+        if let Some(t) = table6 {
+            st.routes6 = t;
+        }
         if let Some((_, _, cur)) = st.cfg.iface_addrs_mut(i) {
             *cur = new;
+        }
+        if let Some(cur) = st.cfg.iface_addrs6_mut(i) {
+            *cur = new6;
         }
         if let Some(m) = mtu {
             st.cfg.ports[port].setup.mtu = m;
@@ -591,13 +804,13 @@ impl Control {
     }
 
     /// Hands `new` to every worker (each switches between two of its lists).
-    fn publish_routes(&self, st: &mut State, new: Routes) -> Result<(), String> {
+    fn publish_routes<F: Published>(&self, st: &mut State, new: RoutesOf<F>) -> Result<(), String> {
         let new = Arc::new(new);
         let shared = new.clone();
         self.remote
-            .on_each(move |_, w| w.host.routes = shared.clone())
+            .on_each(move |_, w| F::install(w, &shared))
             .map_err(|e| e.to_string())?;
-        st.routes = new;
+        F::set_live(st, new);
         Ok(())
     }
 
@@ -611,12 +824,17 @@ impl Control {
         } else {
             st.cfg.parse_route(line)
         };
-        let r = match parsed {
-            Ok(r) => r,
-            Err(e) => return Reply::err(format!("route {op} {line}: {e}")),
-        };
-        let exists = st.routes.get(&r.prefix).cloned();
-        let mut next = (*st.routes).clone();
+        match parsed {
+            Ok(AnyRoute::V4(r)) => self.route_of::<V4>(&mut st, op, line, r),
+            Ok(AnyRoute::V6(r)) => self.route_of::<V6>(&mut st, op, line, r),
+            Err(e) => Reply::err(format!("route {op} {line}: {e}")),
+        }
+    }
+
+    /// `route add|replace|del` of `r` (parsed from `line`) in its family's table.
+    fn route_of<F: Published>(&self, st: &mut State, op: &str, line: &str, r: RouteOf<F>) -> Reply {
+        let exists = F::live(st).get(&r.prefix).cloned();
+        let mut next = (**F::live(st)).clone();
         let what = match (op, exists.clone()) {
             ("add", Some(_)) => {
                 return Reply::err(format!(
@@ -649,26 +867,27 @@ impl Control {
                 }
             }
         };
-        if let Err(e) = self.publish_routes(&mut st, next) {
+        if let Err(e) = self.publish_routes::<F>(st, next) {
             return Reply::err(e);
         }
         // The live configuration follows, so that a reload compares with what runs.
-        st.cfg.routes.retain(|x| x.prefix != r.prefix);
         let text = format!("{what}: {}", show::route_line(&r, &st.cfg.iface_names()));
+        let configured = F::configured(&mut st.cfg);
+        configured.retain(|x| x.prefix != r.prefix);
         if what != "deleted" {
-            st.cfg.routes.push(r.clone());
+            configured.push(r.clone());
         }
         tracing::info!(target: "netbatch::control", "route {text}");
         Reply::ok(
             text,
-            json!({ "route": what, "prefix": r.prefix.to_string() }),
+            json!({ "route": what, "family": F::NAME, "prefix": r.prefix.to_string() }),
         )
     }
 
     fn neigh_set(&self, op: &str, ip: &str, mac: &str, dev: &str) -> Reply {
         let mut st = self.state();
-        let Ok(ip) = ip.parse::<core::net::Ipv4Addr>() else {
-            return Reply::err(format!("neigh {op}: '{ip}' is not an IPv4 address"));
+        let Ok(ip) = ip.parse::<IpAddr>() else {
+            return Reply::err(format!("neigh {op}: '{ip}' is not an IPv4 or IPv6 address"));
         };
         let Ok(mac) = mac.parse::<MacAddr>() else {
             return Reply::err(format!("neigh {op}: '{mac}' is not a MAC address"));
@@ -676,53 +895,68 @@ impl Control {
         let Some(iface) = st.cfg.iface_index(dev) else {
             return Reply::err(format!("neigh {op}: no interface named '{dev}'"));
         };
-        let exists = st
-            .cfg
-            .neighbours
-            .iter()
-            .any(|n| n.iface == iface && n.ip == ip);
-        if op == "add" && exists {
+        match ip {
+            IpAddr::V4(ip) => self.neigh_set_of::<V4>(&mut st, op, (ip, mac), (iface, dev)),
+            IpAddr::V6(ip) => self.neigh_set_of::<V6>(&mut st, op, (ip, mac), (iface, dev)),
+        }
+    }
+
+    fn neigh_set_of<F: Neighbours>(
+        &self,
+        st: &mut State,
+        op: &str,
+        (ip, mac): (F::Addr, MacAddr),
+        (iface, dev): (u16, &str),
+    ) -> Reply {
+        if let Some(why) = F::refused(ip) {
+            return Reply::err(format!("neigh {op}: {why}"));
+        }
+        if op == "add" && F::configured(&st.cfg, iface, ip) {
             return Reply::err(format!(
                 "neigh add: {ip} dev {dev} is a static neighbour already (use neigh replace)"
             ));
         }
-        if let Err(e) = self.set_neighbour(iface, ip, mac) {
+        if let Err(e) = self.set_neighbour_of::<F>(iface, ip, mac) {
             return Reply::err(format!("neigh {op}: {e}"));
         }
-        st.cfg
-            .neighbours
-            .retain(|n| !(n.iface == iface && n.ip == ip));
-        st.cfg.neighbours.push(StaticNeighbour { iface, ip, mac });
+        F::configure(&mut st.cfg, iface, ip, Some(mac));
         tracing::info!(target: "netbatch::control", "neigh {op} {ip} lladdr {mac} dev {dev}");
         Reply::ok(
             format!("{ip} dev {dev} lladdr {mac} PERMANENT"),
-            json!({ "neigh": op, "address": ip.to_string(), "lladdr": mac.to_string(), "dev": dev }),
+            json!({ "neigh": op, "family": F::NAME, "address": ip.to_string(), "lladdr": mac.to_string(), "dev": dev }),
         )
     }
 
     fn neigh_del(&self, ip: &str, dev: &str) -> Reply {
         let mut st = self.state();
-        let Ok(ip) = ip.parse::<core::net::Ipv4Addr>() else {
-            return Reply::err(format!("neigh del: '{ip}' is not an IPv4 address"));
+        let Ok(ip) = ip.parse::<IpAddr>() else {
+            return Reply::err(format!("neigh del: '{ip}' is not an IPv4 or IPv6 address"));
         };
         let Some(iface) = st.cfg.iface_index(dev) else {
             return Reply::err(format!("neigh del: no interface named '{dev}'"));
         };
-        match self
-            .remote
-            .on_each(move |_, w| w.remove_neighbour(iface, ip))
-        {
-            Ok(v) if v.iter().any(|&found| found) => {}
-            Ok(_) => return Reply::err(format!("neigh del: no entry for {ip} dev {dev}")),
-            Err(e) => return Reply::err(e.to_string()),
+        match ip {
+            IpAddr::V4(ip) => self.neigh_del_of::<V4>(&mut st, ip, (iface, dev)),
+            IpAddr::V6(ip) => self.neigh_del_of::<V6>(&mut st, ip, (iface, dev)),
         }
-        st.cfg
-            .neighbours
-            .retain(|n| !(n.iface == iface && n.ip == ip));
+    }
+
+    fn neigh_del_of<F: Neighbours>(
+        &self,
+        st: &mut State,
+        ip: F::Addr,
+        (iface, dev): (u16, &str),
+    ) -> Reply {
+        match self.delete_neighbour_of::<F>(iface, ip) {
+            Ok(true) => {}
+            Ok(false) => return Reply::err(format!("neigh del: no entry for {ip} dev {dev}")),
+            Err(e) => return Reply::err(e),
+        }
+        F::configure(&mut st.cfg, iface, ip, None);
         tracing::info!(target: "netbatch::control", "neigh del {ip} dev {dev}");
         Reply::ok(
             format!("deleted {ip} dev {dev}"),
-            json!({ "neigh": "del", "address": ip.to_string(), "dev": dev }),
+            json!({ "neigh": "del", "family": F::NAME, "address": ip.to_string(), "dev": dev }),
         )
     }
 
@@ -857,35 +1091,15 @@ impl Control {
         }
         // Routes: what the file (and live commands since) gave is compared with what the
         // new file gives, and only the difference changes the live table; routes from
-        // elsewhere (a routing daemon's, mirrored) are left alone.
-        let (old_table, table) = match (
-            crate::build::route_table(&st.cfg),
-            crate::build::route_table(&new),
-        ) {
-            (Ok(o), Ok(t)) => (o, t),
-            (Err(e), _) | (_, Err(e)) => {
-                return refuse(format!("reload refused, nothing changed: routes: {e}"));
-            }
+        // elsewhere (a routing daemon's, mirrored) are left alone. Each family apart.
+        let (next, route_changes) = match route_diff::<V4>(&st, &new) {
+            Ok(d) => d,
+            Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
         };
-        let mut next = (*st.routes).clone();
-        let mut route_changes = 0usize;
-        for r in old_table.iter() {
-            if table.get(&r.prefix).is_none() && st.routes.get(&r.prefix) == Some(r) {
-                next.remove(r.prefix);
-                route_changes += 1;
-            }
-        }
-        for r in table.iter() {
-            if st.routes.get(&r.prefix) != Some(r) {
-                if let Err(e) = next.insert(r.clone()) {
-                    return refuse(format!(
-                        "reload refused, nothing changed: route {}: {e}",
-                        r.prefix
-                    ));
-                }
-                route_changes += 1;
-            }
-        }
+        let (next6, route6_changes) = match route_diff::<V6>(&st, &new) {
+            Ok(d) => d,
+            Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
+        };
         let graph_changed = new.graph.chains != st.cfg.graph.chains
             || new.graph.classifier.as_ref().map(|c| c.filters())
                 != st.cfg.graph.classifier.as_ref().map(|c| c.filters())
@@ -915,31 +1129,24 @@ impl Control {
             Reply::err(text)
         };
         if route_changes > 0 {
-            if let Err(e) = self.publish_routes(&mut st, next) {
+            if let Err(e) = self.publish_routes::<V4>(&mut st, next) {
                 return failed(&done, e);
             }
             done.push(format!("{route_changes} route change(s)"));
         }
         st.cfg.routes = new.routes.clone();
-        let gone: Vec<StaticNeighbour> = st
-            .cfg
-            .neighbours
-            .iter()
-            .filter(|n| {
-                !new.neighbours
-                    .iter()
-                    .any(|m| m.iface == n.iface && m.ip == n.ip)
-            })
-            .copied()
-            .collect();
-        let set: Vec<StaticNeighbour> = new
-            .neighbours
-            .iter()
-            .filter(|n| !st.cfg.neighbours.contains(n))
-            .copied()
-            .collect();
-        if !gone.is_empty() || !set.is_empty() {
-            let (g, s) = (gone.clone(), set.clone());
+        if route6_changes > 0 {
+            if let Err(e) = self.publish_routes::<V6>(&mut st, next6) {
+                return failed(&done, e);
+            }
+            done.push(format!("{route6_changes} IPv6 route change(s)"));
+        }
+        st.cfg.routes6 = new.routes6.clone();
+        let (gone, set) = neigh_diff(&st.cfg.neighbours, &new.neighbours, |n| (n.iface, n.ip));
+        let (gone6, set6) = neigh_diff(&st.cfg.neighbours6, &new.neighbours6, |n| (n.iface, n.ip));
+        let changes = gone.len() + set.len() + gone6.len() + set6.len();
+        if changes > 0 {
+            let (g, s, g6, s6) = (gone.clone(), set.clone(), gone6.clone(), set6.clone());
             if let Err(e) = self.remote.on_each(move |_, w| {
                 for n in &g {
                     w.remove_neighbour(n.iface, n.ip);
@@ -947,15 +1154,22 @@ impl Control {
                 for n in &s {
                     w.set_neighbour(n.iface, n.ip, n.mac);
                 }
+                for n in &g6 {
+                    w.remove_neighbour6(n.iface, n.ip);
+                }
+                for n in &s6 {
+                    w.set_neighbour6(n.iface, n.ip, n.mac);
+                }
             }) {
                 return failed(&done, e.to_string());
             }
             done.push(format!(
                 "{} neighbour(s) removed, {} set",
-                gone.len(),
-                set.len()
+                gone.len() + gone6.len(),
+                set.len() + set6.len()
             ));
             st.cfg.neighbours = new.neighbours.clone();
+            st.cfg.neighbours6 = new.neighbours6.clone();
         }
         if new.host != st.cfg.host {
             let p = new.host;
@@ -1038,8 +1252,83 @@ impl Control {
     }
 }
 
+/// The addresses `given`, those of `old` among them first, in their order (the primary
+/// stays the primary).
+fn merged<T: Copy + PartialEq>(old: &[T], given: &[T]) -> Vec<T> {
+    let mut new: Vec<T> = old.iter().filter(|a| given.contains(a)).copied().collect();
+    new.extend(given.iter().filter(|a| !old.contains(a)));
+    new
+}
+
+/// A copy of `live` where the routes an interface's addresses implied (`before`) give
+/// way to those its addresses imply now (`after`): a route of `before` not in `after`
+/// goes if it is still the implied one (a route configured over it stays), a route of
+/// `after` is put in unless it is there already.
+fn follow<F: Family>(
+    live: &RoutesOf<F>,
+    before: &[RouteOf<F>],
+    after: &[RouteOf<F>],
+) -> Result<RoutesOf<F>, (netbatch_stack::route::RouteError, F::Prefix)> {
+    let mut next = live.clone();
+    for r in before {
+        if !after.iter().any(|n| n.prefix == r.prefix) && next.get(&r.prefix) == Some(r) {
+            next.remove(r.prefix);
+        }
+    }
+    for r in after {
+        if !before.contains(r) || next.get(&r.prefix).is_none() {
+            next.insert(r.clone()).map_err(|e| (e, r.prefix))?;
+        }
+    }
+    Ok(next)
+}
+
+/// The routes of family `F` a reload to `new` changes: a copy of the live table with
+/// the difference between what the live configuration and `new` build applied (routes
+/// neither built are left alone), and the number of changes; or why a table cannot be
+/// built.
+fn route_diff<F: Published>(st: &State, new: &Config) -> Result<(RoutesOf<F>, usize), String> {
+    let (old_table, table) = match (F::built(&st.cfg), F::built(new)) {
+        (Ok(o), Ok(t)) => (o, t),
+        (Err(e), _) | (_, Err(e)) => return Err(format!("routes: {e}")),
+    };
+    let live = F::live(st);
+    let mut next = (**live).clone();
+    let mut changes = 0usize;
+    for r in old_table.iter() {
+        if table.get(&r.prefix).is_none() && live.get(&r.prefix) == Some(r) {
+            next.remove(r.prefix);
+            changes += 1;
+        }
+    }
+    for r in table.iter() {
+        if live.get(&r.prefix) != Some(r) {
+            next.insert(r.clone())
+                .map_err(|e| format!("route {}: {e}", r.prefix))?;
+            changes += 1;
+        }
+    }
+    Ok((next, changes))
+}
+
+/// The static neighbours a reload from `old` to `new` removes (an address gone) and
+/// sets (new or with another MAC); `key` is an entry's interface and address.
+fn neigh_diff<N: Copy + PartialEq, K: PartialEq>(
+    old: &[N],
+    new: &[N],
+    key: impl Fn(&N) -> K,
+) -> (Vec<N>, Vec<N>) {
+    let gone = old
+        .iter()
+        .filter(|n| !new.iter().any(|m| key(m) == key(n)))
+        .copied()
+        .collect();
+    let set = new.iter().filter(|n| !old.contains(n)).copied().collect();
+    (gone, set)
+}
+
 /// Whether `line` (a `route del` argument) names `old`'s target or only its prefix.
-fn same_target(old: &Route, given: &Route, line: &str) -> bool {
+fn same_target<F: Family>(old: &RouteOf<F>, given: &RouteOf<F>, line: &str) -> bool {
     // `route del PREFIX` alone matches any route for the prefix; with more words, the
     // target must agree.
     // A multipath target must name the same next hops; a single `via` names the first

@@ -9,8 +9,8 @@
 use std::fmt::Write as _;
 
 use netbatch_stack::filter::{Chain, HookPoint, Rule, Verdict};
-use netbatch_stack::neigh::NeighView;
-use netbatch_stack::route::{Route, RouteKind, Routes};
+use netbatch_stack::neigh::NeighViewOf;
+use netbatch_stack::route::{Family, RouteKind, RouteOf, Routes, Routes6, RoutesOf};
 use serde_json::{Map, Value, json};
 
 use super::Reply;
@@ -19,6 +19,7 @@ use super::Reply;
 const GAUGES: &[&str] = &[
     "held_packets",
     "neighbours",
+    "neighbours6",
     "backlog_len",
     "packets_per_call",
     "cycles_per_packet",
@@ -310,14 +311,17 @@ fn iface(names: &[String], i: Option<u16>) -> String {
     }
 }
 
-/// A route as `ip route` prints it.
-pub fn route_line(r: &Route, names: &[String]) -> String {
-    let dev = |r: &Route| {
+/// A route as `ip route` prints it (an IPv6 one as `ip -6 route` does, without the
+/// metric and preference netbatch does not have: connected and local IPv6 routes have
+/// no scope word, as the kernel's have universe scope).
+pub fn route_line<F: Family>(r: &RouteOf<F>, names: &[String]) -> String {
+    let v6 = F::NAME == "inet6";
+    let dev = |r: &RouteOf<F>| {
         r.out_if
             .map(|i| format!(" dev {}", iface(names, Some(i))))
             .unwrap_or_default()
     };
-    let p = if r.prefix.prefix_len() == 0 {
+    let p = if F::prefix_len(&r.prefix) == 0 {
         "default".to_string()
     } else {
         r.prefix.to_string()
@@ -339,28 +343,31 @@ pub fn route_line(r: &Route, names: &[String]) -> String {
         }
         return s;
     }
+    let addr = F::addr(F::prefix_bits(&r.prefix));
     match r.kind {
         RouteKind::Unicast => match r.gateway {
             Some(g) => format!("{p} via {g}{}", dev(r)),
+            None if v6 => format!("{p}{}", dev(r)),
             None => format!("{p}{} scope link", dev(r)),
         },
-        RouteKind::Local => format!("local {}{} scope host", r.prefix.addr(), dev(r)),
-        RouteKind::Broadcast => format!("broadcast {}{} scope link", r.prefix.addr(), dev(r)),
+        RouteKind::Local if v6 => format!("local {addr}{}", dev(r)),
+        RouteKind::Local => format!("local {addr}{} scope host", dev(r)),
+        RouteKind::Broadcast => format!("broadcast {addr}{} scope link", dev(r)),
         RouteKind::Blackhole => format!("blackhole {p}"),
         RouteKind::Unreachable => format!("unreachable {p}"),
         RouteKind::Prohibit => format!("prohibit {p}"),
     }
 }
 
-/// `show routes`: the table, as `ip route show table all` orders it (by prefix).
-pub fn routes(t: &Routes, names: &[String]) -> Reply {
-    let mut rs: Vec<Route> = t.iter().cloned().collect();
-    rs.sort_by_key(|r| (r.prefix.addr(), r.prefix.prefix_len()));
-    let mut text = String::new();
-    let mut data = Vec::new();
-    for r in &rs {
+/// One family's routes in order of address, then length (as `ip route show table all`
+/// orders them), as lines and as data.
+fn route_rows<F: Family>(t: &RoutesOf<F>, names: &[String], text: &mut String) -> Vec<Value> {
+    let mut rs: Vec<&RouteOf<F>> = t.iter().collect();
+    rs.sort_by_key(|r| (F::prefix_bits(&r.prefix), F::prefix_len(&r.prefix)));
+    let mut data = Vec::with_capacity(rs.len());
+    for r in rs {
         let line = route_line(r, names);
-        text += &line;
+        text.push_str(&line);
         text.push('\n');
         data.push(json!({
             "prefix": r.prefix.to_string(),
@@ -370,13 +377,26 @@ pub fn routes(t: &Routes, names: &[String]) -> Reply {
             "line": line,
         }));
     }
-    Reply::ok(text, json!({ "routes": data }))
+    data
 }
 
-/// `show neigh`: every worker's entries as `ip neigh` prints them (an entry is shown
+/// `show routes`: the IPv4 table, then the IPv6 one (`ip route`, then `ip -6 route`);
+/// `routes` and `routes6` in the data.
+pub fn routes(t: &Routes, t6: &Routes6, names: &[String]) -> Reply {
+    let mut text = String::new();
+    let data = route_rows(t, names, &mut text);
+    let data6 = route_rows(t6, names, &mut text);
+    Reply::ok(text, json!({ "routes": data, "routes6": data6 }))
+}
+
+/// One family's neighbour entries over the workers, as `ip neigh` prints them (an entry
 /// once, from the first worker that has it, with the workers that know it).
-pub fn neigh(per: &[Vec<NeighView>], names: &[String]) -> Reply {
-    let mut seen: Vec<(NeighView, Vec<usize>)> = Vec::new();
+fn neigh_rows<F: Family>(
+    per: &[Vec<NeighViewOf<F>>],
+    names: &[String],
+    text: &mut String,
+) -> Vec<Value> {
+    let mut seen: Vec<(NeighViewOf<F>, Vec<usize>)> = Vec::new();
     for (wi, es) in per.iter().enumerate() {
         for e in es {
             match seen
@@ -389,7 +409,6 @@ pub fn neigh(per: &[Vec<NeighView>], names: &[String]) -> Reply {
         }
     }
     seen.sort_by_key(|(e, _)| (e.iface, e.ip));
-    let mut text = String::new();
     let mut data = Vec::new();
     for (e, ws) in &seen {
         let dev = iface(names, Some(e.iface));
@@ -411,7 +430,20 @@ pub fn neigh(per: &[Vec<NeighView>], names: &[String]) -> Reply {
             "state": e.state.name(), "queued": e.queued, "workers": ws,
         }));
     }
-    Reply::ok(text, json!({ "neighbours": data }))
+    data
+}
+
+/// `show neigh`: every worker's IPv4 entries, then its IPv6 ones (`ip neigh`, then
+/// `ip -6 neigh`); `neighbours` and `neighbours6` in the data.
+pub fn neigh<A: Family, B: Family>(
+    per: &[Vec<NeighViewOf<A>>],
+    per6: &[Vec<NeighViewOf<B>>],
+    names: &[String],
+) -> Reply {
+    let mut text = String::new();
+    let data = neigh_rows(per, names, &mut text);
+    let data6 = neigh_rows(per6, names, &mut text);
+    Reply::ok(text, json!({ "neighbours": data, "neighbours6": data6 }))
 }
 
 /// A rule in the words `rule add` takes.
@@ -540,8 +572,9 @@ pub fn linux(l: &Value) -> Reply {
     let n = |k: &str| u(l, k);
     let _ = writeln!(
         text,
-        "mirrored: {} route(s), {} neighbour(s)\nroutes added {} replaced {} deleted {}; neighbours set {} deleted {}; interfaces changed {}",
+        "mirrored: {} route(s), {} IPv6 route(s), {} neighbour(s)\nroutes added {} replaced {} deleted {}; neighbours set {} deleted {}; interfaces changed {}",
         n("routes"),
+        n("routes6"),
         n("neighbours"),
         n("routes_added"),
         n("routes_replaced"),
@@ -682,7 +715,7 @@ mod tests {
     #[test]
     fn routes_print_as_ip_route_does() {
         let names = vec!["p0".to_string(), "p1".to_string()];
-        let r = |s: &str, kind, out_if, gw: Option<&str>| Route {
+        let r = |s: &str, kind, out_if, gw: Option<&str>| netbatch_stack::route::Route {
             prefix: s.parse().expect("prefix"),
             kind,
             out_if,
@@ -739,18 +772,75 @@ mod tests {
             hop(None, 1, 256),
         ])
         .expect("next hops");
-        let r = Route::multipath("10.0.0.0/8".parse().expect("prefix"), m.clone());
+        let r = netbatch_stack::route::Route::multipath(
+            "10.0.0.0/8".parse().expect("prefix"),
+            m.clone(),
+        );
         assert_eq!(
             route_line(&r, &names),
             "10.0.0.0/8\n\tnexthop via 192.0.2.9 dev p0 weight 1\n\
              \tnexthop via 198.51.100.9 dev p1 weight 2\n\tnexthop dev p1 weight 256"
         );
-        let d = Route::multipath("0.0.0.0/0".parse().expect("prefix"), m);
+        let d = netbatch_stack::route::Route::multipath("0.0.0.0/0".parse().expect("prefix"), m);
         assert!(
             route_line(&d, &names)
                 .starts_with("default\n\tnexthop via 192.0.2.9 dev p0 weight 1\n"),
             "{}",
             route_line(&d, &names)
+        );
+    }
+
+    /// IPv6 routes print as `ip -6 route` prints them (iproute2's `print_route`, without
+    /// the metric and `pref` netbatch has not): connected and local routes have no scope
+    /// word, a default route is `default`, multipath as for IPv4.
+    #[test]
+    fn ipv6_routes_print_as_ip_6_route_does() {
+        use netbatch_stack::route::{Multipath6, NextHop6, Route6};
+        let names = vec!["p0".to_string(), "p1".to_string()];
+        let r = |s: &str, kind, out_if, gw: Option<&str>| {
+            Route6::new(
+                s.parse().expect("prefix"),
+                kind,
+                out_if,
+                gw.map(|g| g.parse().expect("addr")),
+            )
+        };
+        for (route, line) in [
+            (
+                r("::/0", RouteKind::Unicast, Some(1), Some("fe80::1")),
+                "default via fe80::1 dev p1",
+            ),
+            (
+                r("2001:db8:1::/64", RouteKind::Unicast, Some(0), None),
+                "2001:db8:1::/64 dev p0",
+            ),
+            (
+                r("2001:db8:1::1/128", RouteKind::Local, Some(0), None),
+                "local 2001:db8:1::1 dev p0",
+            ),
+            (
+                r("2001:db8:dead::/48", RouteKind::Blackhole, None, None),
+                "blackhole 2001:db8:dead::/48",
+            ),
+            (
+                r("2001:db8:5::/48", RouteKind::Unreachable, None, None),
+                "unreachable 2001:db8:5::/48",
+            ),
+        ] {
+            assert_eq!(route_line(&route, &names), line);
+        }
+        let hop = |gw: &str, out_if, weight| NextHop6 {
+            gateway: Some(gw.parse().expect("addr")),
+            out_if,
+            weight,
+        };
+        let m = Multipath6::new(vec![hop("fe80::1", 0, 1), hop("2001:db8::2", 1, 3)])
+            .expect("next hops");
+        let r = Route6::multipath("2001:db8:3::/48".parse().expect("prefix"), m);
+        assert_eq!(
+            route_line(&r, &names),
+            "2001:db8:3::/48\n\tnexthop via fe80::1 dev p0 weight 1\n\
+             \tnexthop via 2001:db8::2 dev p1 weight 3"
         );
     }
 }

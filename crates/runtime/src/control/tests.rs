@@ -41,16 +41,32 @@ struct Running {
     control: Arc<Control>,
 }
 
+/// [`FILE`] dual-stack: eth0 also on 2001:db8:a::/64, eth1 on 2001:db8:b::/64.
+fn file6() -> String {
+    FILE.replace(
+        r#"addresses = ["192.0.2.1/24"]"#,
+        r#"addresses = ["192.0.2.1/24", "2001:db8:a::1/64"]"#,
+    )
+    .replace(
+        r#"addresses = ["198.51.100.1/24"]"#,
+        r#"addresses = ["198.51.100.1/24", "2001:db8:b::1/64"]"#,
+    )
+}
+
+/// [`file6`]'s route file: one route of each family.
+const ROUTES6: &str = "203.0.113.0/24 via 198.51.100.2\n2001:db8:3::/48 via 2001:db8:b::2\n";
+
 impl Running {
     fn start(extra: &str) -> Self {
+        Self::with(FILE, "203.0.113.0/24 via 198.51.100.2\n", extra)
+    }
+
+    /// The datapath of `file` (with `extra` after it) and its route file `routes`.
+    fn with(file: &str, routes: &str, extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(
-            dir.path().join("routes.txt"),
-            "203.0.113.0/24 via 198.51.100.2\n",
-        )
-        .expect("routes");
+        std::fs::write(dir.path().join("routes.txt"), routes).expect("routes");
         let path = dir.path().join("dp.toml");
-        std::fs::write(&path, format!("{FILE}{extra}")).expect("config");
+        std::fs::write(&path, format!("{file}{extra}")).expect("config");
         let cfg = Config::load_for_run(&path).expect("valid");
         let pool = Pool::new(cfg.pool).expect("pool");
         let room = pool.config().room();
@@ -59,9 +75,12 @@ impl Running {
             Box::new(MemPort::new(&names[p], p as u16, room)) as Box<dyn Port>
         })
         .expect("built");
-        let routes = workers[0].host.routes.clone();
+        let (routes, routes6) = (
+            workers[0].host.routes.clone(),
+            workers[0].host.routes6.clone(),
+        );
         let dp = Datapath::start(workers, fabric, &cfg.run).expect("started");
-        let control = Arc::new(Control::new(dp.remote(), cfg, &path, routes));
+        let control = Arc::new(Control::new(dp.remote(), cfg, &path, routes, routes6));
         Self {
             dir,
             dp: Some(dp),
@@ -87,6 +106,28 @@ impl Running {
             .remote
             .on_each(move |_, w| w.host.routes.lookup(d).map(|h| (h.gateway, h.out_if)))
             .expect("answers")
+    }
+}
+
+impl Running {
+    /// What every worker's IPv6 table answers for `dst`: (gateway, interface) or none.
+    fn lookups6(&self, dst: &str) -> Vec<Option<(u128, u16)>> {
+        let d = u128::from(dst.parse::<core::net::Ipv6Addr>().expect("address"));
+        self.control
+            .remote
+            .on_each(move |_, w| w.host.routes6.lookup(d).map(|h| (h.gateway, h.out_if)))
+            .expect("answers")
+    }
+
+    /// Whether every worker routes IPv4 by `t`, the table the control plane published.
+    fn ipv4_table_is(&self, t: &Arc<netbatch_stack::route::Routes>) -> bool {
+        let t = t.clone();
+        self.control
+            .remote
+            .on_each(move |_, w| Arc::ptr_eq(&w.host.routes, &t))
+            .expect("answers")
+            .into_iter()
+            .all(|same| same)
     }
 }
 
@@ -438,4 +479,418 @@ fn slow_or_hostile_clients_hold_up_nobody() {
     .expect("answer");
     assert!(reply.ok, "{}", reply.text);
     r.ok("trace clear");
+}
+
+fn ip6(s: &str) -> u128 {
+    u128::from(s.parse::<core::net::Ipv6Addr>().expect("address"))
+}
+
+/// `route add|replace|del` of `ip -6 route` lines change every worker's IPv6 table and
+/// leave the IPv4 one as it was (the same table, not a copy); bad lines (an off-link or
+/// link-local gateway without dev, a length above 128, a gateway of the other family, a
+/// duplicate add, a missing or mismatched del) are refused and change nothing; `show
+/// routes` lists the IPv6 routes as `ip -6 route` does, after the IPv4 ones.
+#[test]
+fn ipv6_routes_change_on_every_worker() {
+    let r = Running::with(&file6(), ROUTES6, "");
+    let v4 = r.control.routes();
+    assert_eq!(
+        r.lookups6("2001:db8:3::9"),
+        vec![Some((ip6("2001:db8:b::2"), 1)); 2]
+    );
+    assert_eq!(r.lookups6("2001:db8:4::9"), vec![None; 2]);
+    r.ok("route add 2001:db8:4::/48 via fe80::1 dev eth0");
+    assert_eq!(
+        r.lookups6("2001:db8:4::9"),
+        vec![Some((ip6("fe80::1"), 0)); 2]
+    );
+    let before = r.ok("show routes");
+    for (bad, why) in [
+        (
+            "route add 2001:db8:4::/48 via 2001:db8:a::9",
+            "a route for 2001:db8:4::/48 exists",
+        ),
+        ("route del 2001:db8:5::/48", "no route for 2001:db8:5::/48"),
+        (
+            "route add 2001:db8:5::/48 via 2001:db8:99::1",
+            "is not on-link",
+        ),
+        ("route add 2001:db8:5::/48 via fe80::1", "is link-local"),
+        (
+            "route add 2001:db8:5::/129 dev eth0",
+            "prefix length 129 is above 128",
+        ),
+        (
+            "route add 2001:db8:5::/48 via 192.0.2.7",
+            "'192.0.2.7' is an IPv4 address",
+        ),
+        (
+            "route add 2001:db8:5::/48 via ff02::2 dev eth0",
+            "multicast",
+        ),
+        (
+            "route del 2001:db8:4::/48 via fe80::2 dev eth0",
+            "the route for 2001:db8:4::/48 is '2001:db8:4::/48 via fe80::1 dev eth0'",
+        ),
+    ] {
+        let reply = r.cmd(bad);
+        assert!(
+            !reply.ok && reply.text.contains(why),
+            "{bad}: {}",
+            reply.text
+        );
+    }
+    assert_eq!(r.ok("show routes"), before, "refusals change nothing");
+    r.ok("route replace 2001:db8:4::/48 via 2001:db8:a::9");
+    assert_eq!(
+        r.lookups6("2001:db8:4::9"),
+        vec![Some((ip6("2001:db8:a::9"), 0)); 2]
+    );
+    r.ok("route add ::/0 via 2001:db8:b::fe");
+    r.ok("route add blackhole 2001:db8:dead::/48");
+    let shown = r.ok("show routes");
+    let lines: Vec<&str> = shown.lines().collect();
+    for want in [
+        "203.0.113.0/24 via 198.51.100.2 dev eth1",
+        "default via 2001:db8:b::fe dev eth1",
+        "2001:db8:3::/48 via 2001:db8:b::2 dev eth1",
+        "2001:db8:4::/48 via 2001:db8:a::9 dev eth0",
+        "2001:db8:a::/64 dev eth0",
+        "local 2001:db8:a::1 dev eth0",
+        "blackhole 2001:db8:dead::/48",
+    ] {
+        assert!(lines.contains(&want), "no «{want}» in\n{shown}");
+    }
+    let at = |l: &str| lines.iter().position(|x| *x == l).expect("line");
+    assert!(
+        at("203.0.113.0/24 via 198.51.100.2 dev eth1") < at("default via 2001:db8:b::fe dev eth1"),
+        "IPv6 after IPv4:\n{shown}"
+    );
+    let data = r.cmd("show routes").data;
+    assert!(
+        data["routes6"]
+            .as_array()
+            .expect("routes6")
+            .iter()
+            .any(|x| x["prefix"] == "2001:db8:4::/48" && x["gateway"] == "2001:db8:a::9"),
+        "{data}"
+    );
+    r.ok("route del ::/0");
+    r.ok("route del 2001:db8:4::/48");
+    assert_eq!(r.lookups6("2001:db8:4::9"), vec![None; 2]);
+    assert_eq!(r.lookups6("2001:db9::1"), vec![None; 2]);
+    assert!(
+        r.ipv4_table_is(&v4) && Arc::ptr_eq(&r.control.routes(), &v4),
+        "IPv6 changes publish no IPv4 table"
+    );
+}
+
+/// IPv6 static neighbours reach every worker's NDP table and `show neigh` (as `ip -6
+/// neigh` prints them, after the IPv4 ones); `neigh del` removes them; a multicast
+/// address is refused.
+#[test]
+fn ipv6_neighbours_reach_every_worker() {
+    let r = Running::with(&file6(), ROUTES6, "");
+    let mac_of = |r: &Running| -> Vec<Option<String>> {
+        r.control
+            .remote
+            .on_each(|_, w| {
+                w.host
+                    .neigh6
+                    .mac_of(0, "fe80::9".parse().expect("address"))
+                    .map(|(m, _)| m.to_string())
+            })
+            .expect("answers")
+    };
+    r.ok("neigh add 192.0.2.9 lladdr 02:00:00:00:00:09 dev eth0");
+    r.ok("neigh add fe80::9 lladdr 02:00:00:00:00:09 dev eth0");
+    assert_eq!(mac_of(&r), vec![Some("02:00:00:00:00:09".to_string()); 2]);
+    assert!(
+        !r.cmd("neigh add fe80::9 lladdr 02:00:00:00:00:0a dev eth0")
+            .ok,
+        "exists"
+    );
+    r.ok("neigh replace fe80::9 lladdr 02:00:00:00:00:0a dev eth0");
+    assert_eq!(mac_of(&r), vec![Some("02:00:00:00:00:0a".to_string()); 2]);
+    let shown = r.ok("show neigh");
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "192.0.2.9 dev eth0 lladdr 02:00:00:00:00:09 PERMANENT workers [0, 1]",
+            "fe80::9 dev eth0 lladdr 02:00:00:00:00:0a PERMANENT workers [0, 1]",
+        ],
+        "{shown}"
+    );
+    let data = r.cmd("show neigh").data;
+    assert_eq!(data["neighbours6"][0]["address"], "fe80::9", "{data}");
+    assert_eq!(data["neighbours"][0]["address"], "192.0.2.9", "{data}");
+    let reply = r.cmd("neigh add ff02::1 lladdr 02:00:00:00:00:09 dev eth0");
+    assert!(
+        !reply.ok && reply.text.contains("not a unicast address"),
+        "{}",
+        reply.text
+    );
+    r.ok("neigh del fe80::9 dev eth0");
+    assert_eq!(mac_of(&r), vec![None; 2]);
+    assert!(!r.cmd("neigh del fe80::9 dev eth0").ok, "gone");
+    assert!(!r.cmd("neigh del fe80::zz dev eth0").ok);
+}
+
+/// A reload applies what the file changed of the IPv6 routes and neighbours and
+/// nothing else: a route the mirror installed stays, the IPv4 table is not republished
+/// when only IPv6 routes changed, and a second reload changes nothing.
+#[test]
+fn reload_applies_ipv6_changes() {
+    let r = Running::with(&file6(), ROUTES6, "");
+    let cfg_path = r.dir.path().join("dp.toml");
+    // As the kernel-table mirror would install one.
+    let mirrored = netbatch_stack::route::Route6::new(
+        "2001:db8:77::/48".parse().expect("prefix"),
+        netbatch_stack::route::RouteKind::Unicast,
+        Some(0),
+        Some("fe80::77".parse().expect("address")),
+    );
+    r.control
+        .apply_routes6(&[super::RouteChange6::Replace(mirrored)])
+        .expect("applied");
+    let v4 = r.control.routes();
+    std::fs::write(
+        r.dir.path().join("routes.txt"),
+        "203.0.113.0/24 via 198.51.100.2\n2001:db8:3::/48 via fe80::3 dev eth1\n",
+    )
+    .expect("routes");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "{}\n[[route]]\nprefix = \"2001:db8:6::/48\"\nkind = \"prohibit\"\n\
+             [[neighbour.static]]\nip = \"fe80::3\"\nmac = \"02:00:00:00:00:03\"\ndev = \"eth1\"\n",
+            file6()
+        ),
+    )
+    .expect("config");
+    let text = r.ok("reload");
+    assert_eq!(
+        text,
+        "reloaded: 2 IPv6 route change(s), 0 neighbour(s) removed, 1 set"
+    );
+    assert_eq!(
+        r.lookups6("2001:db8:3::1"),
+        vec![Some((ip6("fe80::3"), 1)); 2]
+    );
+    assert_eq!(
+        r.lookups6("2001:db8:77::1"),
+        vec![Some((ip6("fe80::77"), 0)); 2]
+    );
+    let kinds = r
+        .control
+        .remote
+        .on_each(|_, w| {
+            let p = "2001:db8:6::/48".parse().expect("prefix");
+            (
+                w.host.routes6.get(&p).map(|x| x.kind),
+                w.host
+                    .neigh6
+                    .mac_of(1, "fe80::3".parse().expect("address"))
+                    .map(|(m, _)| m.to_string()),
+            )
+        })
+        .expect("answers");
+    assert_eq!(
+        kinds,
+        vec![
+            (
+                Some(netbatch_stack::route::RouteKind::Prohibit),
+                Some("02:00:00:00:00:03".to_string())
+            );
+            2
+        ]
+    );
+    assert!(r.ipv4_table_is(&v4), "the IPv4 table was not republished");
+    assert_eq!(r.ok("reload"), "reloaded: nothing changed");
+    // Back to the first file: the file's IPv6 routes and neighbour go, the mirror's stays.
+    std::fs::write(r.dir.path().join("routes.txt"), ROUTES6).expect("routes");
+    std::fs::write(&cfg_path, file6()).expect("config");
+    let text = r.ok("reload");
+    assert_eq!(
+        text,
+        "reloaded: 2 IPv6 route change(s), 1 neighbour(s) removed, 0 set"
+    );
+    assert_eq!(
+        r.lookups6("2001:db8:3::1"),
+        vec![Some((ip6("2001:db8:b::2"), 1)); 2]
+    );
+    assert_eq!(r.lookups6("2001:db8:6::1"), vec![None; 2]);
+    assert_eq!(
+        r.lookups6("2001:db8:77::1"),
+        vec![Some((ip6("fe80::77"), 0)); 2]
+    );
+}
+
+/// On a worker stepped by the test: an IPv6 datagram forwarded towards a gateway with
+/// no neighbour entry waits (a neighbour solicitation goes out); `set_neighbour6`
+/// releases it to that MAC; one waiting for a deleted entry is dropped and counted
+/// (`neigh_deleted`), and every packet is accounted for.
+#[test]
+fn ipv6_neighbour_changes_release_or_drop_what_waited() {
+    use etherparse::PacketBuilder;
+    let text = format!(
+        "{}\n[[route]]\nprefix = \"2001:db8:3::/48\"\nvia = \"2001:db8:b::2\"\n\
+         [[route]]\nprefix = \"2001:db8:4::/48\"\nvia = \"fe80::4\"\ndev = \"eth1\"\n",
+        file6()
+            .replace("workers = 2", "workers = 1")
+            .replace("route_files = [\"routes.txt\"]", "")
+            .replace("rx_workers = [0, 1]", "rx_workers = [0]")
+    );
+    let cfg = Config::parse(&text, std::path::Path::new("."), "t.toml").expect("valid");
+    let pool = Pool::new(cfg.pool).expect("pool");
+    let room = pool.config().room();
+    let ports = cfg
+        .ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Box::new(MemPort::new(&p.setup.name, i as u16, room)) as Box<dyn Port>)
+        .collect();
+    let mut w = crate::build::worker(&cfg, ports, pool.clone()).expect("worker");
+    fn mem(w: &mut crate::Worker, i: usize) -> &mut MemPort {
+        w.ports[i]
+            .as_any_mut()
+            .downcast_mut::<MemPort>()
+            .expect("a mem port")
+    }
+    let frame = |dst: [u8; 16]| {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0x99], [2, 0, 0x5e, 0, 0x53, 1])
+            .ipv6(
+                [0x20, 1, 0xd, 0xb8, 0, 0xa, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9],
+                dst,
+                64,
+            )
+            .udp(4000, 9)
+            .write(&mut f, b"waiting")
+            .expect("frame");
+        f
+    };
+    let to3: core::net::Ipv6Addr = "2001:db8:3::1".parse().expect("address");
+    let to4: core::net::Ipv6Addr = "2001:db8:4::1".parse().expect("address");
+    let mut now = 1_000_000_000u64;
+    mem(&mut w, 0).push_rx(now, frame(to3.octets()));
+    mem(&mut w, 0).push_rx(now, frame(to4.octets()));
+    for _ in 0..3 {
+        w.poll(now);
+        now += 1_000;
+    }
+    let solicited = mem(&mut w, 1).take_tx();
+    assert_eq!(
+        solicited.len(),
+        2,
+        "a neighbour solicitation for each gateway"
+    );
+    assert_eq!(w.host.neigh6.held(), 2, "both datagrams wait");
+    let gw_mac = netbatch_wire::ethernet::MacAddr([2, 0, 0, 0, 0, 0x22]);
+    assert!(w.set_neighbour6(1, "2001:db8:b::2".parse().expect("address"), gw_mac));
+    w.poll(now);
+    let out = mem(&mut w, 1).take_tx();
+    assert_eq!(out.len(), 1, "the released datagram");
+    let sent = etherparse::SlicedPacket::from_ethernet(&out[0].bytes).expect("a frame");
+    let Some(etherparse::LinkSlice::Ethernet2(eth)) = sent.link else {
+        panic!("not Ethernet");
+    };
+    assert_eq!(eth.destination(), gw_mac.0);
+    let Some(etherparse::NetSlice::Ipv6(ip)) = sent.net else {
+        panic!("not IPv6");
+    };
+    assert_eq!(ip.header().destination_addr(), to3);
+    assert_eq!(ip.header().hop_limit(), 63);
+    assert!(w.remove_neighbour6(1, "fe80::4".parse().expect("address")));
+    assert!(
+        !w.remove_neighbour6(1, "fe80::4".parse().expect("address")),
+        "gone"
+    );
+    let deleted: u64 = w
+        .snapshot()
+        .iter()
+        .flat_map(|n| n.drops.iter())
+        .filter(|(r, _)| r.name() == "neigh_deleted")
+        .map(|(_, c)| c)
+        .sum();
+    assert_eq!(deleted, 1);
+    let a = w.acct;
+    assert_eq!(
+        a.rx + a.originated,
+        a.tx + a.delivered + a.dropped + w.held(),
+        "{a:?}"
+    );
+    w.shutdown();
+}
+
+/// Following a paired tap's addresses (`set_iface`, as the mirror calls it): a new IPv6
+/// address reaches every worker's interface with its on-link prefix and local route in
+/// the IPv6 table, a removed one takes them away, the IPv4 table is not republished for
+/// an IPv6 change, the same addresses again change nothing, and an address another
+/// interface has is refused with nothing changed.
+#[test]
+fn set_iface_follows_ipv6_addresses() {
+    use netbatch_stack::prefix::{If6Addr, IfAddr};
+    let r = Running::with(&file6(), ROUTES6, "");
+    let v4 = r.control.routes();
+    let a4: Vec<IfAddr> = vec!["192.0.2.1/24".parse().expect("address")];
+    let a6 = |list: &[&str]| -> Vec<If6Addr> {
+        list.iter().map(|a| a.parse().expect("address")).collect()
+    };
+    let on_workers = |r: &Running| -> Vec<(Vec<String>, Option<netbatch_stack::route::RouteKind>)> {
+        r.control
+            .remote
+            .on_each(|_, w| {
+                let host = netbatch_stack::prefix::Ipv6Prefix::host(
+                    "2001:db8:c::1".parse().expect("address"),
+                );
+                (
+                    w.host.ifaces[0]
+                        .addrs6
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                    w.host.routes6.get(&host).map(|x| x.kind),
+                )
+            })
+            .expect("answers")
+    };
+    let both = a6(&["2001:db8:a::1/64", "2001:db8:c::1/64"]);
+    assert_eq!(r.control.set_iface(0, &a4, &both, None), Ok(true));
+    assert_eq!(
+        on_workers(&r),
+        vec![
+            (
+                vec![
+                    "2001:db8:a::1/64".to_string(),
+                    "2001:db8:c::1/64".to_string()
+                ],
+                Some(netbatch_stack::route::RouteKind::Local)
+            );
+            2
+        ]
+    );
+    assert_eq!(
+        r.lookups6("2001:db8:c::9"),
+        vec![Some((0, 0)); 2],
+        "on-link"
+    );
+    assert!(r.ipv4_table_is(&v4), "no IPv4 change, no IPv4 publication");
+    assert_eq!(r.control.set_iface(0, &a4, &both, None), Ok(false));
+    let only_c = a6(&["2001:db8:c::1/64"]);
+    assert_eq!(r.control.set_iface(0, &a4, &only_c, None), Ok(true));
+    assert_eq!(
+        r.lookups6("2001:db8:a::9"),
+        vec![None; 2],
+        "the prefix went"
+    );
+    assert_eq!(r.lookups6("2001:db8:c::9"), vec![Some((0, 0)); 2]);
+    let before = r.ok("show routes");
+    assert_eq!(
+        r.control
+            .set_iface(0, &a4, &a6(&["2001:db8:b::1/64"]), None),
+        Err((false, "eth0: 2001:db8:b::1 is eth1's address".to_string()))
+    );
+    assert_eq!(r.ok("show routes"), before, "refused: nothing changed");
 }

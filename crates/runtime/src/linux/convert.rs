@@ -4,15 +4,21 @@
 //! Invariants:
 //! - Every message gives an answer: a route, neighbour change or link, or a [`Skip`]
 //!   naming why not. Nothing panics on what the kernel (or anyone) sends.
-//! - [`route_of`] is the only place a kernel route becomes a [`Route`].
+//! - [`route_of_family`] is the only place a kernel route becomes a netbatch route
+//!   (IPv4 or IPv6), written once over the family ([`KernelFamily`]).
 //! - A kernel route is identified in its table by destination and metric (the TOS of
 //!   IPv4 routes other than 0 is not followed); the best (lowest) metric is the one the
 //!   kernel forwards by, and the only one netbatch may mirror.
+//! - IPv6 routes the kernel keeps for itself are skipped as its IPv4 local and broadcast
+//!   routes are: each interface's `fe80::/64` (link-local destinations are scoped to
+//!   their interface by `ip6-route` itself, RFC 4291 2.5.6), and multicast (`ff00::/8`,
+//!   in the local table like every local route, which is another table than the
+//!   mirrored one).
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 
-use netbatch_stack::prefix::Ipv4Prefix;
-use netbatch_stack::route::{Multipath, NextHop, Route, RouteKind};
+use netbatch_stack::prefix::{If6Addr, Ipv4Prefix, Ipv6Prefix};
+use netbatch_stack::route::{Family, MultipathOf, NextHopOf, RouteKind, RouteOf, V4, V6};
 use netbatch_wire::ethernet::MacAddr;
 use std::net::IpAddr;
 
@@ -58,8 +64,8 @@ macro_rules! skips {
 }
 
 skips! {
-    /// Not IPv4.
-    NotIpv4 = "not_ipv4": "not an IPv4 route or neighbour",
+    /// Neither IPv4 nor IPv6 (a bridge's neighbours, MPLS routes).
+    OtherFamily = "other_family": "not an IPv4 or IPv6 route, neighbour or address",
     /// In another routing table than the mirrored one.
     OtherTable = "other_table": "route in another kernel table than the mirrored one",
     /// A route with a TOS.
@@ -68,12 +74,14 @@ skips! {
     Cloned = "cloned": "cached route, not in the table",
     /// Local, broadcast, anycast or multicast.
     LocalOrBroadcast = "local_or_broadcast": "local, broadcast, anycast or multicast route (netbatch derives those from its own addresses)",
+    /// A route or address inside fe80::/10.
+    LinkLocal = "link_local": "IPv6 link-local route or address (fe80::/10: netbatch scopes link-local addresses per interface itself)",
     /// Throw, NAT, external resolve, or a type the kernel added later.
     UnsupportedType = "unsupported_type": "route type netbatch has no equivalent for (throw, nat, xresolve)",
     /// No known output interface (unknown to netbatch, or none).
     UnknownInterface = "unknown_interface": "output interface has no netbatch interface of its name",
     /// A gateway of another family (`via inet6`).
-    ForeignGateway = "foreign_gateway": "next hop is not an IPv4 address",
+    ForeignGateway = "foreign_gateway": "next hop's gateway is of another family than the route",
     /// A route through a nexthop object whose hops the message does not carry.
     NexthopObject = "nexthop_object": "route uses a nexthop object without its hops (set net.ipv4.nexthop_compat_mode=1)",
     /// A multipath route whose next hops are all dead (their links down).
@@ -93,13 +101,13 @@ skips! {
     Malformed = "malformed": "message lacks a field it needs, or a field is inconsistent",
 }
 
-/// What the mirror does for a kernel neighbour message.
+/// What the mirror does for a kernel neighbour message (IPv4 or IPv6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NeighChange {
     /// The kernel knows this address's MAC: make it a static neighbour.
-    Set(u16, Ipv4Addr, MacAddr),
+    Set(u16, IpAddr, MacAddr),
     /// The kernel has no usable address any more (deleted or failed).
-    Delete(u16, Ipv4Addr),
+    Delete(u16, IpAddr),
 }
 
 /// A kernel interface as a link message describes it.
@@ -119,15 +127,85 @@ pub struct LinkInfo {
 /// or why it cannot be mirrored, in which case the prefix has no mirrored route while
 /// this is the kernel's best).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelRoute {
+pub struct KernelRouteOf<F: Family> {
     /// Destination.
-    pub prefix: Ipv4Prefix,
+    pub prefix: F::Prefix,
     /// Metric (`RTA_PRIORITY`, 0 when absent).
     pub metric: u32,
     /// The netbatch route, or why there is none.
-    pub route: Result<Route, Skip>,
+    pub route: Result<RouteOf<F>, Skip>,
     /// Why the route is mirrored only in part (a multipath route without some hops).
     pub partial: Option<Skip>,
+    /// The live next hops the message gave (usable or not).
+    pub hops: usize,
+}
+
+/// A kernel IPv4 route.
+pub type KernelRoute = KernelRouteOf<V4>;
+/// A kernel IPv6 route.
+pub type KernelRoute6 = KernelRouteOf<V6>;
+
+/// What reading a kernel route needs to know of its address family.
+pub trait KernelFamily: Family {
+    /// The family's `rtm_family`.
+    const AF: AddressFamily;
+    /// Whether the kernel keeps a multipath route of the family as sibling routes, one
+    /// per next hop (IPv6, `fib6_add_rt2node`): `ip route append` of a next hop is then
+    /// notified as the merged route (with its next hops, the appended one first, where a
+    /// dump lists them in the order they were added: the mirror orders them by
+    /// interface and gateway), and `ip route del PREFIX via A` of one next hop as that
+    /// next hop alone. IPv4 keeps a multipath route whole.
+    const SIBLINGS: bool;
+    /// An address of the family, if `a` is one.
+    fn route_addr(a: &RouteAddress) -> Option<Self::Addr>;
+    /// The prefix `dst/len` (`dst` absent: the default route), if one.
+    fn prefix(dst: Option<Self::Addr>, len: u8) -> Option<Self::Prefix>;
+    /// Why a route for `p` is the kernel's own business, if it is (see the module
+    /// documentation).
+    fn kernel_owned(p: &Self::Prefix) -> Option<Skip>;
+}
+
+impl KernelFamily for V4 {
+    const AF: AddressFamily = AddressFamily::Inet;
+    const SIBLINGS: bool = false;
+    fn route_addr(a: &RouteAddress) -> Option<Ipv4Addr> {
+        match a {
+            RouteAddress::Inet(a) => Some(*a),
+            _ => None,
+        }
+    }
+    fn prefix(dst: Option<Ipv4Addr>, len: u8) -> Option<Ipv4Prefix> {
+        Ipv4Prefix::new(dst.unwrap_or(Ipv4Addr::UNSPECIFIED), len).ok()
+    }
+    fn kernel_owned(_: &Ipv4Prefix) -> Option<Skip> {
+        None
+    }
+}
+
+impl KernelFamily for V6 {
+    const AF: AddressFamily = AddressFamily::Inet6;
+    const SIBLINGS: bool = true;
+    fn route_addr(a: &RouteAddress) -> Option<Ipv6Addr> {
+        match a {
+            RouteAddress::Inet6(a) => Some(*a),
+            _ => None,
+        }
+    }
+    fn prefix(dst: Option<Ipv6Addr>, len: u8) -> Option<Ipv6Prefix> {
+        Ipv6Prefix::new(dst.unwrap_or(Ipv6Addr::UNSPECIFIED), len).ok()
+    }
+    fn kernel_owned(p: &Ipv6Prefix) -> Option<Skip> {
+        let within = |net: u128, len: u8| {
+            p.prefix_len() >= len && (p.bits() ^ net) >> (128 - u32::from(len)) == 0
+        };
+        if within(0xfe80 << 112, 10) {
+            Some(Skip::LinkLocal)
+        } else if within(0xff << 120, 8) {
+            Some(Skip::LocalOrBroadcast)
+        } else {
+            None
+        }
+    }
 }
 
 /// The routing table a route message is in (`RTA_TABLE` when present: tables above 255
@@ -142,18 +220,37 @@ pub fn table_of(msg: &RouteMessage) -> u32 {
         .unwrap_or(u32::from(msg.header.table))
 }
 
-/// What kernel route `msg` is for netbatch: `Err` when it is no route of table `table`
-/// the mirror follows (ignored whole); otherwise its key and the netbatch route (or why
-/// the kernel's route cannot be one). `iface` maps a kernel interface index to the
-/// netbatch interface of the same name.
+/// What kernel IPv4 route `msg` is for netbatch ([`route_of_family`]).
 pub fn route_of(
     msg: &RouteMessage,
     table: u32,
     iface: impl Fn(u32) -> Option<u16>,
 ) -> Result<KernelRoute, Skip> {
+    route_of_family::<V4>(msg, table, iface)
+}
+
+/// What kernel IPv6 route `msg` is for netbatch ([`route_of_family`]).
+pub fn route6_of(
+    msg: &RouteMessage,
+    table: u32,
+    iface: impl Fn(u32) -> Option<u16>,
+) -> Result<KernelRoute6, Skip> {
+    route_of_family::<V6>(msg, table, iface)
+}
+
+/// What kernel route `msg` of family `F` is for netbatch: `Err` when it is no route of
+/// table `table` the mirror follows, or one the kernel keeps for itself (ignored
+/// whole); otherwise its key and the netbatch route (or why the kernel's route cannot
+/// be one). `iface` maps a kernel interface index to the netbatch interface of the same
+/// name.
+pub fn route_of_family<F: KernelFamily>(
+    msg: &RouteMessage,
+    table: u32,
+    iface: impl Fn(u32) -> Option<u16>,
+) -> Result<KernelRouteOf<F>, Skip> {
     let h = &msg.header;
-    if h.address_family != AddressFamily::Inet {
-        return Err(Skip::NotIpv4);
+    if h.address_family != F::AF {
+        return Err(Skip::OtherFamily);
     }
     if table_of(msg) != table {
         return Err(Skip::OtherTable);
@@ -168,8 +265,7 @@ pub fn route_of(
         (None, None, None, 0, None, false);
     for a in &msg.attributes {
         match a {
-            RouteAttribute::Destination(RouteAddress::Inet(d)) => dst = Some(*d),
-            RouteAttribute::Destination(_) => return Err(Skip::Malformed),
+            RouteAttribute::Destination(d) => dst = Some(F::route_addr(d).ok_or(Skip::Malformed)?),
             RouteAttribute::Gateway(g) => gateway = Some(g),
             RouteAttribute::Via(_) => gateway = Some(&FOREIGN),
             RouteAttribute::Oif(i) => oif = Some(*i),
@@ -179,10 +275,13 @@ pub fn route_of(
             _ => {}
         }
     }
-    let dst = dst.unwrap_or(Ipv4Addr::UNSPECIFIED);
-    let prefix = Ipv4Prefix::new(dst, h.destination_prefix_length).map_err(|_| Skip::Malformed)?;
+    let prefix = F::prefix(dst, h.destination_prefix_length).ok_or(Skip::Malformed)?;
+    if let Some(s) = F::kernel_owned(&prefix) {
+        return Err(s);
+    }
     let mut partial = None;
-    let none = |kind| Ok(Route::new(prefix, kind, None, None));
+    let mut given = 0;
+    let none = |kind| Ok(RouteOf::new(prefix, kind, None, None));
     let route = match h.kind {
         RouteType::BlackHole => none(RouteKind::Blackhole),
         RouteType::Unreachable => none(RouteKind::Unreachable),
@@ -206,19 +305,19 @@ pub fn route_of(
                 });
                 Some((nh.interface_index, g, u16::from(nh.hops) + 1))
             });
-            let (mut usable, mut left_out, mut given) = (Vec::new(), None, 0);
+            let (mut usable, mut left_out) = (Vec::new(), None);
             for (i, g, weight) in single.into_iter().chain(multi) {
                 given += 1;
-                let gateway = match g {
+                let gateway = match g.map(F::route_addr) {
                     None => None,
-                    Some(RouteAddress::Inet(a)) => Some(*a),
-                    Some(_) => {
+                    Some(Some(a)) => Some(a),
+                    Some(None) => {
                         left_out = Some(Skip::ForeignGateway);
                         continue;
                     }
                 };
                 match iface(i) {
-                    Some(out_if) => usable.push(NextHop {
+                    Some(out_if) => usable.push(NextHopOf {
                         gateway,
                         out_if,
                         weight,
@@ -240,45 +339,52 @@ pub fn route_of(
                 if left_out.is_some() {
                     partial = Some(Skip::MultipathPartial);
                 }
+                if F::SIBLINGS {
+                    // The kernel lists siblings in the order they were added in a dump,
+                    // but the one notified first: one order for both.
+                    usable.sort_by_key(|h| (h.out_if, h.gateway));
+                }
                 if let [one] = usable.as_slice() {
-                    Ok(Route::new(
+                    Ok(RouteOf::new(
                         prefix,
                         RouteKind::Unicast,
                         Some(one.out_if),
                         one.gateway,
                     ))
                 } else {
-                    Multipath::new(usable)
-                        .map(|m| Route::multipath(prefix, m))
+                    MultipathOf::new(usable)
+                        .map(|m| RouteOf::multipath(prefix, m))
                         .map_err(|_| Skip::Malformed)
                 }
             }
         }
         _ => Err(Skip::UnsupportedType),
     };
-    Ok(KernelRoute {
+    Ok(KernelRouteOf {
         prefix,
         metric,
         route,
         partial,
+        hops: given,
     })
 }
 
 /// Stands for a gateway of another family (`RTA_VIA`).
 static FOREIGN: RouteAddress = RouteAddress::Other(Vec::new());
 
-/// What kernel neighbour message `msg` (an `RTM_DELNEIGH` when `deleted`) means for
-/// netbatch's static neighbours. Usable states are the kernel's `NUD_VALID` but
-/// `NUD_NOARP`: permanent, reachable, stale, delay and probe (the kernel sends to the
-/// address in all of them); failed and incomplete entries delete.
+/// What kernel neighbour message `msg` (an `RTM_DELNEIGH` when `deleted`), of an IPv4
+/// (ARP) or IPv6 (NDP) entry, means for netbatch's static neighbours. Usable states are
+/// the kernel's `NUD_VALID` but `NUD_NOARP`: permanent, reachable, stale, delay and
+/// probe (the kernel sends to the address in all of them); failed and incomplete
+/// entries delete.
 pub fn neighbour_of(
     msg: &NeighbourMessage,
     deleted: bool,
     iface: impl Fn(u32) -> Option<u16>,
 ) -> Result<NeighChange, Skip> {
     let h = &msg.header;
-    if h.family != AddressFamily::Inet {
-        return Err(Skip::NotIpv4);
+    if !matches!(h.family, AddressFamily::Inet | AddressFamily::Inet6) {
+        return Err(Skip::OtherFamily);
     }
     if h.flags.contains(NeighbourFlags::Proxy) {
         return Err(Skip::NeighbourProxy);
@@ -288,7 +394,16 @@ pub fn neighbour_of(
     let mut ll = None;
     for a in &msg.attributes {
         match a {
-            NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => ip = Some(*a),
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(a))
+                if h.family == AddressFamily::Inet =>
+            {
+                ip = Some(IpAddr::V4(*a));
+            }
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(a))
+                if h.family == AddressFamily::Inet6 =>
+            {
+                ip = Some(IpAddr::V6(*a));
+            }
             NeighbourAttribute::Destination(_) => return Err(Skip::Malformed),
             NeighbourAttribute::LinkLayerAddress(l) => ll = Some(l.as_slice()),
             _ => {}
@@ -333,7 +448,7 @@ pub fn link_of(msg: &LinkMessage) -> LinkInfo {
 /// address itself, or else `IFA_ADDRESS`, which is the same on a broadcast link).
 pub fn address_of(msg: &AddressMessage) -> Result<(u32, IfAddr), Skip> {
     if msg.header.family != AddressFamily::Inet {
-        return Err(Skip::NotIpv4);
+        return Err(Skip::OtherFamily);
     }
     let addr = |want_local: bool| {
         msg.attributes.iter().find_map(|a| match (a, want_local) {
@@ -349,6 +464,37 @@ pub fn address_of(msg: &AddressMessage) -> Result<(u32, IfAddr), Skip> {
     Ok((
         msg.header.index,
         IfAddr {
+            addr: a,
+            len: msg.header.prefix_len,
+        },
+    ))
+}
+
+/// The interface index and IPv6 address of an address message (`IFA_ADDRESS`; a
+/// point-to-point link's `IFA_LOCAL` when present). A link-local address is skipped
+/// ([`Skip::LinkLocal`]): each netbatch interface has its own, from its MAC or
+/// configured.
+pub fn address6_of(msg: &AddressMessage) -> Result<(u32, If6Addr), Skip> {
+    if msg.header.family != AddressFamily::Inet6 {
+        return Err(Skip::OtherFamily);
+    }
+    let addr = |want_local: bool| {
+        msg.attributes.iter().find_map(|a| match (a, want_local) {
+            (AddressAttribute::Local(IpAddr::V6(v)), true)
+            | (AddressAttribute::Address(IpAddr::V6(v)), false) => Some(*v),
+            _ => None,
+        })
+    };
+    let a = addr(true).or_else(|| addr(false)).ok_or(Skip::Malformed)?;
+    if msg.header.prefix_len > 128 {
+        return Err(Skip::Malformed);
+    }
+    if netbatch_wire::ipv6::is_link_local(a) {
+        return Err(Skip::LinkLocal);
+    }
+    Ok((
+        msg.header.index,
+        If6Addr {
             addr: a,
             len: msg.header.prefix_len,
         },

@@ -1,6 +1,8 @@
 //! The mirror's state, apart from sockets and workers: the kernel's table as its
 //! messages described it, which routes and neighbours of netbatch's are the mirror's,
-//! and the changes that make netbatch agree with the kernel.
+//! and the changes that make netbatch agree with the kernel. IPv4 and IPv6 routes are
+//! kept apart, each family's written once over it ([`Mirrored`]); neighbours of both
+//! families together.
 //!
 //! Invariants:
 //! - Messages change only the kernel view ([`Kernel`]) and mark what they touched;
@@ -13,48 +15,60 @@
 //!   mirrored leaves netbatch's own route (from the configuration) alone.
 //! - A resync builds a fresh view from a dump and carries ownership over, so what the
 //!   kernel dropped while notifications were lost is deleted too.
-//! - With host interface pairs (`follow_ifaces`), the IPv4 addresses and MTU of each
-//!   kernel interface named as a netbatch interface are that interface's: a change marks
-//!   the interface, and its whole kernel state is handed over ([`State::iface_changes`]);
+//! - An IPv6 multipath route is the kernel's sibling routes ([`KernelFamily::SIBLINGS`]):
+//!   an appended next hop is notified as the merged route, which replaces the view's;
+//!   the deletion of one next hop of several is notified as that next hop alone, which
+//!   says nothing of the rest, so it asks for a resync (the dump has the siblings left).
+//! - With host interface pairs (`follow_ifaces`), the IPv4 and IPv6 addresses (but
+//!   link-local ones: each netbatch interface has its own) and MTU of each kernel
+//!   interface named as a netbatch interface are that interface's: a change marks the
+//!   interface, and its whole kernel state is handed over ([`State::iface_changes`]);
 //!   netbatch compares and changes only what differs.
 
-use core::net::Ipv4Addr;
+use core::net::IpAddr;
+use std::sync::Arc;
 
 use hashbrown::{HashMap, HashSet};
-use netbatch_stack::prefix::{IfAddr, Ipv4Prefix};
-use netbatch_stack::route::{Route, Routes};
+use netbatch_stack::prefix::{If6Addr, IfAddr, Ipv4Prefix, Ipv6Prefix};
+use netbatch_stack::route::{Family, RouteOf, RoutesOf, V4, V6};
 use netbatch_wire::ethernet::MacAddr;
 use netlink_packet_core::NLM_F_APPEND;
-use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::address::AddressMessage;
+use netlink_packet_route::route::RouteMessage;
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::MirrorStats;
-use super::convert::{self, KernelRoute, NeighChange, Skip};
-use crate::control::RouteChange;
+use super::convert::{self, KernelFamily, KernelRouteOf, NeighChange, Skip};
+use crate::control::{Control, RouteChangeOf};
 
 /// What netbatch makes of one kernel route (a route, or why none).
-type Cand = Result<Route, Skip>;
+type Cand<F> = Result<RouteOf<F>, Skip>;
 
 /// The kernel routes of one prefix, by metric (nearly always one).
 #[derive(Debug, Clone, Default)]
-enum Cands {
+enum Cands<F: Family> {
     #[default]
     None,
-    One(u32, Cand),
-    Many(Vec<(u32, Cand)>),
+    One(u32, Cand<F>),
+    Many(Vec<(u32, Cand<F>)>),
 }
 
-impl Cands {
-    /// Whether a route with metric `m` is there.
-    fn has(&self, m: u32) -> bool {
+impl<F: Family> Cands<F> {
+    /// The route with metric `m`, if there is one.
+    fn get(&self, m: u32) -> Option<&Cand<F>> {
         match self {
-            Self::None => false,
-            Self::One(k, _) => *k == m,
-            Self::Many(v) => v.iter().any(|(k, _)| *k == m),
+            Self::None => None,
+            Self::One(k, c) => (*k == m).then_some(c),
+            Self::Many(v) => v.iter().find(|(k, _)| *k == m).map(|(_, c)| c),
         }
     }
 
-    fn set(&mut self, m: u32, c: Cand) {
+    /// Whether a route with metric `m` is there.
+    fn has(&self, m: u32) -> bool {
+        self.get(m).is_some()
+    }
+
+    fn set(&mut self, m: u32, c: Cand<F>) {
         match self {
             Self::None => *self = Self::One(m, c),
             Self::One(k, old) if *k == m => *old = c,
@@ -85,7 +99,7 @@ impl Cands {
     }
 
     /// The route the kernel forwards by: the lowest metric.
-    fn best(&self) -> Option<&Cand> {
+    fn best(&self) -> Option<&Cand<F>> {
         match self {
             Self::None => None,
             Self::One(_, c) => Some(c),
@@ -99,11 +113,38 @@ impl Cands {
 }
 
 /// One prefix: the kernel's routes for it and whether netbatch's route is the mirror's.
-#[derive(Debug, Clone, Default)]
-struct Slot {
-    cands: Cands,
+#[derive(Debug, Clone)]
+struct Slot<F: Family> {
+    cands: Cands<F>,
     owned: bool,
     dirty: bool,
+}
+
+impl<F: Family> Default for Slot<F> {
+    fn default() -> Self {
+        Self {
+            cands: Cands::None,
+            owned: false,
+            dirty: false,
+        }
+    }
+}
+
+/// One family's kernel routes.
+pub(crate) struct Table<F: Family> {
+    routes: HashMap<F::Prefix, Slot<F>>,
+    /// Prefixes with an appended route the kernel does not use (its deletion may
+    /// uncover it).
+    aliases: HashSet<F::Prefix>,
+}
+
+impl<F: Family> Default for Table<F> {
+    fn default() -> Self {
+        Self {
+            routes: HashMap::new(),
+            aliases: HashSet::new(),
+        }
+    }
 }
 
 /// A kernel interface.
@@ -120,26 +161,100 @@ struct Link {
 pub(crate) type ResyncWhy = &'static str;
 
 /// What a message touched.
-enum Touched {
+pub(crate) enum Touched {
     Nothing,
     Route(Ipv4Prefix),
-    Neighbour((u16, Ipv4Addr)),
+    Route6(Ipv6Prefix),
+    Neighbour((u16, IpAddr)),
     /// A netbatch interface's addresses or MTU.
     Iface(u16),
     Resync(ResyncWhy),
 }
 
-/// The kernel's table, links and neighbours as its messages told them.
+/// The kernel's tables, links and neighbours as its messages told them.
 #[derive(Default)]
-struct Kernel {
+pub(crate) struct Kernel {
     links: HashMap<u32, Link>,
-    routes: HashMap<Ipv4Prefix, Slot>,
-    neighbours: HashMap<(u16, Ipv4Addr), MacAddr>,
-    /// Prefixes with an appended route the kernel does not use (its deletion may
-    /// uncover it).
-    aliases: HashSet<Ipv4Prefix>,
+    v4: Table<V4>,
+    v6: Table<V6>,
+    neighbours: HashMap<(u16, IpAddr), MacAddr>,
     /// IPv4 addresses by kernel interface (followed with host interface pairs only).
     addrs: HashMap<u32, Vec<IfAddr>>,
+    /// IPv6 addresses by kernel interface, link-local ones left out (likewise).
+    addrs6: HashMap<u32, Vec<If6Addr>>,
+}
+
+/// One family's pending prefixes and how many of its prefixes are owned.
+pub(crate) struct Side<F: Family> {
+    dirty: Vec<F::Prefix>,
+    owned: usize,
+}
+
+impl<F: Family> Default for Side<F> {
+    fn default() -> Self {
+        Self {
+            dirty: Vec::new(),
+            owned: 0,
+        }
+    }
+}
+
+/// Both families' sides.
+#[derive(Default)]
+pub(crate) struct Sides {
+    v4: Side<V4>,
+    v6: Side<V6>,
+}
+
+/// Where the mirror keeps each family's routes, and how it reaches netbatch's table of
+/// the family.
+pub(crate) trait Mirrored: KernelFamily {
+    /// The family's kernel routes.
+    fn table(k: &mut Kernel) -> &mut Table<Self>;
+    /// The family's pending prefixes and owned count.
+    fn side(s: &mut Sides) -> &mut Side<Self>;
+    /// What a change of prefix `p` touched.
+    fn touched(p: Self::Prefix) -> Touched;
+    /// The table netbatch's workers hold.
+    fn live(c: &Control) -> Arc<RoutesOf<Self>>;
+    /// Applies `changes` to netbatch's table in one publication.
+    fn publish(c: &Control, changes: &[RouteChangeOf<Self>]) -> Result<(usize, usize), String>;
+}
+
+impl Mirrored for V4 {
+    fn table(k: &mut Kernel) -> &mut Table<Self> {
+        &mut k.v4
+    }
+    fn side(s: &mut Sides) -> &mut Side<Self> {
+        &mut s.v4
+    }
+    fn touched(p: Ipv4Prefix) -> Touched {
+        Touched::Route(p)
+    }
+    fn live(c: &Control) -> Arc<RoutesOf<Self>> {
+        c.routes()
+    }
+    fn publish(c: &Control, changes: &[RouteChangeOf<Self>]) -> Result<(usize, usize), String> {
+        c.apply_routes(changes)
+    }
+}
+
+impl Mirrored for V6 {
+    fn table(k: &mut Kernel) -> &mut Table<Self> {
+        &mut k.v6
+    }
+    fn side(s: &mut Sides) -> &mut Side<Self> {
+        &mut s.v6
+    }
+    fn touched(p: Ipv6Prefix) -> Touched {
+        Touched::Route6(p)
+    }
+    fn live(c: &Control) -> Arc<RoutesOf<Self>> {
+        c.routes6()
+    }
+    fn publish(c: &Control, changes: &[RouteChangeOf<Self>]) -> Result<(usize, usize), String> {
+        c.apply_routes6(changes)
+    }
 }
 
 impl Kernel {
@@ -170,7 +285,25 @@ impl Kernel {
                     v.push(a);
                     Touched::Iface(i)
                 }
-                Err(Skip::NotIpv4) => Touched::Nothing,
+                Err(Skip::OtherFamily) => match convert::address6_of(m) {
+                    Ok((index, a)) => {
+                        let Some(i) = self.iface(index) else {
+                            return Touched::Nothing;
+                        };
+                        let v = self.addrs6.entry(index).or_default();
+                        if v.contains(&a) {
+                            return Touched::Nothing;
+                        }
+                        v.push(a);
+                        Touched::Iface(i)
+                    }
+                    // The kernel's own link-local addresses, or another family's.
+                    Err(Skip::LinkLocal | Skip::OtherFamily) => Touched::Nothing,
+                    Err(s) => {
+                        stats.skip(s);
+                        Touched::Nothing
+                    }
+                },
                 Err(s) => {
                     stats.skip(s);
                     Touched::Nothing
@@ -178,16 +311,11 @@ impl Kernel {
             },
             RouteNetlinkMessage::NewRoute(m) | RouteNetlinkMessage::DelRoute(m) => {
                 let deleted = matches!(msg, RouteNetlinkMessage::DelRoute(_));
-                let k = match convert::route_of(m, table, |i| self.iface(i)) {
-                    Ok(k) => k,
-                    Err(s) => {
-                        if !deleted && !matches!(s, Skip::OtherTable | Skip::NotIpv4) {
-                            stats.skip(s);
-                        }
-                        return Touched::Nothing;
-                    }
-                };
-                self.route(k, deleted, flags & NLM_F_APPEND != 0, stats)
+                let append = flags & NLM_F_APPEND != 0;
+                match m.header.address_family {
+                    AddressFamily::Inet6 => self.route_msg::<V6>(m, table, deleted, append, stats),
+                    _ => self.route_msg::<V4>(m, table, deleted, append, stats),
+                }
             }
             RouteNetlinkMessage::NewNeighbour(m) | RouteNetlinkMessage::DelNeighbour(m) => {
                 let deleted = matches!(msg, RouteNetlinkMessage::DelNeighbour(_));
@@ -203,7 +331,7 @@ impl Kernel {
                         None => Touched::Nothing,
                     },
                     Err(s) => {
-                        if s != Skip::NotIpv4 {
+                        if s != Skip::OtherFamily {
                             stats.skip(s);
                         }
                         Touched::Nothing
@@ -244,8 +372,7 @@ impl Kernel {
                 _ => Touched::Nothing,
             },
             RouteNetlinkMessage::DelAddress(m @ AddressMessage { header, .. })
-                if header.family == netlink_packet_route::AddressFamily::Inet
-                    && self.iface(header.index).is_some() =>
+                if header.family == AddressFamily::Inet && self.iface(header.index).is_some() =>
             {
                 if let Ok((index, a)) = convert::address_of(m)
                     && let Some(v) = self.addrs.get_mut(&index)
@@ -255,26 +382,69 @@ impl Kernel {
                 // Routes through gateways of the address's subnet go with it, silently.
                 Touched::Resync("address deleted")
             }
+            // An IPv6 address's prefix route goes with a notification, and routes via
+            // gateways on it stay: only the interface's addresses change.
+            RouteNetlinkMessage::DelAddress(m) if follow_ifaces => match convert::address6_of(m) {
+                Ok((index, a)) => {
+                    let Some(i) = self.iface(index) else {
+                        return Touched::Nothing;
+                    };
+                    match self.addrs6.get_mut(&index) {
+                        Some(v) if v.contains(&a) => {
+                            v.retain(|x| *x != a);
+                            Touched::Iface(i)
+                        }
+                        _ => Touched::Nothing,
+                    }
+                }
+                Err(_) => Touched::Nothing,
+            },
             _ => Touched::Nothing,
         }
     }
 
-    fn route(
+    /// Takes in a route message of family `F`.
+    fn route_msg<F: Mirrored>(
         &mut self,
-        k: KernelRoute,
+        m: &RouteMessage,
+        table: u32,
         deleted: bool,
         append: bool,
         stats: &mut MirrorStats,
     ) -> Touched {
-        let slot = self.routes.entry(k.prefix).or_default();
+        let k = match convert::route_of_family::<F>(m, table, |i| self.iface(i)) {
+            Ok(k) => k,
+            Err(s) => {
+                if !deleted && !matches!(s, Skip::OtherTable | Skip::OtherFamily) {
+                    stats.skip(s);
+                }
+                return Touched::Nothing;
+            }
+        };
+        self.route(k, deleted, append, stats)
+    }
+
+    fn route<F: Mirrored>(
+        &mut self,
+        k: KernelRouteOf<F>,
+        deleted: bool,
+        append: bool,
+        stats: &mut MirrorStats,
+    ) -> Touched {
+        let t = F::table(self);
+        let slot = t.routes.entry(k.prefix).or_default();
         if deleted {
+            if F::SIBLINGS && slot.cands.get(k.metric).is_some_and(|c| *c != k.route) {
+                // One next hop of several went; the siblings left are in a dump.
+                return Touched::Resync("IPv6 next hop deleted");
+            }
             slot.cands.remove(k.metric);
-            if self.aliases.remove(&k.prefix) {
+            if t.aliases.remove(&k.prefix) {
                 return Touched::Resync("aliased route deleted");
             }
-        } else if append && slot.cands.has(k.metric) {
+        } else if append && slot.cands.has(k.metric) && !(F::SIBLINGS && k.hops > 1) {
             stats.skip(Skip::AppendedAlias);
-            self.aliases.insert(k.prefix);
+            t.aliases.insert(k.prefix);
             return Touched::Nothing;
         } else {
             if let Err(s) = &k.route {
@@ -285,24 +455,46 @@ impl Kernel {
             }
             slot.cands.set(k.metric, k.route);
         }
-        Touched::Route(k.prefix)
+        F::touched(k.prefix)
     }
 }
 
-/// Route changes planned for netbatch, in the order to apply them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Plan {
-    pub(crate) changes: Vec<RouteChange>,
+/// Route changes planned for netbatch's table of family `F`, in the order to apply them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan<F: Family> {
+    pub(crate) changes: Vec<RouteChangeOf<F>>,
     /// For each, whether netbatch had a route for the prefix before (a replace, or a
     /// delete, rather than an add).
     pub(crate) existed: Vec<bool>,
 }
 
-impl Plan {
-    fn push(&mut self, c: RouteChange, existed: bool) {
+impl<F: Family> Default for Plan<F> {
+    fn default() -> Self {
+        Self {
+            changes: Vec::new(),
+            existed: Vec::new(),
+        }
+    }
+}
+
+impl<F: Family> Plan<F> {
+    fn push(&mut self, c: RouteChangeOf<F>, existed: bool) {
         self.changes.push(c);
         self.existed.push(existed);
     }
+}
+
+/// A netbatch interface's state in the kernel, to follow (host interface pairs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct IfaceChange {
+    /// The netbatch interface.
+    pub(crate) iface: u16,
+    /// Its kernel interface's IPv4 addresses.
+    pub(crate) addrs: Vec<IfAddr>,
+    /// Its kernel interface's IPv6 addresses, but link-local ones.
+    pub(crate) addrs6: Vec<If6Addr>,
+    /// Its kernel interface's MTU, when known.
+    pub(crate) mtu: Option<u16>,
 }
 
 /// The netbatch interface of a kernel interface's name.
@@ -313,13 +505,11 @@ pub(crate) struct State {
     table: u32,
     names: Names,
     kernel: Kernel,
-    dirty: Vec<Ipv4Prefix>,
+    sides: Sides,
     /// Neighbours the mirror set in netbatch.
-    neighbours: HashMap<(u16, Ipv4Addr), MacAddr>,
-    neigh_dirty: HashSet<(u16, Ipv4Addr)>,
+    neighbours: HashMap<(u16, IpAddr), MacAddr>,
+    neigh_dirty: HashSet<(u16, IpAddr)>,
     resync: Option<ResyncWhy>,
-    /// How many prefixes are owned.
-    owned: usize,
     /// A fresh view being filled by a dump.
     fresh: Option<Kernel>,
     /// Interfaces' addresses and MTUs are followed (host interface pairs).
@@ -338,11 +528,10 @@ impl State {
             follow_ifaces,
             iface_dirty: HashSet::new(),
             kernel: Kernel::default(),
-            dirty: Vec::new(),
+            sides: Sides::default(),
             neighbours: HashMap::new(),
             neigh_dirty: HashSet::new(),
             resync: None,
-            owned: 0,
             fresh: None,
             stats: MirrorStats::default(),
         }
@@ -361,14 +550,8 @@ impl State {
         );
         match t {
             Touched::Nothing => {}
-            Touched::Route(p) => {
-                if let Some(s) = self.kernel.routes.get_mut(&p)
-                    && !s.dirty
-                {
-                    s.dirty = true;
-                    self.dirty.push(p);
-                }
-            }
+            Touched::Route(p) => self.mark::<V4>(p),
+            Touched::Route6(p) => self.mark::<V6>(p),
             Touched::Neighbour(k) => {
                 self.neigh_dirty.insert(k);
             }
@@ -376,6 +559,16 @@ impl State {
                 self.iface_dirty.insert(i);
             }
             Touched::Resync(why) => self.want_resync(why),
+        }
+    }
+
+    /// Marks prefix `p` of family `F` to be compared with netbatch's table.
+    fn mark<F: Mirrored>(&mut self, p: F::Prefix) {
+        if let Some(s) = F::table(&mut self.kernel).routes.get_mut(&p)
+            && !s.dirty
+        {
+            s.dirty = true;
+            F::side(&mut self.sides).dirty.push(p);
         }
     }
 
@@ -390,9 +583,12 @@ impl State {
         self.resync.take()
     }
 
-    /// Prefixes waiting to be compared with netbatch's table.
+    /// Prefixes, neighbours and interfaces waiting to be compared with netbatch's.
     pub(crate) fn pending(&self) -> usize {
-        self.dirty.len() + self.neigh_dirty.len() + self.iface_dirty.len()
+        self.sides.v4.dirty.len()
+            + self.sides.v6.dirty.len()
+            + self.neigh_dirty.len()
+            + self.iface_dirty.len()
     }
 
     /// Starts a resync: the dump's messages go to [`Self::dumped`].
@@ -422,16 +618,8 @@ impl State {
         let Some(mut fresh) = self.fresh.take() else {
             return;
         };
-        for (p, old) in self.kernel.routes.drain() {
-            if old.owned {
-                fresh.routes.entry(p).or_default().owned = true;
-            }
-        }
-        self.dirty.clear();
-        for (p, s) in fresh.routes.iter_mut() {
-            s.dirty = true;
-            self.dirty.push(*p);
-        }
+        carry::<V4>(&mut self.kernel, &mut fresh, &mut self.sides);
+        carry::<V6>(&mut self.kernel, &mut fresh, &mut self.sides);
         self.neigh_dirty.clear();
         self.neigh_dirty.extend(fresh.neighbours.keys().copied());
         self.neigh_dirty.extend(self.neighbours.keys().copied());
@@ -443,32 +631,39 @@ impl State {
     }
 
     /// For each netbatch interface whose kernel interface changed since the last call:
-    /// its IPv4 addresses and MTU there (with host interface pairs only).
-    pub(crate) fn iface_changes(&mut self) -> Vec<(u16, Vec<IfAddr>, Option<u16>)> {
+    /// its IPv4 and IPv6 addresses and MTU there (with host interface pairs only).
+    pub(crate) fn iface_changes(&mut self) -> Vec<IfaceChange> {
         let mut out = Vec::new();
         let mut dirty: Vec<u16> = self.iface_dirty.drain().collect();
         dirty.sort_unstable();
         for i in dirty {
-            let mut addrs = Vec::new();
-            let mut mtu = None;
+            let mut c = IfaceChange {
+                iface: i,
+                ..IfaceChange::default()
+            };
             for (index, l) in &self.kernel.links {
                 if l.iface != Some(i) {
                     continue;
                 }
-                addrs.extend(self.kernel.addrs.get(index).into_iter().flatten().copied());
-                mtu = l.mtu.and_then(|m| u16::try_from(m).ok()).or(mtu);
+                c.addrs
+                    .extend(self.kernel.addrs.get(index).into_iter().flatten().copied());
+                c.addrs6
+                    .extend(self.kernel.addrs6.get(index).into_iter().flatten().copied());
+                c.mtu = l.mtu.and_then(|m| u16::try_from(m).ok()).or(c.mtu);
             }
-            out.push((i, addrs, mtu));
+            out.push(c);
         }
         out
     }
 
-    /// The route changes that make `table` (netbatch's) agree with the kernel for the
-    /// prefixes touched since the last call.
-    pub(crate) fn route_changes(&mut self, table: &Routes) -> Plan {
+    /// The route changes that make `table` (netbatch's table of family `F`) agree with
+    /// the kernel for the prefixes of the family touched since the last call.
+    pub(crate) fn route_changes<F: Mirrored>(&mut self, table: &RoutesOf<F>) -> Plan<F> {
         let mut out = Plan::default();
-        for p in core::mem::take(&mut self.dirty) {
-            let Some(s) = self.kernel.routes.get_mut(&p) else {
+        let kernel = F::table(&mut self.kernel);
+        let side = F::side(&mut self.sides);
+        for p in core::mem::take(&mut side.dirty) {
+            let Some(s) = kernel.routes.get_mut(&p) else {
                 continue;
             };
             s.dirty = false;
@@ -479,52 +674,58 @@ impl State {
                     // Already there (the configuration's, or replayed): adopted as is.
                     if !s.owned {
                         s.owned = true;
-                        self.owned += 1;
+                        side.owned += 1;
                     }
                 }
-                (Some(w), h) => out.push(RouteChange::Replace(w.clone()), h.is_some()),
-                (None, Some(_)) if s.owned => out.push(RouteChange::Delete(p), true),
+                (Some(w), h) => out.push(RouteChangeOf::Replace(w.clone()), h.is_some()),
+                (None, Some(_)) if s.owned => out.push(RouteChangeOf::Delete(p), true),
                 (None, None) if s.owned => {
                     // Removed from netbatch by someone else already.
                     s.owned = false;
-                    self.owned -= 1;
+                    side.owned -= 1;
                 }
                 (None, _) => {}
             }
             if s.cands.is_empty() && !s.owned {
-                self.kernel.routes.remove(&p);
+                kernel.routes.remove(&p);
             }
         }
         out
     }
 
-    /// Records that `changes` were applied to netbatch's table (counted, owned);
-    /// `existed` as in [`Plan`].
-    pub(crate) fn routes_applied(&mut self, changes: &[RouteChange], existed: &[bool]) {
+    /// Records that `changes` were applied to netbatch's table of family `F` (counted,
+    /// owned); `existed` as in [`Plan`].
+    pub(crate) fn routes_applied<F: Mirrored>(
+        &mut self,
+        changes: &[RouteChangeOf<F>],
+        existed: &[bool],
+    ) {
+        let kernel = F::table(&mut self.kernel);
+        let side = F::side(&mut self.sides);
         for (c, &existed) in changes.iter().zip(existed) {
             match c {
-                RouteChange::Replace(r) => {
+                RouteChangeOf::Replace(r) => {
                     if existed {
                         self.stats.routes_replaced += 1;
                     } else {
                         self.stats.routes_added += 1;
                     }
-                    if let Some(s) = self.kernel.routes.get_mut(&r.prefix)
+                    if let Some(s) = kernel.routes.get_mut(&r.prefix)
                         && !s.owned
                     {
                         s.owned = true;
-                        self.owned += 1;
+                        side.owned += 1;
                     }
                 }
-                RouteChange::Delete(p) => {
+                RouteChangeOf::Delete(p) => {
                     self.stats.routes_deleted += 1;
-                    if let Some(s) = self.kernel.routes.get_mut(p) {
+                    if let Some(s) = kernel.routes.get_mut(p) {
                         if s.owned {
                             s.owned = false;
-                            self.owned -= 1;
+                            side.owned -= 1;
                         }
                         if s.cands.is_empty() {
-                            self.kernel.routes.remove(p);
+                            kernel.routes.remove(p);
                         }
                     }
                 }
@@ -561,9 +762,30 @@ impl State {
         }
     }
 
-    /// Routes and neighbours of netbatch's that are the mirror's now.
-    pub(crate) fn owned(&self) -> (usize, usize) {
-        (self.owned, self.neighbours.len())
+    /// IPv4 routes, IPv6 routes and neighbours of netbatch's that are the mirror's now.
+    pub(crate) fn owned(&self) -> (usize, usize, usize) {
+        (
+            self.sides.v4.owned,
+            self.sides.v6.owned,
+            self.neighbours.len(),
+        )
+    }
+}
+
+/// Carries family `F`'s ownership from the view `old` to the dumped view `fresh`, and
+/// marks every prefix of `fresh` to be compared.
+fn carry<F: Mirrored>(old: &mut Kernel, fresh: &mut Kernel, sides: &mut Sides) {
+    let fresh_t = F::table(fresh);
+    for (p, s) in F::table(old).routes.drain() {
+        if s.owned {
+            fresh_t.routes.entry(p).or_default().owned = true;
+        }
+    }
+    let side = F::side(sides);
+    side.dirty.clear();
+    for (p, s) in fresh_t.routes.iter_mut() {
+        s.dirty = true;
+        side.dirty.push(*p);
     }
 }
 

@@ -1,7 +1,7 @@
 //! The `linux` control plane: netbatch follows the kernel routing table of a control
 //! network namespace over rtnetlink, as VPP's linux-cp and grout's FRR plugin do, so an
-//! unmodified FRR, BIRD or iproute2 in that namespace drives netbatch's FIB and
-//! neighbours.
+//! unmodified FRR, BIRD or iproute2 in that namespace drives netbatch's FIBs (IPv4 and
+//! IPv6) and neighbours (ARP and NDP).
 //!
 //! ```text
 //! ip route / FRR / BIRD ──> kernel of namespace NAME ──rtnetlink──> mirror thread
@@ -16,15 +16,16 @@
 //! hop on a known interface become netbatch routes (a multipath route with every live
 //! next hop netbatch has, with its weights); blackhole, unreachable and prohibit
 //! routes keep their kind; local, broadcast and multicast routes, routes on unknown
-//! interfaces and the rest are skipped and counted by reason ([`convert::Skip`]).
+//! interfaces and the rest are skipped and counted by reason ([`convert::Skip`]); so are
+//! the IPv6 routes the kernel keeps for itself (each interface's `fe80::/64`, multicast).
 //! Neighbours the kernel has a MAC for become static neighbours and go when the kernel
 //! deletes them or fails to reach them.
 //!
 //! Invariants:
 //! - One thread, alone in the namespace (`setns` on that thread only), reads the
 //!   notifications and publishes changes; it never blocks a worker: routes reach them
-//!   through [`Control::apply_routes`], one table publication per batch, so readers see
-//!   whole batches only.
+//!   through [`Control::apply_routes`] and [`Control::apply_routes6`], one table
+//!   publication per family and batch, so readers see whole batches only.
 //! - A batch is what arrived together: the socket is drained until it would block, or
 //!   [`MAX_BATCH`] prefixes are pending, or the batch window passes ([`BATCH_TIME`], or
 //!   three times the last publication's duration when longer, so publishing takes at
@@ -42,6 +43,7 @@ mod netlink;
 mod pairs;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
@@ -56,9 +58,10 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use serde_json::{Value, json};
 
 use crate::config::LinuxConfig;
-use crate::control::{Control, RouteChange};
+use crate::control::{Control, RouteChangeOf};
 use convert::{NeighChange, Skip};
-use mirror::State;
+use mirror::{Mirrored, State};
+use netbatch_stack::route::{V4, V6};
 use netlink::{DumpError, RecvError, Rtnl};
 
 /// Pending prefixes and neighbours at which a batch is published without waiting for
@@ -94,13 +97,13 @@ pub struct MirrorStats {
     pub messages: u64,
     /// Notifications read.
     pub notifications: u64,
-    /// Routes added to netbatch's table.
+    /// Routes added to netbatch's tables (IPv4 and IPv6).
     pub routes_added: u64,
-    /// Routes of netbatch's table replaced.
+    /// Routes of netbatch's tables replaced.
     pub routes_replaced: u64,
-    /// Routes deleted from netbatch's table.
+    /// Routes deleted from netbatch's tables.
     pub routes_deleted: u64,
-    /// Static neighbours set.
+    /// Static neighbours set (ARP and NDP).
     pub neighbours_set: u64,
     /// Neighbours deleted.
     pub neighbours_deleted: u64,
@@ -124,9 +127,11 @@ pub struct MirrorStats {
     pub errors: u64,
     /// The last error.
     pub last_error: Option<String>,
-    /// Routes of netbatch's table that are the mirror's now.
+    /// IPv4 routes of netbatch's table that are the mirror's now.
     pub routes: u64,
-    /// Static neighbours that are the mirror's now.
+    /// IPv6 routes of netbatch's table that are the mirror's now.
+    pub routes6: u64,
+    /// Static neighbours (of both families) that are the mirror's now.
     pub neighbours: u64,
 }
 
@@ -182,6 +187,7 @@ impl MirrorStats {
             "errors": self.errors,
             "last_error": self.last_error,
             "routes": self.routes,
+            "routes6": self.routes6,
             "neighbours": self.neighbours,
         })
     }
@@ -270,6 +276,8 @@ pub fn start_tuned(
                     netlink::RTNLGRP_NEIGH,
                     netlink::RTNLGRP_IPV4_IFADDR,
                     netlink::RTNLGRP_IPV4_ROUTE,
+                    netlink::RTNLGRP_IPV6_IFADDR,
+                    netlink::RTNLGRP_IPV6_ROUTE,
                 ];
                 let listen = Rtnl::open(&groups, tuning.rcvbuf)
                     .map_err(|e| format!("{t_what}: rtnetlink socket: {e}"))?;
@@ -457,32 +465,29 @@ impl Thread {
     fn flush(&mut self) -> (u64, u64) {
         // Interfaces first: a new address's connected subnet is what later routes'
         // gateways are on.
-        for (i, addrs, mtu) in self.state.iface_changes() {
-            let (changed, refused) = match self.control.set_iface(i, &addrs, mtu) {
-                Ok(c) => (c, None),
-                Err((c, e)) => (c, Some(e)),
-            };
+        for c in self.state.iface_changes() {
+            let (changed, refused) =
+                match self.control.set_iface(c.iface, &c.addrs, &c.addrs6, c.mtu) {
+                    Ok(c) => (c, None),
+                    Err((c, e)) => (c, Some(e)),
+                };
             self.state.stats.interface_changes += u64::from(changed);
             if let Some(e) = refused {
                 self.state.stats.error(format!("interface: {e}"));
             }
         }
-        let table = self.control.routes();
-        let plan = self.state.route_changes(&table);
-        drop(table);
-        let mut routes = 0;
-        if !plan.changes.is_empty() {
-            let t = Instant::now();
-            routes = self.apply(&plan.changes, &plan.existed);
-            self.last_publish = t.elapsed();
-            self.state.stats.last_batch_us = self.last_publish.as_micros() as u64;
-            self.state.stats.last_batch_changes = routes;
-        }
+        let routes = self.flush_routes::<V4>() + self.flush_routes::<V6>();
         let mut neighbours = 0;
         for c in self.state.neighbour_changes() {
             let r = match c {
-                NeighChange::Set(i, ip, mac) => self.control.set_neighbour(i, ip, mac),
-                NeighChange::Delete(i, ip) => self.control.delete_neighbour(i, ip).map(|_| ()),
+                NeighChange::Set(i, IpAddr::V4(ip), mac) => self.control.set_neighbour(i, ip, mac),
+                NeighChange::Set(i, IpAddr::V6(ip), mac) => self.control.set_neighbour6(i, ip, mac),
+                NeighChange::Delete(i, IpAddr::V4(ip)) => {
+                    self.control.delete_neighbour(i, ip).map(|_| ())
+                }
+                NeighChange::Delete(i, IpAddr::V6(ip)) => {
+                    self.control.delete_neighbour6(i, ip).map(|_| ())
+                }
             };
             match r {
                 Ok(()) => {
@@ -495,18 +500,39 @@ impl Thread {
         (routes, neighbours)
     }
 
+    /// Applies the pending route changes of family `F` as one publication; how many.
+    fn flush_routes<F: Mirrored>(&mut self) -> u64 {
+        let table = F::live(&self.control);
+        let plan = self.state.route_changes::<F>(&table);
+        drop(table);
+        if plan.changes.is_empty() {
+            return 0;
+        }
+        let t = Instant::now();
+        let routes = self.apply::<F>(&plan.changes, &plan.existed);
+        self.last_publish = t.elapsed();
+        self.state.stats.last_batch_us = self.last_publish.as_micros() as u64;
+        self.state.stats.last_batch_changes = routes;
+        routes
+    }
+
     /// Publishes `changes` at once. A batch netbatch refuses for one of its routes (a
     /// full table) is halved, and the halves tried in turn, until the refused routes
     /// are alone or [`SPLITS`] more publications were tried (each copies the table);
     /// what is still refused then is counted as errors and left to the next resync.
     /// Returns how many were applied.
-    fn apply(&mut self, changes: &[RouteChange], existed: &[bool]) -> u64 {
+    fn apply<F: Mirrored>(&mut self, changes: &[RouteChangeOf<F>], existed: &[bool]) -> u64 {
         let mut budget = SPLITS;
         self.apply_split(changes, existed, &mut budget)
     }
 
-    fn apply_split(&mut self, changes: &[RouteChange], existed: &[bool], budget: &mut u32) -> u64 {
-        match self.control.apply_routes(changes) {
+    fn apply_split<F: Mirrored>(
+        &mut self,
+        changes: &[RouteChangeOf<F>],
+        existed: &[bool],
+        budget: &mut u32,
+    ) -> u64 {
+        match F::publish(&self.control, changes) {
             Ok(_) => {
                 self.state.stats.batches += 1;
                 self.state.routes_applied(changes, existed);
@@ -521,8 +547,9 @@ impl Thread {
             }
             Err(e) => {
                 self.state.stats.error(format!(
-                    "{} route change(s) not applied: {e}",
-                    changes.len()
+                    "{} {} route change(s) not applied: {e}",
+                    changes.len(),
+                    F::NAME
                 ));
                 0
             }
@@ -564,18 +591,8 @@ impl Thread {
         }
         self.state.end_resync();
         self.state.stats.messages += dumped;
-        // One publication, whatever its size.
-        let table = self.control.routes();
-        let plan = self.state.route_changes(&table);
-        drop(table);
-        let mut route_changes = 0;
-        if !plan.changes.is_empty() {
-            let p = Instant::now();
-            route_changes = self.apply(&plan.changes, &plan.existed);
-            self.state.stats.last_batch_us = p.elapsed().as_micros() as u64;
-            self.state.stats.last_batch_changes = route_changes;
-        }
-        let (_, neighbour_changes) = self.flush();
+        // One publication per family, whatever its size.
+        let (route_changes, neighbour_changes) = self.flush();
         if why != "start" {
             self.state.stats.resyncs += 1;
             tracing::info!(
@@ -593,19 +610,33 @@ impl Thread {
     }
 
     fn dump_all(&mut self) -> Result<u64, DumpError> {
-        let mut route = RouteMessage::default();
-        route.header.address_family = AddressFamily::Inet;
-        let mut neigh = NeighbourMessage::default();
-        neigh.header.family = AddressFamily::Inet;
-        let mut addr = AddressMessage::default();
-        addr.header.family = AddressFamily::Inet;
+        let route = |family| {
+            let mut m = RouteMessage::default();
+            m.header.address_family = family;
+            RouteNetlinkMessage::GetRoute(m)
+        };
+        let neigh = |family| {
+            let mut m = NeighbourMessage::default();
+            m.header.family = family;
+            RouteNetlinkMessage::GetNeighbour(m)
+        };
+        let addr = |family| {
+            let mut m = AddressMessage::default();
+            m.header.family = family;
+            RouteNetlinkMessage::GetAddress(m)
+        };
         let mut n = 0;
         let mut reqs = vec![RouteNetlinkMessage::GetLink(LinkMessage::default())];
         if self.pairs {
-            reqs.push(RouteNetlinkMessage::GetAddress(addr));
+            reqs.push(addr(AddressFamily::Inet));
+            reqs.push(addr(AddressFamily::Inet6));
         }
-        reqs.push(RouteNetlinkMessage::GetRoute(route));
-        reqs.push(RouteNetlinkMessage::GetNeighbour(neigh));
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            reqs.push(route(family));
+        }
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            reqs.push(neigh(family));
+        }
         for req in reqs {
             let state = &mut self.state;
             n += self
@@ -618,8 +649,9 @@ impl Thread {
 
     /// Makes the counters visible to [`Mirror::stats`].
     fn publish(&mut self) {
-        let (r, n) = self.state.owned();
+        let (r, r6, n) = self.state.owned();
         self.state.stats.routes = r as u64;
+        self.state.stats.routes6 = r6 as u64;
         self.state.stats.neighbours = n as u64;
         let mut s = self
             .shared

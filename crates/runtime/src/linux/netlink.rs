@@ -30,6 +30,10 @@ pub(crate) const RTNLGRP_NEIGH: u32 = 3;
 pub(crate) const RTNLGRP_IPV4_IFADDR: u32 = 5;
 /// `RTNLGRP_IPV4_ROUTE`: IPv4 route changes.
 pub(crate) const RTNLGRP_IPV4_ROUTE: u32 = 7;
+/// `RTNLGRP_IPV6_IFADDR`: IPv6 address changes.
+pub(crate) const RTNLGRP_IPV6_IFADDR: u32 = 9;
+/// `RTNLGRP_IPV6_ROUTE`: IPv6 route changes.
+pub(crate) const RTNLGRP_IPV6_ROUTE: u32 = 11;
 
 /// The largest datagram read (the kernel's dump replies are at most 32 KiB).
 const DATAGRAM: usize = 64 * 1024;

@@ -4,9 +4,10 @@
 
 use netbatch_engine::{Cx, Out, PktList, PktRef, Reason, Stage};
 
-use super::{Chain, HookPoint, Key, Verdict};
+use super::{Chain, Compiled, HookPoint, Key, Key6, Verdict};
 use crate::dissect::{L3, MatchKey, MatchKey6};
 use crate::host::Host;
+use crate::prefix::{Ipv4Prefix, Ipv6Prefix};
 
 netbatch_engine::reasons! {
     /// Drops by a hook's rules, one reason per hook.
@@ -31,6 +32,9 @@ netbatch_engine::arcs! {
 pub struct HookStage {
     hook: HookPoint,
     chain: Chain,
+    /// The chain for IPv4 packets and for IPv6 packets.
+    chain4: Compiled<Ipv4Prefix>,
+    chain6: Compiled<Ipv6Prefix>,
     /// The one reason this hook drops for (a slice of the set, as `Stage::reasons`).
     reason: &'static [Reason],
     /// Wire packets matched per rule (policy hits in the last slot).
@@ -50,6 +54,8 @@ impl HookStage {
         let hits = vec![0; chain.rules.len() + 1];
         Self {
             hook,
+            chain4: chain.compile(),
+            chain6: chain.compile(),
             chain,
             reason,
             hits,
@@ -57,19 +63,15 @@ impl HookStage {
     }
 }
 
-/// The match key of packet `v` (an IP packet, which the dissector located), at a hook
-/// where its interfaces are `in_if` and `out_if`.
+/// The match key of packet `v` (an IPv4 packet, which the dissector located), at a
+/// hook where its interfaces are `in_if` and `out_if`.
 #[inline(always)]
 pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
-    if v.meta.l3_type == L3::Ipv6 as u8 {
-        return key6_of(v, in_if, out_if);
-    }
     let k = MatchKey::of(v.meta, v.data());
     Key {
         proto: k.proto,
-        v6: false,
-        src: u128::from(u32::from(k.src)),
-        dst: u128::from(u32::from(k.dst)),
+        src: u32::from(k.src),
+        dst: u32::from(k.dst),
         ports: k.ports,
         in_if,
         out_if,
@@ -77,22 +79,29 @@ pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
     }
 }
 
-/// [`key_of`] for an IPv6 packet.
-#[inline(never)]
-fn key6_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
+/// The match key of IPv6 packet `v` (see [`key_of`]).
+#[inline]
+pub fn key6_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key6 {
     let (proto, src, dst, ports) = match MatchKey6::of(v.meta, v.data()) {
         Some(k) => (k.proto, u128::from(k.src), u128::from(k.dst), k.ports),
         None => (0, 0, 0, None),
     };
-    Key {
+    Key6 {
         proto,
-        v6: true,
         src,
         dst,
         ports,
         in_if,
         out_if,
         mark: v.meta.mark,
+    }
+}
+
+impl HookStage {
+    /// An IPv6 packet's verdict (out of the IPv4 loop).
+    #[inline(never)]
+    fn eval6(&self, v: &PktRef<'_>, in_if: u16, out_if: u16) -> (Verdict, Option<usize>) {
+        self.chain6.eval(&key6_of(v, in_if, out_if))
     }
 }
 
@@ -131,17 +140,21 @@ impl Stage<Host> for HookStage {
         let policy_slot = self.chain.rules.len();
         for p in list.drain(..) {
             let v = cx.pool.get(&p);
-            let k = key_of(
-                &v,
+            let (in_if, out_if) = (
                 if in_ok { v.meta.in_if } else { u16::MAX },
                 if out_ok { v.meta.out_if } else { u16::MAX },
             );
-            let (verdict, rule) = self.chain.eval(&k);
+            let six = v.meta.l3_type == L3::Ipv6 as u8;
+            let (verdict, rule) = if six {
+                self.eval6(&v, in_if, out_if)
+            } else {
+                self.chain4.eval(&key_of(&v, in_if, out_if))
+            };
             // In wire packets, like the drop counters: a GRO super-packet is a hit for
             // each datagram it stands for.
             self.hits[rule.unwrap_or(policy_slot)] += v.meta.wire_packets();
             match verdict {
-                Verdict::Accept if v.meta.l3_type == L3::Ipv6 as u8 => out.push(ACCEPT6, p),
+                Verdict::Accept if six => out.push(ACCEPT6, p),
                 Verdict::Accept => out.push(ACCEPT, p),
                 Verdict::Drop => out.drop(p, self.reason[0]),
             }

@@ -15,11 +15,14 @@
 //!
 //! One chain per hook serves both families, as nftables' `inet` tables do: a rule with
 //! an IPv4 prefix matches IPv4 packets only, one with an IPv6 prefix IPv6 packets only,
-//! one without a prefix both.
+//! one without a prefix both. A hook evaluates a chain compiled per family
+//! ([`Chain::compile`]): the rules that can match the family, in order, with their
+//! positions in the chain (hits are counted by position) and prefixes of that family, so
+//! that an IPv4 packet is matched over 32-bit addresses as if IPv6 did not exist.
 
 use core::fmt;
 
-use crate::prefix::IpPrefix;
+use crate::prefix::{IpPrefix, Ipv4Prefix, Ipv6Prefix};
 
 pub mod hook;
 
@@ -176,17 +179,54 @@ impl Rule {
     }
 }
 
-/// The fields rules look at, read once per packet.
+/// The prefixes of one address family, as a compiled rule holds them.
+pub trait FamilyPrefix: Copy + fmt::Debug + Send + Sync + 'static {
+    /// Address bits.
+    type Bits: Copy + fmt::Debug;
+    /// Whether bits `a` are in the prefix.
+    fn contains_bits(&self, a: Self::Bits) -> bool;
+    /// The prefix of this family a rule's prefix is, if it is of this family.
+    fn of(p: &IpPrefix) -> Option<Self>;
+}
+
+impl FamilyPrefix for Ipv4Prefix {
+    type Bits = u32;
+    #[inline(always)]
+    fn contains_bits(&self, a: u32) -> bool {
+        Self::contains_bits(self, a)
+    }
+    fn of(p: &IpPrefix) -> Option<Self> {
+        match p {
+            IpPrefix::V4(p) => Some(*p),
+            IpPrefix::V6(_) => None,
+        }
+    }
+}
+
+impl FamilyPrefix for Ipv6Prefix {
+    type Bits = u128;
+    #[inline(always)]
+    fn contains_bits(&self, a: u128) -> bool {
+        Self::contains_bits(self, a)
+    }
+    fn of(p: &IpPrefix) -> Option<Self> {
+        match p {
+            IpPrefix::V6(p) => Some(*p),
+            IpPrefix::V4(_) => None,
+        }
+    }
+}
+
+/// The fields rules look at, read once per packet, for a family whose addresses are
+/// `B` (IPv4: `u32`, IPv6: `u128`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Key {
-    /// IP protocol.
+pub struct KeyOf<B> {
+    /// IP protocol (IPv6: the upper layer's).
     pub proto: u8,
-    /// Whether the packet is IPv6 (else IPv4).
-    pub v6: bool,
-    /// Source address bits (an IPv4 address in the low 32).
-    pub src: u128,
+    /// Source address bits.
+    pub src: B,
     /// Destination address bits.
-    pub dst: u128,
+    pub dst: B,
     /// Ports (TCP, UDP, SCTP, UDP-Lite), when known: [`MatchKey`](crate::dissect::MatchKey).
     pub ports: Option<(u16, u16)>,
     /// Input interface (`u16::MAX` if none).
@@ -197,22 +237,50 @@ pub struct Key {
     pub mark: u32,
 }
 
-impl Rule {
+/// An IPv4 packet's key.
+pub type Key = KeyOf<u32>;
+/// An IPv6 packet's key.
+pub type Key6 = KeyOf<u128>;
+
+/// A rule compiled for one family: its prefixes of that family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleOf<P> {
+    /// IP protocol number.
+    pub proto: Option<u8>,
+    /// Source prefix.
+    pub src: Option<P>,
+    /// Destination prefix.
+    pub dst: Option<P>,
+    /// Source port range.
+    pub sport: Option<PortRange>,
+    /// Destination port range.
+    pub dport: Option<PortRange>,
+    /// Input interface.
+    pub in_if: Option<u16>,
+    /// Output interface.
+    pub out_if: Option<u16>,
+    /// Packet mark (value, mask).
+    pub mark: Option<(u32, u32)>,
+    /// What to do on a match.
+    pub verdict: Verdict,
+}
+
+impl<P: FamilyPrefix> RuleOf<P> {
     /// Whether the rule matches `k`.
     #[inline]
-    pub fn matches(&self, k: &Key) -> bool {
+    pub fn matches(&self, k: &KeyOf<P::Bits>) -> bool {
         if let Some(p) = self.proto
             && p != k.proto
         {
             return false;
         }
         if let Some(p) = &self.src
-            && !p.contains_bits(k.v6, k.src)
+            && !p.contains_bits(k.src)
         {
             return false;
         }
         if let Some(p) = &self.dst
-            && !p.contains_bits(k.v6, k.dst)
+            && !p.contains_bits(k.dst)
         {
             return false;
         }
@@ -233,6 +301,28 @@ impl Rule {
             return false;
         }
         true
+    }
+}
+
+/// A chain compiled for one family ([`Chain::compile`]): the rules that can match it, in
+/// order, each with its position in the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled<P> {
+    rules: Vec<(usize, RuleOf<P>)>,
+    policy: Verdict,
+}
+
+impl<P: FamilyPrefix> Compiled<P> {
+    /// The verdict for `k` and the position in the chain of the rule that decided (None:
+    /// the policy).
+    #[inline]
+    pub fn eval(&self, k: &KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
+        for (i, r) in &self.rules {
+            if r.matches(k) {
+                return (r.verdict, Some(*i));
+            }
+        }
+        (self.policy, None)
     }
 }
 
@@ -260,15 +350,34 @@ impl Chain {
         self.policy == Verdict::Accept && self.rules.iter().all(|r| r.verdict == Verdict::Accept)
     }
 
-    /// The verdict for `k` and the index of the rule that decided (None: the policy).
-    #[inline]
-    pub fn eval(&self, k: &Key) -> (Verdict, Option<usize>) {
+    /// The chain for the family of prefixes `P`: the rules without a prefix of the other
+    /// family, their prefixes of this one.
+    pub fn compile<P: FamilyPrefix>(&self) -> Compiled<P> {
+        let mut rules = Vec::new();
         for (i, r) in self.rules.iter().enumerate() {
-            if r.matches(k) {
-                return (r.verdict, Some(i));
+            let (src, dst) = (r.src.as_ref().map(P::of), r.dst.as_ref().map(P::of));
+            if matches!(src, Some(None)) || matches!(dst, Some(None)) {
+                continue;
             }
+            rules.push((
+                i,
+                RuleOf {
+                    proto: r.proto,
+                    src: src.flatten(),
+                    dst: dst.flatten(),
+                    sport: r.sport,
+                    dport: r.dport,
+                    in_if: r.in_if,
+                    out_if: r.out_if,
+                    mark: r.mark,
+                    verdict: r.verdict,
+                },
+            ));
         }
-        (self.policy, None)
+        Compiled {
+            rules,
+            policy: self.policy,
+        }
     }
 }
 
@@ -279,13 +388,29 @@ mod tests {
     fn key(proto: u8, src: &str, dst: &str, ports: Option<(u16, u16)>) -> Key {
         Key {
             proto,
-            v6: false,
-            src: u128::from(u32::from(src.parse::<core::net::Ipv4Addr>().unwrap())),
-            dst: u128::from(u32::from(dst.parse::<core::net::Ipv4Addr>().unwrap())),
+            src: u32::from(src.parse::<core::net::Ipv4Addr>().unwrap()),
+            dst: u32::from(dst.parse::<core::net::Ipv4Addr>().unwrap()),
             ports,
             in_if: 0,
             out_if: 1,
             mark: 0,
+        }
+    }
+
+    /// Whether `r` alone matches IPv4 key `k` (compiled for IPv4).
+    fn hit4(r: &Rule, k: &Key) -> bool {
+        one(r).compile::<Ipv4Prefix>().eval(k).1.is_some()
+    }
+
+    /// Whether `r` alone matches IPv6 key `k` (compiled for IPv6).
+    fn hit6(r: &Rule, k: &Key6) -> bool {
+        one(r).compile::<Ipv6Prefix>().eval(k).1.is_some()
+    }
+
+    fn one(r: &Rule) -> Chain {
+        Chain {
+            rules: vec![r.clone()],
+            policy: Verdict::Accept,
         }
     }
 
@@ -297,7 +422,7 @@ mod tests {
         let mut k = key(17, "10.0.0.1", "10.0.0.2", None);
         for (mark, hit) in [(0x10, true), (0x1f, true), (0x20, false), (0, false)] {
             k.mark = mark;
-            assert_eq!(r.matches(&k), hit, "{mark:#x}");
+            assert_eq!(hit4(&r, &k), hit, "{mark:#x}");
         }
     }
 
@@ -308,10 +433,11 @@ mod tests {
         drop_udp_range.dport = Some("9000-9100".parse().unwrap());
         let mut allow_admin = Rule::any(Verdict::Accept);
         allow_admin.src = Some("192.0.2.0/24".parse().unwrap());
-        let c = Chain {
+        let chain = Chain {
             rules: vec![allow_admin, drop_udp_range],
             policy: Verdict::Accept,
         };
+        let c = chain.compile::<Ipv4Prefix>();
         assert_eq!(
             c.eval(&key(17, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Drop, Some(1))
@@ -333,7 +459,7 @@ mod tests {
             c.eval(&key(17, "198.51.100.1", "10.0.0.1", None)),
             (Verdict::Accept, None)
         );
-        assert!(!c.is_noop());
+        assert!(!chain.is_noop());
         assert!(Chain::default().is_noop());
     }
 
@@ -341,9 +467,8 @@ mod tests {
     /// matches both (nftables' `inet`).
     #[test]
     fn prefixes_select_their_family() {
-        let six = |src: &str, dst: &str| Key {
+        let six = |src: &str, dst: &str| Key6 {
             proto: 17,
-            v6: true,
             src: u128::from(src.parse::<core::net::Ipv6Addr>().unwrap()),
             dst: u128::from(dst.parse::<core::net::Ipv6Addr>().unwrap()),
             ports: Some((1, 53)),
@@ -353,27 +478,45 @@ mod tests {
         };
         let mut r6 = Rule::any(Verdict::Drop);
         r6.dst = Some("2001:db8:1::/48".parse().unwrap());
-        assert!(r6.matches(&six("2001:db8::1", "2001:db8:1:2::3")));
-        assert!(!r6.matches(&six("2001:db8::1", "2001:db8:2::3")));
-        // The IPv4 address whose bits are the low 32 of a matching IPv6 one: no match.
-        assert!(!r6.matches(&key(17, "0.0.0.1", "0.0.0.3", Some((1, 53)))));
+        assert!(hit6(&r6, &six("2001:db8::1", "2001:db8:1:2::3")));
+        assert!(!hit6(&r6, &six("2001:db8::1", "2001:db8:2::3")));
+        // No IPv4 packet matches an IPv6 prefix, whatever its bits.
+        assert!(!hit4(&r6, &key(17, "0.0.0.1", "0.0.0.3", Some((1, 53)))));
         let mut r4 = Rule::any(Verdict::Drop);
         r4.src = Some("0.0.0.0/0".parse().unwrap());
-        assert!(!r4.matches(&six("::1", "::2")), "an IPv4 /0 is IPv4 only");
-        assert!(r4.matches(&key(17, "10.0.0.1", "10.0.0.2", None)));
+        assert!(!hit6(&r4, &six("::1", "::2")), "an IPv4 /0 is IPv4 only");
+        assert!(hit4(&r4, &key(17, "10.0.0.1", "10.0.0.2", None)));
         let mut both = Rule::any(Verdict::Drop);
         both.dport = Some("53".parse().unwrap());
-        assert!(both.matches(&six("2001:db8::1", "2001:db8::2")));
-        assert!(both.matches(&key(17, "10.0.0.1", "10.0.0.2", Some((1, 53)))));
+        assert!(hit6(&both, &six("2001:db8::1", "2001:db8::2")));
+        assert!(hit4(&both, &key(17, "10.0.0.1", "10.0.0.2", Some((1, 53)))));
+        // Positions are the chain's: an IPv6 rule before an IPv4 one is skipped for IPv4
+        // and still counts for IPv6 at its place.
+        let chain = Chain {
+            rules: vec![r6.clone(), r4.clone()],
+            policy: Verdict::Accept,
+        };
+        assert_eq!(
+            chain
+                .compile::<Ipv4Prefix>()
+                .eval(&key(17, "10.0.0.1", "10.0.0.2", None)),
+            (Verdict::Drop, Some(1))
+        );
+        assert_eq!(
+            chain
+                .compile::<Ipv6Prefix>()
+                .eval(&six("2001:db8::1", "2001:db8:1::9")),
+            (Verdict::Drop, Some(0))
+        );
     }
 
     #[test]
     fn interface_matches() {
         let mut r = Rule::any(Verdict::Drop);
         r.out_if = Some(1);
-        assert!(r.matches(&key(1, "1.1.1.1", "2.2.2.2", None)));
+        assert!(hit4(&r, &key(1, "1.1.1.1", "2.2.2.2", None)));
         r.in_if = Some(3);
-        assert!(!r.matches(&key(1, "1.1.1.1", "2.2.2.2", None)));
+        assert!(!hit4(&r, &key(1, "1.1.1.1", "2.2.2.2", None)));
     }
 
     #[test]

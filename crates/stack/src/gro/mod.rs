@@ -1,19 +1,36 @@
 //! GRO: same-flow TCP and UDP segments received in one poll are coalesced into one
 //! super-packet, carried through the stack once, and split again by GSO at transmit (or
 //! before a socket that does not take super-datagrams). The rules are the Linux kernel's
-//! (`dev_gro_receive`, `inet_gro_receive`, `tcp_gro_receive`,
-//! `udp_gro_receive_segment`).
+//! (`dev_gro_receive`, `inet_gro_receive`, `ipv6_gro_receive`, `tcp_gro_receive`,
+//! `udp_gro_receive_segment`), for IPv4 and IPv6.
 //!
 //! Table: 8 buckets × 8 flows, bucket by flow hash; a full bucket completes its oldest
-//! flow. Same flow = same port, VLAN tag stack (up to two tags), Ethernet header,
-//! addresses, protocol and ports.
+//! flow. Same flow = same port, VLAN tag stack (up to two tags), Ethernet header, IP
+//! version, addresses, protocol (IPv6: the upper layer's next header) and ports.
 //! Everything held is completed at the end of every poll.
 //!
-//! A segment is a candidate when it is IPv4 without options (first byte 0x45), not a
-//! fragment, with a valid header checksum and a total length that fits the frame
-//! (Ethernet padding is ignored), and a valid L4 checksum (UDP: non-zero too). It merges
-//! into its flow's held packet when TTL, TOS and DF are equal and the IP ID increments
-//! (or, from the second segment on, stays fixed), and
+//! A segment is a candidate when it is
+//! - IPv4 without options (first byte 0x45), not a fragment, with a valid header
+//!   checksum and a total length that fits the frame (Ethernet padding is ignored);
+//! - IPv6, not a fragment, with a payload length that is exactly the rest of the frame
+//!   (`ipv6_gro_receive`; a TCP or UDP frame over IPv6 is never short enough to be
+//!   padded), and extension headers, if any, only of the kinds every segment can carry
+//!   unchanged ([`crate::gso::ip6_headers`]: Hop-by-Hop, Destination Options, a Routing
+//!   header with no segments left). The kernel walks a Routing header with segments
+//!   left too; netbatch passes such a packet unmerged, as both pass Fragment and
+//!   Authentication headers: never dropped, never reordered;
+//!
+//! with a valid L4 checksum (UDP: non-zero too, which over IPv6 it must be anyway). It
+//! merges into its flow's held packet when
+//! - IPv4: TTL, TOS and DF are equal and the IP ID increments (or, from the second
+//!   segment on, stays fixed);
+//! - IPv6: version and flow label are equal (`ipv6_gro_receive`: the kernel makes
+//!   another flow of another flow label; netbatch completes the held packet instead, so
+//!   that a connection whose label changes is never reordered), traffic class and hop
+//!   limit are equal (`ipv6_gro_flush`), and the extension headers are byte for byte the
+//!   first segment's (`ipv6_gro_receive`'s `memcmp`);
+//!
+//! and
 //! - TCP: the flag word (data offset, flags but FIN/PSH, window) and ACK are equal, the
 //!   options are byte-identical, the sequence number follows on, the payload is not
 //!   empty and not larger than the first segment's; fraglist flows need all flags equal;
@@ -22,7 +39,9 @@
 //! - never past 64 segments (the kernel caps UDP and fraglist TCP so; its standard TCP
 //!   is bounded by 64 KB alone, netbatch caps it too, bounding the buffers a flow holds)
 //!   or a 65,535-byte IP packet (fraglist: the chain's packet plus the new member whole,
-//!   headers included, as `skb_gro_receive_list` counts).
+//!   headers included, as `skb_gro_receive_list` counts). IPv6 counts its fixed header
+//!   in, as `skb_gro_receive` counts from the network header (the default
+//!   `gro_max_size`; no jumbograms): a payload length of at most 65,495.
 //!
 //! When a segment cannot merge, its flow's held packet is completed first and the segment
 //! is then handled as the first of its flow (held if it could start a train, else passed
@@ -32,14 +51,15 @@
 //! Representation (no payload is copied): the held packet is the first segment's buffer;
 //! every merged segment's buffer is chained behind it with its data pulled past its own
 //! L2–L4 headers, which stay in the buffer (`Meta::l3`/`l4` say where; the head carries
-//! `flag::GRO_CHAIN`). The head's headers describe the whole super-packet: IP and UDP
-//! lengths grow; a *standard* TCP head takes the FIN/PSH of later segments, and a standard
-//! head's L4 checksum becomes the partial one a TSO/USO device completes
-//! (`flag::L4_CSUM_PARTIAL`, the kernel's `CHECKSUM_PARTIAL`); a *fraglist* head keeps its
-//! own. Either way GSO gives every member back its own headers with the head's changes
-//! copied in, and the head its own lengths, flags and checksum (from its payload sum,
-//! recorded in `Meta::csum_payload` when the train started). Merged segments' payloads are
-//! never read: with a device-validated checksum (`rx-checksum`) no payload byte is.
+//! `flag::GRO_CHAIN`). The head's headers describe the whole super-packet: IP (IPv4 total,
+//! IPv6 payload) and UDP lengths grow; a *standard* TCP head takes the FIN/PSH of later
+//! segments, and a standard head's L4 checksum becomes the partial one a TSO/USO device
+//! completes (`flag::L4_CSUM_PARTIAL`, the kernel's `CHECKSUM_PARTIAL`: the pseudo-header
+//! sum, IPv4's or IPv6's); a *fraglist* head keeps its own. Either way GSO gives every
+//! member back its own headers with the head's changes copied in, and the head its own
+//! lengths, flags and checksum (from its payload sum, recorded in `Meta::csum_payload`
+//! when the train started). Merged segments' payloads are never read: with a
+//! device-validated checksum (`rx-checksum`) no payload byte is.
 
 pub mod stage;
 
@@ -49,6 +69,7 @@ use netbatch_wire::bytes::{get_u16, get_u32};
 use netbatch_wire::checksum;
 use netbatch_wire::ethernet::{self, EthernetFrame};
 use netbatch_wire::ipv4::Ipv4Packet;
+use netbatch_wire::ipv6::Ipv6Packet;
 use netbatch_wire::tcp::{TcpFlags, TcpPacket};
 use netbatch_wire::udp::{self, UdpPacket};
 
@@ -70,6 +91,9 @@ const TCP_URG: u16 = TcpFlags::URG.bits();
 /// Flags that end a train (and keep a lone segment from starting one).
 const TCP_FINAL: u16 = TCP_URG | TCP_PSH | TCP_RST | TCP_SYN | TCP_FIN;
 
+/// Bytes of the fixed IPv6 header.
+const IP6_HDR: u16 = 40;
+
 /// Which GRO a flow gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -87,11 +111,14 @@ pub(crate) struct FlowKey {
     /// half (0 where there is no tag).
     tags: u32,
     macs: [u8; 12],
-    src: u32,
-    dst: u32,
+    /// Addresses: an IPv4 address in the low 32 bits, an IPv6 address whole.
+    src: u128,
+    dst: u128,
     /// Source port << 16 | destination port.
     ports: u32,
     proto: u8,
+    /// IPv6 (else IPv4).
+    v6: bool,
 }
 
 impl FlowKey {
@@ -101,9 +128,35 @@ impl FlowKey {
         L4::of(self.proto) == L4::Tcp
     }
 
+    /// The destination's IPv4 address bits (meaningful for an IPv4 flow).
+    #[inline(always)]
+    pub(crate) fn dst4(&self) -> u32 {
+        self.dst as u32
+    }
+
+    /// The destination port.
+    #[inline(always)]
+    pub(crate) fn dport(&self) -> u16 {
+        self.ports as u16
+    }
+
+    /// The VLAN ids of the tags (outer, inner), as `dissect::vids` gives them.
+    pub(crate) fn vids(&self) -> (Option<u16>, Option<u16>) {
+        let vid = |t: u32| (t & 0x8000 != 0).then_some((t & 0x0fff) as u16);
+        (vid(self.tags >> 16), vid(self.tags & 0xffff))
+    }
+
     fn hash(&self) -> u32 {
-        let mut h = self.src.wrapping_mul(0x9e37_79b1);
-        h ^= self.dst.rotate_left(7).wrapping_mul(0x85eb_ca6b);
+        // An IPv6 address's 32-bit words folded into one.
+        let fold =
+            |a: u128| (a as u32) ^ ((a >> 32) as u32) ^ ((a >> 64) as u32) ^ ((a >> 96) as u32);
+        let (s, d) = if self.v6 {
+            (fold(self.src), fold(self.dst))
+        } else {
+            (self.src as u32, self.dst as u32)
+        };
+        let mut h = s.wrapping_mul(0x9e37_79b1);
+        h ^= d.rotate_left(7).wrapping_mul(0x85eb_ca6b);
         h ^= self.ports.wrapping_mul(0xc2b2_ae35);
         h ^= u32::from(self.proto) << 24;
         h ^ (h >> 15)
@@ -113,10 +166,11 @@ impl FlowKey {
 /// What GRO reads from a frame.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Parsed {
-    /// Not IPv4 TCP/UDP (or too short to say): not GRO's business.
+    /// Not IPv4/IPv6 TCP/UDP (or too short to say): not GRO's business.
     Other,
-    /// An IPv4 TCP/UDP packet of a known flow that cannot be merged (options, fragment,
-    /// bad checksum…): its flow's held packet must be completed first.
+    /// A TCP/UDP packet of a known flow that cannot be merged (IPv4 options, a fragment,
+    /// an extension header GRO does not take, a bad checksum…): its flow's held packet
+    /// must be completed first.
     Unmergeable(FlowKey),
     /// A candidate segment.
     Seg(Seg),
@@ -126,19 +180,27 @@ pub(crate) enum Parsed {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Seg {
     pub(crate) key: FlowKey,
-    /// Offset of the IPv4 header.
+    /// Offset of the IP header.
     l3: u16,
+    /// Bytes of IP header: 20 for IPv4, 40 and the extension headers for IPv6.
+    l3_len: u16,
     /// Bytes of L2 + L3 + L4 headers.
     hdr: u16,
     /// L4 header length.
     l4_hdr: u16,
     /// Payload bytes.
     payload: u16,
+    /// TTL (IPv6: hop limit).
     ttl: u8,
+    /// TOS (IPv6: traffic class).
     tos: u8,
-    /// Flags and fragment offset word (DF and the reserved bit must match).
+    /// IPv4 flags and fragment offset word (DF and the reserved bit must match); 0 for
+    /// IPv6.
     frag: u16,
+    /// IPv4 identification; 0 for IPv6.
     id: u16,
+    /// IPv6 flow label; 0 for IPv4.
+    flow: u32,
     /// TCP urgent pointer (compared so that rebuilt segments are the originals).
     urg: u16,
     seq: u32,
@@ -153,6 +215,26 @@ pub(crate) struct Seg {
     psum: u32,
 }
 
+impl Seg {
+    /// The pseudo-header sum of the segment's flow for `l4_len` bytes of L4 header and
+    /// payload (RFC 768, RFC 9293; RFC 8200 8.1).
+    fn pseudo(&self, l4_len: u32) -> u64 {
+        pseudo(&self.key, l4_len)
+    }
+}
+
+/// The pseudo-header sum of a segment of flow `k` with `l4_len` bytes of L4 header and
+/// payload.
+#[inline(always)]
+fn pseudo(k: &FlowKey, l4_len: u32) -> u64 {
+    if k.v6 {
+        checksum::pseudo_header_v6(k.src.into(), k.dst.into(), k.proto, l4_len)
+    } else {
+        let (s, d) = (k.src as u32, k.dst as u32);
+        checksum::pseudo_header_v4(s.into(), d.into(), k.proto, l4_len as u16)
+    }
+}
+
 /// `Seg::psum` not computed.
 const NO_PSUM: u32 = u32::MAX;
 
@@ -163,12 +245,32 @@ fn tags_of(r: &Dissected, d: &[u8]) -> u32 {
     (tag(outer) << 16) | tag(inner)
 }
 
+/// The Ethernet addresses of frame `d` (destination, source).
+#[inline(always)]
+fn macs_of(eth: &[u8; ethernet::HEADER_LEN]) -> [u8; 12] {
+    let eth = EthernetFrame::new_unchecked(eth);
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&eth.dst().0);
+    macs[6..].copy_from_slice(&eth.src().0);
+    macs
+}
+
 /// Reads frame `d` (from its Ethernet header), received on `port` and dissected as `r`.
 /// `csum_ok`: the device already validated the L4 checksum.
 pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed {
-    if r.l3_type != L3::Ipv4 || !matches!(r.l4_kind(), Some(L4::Tcp | L4::Udp)) {
+    if !matches!(r.l4_kind(), Some(L4::Tcp | L4::Udp)) {
         return Parsed::Other;
     }
+    match r.l3_type {
+        L3::Ipv4 => parse4(r, d, port, csum_ok),
+        L3::Ipv6 => parse6(r, d, port, csum_ok),
+        _ => Parsed::Other,
+    }
+}
+
+/// [`parse`] for IPv4.
+#[inline(always)]
+fn parse4(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed {
     let (l3, ihl) = (usize::from(r.l3), usize::from(r.l4 - r.l3));
     let (Some(eth), Some(h20)) = (
         d.first_chunk::<{ ethernet::HEADER_LEN }>(),
@@ -177,10 +279,6 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
         return Parsed::Other;
     };
     let ip = Ipv4Packet::new_unchecked(h20);
-    let eth = EthernetFrame::new_unchecked(eth);
-    let mut macs = [0u8; 12];
-    macs[..6].copy_from_slice(&eth.dst().0);
-    macs[6..].copy_from_slice(&eth.src().0);
     let proto = r.l4_type;
     // Flows are told by their ports: only a packet whose ports can be read can match a
     // held flow (a later fragment cannot).
@@ -190,11 +288,12 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
     let key = FlowKey {
         port,
         tags: tags_of(r, d),
-        macs,
-        src: u32::from(ip.src()),
-        dst: u32::from(ip.dst()),
+        macs: macs_of(eth),
+        src: u128::from(u32::from(ip.src())),
+        dst: u128::from(u32::from(ip.dst())),
         ports: (u32::from(sport) << 16) | u32::from(dport),
         proto,
+        v6: false,
     };
     // A first fragment, options, a length beyond the frame or a bad header checksum: no
     // GRO.
@@ -206,8 +305,85 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
     if !checksum::verify_words(h20) {
         return Parsed::Unmergeable(key);
     }
-    let l4 = &d[l3 + 20..l3 + total];
-    let (l4_hdr, seq, ack, word12, tcp_flags, urg, ulen) = if L4::of(proto) == L4::Tcp {
+    let ipf = IpFields {
+        l3: l3 as u16,
+        l3_len: 20,
+        ttl: ip.ttl(),
+        tos: ip.dscp_ecn(),
+        frag: get_u16(h20, 6),
+        id: ip.ident(),
+        flow: 0,
+    };
+    l4_segment(key, ipf, &d[l3 + 20..l3 + total], csum_ok)
+}
+
+/// [`parse`] for IPv6 (out of line: the IPv4 paths do not carry it).
+#[inline(never)]
+fn parse6(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed {
+    let (l3, l4) = (usize::from(r.l3), usize::from(r.l4));
+    let (Some(eth), Some(h40)) = (
+        d.first_chunk::<{ ethernet::HEADER_LEN }>(),
+        d.get(l3..).and_then(<[u8]>::first_chunk::<40>),
+    ) else {
+        return Parsed::Other;
+    };
+    // A later fragment has no ports: its flow cannot be told (a first fragment's are read,
+    // and it is not mergeable).
+    let Some((sport, dport)) = dissect::ports(r, d) else {
+        return Parsed::Other;
+    };
+    let ip = Ipv6Packet::new_unchecked(h40);
+    let key = FlowKey {
+        port,
+        tags: tags_of(r, d),
+        macs: macs_of(eth),
+        src: u128::from(ip.src()),
+        dst: u128::from(ip.dst()),
+        ports: (u32::from(sport) << 16) | u32::from(dport),
+        proto: r.l4_type,
+        v6: true,
+    };
+    // `ipv6_gro_receive`: the payload length is the rest of the frame, exactly. Then the
+    // extension headers: only those every segment can carry (a Fragment header, atomic or
+    // not, is never merged, as in the kernel).
+    let total = usize::from(IP6_HDR) + usize::from(ip.payload_len());
+    if r.flags & flag::FRAG6 != 0 || total != d.len() - l3 || l4 < l3 + usize::from(IP6_HDR) {
+        return Parsed::Unmergeable(key);
+    }
+    match crate::gso::ip6_headers(&d[l3..l4]) {
+        Some((len, proto)) if len == l4 - l3 && proto == r.l4_type => {}
+        _ => return Parsed::Unmergeable(key),
+    }
+    let ipf = IpFields {
+        l3: l3 as u16,
+        l3_len: (l4 - l3) as u16,
+        ttl: ip.hop_limit(),
+        tos: ip.traffic_class(),
+        frag: 0,
+        id: 0,
+        flow: ip.flow_label(),
+    };
+    l4_segment(key, ipf, &d[l4..l3 + total], csum_ok)
+}
+
+/// The IP header fields of a candidate segment (see [`Seg`]).
+#[derive(Debug, Clone, Copy)]
+struct IpFields {
+    l3: u16,
+    l3_len: u16,
+    ttl: u8,
+    tos: u8,
+    frag: u16,
+    id: u16,
+    flow: u32,
+}
+
+/// The candidate segment of flow `key` with IP fields `ipf` whose L4 header and payload
+/// are `l4` (up to the IP length), or why it is not one; its checksum is verified here
+/// unless `csum_ok` (the device did).
+#[inline(always)]
+fn l4_segment(key: FlowKey, ipf: IpFields, l4: &[u8], csum_ok: bool) -> Parsed {
+    let (l4_hdr, seq, ack, word12, tcp_flags, urg, ulen) = if key.tcp() {
         let Ok(t) = TcpPacket::new_checked(l4) else {
             return Parsed::Unmergeable(key);
         };
@@ -225,7 +401,8 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
         let Ok(u) = UdpPacket::new_checked(l4) else {
             return Parsed::Unmergeable(key);
         };
-        // UDP GRO needs the length to match the IP payload, a payload, and a checksum.
+        // UDP GRO needs the length to match the IP payload, a payload, and a checksum
+        // (`udp_gro_receive_segment`).
         if usize::from(u.len()) != l4.len() || l4.len() == udp::HEADER_LEN || u.checksum() == 0 {
             return Parsed::Unmergeable(key);
         }
@@ -234,8 +411,7 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
     let psum = if csum_ok {
         NO_PSUM
     } else {
-        let pseudo = checksum::pseudo_header_v4(ip.src(), ip.dst(), proto, l4.len() as u16);
-        let hsum = checksum::sum(&l4[..l4_hdr], pseudo);
+        let hsum = checksum::sum(&l4[..l4_hdr], pseudo(&key, l4.len() as u32));
         let p = checksum::sum(&l4[l4_hdr..], 0);
         if checksum::fold(hsum + p) != 0xffff {
             return Parsed::Unmergeable(key);
@@ -244,14 +420,16 @@ pub(crate) fn parse(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed
     };
     Parsed::Seg(Seg {
         key,
-        l3: l3 as u16,
-        hdr: (l3 + 20 + l4_hdr) as u16,
+        l3: ipf.l3,
+        l3_len: ipf.l3_len,
+        hdr: ipf.l3 + ipf.l3_len + l4_hdr as u16,
         l4_hdr: l4_hdr as u16,
         payload: (l4.len() - l4_hdr) as u16,
-        ttl: ip.ttl(),
-        tos: ip.dscp_ecn(),
-        frag: get_u16(h20, 6),
-        id: ip.ident(),
+        ttl: ipf.ttl,
+        tos: ipf.tos,
+        frag: ipf.frag,
+        id: ipf.id,
+        flow: ipf.flow,
         urg,
         seq,
         ack,
@@ -292,27 +470,46 @@ struct Held {
     /// FIN/PSH seen on merged segments (standard TCP: the head inherits them).
     flags_or: u16,
     /// The first segment's leading frame bytes, and which of them every later
-    /// full-size segment repeats exactly (see [`GroTable::try_fast`]); `None` when its
-    /// headers are longer than the template.
-    fast: Option<Template>,
+    /// full-size segment repeats exactly (see [`GroTable::try_fast`]).
+    fast: Fast,
+}
+
+/// A flow's fast-path template, by IP version (each version has its own fast path).
+#[derive(Debug)]
+enum Fast {
+    /// The first segment's headers are longer than the template.
+    None,
+    /// An IPv4 flow's.
+    V4(Template),
+    /// An IPv6 flow's.
+    V6(Template),
 }
 
 /// Bytes of frame compared by the fast path.
 const TMPL: usize = 96;
 
 /// What a full-size segment of a flow looks like, as words of the frame's first
-/// [`TMPL`] bytes: everything but the IP identification and checksum, the TCP sequence
-/// number and the L4 checksum must equal the first segment's.
+/// [`TMPL`] bytes: everything but the IPv4 identification and checksum, the TCP sequence
+/// number and the L4 checksum must equal the first segment's (an IPv6 header, extension
+/// headers included, whole: its payload length is the first segment's too).
 #[derive(Debug)]
 struct Template {
     bytes: [u64; TMPL / 8],
     mask: [u64; TMPL / 8],
-    /// The first segment's IP header checksum.
+    /// The first segment's IPv4 header checksum (0 for IPv6).
     ip_csum: u16,
 }
 
 impl Template {
     /// The template of first segment `s` in frame `d`, if its headers fit.
+    fn of(d: &[u8], s: &Seg) -> Fast {
+        match Self::new(d, s) {
+            Some(t) if s.key.v6 => Fast::V6(t),
+            Some(t) => Fast::V4(t),
+            None => Fast::None,
+        }
+    }
+
     fn new(d: &[u8], s: &Seg) -> Option<Self> {
         let hdr = usize::from(s.hdr);
         if hdr > TMPL || d.len() < TMPL {
@@ -321,9 +518,12 @@ impl Template {
         let mut m = [0u8; TMPL];
         let (ip, l4) = (usize::from(s.l3), usize::from(s.hdr - s.l4_hdr));
         m[..hdr].fill(0xff);
-        // IP identification and header checksum.
-        m[ip + 4..ip + 6].fill(0);
-        m[ip + 10..ip + 12].fill(0);
+        let v6 = s.key.v6;
+        if !v6 {
+            // IPv4 identification and header checksum.
+            m[ip + 4..ip + 6].fill(0);
+            m[ip + 10..ip + 12].fill(0);
+        }
         if s.key.tcp() {
             m[l4 + 4..l4 + 8].fill(0); // sequence number
             m[l4 + 16..l4 + 18].fill(0); // checksum
@@ -338,7 +538,7 @@ impl Template {
         let mut t = Self {
             bytes: [0; TMPL / 8],
             mask: [0; TMPL / 8],
-            ip_csum: header(&d[ip..])?.checksum(),
+            ip_csum: if v6 { 0 } else { header(&d[ip..])?.checksum() },
         };
         for k in 0..TMPL / 8 {
             t.mask[k] = word(&m, k);
@@ -363,23 +563,38 @@ impl Template {
 }
 
 /// Whether a segment of `payload` bytes behind `hdr` bytes of IP and L4 header fits in
-/// `h` under the 64 KB limit. Standard: the super-packet stays one IPv4 packet
-/// (`skb_gro_receive`: the held packet's length plus the new payload below 65,536).
+/// `h` under the 64 KB limit. Standard: the super-packet stays one IP packet of at most
+/// 65,535 bytes, an IPv6 one's fixed header included (`skb_gro_receive`: the held
+/// packet's length from its network header plus the new payload below 65,536).
 /// Fraglist: the held packet (its headers and every payload so far) plus the new member
 /// *whole*, headers included, stays below 65,536 (`skb_gro_receive_list` compares
 /// `p->len + skb->len` before pulling the member's headers), so a chain holds one header
 /// fewer than a standard super-packet of the same segments.
+/// `ip_len`: the flow's IP header bytes (its first segment's).
 #[inline(always)]
-fn fits(h: &Held, payload: u16, hdr: u16) -> bool {
+fn fits(h: &Held, ip_len: u16, payload: u16, hdr: u16) -> bool {
     let member_hdr = if h.kind == Kind::Fraglist { hdr } else { 0 };
-    u32::from(h.first.l4_hdr) + 20 + h.payload + u32::from(payload) + u32::from(member_hdr) <= 65535
+    u32::from(h.first.l4_hdr)
+        + u32::from(ip_len)
+        + h.payload
+        + u32::from(payload)
+        + u32::from(member_hdr)
+        <= 65535
 }
 
 /// Whether `s` (whose TCP options are `opts`) may join `h`; if not, the held packet
 /// must be completed.
 fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
     let f = &h.first;
-    if s.ttl != f.ttl || s.tos != f.tos || s.frag != f.frag {
+    // IPv4: TTL, TOS, DF (`inet_gro_flush`); IPv6: hop limit, traffic class
+    // (`ipv6_gro_flush`), flow label and the extension headers' length (the caller
+    // compares their bytes).
+    if s.ttl != f.ttl
+        || s.tos != f.tos
+        || s.frag != f.frag
+        || s.flow != f.flow
+        || s.l3_len != f.l3_len
+    {
         return false;
     }
     let id_ok = match h.id_mode {
@@ -387,7 +602,7 @@ fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
         IdMode::Incrementing => s.id == f.id.wrapping_add(h.count),
         IdMode::Fixed => s.id == f.id,
     };
-    if !id_ok || h.count >= MAX_SEGS || !fits(h, s.payload, 20 + s.l4_hdr) {
+    if !id_ok || h.count >= MAX_SEGS || !fits(h, f.l3_len, s.payload, s.l3_len + s.l4_hdr) {
         return false;
     }
     if !f.key.tcp() {
@@ -414,6 +629,16 @@ fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
 fn tcp_options<'a>(d: &'a [u8], s: &Seg) -> &'a [u8] {
     if s.key.tcp() {
         &d[usize::from(s.hdr - s.l4_hdr + 20)..usize::from(s.hdr)]
+    } else {
+        &[]
+    }
+}
+
+/// The IPv6 extension headers of segment `s` in its frame `d` (empty for IPv4, and for
+/// IPv6 without any).
+fn ext_headers<'a>(d: &'a [u8], s: &Seg) -> &'a [u8] {
+    if s.l3_len > IP6_HDR {
+        &d[usize::from(s.l3 + IP6_HDR)..usize::from(s.l3 + s.l3_len)]
     } else {
         &[]
     }
@@ -482,9 +707,28 @@ impl GroTable {
     /// merged when its leading bytes match the flow's template and its IP identification,
     /// header checksum and TCP sequence number are the expected ones, which is exactly
     /// when the full rules would merge it (and not end the train). Anything else is
-    /// handed back for the full parse.
+    /// handed back for the full parse. IPv4 flows only (see [`Self::try_fast6`]).
     #[inline]
-    pub(crate) fn try_fast(
+    pub(crate) fn try_fast(&mut self, pool: &Pool, p: Pkt, done: &mut Vec<Pkt>) -> Result<(), Pkt> {
+        self.fast::<false>(pool, p, done)
+    }
+
+    /// [`Self::try_fast`] for an IPv6 flow, tried when that fails: out of line, so the
+    /// IPv4 fast path stays what it was.
+    #[inline(never)]
+    pub(crate) fn try_fast6(
+        &mut self,
+        pool: &Pool,
+        p: Pkt,
+        done: &mut Vec<Pkt>,
+    ) -> Result<(), Pkt> {
+        self.fast::<true>(pool, p, done)
+    }
+
+    /// The fast path for flows of one IP version (`V6`): each flow's template is of its
+    /// version ([`Fast`]).
+    #[inline(always)]
+    fn fast<const V6: bool>(
         &mut self,
         pool: &Pool,
         mut p: Pkt,
@@ -494,8 +738,9 @@ impl GroTable {
             return Err(p);
         };
         let h = &mut self.buckets[b][i];
-        let Some(t) = h.fast.as_ref() else {
-            return Err(p);
+        let t = match (&h.fast, V6) {
+            (Fast::V4(t), false) | (Fast::V6(t), true) => t,
+            _ => return Err(p),
         };
         let f = &h.first;
         let mut v = pool.get_mut(&mut p);
@@ -508,23 +753,29 @@ impl GroTable {
         if !t.matches(d) {
             return Err(p);
         }
+        // IP header bytes: 20 for IPv4 (a template is made for no other), the first
+        // segment's for IPv6.
+        let ip_len = if V6 { f.l3_len } else { 20 };
         // Everything but the identification, checksum and sequence number is the first
         // segment's; the identification must be the next one (or the same, fixed), and
         // then the header checksum is the one that goes with it (a header differing from
-        // the first only in its identification: RFC 1624).
+        // the first only in its identification: RFC 1624). An IPv6 header has neither:
+        // the template compared all of it.
         let (Some(ip), Some(l4)) = (
             d.get(usize::from(f.l3)..).and_then(header),
             d.get(usize::from(f.hdr - f.l4_hdr)..),
         ) else {
             return Err(p);
         };
-        let id = ip.ident();
-        let id_ok = match h.id_mode {
-            IdMode::Unknown => id == f.id || id == f.id.wrapping_add(1),
-            IdMode::Incrementing => id == f.id.wrapping_add(h.count),
-            IdMode::Fixed => id == f.id,
+        let id = if V6 { f.id } else { ip.ident() };
+        let ip_ok = V6 || {
+            let id_ok = match h.id_mode {
+                IdMode::Unknown => id == f.id || id == f.id.wrapping_add(1),
+                IdMode::Incrementing => id == f.id.wrapping_add(h.count),
+                IdMode::Fixed => id == f.id,
+            };
+            id_ok && ip.checksum() == checksum::update16(t.ip_csum, f.id, id)
         };
-        let csum_ok = ip.checksum() == checksum::update16(t.ip_csum, f.id, id);
         // TCP: the next sequence number. UDP: a checksum (the template leaves the field
         // out, and a device may report a datagram without one as verified; UDP GRO
         // needs one, as `parse` says).
@@ -533,8 +784,10 @@ impl GroTable {
         } else {
             UdpPacket::new_checked(l4).is_ok_and(|u| u.checksum() != 0)
         };
-        let room = fits(h, f.payload, 20 + f.l4_hdr);
-        if !(id_ok && csum_ok && l4_ok && room && h.count < MAX_SEGS) {
+        // IPv6: the payload length (the template's) is the rest of the frame, exactly.
+        let len_ok = !V6 || v.meta.len == f.hdr + f.payload;
+        let room = fits(h, ip_len, f.payload, ip_len + f.l4_hdr);
+        if !(ip_ok && len_ok && l4_ok && room && h.count < MAX_SEGS) {
             return Err(p);
         }
         if h.id_mode == IdMode::Unknown {
@@ -546,7 +799,7 @@ impl GroTable {
         }
         let payload = f.payload;
         v.meta.l3 = v.meta.data + f.l3;
-        v.meta.l4 = v.meta.l3 + 20;
+        v.meta.l4 = v.meta.l3 + ip_len;
         if !v.narrow(usize::from(f.hdr), usize::from(payload)) {
             return Err(p);
         }
@@ -587,7 +840,10 @@ impl GroTable {
             let mergeable = {
                 let h = &self.buckets[b][i];
                 let d = pool.get(&p).data();
-                h.kind == kind && may_merge(h, &s, tcp_options(d, &s))
+                h.kind == kind
+                    && may_merge(h, &s, tcp_options(d, &s))
+                    && (s.l3_len <= IP6_HDR
+                        || ext_headers(d, &s) == ext_headers(pool.get(&h.head).data(), &h.first))
             };
             if mergeable {
                 self.merge(pool, b, i, p, &s, done);
@@ -628,13 +884,7 @@ impl GroTable {
             // a verified checksum means pseudo-header + header + payload ≡ -0.
             let psum = if s.psum == NO_PSUM {
                 let l4 = usize::from(s.hdr - s.l4_hdr);
-                let l4_len = s.l4_hdr + s.payload;
-                let acc = checksum::pseudo_header_v4(
-                    s.key.src.into(),
-                    s.key.dst.into(),
-                    s.key.proto,
-                    l4_len,
-                );
+                let acc = s.pseudo(u32::from(s.l4_hdr + s.payload));
                 u32::from(!checksum::fold(checksum::sum(
                     &d[l4..usize::from(s.hdr)],
                     acc,
@@ -653,7 +903,7 @@ impl GroTable {
         self.held_wire += 1;
         self.flows += 1;
         self.stats.peak_flows = self.stats.peak_flows.max(self.flows);
-        let fast = Template::new(pool.get(&p).data(), &s);
+        let fast = Template::of(pool.get(&p).data(), &s);
         self.last = Some((b, self.buckets[b].len()));
         self.buckets[b].push(Held {
             key: s.key,
@@ -686,7 +936,7 @@ impl GroTable {
             // The segment keeps its headers in its buffer (`l3`/`l4` say where, for
             // fraglist GSO); its data becomes its payload, padding past the IP length cut.
             v.meta.l3 = v.meta.data + s.l3;
-            v.meta.l4 = v.meta.l3 + 20;
+            v.meta.l4 = v.meta.l3 + s.l3_len;
             let kept = v.narrow(usize::from(s.hdr), usize::from(s.payload));
             debug_assert!(kept, "parse checked the lengths");
         }
@@ -752,20 +1002,32 @@ impl GroTable {
         let mut v = pool.get_mut(&mut head);
         // The frame ends at the IP length (padding past it is not part of the packet).
         v.truncate(usize::from(f.hdr) + usize::from(f.payload));
-        let (iph, l4h) = v.data_mut()[usize::from(f.l3)..usize::from(f.hdr)].split_at_mut(20);
+        let (iph, l4h) =
+            v.data_mut()[usize::from(f.l3)..usize::from(f.hdr)].split_at_mut(usize::from(f.l3_len));
         // The head's headers describe the whole super-packet: lengths grow, and standard
         // TCP inherits the FIN/PSH seen on later segments.
         let l4_len = u32::from(f.l4_hdr) + h.payload;
-        let mut ip = Ipv4Packet::new_unchecked(iph);
-        let (old_total, new_total) = (ip.total_len(), (20 + l4_len) as u16);
-        ip.set_total_len(new_total);
-        ip.set_checksum(checksum::update16(ip.checksum(), old_total, new_total));
+        let ip_len = (u32::from(f.l3_len) + l4_len) as u16;
+        let v6 = f.key.v6;
+        if v6 {
+            // The payload length counts the extension headers too; no header checksum.
+            Ipv6Packet::new_unchecked(iph).set_payload_len(ip_len - IP6_HDR);
+        } else {
+            let mut ip = Ipv4Packet::new_unchecked(iph);
+            let old_total = ip.total_len();
+            ip.set_total_len(ip_len);
+            ip.set_checksum(checksum::update16(ip.checksum(), old_total, ip_len));
+        }
         let (tcp, standard) = (f.key.tcp(), h.kind == Kind::Standard);
-        let kind = match (tcp, standard) {
-            (true, true) => gso::TCPV4,
-            (true, false) => gso::FRAGLIST_TCPV4,
-            (false, true) => gso::UDPV4,
-            (false, false) => gso::FRAGLIST_UDPV4,
+        let kind = match (v6, tcp, standard) {
+            (false, true, true) => gso::TCPV4,
+            (false, true, false) => gso::FRAGLIST_TCPV4,
+            (false, false, true) => gso::UDPV4,
+            (false, false, false) => gso::FRAGLIST_UDPV4,
+            (true, true, true) => gso::TCPV6,
+            (true, true, false) => gso::FRAGLIST_TCPV6,
+            (true, false, true) => gso::UDPV6,
+            (true, false, false) => gso::FRAGLIST_UDPV6,
         };
         if tcp && standard {
             let mut t = TcpPacket::new_unchecked(&mut *l4h);
@@ -776,12 +1038,7 @@ impl GroTable {
         if standard {
             // The partial checksum a segmentation offload completes per segment: the
             // pseudo-header sum of the whole (RFC 1071 arithmetic, not inverted).
-            let partial = checksum::fold(checksum::pseudo_header_v4(
-                f.key.src.into(),
-                f.key.dst.into(),
-                f.key.proto,
-                l4_len as u16,
-            ));
+            let partial = checksum::fold(f.pseudo(l4_len));
             if tcp {
                 TcpPacket::new_unchecked(l4h).set_checksum(partial);
             } else {
@@ -789,7 +1046,8 @@ impl GroTable {
             }
             v.meta.flags |= flag::L4_CSUM_PARTIAL;
         }
-        let fixed = standard && h.id_mode == IdMode::Fixed;
+        // (IPv6 has no identification to keep fixed.)
+        let fixed = standard && !v6 && h.id_mode == IdMode::Fixed;
         v.meta.gso_type = kind | if fixed { gso::FIXED_ID } else { 0 };
         v.meta.gso_size = f.payload;
         v.meta.segs = h.count;
@@ -882,6 +1140,9 @@ mod tests {
             let Err(p) = t.try_fast(&pool, p, &mut done) else {
                 continue;
             };
+            let Err(p) = t.try_fast6(&pool, p, &mut done) else {
+                continue;
+            };
             match parse_frame(f, csum_ok) {
                 Parsed::Seg(s) => t.offer(&pool, p, s, kind, &mut done),
                 Parsed::Unmergeable(k) => {
@@ -904,7 +1165,12 @@ mod tests {
                     v.meta.gso_size
                 } else {
                     let l4_hdr = if r.l4_kind() == Some(L4::Tcp) { 20 } else { 8 };
-                    get_u16(d, l3 + 2) - (l4 - l3) as u16 - l4_hdr
+                    let ip_len = if r.l3_type == L3::Ipv6 {
+                        40 + get_u16(d, l3 + 4)
+                    } else {
+                        get_u16(d, l3 + 2)
+                    };
+                    ip_len - (l4 - l3) as u16 - l4_hdr
                 };
                 (get_u16(d, l4), v.meta.segs.max(1), payload)
             })
@@ -1030,6 +1296,146 @@ mod tests {
             for csum_ok in [false, true] {
                 let (got, _) = run(&frames, kind, csum_ok);
                 assert_eq!(got, want, "{kind:?} csum_ok {csum_ok}");
+            }
+        }
+    }
+
+    /// An IPv6 TCP segment of flow 1500 → 8000 (hop limit 64, traffic class 0, flow
+    /// label 7), at `seq`, 200 bytes, with the extension headers `exts` (each naming the
+    /// next, the last naming TCP: built by hand, RFC 8200 4) before TCP.
+    fn seg6(seq: u32, exts: &[Vec<u8>]) -> Vec<u8> {
+        let mut v = Vec::new();
+        let ip = etherparse::Ipv6Header {
+            flow_label: etherparse::Ipv6FlowLabel::try_new(7).unwrap(),
+            hop_limit: 64,
+            source: [0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            destination: [0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+            ..Default::default()
+        };
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ip(etherparse::IpHeaders::Ipv6(ip, Default::default()))
+            .tcp(1500, 8000, seq, 1000)
+            .ack(100)
+            .write(&mut v, &[5u8; 200])
+            .unwrap();
+        if exts.is_empty() {
+            return v;
+        }
+        // Insert the extension headers after the fixed header: the first takes the fixed
+        // header's next header (TCP) in its last place, the fixed header names the first.
+        let ext: Vec<u8> = exts.concat();
+        let mut f = v[..54].to_vec();
+        f[20] = exts[0][0];
+        let mut chain = ext.clone();
+        // Each header's next header: the following header's kind, TCP for the last.
+        let mut at = 0;
+        for (k, e) in exts.iter().enumerate() {
+            chain[at] = exts.get(k + 1).map_or(6, |n| n[0]);
+            at += e.len();
+        }
+        f.extend_from_slice(&chain);
+        f.extend_from_slice(&v[54..]);
+        let plen = u16::from_be_bytes([f[18], f[19]]) + ext.len() as u16;
+        f[18..20].copy_from_slice(&plen.to_be_bytes());
+        f
+    }
+
+    /// An extension header of kind `kind` (its first byte, replaced by [`seg6`] with the
+    /// next header): 8 bytes, a PadN option's bytes, `b3` its fourth byte (a routing
+    /// header's segments left).
+    fn ext(kind: u8, b3: u8) -> Vec<u8> {
+        vec![kind, 0, 1, b3, 0, 0, 0, 0]
+    }
+
+    /// IPv6 segments merge as IPv4 ones do, and the IPv6 rules hold (`ipv6_gro_receive`,
+    /// `ipv6_gro_flush`): a hop limit, traffic class or flow label other than the first
+    /// segment's, or other extension header bytes, complete the train; a Fragment header
+    /// (even atomic), a Routing header with segments left or a payload length that is not
+    /// the frame's are never merged; Hop-by-Hop and Destination Options headers are, when
+    /// byte for byte the first segment's. Both kinds, with and without device checksums
+    /// (the IPv6 fast path: `merged_fast`).
+    #[test]
+    fn ipv6_segments_follow_the_kernel_rules() {
+        let at = |k: u32| 1 + 200 * k;
+        let train =
+            |exts: &[Vec<u8>]| -> Vec<Vec<u8>> { (0..4).map(|k| seg6(at(k), exts)).collect() };
+        let hbh = [ext(0, 0), ext(60, 0)];
+        /// What, frames, (source port, segments, payload) of each packet handed on.
+        type Case = (&'static str, Vec<Vec<u8>>, Vec<(u16, u16, u16)>);
+        let cases: Vec<Case> = vec![
+            ("plain", train(&[]), vec![(1500, 4, 200)]),
+            ("HBH + DO", train(&hbh), vec![(1500, 4, 200)]),
+            (
+                "routing, no segments left",
+                train(&[ext(43, 0)]),
+                vec![(1500, 4, 200)],
+            ),
+            (
+                "routing, segments left",
+                train(&[ext(43, 1)]),
+                vec![(1500, 1, 200); 4],
+            ),
+            (
+                "atomic fragment",
+                train(&[vec![44, 0, 0, 0, 0, 0, 0, 7]]),
+                vec![(1500, 1, 200); 4],
+            ),
+            {
+                // The third with other option bytes: [2, 1, 1] (the fourth is compared
+                // with the third, the first of its train).
+                let mut t = train(&hbh);
+                t[2][14 + 40 + 4] = 9;
+                (
+                    "other option bytes",
+                    t,
+                    vec![(1500, 2, 200), (1500, 1, 200), (1500, 1, 200)],
+                )
+            },
+            {
+                // The third with hop limit 63, the fourth too: [2, 2].
+                let mut t = train(&[]);
+                t[2][21] = 63;
+                t[3][21] = 63;
+                ("hop limit", t, vec![(1500, 2, 200), (1500, 2, 200)])
+            },
+            {
+                // Traffic class (ECN bits) on the second: [1, 1, 2].
+                let mut t = train(&[]);
+                t[1][15] ^= 0x10;
+                (
+                    "traffic class",
+                    t,
+                    vec![(1500, 1, 200), (1500, 1, 200), (1500, 2, 200)],
+                )
+            },
+            {
+                // Flow label on the last: [3, 1].
+                let mut t = train(&[]);
+                t[3][17] ^= 1;
+                ("flow label", t, vec![(1500, 3, 200), (1500, 1, 200)])
+            },
+            {
+                // A payload length one short of the frame on the second (a trailing
+                // byte): not merged, and the others around it as they come: [1, 1, 2].
+                let mut t = train(&[]);
+                t[1].push(0);
+                (
+                    "payload length",
+                    t,
+                    vec![(1500, 1, 200), (1500, 1, 200), (1500, 2, 200)],
+                )
+            },
+        ];
+        for (what, frames, want) in &cases {
+            for kind in [Kind::Standard, Kind::Fraglist] {
+                for csum_ok in [false, true] {
+                    let (got, st) = run(frames, kind, csum_ok);
+                    assert_eq!(&got, want, "{what} {kind:?} csum_ok {csum_ok}");
+                    if *what == "plain" {
+                        let fast = if csum_ok { 3 } else { 0 };
+                        assert_eq!((st.merged, st.merged_fast), (3, fast), "{what} {kind:?}");
+                    }
+                }
             }
         }
     }

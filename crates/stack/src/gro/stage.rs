@@ -19,8 +19,13 @@
 //!   plain local socket's traffic gets forwarding GRO and is split again before the
 //!   socket, which receives the same datagrams).
 //!
-//! The decision is cached per list by (destination, port, protocol). Packets that are not
-//! TCP/UDP over IPv4 pass straight on; nothing is ever dropped here. Everything held is
+//! The same for IPv6 (`tcp6_check_fraglist_gro`, `udp6_gro_receive`): "one of our
+//! addresses" is `Host::is_local6` (a link-local destination is ours only on the
+//! interface the frame's tags name, as `eth-input` will find it), the socket lookup the
+//! IPv6 table's.
+//!
+//! The decision is cached per list by (destination, port, protocol, tags). Packets that
+//! are not TCP/UDP over IPv4 or IPv6 pass straight on; nothing is ever dropped here. Everything held is
 //! handed on at the end of each poll: in list mode the list is the poll, so the stage
 //! completes its flows at the end of the list and they go on with the rest of it; in
 //! per-packet mode the worker flushes the stage after the poll.
@@ -29,9 +34,10 @@ use crate::meta::flag;
 use crate::offload::Features;
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 
-use super::{GroTable, Kind, Parsed, parse};
+use super::{FlowKey, GroTable, Kind, Parsed, parse};
 use crate::dissect::{self, Dissected, L4};
 use crate::host::Host;
+use crate::iface::Tags;
 
 netbatch_engine::arcs! {
     /// Arc to L2 input.
@@ -57,10 +63,40 @@ impl Gro {
     }
 }
 
+/// Where a flow goes, as the GRO kind decision needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dest {
+    /// An IPv4 destination address.
+    V4(u32),
+    /// An IPv6 destination address, and the interface the frame arrived on (what a
+    /// link-local address is scoped to; `u16::MAX` when the port has none for its tags).
+    V6(u128, u16),
+}
+
+impl Dest {
+    /// The destination of flow `k`, received on a port with `port`'s interfaces.
+    fn of(k: &FlowKey, port: Option<&crate::iface::Port>) -> Self {
+        if !k.v6 {
+            return Self::V4(k.dst4());
+        }
+        // The tag stack as `eth-input` reads it (a priority tag, VID 0, is untagged).
+        let tags = match k.vids() {
+            (Some(s), Some(c)) => Tags::QinQ(s, c),
+            (Some(0) | None, _) => Tags::None,
+            (Some(v), None) => Tags::Dot1q(v),
+        };
+        let iface = port.and_then(|p| p.iface_for(tags)).unwrap_or(u16::MAX);
+        Self::V6(k.dst, iface)
+    }
+}
+
 /// The GRO kind for a flow to `dst:dport` over `proto` arriving on a port with `f` (see
 /// the module's rules).
-fn decide(host: &Host, f: &Features, proto: u8, dst: u32, dport: u16) -> Option<Kind> {
-    let local = host.is_local(dst.into());
+fn decide(host: &Host, f: &Features, proto: u8, dst: Dest, dport: u16) -> Option<Kind> {
+    let local = match dst {
+        Dest::V4(a) => host.is_local(a.into()),
+        Dest::V6(a, iface) => host.is_local6(a.into(), iface),
+    };
     if L4::of(proto) == L4::Tcp {
         return if f.rx_gro_list && !local {
             Some(Kind::Fraglist)
@@ -72,8 +108,11 @@ fn decide(host: &Host, f: &Features, proto: u8, dst: u32, dport: u16) -> Option<
     }
     let sock = if local {
         let t = host.sockets.snapshot();
-        t.lookup(dst, dport)
-            .map(|id| t.get(id).is_some_and(|s| s.gro()))
+        match dst {
+            Dest::V4(a) => t.lookup(a, dport),
+            Dest::V6(a, _) => t.lookup6(a, dport),
+        }
+        .map(|id| t.get(id).is_some_and(|s| s.gro()))
     } else {
         None
     };
@@ -109,8 +148,9 @@ impl Stage<Host> for Gro {
         let pool = cx.pool;
         let mut cur_port = u16::MAX;
         let mut feats = Features::default();
-        // (proto, dst, dport) → kind, for the rest of the list.
-        let mut last: Option<((u8, u32, u16), Option<Kind>)> = None;
+        // (port, proto, destination, dport, tags) → kind, for the rest of the list.
+        type Id = (u16, u8, u128, u16, u32, bool);
+        let mut last: Option<(Id, Option<Kind>)> = None;
         let whole_poll = list.len() > 1;
         // The first stage to read the frames: ask for every frame's metadata and first
         // line now, so that the misses overlap instead of stalling one by one.
@@ -119,8 +159,12 @@ impl Stage<Host> for Gro {
         }
         for p in list.drain(..) {
             // The common case, the next full-size segment of the last train (its port
-            // does GRO), takes a shortcut.
-            let mut p = match self.table.try_fast(pool, p, &mut self.done) {
+            // does GRO), takes a shortcut (IPv4's first, then IPv6's).
+            let fast = match self.table.try_fast(pool, p, &mut self.done) {
+                Ok(()) => Ok(()),
+                Err(p) => self.table.try_fast6(pool, p, &mut self.done),
+            };
+            let mut p = match fast {
                 Ok(()) => {
                     if !self.done.is_empty() {
                         for q in self.done.drain(..) {
@@ -155,11 +199,12 @@ impl Stage<Host> for Gro {
                 }
                 Parsed::Seg(s) => {
                     let k = s.key;
-                    let id = (k.proto, k.dst, (k.ports & 0xffff) as u16);
+                    let id = (port, k.proto, k.dst, k.dport(), k.tags, k.v6);
                     let kind = match last {
                         Some((l, kind)) if l == id => kind,
                         _ => {
-                            let kind = decide(host, &feats, id.0, id.1, id.2);
+                            let dst = Dest::of(&k, host.ports.get(usize::from(port)));
+                            let kind = decide(host, &feats, k.proto, dst, k.dport());
                             last = Some((id, kind));
                             kind
                         }
@@ -320,9 +365,80 @@ mod tests {
             h.sockets.bind(any, 8001, 4).unwrap();
             for (what, proto, dst, dport, want) in &table {
                 assert_eq!(
-                    decide(&h, &f, *proto, *dst, *dport),
+                    decide(&h, &f, *proto, Dest::V4(*dst), *dport),
                     want[i],
                     "{what} on a port with {name}"
+                );
+            }
+        }
+    }
+
+    /// The same rules for IPv6 (`tcp6_check_fraglist_gro`, `udp6_gro_receive`), with the
+    /// address that needs no routing table to be ours: the port's link-local address,
+    /// ours only on its own interface (arriving where the port has no interface for the
+    /// frame's tags, it is another host's). Sockets bound to `::`.
+    #[test]
+    fn the_ipv6_gro_kind_follows_the_kernel_rules() {
+        use Kind::{Fraglist as F, Standard as S};
+        use std::net::Ipv6Addr;
+        let configs: [&[&str]; 4] = [
+            &["rx-gro", "rx-udp-gro-forwarding"],
+            &["rx-gro", "rx-gro-list"],
+            &["rx-gro"],
+            &["rx-gro", "rx-gro-list", "rx-udp-gro-forwarding"],
+        ];
+        for (i, names) in configs.iter().enumerate() {
+            let f = features(names);
+            let h = host(f);
+            let ll = u128::from(h.ifaces[0].ll6);
+            let other = u128::from("fe80::99".parse::<Ipv6Addr>().unwrap());
+            let g = h.sockets.bind(Ipv6Addr::UNSPECIFIED, 8000, 4).unwrap();
+            h.sockets.get(g).unwrap().set_gro(true);
+            h.sockets.bind(Ipv6Addr::UNSPECIFIED, 8001, 4).unwrap();
+            type Row = (&'static str, u8, Dest, u16, [Option<Kind>; 4]);
+            let rows: [Row; 6] = [
+                ("tcp to us", 6, Dest::V6(ll, 0), 80, [Some(S); 4]),
+                (
+                    "tcp to another host",
+                    6,
+                    Dest::V6(other, 0),
+                    80,
+                    [Some(S), Some(F), Some(S), Some(F)],
+                ),
+                (
+                    "tcp to our link-local address on no interface of ours",
+                    6,
+                    Dest::V6(ll, u16::MAX),
+                    80,
+                    [Some(S), Some(F), Some(S), Some(F)],
+                ),
+                (
+                    "udp UDP_GRO socket",
+                    17,
+                    Dest::V6(ll, 0),
+                    8000,
+                    [Some(S); 4],
+                ),
+                (
+                    "udp plain socket",
+                    17,
+                    Dest::V6(ll, 0),
+                    8001,
+                    [None, Some(F), None, Some(F)],
+                ),
+                (
+                    "udp forwarded",
+                    17,
+                    Dest::V6(other, 0),
+                    8000,
+                    [Some(S), Some(F), None, Some(F)],
+                ),
+            ];
+            for (what, proto, dst, dport, want) in rows {
+                assert_eq!(
+                    decide(&h, &f, proto, dst, dport),
+                    want[i],
+                    "{what} on a port with {names:?}"
                 );
             }
         }

@@ -2,25 +2,30 @@
 //!
 //! Called where a super-packet cannot go on whole: at transmit on a port without the
 //! matching offload (the `gso` stage), before a socket that does not take super-datagrams
-//! (`udp-input`), and before fragmentation (`ip4-fragment`). The packet's data starts at
-//! its link header (`Meta::l3 - Meta::data` bytes of it, none when the data starts at the
-//! IP header).
+//! (`udp-input`, `udp6-input`), and before fragmentation (`ip4-fragment`). The packet's
+//! data starts at its link header (`Meta::l3 - Meta::data` bytes of it, none when the
+//! data starts at the IP header). IPv4 and IPv6 alike; an IPv6 super-packet's extension
+//! headers must be ones every segment can carry unchanged ([`ip6_headers`]).
 //!
-//! *Standard* (`TCPV4`, `UDPV4`): every segment gets the head's headers, rebuilt for it:
-//! IP total length, identification (+1 per segment unless the train had a fixed ID),
-//! header checksum; TCP sequence number (+`gso_size` per segment), FIN and PSH only on
-//! the last segment (CWR is kept on every segment, as the kernel does for AccECN trains:
-//! GRO only merges segments whose CWR bits are equal); UDP length; the L4 checksum from
-//! the header, the pseudo-header and the payload's sum. When the super-packet is laid out
-//! as GRO builds it (the head holds the headers and one segment, each chained buffer one
-//! more segment with headroom for headers) no payload byte moves: headers are written in
-//! front of each chained payload, and the checksums use the payload sums GRO recorded.
-//! Any other layout (an application's large send) is copied into new buffers.
+//! *Standard* (`TCPV4`, `UDPV4`, `TCPV6`, `UDPV6`): every segment gets the head's headers,
+//! rebuilt for it: the IP length (IPv4 total length, IPv6 payload length), and for IPv4
+//! the identification (+1 per segment unless the train had a fixed ID) and header
+//! checksum; TCP sequence number (+`gso_size` per segment), FIN and PSH only on the last
+//! segment (CWR is kept on every segment, as the kernel does for AccECN trains: GRO only
+//! merges segments whose CWR bits are equal); UDP length; the L4 checksum from the
+//! header, the pseudo-header (IPv4's or IPv6's, RFC 8200 8.1) and the payload's sum. When
+//! the super-packet is laid out as GRO builds it (the head holds the headers and one
+//! segment, each chained buffer one more segment with headroom for headers) no payload
+//! byte moves: headers are written in front of each chained payload, and the checksums
+//! use the payload sums GRO recorded. Any other layout (an application's large send) is
+//! copied into new buffers.
 //!
 //! *Fraglist* (`FRAGLIST_*`): the chain is unlinked. Each member re-exposes its own
 //! received IP and L4 headers, gets the head's link header, and takes every field the
-//! stack may have changed on the head on its way (TOS, TTL, addresses, ports), with its
-//! checksums updated incrementally (RFC 1624), so a TTL decrement or a rewrite reaches
+//! stack may have changed on the head on its way (IPv4: TOS, TTL, addresses, ports, with
+//! its checksums updated incrementally, RFC 1624; IPv6: traffic class and flow label,
+//! hop limit, addresses, ports, with its L4 checksum updated for the addresses and ports:
+//! IPv6 has no header checksum), so a TTL or hop-limit decrement or a rewrite reaches
 //! every segment and a member nobody changed keeps its bytes. The head gets its own
 //! lengths back.
 //!
@@ -30,16 +35,15 @@
 
 pub mod stage;
 
-use core::net::Ipv4Addr;
-
 use netbatch_engine::{BufCache, Meta, Pkt, Pool, Reason};
 use netbatch_wire::bytes::{get_u16, put_u16};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::{Ipv4Packet, Protocol};
+use netbatch_wire::ipv6::{self, Ipv6Packet};
 use netbatch_wire::tcp::{TcpFlags, TcpPacket};
 use netbatch_wire::udp::{self, UdpPacket};
 
-use crate::dissect::{L3, L4};
+use crate::dissect::{IP6_EXT_MAX_BYTES, IP6_EXT_MAX_HEADERS, L3, L4};
 use crate::meta::{flag, gso};
 
 netbatch_engine::reasons! {
@@ -49,8 +53,44 @@ netbatch_engine::reasons! {
     }
 }
 
-/// The longest header block a segment carries: link (22), IPv4 (60), TCP (60).
-const MAX_HDR: usize = 142;
+/// The longest header block a segment carries: link (22), IPv6 with the longest chain of
+/// extension headers the dissector crosses (40 + 256; IPv4: 60), TCP (60).
+const MAX_HDR: usize = 22 + ipv6::HEADER_LEN + IP6_EXT_MAX_BYTES + 60;
+
+/// The IPv6 header a segment of a super-packet carries, for the IPv6 packet `d` starts
+/// with: its length (the fixed header and the extension headers every segment carries
+/// as the first one's) and the upper-layer protocol that follows. Those extension
+/// headers are Hop-by-Hop Options (first), Destination Options and a Routing header with
+/// no segments left (RFC 8200 4.3, 4.4, 4.6): nothing on the way changes them, and the
+/// destination field is the final destination the upper-layer checksum covers (RFC 8200
+/// 8.1; with segments left it is not). The walk stops at any other next header, which is
+/// returned as the upper layer (a Fragment or Authentication header too: the caller
+/// takes only TCP and UDP); within the dissector's bounds
+/// ([`IP6_EXT_MAX_HEADERS`], [`IP6_EXT_MAX_BYTES`]). `None` when `d` is not a whole IPv6
+/// header and chain.
+pub(crate) fn ip6_headers(d: &[u8]) -> Option<(usize, u8)> {
+    let h = d.first_chunk::<{ ipv6::HEADER_LEN }>()?;
+    if h[0] >> 4 != 6 {
+        return None;
+    }
+    let (mut next, mut at) = (Protocol(h[6]), ipv6::HEADER_LEN);
+    for _ in 0..=IP6_EXT_MAX_HEADERS {
+        match next {
+            Protocol::HOP_BY_HOP if at == ipv6::HEADER_LEN => {}
+            Protocol::DEST_OPTS => {}
+            // Segments left, the fourth byte (RFC 8200 4.4).
+            Protocol::ROUTING if d.get(at + 3) == Some(&0) => {}
+            upper => return Some((at, upper.0)),
+        }
+        let len = (usize::from(*d.get(at + 1)?) + 1) * 8;
+        next = Protocol(*d.get(at)?);
+        at += len;
+        if at - ipv6::HEADER_LEN > IP6_EXT_MAX_BYTES || d.len() < at {
+            return None;
+        }
+    }
+    None
+}
 
 /// Where the headers of a super-packet's head are.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +103,8 @@ struct Layout {
     l4h: usize,
     /// TCP (else UDP: the only kinds of super-packet).
     tcp: bool,
+    /// IPv6 (else IPv4).
+    v6: bool,
 }
 
 impl Layout {
@@ -92,23 +134,44 @@ impl Layout {
 /// Reads the head's header layout; `None` if it is not what its GSO kind says.
 fn layout(m: &Meta, d: &[u8]) -> Option<Layout> {
     let l2 = usize::from(m.l3.checked_sub(m.data)?);
-    let ip = Ipv4Packet::new_checked(d.get(l2..)?).ok()?;
-    let ihl = ip.header_len();
-    if ip.version() != 4 {
-        return None;
-    }
-    let tcp = match m.gso_type & gso::KIND {
-        gso::TCPV4 | gso::FRAGLIST_TCPV4 => true,
-        gso::UDPV4 | gso::FRAGLIST_UDPV4 => false,
+    let (tcp, v6) = match m.gso_type & gso::KIND {
+        gso::TCPV4 | gso::FRAGLIST_TCPV4 => (true, false),
+        gso::UDPV4 | gso::FRAGLIST_UDPV4 => (false, false),
+        gso::TCPV6 | gso::FRAGLIST_TCPV6 => (true, true),
+        gso::UDPV6 | gso::FRAGLIST_UDPV6 => (false, true),
         _ => return None,
     };
+    let (ihl, proto) = if v6 {
+        ip6_headers(d.get(l2..)?)?
+    } else {
+        let ip = Ipv4Packet::new_checked(d.get(l2..)?).ok()?;
+        if ip.version() != 4 {
+            return None;
+        }
+        (ip.header_len(), ip.protocol().0)
+    };
     let l4 = d.get(l2 + ihl..)?;
-    let l4h = match (tcp, L4::of(ip.protocol().0)) {
+    let l4h = match (tcp, L4::of(proto)) {
         (true, L4::Tcp) => TcpPacket::new_checked(l4).ok()?.header_len(),
         (false, L4::Udp) => UdpPacket::new_checked(l4).ok().map(|_| udp::HEADER_LEN)?,
         _ => return None,
     };
-    Some(Layout { l2, ihl, l4h, tcp })
+    Some(Layout {
+        l2,
+        ihl,
+        l4h,
+        tcp,
+        v6,
+    })
+}
+
+/// Whether GSO kind `kind` (flag bits masked off) is a fraglist chain.
+#[inline(always)]
+fn fraglist(kind: u8) -> bool {
+    matches!(
+        kind,
+        gso::FRAGLIST_TCPV4 | gso::FRAGLIST_UDPV4 | gso::FRAGLIST_TCPV6 | gso::FRAGLIST_UDPV6
+    )
 }
 
 /// The metadata a segment inherits from its super-packet's head.
@@ -138,7 +201,7 @@ impl Inherit {
 
     /// Makes `to` (whose data starts with the head's headers, as laid out in `lay`) a
     /// plain packet of the head's metadata, located as the dissector records it.
-    fn apply(&self, to: &mut Meta, lay: &Layout) {
+    fn apply<const V6: bool>(&self, to: &mut Meta, lay: &Layout) {
         to.in_port = self.in_port;
         to.in_if = self.in_if;
         to.out_if = self.out_if;
@@ -147,7 +210,7 @@ impl Inherit {
         to.hash = self.hash;
         to.flags = self.flags;
         to.l2_len = lay.l2 as u8;
-        to.l3_type = L3::Ipv4 as u8;
+        to.l3_type = if V6 { L3::Ipv6 } else { L3::Ipv4 } as u8;
         to.l3 = to.data + lay.l2 as u16;
         to.l4 = to.l3 + lay.ihl as u16;
         to.l4_type = lay.proto();
@@ -176,13 +239,31 @@ pub fn segment(
     let Some(lay) = layout(v.meta, v.data()) else {
         return Err((p, reason::FAILED));
     };
-    if v.meta.flags & flag::GRO_CHAIN != 0 {
-        unchain(pool, p, lay, out)
-    } else if v.meta.gso_type & gso::KIND >= gso::FRAGLIST_TCPV4 {
+    // One version of the code per IP version: the IPv4 one carries no IPv6 test.
+    if lay.v6 {
+        segment_as::<true>(pool, cache, p, lay, out)
+    } else {
+        segment_as::<false>(pool, cache, p, lay, out)
+    }
+}
+
+/// [`segment`] for a super-packet laid out as `lay`, of IP version `V6` (`lay.v6`).
+#[inline(always)]
+fn segment_as<const V6: bool>(
+    pool: &Pool,
+    cache: &mut BufCache,
+    p: Pkt,
+    lay: Layout,
+    out: &mut Vec<Pkt>,
+) -> Result<(), (Pkt, Reason)> {
+    let m = pool.get(&p).meta;
+    if m.flags & flag::GRO_CHAIN != 0 {
+        unchain::<V6>(pool, p, lay, out)
+    } else if fraglist(m.gso_type & gso::KIND) {
         // Only GRO builds chains of whole packets.
         Err((p, reason::FAILED))
     } else {
-        segment_standard(pool, cache, p, lay, out)
+        segment_standard::<V6>(pool, cache, p, lay, out)
     }
 }
 
@@ -198,20 +279,12 @@ struct Train {
     fixed: bool,
 }
 
-/// Sets the L4 header `l4` (of a segment laid out as `lay`, `l4_len` bytes of L4 header
-/// and payload from `src` to `dst`, the payload summing to `psum`) its checksum.
-fn fill_l4_checksum(
-    l4: &mut [u8],
-    lay: &Layout,
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    l4_len: usize,
-    psum: u64,
-) {
+/// Sets the L4 header `l4` (of a segment laid out as `lay`, whose pseudo-header sums to
+/// `acc`, the payload to `psum`) its checksum.
+fn fill_l4_checksum(l4: &mut [u8], lay: &Layout, acc: u64, psum: u64) {
     put_u16(l4, lay.csum_at(), 0);
-    let acc = checksum::pseudo_header_v4(src, dst, lay.proto(), l4_len as u16);
     let c = checksum::finish(checksum::sum(&l4[..lay.l4h], acc + psum));
-    // RFC 768: a computed zero is sent as all ones.
+    // RFC 768 (and RFC 8200 8.1): a computed zero is sent as all ones.
     put_u16(
         l4,
         lay.csum_at(),
@@ -221,17 +294,25 @@ fn fill_l4_checksum(
 
 /// The header block of segment `i` (payload `plen` bytes summing to `psum`), rebuilt
 /// from the head's in place.
-fn rebuild(t: &mut [u8], tr: &Train, i: usize, plen: usize, psum: u64) {
+fn rebuild<const V6: bool>(t: &mut [u8], tr: &Train, i: usize, plen: usize, psum: u64) {
     let (lay, n, gso_size, fixed) = (&tr.lay, tr.n, tr.gso_size, tr.fixed);
     let (iph, l4h) = t[lay.l2..].split_at_mut(lay.ihl);
     let l4_len = lay.l4h + plen;
-    let mut ip = Ipv4Packet::new_unchecked(iph);
-    ip.set_total_len((lay.ihl + l4_len) as u16);
-    if !fixed {
-        ip.set_ident(ip.ident().wrapping_add(i as u16));
-    }
-    ip.fill_checksum();
-    let (src, dst) = (ip.src(), ip.dst());
+    let acc = if V6 {
+        // The payload length counts the extension headers; no identification, no
+        // header checksum.
+        let mut ip = Ipv6Packet::new_unchecked(iph);
+        ip.set_payload_len((lay.ihl - ipv6::HEADER_LEN + l4_len) as u16);
+        checksum::pseudo_header_v6(ip.src(), ip.dst(), lay.proto(), l4_len as u32)
+    } else {
+        let mut ip = Ipv4Packet::new_unchecked(iph);
+        ip.set_total_len((lay.ihl + l4_len) as u16);
+        if !fixed {
+            ip.set_ident(ip.ident().wrapping_add(i as u16));
+        }
+        ip.fill_checksum();
+        checksum::pseudo_header_v4(ip.src(), ip.dst(), lay.proto(), l4_len as u16)
+    };
     if lay.tcp {
         let mut tcp = TcpPacket::new_unchecked(&mut l4h[..lay.l4h]);
         tcp.set_seq_number(tcp.seq_number().wrapping_add((i * gso_size) as u32));
@@ -244,7 +325,7 @@ fn rebuild(t: &mut [u8], tr: &Train, i: usize, plen: usize, psum: u64) {
     } else {
         UdpPacket::new_unchecked(&mut l4h[..lay.l4h]).set_len(l4_len as u16);
     }
-    fill_l4_checksum(l4h, lay, src, dst, l4_len, psum);
+    fill_l4_checksum(l4h, lay, acc, psum);
 }
 
 /// Whether a standard super-packet is laid out as GRO builds it: the head holds one full
@@ -276,7 +357,7 @@ fn payload_sum(m: &Meta, data: &[u8]) -> u64 {
     }
 }
 
-fn segment_standard(
+fn segment_standard<const V6: bool>(
     pool: &Pool,
     cache: &mut BufCache,
     mut p: Pkt,
@@ -301,14 +382,14 @@ fn segment_standard(
     let mut t = [0u8; MAX_HDR];
     t[..hdr].copy_from_slice(&v.data()[..hdr]);
     if !gro_layout(pool, v.meta, hdr, gso_size) {
-        return segment_copy(pool, cache, p, &tr, &t[..hdr], out);
+        return segment_copy::<V6>(pool, cache, p, &tr, &t[..hdr], out);
     }
     // Zero copy: the head is the first segment, every chained buffer gets headers pushed.
     let mut mv = pool.get_mut(&mut p);
     let mut chain = mv.meta.chain.take();
     let head_meta_psum = payload_sum(mv.meta, &mv.data()[hdr..]);
     let seg0 = &mut mv.data_mut()[..hdr];
-    rebuild(seg0, &tr, 0, gso_size, head_meta_psum);
+    rebuild::<V6>(seg0, &tr, 0, gso_size, head_meta_psum);
     plain(mv.meta);
     let head = Inherit::of(mv.meta);
     out.push(p);
@@ -322,8 +403,8 @@ fn segment_standard(
             unreachable!("headroom checked by gro_layout")
         };
         h.copy_from_slice(&t[..hdr]);
-        rebuild(h, &tr, i, plen, psum);
-        head.apply(w.meta, &lay);
+        rebuild::<V6>(h, &tr, i, plen, psum);
+        head.apply::<V6>(w.meta, &lay);
         out.push(q);
         i += 1;
     }
@@ -332,7 +413,7 @@ fn segment_standard(
 
 /// Standard segmentation by copying: every segment in a new buffer, then the original
 /// chain freed. All buffers are taken first, so a shortage changes nothing.
-fn segment_copy(
+fn segment_copy<const V6: bool>(
     pool: &Pool,
     cache: &mut BufCache,
     p: Pkt,
@@ -394,8 +475,8 @@ fn segment_copy(
         // The payload sum over the whole segment (its parts may have odd lengths).
         let psum = checksum::sum(&w.data()[hdr..], 0);
         let d = w.data_mut();
-        rebuild(&mut d[..hdr], tr, i, plen, psum);
-        inh.apply(w.meta, &lay);
+        rebuild::<V6>(&mut d[..hdr], tr, i, plen, psum);
+        inh.apply::<V6>(w.meta, &lay);
     }
     cache.free(p);
     Ok(())
@@ -489,7 +570,7 @@ impl Delta {
     /// Applies the delta to member header `d` if its fields are the ones the delta was
     /// worked out from; `false` (nothing changed) otherwise.
     #[inline]
-    fn apply(&self, d: &mut [u8]) -> bool {
+    fn rewrite(&self, d: &mut [u8]) -> bool {
         let Some(h) = d.first_chunk::<24>() else {
             return false;
         };
@@ -527,16 +608,152 @@ impl Delta {
     }
 }
 
-/// A GRO-built super-packet back into the packets it was made of.
-fn unchain(pool: &Pool, mut p: Pkt, lay: Layout, out: &mut Vec<Pkt>) -> Result<(), (Pkt, Reason)> {
+/// A member's rewrite: the head's changes as they apply to a member's own headers
+/// ([`Delta`] for IPv4, [`Delta6`] for IPv6).
+trait Rewrite {
+    /// Applies the rewrite to member header `d` (from its IP header to the end of its L4
+    /// header) if its fields are the ones the rewrite was worked out from; `false`
+    /// (nothing changed) otherwise.
+    fn apply(&self, d: &mut [u8]) -> bool;
+}
+
+impl Rewrite for Delta {
+    #[inline(always)]
+    fn apply(&self, d: &mut [u8]) -> bool {
+        self.rewrite(d)
+    }
+}
+
+/// The bytes of an IPv6 member a [`Delta6`] reads: its fixed header, then its ports.
+const D6: usize = ipv6::HEADER_LEN + 4;
+
+/// Offset of the payload length in the fixed IPv6 header: every member's own.
+const D6_PAYLOAD_LEN: usize = 4;
+
+/// The changes the stack made to an IPv6 super-packet's head, as they apply to a member:
+/// the 16-bit words of the fixed header (version, traffic class and flow label; next
+/// header and hop limit; the addresses) and of the ports that differ from the member's,
+/// and what they add to its L4 checksum (the addresses through the pseudo-header, RFC
+/// 8200 8.1; the ports; RFC 1624 eqn. 3). IPv6 has no header checksum: a hop-limit
+/// decrement is a store.
+struct Delta6 {
+    /// The member's fixed header and ports, its payload length zeroed.
+    orig: [u8; D6],
+    /// (offset into the `D6` bytes, new value) of each changed word.
+    words: [(usize, u16); D6 / 2],
+    n: usize,
+    l4_add: u64,
+    /// Offset of the upper-layer header (the ports) from the IPv6 header.
+    l4: usize,
+    /// Offset of the L4 checksum from the IPv6 header.
+    csum_at: usize,
+    udp: bool,
+}
+
+impl Delta6 {
+    /// The `D6` bytes of the member header `d` whose upper-layer header is at `l4`.
+    #[inline(always)]
+    fn view(d: &[u8], l4: usize) -> Option<[u8; D6]> {
+        let mut v = [0u8; D6];
+        v[..ipv6::HEADER_LEN].copy_from_slice(d.get(..ipv6::HEADER_LEN)?);
+        v[ipv6::HEADER_LEN..].copy_from_slice(d.get(l4..l4 + 4)?);
+        v[D6_PAYLOAD_LEN..D6_PAYLOAD_LEN + 2].fill(0);
+        Some(v)
+    }
+
+    /// The delta from member header `d` to the head's `head` (its `D6` bytes).
+    fn new(d: &[u8], head: &[u8; D6], lay: &Layout) -> Self {
+        let orig = Self::view(d, lay.ihl).unwrap_or([0; D6]);
+        let mut dl = Self {
+            orig,
+            words: [(0, 0); D6 / 2],
+            n: 0,
+            l4_add: 0,
+            l4: lay.ihl,
+            csum_at: lay.ihl + lay.csum_at(),
+            udp: !lay.tcp,
+        };
+        for at in (0..D6).step_by(2) {
+            let (old, new) = (get_u16(&orig, at), get_u16(head, at));
+            if at == D6_PAYLOAD_LEN || old == new {
+                continue;
+            }
+            dl.words[dl.n] = (at, new);
+            dl.n += 1;
+            // Addresses (from byte 8) and ports are covered by the L4 checksum.
+            if at >= 8 {
+                dl.l4_add += u64::from(!old) + u64::from(new);
+            }
+        }
+        dl
+    }
+}
+
+impl Rewrite for Delta6 {
+    fn apply(&self, d: &mut [u8]) -> bool {
+        if d.first().is_none_or(|b| b >> 4 != 6) || Self::view(d, self.l4) != Some(self.orig) {
+            return false;
+        }
+        for &(at, v) in &self.words[..self.n] {
+            let pos = if at < ipv6::HEADER_LEN {
+                at
+            } else {
+                self.l4 + at - ipv6::HEADER_LEN
+            };
+            put_u16(d, pos, v);
+        }
+        let at = self.csum_at;
+        if self.l4_add != 0 && d.len() >= at + 2 {
+            let old = get_u16(d, at);
+            // A UDP datagram without a checksum (GRO merges none; invalid over IPv6,
+            // RFC 8200 8.1) keeps its bytes: no checksum is made up for it.
+            if self.udp && old == 0 {
+                return true;
+            }
+            let c = checksum::finish(u64::from(!old) + self.l4_add);
+            put_u16(
+                d,
+                at,
+                if self.udp {
+                    udp::checksum_on_wire(c)
+                } else {
+                    c
+                },
+            );
+        }
+        true
+    }
+}
+
+/// The pseudo-header sum of a segment laid out as `lay` whose IP header is `ip`, for
+/// `l4_len` bytes of L4 header and payload.
+fn pseudo_of<const V6: bool>(ip: &[u8], lay: &Layout, l4_len: usize) -> u64 {
+    if V6 {
+        let ip = Ipv6Packet::new_unchecked(&ip[..ipv6::HEADER_LEN]);
+        checksum::pseudo_header_v6(ip.src(), ip.dst(), lay.proto(), l4_len as u32)
+    } else {
+        let ip = Ipv4Packet::new_unchecked(&ip[..20]);
+        checksum::pseudo_header_v4(ip.src(), ip.dst(), lay.proto(), l4_len as u16)
+    }
+}
+
+/// A GRO-built super-packet of IP version `V6` back into the packets it was made of.
+fn unchain<const V6: bool>(
+    pool: &Pool,
+    mut p: Pkt,
+    lay: Layout,
+    out: &mut Vec<Pkt>,
+) -> Result<(), (Pkt, Reason)> {
     // Check every member before changing anything.
     let v = pool.get(&p);
     let mut cur = v.meta.chain.as_ref();
+    // A member's own headers: at least an IP header and a UDP header.
+    let own_min = if V6 { lay.ihl + udp::HEADER_LEN } else { 28 };
     while let Some(q) = cur {
         let m = pool.get(q).meta;
         let (l3, data) = (usize::from(m.l3), usize::from(m.data));
         // Room for the link header in front, and its own headers behind.
-        if l3 < lay.l2 || data < l3 + 28 {
+        if l3 < lay.l2 || data < l3 + own_min {
             return Err((p, reason::FAILED));
         }
         cur = m.chain.as_ref();
@@ -544,24 +761,34 @@ fn unchain(pool: &Pool, mut p: Pkt, lay: Layout, out: &mut Vec<Pkt>) -> Result<(
     let mut l2h = [0u8; 22];
     let l2 = lay.l2.min(22);
     l2h[..l2].copy_from_slice(&v.data()[..l2]);
-    let mut iph = [0u8; 20];
-    iph.copy_from_slice(&v.data()[lay.l2..lay.l2 + 20]);
     let mut ports = [0u8; 4];
     ports.copy_from_slice(&v.data()[lay.l2 + lay.ihl..lay.l2 + lay.ihl + 4]);
+    let mut iph = [0u8; 20];
+    let mut head6 = [0u8; D6];
+    if V6 {
+        head6[..ipv6::HEADER_LEN].copy_from_slice(&v.data()[lay.l2..lay.l2 + ipv6::HEADER_LEN]);
+        head6[ipv6::HEADER_LEN..].copy_from_slice(&ports);
+    } else {
+        iph.copy_from_slice(&v.data()[lay.l2..lay.l2 + 20]);
+    }
 
     // The head: its own lengths back; a standard head also its own flags (it never had
     // FIN or PSH: those end a train) and its own checksum, from its payload sum.
     let mut hv = pool.get_mut(&mut p);
-    let mut chain = hv.meta.chain.take();
-    let standard = hv.meta.gso_type & gso::KIND <= gso::UDPV4;
+    let chain = hv.meta.chain.take();
+    let standard = !fraglist(hv.meta.gso_type & gso::KIND);
     let psum = (hv.meta.flags & flag::PAYLOAD_SUM != 0).then_some(hv.meta.csum_payload);
     let own = usize::from(hv.meta.len) - lay.l2;
     let (head_ip, head_l4) = hv.data_mut()[lay.l2..].split_at_mut(lay.ihl);
-    let mut ip = Ipv4Packet::new_unchecked(head_ip);
-    let old = ip.total_len();
-    ip.set_total_len(own as u16);
-    ip.set_checksum(checksum::update16(ip.checksum(), old, own as u16));
-    let (src, dst) = (ip.src(), ip.dst());
+    if V6 {
+        // The payload length counts the extension headers; no header checksum.
+        Ipv6Packet::new_unchecked(&mut *head_ip).set_payload_len((own - ipv6::HEADER_LEN) as u16);
+    } else {
+        let mut ip = Ipv4Packet::new_unchecked(&mut *head_ip);
+        let old = ip.total_len();
+        ip.set_total_len(own as u16);
+        ip.set_checksum(checksum::update16(ip.checksum(), old, own as u16));
+    }
     let l4_len = own - lay.ihl;
     if !lay.tcp {
         UdpPacket::new_unchecked(&mut head_l4[..lay.l4h]).set_len(l4_len as u16);
@@ -577,16 +804,45 @@ fn unchain(pool: &Pool, mut p: Pkt, lay: Layout, out: &mut Vec<Pkt>) -> Result<(
             Some(s) => u64::from(s),
             None => checksum::sum(&head_l4[lay.l4h..], 0),
         };
-        fill_l4_checksum(head_l4, &lay, src, dst, l4_len, payload);
+        let acc = pseudo_of::<V6>(head_ip, &lay, l4_len);
+        fill_l4_checksum(head_l4, &lay, acc, payload);
     }
     plain(hv.meta);
     let head = Inherit::of(hv.meta);
     out.push(p);
 
     // The head's changes are the same for every member (GRO merged only segments whose
-    // TOS, flags, TTL, addresses and ports were equal), so they are worked out once, on
-    // the first member, and applied to the others as stores and one checksum addition.
-    let mut delta: Option<Delta> = None;
+    // TOS/traffic class, flags, TTL/hop limit, addresses and ports were equal), so they
+    // are worked out once, on the first member, and applied to the others as stores and
+    // one checksum addition.
+    let l2h = &l2h[..l2];
+    if V6 {
+        restore::<true, _>(pool, chain, l2h, head, lay, out, |d| {
+            Delta6::new(d, &head6, &lay)
+        });
+    } else {
+        restore::<false, _>(pool, chain, l2h, head, lay, out, |d| {
+            Delta::new(d, &iph, &ports, &lay)
+        });
+    }
+    Ok(())
+}
+
+/// Gives every member of fraglist `chain` its own headers back, with the head's link
+/// header `l2h` in front and the head's changes (`delta` of a member's header) applied,
+/// and the head's metadata `head`, into `out`.
+#[inline(always)]
+fn restore<const V6: bool, D: Rewrite>(
+    pool: &Pool,
+    mut chain: Option<Pkt>,
+    l2h: &[u8],
+    head: Inherit,
+    lay: Layout,
+    out: &mut Vec<Pkt>,
+    delta: impl Fn(&[u8]) -> D,
+) {
+    let l2 = l2h.len();
+    let mut first: Option<D> = None;
     while let Some(mut q) = chain {
         let mut w = pool.get_mut(&mut q);
         chain = w.meta.chain.take();
@@ -595,18 +851,17 @@ fn unchain(pool: &Pool, mut p: Pkt, lay: Layout, out: &mut Vec<Pkt>) -> Result<(
         let Some(front) = w.push(back) else {
             unreachable!("headroom checked above")
         };
-        front[..l2].copy_from_slice(&l2h[..l2]);
+        front[..l2].copy_from_slice(l2h);
         let d = &mut front[l2..];
-        let dl = delta.get_or_insert_with(|| Delta::new(d, &iph, &ports, &lay));
+        let dl = first.get_or_insert_with(|| delta(d));
         if !dl.apply(d) {
             // Other header fields than the first member's (GRO never builds that): this
             // member's own delta.
-            Delta::new(d, &iph, &ports, &lay).apply(d);
+            delta(d).apply(d);
         }
-        head.apply(w.meta, &lay);
+        head.apply::<V6>(w.meta, &lay);
         out.push(q);
     }
-    Ok(())
 }
 
 #[cfg(test)]

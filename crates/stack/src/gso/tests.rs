@@ -91,8 +91,9 @@ fn gro(pool: &Pool, c: &mut BufCache, frames: &[Vec<u8>], kind: Kind) -> Vec<Pkt
     t.flush_all(pool, &mut done);
     for p in &mut done {
         let v = pool.get_mut(p);
-        v.meta.l3 = v.meta.data + 14;
-        v.meta.l4 = v.meta.l3 + 20;
+        let r = crate::dissect::parse(v.data());
+        v.meta.l3 = v.meta.data + r.l3;
+        v.meta.l4 = v.meta.data + r.l4;
     }
     done
 }
@@ -336,4 +337,307 @@ fn failure_leaves_the_super_packet_untouched() {
     c.free(q);
     drop(c);
     assert_eq!(pool.free_in_pool(), 4);
+}
+
+// IPv6: the same round trips, over frames etherparse builds (with a Hop-by-Hop options
+// header where said), and the head's changes (the hop limit `ip6-forward` decrements, a
+// NAT-like rewrite) reaching every segment.
+
+const SRC6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+const DST6: ([u8; 16], u16) = (
+    [0x20, 0x01, 0x0d, 0xb8, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+    8000,
+);
+const NAT6: ([u8; 16], u16) = (
+    [
+        0x20, 0x01, 0x0d, 0xb8, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, 0x0b,
+    ],
+    8443,
+);
+
+/// The IPv6 headers of a test frame: hop limit `hop`, to `dst`, with a Hop-by-Hop
+/// options header carrying six bytes of `hbh` (a PadN option's bytes) if given.
+fn ip6(hop: u8, dst: [u8; 16], hbh: Option<u8>) -> etherparse::IpHeaders {
+    let mut exts = etherparse::Ipv6Extensions::default();
+    if let Some(b) = hbh {
+        exts.hop_by_hop_options = Some(
+            etherparse::Ipv6RawExtHeader::new_raw(etherparse::IpNumber::TCP, &[1, 4, b, b, b, b])
+                .unwrap(),
+        );
+    }
+    etherparse::IpHeaders::Ipv6(
+        etherparse::Ipv6Header {
+            traffic_class: 0x28,
+            flow_label: etherparse::Ipv6FlowLabel::try_new(0x12345).unwrap(),
+            hop_limit: hop,
+            source: SRC6,
+            destination: dst,
+            ..Default::default()
+        },
+        exts,
+    )
+}
+
+/// A TCP segment over IPv6 (as [`tcp`]: options NOP, NOP, timestamp; `flags` PSH 0x08,
+/// FIN 0x01).
+fn tcp6(
+    seq: u32,
+    len: usize,
+    flags: u8,
+    hop: u8,
+    dst: ([u8; 16], u16),
+    hbh: Option<u8>,
+) -> Vec<u8> {
+    let mut b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ip(ip6(hop, dst.0, hbh))
+        .tcp(1500, dst.1, seq, 501)
+        .ack(77);
+    if flags & 0x08 != 0 {
+        b = b.psh();
+    }
+    if flags & 0x01 != 0 {
+        b = b.fin();
+    }
+    let b = b
+        .options(&[
+            etherparse::TcpOptionElement::Noop,
+            etherparse::TcpOptionElement::Noop,
+            etherparse::TcpOptionElement::Timestamp(5, 6),
+        ])
+        .unwrap();
+    let payload: Vec<u8> = (0..len).map(|i| (seq as usize + i * 7) as u8).collect();
+    let mut v = Vec::new();
+    b.write(&mut v, &payload).unwrap();
+    v
+}
+
+/// A UDP datagram over IPv6.
+fn udp6(n: u16, len: usize, hop: u8, dst: ([u8; 16], u16), hbh: Option<u8>) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ip(ip6(hop, dst.0, hbh))
+        .udp(4000, dst.1);
+    let payload: Vec<u8> = (0..len).map(|i| (usize::from(n) * 31 + i) as u8).collect();
+    let mut v = Vec::new();
+    b.write(&mut v, &payload).unwrap();
+    v
+}
+
+#[test]
+fn ip6_headers_takes_the_extension_headers_every_segment_carries() {
+    use super::ip6_headers;
+    let base = |next: u8| {
+        let mut h = vec![0x60, 0, 0, 0, 0, 0, next, 64];
+        h.extend([0u8; 32]);
+        h
+    };
+    // An extension header of 8 bytes naming `next`, its third and fourth bytes `b2`, `b3`
+    // (a routing header's type and segments left).
+    let ext = |next: u8, b2: u8, b3: u8| vec![next, 0, b2, b3, 0, 0, 0, 0];
+    assert_eq!(ip6_headers(&base(6)), Some((40, 6)));
+    let d = [base(0), ext(60, 1, 4), ext(43, 1, 4), ext(17, 2, 0)].concat();
+    assert_eq!(
+        ip6_headers(&d),
+        Some((64, 17)),
+        "HBH, DO, routing with no segments left"
+    );
+    // A routing header with segments left, a fragment header, AH: the walk stops there.
+    assert_eq!(
+        ip6_headers(&[base(43), ext(6, 0, 1)].concat()),
+        Some((40, 43))
+    );
+    assert_eq!(
+        ip6_headers(&[base(60), ext(44, 1, 4), ext(6, 0, 0)].concat()),
+        Some((48, 44))
+    );
+    assert_eq!(
+        ip6_headers(&[base(51), ext(6, 0, 0)].concat()),
+        Some((40, 51))
+    );
+    // Hop-by-Hop anywhere but first.
+    assert_eq!(
+        ip6_headers(&[base(60), ext(0, 1, 4), ext(6, 0, 0)].concat()),
+        Some((48, 0))
+    );
+    // Cut short, too many headers, too many bytes, not IPv6.
+    assert_eq!(ip6_headers(&[base(60), vec![6, 0, 1]].concat()), None);
+    let many: Vec<u8> = (0..9).flat_map(|_| ext(60, 1, 4)).collect();
+    assert_eq!(ip6_headers(&[base(60), many].concat()), None);
+    let mut long = ext(6, 1, 4);
+    long[1] = 32;
+    long.resize(33 * 8, 0);
+    assert_eq!(ip6_headers(&[base(60), long].concat()), None);
+    let mut v4 = base(6);
+    v4[0] = 0x45;
+    assert_eq!(ip6_headers(&v4), None);
+}
+
+#[test]
+fn ipv6_standard_round_trips_are_exact() {
+    let pool = pool(256);
+    let mut c = pool.cache();
+    for hbh in [None, Some(0x5a)] {
+        // TCP, odd sizes, PSH on a shorter last segment.
+        let mut frames: Vec<Vec<u8>> = (0..5u32)
+            .map(|i| tcp6(1000 + i * 101, 101, 0, 64, DST6, hbh))
+            .collect();
+        frames.push(tcp6(1000 + 5 * 101, 33, 0x08, 64, DST6, hbh));
+        let out = gro(&pool, &mut c, &frames, Kind::Standard);
+        assert_eq!(out.len(), 1, "one train");
+        let m = pool.get(&out[0]).meta;
+        assert_eq!((m.segs, m.gso_size, m.gso_type), (6, 101, gso::TCPV6));
+        // One IPv6 packet whose TCP checksum is partial: completed over the whole it is
+        // etherparse's checksum of the whole.
+        let whole = netbatch_ports_free_frame(&pool, &out[0]);
+        assert_ne!(m.flags & crate::meta::flag::L4_CSUM_PARTIAL, 0);
+        let parsed = etherparse::SlicedPacket::from_ethernet(&whole).unwrap();
+        let Some(etherparse::NetSlice::Ipv6(ip)) = &parsed.net else {
+            panic!("IPv6")
+        };
+        assert_eq!(
+            usize::from(ip.header().payload_length()),
+            whole.len() - 54,
+            "payload length of the whole"
+        );
+        let Some(etherparse::TransportSlice::Tcp(t)) = &parsed.transport else {
+            panic!("TCP")
+        };
+        let l4 = whole.len() - t.slice().len();
+        let completed = netbatch_wire::checksum::checksum(&whole[l4..]);
+        assert_eq!(
+            t.calc_checksum_ipv6(ip.header().source(), ip.header().destination())
+                .unwrap(),
+            completed
+        );
+        assert!(t.psh(), "the head inherits PSH");
+        assert_eq!(split(&pool, &mut c, out), frames, "TCP, HBH {hbh:?}");
+        // UDP with a shorter last datagram.
+        let mut frames: Vec<Vec<u8>> = (0..7u16).map(|i| udp6(i, 1201, 64, DST6, hbh)).collect();
+        frames.push(udp6(7, 77, 64, DST6, hbh));
+        let out = gro(&pool, &mut c, &frames, Kind::Standard);
+        assert_eq!(out.len(), 1);
+        let m = pool.get(&out[0]).meta;
+        assert_eq!(
+            (m.segs, m.gso_type),
+            (8, gso::UDPV6),
+            "no fixed-ID bit for IPv6"
+        );
+        assert_eq!(split(&pool, &mut c, out), frames, "UDP, HBH {hbh:?}");
+    }
+    drop(c);
+    assert_eq!(pool.free_in_pool(), 256);
+}
+
+#[test]
+fn ipv6_fraglist_round_trips_are_exact() {
+    let pool = pool(256);
+    let mut c = pool.cache();
+    for hbh in [None, Some(0x11)] {
+        let frames: Vec<Vec<u8>> = (0..6u32)
+            .map(|i| tcp6(7 + i * 300, 300, 0, 64, DST6, hbh))
+            .collect();
+        let out = gro(&pool, &mut c, &frames, Kind::Fraglist);
+        assert_eq!(out.len(), 1);
+        assert_eq!(pool.get(&out[0]).meta.gso_type, gso::FRAGLIST_TCPV6);
+        assert_eq!(split(&pool, &mut c, out), frames);
+        let frames: Vec<Vec<u8>> = (0..9u16)
+            .map(|i| udp6(i, 1000 - usize::from(i / 8) * 10, 64, DST6, hbh))
+            .collect();
+        let out = gro(&pool, &mut c, &frames, Kind::Fraglist);
+        assert_eq!(out.len(), 1);
+        assert_eq!(pool.get(&out[0]).meta.gso_type, gso::FRAGLIST_UDPV6);
+        assert_eq!(split(&pool, &mut c, out), frames);
+    }
+    drop(c);
+    assert_eq!(pool.free_in_pool(), 256);
+}
+
+/// What the stack may do to an IPv6 head: the hop-limit decrement of `ip6-forward` (a
+/// store: no header checksum) and a NAT-like destination address and port rewrite with
+/// its L4 checksum update (RFC 1624, word by word); `tcp`: TCP, else UDP.
+fn rewrite_head6(pool: &Pool, p: &mut Pkt, tcp: bool, new_dst: ([u8; 16], u16)) {
+    use netbatch_wire::checksum::update16;
+    let mut v = pool.get_mut(p);
+    let (l3, l4) = (
+        usize::from(v.meta.l3 - v.meta.data),
+        usize::from(v.meta.l4 - v.meta.data),
+    );
+    let d = v.data_mut();
+    d[l3 + 7] -= 1;
+    let at = l4 + if tcp { 16 } else { 6 };
+    let mut c = u16::from_be_bytes([d[at], d[at + 1]]);
+    for k in 0..8 {
+        let o = l3 + 24 + 2 * k;
+        let old = u16::from_be_bytes([d[o], d[o + 1]]);
+        let new = u16::from_be_bytes([new_dst.0[2 * k], new_dst.0[2 * k + 1]]);
+        c = update16(c, old, new);
+        d[o..o + 2].copy_from_slice(&new.to_be_bytes());
+    }
+    let op = u16::from_be_bytes([d[l4 + 2], d[l4 + 3]]);
+    c = update16(c, op, new_dst.1);
+    d[l4 + 2..l4 + 4].copy_from_slice(&new_dst.1.to_be_bytes());
+    d[at..at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+#[test]
+fn changes_to_an_ipv6_head_reach_every_segment() {
+    let pool = pool(256);
+    let mut c = pool.cache();
+    for kind in [Kind::Standard, Kind::Fraglist] {
+        for hbh in [None, Some(3)] {
+            let frames: Vec<Vec<u8>> = (0..5u32)
+                .map(|i| tcp6(1 + i * 400, 400, 0, 64, DST6, hbh))
+                .collect();
+            let want: Vec<Vec<u8>> = (0..5u32)
+                .map(|i| tcp6(1 + i * 400, 400, 0, 63, NAT6, hbh))
+                .collect();
+            let mut out = gro(&pool, &mut c, &frames, kind);
+            assert_eq!(out.len(), 1);
+            rewrite_head6(&pool, &mut out[0], true, NAT6);
+            assert_eq!(split(&pool, &mut c, out), want, "{kind:?} TCP, HBH {hbh:?}");
+            let frames: Vec<Vec<u8>> = (0..5u16).map(|i| udp6(i, 700, 64, DST6, hbh)).collect();
+            let want: Vec<Vec<u8>> = (0..5u16).map(|i| udp6(i, 700, 63, NAT6, hbh)).collect();
+            let mut out = gro(&pool, &mut c, &frames, kind);
+            rewrite_head6(&pool, &mut out[0], false, NAT6);
+            assert_eq!(split(&pool, &mut c, out), want, "{kind:?} UDP, HBH {hbh:?}");
+        }
+    }
+    drop(c);
+    assert_eq!(pool.free_in_pool(), 256);
+}
+
+#[test]
+fn an_ipv6_single_buffer_super_packet_is_copied_into_segments() {
+    let pool = pool(64);
+    let mut c = pool.cache();
+    let data: Vec<u8> = (0..3001).map(|i| (i * 13 + 1) as u8).collect();
+    let mut whole = Vec::new();
+    PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+        .ipv6(SRC6, DST6.0, 64)
+        .udp(4000, DST6.1)
+        .write(&mut whole, &data)
+        .unwrap();
+    let want: Vec<Vec<u8>> = data
+        .chunks(1000)
+        .map(|chunk| {
+            let mut v = Vec::new();
+            PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+                .ipv6(SRC6, DST6.0, 64)
+                .udp(4000, DST6.1)
+                .write(&mut v, chunk)
+                .unwrap();
+            v
+        })
+        .collect();
+    let mut p = load(&pool, &mut c, &whole);
+    {
+        let v = pool.get_mut(&mut p);
+        v.meta.l3 = v.meta.data + 14;
+        v.meta.l4 = v.meta.l3 + 40;
+        v.meta.gso_type = gso::UDPV6;
+        v.meta.gso_size = 1000;
+        v.meta.segs = 4;
+    }
+    assert_eq!(split(&pool, &mut c, vec![p]), want);
+    drop(c);
+    assert_eq!(pool.free_in_pool(), 64, "the original buffer is freed");
 }

@@ -25,11 +25,20 @@
 //! A destination equal to the previous packet's reuses its result without a lookup (the
 //! route hint, for one list only); a multipath route's next hop is chosen by the flow
 //! hash of the IPv6 4-tuple (as `ip4-route` does, [`crate::route::RoutesOf::lookup_flow`]).
+//! A lookup the hint cannot save looks ahead (unless the next packet has the same
+//! destination, as in a burst of one flow): it takes with it the destinations of the
+//! next packets (up to seven more, each different from the one before, within 16
+//! packets) and walks the tree for all eight in lockstep
+//! ([`crate::route::RoutesOf::lookup_hop8`]), so that interleaved flows pay the FIB's
+//! dependent loads once per eight packets rather than once per packet; what is looked up
+//! ahead is used by the packets it was looked up for, in order (a lookup depends only on
+//! the destination and the table, which does not change within a list). Per list, the
+//! receiving interface and the verdict on the last source are kept as the hint is.
 
 use core::net::Ipv6Addr;
 use std::sync::LazyLock;
 
-use netbatch_engine::{Cx, Out, Pkt, PktList, Reason, Stage};
+use netbatch_engine::{Cx, Out, Pkt, PktList, Pool, Reason, Stage};
 use netbatch_wire::ipv6::{self as wire6, ALL_NODES, ALL_ROUTERS};
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
@@ -38,7 +47,7 @@ use crate::dissect;
 use crate::host::Host;
 use crate::iface::Iface;
 use crate::meta::flag;
-use crate::route::{Hop6, RouteKind};
+use crate::route::{Hop6, RouteKind, Routes6};
 
 netbatch_engine::reasons! {
     /// Why `ip6-route` drops a packet (besides the routing reasons every family shares,
@@ -92,18 +101,134 @@ fn joined(iface: &Iface, g: u128) -> bool {
 pub struct Ip6Route {
     /// Packets whose destination was the previous one's (lookups the hint saved).
     pub hint_hits: u64,
+    /// The look-ahead, emptied at the start of each list (kept here so that a call does
+    /// not initialise its arrays: per-packet mode calls once per packet).
+    ahead: Ahead,
 }
 
-/// Where a packet the FIB found a unicast hop for goes (the forwarding checks).
+/// Packets a look-ahead reads past the one that needs a lookup.
+const WINDOW: usize = 16;
+
+/// Lookups made ahead of the packets that need them: destinations in the order their
+/// packets come, each with what [`Routes6::lookup_hop`] gives for it. Only valid within
+/// one list (the table may change between lists): [`Ahead::clear`] at every list.
+#[derive(Debug, Default)]
+struct Ahead {
+    dst: [u128; 8],
+    found: [Option<(u32, Hop6)>; 8],
+    /// Entries filled.
+    len: usize,
+    /// The first entry not used yet.
+    next: usize,
+}
+
+impl Ahead {
+    /// Forgets what was looked up (for another list).
+    #[inline(always)]
+    fn clear(&mut self) {
+        self.len = 0;
+        self.next = 0;
+    }
+
+    /// What the FIB has for `dst`, the destination of the packet before `rest`: from an
+    /// entry looked up ahead when there is one for it, else looked up now with the
+    /// destinations of up to seven later packets (of the next [`WINDOW`]), each
+    /// different from the one before it and bound for the FIB (neither multicast nor
+    /// link-local), walked in lockstep ([`Routes6::lookup_hop8`]). Any entry for `dst`
+    /// is its lookup's result: the table does not change within a list.
+    #[inline(always)]
+    fn lookup(
+        &mut self,
+        routes: &Routes6,
+        pool: &Pool,
+        dst: u128,
+        rest: &[Pkt],
+    ) -> Option<(u32, Hop6)> {
+        while self.next < self.len {
+            let k = self.next;
+            self.next += 1;
+            if self.dst[k] == dst {
+                return self.found[k];
+            }
+        }
+        self.fill(routes, pool, dst, rest)
+    }
+
+    /// Looks up `dst` and what follows it (see [`Ahead::lookup`]); returns `dst`'s.
+    #[inline(never)]
+    fn fill(
+        &mut self,
+        routes: &Routes6,
+        pool: &Pool,
+        dst: u128,
+        rest: &[Pkt],
+    ) -> Option<(u32, Hop6)> {
+        self.dst[0] = dst;
+        let mut n = 1;
+        let mut last = dst;
+        for (k, q) in rest.iter().take(WINDOW).enumerate() {
+            let Some(d) = pool
+                .get(q)
+                .data()
+                .get(24..40)
+                .and_then(|a| a.try_into().ok())
+            else {
+                continue;
+            };
+            let d = u128::from_be_bytes(d);
+            if k == 0 && d == dst {
+                // The next packet goes where this one does (a burst of one flow): the hint
+                // will serve it, and a look-ahead would read packets for nothing.
+                break;
+            }
+            if d == last || d >> 118 >= SPECIAL {
+                continue;
+            }
+            last = d;
+            self.dst[n] = d;
+            n += 1;
+            if n == 8 {
+                break;
+            }
+        }
+        if n == 1 {
+            // Nothing else to look up: one walk.
+            self.len = 0;
+            self.next = 0;
+            return routes.lookup_hop(dst);
+        }
+        // Fewer than eight: the rest repeat the last, whose walk is then made again in
+        // the same lockstep (cheaper than a second pass).
+        let fill = self.dst[n - 1];
+        for d in &mut self.dst[n..] {
+            *d = fill;
+        }
+        routes.lookup_hop8(&self.dst, &mut self.found);
+        self.len = n;
+        self.next = 1;
+        self.found[0]
+    }
+}
+
+/// `dst >> 118` at or above this: fe80::/10 (link-local, `0x3fa`), fec0::/10 (`0x3fb`,
+/// routed as any other) or ff00::/8 (multicast, `0x3fc` and above).
+const SPECIAL: u128 = 0xfe80 >> 6;
+/// `dst >> 118` of fe80::/10.
+const LINK_LOCAL: u128 = 0xfe80 >> 6;
+/// `dst >> 118` from here up: ff00::/8.
+const MULTICAST: u128 = 0xff00 >> 6;
+
+/// Where a packet the FIB found a unicast hop for goes (the forwarding checks;
+/// `forwarding`: the host's setting).
 #[inline(always)]
 fn forward(
-    host: &Host,
+    forwarding: bool,
     src: u128,
     adj: u32,
     hop: Hop6,
     v: &mut netbatch_engine::PktMut<'_>,
 ) -> Result<(), Reason> {
-    if !host.params.forwarding {
+    if !forwarding {
         return Err(crate::route::reason::FORWARDING_DISABLED);
     }
     if v.meta.flags & flag::L2_HOST == 0 {
@@ -128,7 +253,7 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, src: u128, dst: u128, mut p: Pkt,
         .routes6
         .lookup_flow(dst, || dissect::flow_hash(&mut v, &FLOW_KEY))
     {
-        Some((adj, hop)) => match forward(host, src, adj, hop, &mut v) {
+        Some((adj, hop)) => match forward(host.params.forwarding, src, adj, hop, &mut v) {
             Ok(()) if wire6::is_link_local(src.into()) => {
                 v.meta.note = Cause::BeyondScope.note();
                 out.push(ERROR, p);
@@ -157,65 +282,84 @@ impl Stage<Host> for Ip6Route {
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        let host: &Host = host;
         let routes = &*host.routes6;
         let local = routes.local_addrs();
-        let mut hint: Option<(u128, Option<(u32, Hop6)>)> = None;
-        // The last source checked and whether it is ours (a global address), for the list.
-        let mut src_hint: Option<(u128, bool)> = None;
-        for mut p in list.drain(..) {
-            let mut v = cx.pool.get_mut(&mut p);
+        let forwarding = host.params.forwarding;
+        let pool = cx.pool;
+        // The route hint: the last destination looked up, and what it found.
+        let mut hint_dst: Option<u128> = None;
+        let mut hint: Option<(u32, Hop6)> = None;
+        let ahead = &mut self.ahead;
+        ahead.clear();
+        // The last (source, receiving interface) checked and whether the source is ours
+        // there (one of our global addresses, or that interface's link-local address).
+        let mut src_hint: Option<(u128, u16, bool)> = None;
+        // The last receiving interface.
+        let mut iface_hint: Option<(u16, &Iface)> = None;
+        let mut pkts = list.drain(..);
+        while let Some(mut p) = pkts.next() {
+            let mut v = pool.get_mut(&mut p);
             let Some((src, dst)) = v.data().first_chunk().map(addrs) else {
                 out.drop(p, super::input::reason::TRUNCATED);
                 continue;
             };
-            let ours = match src_hint {
-                Some((s, o)) if s == src => o,
+            let in_if = v.meta.in_if;
+            let iface = match iface_hint {
+                Some((i, f)) if i == in_if => f,
                 _ => {
-                    let o = local.contains(src);
-                    src_hint = Some((src, o));
+                    let Some(f) = host.ifaces.get(usize::from(in_if)) else {
+                        out.drop(p, netbatch_engine::reason::PORT_DOWN);
+                        continue;
+                    };
+                    iface_hint = Some((in_if, f));
+                    f
+                }
+            };
+            let ours = match src_hint {
+                Some((s, i, o)) if s == src && i == in_if => o,
+                _ => {
+                    let o = local.contains(src) || u128::from(iface.ll6) == src;
+                    src_hint = Some((src, in_if, o));
                     o
                 }
             };
-            let Some(iface) = host.ifaces.get(usize::from(v.meta.in_if)) else {
-                out.drop(p, netbatch_engine::reason::PORT_DOWN);
-                continue;
-            };
-            if ours || u128::from(iface.ll6) == src {
+            if ours {
                 out.drop(p, crate::route::reason::LOCAL_SOURCE);
                 continue;
             }
             // Multicast (ff00::/8) and link-local (fe80::/10) destinations: one test of the
-            // top byte for both before the FIB.
-            if dst >> 120 == 0xff {
-                if joined(iface, dst) || crate::hostif::punt_port(host, v.meta.in_port).is_some() {
-                    v.meta.flags |= flag::LOCAL | flag::L3_MULTICAST;
-                    out.push(LOCAL, p);
-                } else {
-                    out.drop(p, reason::MULTICAST_NOT_JOINED);
+            // top ten bits for both before the FIB.
+            let top = dst >> 118;
+            if top >= SPECIAL {
+                if top >= MULTICAST {
+                    if joined(iface, dst)
+                        || crate::hostif::punt_port(host, v.meta.in_port).is_some()
+                    {
+                        v.meta.flags |= flag::LOCAL | flag::L3_MULTICAST;
+                        out.push(LOCAL, p);
+                    } else {
+                        out.drop(p, reason::MULTICAST_NOT_JOINED);
+                    }
+                    continue;
                 }
-                continue;
+                if top == LINK_LOCAL {
+                    if u128::from(iface.ll6) == dst {
+                        v.meta.flags |= flag::LOCAL;
+                        out.push(LOCAL, p);
+                    } else {
+                        out.drop(p, reason::LINK_LOCAL_DEST);
+                    }
+                    continue;
+                }
             }
-            if dst >> 118 == 0xfe80 >> 6 {
-                if u128::from(iface.ll6) == dst {
-                    v.meta.flags |= flag::LOCAL;
-                    out.push(LOCAL, p);
-                } else {
-                    out.drop(p, reason::LINK_LOCAL_DEST);
-                }
-                continue;
+            if hint_dst == Some(dst) {
+                self.hint_hits += 1;
+            } else {
+                hint = ahead.lookup(routes, pool, dst, pkts.as_slice());
+                hint_dst = Some(dst);
             }
-            let found = match hint {
-                Some((d, h)) if d == dst => {
-                    self.hint_hits += 1;
-                    h
-                }
-                _ => {
-                    let h = routes.lookup_hop(dst);
-                    hint = Some((dst, h));
-                    h
-                }
-            };
-            let Some((adj, hop)) = found else {
+            let Some((adj, hop)) = hint else {
                 multipath_or_none(host, cx, src, dst, p, out);
                 continue;
             };
@@ -224,9 +368,9 @@ impl Stage<Host> for Ip6Route {
                     v.meta.flags |= flag::LOCAL;
                     out.push(LOCAL, p);
                 }
-                RouteKind::Unicast => match forward(host, src, adj, hop, &mut v) {
+                RouteKind::Unicast => match forward(forwarding, src, adj, hop, &mut v) {
                     // RFC 4007 9: a link-local source never leaves its link.
-                    Ok(()) if src >> 118 == 0xfe80 >> 6 => {
+                    Ok(()) if src >> 118 == LINK_LOCAL => {
                         v.meta.note = Cause::BeyondScope.note();
                         out.push(ERROR, p);
                     }

@@ -13,9 +13,11 @@
 //! and a unicast solicitation probes it once due (RFC 4861 7.3.3); unknown or
 //! incomplete → the packet waits in the neighbour's bounded queue (in wire packets;
 //! `neigh_queue_full` for what is pushed out) and a multicast solicitation goes to the
-//! target's solicited-node group (originated). Within a list each (interface, next hop)
-//! is resolved once: its link header is kept in a small direct-mapped cache for the rest
-//! of the list, and pushed in front of every packet that follows.
+//! target's solicited-node group (originated). Within a list each adjacency (with its
+//! interface, and for an on-link one the destination) is resolved once: its link header
+//! is kept in a small direct-mapped cache for the rest of the list, and pushed in front
+//! of every packet that follows; a packet through a gateway is matched to it by its
+//! adjacency alone, without reading its destination or its route's hop.
 
 use netbatch_engine::{Cx, Next, Out, Pkt, PktList, Stage};
 use netbatch_wire::ethernet::{EtherType, MacAddr};
@@ -53,9 +55,14 @@ const CACHE_BITS: u32 = 3;
 /// Slots of the per-list rewrite cache.
 const CACHE: usize = 1 << CACHE_BITS;
 
-/// The key of a rewrite: output interface and next hop (no packet has `u16::MAX` as its
-/// output interface here).
-type Key = (u16, u128);
+/// The key of a rewrite: the adjacency, the output interface, and for an on-link
+/// adjacency the destination (0 through a gateway, whose adjacency names its next hop).
+/// It determines the next hop, so one key is one rewrite; no packet has `u16::MAX` as
+/// its output interface here, which marks an empty slot.
+type Key = (u32, u16, u128);
+
+/// An empty slot's key.
+const NO_KEY: Key = (u32::MAX, u16::MAX, 0);
 
 /// The IPv6 neighbour stage.
 #[derive(Debug)]
@@ -138,23 +145,26 @@ impl Ip6Neighbour {
     }
 }
 
-/// The length of the wire packets the packet `m` (starting at its IPv6 header) stands
-/// for: its own, or for a super-packet its headers plus one segment.
+/// The length of the wire packets the packet `m` (starting at its IPv6 header, `d`)
+/// stands for: its own, or for a super-packet its headers plus one segment.
 #[inline]
-fn wire_len(m: &netbatch_engine::Meta) -> usize {
+fn wire_len(d: &[u8], m: &netbatch_engine::Meta) -> usize {
     if m.gso_size == 0 {
         return usize::from(m.len);
     }
-    let headers = m.l4.wrapping_sub(m.data) as usize + l4_header_len(m);
-    headers + usize::from(m.gso_size)
+    let l4 = m.l4.wrapping_sub(m.data) as usize;
+    l4 + l4_header_len(d.get(l4..).unwrap_or_default(), m) + usize::from(m.gso_size)
 }
 
-/// The upper-layer header length of a super-packet: TCP's is in the packet; UDP's is 8.
+/// The upper-layer header length of a super-packet whose upper-layer header `l4` starts:
+/// TCP's is in the packet (options included); UDP's is 8.
 #[inline]
-fn l4_header_len(m: &netbatch_engine::Meta) -> usize {
+fn l4_header_len(l4: &[u8], m: &netbatch_engine::Meta) -> usize {
     use crate::meta::gso;
     match m.gso_type & gso::KIND {
-        gso::TCPV6 | gso::FRAGLIST_TCPV6 | gso::TCPV4 | gso::FRAGLIST_TCPV4 => 20,
+        gso::TCPV6 | gso::FRAGLIST_TCPV6 | gso::TCPV4 | gso::FRAGLIST_TCPV4 => {
+            netbatch_wire::tcp::TcpPacket::new_checked(l4).map_or(20, |t| t.header_len())
+        }
         _ => 8,
     }
 }
@@ -177,7 +187,7 @@ impl Stage<Host> for Ip6Neighbour {
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
-        let mut cache = [Rewrite::<Key>::empty((u16::MAX, 0)); CACHE];
+        let mut cache = [Rewrite::<Key>::empty(NO_KEY); CACHE];
         let mut mtu_if = (u16::MAX, 0u16);
         let mut via_gso = 0u64;
         let pool = cx.pool;
@@ -185,15 +195,27 @@ impl Stage<Host> for Ip6Neighbour {
             let mut v = pool.get_mut(&mut p);
             let (out_if, adj, len, gso_type) =
                 (v.meta.out_if, v.meta.adj, v.meta.len, v.meta.gso_type);
-            let Some(dst) = v
-                .data()
-                .get(24..40)
-                .and_then(|a| <[u8; 16]>::try_from(a).ok())
-            else {
+            if usize::from(len) < wire6::HEADER_LEN {
                 out.drop(p, crate::ip6::input::reason::TRUNCATED);
                 continue;
+            }
+            // On link (no gateway), the next hop is the packet's own destination; through
+            // a gateway, the adjacency says it all (as `neighbour` keys IPv4's).
+            let on_link = if adj & ADJ_ON_LINK == 0 {
+                0
+            } else {
+                match v
+                    .data()
+                    .get(24..40)
+                    .and_then(|a| <[u8; 16]>::try_from(a).ok())
+                {
+                    Some(d) => u128::from_be_bytes(d),
+                    None => {
+                        out.drop(p, crate::ip6::input::reason::TRUNCATED);
+                        continue;
+                    }
+                }
             };
-            let dst = u128::from_be_bytes(dst);
             if out_if != mtu_if.0 {
                 let Some(i) = host.ifaces.get(usize::from(out_if)) else {
                     out.drop(p, netbatch_engine::reason::PORT_DOWN);
@@ -201,7 +223,7 @@ impl Stage<Host> for Ip6Neighbour {
                 };
                 mtu_if = (out_if, i.mtu);
             }
-            if len > mtu_if.1 && wire_len(v.meta) > usize::from(mtu_if.1) {
+            if len > mtu_if.1 && wire_len(v.data(), v.meta) > usize::from(mtu_if.1) {
                 if v.meta.flags & flag::ORIGINATED != 0 {
                     out.drop(p, reason::LOCAL_TOO_BIG);
                 } else {
@@ -211,16 +233,16 @@ impl Stage<Host> for Ip6Neighbour {
                 }
                 continue;
             }
-            let nh = if adj & ADJ_ON_LINK != 0 {
-                dst
-            } else {
-                host.routes6.hop(adj).map_or(0, |h| h.gateway)
-            };
-            let key = (out_if, nh);
-            let slot = ((nh as u32) ^ ((nh >> 96) as u32) ^ u32::from(out_if))
+            let key = (adj, out_if, on_link);
+            let slot = (adj ^ (on_link as u32) ^ ((on_link >> 96) as u32) ^ u32::from(out_if))
                 .wrapping_mul(0x9e37_79b9) as usize
                 >> (32 - CACHE_BITS);
             if cache[slot].key != key {
+                let nh = if adj & ADJ_ON_LINK != 0 {
+                    on_link
+                } else {
+                    host.routes6.hop(adj).map_or(0, |h| h.gateway)
+                };
                 match Self::resolve(host, cx, out_if, nh, out) {
                     Some(mac) => {
                         let iface = &host.ifaces[usize::from(out_if)];
@@ -243,10 +265,16 @@ impl Stage<Host> for Ip6Neighbour {
                     }
                 }
             }
-            match cache[slot].apply(&mut v, gso_type, &mut via_gso, GSO) {
-                Some(arc) => out.push(arc, p),
-                None => out.drop(p, netbatch_engine::reason::NO_HEADROOM),
+            let rw = &cache[slot];
+            if !rw.push_onto(&mut v) {
+                out.drop(p, netbatch_engine::reason::NO_HEADROOM);
+                continue;
             }
+            if u64::from(gso_type) | via_gso == 0 {
+                out.push(rw.arc(), p);
+                continue;
+            }
+            out.push(rw.detour(gso_type, &mut via_gso, GSO), p);
         }
     }
 }

@@ -88,27 +88,28 @@ pub(crate) struct Rewrite<K> {
     pub(crate) key: K,
     len: u8,
     arc: Next,
-    /// GSO kinds (bit per `gso` kind) the port takes whole.
-    gso_ok: u16,
+    /// GSO kinds the port takes whole: bit `kind - 1` per `gso` kind.
+    gso_ok: u8,
     bytes: [u8; MAX_HEADER_LEN],
 }
 
 /// The GSO kinds a port with `f` transmits whole, one bit per kind (the kernel's
 /// `skb_gso_ok`: a fraglist chain needs the list offload and the L4 one).
-pub(crate) fn gso_kinds(f: &crate::offload::Features) -> u16 {
+pub(crate) fn gso_kinds(f: &crate::offload::Features) -> u8 {
     use crate::meta::gso;
-    let mut k = 0u16;
+    let bit = |kind: u8| 1u8 << (kind - 1);
+    let mut k = 0u8;
     if f.tx_tcp_segmentation {
-        k |= (1 << gso::TCPV4) | (1 << gso::TCPV6);
+        k |= bit(gso::TCPV4) | bit(gso::TCPV6);
     }
     if f.tx_udp_segmentation {
-        k |= (1 << gso::UDPV4) | (1 << gso::UDPV6);
+        k |= bit(gso::UDPV4) | bit(gso::UDPV6);
     }
     if f.tx_gso_list && f.tx_tcp_segmentation {
-        k |= (1 << gso::FRAGLIST_TCPV4) | (1 << gso::FRAGLIST_TCPV6);
+        k |= bit(gso::FRAGLIST_TCPV4) | bit(gso::FRAGLIST_TCPV6);
     }
     if f.tx_gso_list && f.tx_udp_segmentation {
-        k |= (1 << gso::FRAGLIST_UDPV4) | (1 << gso::FRAGLIST_UDPV6);
+        k |= bit(gso::FRAGLIST_UDPV4) | bit(gso::FRAGLIST_UDPV6);
     }
     k
 }
@@ -141,7 +142,7 @@ impl<K: Copy> Rewrite<K> {
         dst: MacAddr,
         ethertype: EtherType,
         arc: Next,
-        gso_ok: u16,
+        gso_ok: u8,
     ) -> Self {
         let mut bytes = [0u8; MAX_HEADER_LEN];
         let len = write_header(&mut bytes, iface, dst, ethertype);
@@ -154,36 +155,43 @@ impl<K: Copy> Rewrite<K> {
         }
     }
 
-    /// Pushes the link header in front of packet `v` and chooses its arc: the port's, or
-    /// `gso` (the calling stage's arc to GSO) for a super-packet the port cannot take
-    /// whole and for everything after one for the same port in this list (`via_gso`, one
-    /// bit per arc modulo 64, the list's). `None` when the headroom is too small.
+    /// Pushes the link header in front of packet `v`; `false` when the headroom is too
+    /// small (the packet is unchanged).
     #[inline(always)]
-    pub(crate) fn apply(
-        &self,
-        v: &mut netbatch_engine::PktMut<'_>,
-        gso_type: u8,
-        via_gso: &mut u64,
-        gso: Next,
-    ) -> Option<Next> {
+    pub(crate) fn push_onto(&self, v: &mut netbatch_engine::PktMut<'_>) -> bool {
         let n = usize::from(self.len);
         match v.push(n) {
             // The untagged header is by far the most common: a fixed-size copy.
             Some(h) if n == 14 => h[..14].copy_from_slice(&self.bytes[..14]),
             Some(h) => h.copy_from_slice(&self.bytes[..n]),
-            None => return None,
+            None => return false,
         }
-        // The common case in one test: a plain packet, no detour taken in this list.
-        if u64::from(gso_type) | *via_gso == 0 {
-            return Some(self.arc);
-        }
-        // A super-packet the port cannot take whole is segmented first.
+        true
+    }
+
+    /// The port's transmit arc.
+    #[inline(always)]
+    pub(crate) fn arc(&self) -> Next {
+        self.arc
+    }
+
+    /// The arc of a packet of kind `gso_type` when a super-packet may be in the list
+    /// (`via_gso` not empty, or this one is): `gso` (the calling stage's arc to GSO) for a
+    /// super-packet the port cannot take whole and for everything after one for the same
+    /// port in this list (`via_gso`: one bit per arc modulo 64, the list's), else the
+    /// port's.
+    #[inline]
+    pub(crate) fn detour(&self, gso_type: u8, via_gso: &mut u64, gso: Next) -> Next {
         let kind = gso_type & crate::meta::gso::KIND;
         let bit = 1u64 << (self.arc.0 & 63);
-        if kind != 0 && self.gso_ok & 1u16.checked_shl(u32::from(kind)).unwrap_or(0) == 0 {
+        let ok = kind
+            .checked_sub(1)
+            .and_then(|b| 1u8.checked_shl(u32::from(b)))
+            .is_some_and(|b| self.gso_ok & b != 0);
+        if kind != 0 && !ok {
             *via_gso |= bit;
         }
-        Some(if *via_gso & bit != 0 { gso } else { self.arc })
+        if *via_gso & bit != 0 { gso } else { self.arc }
     }
 }
 
@@ -342,10 +350,23 @@ impl Stage<Host> for Neighbour {
                     }
                 }
             }
-            match cache[slot].apply(&mut v, gso_type, &mut via_gso, GSO) {
-                Some(arc) => out.push(arc, p),
-                None => out.drop(p, netbatch_engine::reason::NO_HEADROOM),
+            let rw = &cache[slot];
+            let n = usize::from(rw.len);
+            match v.push(n) {
+                // The untagged header is by far the most common: a fixed-size copy.
+                Some(h) if n == 14 => h[..14].copy_from_slice(&rw.bytes[..14]),
+                Some(h) => h.copy_from_slice(&rw.bytes[..n]),
+                None => {
+                    out.drop(p, netbatch_engine::reason::NO_HEADROOM);
+                    continue;
+                }
             }
+            // The common case in one test: a plain packet, no detour taken in this list.
+            if u64::from(gso_type) | via_gso == 0 {
+                out.push(rw.arc, p);
+                continue;
+            }
+            out.push(rw.detour(gso_type, &mut via_gso, GSO), p);
         }
     }
 }

@@ -449,6 +449,20 @@ pub type Routes = RoutesOf<V4>;
 /// The IPv6 routes.
 pub type Routes6 = RoutesOf<V6>;
 
+impl RoutesOf<V6> {
+    /// [`RoutesOf::lookup_hop`] for eight destinations into `found`, their FIB walks in
+    /// lockstep ([`crate::fib6::Fib6::lookup8`]) so that their memory loads overlap.
+    #[inline]
+    pub fn lookup_hop8(&self, dst: &[u128; 8], found: &mut [Option<(u32, Hop6)>; 8]) {
+        for (f, v) in found.iter_mut().zip(self.fib.lookup8(dst)) {
+            *f = v.and_then(|i| {
+                let h = *self.adj.hops.get(i as usize)?;
+                Some((Adjacencies::adj(i, &h), h))
+            });
+        }
+    }
+}
+
 impl<F: Family> Clone for RoutesOf<F> {
     fn clone(&self) -> Self {
         Self {

@@ -48,11 +48,14 @@ pub trait UdpIp: Send + 'static {
     const ZERO_CHECKSUM_IS_NONE: bool;
     /// The kind of a merged super-datagram of this family.
     const GSO_KIND: u8;
-    /// The destination bits of the IP header `d` starts with.
-    fn dst(d: &[u8]) -> Option<Self::Bits>;
-    /// The checksum accumulator of the pseudo-header of the IP header `d` starts with
-    /// (which [`Self::dst`] found whole) for a UDP length of `ulen`.
-    fn pseudo(d: &[u8], ulen: usize) -> u64;
+    /// A view of the fixed IP header.
+    type Header<'a>: Copy;
+    /// The fixed IP header `d` starts with, if whole.
+    fn header(d: &[u8]) -> Option<Self::Header<'_>>;
+    /// Its destination bits.
+    fn dst(h: &Self::Header<'_>) -> Self::Bits;
+    /// The checksum accumulator of its pseudo-header for a UDP length of `ulen`.
+    fn pseudo(h: &Self::Header<'_>, ulen: usize) -> u64;
     /// The socket for a datagram to `dst:port`.
     fn lookup(t: &Table, dst: Self::Bits, port: u16) -> Option<SocketId>;
     /// The `Meta::note` of the port unreachable error.
@@ -72,16 +75,21 @@ impl UdpIp for V4 {
     const ZERO_CHECKSUM_IS_NONE: bool = true;
     const GSO_KIND: u8 = gso::UDPV4;
 
+    type Header<'a> = netbatch_wire::ipv4::Ipv4Packet<&'a [u8; 20]>;
+
     #[inline(always)]
-    fn dst(d: &[u8]) -> Option<u32> {
-        crate::ip4::header(d).map(|ip| u32::from(ip.dst()))
+    fn header(d: &[u8]) -> Option<Self::Header<'_>> {
+        crate::ip4::header(d)
     }
 
     #[inline(always)]
-    fn pseudo(d: &[u8], ulen: usize) -> u64 {
-        crate::ip4::header(d).map_or(0, |ip| {
-            checksum::pseudo_header_v4(ip.src(), ip.dst(), Protocol::UDP.0, ulen as u16)
-        })
+    fn dst(h: &Self::Header<'_>) -> u32 {
+        u32::from(h.dst())
+    }
+
+    #[inline(always)]
+    fn pseudo(h: &Self::Header<'_>, ulen: usize) -> u64 {
+        checksum::pseudo_header_v4(h.src(), h.dst(), Protocol::UDP.0, ulen as u16)
     }
 
     #[inline(always)]
@@ -99,16 +107,21 @@ impl UdpIp for V6 {
     const ZERO_CHECKSUM_IS_NONE: bool = false;
     const GSO_KIND: u8 = gso::UDPV6;
 
+    type Header<'a> = netbatch_wire::ipv6::Ipv6Packet<&'a [u8; 40]>;
+
     #[inline(always)]
-    fn dst(d: &[u8]) -> Option<u128> {
-        crate::ip6::header(d).map(|ip| u128::from(ip.dst()))
+    fn header(d: &[u8]) -> Option<Self::Header<'_>> {
+        crate::ip6::header(d)
     }
 
     #[inline(always)]
-    fn pseudo(d: &[u8], ulen: usize) -> u64 {
-        crate::ip6::header(d).map_or(0, |ip| {
-            checksum::pseudo_header_v6(ip.src(), ip.dst(), Protocol::UDP.0, ulen as u32)
-        })
+    fn dst(h: &Self::Header<'_>) -> u128 {
+        u128::from(h.dst())
+    }
+
+    #[inline(always)]
+    fn pseudo(h: &Self::Header<'_>, ulen: usize) -> u64 {
+        checksum::pseudo_header_v6(h.src(), h.dst(), Protocol::UDP.0, ulen as u32)
     }
 
     #[inline(always)]
@@ -212,7 +225,7 @@ impl<F: UdpIp> UdpInputOf<F> {
         let chained = SUPER && v.meta.chain.is_some();
         let d = v.data();
         let ihl = crate::dissect::ihl(v.meta).unwrap_or(usize::MAX);
-        let Some(u) = d.get(ihl..) else {
+        let (Some(ip), Some(u)) = (F::header(d), d.get(ihl..)) else {
             out.drop(p, reason::TRUNCATED);
             return;
         };
@@ -231,10 +244,6 @@ impl<F: UdpIp> UdpInputOf<F> {
             out.drop(p, reason::BAD_LENGTH);
             return;
         }
-        let Some(dst) = F::dst(d) else {
-            out.drop(p, reason::TRUNCATED);
-            return;
-        };
         let dport = uh.dst_port();
         // The datagram's checksum, unless the device verified it (a zero one means none
         // over IPv4, RFC 768, and is refused over IPv6, RFC 8200 8.1).
@@ -244,11 +253,12 @@ impl<F: UdpIp> UdpInputOf<F> {
         }
         if uh.checksum() != 0
             && v.meta.flags & flag::L4_CSUM_OK == 0
-            && checksum::fold(checksum::sum(&u[..ulen], F::pseudo(d, ulen))) != 0xffff
+            && checksum::fold(checksum::sum(&u[..ulen], F::pseudo(&ip, ulen))) != 0xffff
         {
             out.drop(p, reason::CHECKSUM);
             return;
         }
+        let dst = F::dst(&ip);
         if ulen < ulen_avail {
             v.truncate(ihl + ulen);
         }

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::linux::netlink::messages;
+use netbatch_stack::route::{Multipath, NextHop, Route, Route6};
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::route::{RouteHeader, RouteProtocol, RouteScope};
@@ -338,7 +339,7 @@ fn route_kinds_map_or_are_skipped_with_a_reason() {
 fn routes_outside_the_mirrored_table_are_ignored() {
     let mut v6 = route_msg(RouteType::Unicast, 0, vec![RouteAttribute::Oif(2)]);
     v6.header.address_family = AddressFamily::Inet6;
-    assert_eq!(route_of(&v6, 254, iface), Err(Skip::NotIpv4));
+    assert_eq!(route_of(&v6, 254, iface), Err(Skip::OtherFamily));
     let mut tos = route_msg(RouteType::Unicast, 0, vec![RouteAttribute::Oif(2)]);
     tos.header.tos = 0x10;
     assert_eq!(route_of(&new_route(tos), 254, iface), Err(Skip::Tos));
@@ -382,7 +383,7 @@ const MAC: [u8; 6] = [0x02, 0, 0x5e, 0, 0x53, 0x07];
 /// and incomplete entries and deletions remove it; others are skipped with a reason.
 #[test]
 fn neighbours_follow_the_kernels_states() {
-    let set = Ok(NeighChange::Set(0, ip("192.0.2.7"), MacAddr(MAC)));
+    let set = Ok(NeighChange::Set(0, ip("192.0.2.7").into(), MacAddr(MAC)));
     for s in [
         NeighbourState::Permanent,
         NeighbourState::Reachable,
@@ -396,7 +397,7 @@ fn neighbours_follow_the_kernels_states() {
             "{s:?}"
         );
     }
-    let del = Ok(NeighChange::Delete(1, ip("192.0.2.7")));
+    let del = Ok(NeighChange::Delete(1, ip("192.0.2.7").into()));
     for s in [NeighbourState::Failed, NeighbourState::Incomplete] {
         assert_eq!(neighbour_of(&neigh(s, 3, None), false, iface), del, "{s:?}");
     }
@@ -455,7 +456,7 @@ fn the_kernels_own_bytes_for_a_neighbour_convert() {
     };
     assert_eq!(
         neighbour_of(&m, false, iface),
-        Ok(NeighChange::Set(0, ip("192.0.2.7"), MacAddr(MAC)))
+        Ok(NeighChange::Set(0, ip("192.0.2.7").into(), MacAddr(MAC)))
     );
 }
 
@@ -518,4 +519,243 @@ fn datagrams_are_framed_safely() {
     )));
     bad[28] = 200;
     assert!(messages(&bad)[0].is_err());
+}
+
+fn ip6(s: &str) -> Ipv6Addr {
+    s.parse().expect("address")
+}
+
+fn prefix6(s: &str) -> Ipv6Prefix {
+    s.parse().expect("prefix")
+}
+
+/// The bytes the kernel sends for `ip -6 route add 2001:db8:1::/48 via fe80::1 dev r1`
+/// (r1 = ifindex 2), field by field: nlmsghdr, rtmsg (AF_INET6 = 10), RTA_TABLE,
+/// RTA_DST (16 bytes), RTA_PRIORITY (IPv6 routes always carry one: 1024 by default),
+/// RTA_OIF, RTA_GATEWAY (16 bytes).
+#[test]
+fn the_kernels_own_bytes_for_an_ipv6_route_convert() {
+    #[rustfmt::skip]
+    let bytes: [u8; 92] = [
+        // nlmsghdr: length 92, RTM_NEWROUTE (24), NLM_F_CREATE|NLM_F_EXCL, seq 7, pid 0
+        92, 0, 0, 0,  24, 0,  0x00, 0x06,  7, 0, 0, 0,  0, 0, 0, 0,
+        // rtmsg: AF_INET6, dst_len 48, src_len 0, tos 0, table 254, RTPROT_BOOT,
+        // RT_SCOPE_UNIVERSE, RTN_UNICAST, flags 0
+        10, 48, 0, 0,  254, 3, 0, 1,  0, 0, 0, 0,
+        // RTA_TABLE (15) = 254
+        8, 0, 15, 0,  254, 0, 0, 0,
+        // RTA_DST (1) = 2001:db8:1::
+        20, 0, 1, 0,  0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0,  0, 0, 0, 0,  0, 0, 0, 0,
+        // RTA_PRIORITY (6) = 1024
+        8, 0, 6, 0,  0, 4, 0, 0,
+        // RTA_OIF (4) = 2
+        8, 0, 4, 0,  2, 0, 0, 0,
+        // RTA_GATEWAY (5) = fe80::1
+        20, 0, 5, 0,  0xfe, 0x80, 0, 0, 0, 0, 0, 0,  0, 0, 0, 0,  0, 0, 0, 1,
+    ];
+    let RouteNetlinkMessage::NewRoute(m) = inner(&bytes) else {
+        panic!("RTM_NEWROUTE parses as a new route");
+    };
+    let k = route6_of(&m, 254, iface).expect("main table");
+    assert_eq!(k.prefix, prefix6("2001:db8:1::/48"));
+    assert_eq!((k.metric, k.hops, k.partial), (1024, 1, None));
+    assert_eq!(
+        k.route,
+        Ok(Route6::new(
+            prefix6("2001:db8:1::/48"),
+            RouteKind::Unicast,
+            Some(0),
+            Some(ip6("fe80::1"))
+        ))
+    );
+    assert_eq!(
+        route_of(&m, 254, iface),
+        Err(Skip::OtherFamily),
+        "not an IPv4 route"
+    );
+}
+
+/// IPv6 routes: a multipath route with its weights (`ip -6 route add 2001:db8:5::/48
+/// nexthop via fe80::1 dev r1 nexthop via fe80::2 dev r2 weight 3`), the kernel's own
+/// `fe80::/64` per interface and multicast routes skipped with their reasons, an IPv4
+/// gateway on an IPv6 route (RFC 5549 goes the other way) left out, an IPv6 route in
+/// the IPv4 reading.
+#[test]
+fn ipv6_routes_convert_and_the_kernels_own_are_skipped() {
+    let route6 = |kind, dst: &str, len, attrs: Vec<RouteAttribute>| {
+        let mut m = route_msg(kind, len, attrs);
+        m.header.address_family = AddressFamily::Inet6;
+        m.attributes
+            .push(RouteAttribute::Destination(RouteAddress::Inet6(ip6(dst))));
+        m.attributes.push(RouteAttribute::Priority(1024));
+        new_route(m)
+    };
+    let hop = |gw: &str, ifindex, hops| {
+        let mut h = RouteNextHop::default();
+        h.hops = hops;
+        h.interface_index = ifindex;
+        h.attributes = vec![RouteAttribute::Gateway(RouteAddress::Inet6(ip6(gw)))];
+        h
+    };
+    let m = route6(
+        RouteType::Unicast,
+        "2001:db8:5::",
+        48,
+        vec![RouteAttribute::MultiPath(vec![
+            hop("fe80::1", 2, 0),
+            hop("fe80::2", 3, 2),
+        ])],
+    );
+    let k = route6_of(&m, 254, iface).expect("main");
+    let want = netbatch_stack::route::Multipath6::new(vec![
+        netbatch_stack::route::NextHop6 {
+            gateway: Some(ip6("fe80::1")),
+            out_if: 0,
+            weight: 1,
+        },
+        netbatch_stack::route::NextHop6 {
+            gateway: Some(ip6("fe80::2")),
+            out_if: 1,
+            weight: 3,
+        },
+    ])
+    .expect("two hops");
+    assert_eq!(
+        k.route,
+        Ok(Route6::multipath(prefix6("2001:db8:5::/48"), want))
+    );
+    assert_eq!(k.hops, 2);
+    // `fe80::/64 dev r1 proto kernel metric 256`: every interface has one.
+    let ll = route6(
+        RouteType::Unicast,
+        "fe80::",
+        64,
+        vec![RouteAttribute::Oif(2)],
+    );
+    assert_eq!(route6_of(&ll, 254, iface), Err(Skip::LinkLocal));
+    let mc = route6(
+        RouteType::Unicast,
+        "ff05::",
+        16,
+        vec![RouteAttribute::Oif(2)],
+    );
+    assert_eq!(route6_of(&mc, 254, iface), Err(Skip::LocalOrBroadcast));
+    // The kernel's connected route is a plain one (netbatch's own, once adopted).
+    let connected = route6(
+        RouteType::Unicast,
+        "2001:db8:a::",
+        64,
+        vec![RouteAttribute::Oif(2)],
+    );
+    assert_eq!(
+        route6_of(&connected, 254, iface).expect("main").route,
+        Ok(Route6::new(
+            prefix6("2001:db8:a::/64"),
+            RouteKind::Unicast,
+            Some(0),
+            None
+        ))
+    );
+    // (The parser refuses such bytes already: this message is built in memory.)
+    let mut v4gw = route_msg(
+        RouteType::Unicast,
+        48,
+        vec![
+            RouteAttribute::Destination(RouteAddress::Inet6(ip6("2001:db8:6::"))),
+            RouteAttribute::Oif(2),
+            RouteAttribute::Gateway(RouteAddress::Inet(ip("192.0.2.1"))),
+        ],
+    );
+    v4gw.header.address_family = AddressFamily::Inet6;
+    assert_eq!(
+        route6_of(&v4gw, 254, iface).expect("main").route,
+        Err(Skip::ForeignGateway)
+    );
+    let bh = route6(
+        RouteType::BlackHole,
+        "2001:db8:dead::",
+        48,
+        vec![RouteAttribute::Oif(1)],
+    );
+    assert_eq!(
+        route6_of(&bh, 254, iface).expect("main").route,
+        Ok(Route6::new(
+            prefix6("2001:db8:dead::/48"),
+            RouteKind::Blackhole,
+            None,
+            None
+        ))
+    );
+    let v4 = route_msg(RouteType::Unicast, 0, vec![RouteAttribute::Oif(2)]);
+    assert_eq!(
+        route6_of(&new_route(v4), 254, iface),
+        Err(Skip::OtherFamily)
+    );
+}
+
+/// An NDP entry (`ip -6 neigh add fe80::7 lladdr 02:00:5e:00:53:07 dev r1`) becomes an
+/// IPv6 static neighbour as an ARP entry becomes an IPv4 one; an IPv4 address in an
+/// IPv6 message is malformed; a bridge's (AF_BRIDGE) entry is another family's.
+#[test]
+fn ipv6_neighbours_convert() {
+    let mut m = NeighbourMessage::default();
+    m.header.family = AddressFamily::Inet6;
+    m.header.ifindex = 2;
+    m.header.state = NeighbourState::Permanent;
+    m.attributes
+        .push(NeighbourAttribute::Destination(NeighbourAddress::Inet6(
+            ip6("fe80::7"),
+        )));
+    m.attributes
+        .push(NeighbourAttribute::LinkLayerAddress(MAC.to_vec()));
+    let m = match roundtrip(RouteNetlinkMessage::NewNeighbour(m)) {
+        RouteNetlinkMessage::NewNeighbour(m) => m,
+        other => panic!("not a neighbour: {other:?}"),
+    };
+    assert_eq!(
+        neighbour_of(&m, false, iface),
+        Ok(NeighChange::Set(0, ip6("fe80::7").into(), MacAddr(MAC)))
+    );
+    assert_eq!(
+        neighbour_of(&m, true, iface),
+        Ok(NeighChange::Delete(0, ip6("fe80::7").into()))
+    );
+    let mut mixed = m.clone();
+    mixed.attributes = vec![NeighbourAttribute::Destination(NeighbourAddress::Inet(ip(
+        "192.0.2.7",
+    )))];
+    assert_eq!(neighbour_of(&mixed, false, iface), Err(Skip::Malformed));
+    let mut bridge = m;
+    bridge.header.family = AddressFamily::Bridge;
+    assert_eq!(neighbour_of(&bridge, false, iface), Err(Skip::OtherFamily));
+}
+
+/// An IPv6 address message gives the interface and address; a link-local address is
+/// the interface's own in netbatch, so skipped.
+#[test]
+fn ipv6_addresses_convert_but_link_local_ones() {
+    let msg = |a: &str, len| {
+        let mut m = AddressMessage::default();
+        m.header.family = AddressFamily::Inet6;
+        m.header.index = 2;
+        m.header.prefix_len = len;
+        m.attributes
+            .push(AddressAttribute::Address(IpAddr::V6(ip6(a))));
+        m
+    };
+    assert_eq!(
+        address6_of(&msg("2001:db8:a::1", 64)),
+        Ok((
+            2,
+            If6Addr {
+                addr: ip6("2001:db8:a::1"),
+                len: 64
+            }
+        ))
+    );
+    assert_eq!(address6_of(&msg("fe80::1", 64)), Err(Skip::LinkLocal));
+    assert_eq!(
+        address_of(&msg("2001:db8:a::1", 64)),
+        Err(Skip::OtherFamily)
+    );
 }

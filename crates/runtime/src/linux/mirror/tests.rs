@@ -4,6 +4,10 @@
 //! an appended alias is unused) and the mirror's ownership rule.
 
 use super::*;
+use core::net::Ipv4Addr;
+use netbatch_stack::route::{Route, Routes};
+
+use crate::control::RouteChange;
 use netbatch_stack::route::RouteKind;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
@@ -47,7 +51,7 @@ fn state_with(pairs: bool) -> State {
 /// `IFA_LOCAL` and `IFA_ADDRESS`, or IPv6 with `IFA_ADDRESS` only).
 fn address(add: bool, index: u32, a: &str, len: u8) -> RouteNetlinkMessage {
     use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-    let ip: std::net::IpAddr = a.parse().expect("address");
+    let ip: IpAddr = a.parse().expect("address");
     let mut m = AddressMessage::default();
     m.header.index = index;
     m.header.prefix_len = len;
@@ -76,37 +80,70 @@ fn link_mtu(index: u32, name: &str, mtu: u32) -> RouteNetlinkMessage {
     RouteNetlinkMessage::NewLink(m)
 }
 
-/// With host interface pairs, the IPv4 addresses and MTU of a kernel interface named as
-/// a netbatch interface are handed over whole when they change (as `ip addr` and `ip
-/// link set mtu` change them); a repeated message, another interface's or an IPv6
-/// address changes nothing; a deletion asks for a resync (the kernel drops routes
-/// through the subnet silently), after which every interface is handed over again from
-/// the dump. Without pairs, addresses are not followed at all.
+/// With host interface pairs, the IPv4 and IPv6 addresses and MTU of a kernel interface
+/// named as a netbatch interface are handed over whole when they change (as `ip addr`
+/// and `ip link set mtu` change them); a repeated message, another interface's or a
+/// link-local IPv6 address (the kernel's own) changes nothing; an IPv4 deletion asks
+/// for a resync (the kernel drops routes through the subnet silently), after which
+/// every interface is handed over again from the dump; an IPv6 deletion (whose prefix
+/// route goes with a notification) hands the interface over. Without pairs, addresses
+/// are not followed at all.
 #[test]
 fn pairs_follow_addresses_and_mtu() {
     let ifa = |a: &str, len| IfAddr { addr: ip(a), len };
+    let ifa6 = |a: &str, len| If6Addr {
+        addr: a.parse().expect("address"),
+        len,
+    };
+    let change = |iface, addrs: Vec<IfAddr>, addrs6: Vec<If6Addr>, mtu| IfaceChange {
+        iface,
+        addrs,
+        addrs6,
+        mtu,
+    };
     let mut s = state_with(true);
     // The links themselves mark their interfaces: handed over with no address yet.
     assert_eq!(
         s.iface_changes(),
-        vec![(0, vec![], None), (1, vec![], None)]
+        vec![
+            change(0, vec![], vec![], None),
+            change(1, vec![], vec![], None)
+        ]
     );
     s.notified(&address(true, 2, "192.0.2.1", 24), 0);
     s.notified(&address(true, 2, "192.0.2.1", 24), 0);
     s.notified(&address(true, 4, "203.0.113.9", 24), 0);
-    s.notified(&address(true, 2, "2001:db8::1", 64), 0);
+    s.notified(&address(true, 2, "fe80::1", 64), 0);
     assert_eq!(
         s.iface_changes(),
-        vec![(0, vec![ifa("192.0.2.1", 24)], None)]
+        vec![change(0, vec![ifa("192.0.2.1", 24)], vec![], None)]
     );
     assert!(s.iface_changes().is_empty(), "nothing more changed");
+    s.notified(&address(true, 2, "2001:db8::1", 64), 0);
+    s.notified(&address(true, 2, "2001:db8::1", 64), 0);
     s.notified(&address(true, 2, "198.51.100.1", 25), 0);
     s.notified(&link_mtu(2, "r1", 1400), 0);
     assert_eq!(
         s.iface_changes(),
-        vec![(
+        vec![change(
             0,
             vec![ifa("192.0.2.1", 24), ifa("198.51.100.1", 25)],
+            vec![ifa6("2001:db8::1", 64)],
+            Some(1400)
+        )]
+    );
+    s.notified(&address(false, 2, "2001:db8::1", 64), 0);
+    assert_eq!(
+        s.take_resync(),
+        None,
+        "an IPv6 deletion is notified route by route"
+    );
+    assert_eq!(
+        s.iface_changes(),
+        vec![change(
+            0,
+            vec![ifa("192.0.2.1", 24), ifa("198.51.100.1", 25)],
+            vec![],
             Some(1400)
         )]
     );
@@ -116,17 +153,19 @@ fn pairs_follow_addresses_and_mtu() {
     s.dumped(&link_mtu(2, "r1", 1400), 0);
     s.dumped(&link(3, "r2", true), 0);
     s.dumped(&address(true, 2, "198.51.100.1", 25), 0);
+    s.dumped(&address(true, 3, "2001:db8:b::1", 64), 0);
     s.end_resync();
     assert_eq!(
         s.iface_changes(),
         vec![
-            (0, vec![ifa("198.51.100.1", 25)], Some(1400)),
-            (1, vec![], None)
+            change(0, vec![ifa("198.51.100.1", 25)], vec![], Some(1400)),
+            change(1, vec![], vec![ifa6("2001:db8:b::1", 64)], None)
         ]
     );
 
     let mut off = state_with(false);
     off.notified(&address(true, 2, "192.0.2.1", 24), 0);
+    off.notified(&address(true, 2, "2001:db8::1", 64), 0);
     off.notified(&link_mtu(2, "r1", 1400), 0);
     assert!(off.iface_changes().is_empty());
 }
@@ -179,7 +218,7 @@ fn via(p: &str, gw: &str, out_if: u16) -> Route {
 /// Plans changes against `t`, applies them to it as the control plane would, and
 /// records them; returns the changes.
 fn sync(s: &mut State, t: &mut Routes) -> Vec<RouteChange> {
-    let plan = s.route_changes(t);
+    let plan = s.route_changes::<V4>(t);
     for c in &plan.changes {
         match c {
             RouteChange::Replace(r) => t.insert(r.clone()).expect("room"),
@@ -416,24 +455,309 @@ fn neighbours_are_set_changed_and_deleted_once() {
     s.notified(&neigh(2, "192.0.2.7", Some(m1), false), 0);
     assert_eq!(
         run(&mut s),
-        vec![NeighChange::Set(0, ip("192.0.2.7"), MacAddr(m1))]
+        vec![NeighChange::Set(0, ip("192.0.2.7").into(), MacAddr(m1))]
     );
     s.notified(&neigh(2, "192.0.2.7", Some(m1), false), 0);
     assert_eq!(run(&mut s), vec![]);
     s.notified(&neigh(2, "192.0.2.7", Some(m2), false), 0);
     assert_eq!(
         run(&mut s),
-        vec![NeighChange::Set(0, ip("192.0.2.7"), MacAddr(m2))]
+        vec![NeighChange::Set(0, ip("192.0.2.7").into(), MacAddr(m2))]
     );
     s.notified(&neigh(2, "192.0.2.7", None, false), 0);
-    assert_eq!(run(&mut s), vec![NeighChange::Delete(0, ip("192.0.2.7"))]);
+    assert_eq!(
+        run(&mut s),
+        vec![NeighChange::Delete(0, ip("192.0.2.7").into())]
+    );
     s.notified(&neigh(3, "198.51.100.9", Some(m1), false), 0);
     assert_eq!(run(&mut s).len(), 1);
     s.begin_resync();
     s.end_resync();
     assert_eq!(
         run(&mut s),
-        vec![NeighChange::Delete(1, ip("198.51.100.9"))]
+        vec![NeighChange::Delete(1, ip("198.51.100.9").into())]
     );
     assert_eq!((s.stats.neighbours_set, s.stats.neighbours_deleted), (3, 2));
+}
+
+fn ip6(s: &str) -> core::net::Ipv6Addr {
+    s.parse().expect("address")
+}
+
+fn pfx6(s: &str) -> Ipv6Prefix {
+    s.parse().expect("prefix")
+}
+
+/// An IPv6 route message: `ip -6 route add PREFIX [via GW] dev (ifindex) metric M`, or
+/// with several next hops `(GW, ifindex)` (RTA_MULTIPATH, as the kernel notifies a
+/// multipath route).
+fn route6(p: &str, hops: &[(Option<&str>, u32)], metric: u32) -> RouteMessage {
+    use netbatch_stack::route::Family;
+    let p = pfx6(p);
+    let mut m = RouteMessage::default();
+    m.header = RouteHeader {
+        address_family: AddressFamily::Inet6,
+        destination_prefix_length: V6::prefix_len(&p),
+        table: 254,
+        kind: RouteType::Unicast,
+        ..RouteHeader::default()
+    };
+    m.attributes = vec![
+        RouteAttribute::Destination(RouteAddress::Inet6(p.addr())),
+        RouteAttribute::Priority(metric),
+    ];
+    let gw = |g: Option<&str>| g.map(|g| RouteAttribute::Gateway(RouteAddress::Inet6(ip6(g))));
+    match hops {
+        [(g, oif)] => {
+            m.attributes.push(RouteAttribute::Oif(*oif));
+            m.attributes.extend(gw(*g));
+        }
+        many => {
+            let v = many
+                .iter()
+                .map(|(g, oif)| {
+                    let mut h = netlink_packet_route::route::RouteNextHop::default();
+                    h.interface_index = *oif;
+                    h.attributes.extend(gw(*g));
+                    h
+                })
+                .collect();
+            m.attributes.push(RouteAttribute::MultiPath(v));
+        }
+    }
+    m
+}
+
+fn via6(p: &str, gw: &str, out_if: u16) -> netbatch_stack::route::Route6 {
+    netbatch_stack::route::Route6::new(pfx6(p), RouteKind::Unicast, Some(out_if), Some(ip6(gw)))
+}
+
+fn multipath6(p: &str, hops: &[(&str, u16)]) -> netbatch_stack::route::Route6 {
+    use netbatch_stack::route::{Multipath6, NextHop6, Route6};
+    let hops = hops
+        .iter()
+        .map(|&(g, out_if)| NextHop6 {
+            gateway: Some(ip6(g)),
+            out_if,
+            weight: 1,
+        })
+        .collect();
+    Route6::multipath(pfx6(p), Multipath6::new(hops).expect("next hops"))
+}
+
+/// [`sync`] for the IPv6 table.
+fn sync6(
+    s: &mut State,
+    t: &mut netbatch_stack::route::Routes6,
+) -> Vec<crate::control::RouteChange6> {
+    let plan = s.route_changes::<V6>(t);
+    for c in &plan.changes {
+        match c {
+            RouteChangeOf::Replace(r) => t.insert(r.clone()).expect("room"),
+            RouteChangeOf::Delete(p) => {
+                t.remove(*p);
+            }
+        }
+    }
+    s.routes_applied(&plan.changes, &plan.existed);
+    plan.changes
+}
+
+/// IPv6 routes are mirrored into the IPv6 table as IPv4 ones into the IPv4 table, and
+/// neither family's notifications plan changes in the other's; the kernel's own
+/// `fe80::/64` of each interface is skipped and counted, never mirrored.
+#[test]
+fn ipv6_notifications_change_the_ipv6_table_only() {
+    use crate::control::RouteChange6;
+    let (mut s, mut t, mut t6) = (
+        state(),
+        Routes::new(),
+        netbatch_stack::route::Routes6::new(),
+    );
+    let a = route6("2001:db8:5::/48", &[(Some("fe80::1"), 2)], 1024);
+    s.notified(&add(&a), 0);
+    s.notified(&add(&route6("fe80::/64", &[(None, 2)], 256)), 0);
+    assert_eq!(sync(&mut s, &mut t), vec![], "nothing for IPv4");
+    assert_eq!(
+        sync6(&mut s, &mut t6),
+        vec![RouteChange6::Replace(via6("2001:db8:5::/48", "fe80::1", 0))]
+    );
+    assert_eq!(s.stats.skipped.get("link_local"), Some(&1));
+    assert_eq!((s.owned().0, s.owned().1, s.stats.routes_added), (0, 1, 1));
+    let b = route6("2001:db8:5::/48", &[(Some("fe80::2"), 3)], 1024);
+    s.notified(&add(&b), 0x100);
+    s.notified(&add(&route("10.0.0.0/8", Some("192.0.2.2"), 2, 0)), 0);
+    assert_eq!(
+        sync6(&mut s, &mut t6),
+        vec![RouteChange6::Replace(via6("2001:db8:5::/48", "fe80::2", 1))]
+    );
+    assert_eq!(
+        sync(&mut s, &mut t),
+        vec![RouteChange::Replace(via("10.0.0.0/8", "192.0.2.2", 0))]
+    );
+    s.notified(&del(&b), 0);
+    assert_eq!(
+        sync6(&mut s, &mut t6),
+        vec![RouteChange6::Delete(pfx6("2001:db8:5::/48"))]
+    );
+    assert_eq!((s.owned().0, s.owned().1), (1, 0));
+}
+
+/// The kernel keeps an IPv6 multipath route as siblings (as `ip monitor` shows on
+/// Linux 6.x): `ip -6 route append` of a next hop is notified as the merged route,
+/// which replaces the mirrored one (a dump of it, its next hops in another order, is
+/// the same route); `ip -6 route del PREFIX via A` of one next hop is
+/// notified as that next hop alone, which asks for a resync, after which the route has
+/// the next hops left; the deletion of the whole route deletes it. An appended route
+/// the kernel does not merge (no gateway) is an unused alias, as for IPv4.
+#[test]
+fn ipv6_sibling_routes_follow_the_kernel() {
+    use crate::control::RouteChange6;
+    let (mut s, mut t6) = (state(), netbatch_stack::route::Routes6::new());
+    let p = "2001:db8:5::/48";
+    let two = route6(p, &[(Some("fe80::1"), 2), (Some("fe80::2"), 3)], 1024);
+    s.notified(&add(&two), 0);
+    assert_eq!(
+        sync6(&mut s, &mut t6),
+        vec![RouteChange6::Replace(multipath6(
+            p,
+            &[("fe80::1", 0), ("fe80::2", 1)]
+        ))]
+    );
+    // As Linux 6.x notifies it: the appended next hop first.
+    let three = route6(
+        p,
+        &[
+            (Some("2001:db8:a::9"), 2),
+            (Some("fe80::1"), 2),
+            (Some("fe80::2"), 3),
+        ],
+        1024,
+    );
+    s.notified(&add(&three), NLM_F_APPEND);
+    assert_eq!(
+        sync6(&mut s, &mut t6),
+        vec![RouteChange6::Replace(multipath6(
+            p,
+            &[("2001:db8:a::9", 0), ("fe80::1", 0), ("fe80::2", 1)]
+        ))]
+    );
+    assert_eq!(s.stats.skipped.get("appended_alias"), None);
+    // A dump lists the siblings in the order they were added: the same route.
+    let dump = |s: &mut State, routes: &[&RouteMessage]| {
+        s.begin_resync();
+        for (i, n) in [(2, "r1"), (3, "r2")] {
+            s.dumped(&link(i, n, true), 0);
+        }
+        for r in routes {
+            s.dumped(&add(r), 0);
+        }
+        s.end_resync();
+    };
+    let dumped = route6(
+        p,
+        &[
+            (Some("fe80::1"), 2),
+            (Some("fe80::2"), 3),
+            (Some("2001:db8:a::9"), 2),
+        ],
+        1024,
+    );
+    dump(&mut s, &[&dumped]);
+    assert_eq!(sync6(&mut s, &mut t6), vec![], "the order is not a change");
+    s.notified(&del(&route6(p, &[(Some("fe80::2"), 3)], 1024)), 0);
+    assert_eq!(s.take_resync(), Some("IPv6 next hop deleted"));
+    assert_eq!(sync6(&mut s, &mut t6), vec![], "nothing before the dump");
+    let left = route6(p, &[(Some("fe80::1"), 2), (Some("2001:db8:a::9"), 2)], 1024);
+    dump(&mut s, &[&left]);
+    let want = multipath6(p, &[("2001:db8:a::9", 0), ("fe80::1", 0)]);
+    assert_eq!(sync6(&mut s, &mut t6), vec![RouteChange6::Replace(want)]);
+    s.notified(&del(&left), 0);
+    assert_eq!(s.take_resync(), None);
+    assert_eq!(sync6(&mut s, &mut t6), vec![RouteChange6::Delete(pfx6(p))]);
+    // Not merged: a second route without a gateway for the same key.
+    let q = "2001:db8:6::/48";
+    s.notified(&add(&route6(q, &[(None, 2)], 1024)), 0);
+    s.notified(&add(&route6(q, &[(None, 3)], 1024)), NLM_F_APPEND);
+    assert_eq!(
+        sync6(&mut s, &mut t6),
+        vec![RouteChange6::Replace(netbatch_stack::route::Route6::new(
+            pfx6(q),
+            RouteKind::Unicast,
+            Some(0),
+            None
+        ))]
+    );
+    assert_eq!(s.stats.skipped.get("appended_alias"), Some(&1));
+}
+
+/// A resync carries the mirror's ownership of IPv6 routes too: what the dump no longer
+/// has is deleted, in the IPv6 table only.
+#[test]
+fn a_resync_deletes_ipv6_routes_the_kernel_lost() {
+    use crate::control::RouteChange6;
+    let (mut s, mut t, mut t6) = (
+        state(),
+        Routes::new(),
+        netbatch_stack::route::Routes6::new(),
+    );
+    let keep4 = route("10.1.0.0/16", Some("192.0.2.2"), 2, 0);
+    let keep6 = route6("2001:db8:1::/48", &[(Some("fe80::1"), 2)], 1024);
+    let gone6 = route6("2001:db8:2::/48", &[(Some("fe80::1"), 2)], 1024);
+    for m in [&keep4, &keep6, &gone6] {
+        s.notified(&add(m), 0);
+    }
+    assert_eq!(
+        (sync(&mut s, &mut t).len(), sync6(&mut s, &mut t6).len()),
+        (1, 2)
+    );
+    s.begin_resync();
+    for (i, n) in [(2, "r1"), (3, "r2")] {
+        s.dumped(&link(i, n, true), 0);
+    }
+    s.dumped(&add(&keep4), 0);
+    s.dumped(&add(&keep6), 0);
+    s.end_resync();
+    assert_eq!(sync(&mut s, &mut t), vec![]);
+    assert_eq!(
+        sync6(&mut s, &mut t6),
+        vec![RouteChange6::Delete(pfx6("2001:db8:2::/48"))]
+    );
+    assert_eq!(s.owned(), (1, 1, 0));
+}
+
+/// IPv6 (NDP) neighbours are set and deleted as ARP ones, beside them.
+#[test]
+fn ipv6_neighbours_are_set_and_deleted() {
+    let mut s = state();
+    let m1 = [2, 0, 0, 0, 0, 1];
+    let mut n6 = NeighbourMessage::default();
+    n6.header.family = AddressFamily::Inet6;
+    n6.header.ifindex = 3;
+    n6.header.state = NeighbourState::Stale;
+    n6.attributes
+        .push(NeighbourAttribute::Destination(NeighbourAddress::Inet6(
+            ip6("fe80::9"),
+        )));
+    n6.attributes
+        .push(NeighbourAttribute::LinkLayerAddress(m1.to_vec()));
+    s.notified(&RouteNetlinkMessage::NewNeighbour(n6.clone()), 0);
+    s.notified(&neigh(2, "192.0.2.7", Some(m1), false), 0);
+    let mut got = s.neighbour_changes();
+    got.sort_by_key(|c| format!("{c:?}"));
+    assert_eq!(
+        got,
+        vec![
+            NeighChange::Set(0, ip("192.0.2.7").into(), MacAddr(m1)),
+            NeighChange::Set(1, ip6("fe80::9").into(), MacAddr(m1)),
+        ]
+    );
+    for c in got {
+        s.neighbour_applied(c);
+    }
+    s.notified(&RouteNetlinkMessage::DelNeighbour(n6), 0);
+    assert_eq!(
+        s.neighbour_changes(),
+        vec![NeighChange::Delete(1, ip6("fe80::9").into())]
+    );
 }

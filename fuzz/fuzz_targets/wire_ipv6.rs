@@ -1,0 +1,4 @@
+//! The `wire_ipv6` target: [`netbatch_fuzzing::wire_ipv6`] on each input.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| netbatch_fuzzing::wire_ipv6(data));

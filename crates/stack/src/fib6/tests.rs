@@ -187,6 +187,34 @@ fn chain_of_every_length() {
     fib.check_invariants();
 }
 
+/// Eight lanes whose walks end at different depths, on either side of bit 64 (where
+/// `lookup8` moves to the addresses' low halves), in one batch and in every rotation:
+/// each lane gets its own answer, a lane that has left the tree staying out while the
+/// others go on.
+#[test]
+fn lockstep_lanes_of_mixed_depths() {
+    let base = a("2a00:1450:4007:80f::200e");
+    let route = |l: u8| Ipv6Prefix::truncating(base.into(), l);
+    let leave = |l: u8| base ^ (1u128 << (127 - u32::from(l)));
+    // Routes at every third length: an address leaving the chain at bit `l` matches
+    // the longest of them no longer than `l`.
+    let fib = Fib6::from_routes((0..=128u8).step_by(3).map(|l| (route(l), u32::from(l)))).unwrap();
+    let lens = [128u8, 0, 64, 17, 63, 100, 22, 58];
+    for r in 0..8 {
+        let l = |i: usize| lens[(i + r) % 8];
+        let addrs: [u128; 8] = std::array::from_fn(|i| match l(i) {
+            128 => base,
+            l => leave(l),
+        });
+        let got = fib.lookup8(&addrs);
+        for i in 0..8 {
+            let want = Some(u32::from(l(i).min(126)) / 3 * 3);
+            assert_eq!(got[i], want, "lane {i} leaving at {}", l(i));
+            assert_eq!(fib.lookup(addrs[i]), want);
+        }
+    }
+}
+
 #[test]
 fn replace_get_len_and_iteration() {
     let mut fib = Fib6::new();

@@ -40,6 +40,9 @@ const MAX_BLOCK: usize = 64;
 // First-stage keys fit a `u32` (and its table a few MiB); six bits per node give 64
 // children and 63 prefix positions: one `u64` map each.
 const _: () = assert!(DIRECT_BITS <= 24 && STRIDE == 6);
+// `Fib6::lookup8` reads a level's six bits from one half of the address: no node depth
+// (`DIRECT_BITS + STRIDE * k`) has its six bits straddle bit 64.
+const _: () = assert!((64 - DIRECT_BITS).is_multiple_of(STRIDE));
 
 /// A trie node (24 bytes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -83,6 +86,14 @@ const MATCH: [u64; 64] = {
 #[inline(always)]
 fn rank(bits: u64, i: u32) -> u32 {
     (bits & ((1u64 << i) - 1)).count_ones()
+}
+
+/// Number of set bits of `bits` at or below bit `63 - z` (`z < 64`): [`rank`] of the
+/// bit above, by a shift that moves it to the top (a shift and a count, where a mask
+/// takes three more instructions).
+#[inline(always)]
+fn rank_to_top(bits: u64, z: u32) -> u32 {
+    (bits << z).count_ones()
 }
 
 /// Address bits `[d, d + 6)` of `a` (zeros past bit 127).
@@ -374,51 +385,98 @@ impl Fib6 {
     /// `a` (which it consumes) in `best`, returns the child to visit or 0.
     #[inline(always)]
     fn step(&self, n: u32, a: &mut u128, best: &mut u32) -> u32 {
+        let c = (*a >> 122) as u32;
+        *a <<= STRIDE;
+        self.step_chunk(n, c, best)
+    }
+
+    /// [`Fib6::step`] given the node's six address bits `c` (below 64).
+    #[inline(always)]
+    fn step_chunk(&self, n: u32, c: u32, best: &mut u32) -> u32 {
         let Some(node) = self.nodes.get(n as usize) else {
             return 0;
         };
-        let c = (*a >> 122) as u32;
-        *a <<= STRIDE;
-        let m = node.internal & MATCH[(c & 63) as usize];
+        let c = c & 63;
+        let m = node.internal & MATCH[c as usize];
         if m != 0 {
-            let pos = 63 - m.leading_zeros();
-            let r = node.result_base.wrapping_add(rank(node.internal, pos));
+            // The longest match is m's highest set bit: shifted to bit 63, it and the
+            // positions below it remain, and they count its value's index plus one.
+            let r = node
+                .result_base
+                .wrapping_add(rank_to_top(node.internal, m.leading_zeros()))
+                .wrapping_sub(1);
             if let Some(&v) = self.results.get(r as usize) {
                 *best = v;
             }
         }
-        if node.children & (1 << c) == 0 {
-            0
+        // Children `c` and below, child `c` at bit 63 (the sign): set when it exists,
+        // and then the count less one is its rank.
+        let upto = node.children << (63 - c);
+        if (upto as i64) < 0 {
+            node.child_base
+                .wrapping_add(upto.count_ones())
+                .wrapping_sub(1)
         } else {
-            node.child_base.wrapping_add(rank(node.children, c))
+            0
         }
     }
 
     /// Eight lookups walked in lockstep, so that their memory loads overlap.
+    ///
+    /// The lanes descend one level at a time together, so they share the level's
+    /// depth: each lane's six bits are read from its address's high or low half by the
+    /// same shift (node depths are `16 + 6k`: 16 to 58 lie in the high half, 64 to 124
+    /// in the low one, none straddles), rather than each lane shifting its own 128-bit
+    /// remainder and keeping it.
     #[inline]
     pub fn lookup8(&self, addrs: &[u128; 8]) -> [Option<u32>; 8] {
         let mut best = [NONE; 8];
         let mut node = [0u32; 8];
-        let mut a = [0u128; 8];
+        let mut hi = [0u64; 8];
+        let mut lo = [0u64; 8];
         for i in 0..8 {
             let slot = self.slot(addrs[i]);
             best[i] = slot.value;
             node[i] = slot.node;
-            a[i] = addrs[i] << DIRECT_BITS;
+            hi[i] = (addrs[i] >> 64) as u64;
+            lo[i] = addrs[i] as u64;
         }
-        loop {
-            let mut live = 0;
-            for i in 0..8 {
-                if node[i] != 0 {
-                    node[i] = self.step(node[i], &mut a[i], &mut best[i]);
-                    live |= node[i];
-                }
+        let mut d = DIRECT_BITS;
+        while d < 64 {
+            if !self.level8(&mut node, &hi, d, &mut best) {
+                return best.map(decode);
             }
-            if live == 0 {
+            d += STRIDE;
+        }
+        while d < 128 {
+            if !self.level8(&mut node, &lo, d - 64, &mut best) {
                 break;
             }
+            d += STRIDE;
         }
         best.map(decode)
+    }
+
+    /// One level of [`Fib6::lookup8`]: each lane still in the tree steps through its
+    /// node, with the six bits at `shift` (at most 58) of its half-address `bits[i]`.
+    /// Whether any lane is left in the tree.
+    #[inline(always)]
+    fn level8(
+        &self,
+        node: &mut [u32; 8],
+        bits: &[u64; 8],
+        shift: u32,
+        best: &mut [u32; 8],
+    ) -> bool {
+        let mut live = 0;
+        for i in 0..8 {
+            if node[i] != 0 {
+                let c = ((bits[i] << shift) >> (64 - STRIDE)) as u32;
+                node[i] = self.step_chunk(node[i], c, &mut best[i]);
+                live |= node[i];
+            }
+        }
+        live != 0
     }
 
     /// Looks up `addrs[i]` into `out[i]` for `i < min(addrs.len(), out.len())`, eight

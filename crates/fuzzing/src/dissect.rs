@@ -2,7 +2,8 @@
 //!
 //! What `dissect::parse` records must equal a second walk of the headers through the wire
 //! views (Ethernet, up to two tags, an IPv4 header whose length check passes and whose
-//! version is 4); its offsets stay inside the frame. The packet path (`frame`, in a pool
+//! version is 4) and, for IPv6, by hand over the bytes (the fixed header and the
+//! extension header chain to the upper layer); its offsets stay inside the frame. The packet path (`frame`, in a pool
 //! buffer at an offset taken from the input) records the same, again after the record is
 //! cleared, and after the link header is pulled the offsets move by its length. Every
 //! reader of the record (ports, flow key and hash, TCP flags, ICMP type, VLAN ids, the
@@ -10,11 +11,12 @@
 //! places say, and nothing where the documentation says there is nothing.
 
 use std::cell::RefCell;
+use std::net::Ipv6Addr;
 use std::sync::OnceLock;
 
 use netbatch_engine::{BufCache, Pkt, Pool, PoolConfig};
 use netbatch_stack::dissect::{
-    self, Dissected, FlowKey, L3, L4, MatchKey, icmp_type, ports, tcp_flags, vids,
+    self, Dissected, FlowKey, FlowKey6, L3, L4, MatchKey, icmp_type, ports, tcp_flags, vids,
 };
 use netbatch_stack::meta::flag;
 use netbatch_wire::ethernet::{EtherType, EthernetFrame};
@@ -76,7 +78,76 @@ fn walk(d: &[u8]) -> (Dissected, Vec<u16>) {
         r.l4 = (l2 + ip.header_len()) as u16;
         r.l4_type = ip.protocol().0;
     }
+    if r.l3_type == L3::Ipv6 {
+        walk6(rest, l2, &mut r);
+    }
     (r, vids)
+}
+
+/// The second reading of an IPv6 packet `ip` (starting `l2` bytes into the frame), over
+/// its bytes by hand: the fixed header (40 bytes, version 6), then the extension headers
+/// of RFC 8200 4 within the payload length and the frame, at most 8 of them and 256
+/// bytes: Hop-by-Hop (only first), Routing and Destination Options (8-byte units after
+/// the first 8), Fragment (8 bytes; one with a non-zero offset ends the walk, its next
+/// header being the upper layer), Authentication (RFC 4302 2.2: 4-byte units plus 2).
+/// The mobility, HIP, shim6 and experimental values are refused: no upper layer. The
+/// first Fragment header says whether the packet is a fragment (an atomic one, offset 0
+/// and M clear, is not: RFC 6946) and whether it is a later one.
+fn walk6(ip: &[u8], l2: usize, r: &mut Dissected) {
+    if ip.len() < 40 || ip[0] >> 4 != 6 {
+        return;
+    }
+    let payload = usize::from(u16::from_be_bytes([ip[4], ip[5]]));
+    let bytes = &ip[..ip.len().min(40 + payload)];
+    let mut next = ip[6];
+    let mut at = 40;
+    let mut headers = 0;
+    let mut first_fragment: Option<(u16, bool)> = None;
+    let found = |r: &mut Dissected, at: usize, next: u8, frag: Option<(u16, bool)>| {
+        r.l4 = (l2 + at) as u16;
+        r.l4_type = next;
+        if let Some((offset, more)) = frag
+            && (offset != 0 || more)
+        {
+            r.flags |= flag::FRAG6;
+            if offset != 0 {
+                r.flags |= flag::FRAG6_LATER;
+            }
+        }
+    };
+    loop {
+        match next {
+            0 if at != 40 => return,
+            0 | 43 | 44 | 51 | 60 => {}
+            135 | 139 | 140 | 253 | 254 => return,
+            upper => return found(r, at, upper, first_fragment),
+        }
+        if headers == 8 {
+            return;
+        }
+        let Some(&len_byte) = bytes.get(at + 1) else {
+            return;
+        };
+        let len = match next {
+            44 => 8,
+            51 => (usize::from(len_byte) + 2) * 4,
+            _ => (usize::from(len_byte) + 1) * 8,
+        };
+        if at + len - 40 > 256 || at + len > bytes.len() {
+            return;
+        }
+        headers += 1;
+        if next == 44 {
+            let offset = u16::from_be_bytes([bytes[at + 2], bytes[at + 3]]) >> 3;
+            let more = bytes[at + 3] & 1 != 0;
+            let first = *first_fragment.get_or_insert((offset, more));
+            if offset != 0 {
+                return found(r, at + 8, bytes[at], Some(first));
+            }
+        }
+        next = bytes[at];
+        at += len;
+    }
 }
 
 thread_local! {
@@ -199,9 +270,13 @@ fn ip_at<'a>(r: &Dissected, d: &'a [u8]) -> Option<Ipv4Packet<&'a [u8]>> {
 /// The ports of a packet recorded as `r`: located L4 of a protocol with ports, not a
 /// later fragment, four bytes in the frame.
 fn ports_of(r: &Dissected, d: &[u8]) -> Option<(u16, u16)> {
-    let ip = ip_at(r, d)?;
-    let has_ports = matches!(ip.protocol().0, 6 | 17 | 132 | 136);
-    if r.l4 == 0 || !has_ports || ip.frag_offset() != 0 {
+    let (proto, later_fragment) = match ip_at(r, d) {
+        Some(ip) => (ip.protocol().0, ip.frag_offset() != 0),
+        None if r.l3_type == L3::Ipv6 => (r.l4_type, r.flags & flag::FRAG6_LATER != 0),
+        None => return None,
+    };
+    let has_ports = matches!(proto, 6 | 17 | 132 | 136);
+    if r.l4 == 0 || !has_ports || later_fragment {
         return None;
     }
     let p = d.get(usize::from(r.l4)..usize::from(r.l4) + 4)?;
@@ -209,6 +284,26 @@ fn ports_of(r: &Dissected, d: &[u8]) -> Option<(u16, u16)> {
         u16::from_be_bytes([p[0], p[1]]),
         u16::from_be_bytes([p[2], p[3]]),
     ))
+}
+
+/// The IPv6 flow of a packet recorded as `r`: its addresses read at the recorded L3
+/// offset when its upper layer was located, the ports unless it is a fragment.
+fn flow6_of(r: &Dissected, d: &[u8]) -> Option<FlowKey6> {
+    if r.l3_type != L3::Ipv6 || r.l4 == 0 {
+        return None;
+    }
+    let h = d.get(usize::from(r.l3)..usize::from(r.l3) + 40)?;
+    let addr = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&h[at..at + 16]).unwrap());
+    Some(FlowKey6 {
+        src: addr(8),
+        dst: addr(24),
+        proto: r.l4_type,
+        ports: if r.flags & flag::FRAG6 != 0 {
+            None
+        } else {
+            ports_of(r, d)
+        },
+    })
 }
 
 fn match_key(r: &Dissected, d: &[u8]) -> MatchKey {
@@ -244,24 +339,33 @@ fn readers(r: &Dissected, d: &[u8], tag_vids: &[u16]) {
         }
         None => assert_eq!(flow, None),
     }
+    let flow6 = FlowKey6::of(r, d);
+    assert_eq!(flow6, flow6_of(r, d));
     let t = rss();
     let h = dissect::hash_frame(d, t);
-    match flow {
-        Some(k) => {
+    match (flow, flow6) {
+        (Some(k), _) => {
             let (s, t2) = (k.src.octets(), k.dst.octets());
             assert_eq!(h, t.ipv4(s, t2, k.ports).max(1));
         }
-        None => assert_eq!(h, 0),
+        (None, Some(k)) => {
+            let (s, t2) = (k.src.octets(), k.dst.octets());
+            assert_eq!(h, t.ipv6(s, t2, k.ports).max(1));
+        }
+        (None, None) => assert_eq!(h, 0),
     }
+    // TCP flags and ICMP types are read for IPv4 only (the classifier's keys).
     let l4 = d.get(usize::from(r.l4)..).unwrap_or(&[]);
+    let v4 = ip.is_some();
     let later_fragment = ip.is_some_and(|ip| ip.frag_offset() != 0);
-    let tcp = (r.l4_kind() == Some(L4::Tcp) && !later_fragment && l4.len() >= 20)
+    let tcp = (v4 && r.l4_kind() == Some(L4::Tcp) && !later_fragment && l4.len() >= 20)
         .then(|| TcpPacket::new_unchecked(&l4[..20]).flags());
     assert_eq!(tcp_flags(r, d), tcp);
-    let icmp = (r.l4_kind() == Some(L4::Icmp) && !later_fragment && l4.len() >= 8).then(|| {
-        let m = Icmpv4Packet::new_unchecked(&l4[..8]);
-        (m.msg_type(), m.code())
-    });
+    let icmp =
+        (v4 && r.l4_kind() == Some(L4::Icmp) && !later_fragment && l4.len() >= 8).then(|| {
+            let m = Icmpv4Packet::new_unchecked(&l4[..8]);
+            (m.msg_type(), m.code())
+        });
     assert_eq!(icmp_type(r, d), icmp);
     let (outer, inner) = vids(r.flags, d);
     assert_eq!(

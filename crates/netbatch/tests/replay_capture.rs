@@ -638,3 +638,126 @@ fn a_large_capture_replays_in_bounded_memory() {
         "peak RSS {kib} KiB for a {size}-byte capture, {base} KiB for one frame"
     );
 }
+
+/// What `examples/router.toml` does with an IPv6 capture, read back by tshark (a second
+/// dissector, which also checks every checksum). The frames are made by etherparse, from
+/// host 2001:db8:0:1::2 (02:00:5e:00:53:aa) on eth0's link: a neighbour solicitation for
+/// the router's address (RFC 4861 7.2.3: the router learns the host from it and
+/// answers), a ping to the router, a UDP datagram routed by `::/0` to the upstream's
+/// link-local address, the same with hop limit 1, one to the `unreachable` route, one to
+/// the UDP echo app, one to a closed port, and one cut short (its payload length
+/// overruns the frame). Each answer is the one Linux gives (RFC 4443 codes); the cut
+/// one is dropped with its reason; every frame is accounted for. Needs tshark (installed
+/// by `scripts/setup`); without it the test says so and passes.
+#[test]
+fn an_ipv6_capture_through_the_example_router_reads_back_in_tshark() {
+    if !Command::new("sh")
+        .args(["-c", "command -v tshark"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        println!("skipped: tshark is not installed (scripts/setup installs it)");
+        return;
+    }
+    let dir = scratch("ipv6");
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/router.toml");
+    let (host_mac, router_mac) = ([2, 0, 0x5e, 0, 0x53, 0xaa], [2, 0, 0x5e, 0, 0x53, 1]);
+    let a = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap().octets();
+    let host = a("2001:db8:0:1::2");
+    let udp = |dst: &str, hop: u8, port: u16, data: &[u8]| {
+        let mut v = Vec::new();
+        etherparse::PacketBuilder::ethernet2(host_mac, router_mac)
+            .ipv6(host, a(dst), hop)
+            .udp(1000, port)
+            .write(&mut v, data)
+            .unwrap();
+        v
+    };
+    let mut ns = Vec::new();
+    ns.extend_from_slice(&a("2001:db8:0:1::1"));
+    ns.extend_from_slice(&[1, 1]); // source link-layer address option, 8 bytes
+    ns.extend_from_slice(&host_mac);
+    let mut frames = Vec::new();
+    let mut w = Vec::new();
+    etherparse::PacketBuilder::ethernet2(host_mac, [0x33, 0x33, 0xff, 0, 0, 1])
+        .ipv6(host, a("ff02::1:ff00:1"), 255)
+        .icmpv6_raw(135, 0, [0; 4])
+        .write(&mut w, &ns)
+        .unwrap();
+    frames.push(w);
+    let mut w = Vec::new();
+    etherparse::PacketBuilder::ethernet2(host_mac, router_mac)
+        .ipv6(host, a("2001:db8:0:1::1"), 64)
+        .icmpv6_echo_request(7, 1)
+        .write(&mut w, b"ping")
+        .unwrap();
+    frames.push(w);
+    frames.push(udp("2001:db8:5::9", 64, 2000, b"forward me"));
+    frames.push(udp("2001:db8:5::9", 1, 2000, b"hop limit one"));
+    frames.push(udp("2001:db8:dead::9", 64, 2000, b"unreachable"));
+    frames.push(udp("2001:db8:0:1::1", 64, 7, b"echo me"));
+    frames.push(udp("2001:db8:0:1::1", 64, 9, b"closed port"));
+    let mut cut = udp("2001:db8:5::9", 64, 2000, b"cut short");
+    cut.truncate(cut.len() - 3);
+    frames.push(cut);
+
+    let mut pcap = Pcap::new(Order::Little, false, 1);
+    for (i, f) in frames.iter().enumerate() {
+        pcap.record(1_000_000 * (i as u64 + 1), f, f.len() as u32);
+    }
+    let input = dir.join("in.pcap");
+    pcap.write(&input);
+    let run = replay(&cfg, &input, "v6");
+    assert!(run.out.status.success(), "{}", run.stderr());
+    let s = run.stats.as_ref().expect("stats");
+    conserved(s);
+    assert_eq!(n(s, "rx_packets"), frames.len() as u64, "{s}");
+    assert_eq!(n(s, "dropped_packets"), 1, "only the cut frame: {s}");
+    assert_eq!(s["drops"].as_object().map(|m| m.len()), Some(1), "{s}");
+
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&run.capture)
+        .args(["-o", "udp.check_checksum:TRUE", "-T", "fields"])
+        .args([
+            "-e",
+            "frame.interface_name",
+            "-e",
+            "ipv6.dst",
+            "-e",
+            "ipv6.hlim",
+        ])
+        .args([
+            "-e",
+            "icmpv6.type",
+            "-e",
+            "icmpv6.code",
+            "-e",
+            "udp.dstport",
+        ])
+        .args(["-e", "icmpv6.checksum.status", "-e", "udp.checksum.status"])
+        .output()
+        .expect("tshark");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    // Interface, IPv6 destination(s) (the quoted packet's after a comma), hop limit(s),
+    // ICMPv6 type and code, UDP destination port (the quoted one's), checksum statuses
+    // (1: good).
+    let want = [
+        "eth0\t2001:db8:0:1::2\t255\t136\t0\t\t1\t", // neighbour advertisement
+        "eth0\t2001:db8:0:1::2\t64\t129\t0\t\t1\t",  // echo reply
+        "eth1\t2001:db8:5::9\t63\t\t\t2000\t\t1",    // forwarded, hop limit 63
+        "eth0\t2001:db8:0:1::2,2001:db8:5::9\t64,1\t3\t0\t2000\t1\t1", // time exceeded
+        "eth0\t2001:db8:0:1::2,2001:db8:dead::9\t64,64\t1\t0\t2000\t1\t1", // no route
+        "eth0\t2001:db8:0:1::2\t64\t\t\t1000\t\t1",  // the echo app's answer
+        "eth0\t2001:db8:0:1::2,2001:db8:0:1::1\t64,64\t1\t4\t9\t1\t1", // port unreachable
+    ];
+    assert_eq!(got, want, "tshark's reading of {}", run.capture.display());
+}

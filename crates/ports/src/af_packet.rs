@@ -39,6 +39,7 @@ use crate::{Carries, Port, PortCx, PortStats, QueueSpec};
 pub const CARRIES: Carries = Carries {
     tx_offloads_refused: &["tx-gso-list"],
     max_frame: None,
+    min_buf_size: None,
 };
 
 /// Bytes per ring block.

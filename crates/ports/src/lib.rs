@@ -134,6 +134,9 @@ pub struct Carries {
     /// The longest frame it carries, link header and VLAN tags included (`None`: as
     /// long as the MTU allows).
     pub max_frame: Option<usize>,
+    /// The smallest pool buffer (`[pool] buf_size`) the backend can use, when it has
+    /// one (`None`: any the pool allows).
+    pub min_buf_size: Option<u32>,
 }
 
 impl Carries {
@@ -141,6 +144,7 @@ impl Carries {
     pub const ANYTHING: Self = Self {
         tx_offloads_refused: &[],
         max_frame: None,
+        min_buf_size: None,
     };
 
     /// Bytes a frame holds beyond its MTU: the Ethernet header and two VLAN tags.

@@ -32,6 +32,7 @@ use crate::{Carries, Port, PortCx, PortStats, QueueSpec};
 pub const CARRIES: Carries = Carries {
     tx_offloads_refused: &["tx-gso-list"],
     max_frame: None,
+    min_buf_size: None,
 };
 
 /// The largest frame read: a 64 KiB super-frame with its link header and VLAN tag.

@@ -124,6 +124,8 @@ pub const MAX_RX_FRAME: usize = (FRAME_SIZE - XDP_HEADROOM) as usize;
 pub const CARRIES: Carries = Carries {
     tx_offloads_refused: &["tx-tcp-segmentation", "tx-udp-segmentation", "tx-gso-list"],
     max_frame: Some(MAX_RX_FRAME),
+    // Each pool buffer is a UMEM chunk.
+    min_buf_size: Some(FRAME_SIZE),
 };
 /// Frames a busy poll asks the device queue's NAPI for (`SO_BUSY_POLL_BUDGET`).
 const BUSY_POLL_BUDGET: u32 = 64;

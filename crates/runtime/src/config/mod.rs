@@ -388,6 +388,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let neigh = neighbour::tunables(&raw.neighbour, pool.buffers, e);
     let host = icmp::host(&raw.icmp, &dp, neigh);
     let (ports, names) = ports::validate(&raw.ports, dp.workers, dp.rps.is_some(), e);
+    pool::fits_ports(&pool, raw.ports.iter().map(ports::kind_of).enumerate(), e);
     let (routes, routes6) = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
     let (neighbours, neighbours6) = neighbour::statics(
         &raw.neighbour,

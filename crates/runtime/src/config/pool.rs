@@ -73,6 +73,30 @@ pub(super) fn validate(raw: &PoolFile, dp: &Datapath, e: &mut Errs) -> PoolConfi
     pool
 }
 
+/// Refuses a pool whose buffers are smaller than a configured port's backend can use
+/// (an AF_XDP socket takes each buffer as a UMEM chunk of 2048 bytes): at start the
+/// port would be refused after the others were opened.
+pub(super) fn fits_ports<'a>(
+    pool: &PoolConfig,
+    kinds: impl Iterator<Item = (usize, &'a str)>,
+    e: &mut Errs,
+) {
+    for (i, kind) in kinds {
+        if let Some(min) = netbatch_ports::carries(kind).and_then(|c| c.min_buf_size)
+            && pool.buf_size < min
+        {
+            e.add(
+                "pool.buf_size",
+                format!(
+                    "{} bytes is too small for port[{i}] ({kind}): its buffers must be at \
+                     least {min} bytes",
+                    pool.buf_size
+                ),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::parse_test as parse;
@@ -84,6 +108,27 @@ mod tests {
             Ok(_) => Vec::new(),
             Err(e) => e.errors.into_iter().map(|x| (x.key, x.reason)).collect(),
         }
+    }
+
+    /// An AF_XDP port takes each pool buffer as a 2048-byte UMEM chunk: a smaller
+    /// `buf_size` is refused at the pool's key, naming the port; other kinds take it.
+    #[test]
+    fn buffers_hold_what_the_ports_backends_need() {
+        let with = |kind: &str, size: u32| {
+            keys(&format!(
+                "[pool]\nbuf_size = {size}\n[[port]]\nname = \"x\"\nkind = \"{kind}\"\n\
+                 interface = \"x0\"\nmac = \"02:00:00:00:00:02\"\n"
+            ))
+        };
+        let got = with("af_xdp", 1024);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].0, "pool.buf_size");
+        assert!(
+            got[0].1.contains("port[0] (af_xdp)") && got[0].1.contains("at least 2048"),
+            "{got:?}"
+        );
+        assert_eq!(with("af_xdp", 2048), []);
+        assert_eq!(with("af_packet", 1024), []);
     }
 
     /// Several workers' caches together hold at most the pool (one worker's may hold it

@@ -872,6 +872,11 @@ fn kind(p: &PortFile, key: &str, own: &[IfAddr], e: &mut Errs) -> Option<PortKin
     }
 }
 
+/// The `kind` a port's table names (for checks in other sections).
+pub(super) fn kind_of(p: &PortFile) -> &str {
+    &p.kind
+}
+
 /// Refuses what the backend declares it cannot carry: some super-packets whole on
 /// transmit, or long frames.
 fn carried(p: &PortFile, key: &str, e: &mut Errs) {

@@ -178,6 +178,16 @@ def all_cpu_seconds():
     with open("/proc/uptime") as f:
         now = float(f.read().split()[0]) * tick
     out = {}
+    for pid, comm, fields in proc_stats():
+        if pid == 2 or fields[1] == "2":
+            continue
+        total = sum(int(x) for x in fields[11:15]) / tick
+        out[pid] = (int(fields[19]), comm, total)
+    return out, now
+
+
+def proc_stats():
+    """(pid, comm, the fields after comm) of every process /proc/PID/stat still shows."""
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -186,13 +196,7 @@ def all_cpu_seconds():
                 head, tail = f.read().rsplit(")", 1)
         except OSError:
             continue
-        fields = tail.split()
-        pid, ppid = int(d), int(fields[1])
-        if pid == 2 or ppid == 2:
-            continue
-        total = sum(int(x) for x in fields[11:15]) / tick
-        out[pid] = (int(fields[19]), head.split("(", 1)[1], total)
-    return out, now
+        yield int(d), head.split("(", 1)[1], tail.split()
 
 
 def foreign_cpu(before, after, ours):
@@ -229,19 +233,8 @@ def process_cpu_seconds(pid):
 
 def kernel_threads(prefix):
     """{pid: comm} of the kernel threads whose name starts with `prefix`."""
-    out = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                head, tail = f.read().rsplit(")", 1)
-        except OSError:
-            continue
-        comm = head.split("(", 1)[1]
-        if tail.split()[1] == "2" and comm.startswith(prefix):
-            out[int(d)] = comm
-    return out
+    return {pid: comm for pid, comm, fields in proc_stats()
+            if fields[1] == "2" and comm.startswith(prefix)}
 
 
 def cpu_seconds(pids):

@@ -83,6 +83,30 @@ fn ports() -> anyhow::Result<Vec<PortConfig>> {
     Ok(vec![port("gen0", GEN0_MAC, "198.51.100.1/24")?, gen1])
 }
 
+/// The generator ports of a forwarding bench: `gen0` receives `flows` in `c`'s order,
+/// `gen1` (never polled) only transmits, built from the first flow.
+pub(super) fn gen_ports(
+    flows: Vec<FlowSpec>,
+    c: &Common,
+    room: usize,
+) -> anyhow::Result<Vec<Box<dyn Port>>> {
+    let gen_cfg = GenConfig {
+        sequence: false,
+        ..GenConfig::new(flows, c.flow_order)
+    };
+    let gen0 = GenPort::new("gen0", 0, &gen_cfg, room)?;
+    let gen1 = GenPort::new(
+        "gen1",
+        1,
+        &GenConfig {
+            flows: gen_cfg.flows[..1].to_vec(),
+            ..gen_cfg.clone()
+        },
+        room,
+    )?;
+    Ok(vec![Box::new(gen0), Box::new(gen1)])
+}
+
 /// Generates `n` distinct unicast routes via the four gateways, outside the connected
 /// and reserved ranges.
 pub(crate) fn generate_routes(n: usize, seed: u64) -> Vec<Route> {
@@ -221,21 +245,7 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
     cfg.pool.buffers = 8192;
     let pool = Pool::new(cfg.pool).context("pool")?;
     let room = pool.config().room();
-    let gen_cfg = GenConfig {
-        sequence: false,
-        ..GenConfig::new(flows, c.flow_order)
-    };
-    let gen0 = GenPort::new("gen0", 0, &gen_cfg, room)?;
-    let gen1 = GenPort::new(
-        "gen1",
-        1,
-        &GenConfig {
-            flows: gen_cfg.flows[..1].to_vec(),
-            ..gen_cfg.clone()
-        },
-        room,
-    )?;
-    let ports: Vec<Box<dyn Port>> = vec![Box::new(gen0), Box::new(gen1)];
+    let ports = gen_ports(flows, c, room)?;
     let w = Builder::new(&cfg).routes(table).worker(ports, pool)?;
     Ok(Box::new(WorkerBench {
         w,

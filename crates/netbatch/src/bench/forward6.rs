@@ -17,8 +17,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use netbatch_engine::{Dispatch, Pool};
-use netbatch_ports::Port;
-use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
+use netbatch_ports::generator::{FlowSpec, L4};
 use netbatch_runtime::build::{self, Builder};
 use netbatch_runtime::config::{Config, PortConfig};
 use netbatch_runtime::setup::StaticNeighbour6;
@@ -26,7 +25,7 @@ use netbatch_stack::fib6::{Ipv6Prefix, generate_prefixes, mask6};
 use netbatch_stack::route::{Route6, RouteKind, Routes6};
 use netbatch_wire::ethernet::MacAddr;
 
-use super::forward::Rng;
+use super::forward::{Rng, gen_ports};
 use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench, config, port};
 
 const GEN0_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 0]);
@@ -156,21 +155,7 @@ pub(crate) fn build_forward6(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn 
     cfg.pool.buffers = 8192;
     let pool = Pool::new(cfg.pool).context("pool")?;
     let room = pool.config().room();
-    let gen_cfg = GenConfig {
-        sequence: false,
-        ..GenConfig::new(flows, c.flow_order)
-    };
-    let gen0 = GenPort::new("gen0", 0, &gen_cfg, room)?;
-    let gen1 = GenPort::new(
-        "gen1",
-        1,
-        &GenConfig {
-            flows: gen_cfg.flows[..1].to_vec(),
-            ..gen_cfg.clone()
-        },
-        room,
-    )?;
-    let ports: Vec<Box<dyn Port>> = vec![Box::new(gen0), Box::new(gen1)];
+    let ports = gen_ports(flows, c, room)?;
     let w = Builder::new(&cfg).routes6(table).worker(ports, pool)?;
     Ok(Box::new(WorkerBench {
         w,

@@ -138,29 +138,9 @@ impl core::str::FromStr for PortRange {
     }
 }
 
-/// One rule: every field that is set must match.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Rule {
-    /// IP protocol number.
-    pub proto: Option<u8>,
-    /// Source prefix (its family restricts the rule to that family).
-    pub src: Option<IpPrefix>,
-    /// Destination prefix.
-    pub dst: Option<IpPrefix>,
-    /// Source port range (TCP/UDP).
-    pub sport: Option<PortRange>,
-    /// Destination port range (TCP/UDP).
-    pub dport: Option<PortRange>,
-    /// Input interface.
-    pub in_if: Option<u16>,
-    /// Output interface.
-    pub out_if: Option<u16>,
-    /// Packet mark (value, mask): what the ingress classifier's `skbedit mark` set
-    /// (iptables' `-m mark --mark V/M`).
-    pub mark: Option<(u32, u32)>,
-    /// What to do on a match.
-    pub verdict: Verdict,
-}
+/// One rule as configured: every field that is set must match; a prefix's family
+/// restricts the rule to that family.
+pub type Rule = RuleOf<IpPrefix>;
 
 impl Rule {
     /// A rule that matches everything.
@@ -242,8 +222,10 @@ pub type Key = KeyOf<u32>;
 /// An IPv6 packet's key.
 pub type Key6 = KeyOf<u128>;
 
-/// A rule compiled for one family: its prefixes of that family.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One rule over prefixes `P`: as configured ([`Rule`], either family's prefixes) or
+/// compiled for one family (its prefixes of that family). Every field that is set must
+/// match.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RuleOf<P> {
     /// IP protocol number.
     pub proto: Option<u8>,
@@ -251,15 +233,16 @@ pub struct RuleOf<P> {
     pub src: Option<P>,
     /// Destination prefix.
     pub dst: Option<P>,
-    /// Source port range.
+    /// Source port range (TCP/UDP).
     pub sport: Option<PortRange>,
-    /// Destination port range.
+    /// Destination port range (TCP/UDP).
     pub dport: Option<PortRange>,
     /// Input interface.
     pub in_if: Option<u16>,
     /// Output interface.
     pub out_if: Option<u16>,
-    /// Packet mark (value, mask).
+    /// Packet mark (value, mask): what the ingress classifier's `skbedit mark` set
+    /// (iptables' `-m mark --mark V/M`).
     pub mark: Option<(u32, u32)>,
     /// What to do on a match.
     pub verdict: Verdict,

@@ -586,26 +586,26 @@ impl Delta {
         }
         let mut ip = Ipv4Packet::new_unchecked(&mut d[..20]);
         ip.set_checksum(checksum::finish(u64::from(!ip.checksum()) + self.ip_add));
-        let at = self.csum_at;
-        if self.l4_add != 0 && d.len() >= at + 2 {
-            let old = get_u16(d, at);
-            // A UDP datagram without a checksum keeps none (RFC 768).
-            if self.udp && old == 0 {
-                return true;
-            }
-            let c = checksum::finish(u64::from(!old) + self.l4_add);
-            put_u16(
-                d,
-                at,
-                if self.udp {
-                    udp::checksum_on_wire(c)
-                } else {
-                    c
-                },
-            );
-        }
+        l4_checksum_add(d, self.csum_at, self.l4_add, self.udp);
         true
     }
+}
+
+/// Adds `add` (a one's-complement sum of the changed words) to the L4 checksum at `at`,
+/// if it is in the buffer. A UDP datagram without a checksum keeps none: RFC 768 over
+/// IPv4; over IPv6 it is invalid (RFC 8200 8.1) and GRO merges none, so no checksum is
+/// made up for it either.
+#[inline(always)]
+fn l4_checksum_add(d: &mut [u8], at: usize, add: u64, udp: bool) {
+    if add == 0 || d.len() < at + 2 {
+        return;
+    }
+    let old = get_u16(d, at);
+    if udp && old == 0 {
+        return;
+    }
+    let c = checksum::finish(u64::from(!old) + add);
+    put_u16(d, at, if udp { udp::checksum_on_wire(c) } else { c });
 }
 
 /// A member's rewrite: the head's changes as they apply to a member's own headers
@@ -702,25 +702,7 @@ impl Rewrite for Delta6 {
             };
             put_u16(d, pos, v);
         }
-        let at = self.csum_at;
-        if self.l4_add != 0 && d.len() >= at + 2 {
-            let old = get_u16(d, at);
-            // A UDP datagram without a checksum (GRO merges none; invalid over IPv6,
-            // RFC 8200 8.1) keeps its bytes: no checksum is made up for it.
-            if self.udp && old == 0 {
-                return true;
-            }
-            let c = checksum::finish(u64::from(!old) + self.l4_add);
-            put_u16(
-                d,
-                at,
-                if self.udp {
-                    udp::checksum_on_wire(c)
-                } else {
-                    c
-                },
-            );
-        }
+        l4_checksum_add(d, self.csum_at, self.l4_add, self.udp);
         true
     }
 }

@@ -496,8 +496,22 @@ const TMPL: usize = 96;
 struct Template {
     bytes: [u64; TMPL / 8],
     mask: [u64; TMPL / 8],
-    /// The first segment's IPv4 header checksum (0 for IPv6).
-    ip_csum: u16,
+    /// The headers end past [`SHORT`] bytes: the last words are compared too.
+    long: bool,
+    /// The ones' complement sum of the first segment's IPv4 identification and header
+    /// checksum (0 for IPv6), the only two header words a later segment may differ in.
+    id_csum: u16,
+}
+
+/// Bytes of frame compared when the headers end within them (an untagged frame's
+/// Ethernet, option-less IPv4 and TCP headers do, as do an IPv6 header and UDP).
+const SHORT: usize = 64;
+
+/// The ones' complement sum of two 16-bit words, folded once (it fits 16 bits then).
+#[inline(always)]
+fn sum2(a: u16, b: u16) -> u16 {
+    let s = u32::from(a) + u32::from(b);
+    ((s & 0xffff) + (s >> 16)) as u16
 }
 
 impl Template {
@@ -538,7 +552,13 @@ impl Template {
         let mut t = Self {
             bytes: [0; TMPL / 8],
             mask: [0; TMPL / 8],
-            ip_csum: if v6 { 0 } else { header(&d[ip..])?.checksum() },
+            long: hdr > SHORT,
+            id_csum: if v6 {
+                0
+            } else {
+                let h = header(&d[ip..])?;
+                sum2(h.ident(), h.checksum())
+            },
         };
         for k in 0..TMPL / 8 {
             t.mask[k] = word(&m, k);
@@ -550,15 +570,18 @@ impl Template {
     /// Whether frame `d` (at least [`TMPL`] bytes) matches.
     #[inline(always)]
     fn matches(&self, d: &[u8; TMPL]) -> bool {
-        // A fixed number of words (the mask is zero past the headers): the loop unrolls
-        // and vectorises.
-        let mut diff = 0u64;
-        for (k, w) in d.chunks_exact(8).enumerate() {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(w);
-            diff |= (u64::from_ne_bytes(a) ^ self.bytes[k]) & self.mask[k];
-        }
-        diff == 0
+        // Fixed numbers of words (the mask is zero past the headers): the loops unroll
+        // and vectorise; the words past [`SHORT`] only when the headers reach them.
+        let diff = |from: usize, to: usize| {
+            let mut diff = 0u64;
+            for k in from / 8..to / 8 {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(&d[k * 8..k * 8 + 8]);
+                diff |= (u64::from_ne_bytes(a) ^ self.bytes[k]) & self.mask[k];
+            }
+            diff
+        };
+        diff(0, SHORT) == 0 && (!self.long || diff(SHORT, TMPL) == 0)
     }
 }
 
@@ -708,113 +731,183 @@ impl GroTable {
     /// header checksum and TCP sequence number are the expected ones, which is exactly
     /// when the full rules would merge it (and not end the train). Anything else is
     /// handed back for the full parse. IPv4 flows only (see [`Self::try_fast6`]).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn try_fast(&mut self, pool: &Pool, p: Pkt, done: &mut Vec<Pkt>) -> Result<(), Pkt> {
-        self.fast::<false>(pool, p, done)
+        self.fast_run::<false>(pool, p, &mut core::iter::empty(), done)
+            .map(|_| ())
     }
 
-    /// [`Self::try_fast`] for an IPv6 flow, tried when that fails: out of line, so the
-    /// IPv4 fast path stays what it was.
-    #[inline(never)]
+    /// [`Self::try_fast`] for an IPv6 flow.
+    #[cfg(test)]
     pub(crate) fn try_fast6(
         &mut self,
         pool: &Pool,
         p: Pkt,
         done: &mut Vec<Pkt>,
     ) -> Result<(), Pkt> {
-        self.fast::<true>(pool, p, done)
+        self.fast_run6(pool, p, &mut core::iter::empty(), done)
+            .map(|_| ())
     }
 
-    /// The fast path for flows of one IP version (`V6`): each flow's template is of its
-    /// version ([`Fast`]).
-    #[inline(always)]
-    fn fast<const V6: bool>(
+    /// [`Self::fast_run`] for IPv6 flows, tried when IPv4's fails: out of line, so the
+    /// IPv4 fast path stays what it was.
+    #[inline(never)]
+    pub(crate) fn fast_run6(
         &mut self,
         pool: &Pool,
-        mut p: Pkt,
+        p: Pkt,
+        rest: &mut impl Iterator<Item = Pkt>,
         done: &mut Vec<Pkt>,
-    ) -> Result<(), Pkt> {
+    ) -> Result<Option<Pkt>, Pkt> {
+        self.fast_run::<true>(pool, p, rest, done)
+    }
+
+    /// The fast path over a run of a list: `p`, then the packets of `rest` behind it, for
+    /// as long as each is the next full-size segment of the last train (of IP version
+    /// `V6`: each flow's template is of its version, [`Fast`]). The train's state is
+    /// read once per run, not once per packet. `Err(p)`: `p` did not take the fast path
+    /// (nothing changed). `Ok(next)`: `p` was merged, and so was everything taken from
+    /// `rest` before `next`, which still needs the whole treatment (`None`: `rest` is
+    /// empty). A train completed on reaching [`MAX_SEGS`] is in `done`, before `next`.
+    #[inline(always)]
+    pub(crate) fn fast_run<const V6: bool>(
+        &mut self,
+        pool: &Pool,
+        p: Pkt,
+        rest: &mut impl Iterator<Item = Pkt>,
+        done: &mut Vec<Pkt>,
+    ) -> Result<Option<Pkt>, Pkt> {
         let Some((b, i)) = self.last else {
             return Err(p);
         };
-        let h = &mut self.buckets[b][i];
+        let Some(h) = self.buckets.get_mut(b).and_then(|bk| bk.get_mut(i)) else {
+            return Err(p);
+        };
         let t = match (&h.fast, V6) {
             (Fast::V4(t), false) | (Fast::V6(t), true) => t,
             _ => return Err(p),
         };
+        // Hoisted for the run: what every segment is compared with.
         let f = &h.first;
-        let mut v = pool.get_mut(&mut p);
-        if v.meta.in_port != f.key.port || v.meta.flags & flag::L4_CSUM_OK == 0 {
+        let port = f.key.port;
+        let tcp = f.key.tcp();
+        let (l3, l4) = (usize::from(f.l3), usize::from(f.hdr - f.l4_hdr));
+        // The template covers the headers (`Template::new`), so the fields read below
+        // lie inside the compared bytes.
+        if l3 + 12 > TMPL || l4 + 8 > TMPL {
             return Err(p);
         }
-        let Some(d) = v.data().first_chunk::<TMPL>() else {
-            return Err(p);
-        };
-        if !t.matches(d) {
-            return Err(p);
-        }
-        // IP header bytes: 20 for IPv4 (a template is made for no other), the first
-        // segment's for IPv6.
-        let ip_len = if V6 { f.l3_len } else { 20 };
-        // Everything but the identification, checksum and sequence number is the first
-        // segment's; the identification must be the next one (or the same, fixed), and
-        // then the header checksum is the one that goes with it (a header differing from
-        // the first only in its identification: RFC 1624). An IPv6 header has neither:
-        // the template compared all of it.
-        let (Some(ip), Some(l4)) = (
-            d.get(usize::from(f.l3)..).and_then(header),
-            d.get(usize::from(f.hdr - f.l4_hdr)..),
-        ) else {
-            return Err(p);
-        };
-        let id = if V6 { f.id } else { ip.ident() };
-        let ip_ok = V6 || {
-            let id_ok = match h.id_mode {
-                IdMode::Unknown => id == f.id || id == f.id.wrapping_add(1),
-                IdMode::Incrementing => id == f.id.wrapping_add(h.count),
-                IdMode::Fixed => id == f.id,
-            };
-            id_ok && ip.checksum() == checksum::update16(t.ip_csum, f.id, id)
-        };
-        // TCP: the next sequence number. UDP: a checksum (the template leaves the field
-        // out, and a device may report a datagram without one as verified; UDP GRO
-        // needs one, as `parse` says).
-        let l4_ok = if f.key.tcp() {
-            TcpPacket::new_checked(l4).is_ok_and(|t| t.seq_number() == h.next_seq)
+        // IP header bytes: 20 for IPv4 (only option-less headers are candidates), the
+        // first segment's for IPv6. The room left under the 64 KB limit ([`fits`]) is
+        // counted down per segment.
+        let ip_len = f.l3_len;
+        let member_hdr = if h.kind == Kind::Fraglist {
+            u32::from(ip_len + f.l4_hdr)
         } else {
-            UdpPacket::new_checked(l4).is_ok_and(|u| u.checksum() != 0)
+            0
         };
-        // IPv6: the payload length (the template's) is the rest of the frame, exactly.
-        let len_ok = !V6 || v.meta.len == f.hdr + f.payload;
-        let room = fits(h, ip_len, f.payload, ip_len + f.l4_hdr);
-        if !(ip_ok && len_ok && l4_ok && room && h.count < MAX_SEGS) {
-            return Err(p);
-        }
-        if h.id_mode == IdMode::Unknown {
-            h.id_mode = if id == f.id {
-                IdMode::Fixed
+        let limit = 65535u32.saturating_sub(u32::from(f.l4_hdr) + u32::from(ip_len) + member_hdr);
+        let mut room = limit.saturating_sub(h.payload);
+        let (first_id, id_csum, hdr, payload) = (f.id, t.id_csum, f.hdr, f.payload);
+        let frame_len = hdr + payload;
+        let mut count = h.count;
+        let mut next_seq = h.next_seq;
+        let mut id_mode = h.id_mode;
+        let mut merged = 0u64;
+        let mut p = p;
+        let next = loop {
+            if count >= MAX_SEGS || u32::from(payload) > room {
+                break Some(p);
+            }
+            let mut v = pool.get_mut(&mut p);
+            if v.meta.in_port != port || v.meta.flags & flag::L4_CSUM_OK == 0 {
+                break Some(p);
+            }
+            // IPv4: the frame holds the IP length (padding past it is cut); IPv6: the
+            // payload length (the template's) is the rest of the frame, exactly.
+            let len_ok = if V6 {
+                v.meta.len == frame_len
             } else {
-                IdMode::Incrementing
+                v.meta.len >= frame_len
             };
-        }
-        let payload = f.payload;
-        v.meta.l3 = v.meta.data + f.l3;
-        v.meta.l4 = v.meta.l3 + ip_len;
-        if !v.narrow(usize::from(f.hdr), usize::from(payload)) {
+            let Some(d) = v.data().first_chunk::<TMPL>() else {
+                break Some(p);
+            };
+            if !len_ok || !t.matches(d) {
+                break Some(p);
+            }
+            // Everything but the identification, checksum and sequence number is the
+            // first segment's; the identification must be the next one (or the same,
+            // fixed), and the header checksum valid: as the other words are the first
+            // segment's, the header sums to all ones (RFC 791, RFC 1071) exactly when
+            // identification + checksum sums to what the first segment's did (a sum of
+            // the other zero, 0 for 0xffff, goes the slow way, which verifies the
+            // header whole). An IPv6 header has neither: the template compared all of
+            // it.
+            let id = if V6 { first_id } else { get_u16(d, l3 + 4) };
+            let ip_ok = V6 || {
+                let id_ok = match id_mode {
+                    IdMode::Unknown => id == first_id || id == first_id.wrapping_add(1),
+                    IdMode::Incrementing => id == first_id.wrapping_add(count),
+                    IdMode::Fixed => id == first_id,
+                };
+                id_ok && sum2(id, get_u16(d, l3 + 10)) == id_csum
+            };
+            // TCP: the next sequence number. UDP: a checksum (the template leaves the
+            // field out, and a device may report a datagram without one as verified;
+            // UDP GRO needs one, as `parse` says).
+            let l4_ok = if tcp {
+                get_u32(d, l4 + 4) == next_seq
+            } else {
+                get_u16(d, l4 + 6) != 0
+            };
+            if !(ip_ok && l4_ok) {
+                break Some(p);
+            }
+            if id_mode == IdMode::Unknown {
+                id_mode = if id == first_id {
+                    IdMode::Fixed
+                } else {
+                    IdMode::Incrementing
+                };
+            }
+            v.meta.l3 = v.meta.data + f.l3;
+            v.meta.l4 = v.meta.l3 + ip_len;
+            let kept = v.narrow(usize::from(hdr), usize::from(payload));
+            debug_assert!(kept, "the length was checked");
+            h.members.push(p);
+            count += 1;
+            room -= u32::from(payload);
+            next_seq = next_seq.wrapping_add(u32::from(payload));
+            merged += 1;
+            if count >= MAX_SEGS {
+                break None;
+            }
+            match rest.next() {
+                Some(q) => p = q,
+                None => break None,
+            }
+        };
+        if merged == 0
+            && let Some(p) = next
+        {
+            // Only `p` was looked at, and nothing changed.
             return Err(p);
         }
-        h.members.push(p);
-        h.count += 1;
-        h.payload += u32::from(payload);
-        h.next_seq = h.next_seq.wrapping_add(u32::from(payload));
-        self.held_wire += 1;
-        self.stats.merged += 1;
-        self.stats.merged_fast += 1;
-        if h.count >= MAX_SEGS {
+        h.count = count;
+        h.payload = limit - room;
+        h.next_seq = next_seq;
+        h.id_mode = id_mode;
+        self.held_wire += merged;
+        self.stats.merged += merged;
+        self.stats.merged_fast += merged;
+        if count >= MAX_SEGS {
             let h = self.take(b, i);
             done.push(self.complete(pool, h));
+            // The run stopped at the cap: the next packet is `rest`'s.
+            return Ok(next.or_else(|| rest.next()));
         }
-        Ok(())
+        Ok(next)
     }
 
     fn find(&self, key: &FlowKey) -> Option<(usize, usize)> {

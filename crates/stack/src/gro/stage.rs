@@ -157,24 +157,31 @@ impl Stage<Host> for Gro {
         for p in list.iter() {
             pool.prefetch(p);
         }
-        for p in list.drain(..) {
-            // The common case, the next full-size segment of the last train (its port
-            // does GRO), takes a shortcut (IPv4's first, then IPv6's).
-            let fast = match self.table.try_fast(pool, p, &mut self.done) {
-                Ok(()) => Ok(()),
-                Err(p) => self.table.try_fast6(pool, p, &mut self.done),
+        let mut rest = list.drain(..);
+        let mut next = rest.next();
+        while let Some(p) = next.take() {
+            // The common case, the next full-size segments of the last train (its port
+            // does GRO), takes a shortcut (IPv4's first, then IPv6's), a run at a time.
+            let fast = match self
+                .table
+                .fast_run::<false>(pool, p, &mut rest, &mut self.done)
+            {
+                Err(p) => self.table.fast_run6(pool, p, &mut rest, &mut self.done),
+                ok => ok,
             };
             let mut p = match fast {
-                Ok(()) => {
+                Ok(n) => {
                     if !self.done.is_empty() {
                         for q in self.done.drain(..) {
                             out.push(L2, q);
                         }
                     }
+                    next = n;
                     continue;
                 }
                 Err(p) => p,
             };
+            next = rest.next();
             let v = pool.get(&p);
             let port = v.meta.in_port;
             if port != cur_port {

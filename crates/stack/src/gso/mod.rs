@@ -488,16 +488,20 @@ fn segment_copy<const V6: bool>(
 const IP_WORDS: [usize; 7] = [0, 6, 8, 12, 14, 16, 18];
 
 /// The changes the stack made to a super-packet's head, as they apply to a member's own
-/// IPv4 header (at offset 0 of `d`) and L4 ports: the words to store and what they add to
+/// IPv4 header (at offset 0 of `d`) and L4 ports: the bytes to store and what they add to
 /// the IP and L4 checksums (RFC 1624 eqn. 3, `HC' = ~(~HC + Σ(~m + m'))`).
 struct Delta {
     /// The member's original bytes (IP header and ports) where a change is looked for,
     /// as three words under [`DELTA_MASK`].
     orig: [u64; 3],
-    /// (offset, new value) of each changed word.
-    words: [(usize, u16); 9],
-    n: usize,
-    ip_add: u64,
+    /// The same bytes with the head's changes in, under the same mask.
+    new: [u64; 3],
+    /// Some word changed.
+    changed: bool,
+    /// What the changes add to the IP header checksum, folded to 16 bits, and whether
+    /// they add anything (the IP header itself changed).
+    ip_add: u16,
+    ip_changed: bool,
     l4_add: u64,
     /// Offset of the L4 checksum.
     csum_at: usize,
@@ -527,17 +531,28 @@ const DELTA_MASK: [u8; 24] = [
     0xff, 0xff, 0xff, 0xff, 0xff,
 ];
 
+/// A ones' complement sum folded to 16 bits.
+#[inline(always)]
+fn fold16(mut s: u64) -> u16 {
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
 impl Delta {
     /// The delta from member header `d` (20-byte IPv4 header, then L4) to the head's
     /// `iph` and `ports`.
     fn new(d: &[u8], iph: &[u8; 20], ports: &[u8; 4], lay: &Layout) -> Self {
         let mut orig = [0u8; 24];
         orig.copy_from_slice(&d[..24]);
+        let mut new = orig;
         let mut dl = Self {
             orig: words24(&orig, &DELTA_MASK),
-            words: [(0, 0); 9],
-            n: 0,
+            new: [0; 3],
+            changed: false,
             ip_add: 0,
+            ip_changed: false,
             l4_add: 0,
             csum_at: 20 + lay.csum_at(),
             udp: !lay.tcp,
@@ -549,14 +564,15 @@ impl Delta {
                 get_u16(ports, at - 20)
             }
         };
+        let mut ip_add = 0u64;
         for at in IP_WORDS.into_iter().chain([20, 22]) {
-            let (old, new) = (get_u16(&orig, at), want(at));
-            if old != new {
-                dl.words[dl.n] = (at, new);
-                dl.n += 1;
-                let add = u64::from(!old) + u64::from(new);
+            let (old, new_w) = (get_u16(&orig, at), want(at));
+            if old != new_w {
+                put_u16(&mut new, at, new_w);
+                dl.changed = true;
+                let add = u64::from(!old) + u64::from(new_w);
                 if at < 20 {
-                    dl.ip_add += add;
+                    ip_add += add;
                 }
                 // Addresses are in the pseudo-header; ports in the L4 header.
                 if at >= 12 {
@@ -564,28 +580,39 @@ impl Delta {
                 }
             }
         }
+        dl.new = words24(&new, &DELTA_MASK);
+        dl.ip_changed = ip_add != 0;
+        dl.ip_add = fold16(ip_add);
         dl
     }
 
     /// Applies the delta to member header `d` if its fields are the ones the delta was
     /// worked out from; `false` (nothing changed) otherwise.
-    #[inline]
+    #[inline(always)]
     fn rewrite(&self, d: &mut [u8]) -> bool {
-        let Some(h) = d.first_chunk::<24>() else {
+        let Some(h) = d.first_chunk_mut::<24>() else {
             return false;
         };
-        let ip = Ipv4Packet::new_unchecked(&h[..20]);
-        if ip.version() != 4 || ip.header_len() != 20 || words24(h, &DELTA_MASK) != self.orig {
+        // Version 4 with a 20-byte header, and the fields the delta was made from.
+        if h[0] != 0x45 || words24(h, &DELTA_MASK) != self.orig {
             return false;
         }
-        if self.n == 0 {
+        if !self.changed {
             return true;
         }
-        for &(at, v) in &self.words[..self.n] {
-            put_u16(d, at, v);
+        // Every masked byte takes the head's value (the unchanged ones are the same).
+        let keep = words24(&[0xff; 24], &DELTA_MASK).map(|m| !m);
+        for (k, (new, keep)) in self.new.iter().zip(keep).enumerate() {
+            let w = &mut h[k * 8..k * 8 + 8];
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            w.copy_from_slice(&((u64::from_ne_bytes(a) & keep) | new).to_ne_bytes());
         }
-        let mut ip = Ipv4Packet::new_unchecked(&mut d[..20]);
-        ip.set_checksum(checksum::finish(u64::from(!ip.checksum()) + self.ip_add));
+        if self.ip_changed {
+            // ~(~HC + add), one fold: both terms are below 2^16.
+            let s = u32::from(!get_u16(h, 10)) + u32::from(self.ip_add);
+            put_u16(h, 10, !(((s & 0xffff) + (s >> 16)) as u16));
+        }
         l4_checksum_add(d, self.csum_at, self.l4_add, self.udp);
         true
     }
@@ -810,6 +837,9 @@ fn unchain<const V6: bool>(
     Ok(())
 }
 
+/// Bytes of an untagged Ethernet header.
+const ETH: usize = netbatch_wire::ethernet::HEADER_LEN;
+
 /// Gives every member of fraglist `chain` its own headers back, with the head's link
 /// header `l2h` in front and the head's changes (`delta` of a member's header) applied,
 /// and the head's metadata `head`, into `out`.
@@ -833,7 +863,11 @@ fn restore<const V6: bool, D: Rewrite>(
         let Some(front) = w.push(back) else {
             unreachable!("headroom checked above")
         };
-        front[..l2].copy_from_slice(l2h);
+        // An untagged Ethernet header, the common case, as a fixed-size copy.
+        match (front.first_chunk_mut::<ETH>(), l2h.first_chunk::<ETH>()) {
+            (Some(to), Some(from)) if l2 == ETH => *to = *from,
+            _ => front[..l2].copy_from_slice(l2h),
+        }
         let d = &mut front[l2..];
         let dl = first.get_or_insert_with(|| delta(d));
         if !dl.apply(d) {

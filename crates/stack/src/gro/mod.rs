@@ -1216,27 +1216,61 @@ mod tests {
     /// full rules; every segment of `kind`), the frames marked as device-verified when
     /// `csum_ok`, and completes what is held at the end. Returns, per packet handed on,
     /// (source port, segments, payload bytes of its first segment); frees everything.
+    /// Runs them twice, a packet at a time and as one list (the fast path taking runs
+    /// of it), and checks both give the same.
     fn run(frames: &[Vec<u8>], kind: Kind, csum_ok: bool) -> (Vec<(u16, u16, u16)>, GroStats) {
+        let one = run_as(frames, kind, csum_ok, false);
+        let list = run_as(frames, kind, csum_ok, true);
+        assert_eq!(one, list, "a packet at a time and as a list");
+        one
+    }
+
+    fn run_as(
+        frames: &[Vec<u8>],
+        kind: Kind,
+        csum_ok: bool,
+        as_list: bool,
+    ) -> (Vec<(u16, u16, u16)>, GroStats) {
         let pool = pool();
         let mut c = pool.cache();
         let mut t = GroTable::new();
         let mut done = Vec::new();
-        for f in frames {
-            let mut p = c.alloc().unwrap();
-            {
+        let pkts: Vec<Pkt> = frames
+            .iter()
+            .map(|f| {
+                let mut p = c.alloc().unwrap();
                 let mut v = pool.get_mut(&mut p);
                 assert!(v.set_data(128, f));
                 if csum_ok {
                     v.meta.flags |= flag::L4_CSUM_OK;
                 }
+                p
+            })
+            .collect();
+        let mut rest = pkts.into_iter();
+        let mut next = rest.next();
+        while let Some(p) = next.take() {
+            let mut none = core::iter::empty();
+            let more: &mut dyn Iterator<Item = Pkt> = if as_list { &mut rest } else { &mut none };
+            let fast = match t.fast_run::<false>(&pool, p, &mut &mut *more, &mut done) {
+                Err(p) => t.fast_run6(&pool, p, &mut &mut *more, &mut done),
+                ok => ok,
+            };
+            match fast {
+                Ok(Some(n)) => {
+                    next = Some(n);
+                    continue;
+                }
+                Ok(None) => {
+                    next = rest.next();
+                    continue;
+                }
+                Err(p) => next = Some(p),
             }
-            let Err(p) = t.try_fast(&pool, p, &mut done) else {
-                continue;
-            };
-            let Err(p) = t.try_fast6(&pool, p, &mut done) else {
-                continue;
-            };
-            match parse_frame(f, csum_ok) {
+            let Some(p) = next.take() else { break };
+            next = rest.next();
+            let f = pool.get(&p).data().to_vec();
+            match parse_frame(&f, csum_ok) {
                 Parsed::Seg(s) => t.offer(&pool, p, s, kind, &mut done),
                 Parsed::Unmergeable(k) => {
                     t.flush_flow(&pool, &k, &mut done);
@@ -1389,6 +1423,46 @@ mod tests {
             for csum_ok in [false, true] {
                 let (got, _) = run(&frames, kind, csum_ok);
                 assert_eq!(got, want, "{kind:?} csum_ok {csum_ok}");
+            }
+        }
+    }
+
+    /// The fast path checks an IPv4 header's identification and checksum through their
+    /// sum (everything else is the template's): a datagram whose header checksum is
+    /// wrong is not merged (it fails the full check too, so it passes alone after its
+    /// train), nor is one whose identification skips a number (RFC 1624 arithmetic makes
+    /// its checksum right: the sum differs all the same); it starts a new train.
+    #[test]
+    fn a_bad_ipv4_header_checksum_or_a_skipped_identification_ends_a_train() {
+        let mut bad_csum = dgram(2, false);
+        bad_csum[24] ^= 0x40;
+        let frames = [
+            dgram(0, false),
+            dgram(1, false),
+            bad_csum,
+            dgram(3, false),
+            dgram(4, false),
+        ];
+        let skipped = [
+            dgram(0, false),
+            dgram(1, false),
+            dgram(3, false),
+            dgram(4, false),
+        ];
+        for kind in [Kind::Standard, Kind::Fraglist] {
+            for csum_ok in [false, true] {
+                let (got, _) = run(&frames, kind, csum_ok);
+                assert_eq!(
+                    got,
+                    vec![(4000, 2, 300), (4000, 1, 300), (4000, 2, 300)],
+                    "bad checksum, {kind:?} csum_ok {csum_ok}"
+                );
+                let (got, _) = run(&skipped, kind, csum_ok);
+                assert_eq!(
+                    got,
+                    vec![(4000, 2, 300), (4000, 2, 300)],
+                    "skipped identification, {kind:?} csum_ok {csum_ok}"
+                );
             }
         }
     }

@@ -863,9 +863,19 @@ fn restore<const V6: bool, D: Rewrite>(
         let Some(front) = w.push(back) else {
             unreachable!("headroom checked above")
         };
-        // An untagged Ethernet header, the common case, as a fixed-size copy.
+        // An untagged Ethernet header, the common case, as two overlapping words (a
+        // copy of a length known only at run time would be a call).
         match (front.first_chunk_mut::<ETH>(), l2h.first_chunk::<ETH>()) {
-            (Some(to), Some(from)) if l2 == ETH => *to = *from,
+            (Some(to), Some(from)) if l2 == ETH => {
+                let word = |at: usize| {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&from[at..at + 8]);
+                    w
+                };
+                let (a, b) = (word(0), word(ETH - 8));
+                to[..8].copy_from_slice(&a);
+                to[ETH - 8..].copy_from_slice(&b);
+            }
             _ => front[..l2].copy_from_slice(l2h),
         }
         let d = &mut front[l2..];

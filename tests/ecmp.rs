@@ -235,7 +235,8 @@ fn replay_all(case: &str, n: u32, per: u32, weights: [u16; 2]) {
             bytes: b.clone(),
         })
         .collect();
-    let inp = tmp("netbatch-ecmp", &format!("{case}.pcap"));
+    let dir = tmp("netbatch-ecmp");
+    let inp = dir.path().join(format!("{case}.pcap"));
     write_pcap(&inp, &cap).expect("write input");
     let mut ways: Vec<(String, Vec<usize>)> = Vec::new();
     for (mode, dispatch) in [
@@ -251,7 +252,7 @@ fn replay_all(case: &str, n: u32, per: u32, weights: [u16; 2]) {
             case,
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let out = tmp("netbatch-ecmp", &format!("{case}-{mode}-{dispatch}.pcapng"));
+        let out = dir.path().join(format!("{case}-{mode}-{dispatch}.pcapng"));
         let r = replay(&cfg, &inp, &out, None).expect("replay");
         let s = &r.stats;
         let k = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("stats has no {k}"));

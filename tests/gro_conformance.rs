@@ -35,8 +35,6 @@
 //! `tx-udp-segmentation`, with `rx-gro-list` as one frame on a port with `tx-gso-list`,
 //! and on a port with no offload as the original datagrams.
 
-use std::path::PathBuf;
-
 use netbatch_ports::pcap::{CapturedFrame, read_frames, write_pcap};
 use netbatch_runtime::config::Config;
 use netbatch_runtime::replay::replay;
@@ -349,10 +347,12 @@ addresses = ["198.51.100.1/24"{a1}]
     cfg
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("netbatch-gro-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A fresh temporary directory, removed with its files when dropped (passed or panicked).
+fn tmp() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("netbatch-gro-")
+        .tempdir()
+        .unwrap()
 }
 
 /// Frames with their send time in milliseconds (a gap splits GRO windows).
@@ -372,8 +372,9 @@ fn run(case: &str, cap: &Capture, cfg: &Config) -> Outcome {
             bytes: s.frame(),
         })
         .collect();
-    let input = tmp(&format!("{case}.pcap"));
-    let output = tmp(&format!("{case}.pcapng"));
+    let dir = tmp();
+    let input = dir.path().join(format!("{case}.pcap"));
+    let output = dir.path().join(format!("{case}.pcapng"));
     write_pcap(&input, &frames).unwrap();
     let r = replay(cfg, &input, &output, None).unwrap_or_else(|e| panic!("{case}: {e}"));
     let stats = r.stats;
@@ -389,8 +390,6 @@ fn run(case: &str, cap: &Capture, cfg: &Config) -> Outcome {
         .into_iter()
         .map(|f| f.bytes)
         .collect();
-    let _ = std::fs::remove_file(&input);
-    let _ = std::fs::remove_file(&output);
     Outcome { frames: out, stats }
 }
 

@@ -5,13 +5,13 @@
 //! bytes.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use netbatch_ports::pcap::{CapturedFrame, read_frames, write_pcap};
 use netbatch_runtime::config::Config;
 use netbatch_runtime::replay::replay;
 use netbatch_wire::ethernet::MacAddr;
 use serde_json::Value;
+use tempfile::TempDir;
 
 /// What one replay produced: frames per output port and the stats document.
 #[derive(Debug)]
@@ -46,11 +46,13 @@ impl Outcome {
     }
 }
 
-/// A path in this test process's temporary directory `dir`.
-pub fn tmp(dir: &str, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("{dir}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
+/// A fresh temporary directory named `dir-…`, removed with everything in it when the
+/// guard is dropped, whether the test passes or panics.
+pub fn tmp(dir: &str) -> TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("{dir}-"))
+        .tempdir()
+        .expect("temp dir")
 }
 
 /// Replays `input` (frames with timestamps in nanoseconds, received on the first port)
@@ -72,7 +74,8 @@ pub fn run_variants(
             bytes: b.clone(),
         })
         .collect();
-    let inp = tmp(dir, &format!("{case}.pcap"));
+    let dir = tmp(dir);
+    let inp = dir.path().join(format!("{case}.pcap"));
     write_pcap(&inp, &cap).expect("write input");
     let parse = |mode: &str, dispatch: &str| {
         Config::parse(&config(mode, dispatch), std::path::Path::new("."), case)
@@ -85,7 +88,7 @@ pub fn run_variants(
         ("list", "runs"),
         ("list", "buckets"),
     ] {
-        let out = tmp(dir, &format!("{case}-{mode}-{dispatch}.pcapng"));
+        let out = dir.path().join(format!("{case}-{mode}-{dispatch}.pcapng"));
         let r = replay(&parse(mode, dispatch), &inp, &out, None).expect("replay");
         let (mut eth0, mut eth1) = (Vec::new(), Vec::new());
         for f in read_frames(&out).expect("read output") {
@@ -149,10 +152,10 @@ pub fn run_variants(
         }
     }
     // Same input, same output, run after run.
-    let again = tmp(dir, &format!("{case}-again.pcapng"));
+    let again = dir.path().join(format!("{case}-again.pcapng"));
     replay(&parse("list", "buckets"), &inp, &again, None).expect("replay");
     let a = std::fs::read(&again).expect("output");
-    let b = std::fs::read(tmp(dir, &format!("{case}-list-buckets.pcapng"))).expect("output");
+    let b = std::fs::read(dir.path().join(format!("{case}-list-buckets.pcapng"))).expect("output");
     assert_eq!(a, b, "{case}: replay is deterministic");
     results.pop().map(|(_, o)| o).expect("four variants")
 }

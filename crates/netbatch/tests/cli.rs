@@ -12,6 +12,15 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
+/// A fresh temporary directory named `netbatch-cli-<tag>-…`, removed with its files when
+/// dropped, whether the test passes or panics.
+fn scratch(tag: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("netbatch-cli-{tag}-"))
+        .tempdir()
+        .expect("temp dir")
+}
+
 /// Frame `i` of a capture: a UDP datagram from 192.0.2.10 (port 1000) to `dst`:`dport`,
 /// sent to `02:00:00:00:00:01` at 1 s + `i` µs.
 fn udp_frame(
@@ -119,9 +128,8 @@ fn shipped_examples_validate() {
 
 #[test]
 fn run_names_the_port_whose_interface_is_missing() {
-    let dir = std::env::temp_dir().join(format!("netbatch-cli-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let cfg = dir.join("missing.toml");
+    let dir = scratch("run");
+    let cfg = dir.path().join("missing.toml");
     std::fs::write(
         &cfg,
         "[[port]]\nname = \"uplink\"\nkind = \"af_packet\"\ninterface = \"nb-absent0\"\nmac = \"02:00:5e:00:53:01\"\naddresses = [\"192.0.2.1/24\"]\n",
@@ -135,7 +143,6 @@ fn run_names_the_port_whose_interface_is_missing() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -171,9 +178,8 @@ fn a_missing_file_and_a_syntax_error_are_clear() {
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
-    let dir = std::env::temp_dir().join(format!("netbatch-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join("syntax.toml");
+    let dir = scratch("syntax");
+    let f = dir.path().join("syntax.toml");
     std::fs::write(&f, "[[port]\nname = \"x\"\n").unwrap();
     let out = netbatch()
         .arg("check-config")
@@ -190,8 +196,7 @@ fn a_missing_file_and_a_syntax_error_are_clear() {
 
 #[test]
 fn replay_writes_frames_and_stats() {
-    let dir = std::env::temp_dir().join(format!("netbatch-cli-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("replay");
     // A ping to the router's LAN address and a datagram routed upstream (example config).
     let ping = {
         let b = etherparse::PacketBuilder::ethernet2(
@@ -237,9 +242,9 @@ fn replay_writes_frames_and_stats() {
             bytes: arp_reply,
         },
     ];
-    let input = dir.join("in.pcap");
+    let input = dir.path().join("in.pcap");
     netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();
-    let (out, s) = replay_within(&examples().join("router.toml"), &input, &dir, 60);
+    let (out, s) = replay_within(&examples().join("router.toml"), &input, dir.path(), 60);
     for k in [
         "rx_packets",
         "tx_packets",
@@ -271,8 +276,6 @@ fn replay_writes_frames_and_stats() {
         "then the reply to the pinging host"
     );
     assert_eq!(back[1].bytes[34], 0, "an echo reply");
-
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A replay whose packets outlast the buffer pool (they wait for next hops that never
@@ -281,9 +284,8 @@ fn replay_writes_frames_and_stats() {
 /// included, with the conservation law holding.
 #[test]
 fn replay_out_of_buffers_finishes_and_counts_every_frame() {
-    let dir = std::env::temp_dir().join(format!("netbatch-cli-nobuf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("small.toml");
+    let dir = scratch("nobuf");
+    let config = dir.path().join("small.toml");
     std::fs::write(
         &config,
         r#"
@@ -317,9 +319,9 @@ fn replay_out_of_buffers_finishes_and_counts_every_frame() {
         ts_ns: 1_001_000_000,
         bytes: vec![0x55; 4000],
     });
-    let input = dir.join("in.pcap");
+    let input = dir.path().join("in.pcap");
     netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();
-    let (_, s) = replay_within(&config, &input, &dir, 60);
+    let (_, s) = replay_within(&config, &input, dir.path(), 60);
     let n = |k: &str| s[k].as_u64().unwrap();
     assert_eq!(n("rx_packets"), 301, "every frame of the capture");
     assert_eq!(s["drops"]["frame_too_long"], 1);
@@ -334,12 +336,12 @@ fn replay_out_of_buffers_finishes_and_counts_every_frame() {
         n("tx_packets") + n("delivered_packets") + n("dropped_packets") + n("held_packets"),
         "{s}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Runs `netbatch bench` with `args` and returns its JSON document.
 fn bench_json(tag: &str, args: &[&str]) -> serde_json::Value {
-    let json = std::env::temp_dir().join(format!("netbatch-cli-{tag}-{}.json", std::process::id()));
+    let dir = scratch(tag);
+    let json = dir.path().join("bench.json");
     let status = netbatch()
         .arg("bench")
         .args(args)
@@ -350,7 +352,6 @@ fn bench_json(tag: &str, args: &[&str]) -> serde_json::Value {
     assert!(status.success(), "bench {args:?} failed its own checks");
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
     assert!(doc["failures"].as_array().unwrap().is_empty(), "{doc}");
     doc
 }
@@ -460,7 +461,8 @@ fn rps_bench_reports_each_policy() {
 
 #[test]
 fn gro_bench_reports_each_mode_with_its_frame_rate() {
-    let json = std::env::temp_dir().join(format!("netbatch-cli-gro-{}.json", std::process::id()));
+    let dir = scratch("gro");
+    let json = dir.path().join("bench.json");
     let status = netbatch()
         .args([
             "bench",
@@ -488,7 +490,6 @@ fn gro_bench_reports_each_mode_with_its_frame_rate() {
     );
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
     let results = doc["results"].as_array().unwrap();
     let mut seen: Vec<(String, String)> = results
         .iter()
@@ -632,11 +633,10 @@ fn run_without_privileges_names_the_port_and_the_capabilities() {
         return;
     }
     // A place the unprivileged user can read: the binary and the config.
-    let dir = std::env::temp_dir().join(format!("netbatch-cli-priv-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let bin = dir.join("netbatch");
+    let dir = scratch("priv");
+    let bin = dir.path().join("netbatch");
     std::fs::copy(env!("CARGO_BIN_EXE_netbatch"), &bin).expect("copy");
-    let cfg = dir.join("lo.toml");
+    let cfg = dir.path().join("lo.toml");
     std::fs::write(
         &cfg,
         "[[port]]\nname = \"uplink\"\nkind = \"af_packet\"\ninterface = \"lo\"\nmac = \"02:00:5e:00:53:01\"\naddresses = [\"192.0.2.1/24\"]\n",
@@ -645,7 +645,7 @@ fn run_without_privileges_names_the_port_and_the_capabilities() {
     let _ = Command::new("chmod")
         .arg("-R")
         .arg("a+rX")
-        .arg(&dir)
+        .arg(dir.path())
         .status();
     let out = Command::new("setpriv")
         .args([
@@ -660,7 +660,6 @@ fn run_without_privileges_names_the_port_and_the_capabilities() {
         .output()
         .expect("setpriv runs");
     let err = String::from_utf8_lossy(&out.stderr);
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains("error: port uplink: AF_PACKET socket: Operation not permitted"),
@@ -679,11 +678,10 @@ fn run_without_privileges_names_the_port_and_the_capabilities() {
 /// drains, and every frame is counted.
 #[test]
 fn replay_receives_on_its_port_whatever_rx_workers_says() {
-    let dir = std::env::temp_dir().join(format!("netbatch-cli-rxw-{}", std::process::id()));
     // (Before replay took its port whatever the configuration said, this one never
     // finished.)
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("rxw.toml");
+    let dir = scratch("rxw");
+    let config = dir.path().join("rxw.toml");
     std::fs::write(
         &config,
         r#"
@@ -698,9 +696,8 @@ fn replay_receives_on_its_port_whatever_rx_workers_says() {
     let frames: Vec<netbatch_ports::pcap::CapturedFrame> = (0..5u64)
         .map(|i| udp_frame([192, 0, 2, 1], 9, b"x", i))
         .collect();
-    let input = dir.join("in.pcap");
+    let input = dir.path().join("in.pcap");
     netbatch_ports::pcap::write_pcap(&input, &frames).unwrap();
-    let (_, s) = replay_within(&config, &input, &dir, 20);
+    let (_, s) = replay_within(&config, &input, dir.path(), 20);
     assert_eq!(s["rx_packets"], 5, "{s}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -14,31 +14,25 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
-/// A directory of the test's own (named after the test and the process), removed when
-/// dropped.
-struct Dir(PathBuf);
+/// A directory of the test's own (named after the test), removed when dropped, whether
+/// the test passes or panics.
+struct Dir(tempfile::TempDir);
 
 impl Dir {
     fn new(tag: &str) -> Self {
-        let d = std::env::temp_dir().join(format!(
-            "netbatch-config-mistakes-{tag}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&d).expect("temporary directory");
-        Self(d)
+        Self(
+            tempfile::Builder::new()
+                .prefix(&format!("netbatch-config-mistakes-{tag}-"))
+                .tempdir()
+                .expect("temporary directory"),
+        )
     }
 
     /// Writes `text` to `name` in the directory; its path.
     fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.0.join(name);
+        let p = self.0.path().join(name);
         std::fs::write(&p, text).expect("file written");
         p
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -19,6 +19,7 @@
 //! says so and passes, without the tools it fails naming them.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -55,7 +56,11 @@ fn need_tools() {
 /// The namespaces, links and netbatch process of one test.
 struct Topo {
     tag: String,
+    /// The test's directory (`_tmp`'s path).
     dir: PathBuf,
+    /// Removes `dir` with its files once `Topo`'s own `drop` has stopped what uses it,
+    /// whether the test passes or panics.
+    _tmp: tempfile::TempDir,
     child: Option<Child>,
     log: std::sync::Arc<Mutex<Vec<String>>>,
 }
@@ -90,12 +95,17 @@ impl Topo {
     /// whose ends are `nb<tag><a+i>` in the host and `nb<tag>r<i+1>` in `r`, all up.
     fn hosts(id: &str, hosts: &[&str]) -> Self {
         let tag = format!("{id}{}", std::process::id() % 100_000);
-        let dir = std::env::temp_dir().join(format!("netbatch-live-{tag}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        // Mode 0755 as a created directory would have: the test runs a copy of the
+        // binary in it as `nobody`.
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("netbatch-live-{tag}-"))
+            .permissions(std::fs::Permissions::from_mode(0o755))
+            .tempdir()
+            .expect("temp dir");
         let t = Self {
             tag,
-            dir,
+            dir: tmp.path().to_path_buf(),
+            _tmp: tmp,
             child: None,
             log: Default::default(),
         };
@@ -336,7 +346,6 @@ impl Drop for Topo {
             let _ = c.wait();
         }
         self.remove();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -15,26 +15,22 @@ fn netbatch() -> Command {
 
 /// A fresh directory for one test, removed when the test ends, passed or failed (the
 /// large capture's is 450 MB).
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+struct Scratch(tempfile::TempDir);
 
 impl std::ops::Deref for Scratch {
     type Target = Path;
     fn deref(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
 }
 
 fn scratch(tag: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("netbatch-cap-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
+    Scratch(
+        tempfile::Builder::new()
+            .prefix(&format!("netbatch-cap-{tag}-"))
+            .tempdir()
+            .unwrap(),
+    )
 }
 
 /// Two ports; eth1's upstream 198.51.100.254 is a static neighbour, so forwarding needs

@@ -1089,6 +1089,12 @@ mod tests {
 
     use super::*;
 
+    /// A fresh temporary directory named `prefix…`, removed with its files when dropped,
+    /// whether the test passes or panics.
+    fn scratch(prefix: &str) -> tempfile::TempDir {
+        tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
+    }
+
     /// Hand-made capture bytes, in one byte order.
     #[derive(Clone, Copy)]
     struct B(Order);
@@ -1536,8 +1542,8 @@ mod tests {
     /// makes.
     #[test]
     fn the_writer_orders_ties_by_port_and_spills_without_changing_the_output() {
-        let dir = std::env::temp_dir().join(format!("netbatch-txw-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = scratch("netbatch-txw-");
+        let dir = tmp.path();
         let tx = |ts, b: u8| TxFrame {
             ts_ns: ts,
             bytes: vec![b; 60],
@@ -1589,7 +1595,6 @@ mod tests {
                 .0
                 .contains("time order")
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     proptest::proptest! {
@@ -1617,8 +1622,8 @@ mod tests {
 
     #[test]
     fn pcap_and_pcapng_round_trip() {
-        let dir = std::env::temp_dir().join(format!("netbatch-pcap-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = scratch("netbatch-pcap-");
+        let dir = tmp.path();
         let frames = vec![
             CapturedFrame {
                 ts_ns: 1_700_000_000_123_456_789,
@@ -1654,7 +1659,6 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![(5, 1), (7, 2), (9, 3)]
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Traced frames come back as written: frames, timestamps and lengths through our
@@ -1663,8 +1667,8 @@ mod tests {
     #[test]
     fn traced_frames_carry_their_comments() {
         use pcap_file::pcapng::{Block, PcapNgReader};
-        let dir = std::env::temp_dir().join(format!("netbatch-traced-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = scratch("netbatch-traced-");
+        let dir = tmp.path();
         let path = dir.join("trace.pcapng");
         let ports = vec!["eth0".to_string(), "eth1".to_string()];
         let tf = |port, ts_ns, data: Vec<u8>, orig_len, comment: &str| TracedFrame {
@@ -1751,7 +1755,6 @@ mod tests {
         );
 
         tshark_reads_the_comments(&path, &frames);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Wireshark's reading of the comments (`frame.comment`, tshark 3.6 and later; older

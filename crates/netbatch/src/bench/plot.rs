@@ -400,8 +400,13 @@ mod tests {
         Summary::new(variant(scenario, mode, d), &r)
     }
 
-    fn tmp(name: &str) -> std::path::PathBuf {
-        std::env::temp_dir().join(format!("netbatch-plot-{}-{name}", std::process::id()))
+    /// A fresh temporary directory, removed with its files when dropped, whether the test
+    /// passes or panics.
+    fn tmp() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("netbatch-plot-")
+            .tempdir()
+            .unwrap()
     }
 
     /// A hand-made result set: udp-local-1b list runs at 19, 20, 22 Mpps (median 20)
@@ -425,14 +430,14 @@ mod tests {
                 max: 22.0
             }
         );
-        let path = tmp("t.svg");
+        let dir = tmp();
+        let path = dir.path().join("t.svg");
         let heading = Heading {
             title: "netbatch bench".into(),
             lines: vec!["hand-made results".into()],
         };
         plot(&path, &rows, &heading).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
         assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
         for s in [
             "null",
@@ -458,14 +463,14 @@ mod tests {
             row("smoltcp-udp-1b", None, None, &[15.0]),
             row("null", Some(Mode::List), None, &[]),
         ];
-        let path = tmp("t.PNG");
+        let dir = tmp();
+        let path = dir.path().join("t.PNG");
         let heading = Heading {
             title: "t".into(),
             lines: Vec::new(),
         };
         plot(&path, &rows, &heading).unwrap();
         let png = std::fs::read(&path).unwrap();
-        std::fs::remove_file(&path).unwrap();
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     }
 

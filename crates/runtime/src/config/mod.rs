@@ -678,9 +678,11 @@ mod tests {
     /// a kernel interface that is not there (a made-up name that no test creates).
     #[test]
     fn load_for_run_checks_the_machine_and_load_does_not() {
-        let dir = std::env::temp_dir().join(format!("netbatch-config-run-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("absent.toml");
+        let dir = tempfile::Builder::new()
+            .prefix("netbatch-config-run-")
+            .tempdir()
+            .unwrap();
+        let f = dir.path().join("absent.toml");
         std::fs::write(
             &f,
             "[[port]]\nname = \"up\"\nkind = \"af_packet\"\ninterface = \"nb-absent0\"\n\
@@ -689,7 +691,6 @@ mod tests {
         .unwrap();
         let loaded = super::Config::load(&f);
         let for_run = super::Config::load_for_run(&f);
-        let _ = std::fs::remove_dir_all(&dir);
         assert!(loaded.is_ok(), "{:?}", loaded.err());
         let e = for_run.expect_err("nb-absent0 is not on this machine");
         assert_eq!(e.errors.len(), 1, "{e}");

@@ -541,7 +541,7 @@ fn multipath<F: LineFamily>(
 
 #[cfg(test)]
 mod tests {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     use super::super::Config;
     use super::REPEATS_SHOWN;
@@ -553,26 +553,21 @@ mod tests {
         addresses = ["192.0.2.1/24"]
     "#;
 
-    /// A directory of this test's own, removed when dropped.
-    struct Dir(PathBuf);
+    /// A directory of this test's own, removed when dropped, whether the test passes or
+    /// panics.
+    struct Dir(tempfile::TempDir);
 
     impl Dir {
         fn new(tag: &str) -> Self {
-            let d = std::env::temp_dir().join(format!(
-                "netbatch-config-routes-{tag}-{}",
-                std::process::id()
-            ));
-            std::fs::create_dir_all(&d).expect("temporary directory");
-            Self(d)
+            Self(
+                tempfile::Builder::new()
+                    .prefix(&format!("netbatch-config-routes-{tag}-"))
+                    .tempdir()
+                    .expect("temporary directory"),
+            )
         }
         fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
+            self.0.path()
         }
     }
 

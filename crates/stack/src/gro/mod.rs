@@ -470,7 +470,7 @@ struct Held {
     /// FIN/PSH seen on merged segments (standard TCP: the head inherits them).
     flags_or: u16,
     /// The first segment's leading frame bytes, and which of them every later
-    /// full-size segment repeats exactly (see [`GroTable::try_fast`]).
+    /// full-size segment repeats exactly (see [`GroTable::fast_run`]).
     fast: Fast,
 }
 
@@ -725,30 +725,6 @@ impl GroTable {
         self.buckets[b].remove(i)
     }
 
-    /// The fast path for the common case, a full-size segment of the flow that took the
-    /// previous one: frame `p` from `port` (whose L4 checksum the device verified) is
-    /// merged when its leading bytes match the flow's template and its IP identification,
-    /// header checksum and TCP sequence number are the expected ones, which is exactly
-    /// when the full rules would merge it (and not end the train). Anything else is
-    /// handed back for the full parse. IPv4 flows only (see [`Self::try_fast6`]).
-    #[cfg(test)]
-    pub(crate) fn try_fast(&mut self, pool: &Pool, p: Pkt, done: &mut Vec<Pkt>) -> Result<(), Pkt> {
-        self.fast_run::<false>(pool, p, &mut core::iter::empty(), done)
-            .map(|_| ())
-    }
-
-    /// [`Self::try_fast`] for an IPv6 flow.
-    #[cfg(test)]
-    pub(crate) fn try_fast6(
-        &mut self,
-        pool: &Pool,
-        p: Pkt,
-        done: &mut Vec<Pkt>,
-    ) -> Result<(), Pkt> {
-        self.fast_run6(pool, p, &mut core::iter::empty(), done)
-            .map(|_| ())
-    }
-
     /// [`Self::fast_run`] for IPv6 flows, tried when IPv4's fails: out of line, so the
     /// IPv4 fast path stays what it was.
     #[inline(never)]
@@ -762,9 +738,14 @@ impl GroTable {
         self.fast_run::<true>(pool, p, rest, done)
     }
 
-    /// The fast path over a run of a list: `p`, then the packets of `rest` behind it, for
-    /// as long as each is the next full-size segment of the last train (of IP version
-    /// `V6`: each flow's template is of its version, [`Fast`]). The train's state is
+    /// The fast path for the common case, the next full-size segments of the flow that
+    /// took the previous one, over a run of a list: `p`, then the packets of `rest`
+    /// behind it, for as long as each is the next full-size segment of the last train
+    /// (of IP version `V6`: each flow's template is of its version, [`Fast`]), from the
+    /// train's port and with its L4 checksum verified by the device. A segment is taken
+    /// when its leading bytes match the flow's template and its IP identification,
+    /// header checksum and TCP sequence number are the expected ones, which is exactly
+    /// when the full rules would merge it (and not end the train). The train's state is
     /// read once per run, not once per packet. `Err(p)`: `p` did not take the fast path
     /// (nothing changed). `Ok(next)`: `p` was merged, and so was everything taken from
     /// `rest` before `next`, which still needs the whole treatment (`None`: `rest` is

@@ -534,7 +534,18 @@ fn patch(f: &Flow, b: &mut [u8], seq: u64) {
         ip.set_checksum(checksum::update16(f.ip_csum, 0, ident));
     }
     let n = f.seq_bytes;
-    b[f.payload..f.payload + n].copy_from_slice(&seq.to_be_bytes()[8 - n..]);
+    let be = seq.to_be_bytes();
+    // Eight bytes (any payload of eight or more): one store, not a copy of a length
+    // known only at run time.
+    if n == 8
+        && let Some(w) = b
+            .get_mut(f.payload..)
+            .and_then(<[u8]>::first_chunk_mut::<8>)
+    {
+        *w = be;
+    } else {
+        b[f.payload..f.payload + n].copy_from_slice(&be[8 - n..]);
+    }
     let mut acc = u64::from(!f.l4_csum) + seq_word_sum(seq, n);
     let c = if f.tcp {
         let tseq = (seq as u32).wrapping_mul(f.payload_len);

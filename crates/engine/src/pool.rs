@@ -287,6 +287,9 @@ impl Drop for Shared {
 pub struct Pool {
     shared: Arc<Shared>,
     id: u8,
+    /// `id` where a handle keeps it (the top 8 bits): a handle of this pool XOR this is
+    /// its index, and that of any other pool is above [`MAX_BUFFERS`].
+    id_bits: u32,
     stride: usize,
     buf_size: usize,
     meta_base: *mut Meta,
@@ -351,6 +354,7 @@ impl Pool {
         let shared = Arc::new(shared);
         Ok(Self {
             id,
+            id_bits: u32::from(id) << 24,
             stride: shared.stride,
             buf_size: shared.cfg.buf_size as usize,
             // `UnsafeCell<Meta>` has the layout of `Meta`.
@@ -469,11 +473,14 @@ impl Pool {
 
     #[inline(always)]
     fn check(&self, p: &Pkt) -> u32 {
-        // A handle from another pool would alias that pool's owner: refuse it.
-        if p.pool() != self.id {
+        // A handle from another pool would alias that pool's owner: refuse it. One XOR
+        // both tests the pool id (any other leaves a bit above the index) and yields the
+        // index.
+        let i = p.0.get() ^ self.id_bits;
+        if i > MAX_BUFFERS {
             foreign_handle();
         }
-        p.index()
+        i
     }
 
     #[inline(always)]

@@ -225,7 +225,20 @@ pub fn add_part(acc: u64, part: u16, odd: bool) -> u64 {
 /// all zero. The field must sit at an even offset of the checksummed data.
 #[inline]
 pub fn update16(hc: u16, old: u16, new: u16) -> u16 {
-    finish(u64::from(!hc) + u64::from(!old) + u64::from(new))
+    // Three 16-bit terms sum to at most 0x2fffd: two folds bring that to 16 bits.
+    let s = u32::from(!hc) + u32::from(!old) + u32::from(new);
+    let s = (s & 0xffff) + (s >> 16);
+    !(((s & 0xffff) + (s >> 16)) as u16)
+}
+
+/// [`update16`] for a field that decreased by `d` without wrapping (`new = old - d`, as
+/// a TTL decrement does to the TTL/protocol word): `~m + m'` is then `~d` whatever `m`,
+/// so the update needs neither the old value nor more than one fold.
+#[inline]
+pub fn update16_sub(hc: u16, d: u16) -> u16 {
+    // At most 0x1fffe: one fold brings that to 16 bits.
+    let s = u32::from(!hc) + u32::from(!d);
+    !(((s & 0xffff) + (s >> 16)) as u16)
 }
 
 /// Updates checksum `hc` after a 32-bit field (such as an IPv4 address) changed from `old` to
@@ -329,6 +342,21 @@ mod tests {
         with.extend_from_slice(&[0x22, 0x0d]);
         assert_eq!(fold(sum(&with, 0)), 0xffff);
         assert_eq!(checksum(&with), 0);
+    }
+
+    #[test]
+    fn update16_sub_is_update16_of_a_decrease() {
+        // Every checksum, against TTL/protocol words whose TTL can be decremented.
+        for hc in 0..=u16::MAX {
+            for old in [0x0100u16, 0x0111, 0x0206, 0x4011, 0x8001, 0xff11, 0xffff] {
+                assert_eq!(
+                    update16_sub(hc, 0x0100),
+                    update16(hc, old, old - 0x0100),
+                    "{hc:#x} {old:#x}"
+                );
+            }
+            assert_eq!(update16_sub(hc, 7), update16(hc, 0x1234, 0x1234 - 7));
+        }
     }
 
     #[test]

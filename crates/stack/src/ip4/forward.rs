@@ -89,10 +89,10 @@ impl Stage<Host> for Ip4Forward {
                 out.push(ERROR, p);
                 continue;
             }
-            // TTL shares a 16-bit word with the protocol: RFC 1624 eqn. 3 on that word.
-            let old = u16::from_be_bytes([ttl, ip.protocol().0]);
+            // TTL shares a 16-bit word with the protocol: RFC 1624 eqn. 3 on that word,
+            // which decreases by 0x0100 (TTL ≥ 2, so without wrapping).
             ip.set_ttl(ttl - 1);
-            ip.set_checksum(checksum::update16(ip.checksum(), old, old - 0x0100));
+            ip.set_checksum(checksum::update16_sub(ip.checksum(), 0x0100));
             if ip.header_len() > 20 {
                 let out_if = v.meta.out_if;
                 if let Err(pointer) = record_options(host, cx.now_ns, out_if, v.data_mut()) {

@@ -82,7 +82,13 @@ pub fn verify_words<const N: usize>(d: &[u8; N]) -> bool {
         s += u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]));
         i += 4;
     }
-    fold(s) == 0xffff
+    // `fold(s) == 0xffff` without folding: folding keeps the residue modulo 0xffff and
+    // gives 0 only for 0, so the test is for a non-zero multiple of 0xffff. 0xffff is odd,
+    // so `s` is one exactly when `s` times its inverse modulo 2^64 is at most
+    // `u64::MAX / 0xffff` (a multiply and a compare, where `%` costs a wide multiply).
+    const INV: u64 = 0xfffe_fffe_fffe_ffff;
+    const { assert!(0xffff_u64.wrapping_mul(INV) == 1) };
+    s != 0 && s.wrapping_mul(INV) <= u64::MAX / 0xffff
 }
 
 /// Inputs up to this length take the word-at-a-time path: for a few bytes (a UDP header
@@ -356,6 +362,24 @@ mod tests {
                 );
             }
             assert_eq!(update16_sub(hc, 7), update16(hc, 0x1234, 0x1234 - 7));
+        }
+    }
+
+    #[test]
+    fn verify_words_agrees_with_folding() {
+        let mut h = [
+            0x45u8, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        assert!(verify_words(&h));
+        assert!(!verify_words(&[0u8; 20]), "all zero sums to 0, not 0xffff");
+        assert!(verify_words(&[0xffu8; 20]));
+        for at in 0..20 {
+            for x in [1u8, 0x80, 0xff] {
+                h[at] ^= x;
+                assert_eq!(verify_words(&h), fold(sum(&h, 0)) == 0xffff, "{at} {x}");
+                h[at] ^= x;
+            }
         }
     }
 

@@ -51,6 +51,15 @@ macro_rules! arcs {
     };
 }
 
+/// The fate of one packet, as a stage decides it for [`Out::sort`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// On along this arc.
+    To(Next),
+    /// Dropped for this reason.
+    Drop(Reason),
+}
+
 /// Where a stage's packets go: `(packet, arc)` pairs in the stage's output order, plus
 /// the packets it dropped.
 #[derive(Debug)]
@@ -102,6 +111,81 @@ impl Out {
             self.pkts.push(p);
         } else {
             self.push_mixed(a, p);
+        }
+    }
+
+    /// Gives every packet of `list` (leaving it empty), in order, the fate `f` decides:
+    /// what pushing or dropping each in turn would do, but while they all take the same
+    /// arc the packets stay where they are, and the list is handed on whole at the end
+    /// (no push per packet). `f` sees each packet once, in order. Mark it
+    /// `#[inline(always)]`: it is called from the fast loop and from the one that takes
+    /// over where arcs differ, and a stage's body left out of line costs a call and a
+    /// verdict through memory per packet.
+    #[inline(always)]
+    pub fn sort(&mut self, list: &mut PktList, mut f: impl FnMut(&mut Pkt) -> Verdict) {
+        // The arc every packet so far takes ([`MIXED`]: none yet), and where that ended.
+        let mut arc = MIXED;
+        let mut split = None;
+        for (i, p) in list.iter_mut().enumerate() {
+            match f(p) {
+                Verdict::To(a) if a.0 == arc || arc == MIXED => arc = a.0,
+                v => {
+                    split = Some((i, v));
+                    break;
+                }
+            }
+        }
+        match split {
+            None if arc != MIXED => self.push_list(Next(arc), list),
+            None => {}
+            Some((at, v)) => self.sort_rest(list, at, arc, v, f),
+        }
+    }
+
+    /// [`Out::sort`] from the first packet (at `at`, its fate `v`) whose arc differs from
+    /// the `arc` of those before it: each from there on is pushed or dropped in turn.
+    #[inline(never)]
+    fn sort_rest(
+        &mut self,
+        list: &mut PktList,
+        at: usize,
+        arc: u8,
+        v: Verdict,
+        mut f: impl FnMut(&mut Pkt) -> Verdict,
+    ) {
+        let mut rest = list.drain(..);
+        for p in rest.by_ref().take(at) {
+            self.push(Next(arc), p);
+        }
+        if let Some(p) = rest.next() {
+            self.apply(v, p);
+        }
+        for mut p in rest {
+            let v = f(&mut p);
+            self.apply(v, p);
+        }
+    }
+
+    /// Pushes or drops `p` as `v` says.
+    #[inline(always)]
+    fn apply(&mut self, v: Verdict, p: Pkt) {
+        match v {
+            Verdict::To(a) => self.push(a, p),
+            Verdict::Drop(r) => self.drop(p, r),
+        }
+    }
+
+    /// Sends every packet of `list` along arc `a`, leaving it empty: the vector itself
+    /// becomes the output when nothing was pushed before.
+    #[inline]
+    pub fn push_list(&mut self, a: Next, list: &mut PktList) {
+        if self.pkts.is_empty() {
+            core::mem::swap(&mut self.pkts, list);
+            self.uniform = a.0;
+        } else {
+            for p in list.drain(..) {
+                self.push(a, p);
+            }
         }
     }
 

@@ -10,7 +10,7 @@
 //! once per run of packets from the same port (a list from one poll is one port). The
 //! link header is pulled: later stages see the packet start at its L3 header.
 
-use netbatch_engine::{Cx, Meta, Next, Out, PktList, Reason, Stage};
+use netbatch_engine::{Cx, Meta, Next, Out, PktList, Reason, Stage, Verdict};
 use netbatch_wire::ethernet::{EthernetFrame, HEADER_LEN, MacAddr};
 
 use crate::dissect::{self, L3};
@@ -88,13 +88,13 @@ impl Stage<Host> for EthInput {
         let mut cur_port = u16::MAX;
         let mut our_mac = MacAddr([0; 6]);
         let mut native = None;
-        for mut p in list.drain(..) {
-            let mut v = cx.pool.get_mut(&mut p);
+        let pool = cx.pool;
+        out.sort(list, #[inline(always)] move |p| {
+            let mut v = pool.get_mut(p);
             let port = v.meta.in_port;
             if port != cur_port {
                 let Some(info) = host.ports.get(usize::from(port)) else {
-                    out.drop(p, netbatch_engine::reason::PORT_DOWN);
-                    continue;
+                    return Verdict::Drop(netbatch_engine::reason::PORT_DOWN);
                 };
                 cur_port = port;
                 our_mac = info.mac;
@@ -104,20 +104,17 @@ impl Stage<Host> for EthInput {
             dissect::frame_in(m, d);
             let kind = m.l3_type;
             let Some(h) = d.first_chunk::<HEADER_LEN>() else {
-                out.drop(p, reason::TRUNCATED);
-                continue;
+                return Verdict::Drop(reason::TRUNCATED);
             };
             let eth = EthernetFrame::new_unchecked(h);
             if eth.src().is_multicast() {
-                out.drop(p, reason::SOURCE_MULTICAST);
-                continue;
+                return Verdict::Drop(reason::SOURCE_MULTICAST);
             }
             let dst = eth.dst();
             let class = if dst == our_mac {
                 flag::L2_HOST
             } else if dst.is_unicast() {
-                out.drop(p, reason::OTHER_HOST);
-                continue;
+                return Verdict::Drop(reason::OTHER_HOST);
             } else if dst == MacAddr::BROADCAST {
                 flag::L2_BROADCAST
             } else {
@@ -125,8 +122,7 @@ impl Stage<Host> for EthInput {
             };
             // A broken tag stack is reported before the interface it does not select.
             if kind >= L3::VlanTruncated as u8 {
-                out.drop(p, link_error(kind));
-                continue;
+                return Verdict::Drop(link_error(kind));
             }
             let iface = if m.flags & flag::VLAN != 0 {
                 host.ports[usize::from(port)].iface_for(tags_of(m, d))
@@ -134,17 +130,16 @@ impl Stage<Host> for EthInput {
                 native
             };
             let Some(iface) = iface else {
-                out.drop(p, reason::VLAN_UNKNOWN);
-                continue;
+                return Verdict::Drop(reason::VLAN_UNKNOWN);
             };
             m.in_if = iface;
             m.flags |= class;
             let l2 = usize::from(m.l2_len);
             v.pull(l2);
             match NEXT.get(usize::from(kind)).copied().flatten() {
-                Some(arc) => out.push(arc, p),
-                None => out.drop(p, reason::UNKNOWN_ETHERTYPE),
+                Some(arc) => Verdict::To(arc),
+                None => Verdict::Drop(reason::UNKNOWN_ETHERTYPE),
             }
-        }
+        });
     }
 }

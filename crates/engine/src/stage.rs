@@ -394,3 +394,79 @@ impl<S, T: PacketStage<S>> Stage<S> for PerPacket<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::PoolConfig;
+
+    crate::reasons! {
+        mod test_reason {
+            ODD = "test_odd": "the test's drop",
+        }
+    }
+
+    /// What `sort` leaves in `out`: each pushed packet's index and arc, and each dropped
+    /// packet's index, in order.
+    fn sorted(pool: &Pool, out: &Out) -> (Vec<(u32, u8)>, Vec<u32>) {
+        let pushed = (0..out.pkts.len())
+            .map(|i| (pool.get(&out.pkts[i]).meta.scratch, out.arc_of(i)))
+            .collect();
+        let dropped = out
+            .drops
+            .iter()
+            .map(|(p, _)| pool.get(p).meta.scratch)
+            .collect();
+        (pushed, dropped)
+    }
+
+    /// `sort` gives what pushing and dropping each packet in turn gives, and hands a
+    /// list whose packets all take one arc on whole.
+    #[test]
+    fn sort_is_push_and_drop_in_order() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 64,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let mut cache = pool.cache();
+        // Verdicts by packet number: 0 and 1 go by arc 0; 2 by arc 1; 3 dropped.
+        let fate = |n: u32| match n % 4 {
+            3 => Verdict::Drop(test_reason::ODD),
+            2 => Verdict::To(Next(1)),
+            _ => Verdict::To(Next(0)),
+        };
+        for pattern in [vec![0u32, 1, 0, 1], vec![0, 1, 2, 3, 0, 2], vec![3, 3, 0], vec![2, 0], vec![]] {
+            let mut list: PktList = Vec::new();
+            for &n in &pattern {
+                let mut p = cache.alloc().expect("buffer");
+                pool.get_mut(&mut p).meta.scratch = n;
+                list.push(p);
+            }
+            let mut out = Out::for_list();
+            let mut seen = Vec::new();
+            out.sort(&mut list, |p| {
+                let n = pool.get(p).meta.scratch;
+                seen.push(n);
+                fate(n)
+            });
+            assert!(list.is_empty());
+            assert_eq!(seen, pattern, "each packet once, in order");
+            let want_pushed: Vec<(u32, u8)> = pattern
+                .iter()
+                .filter_map(|&n| match fate(n) {
+                    Verdict::To(a) => Some((n, a.0)),
+                    Verdict::Drop(_) => None,
+                })
+                .collect();
+            let want_dropped: Vec<u32> = pattern.iter().copied().filter(|n| n % 4 == 3).collect();
+            assert_eq!(sorted(&pool, &out), (want_pushed, want_dropped), "{pattern:?}");
+            for p in out.pkts.drain(..) {
+                cache.free(p);
+            }
+            for (p, _) in out.drops.drain(..) {
+                cache.free(p);
+            }
+        }
+    }
+}

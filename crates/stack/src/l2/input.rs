@@ -63,6 +63,14 @@ fn link_error(kind: u8) -> Reason {
     }
 }
 
+/// The six bytes of a MAC address as one integer, to compare addresses in one go.
+#[inline(always)]
+fn mac_bits(m: &[u8; 6]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..6].copy_from_slice(m);
+    u64::from_ne_bytes(b)
+}
+
 /// The tag stack of a frame the dissector found tags on.
 #[inline]
 fn tags_of(m: &Meta, d: &[u8]) -> Tags {
@@ -86,7 +94,8 @@ impl Stage<Host> for EthInput {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         // Hoisted per run of one port.
         let mut cur_port = u16::MAX;
-        let mut our_mac = MacAddr([0; 6]);
+        // Our MAC as `mac_bits`; no frame's destination before the first port is known.
+        let mut our_mac = u64::MAX;
         let mut native = None;
         let pool = cx.pool;
         out.sort(list, #[inline(always)] move |p| {
@@ -97,7 +106,7 @@ impl Stage<Host> for EthInput {
                     return Verdict::Drop(netbatch_engine::reason::PORT_DOWN);
                 };
                 cur_port = port;
-                our_mac = info.mac;
+                our_mac = mac_bits(&info.mac.0);
                 native = info.native_if;
             }
             let (m, d) = v.split();
@@ -111,7 +120,7 @@ impl Stage<Host> for EthInput {
                 return Verdict::Drop(reason::SOURCE_MULTICAST);
             }
             let dst = eth.dst();
-            let class = if dst == our_mac {
+            let class = if mac_bits(&dst.0) == our_mac {
                 flag::L2_HOST
             } else if dst.is_unicast() {
                 return Verdict::Drop(reason::OTHER_HOST);

@@ -70,22 +70,28 @@ fn sum_block(data: &[u8]) -> u64 {
 }
 
 /// Whether a fixed-size block of whole 32-bit words (an IPv4 header without options)
-/// sums to 0xffff, i.e. its checksum verifies. Sums native-endian words: swapping the
-/// bytes of a 16-bit word is a rotation modulo 0xffff that maps 0xffff to itself, so the
-/// test needs no byte swaps (RFC 1071 2(B)).
+/// sums to 0xffff, i.e. its checksum verifies. Sums native-endian 64-bit words with an
+/// end-around carry (and a last 32-bit one): swapping the bytes of a 16-bit word is a
+/// rotation modulo 0xffff that maps 0xffff to itself, so the test needs no byte swaps
+/// (RFC 1071 2(B)), and 2^64 ≡ 1 (mod 0xffff), so the wide words need no splitting.
 #[inline(always)]
 pub fn verify_words<const N: usize>(d: &[u8; N]) -> bool {
     const { assert!(N.is_multiple_of(4), "verify_words takes whole 32-bit words") };
     let mut s = 0u64;
     let mut i = 0;
-    while i < N {
-        s += u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]));
-        i += 4;
+    while i + 8 <= N {
+        let w = [d[i], d[i + 1], d[i + 2], d[i + 3], d[i + 4], d[i + 5], d[i + 6], d[i + 7]];
+        s = add(s, u64::from_ne_bytes(w));
+        i += 8;
+    }
+    if i < N {
+        s = add(s, u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]])));
     }
     // `fold(s) == 0xffff` without folding: folding keeps the residue modulo 0xffff and
-    // gives 0 only for 0, so the test is for a non-zero multiple of 0xffff. 0xffff is odd,
-    // so `s` is one exactly when `s` times its inverse modulo 2^64 is at most
-    // `u64::MAX / 0xffff` (a multiply and a compare, where `%` costs a wide multiply).
+    // gives 0 only for 0 (an end-around sum is 0 only for all-zero data), so the test is
+    // for a non-zero multiple of 0xffff. 0xffff is odd, so `s` is one exactly when `s`
+    // times its inverse modulo 2^64 is at most `u64::MAX / 0xffff` (a multiply and a
+    // compare, where `%` costs a wide multiply).
     const INV: u64 = 0xfffe_fffe_fffe_ffff;
     const { assert!(0xffff_u64.wrapping_mul(INV) == 1) };
     s != 0 && s.wrapping_mul(INV) <= u64::MAX / 0xffff
@@ -374,6 +380,8 @@ mod tests {
         assert!(verify_words(&h));
         assert!(!verify_words(&[0u8; 20]), "all zero sums to 0, not 0xffff");
         assert!(verify_words(&[0xffu8; 20]));
+        assert!(verify_words(&[0xffu8; 8]), "an end-around sum of all ones");
+        assert!(!verify_words(&[0x01u8; 24]));
         for at in 0..20 {
             for x in [1u8, 0x80, 0xff] {
                 h[at] ^= x;

@@ -127,13 +127,19 @@ impl Out {
         let mut arc = MIXED;
         let mut split = None;
         for (i, p) in list.iter_mut().enumerate() {
-            match f(p) {
-                Verdict::To(a) if a.0 == arc || arc == MIXED => arc = a.0,
-                v => {
-                    split = Some((i, v));
-                    break;
+            let v = f(p);
+            if let Verdict::To(a) = v {
+                // The arc of the packets before first: one compare in the common case.
+                if a.0 == arc {
+                    continue;
+                }
+                if arc == MIXED {
+                    arc = a.0;
+                    continue;
                 }
             }
+            split = Some((i, v));
+            break;
         }
         match split {
             None if arc != MIXED => self.push_list(Next(arc), list),

@@ -238,6 +238,40 @@ impl Neighbour {
         }
     }
 
+    /// The rewrite of adjacency `adj` (toward `on_link`, 0 through its gateway) out of
+    /// `out_if`, resolved now; `Err(next hop)` when its MAC is not known. Out of line:
+    /// once per adjacency and list, and inlined its locals crowded the per-packet loop.
+    #[cold]
+    #[inline(never)]
+    fn rewrite(
+        &self,
+        host: &mut Host,
+        cx: &mut Cx<'_>,
+        out_if: u16,
+        adj: u32,
+        on_link: u32,
+        out: &mut Out,
+    ) -> Result<Rewrite<u64>, u32> {
+        let nh = match on_link {
+            0 => host.routes.hop(adj).map_or(0, |h| h.gateway),
+            dst => dst,
+        };
+        let mac = Self::resolve(host, cx, out_if, nh, out).ok_or(nh)?;
+        let iface = &host.ifaces[usize::from(out_if)];
+        let gso_ok = host
+            .ports
+            .get(usize::from(iface.port))
+            .map_or(0, |p| gso_kinds(&p.features));
+        Ok(Rewrite::new(
+            iface,
+            Rewrite::key(adj, on_link),
+            mac,
+            EtherType::IPV4,
+            self.port_arc(iface.port),
+            gso_ok,
+        ))
+    }
+
     /// Queues `p` behind the resolution of `nh` and sends a request if one is due.
     fn wait(
         host: &mut Host,
@@ -337,27 +371,9 @@ impl Stage<Host> for Neighbour {
             let key = Rewrite::key(adj, on_link);
             let slot = (adj ^ on_link).wrapping_mul(0x9e37_79b9) as usize >> (32 - CACHE_BITS);
             if cache[slot].key != key {
-                let nh = match on_link {
-                    0 => host.routes.hop(adj).map_or(0, |h| h.gateway),
-                    dst => dst,
-                };
-                match Self::resolve(host, cx, out_if, nh, out) {
-                    Some(mac) => {
-                        let iface = &host.ifaces[usize::from(out_if)];
-                        let gso_ok = host
-                            .ports
-                            .get(usize::from(iface.port))
-                            .map_or(0, |p| gso_kinds(&p.features));
-                        cache[slot] = Rewrite::new(
-                            iface,
-                            key,
-                            mac,
-                            EtherType::IPV4,
-                            self.port_arc(iface.port),
-                            gso_ok,
-                        );
-                    }
-                    None => {
+                match self.rewrite(host, cx, out_if, adj, on_link, out) {
+                    Ok(rw) => cache[slot] = rw,
+                    Err(nh) => {
                         Self::wait(host, cx, out_if, nh, p, out);
                         continue;
                     }

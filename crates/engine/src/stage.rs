@@ -442,7 +442,13 @@ mod tests {
             2 => Verdict::To(Next(1)),
             _ => Verdict::To(Next(0)),
         };
-        for pattern in [vec![0u32, 1, 0, 1], vec![0, 1, 2, 3, 0, 2], vec![3, 3, 0], vec![2, 0], vec![]] {
+        for pattern in [
+            vec![0u32, 1, 0, 1],
+            vec![0, 1, 2, 3, 0, 2],
+            vec![3, 3, 0],
+            vec![2, 0],
+            vec![],
+        ] {
             let mut list: PktList = Vec::new();
             for &n in &pattern {
                 let mut p = cache.alloc().expect("buffer");
@@ -466,7 +472,11 @@ mod tests {
                 })
                 .collect();
             let want_dropped: Vec<u32> = pattern.iter().copied().filter(|n| n % 4 == 3).collect();
-            assert_eq!(sorted(&pool, &out), (want_pushed, want_dropped), "{pattern:?}");
+            assert_eq!(
+                sorted(&pool, &out),
+                (want_pushed, want_dropped),
+                "{pattern:?}"
+            );
             for p in out.pkts.drain(..) {
                 cache.free(p);
             }

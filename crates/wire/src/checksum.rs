@@ -80,12 +80,24 @@ pub fn verify_words<const N: usize>(d: &[u8; N]) -> bool {
     let mut s = 0u64;
     let mut i = 0;
     while i + 8 <= N {
-        let w = [d[i], d[i + 1], d[i + 2], d[i + 3], d[i + 4], d[i + 5], d[i + 6], d[i + 7]];
+        let w = [
+            d[i],
+            d[i + 1],
+            d[i + 2],
+            d[i + 3],
+            d[i + 4],
+            d[i + 5],
+            d[i + 6],
+            d[i + 7],
+        ];
         s = add(s, u64::from_ne_bytes(w));
         i += 8;
     }
     if i < N {
-        s = add(s, u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]])));
+        s = add(
+            s,
+            u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]])),
+        );
     }
     // `fold(s) == 0xffff` without folding: folding keeps the residue modulo 0xffff and
     // gives 0 only for 0 (an end-around sum is 0 only for all-zero data), so the test is

@@ -78,30 +78,34 @@ impl Stage<Host> for Ip4Forward {
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let (pool, now_ns) = (cx.pool, cx.now_ns);
-        out.sort(list, #[inline(always)] move |p| {
-            let mut v = pool.get_mut(p);
-            let Some(mut ip) = header_mut(v.data_mut()) else {
-                return Verdict::Drop(crate::ip4::input::reason::TRUNCATED);
-            };
-            let ttl = ip.ttl();
-            if ttl <= 1 {
-                v.meta.note = crate::ip4::icmp_error::Cause::TtlExpired.note();
-                return Verdict::To(ERROR);
-            }
-            // TTL shares a 16-bit word with the protocol: RFC 1624 eqn. 3 on that word,
-            // which decreases by 0x0100 (TTL ≥ 2, so without wrapping).
-            ip.set_ttl(ttl - 1);
-            ip.set_checksum(checksum::update16_sub(ip.checksum(), 0x0100));
-            if ip.header_len() > 20 {
-                let out_if = v.meta.out_if;
-                if let Err(pointer) = record_options(host, now_ns, out_if, v.data_mut()) {
-                    v.meta.note = crate::ip4::icmp_error::Cause::ParamProblem.note();
-                    v.meta.scratch = pointer as u32;
+        out.sort(
+            list,
+            #[inline(always)]
+            move |p| {
+                let mut v = pool.get_mut(p);
+                let Some(mut ip) = header_mut(v.data_mut()) else {
+                    return Verdict::Drop(crate::ip4::input::reason::TRUNCATED);
+                };
+                let ttl = ip.ttl();
+                if ttl <= 1 {
+                    v.meta.note = crate::ip4::icmp_error::Cause::TtlExpired.note();
                     return Verdict::To(ERROR);
                 }
-            }
-            v.meta.flags |= flag::FORWARDED;
-            Verdict::To(OK)
-        });
+                // TTL shares a 16-bit word with the protocol: RFC 1624 eqn. 3 on that word,
+                // which decreases by 0x0100 (TTL ≥ 2, so without wrapping).
+                ip.set_ttl(ttl - 1);
+                ip.set_checksum(checksum::update16_sub(ip.checksum(), 0x0100));
+                if ip.header_len() > 20 {
+                    let out_if = v.meta.out_if;
+                    if let Err(pointer) = record_options(host, now_ns, out_if, v.data_mut()) {
+                        v.meta.note = crate::ip4::icmp_error::Cause::ParamProblem.note();
+                        v.meta.scratch = pointer as u32;
+                        return Verdict::To(ERROR);
+                    }
+                }
+                v.meta.flags |= flag::FORWARDED;
+                Verdict::To(OK)
+            },
+        );
     }
 }

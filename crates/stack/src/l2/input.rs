@@ -98,57 +98,61 @@ impl Stage<Host> for EthInput {
         let mut our_mac = u64::MAX;
         let mut native = None;
         let pool = cx.pool;
-        out.sort(list, #[inline(always)] move |p| {
-            let mut v = pool.get_mut(p);
-            let port = v.meta.in_port;
-            if port != cur_port {
-                let Some(info) = host.ports.get(usize::from(port)) else {
-                    return Verdict::Drop(netbatch_engine::reason::PORT_DOWN);
+        out.sort(
+            list,
+            #[inline(always)]
+            move |p| {
+                let mut v = pool.get_mut(p);
+                let port = v.meta.in_port;
+                if port != cur_port {
+                    let Some(info) = host.ports.get(usize::from(port)) else {
+                        return Verdict::Drop(netbatch_engine::reason::PORT_DOWN);
+                    };
+                    cur_port = port;
+                    our_mac = mac_bits(&info.mac.0);
+                    native = info.native_if;
+                }
+                let (m, d) = v.split();
+                dissect::frame_in(m, d);
+                let kind = m.l3_type;
+                let Some(h) = d.first_chunk::<HEADER_LEN>() else {
+                    return Verdict::Drop(reason::TRUNCATED);
                 };
-                cur_port = port;
-                our_mac = mac_bits(&info.mac.0);
-                native = info.native_if;
-            }
-            let (m, d) = v.split();
-            dissect::frame_in(m, d);
-            let kind = m.l3_type;
-            let Some(h) = d.first_chunk::<HEADER_LEN>() else {
-                return Verdict::Drop(reason::TRUNCATED);
-            };
-            let eth = EthernetFrame::new_unchecked(h);
-            if eth.src().is_multicast() {
-                return Verdict::Drop(reason::SOURCE_MULTICAST);
-            }
-            let dst = eth.dst();
-            let class = if mac_bits(&dst.0) == our_mac {
-                flag::L2_HOST
-            } else if dst.is_unicast() {
-                return Verdict::Drop(reason::OTHER_HOST);
-            } else if dst == MacAddr::BROADCAST {
-                flag::L2_BROADCAST
-            } else {
-                flag::L2_MULTICAST
-            };
-            // A broken tag stack is reported before the interface it does not select.
-            if kind >= L3::VlanTruncated as u8 {
-                return Verdict::Drop(link_error(kind));
-            }
-            let iface = if m.flags & flag::VLAN != 0 {
-                host.ports[usize::from(port)].iface_for(tags_of(m, d))
-            } else {
-                native
-            };
-            let Some(iface) = iface else {
-                return Verdict::Drop(reason::VLAN_UNKNOWN);
-            };
-            m.in_if = iface;
-            m.flags |= class;
-            let l2 = usize::from(m.l2_len);
-            v.pull(l2);
-            match NEXT.get(usize::from(kind)).copied().flatten() {
-                Some(arc) => Verdict::To(arc),
-                None => Verdict::Drop(reason::UNKNOWN_ETHERTYPE),
-            }
-        });
+                let eth = EthernetFrame::new_unchecked(h);
+                if eth.src().is_multicast() {
+                    return Verdict::Drop(reason::SOURCE_MULTICAST);
+                }
+                let dst = eth.dst();
+                let class = if mac_bits(&dst.0) == our_mac {
+                    flag::L2_HOST
+                } else if dst.is_unicast() {
+                    return Verdict::Drop(reason::OTHER_HOST);
+                } else if dst == MacAddr::BROADCAST {
+                    flag::L2_BROADCAST
+                } else {
+                    flag::L2_MULTICAST
+                };
+                // A broken tag stack is reported before the interface it does not select.
+                if kind >= L3::VlanTruncated as u8 {
+                    return Verdict::Drop(link_error(kind));
+                }
+                let iface = if m.flags & flag::VLAN != 0 {
+                    host.ports[usize::from(port)].iface_for(tags_of(m, d))
+                } else {
+                    native
+                };
+                let Some(iface) = iface else {
+                    return Verdict::Drop(reason::VLAN_UNKNOWN);
+                };
+                m.in_if = iface;
+                m.flags |= class;
+                let l2 = usize::from(m.l2_len);
+                v.pull(l2);
+                match NEXT.get(usize::from(kind)).copied().flatten() {
+                    Some(arc) => Verdict::To(arc),
+                    None => Verdict::Drop(reason::UNKNOWN_ETHERTYPE),
+                }
+            },
+        );
     }
 }

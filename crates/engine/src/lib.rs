@@ -22,7 +22,9 @@ pub use drop::{Reason, reason};
 pub use graph::{Dispatch, Graph, GraphBuilder, GraphError, Mode, NodeId, intern};
 pub use meta::Meta;
 pub use pool::{BufCache, Layout, Pkt, PktMut, PktRef, Pool, PoolConfig, PoolError};
-pub use stage::{Accounting, Cx, LIST_MAX, Next, Out, PacketStage, PerPacket, PktList, Stage};
+pub use stage::{
+    Accounting, Cx, LIST_MAX, Next, Out, PacketStage, PerPacket, PktList, Stage, Verdict,
+};
 pub use trace::{
     ArcTarget, Matcher, TraceDump, TraceEvent, TraceNode, TraceRecord, TraceSpec, TracedPacket,
     View,

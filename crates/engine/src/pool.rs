@@ -154,6 +154,14 @@ impl Pkt {
         }
     }
 
+    /// The handle of buffer `index` of the pool whose id bits (a handle of index 0's
+    /// value) are `id_bits`: no test that the value is non-zero, `id_bits` is.
+    #[inline(always)]
+    fn of(id_bits: NonZeroU32, index: u32) -> Self {
+        debug_assert!(index <= MAX_BUFFERS);
+        Self(id_bits | index)
+    }
+
     /// The buffer's index inside its pool (stable for the handle's life; for traces and
     /// for ports that map buffers to device descriptors).
     #[inline(always)]
@@ -286,7 +294,9 @@ impl Drop for Shared {
 #[derive(Clone)]
 pub struct Pool {
     shared: Arc<Shared>,
-    id: u8,
+    /// The pool id where a handle keeps it (the top 8 bits): a handle of this pool XOR this is
+    /// its index, and that of any other pool is above [`MAX_BUFFERS`].
+    id_bits: NonZeroU32,
     stride: usize,
     buf_size: usize,
     meta_base: *mut Meta,
@@ -350,7 +360,7 @@ impl Pool {
         };
         let shared = Arc::new(shared);
         Ok(Self {
-            id,
+            id_bits: Pkt::new(id, 0).0,
             stride: shared.stride,
             buf_size: shared.cfg.buf_size as usize,
             // `UnsafeCell<Meta>` has the layout of `Meta`.
@@ -371,6 +381,7 @@ impl Pool {
             pool: self.clone(),
             stack: Vec::with_capacity(self.shared.cfg.cache_size as usize * 2),
             cap: self.shared.cfg.cache_size as usize,
+            limit: self.shared.cfg.cache_size as usize * 2,
             alloc_failures: 0,
         }
     }
@@ -464,16 +475,19 @@ impl Pool {
             index < self.shared.cfg.buffers,
             "reclaimed index {index} is not a buffer of this pool"
         );
-        Pkt::new(self.id, index)
+        Pkt::of(self.id_bits, index)
     }
 
     #[inline(always)]
     fn check(&self, p: &Pkt) -> u32 {
-        // A handle from another pool would alias that pool's owner: refuse it.
-        if p.pool() != self.id {
+        // A handle from another pool would alias that pool's owner: refuse it. One XOR
+        // both tests the pool id (any other leaves a bit above the index) and yields the
+        // index.
+        let i = p.0.get() ^ self.id_bits.get();
+        if i > MAX_BUFFERS {
             foreign_handle();
         }
-        p.index()
+        i
     }
 
     #[inline(always)]
@@ -550,6 +564,8 @@ pub struct BufCache {
     pool: Pool,
     stack: Vec<u32>,
     cap: usize,
+    /// `2 * cap`: a free that finds this many spills down to `cap`.
+    limit: usize,
     alloc_failures: u64,
 }
 
@@ -580,7 +596,7 @@ impl BufCache {
                 // and nothing else can reach its metadata; i < buffers keeps the pointer
                 // inside the metadata array, which `self.pool` keeps alive.
                 unsafe { (*self.pool.meta_ptr(i)).reset(self.pool.shared.cfg.headroom) };
-                Some(Pkt::new(self.pool.id, i))
+                Some(Pkt::of(self.pool.id_bits, i))
             }
             None => {
                 self.alloc_failures += 1;
@@ -624,7 +640,7 @@ impl BufCache {
             // the only handle for buffer `i`; nothing else reaches its metadata.
             let next = unsafe { (*self.pool.meta_ptr(i)).chain.take() };
             // The handle dies here; its index goes back on the free stack.
-            if self.stack.len() >= self.cap * 2 {
+            if self.stack.len() >= self.limit {
                 self.spill();
             }
             self.stack.push(i);

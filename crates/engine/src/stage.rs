@@ -51,6 +51,15 @@ macro_rules! arcs {
     };
 }
 
+/// The fate of one packet, as a stage decides it for [`Out::sort`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// On along this arc.
+    To(Next),
+    /// Dropped for this reason.
+    Drop(Reason),
+}
+
 /// Where a stage's packets go: `(packet, arc)` pairs in the stage's output order, plus
 /// the packets it dropped.
 #[derive(Debug)]
@@ -102,6 +111,87 @@ impl Out {
             self.pkts.push(p);
         } else {
             self.push_mixed(a, p);
+        }
+    }
+
+    /// Gives every packet of `list` (leaving it empty), in order, the fate `f` decides:
+    /// what pushing or dropping each in turn would do, but while they all take the same
+    /// arc the packets stay where they are, and the list is handed on whole at the end
+    /// (no push per packet). `f` sees each packet once, in order. Mark it
+    /// `#[inline(always)]`: it is called from the fast loop and from the one that takes
+    /// over where arcs differ, and a stage's body left out of line costs a call and a
+    /// verdict through memory per packet.
+    #[inline(always)]
+    pub fn sort(&mut self, list: &mut PktList, mut f: impl FnMut(&mut Pkt) -> Verdict) {
+        // The arc every packet so far takes ([`MIXED`]: none yet), and where that ended.
+        let mut arc = MIXED;
+        let mut split = None;
+        for (i, p) in list.iter_mut().enumerate() {
+            let v = f(p);
+            if let Verdict::To(a) = v {
+                // The arc of the packets before first: one compare in the common case.
+                if a.0 == arc {
+                    continue;
+                }
+                if arc == MIXED {
+                    arc = a.0;
+                    continue;
+                }
+            }
+            split = Some((i, v));
+            break;
+        }
+        match split {
+            None if arc != MIXED => self.push_list(Next(arc), list),
+            None => {}
+            Some((at, v)) => self.sort_rest(list, at, arc, v, f),
+        }
+    }
+
+    /// [`Out::sort`] from the first packet (at `at`, its fate `v`) whose arc differs from
+    /// the `arc` of those before it: each from there on is pushed or dropped in turn.
+    #[inline(never)]
+    fn sort_rest(
+        &mut self,
+        list: &mut PktList,
+        at: usize,
+        arc: u8,
+        v: Verdict,
+        mut f: impl FnMut(&mut Pkt) -> Verdict,
+    ) {
+        let mut rest = list.drain(..);
+        for p in rest.by_ref().take(at) {
+            self.push(Next(arc), p);
+        }
+        if let Some(p) = rest.next() {
+            self.apply(v, p);
+        }
+        for mut p in rest {
+            let v = f(&mut p);
+            self.apply(v, p);
+        }
+    }
+
+    /// Pushes or drops `p` as `v` says.
+    #[inline(always)]
+    fn apply(&mut self, v: Verdict, p: Pkt) {
+        match v {
+            Verdict::To(a) => self.push(a, p),
+            Verdict::Drop(r) => self.drop(p, r),
+        }
+    }
+
+    /// Sends every packet of `list` along arc `a`, leaving it empty: the vector itself
+    /// becomes the output when nothing was pushed before.
+    #[inline]
+    pub fn push_list(&mut self, a: Next, list: &mut PktList) {
+        if self.pkts.is_empty() {
+            core::mem::swap(&mut self.pkts, list);
+            self.uniform = a.0;
+        } else {
+            for p in list.drain(..) {
+                self.push(a, p);
+            }
         }
     }
 
@@ -307,6 +397,92 @@ impl<S, T: PacketStage<S>> Stage<S> for PerPacket<T> {
     fn process(&mut self, st: &mut S, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for p in list.drain(..) {
             self.0.packet(st, cx, p, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::PoolConfig;
+
+    crate::reasons! {
+        mod test_reason {
+            ODD = "test_odd": "the test's drop",
+        }
+    }
+
+    /// What `sort` leaves in `out`: each pushed packet's index and arc, and each dropped
+    /// packet's index, in order.
+    fn sorted(pool: &Pool, out: &Out) -> (Vec<(u32, u8)>, Vec<u32>) {
+        let pushed = (0..out.pkts.len())
+            .map(|i| (pool.get(&out.pkts[i]).meta.scratch, out.arc_of(i)))
+            .collect();
+        let dropped = out
+            .drops
+            .iter()
+            .map(|(p, _)| pool.get(p).meta.scratch)
+            .collect();
+        (pushed, dropped)
+    }
+
+    /// `sort` gives what pushing and dropping each packet in turn gives, and hands a
+    /// list whose packets all take one arc on whole.
+    #[test]
+    fn sort_is_push_and_drop_in_order() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 64,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let mut cache = pool.cache();
+        // Verdicts by packet number: 0 and 1 go by arc 0; 2 by arc 1; 3 dropped.
+        let fate = |n: u32| match n % 4 {
+            3 => Verdict::Drop(test_reason::ODD),
+            2 => Verdict::To(Next(1)),
+            _ => Verdict::To(Next(0)),
+        };
+        for pattern in [
+            vec![0u32, 1, 0, 1],
+            vec![0, 1, 2, 3, 0, 2],
+            vec![3, 3, 0],
+            vec![2, 0],
+            vec![],
+        ] {
+            let mut list: PktList = Vec::new();
+            for &n in &pattern {
+                let mut p = cache.alloc().expect("buffer");
+                pool.get_mut(&mut p).meta.scratch = n;
+                list.push(p);
+            }
+            let mut out = Out::for_list();
+            let mut seen = Vec::new();
+            out.sort(&mut list, |p| {
+                let n = pool.get(p).meta.scratch;
+                seen.push(n);
+                fate(n)
+            });
+            assert!(list.is_empty());
+            assert_eq!(seen, pattern, "each packet once, in order");
+            let want_pushed: Vec<(u32, u8)> = pattern
+                .iter()
+                .filter_map(|&n| match fate(n) {
+                    Verdict::To(a) => Some((n, a.0)),
+                    Verdict::Drop(_) => None,
+                })
+                .collect();
+            let want_dropped: Vec<u32> = pattern.iter().copied().filter(|n| n % 4 == 3).collect();
+            assert_eq!(
+                sorted(&pool, &out),
+                (want_pushed, want_dropped),
+                "{pattern:?}"
+            );
+            for p in out.pkts.drain(..) {
+                cache.free(p);
+            }
+            for (p, _) in out.drops.drain(..) {
+                cache.free(p);
+            }
         }
     }
 }

@@ -70,19 +70,43 @@ fn sum_block(data: &[u8]) -> u64 {
 }
 
 /// Whether a fixed-size block of whole 32-bit words (an IPv4 header without options)
-/// sums to 0xffff, i.e. its checksum verifies. Sums native-endian words: swapping the
-/// bytes of a 16-bit word is a rotation modulo 0xffff that maps 0xffff to itself, so the
-/// test needs no byte swaps (RFC 1071 2(B)).
+/// sums to 0xffff, i.e. its checksum verifies. Sums native-endian 64-bit words with an
+/// end-around carry (and a last 32-bit one): swapping the bytes of a 16-bit word is a
+/// rotation modulo 0xffff that maps 0xffff to itself, so the test needs no byte swaps
+/// (RFC 1071 2(B)), and 2^64 ≡ 1 (mod 0xffff), so the wide words need no splitting.
 #[inline(always)]
 pub fn verify_words<const N: usize>(d: &[u8; N]) -> bool {
     const { assert!(N.is_multiple_of(4), "verify_words takes whole 32-bit words") };
     let mut s = 0u64;
     let mut i = 0;
-    while i < N {
-        s += u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]));
-        i += 4;
+    while i + 8 <= N {
+        let w = [
+            d[i],
+            d[i + 1],
+            d[i + 2],
+            d[i + 3],
+            d[i + 4],
+            d[i + 5],
+            d[i + 6],
+            d[i + 7],
+        ];
+        s = add(s, u64::from_ne_bytes(w));
+        i += 8;
     }
-    fold(s) == 0xffff
+    if i < N {
+        s = add(
+            s,
+            u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]])),
+        );
+    }
+    // `fold(s) == 0xffff` without folding: folding keeps the residue modulo 0xffff and
+    // gives 0 only for 0 (an end-around sum is 0 only for all-zero data), so the test is
+    // for a non-zero multiple of 0xffff. 0xffff is odd, so `s` is one exactly when `s`
+    // times its inverse modulo 2^64 is at most `u64::MAX / 0xffff` (a multiply and a
+    // compare, where `%` costs a wide multiply).
+    const INV: u64 = 0xfffe_fffe_fffe_ffff;
+    const { assert!(0xffff_u64.wrapping_mul(INV) == 1) };
+    s != 0 && s.wrapping_mul(INV) <= u64::MAX / 0xffff
 }
 
 /// Inputs up to this length take the word-at-a-time path: for a few bytes (a UDP header
@@ -225,7 +249,20 @@ pub fn add_part(acc: u64, part: u16, odd: bool) -> u64 {
 /// all zero. The field must sit at an even offset of the checksummed data.
 #[inline]
 pub fn update16(hc: u16, old: u16, new: u16) -> u16 {
-    finish(u64::from(!hc) + u64::from(!old) + u64::from(new))
+    // Three 16-bit terms sum to at most 0x2fffd: two folds bring that to 16 bits.
+    let s = u32::from(!hc) + u32::from(!old) + u32::from(new);
+    let s = (s & 0xffff) + (s >> 16);
+    !(((s & 0xffff) + (s >> 16)) as u16)
+}
+
+/// [`update16`] for a field that decreased by `d` without wrapping (`new = old - d`, as
+/// a TTL decrement does to the TTL/protocol word): `~m + m'` is then `~d` whatever `m`,
+/// so the update needs neither the old value nor more than one fold.
+#[inline]
+pub fn update16_sub(hc: u16, d: u16) -> u16 {
+    // At most 0x1fffe: one fold brings that to 16 bits.
+    let s = u32::from(!hc) + u32::from(!d);
+    !(((s & 0xffff) + (s >> 16)) as u16)
 }
 
 /// Updates checksum `hc` after a 32-bit field (such as an IPv4 address) changed from `old` to
@@ -329,6 +366,41 @@ mod tests {
         with.extend_from_slice(&[0x22, 0x0d]);
         assert_eq!(fold(sum(&with, 0)), 0xffff);
         assert_eq!(checksum(&with), 0);
+    }
+
+    #[test]
+    fn update16_sub_is_update16_of_a_decrease() {
+        // Every checksum, against TTL/protocol words whose TTL can be decremented.
+        for hc in 0..=u16::MAX {
+            for old in [0x0100u16, 0x0111, 0x0206, 0x4011, 0x8001, 0xff11, 0xffff] {
+                assert_eq!(
+                    update16_sub(hc, 0x0100),
+                    update16(hc, old, old - 0x0100),
+                    "{hc:#x} {old:#x}"
+                );
+            }
+            assert_eq!(update16_sub(hc, 7), update16(hc, 0x1234, 0x1234 - 7));
+        }
+    }
+
+    #[test]
+    fn verify_words_agrees_with_folding() {
+        let mut h = [
+            0x45u8, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        assert!(verify_words(&h));
+        assert!(!verify_words(&[0u8; 20]), "all zero sums to 0, not 0xffff");
+        assert!(verify_words(&[0xffu8; 20]));
+        assert!(verify_words(&[0xffu8; 8]), "an end-around sum of all ones");
+        assert!(!verify_words(&[0x01u8; 24]));
+        for at in 0..20 {
+            for x in [1u8, 0x80, 0xff] {
+                h[at] ^= x;
+                assert_eq!(verify_words(&h), fold(sum(&h, 0)) == 0xffff, "{at} {x}");
+                h[at] ^= x;
+            }
+        }
     }
 
     #[test]

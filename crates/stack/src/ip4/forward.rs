@@ -11,7 +11,7 @@
 //! checksum recomputed; the fast path reads one more octet to know there are none.
 
 use crate::meta::flag;
-use netbatch_engine::{Cx, Out, PktList, Stage};
+use netbatch_engine::{Cx, Out, PktList, Stage, Verdict};
 use netbatch_wire::checksum;
 
 use core::net::Ipv4Addr;
@@ -77,33 +77,35 @@ impl Stage<Host> for Ip4Forward {
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
-        for mut p in list.drain(..) {
-            let mut v = cx.pool.get_mut(&mut p);
-            let Some(mut ip) = header_mut(v.data_mut()) else {
-                out.drop(p, crate::ip4::input::reason::TRUNCATED);
-                continue;
-            };
-            let ttl = ip.ttl();
-            if ttl <= 1 {
-                v.meta.note = crate::ip4::icmp_error::Cause::TtlExpired.note();
-                out.push(ERROR, p);
-                continue;
-            }
-            // TTL shares a 16-bit word with the protocol: RFC 1624 eqn. 3 on that word.
-            let old = u16::from_be_bytes([ttl, ip.protocol().0]);
-            ip.set_ttl(ttl - 1);
-            ip.set_checksum(checksum::update16(ip.checksum(), old, old - 0x0100));
-            if ip.header_len() > 20 {
-                let out_if = v.meta.out_if;
-                if let Err(pointer) = record_options(host, cx.now_ns, out_if, v.data_mut()) {
-                    v.meta.note = crate::ip4::icmp_error::Cause::ParamProblem.note();
-                    v.meta.scratch = pointer as u32;
-                    out.push(ERROR, p);
-                    continue;
+        let (pool, now_ns) = (cx.pool, cx.now_ns);
+        out.sort(
+            list,
+            #[inline(always)]
+            move |p| {
+                let mut v = pool.get_mut(p);
+                let Some(mut ip) = header_mut(v.data_mut()) else {
+                    return Verdict::Drop(crate::ip4::input::reason::TRUNCATED);
+                };
+                let ttl = ip.ttl();
+                if ttl <= 1 {
+                    v.meta.note = crate::ip4::icmp_error::Cause::TtlExpired.note();
+                    return Verdict::To(ERROR);
                 }
-            }
-            v.meta.flags |= flag::FORWARDED;
-            out.push(OK, p);
-        }
+                // TTL shares a 16-bit word with the protocol: RFC 1624 eqn. 3 on that word,
+                // which decreases by 0x0100 (TTL ≥ 2, so without wrapping).
+                ip.set_ttl(ttl - 1);
+                ip.set_checksum(checksum::update16_sub(ip.checksum(), 0x0100));
+                if ip.header_len() > 20 {
+                    let out_if = v.meta.out_if;
+                    if let Err(pointer) = record_options(host, now_ns, out_if, v.data_mut()) {
+                        v.meta.note = crate::ip4::icmp_error::Cause::ParamProblem.note();
+                        v.meta.scratch = pointer as u32;
+                        return Verdict::To(ERROR);
+                    }
+                }
+                v.meta.flags |= flag::FORWARDED;
+                Verdict::To(OK)
+            },
+        );
     }
 }

@@ -15,7 +15,7 @@
 //! `accept_source_route` is on, as Linux does by default.
 
 use crate::meta::flag;
-use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
+use netbatch_engine::{Cx, Out, PktList, Reason, Stage, Verdict};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
@@ -131,47 +131,52 @@ impl Stage<Host> for Ip4Input {
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let accept_source_route = host.params.accept_source_route;
-        for mut p in list.drain(..) {
-            let mut v = cx.pool.get_mut(&mut p);
-            let chained = v.meta.chain.is_some();
-            let avail = if chained {
-                v.meta.total_len as usize
-            } else {
-                usize::from(v.meta.len)
-            };
-            let (m, d) = v.split();
-            // Where the dissector located the L4 header, it found the fixed header sane.
-            let located = m.l4 != 0 && m.l3 == m.data;
-            let checked = if located {
-                check_sane(d, usize::from(m.l4 - m.l3), avail, accept_source_route)
-            } else {
-                check(d, avail, accept_source_route).map(|(total, _)| total)
-            };
-            match checked {
-                // GRO cut a super-packet's padding already: its length must be exact.
-                Ok(total) if chained && total != avail => {
-                    out.drop(p, reason::TOTAL_LEN_SHORT);
-                }
-                Ok(total) => {
-                    m.flags |= flag::IP_CSUM_OK;
-                    if !located {
-                        // A packet no dissection reached (never in today's graph): the
-                        // stages after this one read what the dissector records.
-                        dissect::ip4_packet(&mut v);
+        let pool = cx.pool;
+        out.sort(
+            list,
+            #[inline(always)]
+            move |p| {
+                let mut v = pool.get_mut(p);
+                let chained = v.meta.chain.is_some();
+                let avail = if chained {
+                    v.meta.total_len as usize
+                } else {
+                    usize::from(v.meta.len)
+                };
+                let (m, d) = v.split();
+                // Where the dissector located the L4 header, it found the fixed header sane.
+                let located = m.l4 != 0 && m.l3 == m.data;
+                let checked = if located {
+                    check_sane(d, usize::from(m.l4 - m.l3), avail, accept_source_route)
+                } else {
+                    check(d, avail, accept_source_route).map(|(total, _)| total)
+                };
+                match checked {
+                    // GRO cut a super-packet's padding already: its length must be exact.
+                    Ok(total) if chained && total != avail => {
+                        Verdict::Drop(reason::TOTAL_LEN_SHORT)
                     }
-                    v.truncate(total);
-                    out.push(OK, p);
+                    Ok(total) => {
+                        m.flags |= flag::IP_CSUM_OK;
+                        if !located {
+                            // A packet no dissection reached (never in today's graph): the
+                            // stages after this one read what the dissector records.
+                            dissect::ip4_packet(&mut v);
+                        }
+                        v.truncate(total);
+                        Verdict::To(OK)
+                    }
+                    Err(r) if r == reason::BAD_OPTIONS => {
+                        // Point at the octet in error.
+                        let pointer = options::scan(header_of(d)).err().unwrap_or(20);
+                        m.note = Cause::ParamProblem.note();
+                        m.scratch = pointer as u32;
+                        Verdict::To(ERROR)
+                    }
+                    Err(r) => Verdict::Drop(r),
                 }
-                Err(r) if r == reason::BAD_OPTIONS => {
-                    // Point at the octet in error.
-                    let pointer = options::scan(header_of(d)).err().unwrap_or(20);
-                    m.note = Cause::ParamProblem.note();
-                    m.scratch = pointer as u32;
-                    out.push(ERROR, p);
-                }
-                Err(r) => out.drop(p, r),
-            }
-        }
+            },
+        );
     }
 }
 

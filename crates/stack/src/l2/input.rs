@@ -10,7 +10,7 @@
 //! once per run of packets from the same port (a list from one poll is one port). The
 //! link header is pulled: later stages see the packet start at its L3 header.
 
-use netbatch_engine::{Cx, Meta, Next, Out, PktList, Reason, Stage};
+use netbatch_engine::{Cx, Meta, Next, Out, PktList, Reason, Stage, Verdict};
 use netbatch_wire::ethernet::{EthernetFrame, HEADER_LEN, MacAddr};
 
 use crate::dissect::{self, L3};
@@ -63,6 +63,14 @@ fn link_error(kind: u8) -> Reason {
     }
 }
 
+/// The six bytes of a MAC address as one integer, to compare addresses in one go.
+#[inline(always)]
+fn mac_bits(m: &[u8; 6]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..6].copy_from_slice(m);
+    u64::from_ne_bytes(b)
+}
+
 /// The tag stack of a frame the dissector found tags on.
 #[inline]
 fn tags_of(m: &Meta, d: &[u8]) -> Tags {
@@ -86,65 +94,65 @@ impl Stage<Host> for EthInput {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         // Hoisted per run of one port.
         let mut cur_port = u16::MAX;
-        let mut our_mac = MacAddr([0; 6]);
+        // Our MAC as `mac_bits`; no frame's destination before the first port is known.
+        let mut our_mac = u64::MAX;
         let mut native = None;
-        for mut p in list.drain(..) {
-            let mut v = cx.pool.get_mut(&mut p);
-            let port = v.meta.in_port;
-            if port != cur_port {
-                let Some(info) = host.ports.get(usize::from(port)) else {
-                    out.drop(p, netbatch_engine::reason::PORT_DOWN);
-                    continue;
+        let pool = cx.pool;
+        out.sort(
+            list,
+            #[inline(always)]
+            move |p| {
+                let mut v = pool.get_mut(p);
+                let port = v.meta.in_port;
+                if port != cur_port {
+                    let Some(info) = host.ports.get(usize::from(port)) else {
+                        return Verdict::Drop(netbatch_engine::reason::PORT_DOWN);
+                    };
+                    cur_port = port;
+                    our_mac = mac_bits(&info.mac.0);
+                    native = info.native_if;
+                }
+                let (m, d) = v.split();
+                dissect::frame_in(m, d);
+                let kind = m.l3_type;
+                let Some(h) = d.first_chunk::<HEADER_LEN>() else {
+                    return Verdict::Drop(reason::TRUNCATED);
                 };
-                cur_port = port;
-                our_mac = info.mac;
-                native = info.native_if;
-            }
-            let (m, d) = v.split();
-            dissect::frame_in(m, d);
-            let kind = m.l3_type;
-            let Some(h) = d.first_chunk::<HEADER_LEN>() else {
-                out.drop(p, reason::TRUNCATED);
-                continue;
-            };
-            let eth = EthernetFrame::new_unchecked(h);
-            if eth.src().is_multicast() {
-                out.drop(p, reason::SOURCE_MULTICAST);
-                continue;
-            }
-            let dst = eth.dst();
-            let class = if dst == our_mac {
-                flag::L2_HOST
-            } else if dst.is_unicast() {
-                out.drop(p, reason::OTHER_HOST);
-                continue;
-            } else if dst == MacAddr::BROADCAST {
-                flag::L2_BROADCAST
-            } else {
-                flag::L2_MULTICAST
-            };
-            // A broken tag stack is reported before the interface it does not select.
-            if kind >= L3::VlanTruncated as u8 {
-                out.drop(p, link_error(kind));
-                continue;
-            }
-            let iface = if m.flags & flag::VLAN != 0 {
-                host.ports[usize::from(port)].iface_for(tags_of(m, d))
-            } else {
-                native
-            };
-            let Some(iface) = iface else {
-                out.drop(p, reason::VLAN_UNKNOWN);
-                continue;
-            };
-            m.in_if = iface;
-            m.flags |= class;
-            let l2 = usize::from(m.l2_len);
-            v.pull(l2);
-            match NEXT.get(usize::from(kind)).copied().flatten() {
-                Some(arc) => out.push(arc, p),
-                None => out.drop(p, reason::UNKNOWN_ETHERTYPE),
-            }
-        }
+                let eth = EthernetFrame::new_unchecked(h);
+                if eth.src().is_multicast() {
+                    return Verdict::Drop(reason::SOURCE_MULTICAST);
+                }
+                let dst = eth.dst();
+                let class = if mac_bits(&dst.0) == our_mac {
+                    flag::L2_HOST
+                } else if dst.is_unicast() {
+                    return Verdict::Drop(reason::OTHER_HOST);
+                } else if dst == MacAddr::BROADCAST {
+                    flag::L2_BROADCAST
+                } else {
+                    flag::L2_MULTICAST
+                };
+                // A broken tag stack is reported before the interface it does not select.
+                if kind >= L3::VlanTruncated as u8 {
+                    return Verdict::Drop(link_error(kind));
+                }
+                let iface = if m.flags & flag::VLAN != 0 {
+                    host.ports[usize::from(port)].iface_for(tags_of(m, d))
+                } else {
+                    native
+                };
+                let Some(iface) = iface else {
+                    return Verdict::Drop(reason::VLAN_UNKNOWN);
+                };
+                m.in_if = iface;
+                m.flags |= class;
+                let l2 = usize::from(m.l2_len);
+                v.pull(l2);
+                match NEXT.get(usize::from(kind)).copied().flatten() {
+                    Some(arc) => Verdict::To(arc),
+                    None => Verdict::Drop(reason::UNKNOWN_ETHERTYPE),
+                }
+            },
+        );
     }
 }

@@ -14,7 +14,7 @@
 //! kept in a small direct-mapped cache for the rest of the list.
 
 use netbatch_engine::{Cx, Next, Out, PktList, Stage};
-use netbatch_wire::ethernet::{EtherType, MacAddr};
+use netbatch_wire::ethernet::{EtherType, HEADER_LEN, MacAddr};
 
 use super::Lookup;
 use crate::arp::build_request;
@@ -114,6 +114,16 @@ pub(crate) fn gso_kinds(f: &crate::offload::Features) -> u8 {
     k
 }
 
+/// The copy of a tagged header into `h`, out of line: inlined, the compiler merges it
+/// with the untagged one into a call to `memcpy` of variable length.
+#[cold]
+#[inline(never)]
+fn copy_tagged(h: &mut [u8], bytes: &[u8; MAX_HEADER_LEN]) {
+    if let Some(b) = bytes.get(..h.len()) {
+        h.copy_from_slice(b);
+    }
+}
+
 impl Rewrite<u64> {
     /// The key of adjacency `adj` toward `on_link` (0 through a gateway).
     #[inline(always)]
@@ -160,11 +170,14 @@ impl<K: Copy> Rewrite<K> {
     #[inline(always)]
     pub(crate) fn push_onto(&self, v: &mut netbatch_engine::PktMut<'_>) -> bool {
         let n = usize::from(self.len);
-        match v.push(n) {
-            // The untagged header is by far the most common: a fixed-size copy.
-            Some(h) if n == 14 => h[..14].copy_from_slice(&self.bytes[..14]),
-            Some(h) => h.copy_from_slice(&self.bytes[..n]),
-            None => return false,
+        let Some(h) = v.push(n) else {
+            return false;
+        };
+        // The untagged header is by far the most common: a fixed-size copy, a few moves.
+        if let (HEADER_LEN, Some(h)) = (n, h.first_chunk_mut::<HEADER_LEN>()) {
+            *h = *self.bytes.first_chunk().unwrap_or(&[0; HEADER_LEN]);
+        } else {
+            copy_tagged(h, &self.bytes);
         }
         true
     }
@@ -223,6 +236,40 @@ impl Neighbour {
             }
             Lookup::Pending(_) | Lookup::Miss => group_mac(nh, host, out_if),
         }
+    }
+
+    /// The rewrite of adjacency `adj` (toward `on_link`, 0 through its gateway) out of
+    /// `out_if`, resolved now; `Err(next hop)` when its MAC is not known. Out of line:
+    /// once per adjacency and list, and inlined its locals crowded the per-packet loop.
+    #[cold]
+    #[inline(never)]
+    fn rewrite(
+        &self,
+        host: &mut Host,
+        cx: &mut Cx<'_>,
+        out_if: u16,
+        adj: u32,
+        on_link: u32,
+        out: &mut Out,
+    ) -> Result<Rewrite<u64>, u32> {
+        let nh = match on_link {
+            0 => host.routes.hop(adj).map_or(0, |h| h.gateway),
+            dst => dst,
+        };
+        let mac = Self::resolve(host, cx, out_if, nh, out).ok_or(nh)?;
+        let iface = &host.ifaces[usize::from(out_if)];
+        let gso_ok = host
+            .ports
+            .get(usize::from(iface.port))
+            .map_or(0, |p| gso_kinds(&p.features));
+        Ok(Rewrite::new(
+            iface,
+            Rewrite::key(adj, on_link),
+            mac,
+            EtherType::IPV4,
+            self.port_arc(iface.port),
+            gso_ok,
+        ))
     }
 
     /// Queues `p` behind the resolution of `nh` and sends a request if one is due.
@@ -324,42 +371,18 @@ impl Stage<Host> for Neighbour {
             let key = Rewrite::key(adj, on_link);
             let slot = (adj ^ on_link).wrapping_mul(0x9e37_79b9) as usize >> (32 - CACHE_BITS);
             if cache[slot].key != key {
-                let nh = match on_link {
-                    0 => host.routes.hop(adj).map_or(0, |h| h.gateway),
-                    dst => dst,
-                };
-                match Self::resolve(host, cx, out_if, nh, out) {
-                    Some(mac) => {
-                        let iface = &host.ifaces[usize::from(out_if)];
-                        let gso_ok = host
-                            .ports
-                            .get(usize::from(iface.port))
-                            .map_or(0, |p| gso_kinds(&p.features));
-                        cache[slot] = Rewrite::new(
-                            iface,
-                            key,
-                            mac,
-                            EtherType::IPV4,
-                            self.port_arc(iface.port),
-                            gso_ok,
-                        );
-                    }
-                    None => {
+                match self.rewrite(host, cx, out_if, adj, on_link, out) {
+                    Ok(rw) => cache[slot] = rw,
+                    Err(nh) => {
                         Self::wait(host, cx, out_if, nh, p, out);
                         continue;
                     }
                 }
             }
             let rw = &cache[slot];
-            let n = usize::from(rw.len);
-            match v.push(n) {
-                // The untagged header is by far the most common: a fixed-size copy.
-                Some(h) if n == 14 => h[..14].copy_from_slice(&rw.bytes[..14]),
-                Some(h) => h.copy_from_slice(&rw.bytes[..n]),
-                None => {
-                    out.drop(p, netbatch_engine::reason::NO_HEADROOM);
-                    continue;
-                }
+            if !rw.push_onto(&mut v) {
+                out.drop(p, netbatch_engine::reason::NO_HEADROOM);
+                continue;
             }
             // The common case in one test: a plain packet, no detour taken in this list.
             if u64::from(gso_type) | via_gso == 0 {

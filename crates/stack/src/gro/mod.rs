@@ -795,6 +795,7 @@ impl GroTable {
         let mut next_seq = h.next_seq;
         let mut id_mode = h.id_mode;
         let mut merged = 0u64;
+        let mut added = 0u32;
         let mut p = p;
         let next = loop {
             if count >= MAX_SEGS || u32::from(payload) > room {
@@ -859,6 +860,7 @@ impl GroTable {
             h.members.push(p);
             count += 1;
             room -= u32::from(payload);
+            added += u32::from(payload);
             next_seq = next_seq.wrapping_add(u32::from(payload));
             merged += 1;
             if count >= MAX_SEGS {
@@ -876,7 +878,7 @@ impl GroTable {
             return Err(p);
         }
         h.count = count;
-        h.payload = limit - room;
+        h.payload += added;
         h.next_seq = next_seq;
         h.id_mode = id_mode;
         self.held_wire += merged;

@@ -250,7 +250,7 @@ fn l4_checksum6_ok(
         return false;
     }
     let pseudo = checksum::pseudo_header_v6(p.src(), p.dst(), r.l4_type, l4.len() as u32);
-    checksum::fold(checksum::sum(l4, pseudo)) == 0xffff
+    checksum::verifies(checksum::sum(l4, pseudo))
 }
 
 #[cfg(test)]

@@ -99,14 +99,22 @@ pub fn verify_words<const N: usize>(d: &[u8; N]) -> bool {
             u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]])),
         );
     }
-    // `fold(s) == 0xffff` without folding: folding keeps the residue modulo 0xffff and
-    // gives 0 only for 0 (an end-around sum is 0 only for all-zero data), so the test is
-    // for a non-zero multiple of 0xffff. 0xffff is odd, so `s` is one exactly when `s`
-    // times its inverse modulo 2^64 is at most `u64::MAX / 0xffff` (a multiply and a
-    // compare, where `%` costs a wide multiply).
+    // `fold(s) == 0xffff` without folding (an end-around sum is 0 only for all-zero
+    // data).
+    verifies(s)
+}
+
+/// Whether an unfolded accumulator of a checksummed block (its checksum field included)
+/// verifies, i.e. [`fold`] gives 0xffff, without folding: folding keeps the residue
+/// modulo 0xffff and gives 0 only for 0, so the test is for a non-zero multiple of
+/// 0xffff. 0xffff is odd, so `acc` is one exactly when `acc` times its inverse modulo
+/// 2^64 is at most `u64::MAX / 0xffff` (a multiply and a compare, where `%` costs a wide
+/// multiply).
+#[inline(always)]
+pub fn verifies(acc: u64) -> bool {
     const INV: u64 = 0xfffe_fffe_fffe_ffff;
     const { assert!(0xffff_u64.wrapping_mul(INV) == 1) };
-    s != 0 && s.wrapping_mul(INV) <= u64::MAX / 0xffff
+    acc != 0 && acc.wrapping_mul(INV) <= u64::MAX / 0xffff
 }
 
 /// Inputs up to this length take the word-at-a-time path: for a few bytes (a UDP header
@@ -401,6 +409,32 @@ mod tests {
                 h[at] ^= x;
             }
         }
+    }
+
+    /// `verifies` is folding and comparing with 0xffff, for the edges of the arithmetic
+    /// (0, the multiples of 0xffff, the largest accumulators) and any accumulator.
+    #[test]
+    fn verifies_agrees_with_folding() {
+        for acc in [
+            0u64,
+            1,
+            0xfffe,
+            0xffff,
+            0x1_0000,
+            0x1_fffe,
+            0xffff * 0xffff,
+            0xffff_0000_0000,
+            u64::MAX,
+            u64::MAX - 1,
+            u64::MAX / 0xffff * 0xffff,
+        ] {
+            assert_eq!(verifies(acc), fold(acc) == 0xffff, "{acc:#x}");
+        }
+        proptest::proptest!(|(acc in proptest::num::u64::ANY, k in 0u64..0x1_0001_0001)| {
+            proptest::prop_assert_eq!(verifies(acc), fold(acc) == 0xffff);
+            let m = k.wrapping_mul(0xffff);
+            proptest::prop_assert_eq!(verifies(m), fold(m) == 0xffff);
+        });
     }
 
     #[test]

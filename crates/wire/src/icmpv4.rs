@@ -177,7 +177,7 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
     /// Whether the checksum over the whole buffer verifies.
     #[inline]
     pub fn verify_checksum(&self) -> bool {
-        checksum::fold(checksum::sum(self.buffer.as_ref(), 0)) == 0xffff
+        checksum::verifies(checksum::sum(self.buffer.as_ref(), 0))
     }
 }
 

@@ -225,7 +225,7 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     #[inline]
     pub fn verify_checksum(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
         let b = self.buffer.as_ref();
-        checksum::fold(checksum::sum(b, pseudo_header(src, dst, b.len()))) == 0xffff
+        checksum::verifies(checksum::sum(b, pseudo_header(src, dst, b.len())))
     }
 }
 

@@ -249,7 +249,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     #[inline]
     pub fn verify_checksum(&self) -> bool {
         let header = &self.buffer.as_ref()[..self.header_end()];
-        checksum::fold(checksum::sum(header, 0)) == 0xffff
+        checksum::verifies(checksum::sum(header, 0))
     }
 
     /// Walks the options (RFC 791 §3.1): type 0 (end of list) stops the walk, type 1 (no

@@ -361,8 +361,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     /// Whether the checksum verifies over the IPv4 pseudo-header and the whole buffer.
     #[inline]
     pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
-        self.full_sum(src, dst)
-            .is_some_and(|acc| checksum::fold(acc) == 0xffff)
+        self.full_sum(src, dst).is_some_and(checksum::verifies)
     }
 }
 

@@ -140,7 +140,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     /// to the buffer; if the two disagree the datagram is invalid anyway ([`UdpRepr::parse`]).
     #[inline]
     pub fn verify_checksum(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
-        self.checksum() == 0 || checksum::fold(self.full_sum(src, dst)) == 0xffff
+        self.checksum() == 0 || checksum::verifies(self.full_sum(src, dst))
     }
 }
 

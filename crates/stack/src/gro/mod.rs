@@ -413,7 +413,7 @@ fn l4_segment(key: FlowKey, ipf: IpFields, l4: &[u8], csum_ok: bool) -> Parsed {
     } else {
         let hsum = checksum::sum(&l4[..l4_hdr], pseudo(&key, l4.len() as u32));
         let p = checksum::sum(&l4[l4_hdr..], 0);
-        if checksum::fold(hsum + p) != 0xffff {
+        if !checksum::verifies(hsum + p) {
             return Parsed::Unmergeable(key);
         }
         u32::from(checksum::fold(p))

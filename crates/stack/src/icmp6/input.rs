@@ -74,7 +74,7 @@ impl Stage<Host> for Icmp6Input {
             };
             let (src, dst) = (ip.src(), ip.dst());
             let acc = checksum::pseudo_header_v6(src, dst, Protocol::ICMPV6.0, msg.len() as u32);
-            if checksum::fold(checksum::sum(msg, acc)) != 0xffff {
+            if !checksum::verifies(checksum::sum(msg, acc)) {
                 out.drop(p, reason::CHECKSUM);
                 continue;
             }

@@ -253,7 +253,7 @@ impl<F: UdpIp> UdpInputOf<F> {
         }
         if uh.checksum() != 0
             && v.meta.flags & flag::L4_CSUM_OK == 0
-            && checksum::fold(checksum::sum(&u[..ulen], F::pseudo(&ip, ulen))) != 0xffff
+            && !checksum::verifies(checksum::sum(&u[..ulen], F::pseudo(&ip, ulen)))
         {
             out.drop(p, reason::CHECKSUM);
             return;

@@ -129,6 +129,17 @@ impl Meta {
     pub fn wire_packets(&self) -> u64 {
         u64::from(self.segs.max(1))
     }
+
+    /// Bytes of the packet from its first byte on: over its buffer chain when it has
+    /// one (`total_len`), else in this buffer (`len`).
+    #[inline(always)]
+    pub fn packet_len(&self) -> usize {
+        if self.chain.is_some() {
+            self.total_len as usize
+        } else {
+            usize::from(self.len)
+        }
+    }
 }
 
 #[cfg(test)]

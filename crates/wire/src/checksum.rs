@@ -263,14 +263,27 @@ pub fn update16(hc: u16, old: u16, new: u16) -> u16 {
     !(((s & 0xffff) + (s >> 16)) as u16)
 }
 
+/// The ones' complement sum of two 16-bit words: their sum, at most 0x1fffe, needs one
+/// fold (RFC 1071).
+#[inline(always)]
+pub fn sum16(a: u16, b: u16) -> u16 {
+    let s = u32::from(a) + u32::from(b);
+    ((s & 0xffff) + (s >> 16)) as u16
+}
+
+/// Updates checksum `hc` by `add`, the ones' complement sum `Σ(~m + m')` of the changed
+/// words already folded to 16 bits (RFC 1624 eqn. 3, `HC' = ~(~HC + add)`).
+#[inline(always)]
+pub fn add16(hc: u16, add: u16) -> u16 {
+    !sum16(!hc, add)
+}
+
 /// [`update16`] for a field that decreased by `d` without wrapping (`new = old - d`, as
 /// a TTL decrement does to the TTL/protocol word): `~m + m'` is then `~d` whatever `m`,
 /// so the update needs neither the old value nor more than one fold.
 #[inline]
 pub fn update16_sub(hc: u16, d: u16) -> u16 {
-    // At most 0x1fffe: one fold brings that to 16 bits.
-    let s = u32::from(!hc) + u32::from(!d);
-    !(((s & 0xffff) + (s >> 16)) as u16)
+    add16(hc, !d)
 }
 
 /// Updates checksum `hc` after a 32-bit field (such as an IPv4 address) changed from `old` to

@@ -507,13 +507,6 @@ struct Template {
 /// Ethernet, option-less IPv4 and TCP headers do, as do an IPv6 header and UDP).
 const SHORT: usize = 64;
 
-/// The ones' complement sum of two 16-bit words, folded once (it fits 16 bits then).
-#[inline(always)]
-fn sum2(a: u16, b: u16) -> u16 {
-    let s = u32::from(a) + u32::from(b);
-    ((s & 0xffff) + (s >> 16)) as u16
-}
-
 impl Template {
     /// The template of first segment `s` in frame `d`, if its headers fit.
     fn of(d: &[u8], s: &Seg) -> Fast {
@@ -557,7 +550,7 @@ impl Template {
                 0
             } else {
                 let h = header(&d[ip..])?;
-                sum2(h.ident(), h.checksum())
+                checksum::sum16(h.ident(), h.checksum())
             },
         };
         for k in 0..TMPL / 8 {
@@ -794,8 +787,6 @@ impl GroTable {
         let mut count = h.count;
         let mut next_seq = h.next_seq;
         let mut id_mode = h.id_mode;
-        let mut merged = 0u64;
-        let mut added = 0u32;
         let mut p = p;
         let next = loop {
             if count >= MAX_SEGS || u32::from(payload) > room {
@@ -833,7 +824,7 @@ impl GroTable {
                     IdMode::Incrementing => id == first_id.wrapping_add(count),
                     IdMode::Fixed => id == first_id,
                 };
-                id_ok && sum2(id, get_u16(d, l3 + 10)) == id_csum
+                id_ok && checksum::sum16(id, get_u16(d, l3 + 10)) == id_csum
             };
             // TCP: the next sequence number. UDP: a checksum (the template leaves the
             // field out, and a device may report a datagram without one as verified;
@@ -860,9 +851,7 @@ impl GroTable {
             h.members.push(p);
             count += 1;
             room -= u32::from(payload);
-            added += u32::from(payload);
             next_seq = next_seq.wrapping_add(u32::from(payload));
-            merged += 1;
             if count >= MAX_SEGS {
                 break None;
             }
@@ -871,6 +860,8 @@ impl GroTable {
                 None => break None,
             }
         };
+        // Every segment the run took carried the first segment's payload.
+        let merged = count - h.count;
         if merged == 0
             && let Some(p) = next
         {
@@ -878,9 +869,10 @@ impl GroTable {
             return Err(p);
         }
         h.count = count;
-        h.payload += added;
+        h.payload += u32::from(merged) * u32::from(payload);
         h.next_seq = next_seq;
         h.id_mode = id_mode;
+        let merged = u64::from(merged);
         self.held_wire += merged;
         self.stats.merged += merged;
         self.stats.merged_fast += merged;

@@ -44,6 +44,7 @@ use netbatch_wire::tcp::{TcpFlags, TcpPacket};
 use netbatch_wire::udp::{self, UdpPacket};
 
 use crate::dissect::{IP6_EXT_MAX_BYTES, IP6_EXT_MAX_HEADERS, L3, L4};
+use crate::l2::output::{MAX_HEADER_LEN, copy_header};
 use crate::meta::{flag, gso};
 
 netbatch_engine::reasons! {
@@ -531,15 +532,6 @@ const DELTA_MASK: [u8; 24] = [
     0xff, 0xff, 0xff, 0xff, 0xff,
 ];
 
-/// A ones' complement sum folded to 16 bits.
-#[inline(always)]
-fn fold16(mut s: u64) -> u16 {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
-
 impl Delta {
     /// The delta from member header `d` (20-byte IPv4 header, then L4) to the head's
     /// `iph` and `ports`.
@@ -569,7 +561,6 @@ impl Delta {
             let (old, new_w) = (get_u16(&orig, at), want(at));
             if old != new_w {
                 put_u16(&mut new, at, new_w);
-                dl.changed = true;
                 let add = u64::from(!old) + u64::from(new_w);
                 if at < 20 {
                     ip_add += add;
@@ -581,8 +572,9 @@ impl Delta {
             }
         }
         dl.new = words24(&new, &DELTA_MASK);
+        dl.changed = dl.new != dl.orig;
         dl.ip_changed = ip_add != 0;
-        dl.ip_add = fold16(ip_add);
+        dl.ip_add = checksum::fold(ip_add);
         dl
     }
 
@@ -609,9 +601,8 @@ impl Delta {
             w.copy_from_slice(&((u64::from_ne_bytes(a) & keep) | new).to_ne_bytes());
         }
         if self.ip_changed {
-            // ~(~HC + add), one fold: both terms are below 2^16.
-            let s = u32::from(!get_u16(h, 10)) + u32::from(self.ip_add);
-            put_u16(h, 10, !(((s & 0xffff) + (s >> 16)) as u16));
+            let c = checksum::add16(get_u16(h, 10), self.ip_add);
+            put_u16(h, 10, c);
         }
         l4_checksum_add(d, self.csum_at, self.l4_add, self.udp);
         true
@@ -767,8 +758,8 @@ fn unchain<const V6: bool>(
         }
         cur = m.chain.as_ref();
     }
-    let mut l2h = [0u8; 22];
-    let l2 = lay.l2.min(22);
+    let mut l2h = [0u8; MAX_HEADER_LEN];
+    let l2 = lay.l2.min(MAX_HEADER_LEN);
     l2h[..l2].copy_from_slice(&v.data()[..l2]);
     let mut ports = [0u8; 4];
     ports.copy_from_slice(&v.data()[lay.l2 + lay.ihl..lay.l2 + lay.ihl + 4]);
@@ -824,36 +815,32 @@ fn unchain<const V6: bool>(
     // TOS/traffic class, flags, TTL/hop limit, addresses and ports were equal), so they
     // are worked out once, on the first member, and applied to the others as stores and
     // one checksum addition.
-    let l2h = &l2h[..l2];
     if V6 {
-        restore::<true, _>(pool, chain, l2h, head, lay, out, |d| {
+        restore::<true, _>(pool, chain, (&l2h, l2), head, lay, out, |d| {
             Delta6::new(d, &head6, &lay)
         });
     } else {
-        restore::<false, _>(pool, chain, l2h, head, lay, out, |d| {
+        restore::<false, _>(pool, chain, (&l2h, l2), head, lay, out, |d| {
             Delta::new(d, &iph, &ports, &lay)
         });
     }
     Ok(())
 }
 
-/// Bytes of an untagged Ethernet header.
-const ETH: usize = netbatch_wire::ethernet::HEADER_LEN;
-
 /// Gives every member of fraglist `chain` its own headers back, with the head's link
-/// header `l2h` in front and the head's changes (`delta` of a member's header) applied,
+/// header (the first `l2` bytes of `l2h`) in front and the head's changes (`delta` of a
+/// member's header) applied,
 /// and the head's metadata `head`, into `out`.
 #[inline(always)]
 fn restore<const V6: bool, D: Rewrite>(
     pool: &Pool,
     mut chain: Option<Pkt>,
-    l2h: &[u8],
+    (l2h, l2): (&[u8; MAX_HEADER_LEN], usize),
     head: Inherit,
     lay: Layout,
     out: &mut Vec<Pkt>,
     delta: impl Fn(&[u8]) -> D,
 ) {
-    let l2 = l2h.len();
     let mut first: Option<D> = None;
     while let Some(mut q) = chain {
         let mut w = pool.get_mut(&mut q);
@@ -863,21 +850,7 @@ fn restore<const V6: bool, D: Rewrite>(
         let Some(front) = w.push(back) else {
             unreachable!("headroom checked above")
         };
-        // An untagged Ethernet header, the common case, as two overlapping words (a
-        // copy of a length known only at run time would be a call).
-        match (front.first_chunk_mut::<ETH>(), l2h.first_chunk::<ETH>()) {
-            (Some(to), Some(from)) if l2 == ETH => {
-                let word = |at: usize| {
-                    let mut w = [0u8; 8];
-                    w.copy_from_slice(&from[at..at + 8]);
-                    w
-                };
-                let (a, b) = (word(0), word(ETH - 8));
-                to[..8].copy_from_slice(&a);
-                to[ETH - 8..].copy_from_slice(&b);
-            }
-            _ => front[..l2].copy_from_slice(l2h),
-        }
+        copy_header(&mut front[..l2], l2h);
         let d = &mut front[l2..];
         let dl = first.get_or_insert_with(|| delta(d));
         if !dl.apply(d) {

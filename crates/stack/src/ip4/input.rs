@@ -138,11 +138,7 @@ impl Stage<Host> for Ip4Input {
             move |p| {
                 let mut v = pool.get_mut(p);
                 let chained = v.meta.chain.is_some();
-                let avail = if chained {
-                    v.meta.total_len as usize
-                } else {
-                    usize::from(v.meta.len)
-                };
+                let avail = v.meta.packet_len();
                 let (m, d) = v.split();
                 // Where the dissector located the L4 header, it found the fixed header sane.
                 let located = m.l4 != 0 && m.l3 == m.data;

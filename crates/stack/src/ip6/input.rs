@@ -167,11 +167,7 @@ impl Stage<Host> for Ip6Input {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
             let chained = v.meta.chain.is_some();
-            let avail = if chained {
-                v.meta.total_len as usize
-            } else {
-                usize::from(v.meta.len)
-            };
+            let avail = v.meta.packet_len();
             let (m, d) = v.split();
             // Where the dissector located the upper layer, the chain passed the walk.
             let walked = m.l4 != 0 && m.l3 == m.data && L3::of(m) == L3::Ipv6;

@@ -36,6 +36,28 @@ pub fn write_header(h: &mut [u8], iface: &Iface, dst: MacAddr, ethertype: EtherT
     ethernet::HEADER_LEN + n * vlan::HEADER_LEN
 }
 
+/// Fills `dst` with a link header made earlier, the first `dst.len()` bytes of `src`
+/// (untagged or tagged). The untagged header, by far the most common, is a fixed-size
+/// copy of a few moves; a tagged one is copied out of line (inlined, the compiler merges
+/// the two into a call to `memcpy` of a length known only at run time).
+#[inline(always)]
+pub fn copy_header(dst: &mut [u8], src: &[u8; MAX_HEADER_LEN]) {
+    if let Ok(to) = <&mut [u8; ethernet::HEADER_LEN]>::try_from(&mut *dst) {
+        *to = *src.first_chunk().unwrap_or(&[0; ethernet::HEADER_LEN]);
+    } else {
+        copy_tagged(dst, src);
+    }
+}
+
+/// [`copy_header`]'s tagged case.
+#[cold]
+#[inline(never)]
+fn copy_tagged(dst: &mut [u8], src: &[u8; MAX_HEADER_LEN]) {
+    if let Some(from) = src.get(..dst.len()) {
+        dst.copy_from_slice(from);
+    }
+}
+
 /// Pushes an Ethernet header (with the interface's VLAN tags) in front of the packet.
 /// Returns `false` if the headroom is too small (the packet is unchanged).
 #[inline]

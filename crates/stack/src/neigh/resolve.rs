@@ -14,13 +14,13 @@
 //! kept in a small direct-mapped cache for the rest of the list.
 
 use netbatch_engine::{Cx, Next, Out, PktList, Stage};
-use netbatch_wire::ethernet::{EtherType, HEADER_LEN, MacAddr};
+use netbatch_wire::ethernet::{EtherType, MacAddr};
 
 use super::Lookup;
 use crate::arp::build_request;
 use crate::host::Host;
 use crate::iface::Iface;
-use crate::l2::output::{MAX_HEADER_LEN, write_header};
+use crate::l2::output::{MAX_HEADER_LEN, copy_header, write_header};
 use crate::prefix::class;
 use crate::route::ADJ_ON_LINK;
 use crate::tx::{port_arc, with_port_arcs};
@@ -114,16 +114,6 @@ pub(crate) fn gso_kinds(f: &crate::offload::Features) -> u8 {
     k
 }
 
-/// The copy of a tagged header into `h`, out of line: inlined, the compiler merges it
-/// with the untagged one into a call to `memcpy` of variable length.
-#[cold]
-#[inline(never)]
-fn copy_tagged(h: &mut [u8], bytes: &[u8; MAX_HEADER_LEN]) {
-    if let Some(b) = bytes.get(..h.len()) {
-        h.copy_from_slice(b);
-    }
-}
-
 impl Rewrite<u64> {
     /// The key of adjacency `adj` toward `on_link` (0 through a gateway).
     #[inline(always)]
@@ -173,12 +163,7 @@ impl<K: Copy> Rewrite<K> {
         let Some(h) = v.push(n) else {
             return false;
         };
-        // The untagged header is by far the most common: a fixed-size copy, a few moves.
-        if let (HEADER_LEN, Some(h)) = (n, h.first_chunk_mut::<HEADER_LEN>()) {
-            *h = *self.bytes.first_chunk().unwrap_or(&[0; HEADER_LEN]);
-        } else {
-            copy_tagged(h, &self.bytes);
-        }
+        copy_header(h, &self.bytes);
         true
     }
 

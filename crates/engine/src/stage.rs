@@ -182,12 +182,15 @@ impl Out {
     }
 
     /// Sends every packet of `list` along arc `a`, leaving it empty: the vector itself
-    /// becomes the output when nothing was pushed before.
+    /// becomes the output when nothing was pushed before, and is appended whole when
+    /// everything before took `a` too.
     #[inline]
     pub fn push_list(&mut self, a: Next, list: &mut PktList) {
         if self.pkts.is_empty() {
             core::mem::swap(&mut self.pkts, list);
             self.uniform = a.0;
+        } else if self.uniform == a.0 {
+            self.pkts.append(list);
         } else {
             for p in list.drain(..) {
                 self.push(a, p);
@@ -481,6 +484,55 @@ mod tests {
                 cache.free(p);
             }
             for (p, _) in out.drops.drain(..) {
+                cache.free(p);
+            }
+        }
+    }
+
+    /// `push_list` leaves what pushing each packet of the list in turn leaves: when the
+    /// output is empty, when everything before took the same arc, and when it did not.
+    #[test]
+    fn push_list_is_push_in_order() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 64,
+            ..PoolConfig::default()
+        })
+        .expect("pool");
+        let mut cache = pool.cache();
+        let mut n = 0;
+        let mut make = |cache: &mut crate::pool::BufCache, arcs: &[u8]| -> Vec<(Pkt, u8)> {
+            arcs.iter()
+                .map(|&a| {
+                    let mut p = cache.alloc().expect("buffer");
+                    pool.get_mut(&mut p).meta.scratch = n;
+                    n += 1;
+                    (p, a)
+                })
+                .collect()
+        };
+        // (arcs pushed one by one first, the arc of the list pushed whole after them)
+        for (before, arc) in [
+            (vec![], 2u8),
+            (vec![2, 2], 2),
+            (vec![1], 2),
+            (vec![1, 2], 2),
+        ] {
+            let before = make(&mut cache, &before);
+            let list = make(&mut cache, &[arc; 3]);
+            let want: Vec<(u32, u8)> = before
+                .iter()
+                .chain(&list)
+                .map(|(p, a)| (pool.get(p).meta.scratch, *a))
+                .collect();
+            let mut out = Out::for_list();
+            for (p, a) in before {
+                out.push(Next(a), p);
+            }
+            let mut l: PktList = list.into_iter().map(|(p, _)| p).collect();
+            out.push_list(Next(arc), &mut l);
+            assert!(l.is_empty());
+            assert_eq!(sorted(&pool, &out).0, want);
+            for p in out.pkts.drain(..) {
                 cache.free(p);
             }
         }

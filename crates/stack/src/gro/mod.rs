@@ -772,8 +772,9 @@ impl GroTable {
             return Err(p);
         }
         // IP header bytes: 20 for IPv4 (only option-less headers are candidates), the
-        // first segment's for IPv6. The room left under the 64 KB limit ([`fits`]) is
-        // counted down per segment.
+        // first segment's for IPv6. How many more segments the train can take, counted
+        // once for the run: up to [`MAX_SEGS`], and what fits under the 64 KB limit
+        // ([`fits`]; every segment the run takes carries the first one's payload).
         let ip_len = f.l3_len;
         let member_hdr = if h.kind == Kind::Fraglist {
             u32::from(ip_len + f.l4_hdr)
@@ -781,21 +782,26 @@ impl GroTable {
             0
         };
         let limit = 65535u32.saturating_sub(u32::from(f.l4_hdr) + u32::from(ip_len) + member_hdr);
-        let mut room = limit.saturating_sub(h.payload);
         let (first_id, id_csum, hdr, payload) = (f.id, t.id_csum, f.hdr, f.payload);
+        let fit = limit.saturating_sub(h.payload) / u32::from(payload.max(1));
+        let take = u32::from(MAX_SEGS.saturating_sub(h.count)).min(fit);
+        if take == 0 {
+            return Err(p);
+        }
         let frame_len = hdr + payload;
-        let mut count = h.count;
+        // The identification the next segment must carry, and its step per segment: a
+        // train of one segment may go on either way (`unknown`: `want` or `want + 1`),
+        // the segment that follows decides.
+        let mut unknown = h.id_mode == IdMode::Unknown;
+        let mut step = u16::from(h.id_mode == IdMode::Incrementing);
+        let mut want = first_id.wrapping_add(step.wrapping_mul(h.count));
         let mut next_seq = h.next_seq;
-        let mut id_mode = h.id_mode;
+        // Out of the table for the run, so that its length stays in a register.
+        let mut members = core::mem::take(&mut h.members);
+        let mut n = 0u32;
         let mut p = p;
         let next = loop {
-            if count >= MAX_SEGS || u32::from(payload) > room {
-                break Some(p);
-            }
             let mut v = pool.get_mut(&mut p);
-            if v.meta.in_port != port || v.meta.flags & flag::L4_CSUM_OK == 0 {
-                break Some(p);
-            }
             // IPv4: the frame holds the IP length (padding past it is cut); IPv6: the
             // payload length (the template's) is the rest of the frame, exactly.
             let len_ok = if V6 {
@@ -803,10 +809,13 @@ impl GroTable {
             } else {
                 v.meta.len >= frame_len
             };
+            if v.meta.in_port != port || v.meta.flags & flag::L4_CSUM_OK == 0 || !len_ok {
+                break Some(p);
+            }
             let Some(d) = v.data().first_chunk::<TMPL>() else {
                 break Some(p);
             };
-            if !len_ok || !t.matches(d) {
+            if !t.matches(d) {
                 break Some(p);
             }
             // Everything but the identification, checksum and sequence number is the
@@ -817,15 +826,10 @@ impl GroTable {
             // the other zero, 0 for 0xffff, goes the slow way, which verifies the
             // header whole). An IPv6 header has neither: the template compared all of
             // it.
-            let id = if V6 { first_id } else { get_u16(d, l3 + 4) };
-            let ip_ok = V6 || {
-                let id_ok = match id_mode {
-                    IdMode::Unknown => id == first_id || id == first_id.wrapping_add(1),
-                    IdMode::Incrementing => id == first_id.wrapping_add(count),
-                    IdMode::Fixed => id == first_id,
-                };
-                id_ok && checksum::sum16(id, get_u16(d, l3 + 10)) == id_csum
-            };
+            let id = get_u16(d, l3 + 4);
+            let ip_ok = V6
+                || ((id == want || (unknown && id == want.wrapping_add(1)))
+                    && checksum::sum16(id, get_u16(d, l3 + 10)) == id_csum);
             // TCP: the next sequence number. UDP: a checksum (the template leaves the
             // field out, and a device may report a datagram without one as verified;
             // UDP GRO needs one, as `parse` says).
@@ -837,50 +841,52 @@ impl GroTable {
             if !(ip_ok && l4_ok) {
                 break Some(p);
             }
-            if id_mode == IdMode::Unknown {
-                id_mode = if id == first_id {
-                    IdMode::Fixed
-                } else {
-                    IdMode::Incrementing
-                };
+            if !V6 {
+                if unknown {
+                    step = id.wrapping_sub(first_id);
+                    unknown = false;
+                }
+                want = id.wrapping_add(step);
             }
+            next_seq = next_seq.wrapping_add(u32::from(payload));
             v.meta.l3 = v.meta.data + f.l3;
             v.meta.l4 = v.meta.l3 + ip_len;
             let kept = v.narrow(usize::from(hdr), usize::from(payload));
             debug_assert!(kept, "the length was checked");
-            h.members.push(p);
-            count += 1;
-            room -= u32::from(payload);
-            next_seq = next_seq.wrapping_add(u32::from(payload));
-            if count >= MAX_SEGS {
-                break None;
-            }
+            members.push(p);
+            n += 1;
             match rest.next() {
-                Some(q) => p = q,
-                None => break None,
+                Some(q) if n < take => p = q,
+                other => break other,
             }
         };
-        // Every segment the run took carried the first segment's payload.
-        let merged = count - h.count;
-        if merged == 0
+        h.members = members;
+        if n == 0
             && let Some(p) = next
         {
             // Only `p` was looked at, and nothing changed.
             return Err(p);
         }
-        h.count = count;
-        h.payload += u32::from(merged) * u32::from(payload);
+        // A train of one went on: its segments say how its identification moves (an
+        // IPv6 train's stays "fixed": it has none).
+        if h.id_mode == IdMode::Unknown {
+            h.id_mode = if step == 0 {
+                IdMode::Fixed
+            } else {
+                IdMode::Incrementing
+            };
+        }
+        let merged = n as u16;
+        h.count += merged;
+        h.payload += n * u32::from(payload);
         h.next_seq = next_seq;
-        h.id_mode = id_mode;
         let merged = u64::from(merged);
         self.held_wire += merged;
         self.stats.merged += merged;
         self.stats.merged_fast += merged;
-        if count >= MAX_SEGS {
+        if h.count >= MAX_SEGS {
             let h = self.take(b, i);
             done.push(self.complete(pool, h));
-            // The run stopped at the cap: the next packet is `rest`'s.
-            return Ok(next.or_else(|| rest.next()));
         }
         Ok(next)
     }

@@ -72,9 +72,7 @@ impl Stage<Host> for Gso {
                 Ok(()) => {
                     self.segmented += 1;
                     self.segments += self.segs.len() as u64;
-                    for q in self.segs.drain(..) {
-                        out.push(arc, q);
-                    }
+                    out.push_list(arc, &mut self.segs);
                 }
                 Err((p, reason)) => out.drop(p, reason),
             }

@@ -1387,6 +1387,50 @@ mod tests {
         v
     }
 
+    /// A UDP datagram of the flow 4000 → 8000 with `payload` bytes and IP ID `id`.
+    fn dgram_of(id: u16, payload: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([192, 0, 2, 1], [198, 51, 100, 1], 64)
+            .udp(4000, 8000)
+            .write(&mut v, &vec![id as u8; payload])
+            .unwrap();
+        v[18..20].copy_from_slice(&id.to_be_bytes());
+        netbatch_wire::ipv4::fill_header_checksum(&mut v[14..], 20);
+        v
+    }
+
+    /// The 64 KB limit ends a train where the full rules end it, also when the fast path
+    /// takes the segments a run at a time, and where it differs by kind. With 1,424-byte
+    /// payloads a standard super-packet (one IP packet: 28 bytes of headers plus the
+    /// payloads, at most 65,535, `skb_gro_receive`) holds 46 of them (28 + 65,504); a
+    /// fraglist chain (its length plus the next member whole, 1,452 bytes, below 65,536,
+    /// `skb_gro_receive_list`) 45. Incrementing and fixed IDs alike (a fixed ID is what
+    /// a sender with DF set may send, RFC 6864).
+    #[test]
+    fn the_64_kb_limit_ends_a_train_by_kind() {
+        for fixed in [false, true] {
+            let frames: Vec<Vec<u8>> = (0..100u16)
+                .map(|i| dgram_of(if fixed { 7 } else { 7 + i }, 1424))
+                .collect();
+            for (kind, per) in [(Kind::Standard, 46u16), (Kind::Fraglist, 45)] {
+                let mut want = Vec::new();
+                let mut left = 100;
+                while left > 0 {
+                    let n = left.min(per);
+                    want.push((4000, n, 1424));
+                    left -= n;
+                }
+                let (got, st) = run(&frames, kind, true);
+                assert_eq!(got, want, "{kind:?} fixed {fixed}");
+                // All but each train's first segment merged, nearly all on the fast path
+                // (the second segment of a train settles its ID mode there too).
+                assert_eq!(st.merged, 100 - want.len() as u64, "{kind:?} fixed {fixed}");
+                assert_eq!(st.merged_fast, st.merged, "{kind:?} fixed {fixed}");
+            }
+        }
+    }
+
     /// UDP GRO needs a checksum (`udp_gro_receive_segment`), also on the fast path, where
     /// the device reported every datagram verified (as a NIC may for one without a
     /// checksum): d0, d1 merge; d2 has none, so the train is completed and d2 passes

@@ -500,7 +500,7 @@ mod tests {
         .expect("pool");
         let mut cache = pool.cache();
         let mut n = 0;
-        let mut make = |cache: &mut crate::pool::BufCache, arcs: &[u8]| -> Vec<(Pkt, u8)> {
+        let mut make = |cache: &mut BufCache, arcs: &[u8]| -> Vec<(Pkt, u8)> {
             arcs.iter()
                 .map(|&a| {
                     let mut p = cache.alloc().expect("buffer");

@@ -1423,7 +1423,7 @@ mod tests {
                 }
                 let (got, st) = run(&frames, kind, true);
                 assert_eq!(got, want, "{kind:?} fixed {fixed}");
-                // All but each train's first segment merged, nearly all on the fast path
+                // All but each train's first segment merged, every one on the fast path
                 // (the second segment of a train settles its ID mode there too).
                 assert_eq!(st.merged, 100 - want.len() as u64, "{kind:?} fixed {fixed}");
                 assert_eq!(st.merged_fast, st.merged, "{kind:?} fixed {fixed}");

@@ -415,6 +415,15 @@ mod tests {
         }
     }
 
+    /// A pool of 64 buffers.
+    fn pool() -> Pool {
+        Pool::new(PoolConfig {
+            buffers: 64,
+            ..PoolConfig::default()
+        })
+        .expect("pool")
+    }
+
     /// What `sort` leaves in `out`: each pushed packet's index and arc, and each dropped
     /// packet's index, in order.
     fn sorted(pool: &Pool, out: &Out) -> (Vec<(u32, u8)>, Vec<u32>) {
@@ -433,11 +442,7 @@ mod tests {
     /// list whose packets all take one arc on whole.
     #[test]
     fn sort_is_push_and_drop_in_order() {
-        let pool = Pool::new(PoolConfig {
-            buffers: 64,
-            ..PoolConfig::default()
-        })
-        .expect("pool");
+        let pool = pool();
         let mut cache = pool.cache();
         // Verdicts by packet number: 0 and 1 go by arc 0; 2 by arc 1; 3 dropped.
         let fate = |n: u32| match n % 4 {
@@ -493,11 +498,7 @@ mod tests {
     /// output is empty, when everything before took the same arc, and when it did not.
     #[test]
     fn push_list_is_push_in_order() {
-        let pool = Pool::new(PoolConfig {
-            buffers: 64,
-            ..PoolConfig::default()
-        })
-        .expect("pool");
+        let pool = pool();
         let mut cache = pool.cache();
         let mut n = 0;
         let mut make = |cache: &mut BufCache, arcs: &[u8]| -> Vec<(Pkt, u8)> {

@@ -257,10 +257,7 @@ pub fn add_part(acc: u64, part: u16, odd: bool) -> u64 {
 /// all zero. The field must sit at an even offset of the checksummed data.
 #[inline]
 pub fn update16(hc: u16, old: u16, new: u16) -> u16 {
-    // Three 16-bit terms sum to at most 0x2fffd: two folds bring that to 16 bits.
-    let s = u32::from(!hc) + u32::from(!old) + u32::from(new);
-    let s = (s & 0xffff) + (s >> 16);
-    !(((s & 0xffff) + (s >> 16)) as u16)
+    !sum16(sum16(!hc, !old), new)
 }
 
 /// The ones' complement sum of two 16-bit words: their sum, at most 0x1fffe, needs one
@@ -387,6 +384,26 @@ mod tests {
         with.extend_from_slice(&[0x22, 0x0d]);
         assert_eq!(fold(sum(&with, 0)), 0xffff);
         assert_eq!(checksum(&with), 0);
+    }
+
+    /// `update16`'s chained 16-bit adds are RFC 1624 eqn. 3 with the general fold.
+    #[test]
+    fn update16_is_eqn3_folded() {
+        proptest::proptest!(|(hc in proptest::num::u16::ANY, old in proptest::num::u16::ANY, new in proptest::num::u16::ANY)| {
+            let want = finish(u64::from(!hc) + u64::from(!old) + u64::from(new));
+            proptest::prop_assert_eq!(update16(hc, old, new), want);
+        });
+        for (hc, old, new) in [
+            (0, 0, 0),
+            (0xffff, 0xffff, 0xffff),
+            (0, 0xffff, 0),
+            (0xffff, 0, 0xffff),
+        ] {
+            assert_eq!(
+                update16(hc, old, new),
+                finish(u64::from(!hc) + u64::from(!old) + u64::from(new))
+            );
+        }
     }
 
     #[test]

@@ -499,10 +499,9 @@ struct Delta {
     new: [u64; 3],
     /// Some word changed.
     changed: bool,
-    /// What the changes add to the IP header checksum, folded to 16 bits, and whether
-    /// they add anything (the IP header itself changed).
+    /// What the changes add to the IP header checksum, folded to 16 bits (0: nothing,
+    /// as a fold of anything but 0 is not 0).
     ip_add: u16,
-    ip_changed: bool,
     l4_add: u64,
     /// Offset of the L4 checksum.
     csum_at: usize,
@@ -544,7 +543,6 @@ impl Delta {
             new: [0; 3],
             changed: false,
             ip_add: 0,
-            ip_changed: false,
             l4_add: 0,
             csum_at: 20 + lay.csum_at(),
             udp: !lay.tcp,
@@ -573,7 +571,6 @@ impl Delta {
         }
         dl.new = words24(&new, &DELTA_MASK);
         dl.changed = dl.new != dl.orig;
-        dl.ip_changed = ip_add != 0;
         dl.ip_add = checksum::fold(ip_add);
         dl
     }
@@ -600,7 +597,7 @@ impl Delta {
             a.copy_from_slice(w);
             w.copy_from_slice(&((u64::from_ne_bytes(a) & keep) | new).to_ne_bytes());
         }
-        if self.ip_changed {
+        if self.ip_add != 0 {
             let c = checksum::add16(get_u16(h, 10), self.ip_add);
             put_u16(h, 10, c);
         }

@@ -623,13 +623,9 @@ fn ipv6_benches_report_every_variant_through_the_ipv6_stages() {
 /// root to drop to the `nobody` user (`setpriv`); without root it says so and passes.
 #[test]
 fn run_without_privileges_names_the_port_and_the_capabilities() {
-    let root = netbatch_ports::sys::is_root();
-    let setpriv = Command::new("sh")
-        .args(["-c", "command -v setpriv"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !root || !setpriv {
-        eprintln!("skipped: needs root and setpriv to run as an unprivileged user");
+    if !netbatch_testkit::root("it drops to the `nobody` user")
+        || !netbatch_testkit::tools(&[("setpriv", "util-linux")])
+    {
         return;
     }
     // A place the unprivileged user can read: the binary and the config.

@@ -364,24 +364,19 @@ struct Netns(String);
 impl Netns {
     /// A new namespace, or none (with the reason printed) when the test cannot make one.
     fn new(tag: &str) -> Option<Self> {
-        if !netbatch_ports::sys::is_root() {
-            eprintln!("skipped: creating a network namespace and interfaces needs root");
+        if !netbatch_testkit::root("it creates a network namespace and interfaces")
+            || !netbatch_testkit::tools(&[("ip", "iproute2")])
+        {
             return None;
         }
         let name = format!("nbcm{tag}{}", std::process::id());
         match Command::new("ip").args(["netns", "add", &name]).output() {
             Ok(o) if o.status.success() => Some(Self(name)),
-            Ok(o) => {
-                eprintln!(
-                    "skipped: ip netns add: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("skipped: the ip tool (iproute2) is needed: {e}");
-                None
-            }
+            Ok(o) => panic!(
+                "ip netns add {name}: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+            Err(e) => panic!("the ip tool (iproute2) could not be run: {e}"),
         }
     }
 

@@ -1832,19 +1832,15 @@ impl Datapath {
 // ---------------------------------------------------------------------------------------
 // The test
 
-fn skip(why: &str) {
+/// The kernel lacks flower (or an action the filters use): a failure in the kernel lab
+/// (`NETBATCH_REQUIRE_KERNEL=1`, or the older `NETBATCH_REQUIRE_FLOWER=1`), a skip
+/// deferred to the lab on a host whose kernel has none.
+fn lacks_flower(why: &str) {
     assert!(
         std::env::var_os("NETBATCH_REQUIRE_FLOWER").is_none(),
         "NETBATCH_REQUIRE_FLOWER is set, but: {why}"
     );
-    eprintln!("skipped: {why}");
-}
-
-fn has(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    netbatch_testkit::kernel_feature(false, "tc flower", why);
 }
 
 fn describe(filters: &[Filter], i: Option<usize>) -> String {
@@ -1891,17 +1887,15 @@ impl Oracle {
 #[test]
 fn flower_filters_give_the_kernels_verdicts() {
     let use_model = std::env::var("NETBATCH_FLOWER_ORACLE").is_ok_and(|v| v == "model");
-    if !use_model {
-        if !netbatch_ports::sys::is_root() {
-            skip("needs root: it makes a network namespace, a veth pair and tc filters");
-            return;
-        }
-        if let Some(t) = ["ip", "tc", "python3"].into_iter().find(|t| !has(t)) {
-            skip(&format!(
-                "needs `{t}` (scripts/setup installs iproute2; Python 3 is on every machine)"
-            ));
-            return;
-        }
+    if !use_model
+        && (!netbatch_testkit::root("it makes a network namespace, a veth pair and tc filters")
+            || !netbatch_testkit::tools(&[
+                ("ip", "iproute2"),
+                ("tc", "iproute2"),
+                ("python3", "python3"),
+            ]))
+    {
+        return;
     }
     run_seed(seed(), use_model);
 }
@@ -1935,7 +1929,7 @@ fn run_seed(seed: u64, use_model: bool) {
         match Kernel::new(&filters) {
             Ok(k) => Oracle::Kernel(Box::new(k)),
             Err(Setup::Skip(why)) => {
-                skip(&why);
+                lacks_flower(&why);
                 return;
             }
             Err(Setup::Fail(why)) => panic!("seed {seed}: {why}"),

@@ -28,11 +28,7 @@ use std::time::{Duration, Instant};
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn is_root() -> bool {
-    let root = netbatch_ports::sys::is_root();
-    if !root {
-        eprintln!("skipped: the live tests create namespaces and need root");
-    }
-    root
+    netbatch_testkit::root("the live tests create namespaces and veth pairs")
 }
 
 fn sh(cmd: &str) -> std::process::Output {

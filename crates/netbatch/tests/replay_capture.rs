@@ -574,8 +574,7 @@ fn peak_kib(time: &Path, cfg: &Path, input: &Path, tag: &str) -> (u64, serde_jso
 #[test]
 fn a_large_capture_replays_in_bounded_memory() {
     let time = Path::new("/usr/bin/time");
-    if !time.exists() {
-        eprintln!("skipped: /usr/bin/time (GNU time, Debian package `time`) is not installed");
+    if !netbatch_testkit::tools(&[("/usr/bin/time", "time (GNU time)")]) {
         return;
     }
     let dir = scratch("big");
@@ -647,12 +646,7 @@ fn a_large_capture_replays_in_bounded_memory() {
 /// by `scripts/setup`); without it the test says so and passes.
 #[test]
 fn an_ipv6_capture_through_the_example_router_reads_back_in_tshark() {
-    if !Command::new("sh")
-        .args(["-c", "command -v tshark"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        println!("skipped: tshark is not installed (scripts/setup installs it)");
+    if !netbatch_testkit::tools(&[("tshark", "tshark")]) {
         return;
     }
     let dir = scratch("ipv6");

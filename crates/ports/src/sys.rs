@@ -554,7 +554,7 @@ mod tests {
         );
         let e = enter_netns(std::path::Path::new("/run/netns/nb-no-such-ns")).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
-        if is_root() {
+        if netbatch_testkit::root("entering a namespace") {
             let t = std::thread::spawn(|| enter_netns(std::path::Path::new("/proc/self/ns/net")));
             t.join().unwrap().expect("own namespace entered");
         }

@@ -19,11 +19,7 @@ pub(crate) fn serial() -> MutexGuard<'static, ()> {
 
 /// Whether the tests may create interfaces (they print a note and pass otherwise).
 pub(crate) fn is_root() -> bool {
-    let root = crate::sys::is_root();
-    if !root {
-        eprintln!("skipped: creating interfaces needs root");
-    }
-    root
+    netbatch_testkit::root("creating interfaces")
 }
 
 /// The lock of [`serial`], if the tests may create interfaces ([`is_root`]).

@@ -24,15 +24,10 @@ use netbatch_runtime::linux::{self, Mirror, Tuning};
 use netbatch_stack::prefix::{Ipv4Prefix, Ipv6Prefix};
 use netbatch_stack::route::{Multipath, Multipath6, NextHop, NextHop6, Route, Route6, RouteKind};
 
-/// Why the tests cannot run here, if they cannot.
-fn cannot_run() -> Option<&'static str> {
-    if !netbatch_ports::sys::is_root() {
-        return Some("not root: network namespaces cannot be made");
-    }
-    match Command::new("ip").arg("-V").output() {
-        Ok(o) if o.status.success() => None,
-        _ => Some("iproute2's `ip` is not installed"),
-    }
+/// Whether the tests can run here (root, iproute2); a skip says why when not.
+fn can_run() -> bool {
+    netbatch_testkit::root("network namespaces are made")
+        && netbatch_testkit::tools(&[("ip", "iproute2")])
 }
 
 /// A network namespace, deleted when dropped (even when the test fails).
@@ -290,8 +285,7 @@ fn via6(p: &str, gw: &str, out_if: u16) -> Route6 {
 /// forced resync that finds nothing to change.
 #[test]
 fn ip_route_and_ip_neigh_in_the_namespace_drive_netbatch() {
-    if let Some(why) = cannot_run() {
-        println!("skipped: {why}");
+    if !can_run() {
         return;
     }
     let ns = control_namespace("a");
@@ -479,8 +473,7 @@ fn batch_file(dir: &Path, n: u32) -> std::path::PathBuf {
 /// route all the same, and nothing refused.
 #[test]
 fn lost_notifications_are_recovered_by_a_resync() {
-    if let Some(why) = cannot_run() {
-        println!("skipped: {why}");
+    if !can_run() {
         return;
     }
     let n = 50_000;
@@ -529,8 +522,7 @@ fn lost_notifications_are_recovered_by_a_resync() {
 /// a resync then changes nothing, and `ip route flush` removes them all again.
 #[test]
 fn routes_added_in_bulk_are_all_mirrored() {
-    if let Some(why) = cannot_run() {
-        println!("skipped: {why}");
+    if !can_run() {
         return;
     }
     let n: u32 = std::env::var("NETBATCH_MIRROR_ROUTES")
@@ -616,8 +608,7 @@ fn routes_added_in_bulk_are_all_mirrored() {
 /// changes nothing.
 #[test]
 fn ip_6_route_and_ip_6_neigh_drive_netbatch() {
-    if let Some(why) = cannot_run() {
-        println!("skipped: {why}");
+    if !can_run() {
         return;
     }
     let ns = control_namespace("v6");
@@ -762,8 +753,7 @@ fn ip_6_route_and_ip_6_neigh_drive_netbatch() {
 /// interface's too, with its local route and on-link prefix, and goes when deleted.
 #[test]
 fn pairs_give_and_follow_ipv6_addresses() {
-    if let Some(why) = cannot_run() {
-        println!("skipped: {why}");
+    if !can_run() {
         return;
     }
     let ns = Netns::new("p6");

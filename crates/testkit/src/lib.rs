@@ -1,0 +1,183 @@
+//! What netbatch's tests share about the machine they run on: whether they may skip.
+//!
+//! A test that needs root, a tool or a kernel feature asks here first. On a developer's
+//! laptop a missing requirement is a skip: the test says why on stderr, appends the reason
+//! to the file named by `NETBATCH_SKIP_LOG` (so `scripts/test` can count and list skips
+//! that `cargo test` would otherwise print as `ok`), and returns early. Under CI
+//! (`NETBATCH_REQUIRE_ALL=1`, set by `.ci/run`, which runs as root after `scripts/setup`
+//! installed every tool) a skip is a failure naming what was missing.
+//!
+//! Kernel features this machine's kernel may lack (`tc flower`, VRF devices) are a separate
+//! case: their tests run inside the kernel lab (`scripts/kernel-lab`), where
+//! `NETBATCH_REQUIRE_KERNEL=1` makes a missing feature a failure. On the host they are
+//! deferred to the lab, which is not a failure even under `NETBATCH_REQUIRE_ALL`, and are
+//! logged as such.
+
+#![forbid(unsafe_code)]
+
+use std::fmt::Display;
+use std::io::Write;
+
+/// The variable that turns every skip into a failure (set by `.ci/run`).
+pub const REQUIRE_ALL: &str = "NETBATCH_REQUIRE_ALL";
+/// The variable that turns a missing kernel feature into a failure (set in the kernel lab).
+pub const REQUIRE_KERNEL: &str = "NETBATCH_REQUIRE_KERNEL";
+/// The file skips are appended to, one line each (set by `scripts/test`).
+pub const SKIP_LOG: &str = "NETBATCH_SKIP_LOG";
+
+fn set(var: &str) -> bool {
+    std::env::var_os(var).is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Whether every skip is a failure (CI).
+pub fn required() -> bool {
+    set(REQUIRE_ALL)
+}
+
+fn log(kind: &str, why: &str) {
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    eprintln!("{kind}: {why}");
+    if let Some(path) = std::env::var_os(SKIP_LOG).filter(|p| !p.is_empty())
+        && let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    {
+        // One write per line: concurrent test threads and binaries append whole lines.
+        let _ = f.write_all(format!("{kind}\t{test}\t{why}\n").as_bytes());
+    }
+}
+
+/// Skips the calling test for `why`: under `NETBATCH_REQUIRE_ALL` this panics, naming
+/// what was missing; otherwise it reports the skip and the caller returns.
+#[track_caller]
+pub fn skip(why: impl Display) {
+    skip_unless_required(required(), &why.to_string());
+}
+
+/// [`skip`] with the requirement given: panics when `required`.
+#[track_caller]
+fn skip_unless_required(required: bool, why: &str) {
+    assert!(
+        !required,
+        "skipped under {REQUIRE_ALL}=1, which makes every skip a failure: {why}"
+    );
+    log("skipped", why);
+}
+
+/// The effective user id of this process, from `/proc/self/status`.
+fn euid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    euid() == Some(0)
+}
+
+/// `true` when running as root; otherwise skips for `what` (why the test needs root).
+#[track_caller]
+pub fn root(what: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    skip(format_args!("needs root: {what}"));
+    false
+}
+
+/// Whether `command` is on the `PATH` (or is an executable path).
+pub fn has_command(command: &str) -> bool {
+    let runnable = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        return runnable(std::path::Path::new(command));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .any(|d| runnable(&d.join(command)))
+}
+
+/// `true` when every `(command, Debian package)` is installed; otherwise skips, naming
+/// the missing commands and the packages `scripts/setup` installs them from.
+#[track_caller]
+pub fn tools(needed: &[(&str, &str)]) -> bool {
+    tools_unless_required(required(), needed)
+}
+
+#[track_caller]
+fn tools_unless_required(required: bool, needed: &[(&str, &str)]) -> bool {
+    let missing: Vec<String> = needed
+        .iter()
+        .filter(|(c, _)| !has_command(c))
+        .map(|(c, p)| format!("{c} (Debian package {p})"))
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    skip_unless_required(
+        required,
+        &format!("missing {}: scripts/setup installs it", missing.join(", ")),
+    );
+    false
+}
+
+/// For a test whose oracle is a kernel feature: `true` when `present`; otherwise, inside
+/// the kernel lab (`NETBATCH_REQUIRE_KERNEL=1`) a failure naming `feature`, and on the
+/// host a skip deferred to the lab (not a failure under `NETBATCH_REQUIRE_ALL`: `.ci/run`
+/// runs these tests in the lab).
+#[track_caller]
+pub fn kernel_feature(present: bool, feature: &str, why: impl Display) -> bool {
+    if present {
+        return true;
+    }
+    let why = why.to_string();
+    assert!(
+        !set(REQUIRE_KERNEL),
+        "the kernel lacks {feature}, required here ({REQUIRE_KERNEL}=1): {why}"
+    );
+    log(
+        "deferred to the kernel lab",
+        &format!("this kernel lacks {feature}: {why}"),
+    );
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_effective_uid_is_read() {
+        assert!(euid().is_some(), "/proc/self/status has a Uid line");
+    }
+
+    /// Under CI a missing tool fails the test, and the failure names the tool and its
+    /// package; elsewhere it is a skip (the caller returns).
+    #[test]
+    fn a_missing_tool_fails_when_required_and_names_it() {
+        let needed = [("sh", "dash"), ("netbatch-no-such-tool", "no-such-package")];
+        assert!(!tools_unless_required(false, &needed));
+        assert!(tools_unless_required(true, &needed[..1]));
+        let err = std::panic::catch_unwind(|| tools_unless_required(true, &needed))
+            .expect_err("a required tool that is missing fails");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            msg.contains("netbatch-no-such-tool (Debian package no-such-package)")
+                && msg.contains(REQUIRE_ALL),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn commands_are_found_on_the_path_and_absent_ones_are_not() {
+        assert!(has_command("sh"));
+        assert!(has_command("/bin/sh"));
+        assert!(!has_command("netbatch-no-such-command"));
+    }
+}

@@ -4,6 +4,7 @@
 
 pub mod apps;
 pub mod build;
+pub mod claim;
 pub mod config;
 pub mod control;
 pub mod datapath;

@@ -9,7 +9,7 @@
 //! the reload flag (SIGHUP) re-reads the configuration as `netbatch reload` does, and the
 //! dump flag (SIGUSR1) writes the counters to the log.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -45,6 +45,9 @@ pub enum RunError {
     /// Buffers were not all back in the pool after the stop (a bug).
     #[error("{0} packet buffers were not returned to the pool")]
     Leak(usize),
+    /// An interface is served by another datapath, or could not be claimed.
+    #[error(transparent)]
+    Claim(#[from] crate::claim::ClaimError),
     /// The control socket or the metrics endpoint could not be served.
     #[error("{0}")]
     Control(String),
@@ -158,6 +161,14 @@ pub fn run(
     mut started: impl FnMut(&Started),
 ) -> Result<RunReport, RunError> {
     let stop = &opts.stop;
+    // Before anything is opened: a second datapath on an interface is refused whole.
+    let socket = cfg.control.enabled.then(|| socket_path(cfg, opts));
+    let _claims = crate::claim::interfaces(
+        cfg,
+        &opts.config_path,
+        socket.as_deref(),
+        Path::new(crate::claim::CLAIM_DIR),
+    )?;
     let pool = Pool::with_layout(cfg.pool, pool_layout(cfg)).map_err(BuildError::from)?;
     let opened = open_ports(cfg, &pool)?;
     let infos: Vec<Started> = cfg
@@ -261,14 +272,18 @@ struct Served {
     _metrics: Option<crate::metrics::MetricsServer>,
 }
 
+/// Where the control socket is served: `--socket`, else the configuration's.
+fn socket_path(cfg: &Config, opts: &RunOptions) -> PathBuf {
+    opts.socket
+        .clone()
+        .unwrap_or_else(|| cfg.control.socket_path(&opts.config_path))
+}
+
 /// Starts the control socket (unless `[control] enabled = false`) and the metrics
 /// endpoint (`[metrics] listen`).
 fn serve(cfg: &Config, opts: &RunOptions, control: &Arc<Control>) -> Result<Served, RunError> {
     let socket = if cfg.control.enabled {
-        let path = opts
-            .socket
-            .clone()
-            .unwrap_or_else(|| cfg.control.socket_path(&opts.config_path));
+        let path = socket_path(cfg, opts);
         let s = crate::control::server::Server::start(
             control.clone(),
             &path,

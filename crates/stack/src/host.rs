@@ -294,55 +294,60 @@ impl Host {
         }
     }
 
-    /// Learns what other workers learned from ARP since the last call; packets that
-    /// were waiting for those neighbours wait to enter at [`Entry::Neighbour`].
+    /// Learns what other workers learned from ARP and neighbour discovery since the last
+    /// call, in the state their entries took; packets that were waiting for those
+    /// neighbours wait to enter at [`Entry::Neighbour`] (IPv6: [`Entry::Neighbour6`]).
     pub fn sync_neighbours(&mut self, now_ns: u64) {
-        let Some((shared, me)) = &self.neigh_shared else {
-            return;
-        };
-        let me = *me;
-        self.neigh_seen = shared.since(self.neigh_seen, &mut self.learned);
-        let released = &mut self.injected.queues[Entry::Neighbour as usize];
-        for l in self.learned.drain(..) {
-            if l.origin != me {
-                self.neigh
-                    .learn(l.iface, l.ip, l.mac, now_ns, true, released);
+        if let Some((shared, me)) = &self.neigh_shared {
+            self.neigh_seen = shared.since(self.neigh_seen, &mut self.learned);
+            let released = &mut self.injected.queues[Entry::Neighbour as usize];
+            for l in self.learned.drain(..).filter(|l| l.origin != *me) {
+                apply_learned(&mut self.neigh, l, now_ns, released);
             }
         }
-        if let Some((shared6, _)) = &self.neigh6_shared {
+        if let Some((shared6, me)) = &self.neigh6_shared {
             self.neigh6_seen = shared6.since(self.neigh6_seen, &mut self.learned6);
             let released = &mut self.injected.queues[Entry::Neighbour6 as usize];
-            for l in self.learned6.drain(..) {
-                if l.origin != me {
-                    self.neigh6
-                        .learn(l.iface, l.ip, l.mac, now_ns, true, released);
-                }
+            for l in self.learned6.drain(..).filter(|l| l.origin != *me) {
+                apply_learned(&mut self.neigh6, l, now_ns, released);
             }
         }
     }
 
-    /// Tells the other workers about an IPv6 neighbour this one learned.
-    pub fn publish_neighbour6(
-        &self,
-        iface: u16,
-        ip: Ipv6Addr,
-        mac: netbatch_wire::ethernet::MacAddr,
-    ) {
-        if let Some((shared6, me)) = &self.neigh6_shared {
-            shared6.publish(*me, iface, ip, mac);
+    /// Tells the other workers about an IPv6 neighbour this one learned: the address and
+    /// state its own entry now has (an advertisement it ignored changes nothing).
+    pub fn publish_neighbour6(&self, iface: u16, ip: Ipv6Addr) {
+        if let Some((shared6, me)) = &self.neigh6_shared
+            && let Some((mac, state)) = self.neigh6.resolved(iface, ip)
+        {
+            shared6.publish(*me, iface, ip, mac, state);
         }
     }
 
-    /// Tells the other workers about a neighbour this one learned.
-    pub fn publish_neighbour(
-        &self,
-        iface: u16,
-        ip: Ipv4Addr,
-        mac: netbatch_wire::ethernet::MacAddr,
-    ) {
-        if let Some((shared, me)) = &self.neigh_shared {
-            shared.publish(*me, iface, ip, mac);
+    /// Tells the other workers about a neighbour this one learned: the address and state
+    /// its own entry now has.
+    pub fn publish_neighbour(&self, iface: u16, ip: Ipv4Addr) {
+        if let Some((shared, me)) = &self.neigh_shared
+            && let Some((mac, state)) = self.neigh.resolved(iface, ip)
+        {
+            shared.publish(*me, iface, ip, mac, state);
         }
+    }
+
+    /// Tells the other workers that this one is soliciting `ip` on `iface` (a first
+    /// solicitation or a retry), so that whichever receives the advertisement applies it.
+    pub fn asking6(&self, iface: u16, ip: Ipv6Addr, now_ns: u64) {
+        if let Some((shared6, _)) = &self.neigh6_shared {
+            let until = now_ns + self.neigh6.question_ns();
+            shared6.ask(iface, u128::from(ip), now_ns, until);
+        }
+    }
+
+    /// Whether another worker is soliciting `ip` on `iface` now.
+    pub fn asked6(&self, iface: u16, ip: Ipv6Addr, now_ns: u64) -> bool {
+        self.neigh6_shared
+            .as_ref()
+            .is_some_and(|(shared6, _)| shared6.asked(iface, u128::from(ip), now_ns))
     }
 
     /// The worker time `now_ns` as an RFC 791 timestamp: milliseconds since midnight UT.
@@ -403,5 +408,23 @@ impl Host {
     pub fn next_ident(&mut self) -> u16 {
         self.ip_ident = self.ip_ident.wrapping_add(1);
         self.ip_ident
+    }
+}
+
+/// Applies what another worker learned to this worker's table: a confirmed neighbour is
+/// learned reachable (an entry made if there was none), an unconfirmed one stale.
+fn apply_learned<F: crate::route::Family>(
+    table: &mut crate::neigh::NeighTableOf<F>,
+    l: crate::neigh::LearnedOf<F>,
+    now_ns: u64,
+    released: &mut Vec<Pkt>,
+) {
+    match l.state {
+        crate::neigh::State::Stale => {
+            table.learn_stale(l.iface, l.ip, l.mac, now_ns, released);
+        }
+        _ => {
+            table.learn(l.iface, l.ip, l.mac, now_ns, true, released);
+        }
     }
 }

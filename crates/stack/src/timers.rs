@@ -33,6 +33,7 @@ pub fn run(host: &mut Host, pool: &Pool, cache: &mut BufCache, now_ns: u64) {
     let mut probes6 = Vec::new();
     host.neigh6.tick(now_ns, &mut probes6, &mut failed);
     for pr in probes6 {
+        host.asking6(pr.iface, pr.target, now_ns);
         let Some(iface) = host.ifaces.get(usize::from(pr.iface)) else {
             continue;
         };

@@ -96,7 +96,7 @@ impl Stage<Host> for ArpInput {
                     .neigh
                     .learn(ifx, spa, sha, cx.now_ns, for_us, &mut self.waiting);
             if learned {
-                host.publish_neighbour(ifx, spa, sha);
+                host.publish_neighbour(ifx, spa);
             }
             for w in self.waiting.drain(..) {
                 out.push(NEIGHBOUR, w);

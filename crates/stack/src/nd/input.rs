@@ -98,7 +98,7 @@ impl Stage<Host> for NdInput {
                             .neigh6
                             .learn_stale(ifx, src, mac, cx.now_ns, &mut self.waiting)
                     {
-                        host.publish_neighbour6(ifx, src, mac);
+                        host.publish_neighbour6(ifx, src);
                     }
                     for w in self.waiting.drain(..) {
                         out.push(NEIGHBOUR, w);
@@ -149,7 +149,7 @@ impl Stage<Host> for NdInput {
                         out.drop(p, reason::DUPLICATE);
                         continue;
                     }
-                    let known = host.neigh6.advert(
+                    let mut known = host.neigh6.advert(
                         ifx,
                         target,
                         target_lladdr,
@@ -158,8 +158,24 @@ impl Stage<Host> for NdInput {
                         cx.now_ns,
                         &mut self.waiting,
                     );
-                    if known && let Some(mac) = target_lladdr {
-                        host.publish_neighbour6(ifx, target, mac);
+                    // No entry here, but another worker is soliciting the target: the
+                    // workers' tables are one cache, so the advertisement answers it
+                    // (7.2.5 applied as the asking worker would, whose entry is
+                    // incomplete: reachable when solicited, else stale).
+                    if !known
+                        && let Some(mac) = target_lladdr
+                        && host.asked6(ifx, target, cx.now_ns)
+                    {
+                        known = if solicited_flag {
+                            host.neigh6
+                                .learn(ifx, target, mac, cx.now_ns, true, &mut self.waiting)
+                        } else {
+                            host.neigh6
+                                .learn_stale(ifx, target, mac, cx.now_ns, &mut self.waiting)
+                        };
+                    }
+                    if known && target_lladdr.is_some() {
+                        host.publish_neighbour6(ifx, target);
                     }
                     for w in self.waiting.drain(..) {
                         out.push(NEIGHBOUR, w);

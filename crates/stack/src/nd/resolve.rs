@@ -132,6 +132,7 @@ impl Ip6Neighbour {
             out.drop(e, why);
         }
         if let Some(pr) = probe {
+            host.asking6(pr.iface, pr.target, cx.now_ns);
             let iface = &host.ifaces[usize::from(pr.iface)];
             match build_solicit(cx.pool, cx.cache, iface, pr.iface, pr.target, pr.unicast) {
                 Some(r) => {

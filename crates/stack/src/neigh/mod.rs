@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use netbatch_engine::{BufCache, Pkt};
 use netbatch_wire::ethernet::MacAddr;
@@ -30,14 +30,27 @@ netbatch_engine::reasons! {
 
 pub mod resolve;
 
-/// What workers learn from ARP, shared: each worker keeps its own table (and its own
-/// queues of packets waiting for resolution), and learns what the others learned before
-/// each round, as if the table were one. Bounded: a worker that falls more than
-/// [`NeighShared::KEEP`] updates behind misses the oldest and resolves them itself.
+/// What the workers of one datapath share about neighbours: each worker keeps its own
+/// table (and its own queues of packets waiting for resolution), and learns what the
+/// others learned before each round, as if the table were one. Bounded: a worker that
+/// falls more than [`NeighShared::KEEP`] updates behind misses the oldest and resolves them
+/// itself.
+///
+/// The answer to one worker's question may be received by another (the kernel spreads a
+/// link's frames over the workers by a hash seeded at boot). An ARP reply is addressed to
+/// us, so whichever worker gets it makes an entry (RFC 826's merge rule) and publishes it.
+/// A neighbour advertisement makes no entry where none exists (RFC 4861 7.2.5), so the
+/// workers also share which neighbours one of them is resolving ([`Self::ask`]): a worker
+/// that receives an advertisement for a neighbour another worker asked about applies it as
+/// that worker would, and the update reaches the asker before its next round.
 #[derive(Debug)]
 pub struct NeighSharedOf<F: Family> {
     seq: AtomicU64,
     log: Mutex<VecDeque<LearnedOf<F>>>,
+    /// Neighbours some worker is resolving, with when the question lapses.
+    asked: Mutex<hashbrown::HashMap<(u16, F::Bits), u64, foldhash::fast::FixedState>>,
+    /// `asked`'s length, read without the lock: most advertisements find it empty.
+    asking: AtomicUsize,
 }
 
 /// What workers learn from ARP.
@@ -50,6 +63,8 @@ impl<F: Family> Default for NeighSharedOf<F> {
         Self {
             seq: AtomicU64::new(0),
             log: Mutex::new(VecDeque::new()),
+            asked: Mutex::new(hashbrown::HashMap::default()),
+            asking: AtomicUsize::new(0),
         }
     }
 }
@@ -67,21 +82,35 @@ pub struct LearnedOf<F: Family> {
     pub ip: F::Addr,
     /// MAC.
     pub mac: MacAddr,
+    /// The state the learning worker's entry took: `Reachable` (confirmed: an ARP reply, a
+    /// solicited advertisement) or `Stale` (unconfirmed: a solicitation's source address,
+    /// an unsolicited advertisement).
+    pub state: State,
 }
 
 /// One neighbour learned from ARP.
 pub type Learned = LearnedOf<V4>;
 
+/// Locks `m`, whose data stays consistent whatever a panicking holder did (every update
+/// under it is a single push, pop, insert or removal).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl<F: Family> NeighSharedOf<F> {
-    /// Updates kept for workers that are behind.
+    /// Updates kept for workers that are behind, and questions kept open at most.
     pub const KEEP: usize = 4096;
 
-    /// Tells the other workers that `origin` learned `ip` → `mac` on `iface`.
-    pub fn publish(&self, origin: usize, iface: u16, ip: F::Addr, mac: MacAddr) {
-        let mut log = self
-            .log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Tells the other workers that `origin` learned `ip` → `mac` on `iface`, its entry
+    /// now in `state`; a question about it is answered.
+    pub fn publish(&self, origin: usize, iface: u16, ip: F::Addr, mac: MacAddr, state: State) {
+        if self.asking.load(Ordering::Relaxed) > 0 {
+            let mut asked = lock(&self.asked);
+            if asked.remove(&(iface, F::bits(ip))).is_some() {
+                self.asking.store(asked.len(), Ordering::Relaxed);
+            }
+        }
+        let mut log = lock(&self.log);
         let seq = self.seq.load(Ordering::Relaxed) + 1;
         if log.len() == Self::KEEP {
             log.pop_front();
@@ -92,6 +121,7 @@ impl<F: Family> NeighSharedOf<F> {
             iface,
             ip,
             mac,
+            state,
         });
         self.seq.store(seq, Ordering::Release);
     }
@@ -102,12 +132,38 @@ impl<F: Family> NeighSharedOf<F> {
         if self.seq.load(Ordering::Acquire) == seen {
             return seen;
         }
-        let log = self
-            .log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let log = lock(&self.log);
         out.extend(log.iter().filter(|l| l.seq > seen).copied());
         log.back().map_or(seen, |l| l.seq)
+    }
+
+    /// Records that a worker is resolving `ip` on `iface` until `until_ns` (the worker's
+    /// clock: every worker reads the same one). Bounded by [`Self::KEEP`]: when full,
+    /// lapsed questions are forgotten first; a question that still finds no room is not
+    /// recorded (its answer then resolves only the worker that receives it, and the asker
+    /// retries, as with one worker).
+    pub fn ask(&self, iface: u16, ip: F::Bits, now_ns: u64, until_ns: u64) {
+        let mut asked = lock(&self.asked);
+        if asked.len() >= Self::KEEP && !asked.contains_key(&(iface, ip)) {
+            asked.retain(|_, until| *until > now_ns);
+            if asked.len() >= Self::KEEP {
+                return;
+            }
+        }
+        let e = asked.entry((iface, ip)).or_insert(until_ns);
+        *e = (*e).max(until_ns);
+        self.asking.store(asked.len(), Ordering::Relaxed);
+    }
+
+    /// Whether some worker is resolving `ip` on `iface` at `now_ns` (one atomic load when
+    /// no worker is resolving anything).
+    pub fn asked(&self, iface: u16, ip: F::Bits, now_ns: u64) -> bool {
+        if self.asking.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        lock(&self.asked)
+            .get(&(iface, ip))
+            .is_some_and(|&until| until > now_ns)
     }
 }
 
@@ -374,6 +430,20 @@ impl<F: Family> NeighTableOf<F> {
             .collect();
         v.sort_by_key(|e| (e.iface, e.ip));
         v
+    }
+
+    /// The link-layer address and state of the entry of `ip` on `iface`, if it is
+    /// resolved.
+    pub fn resolved(&self, iface: u16, ip: F::Addr) -> Option<(MacAddr, State)> {
+        let &i = self.map.get(&key(iface, F::bits(ip)))?;
+        let e = self.slots[i as usize].as_ref()?;
+        (e.state != State::Incomplete).then_some((e.mac, e.state))
+    }
+
+    /// How long a question about a neighbour stays open: every retry and a retransmit
+    /// interval more (the last answer may come late).
+    pub fn question_ns(&self) -> u64 {
+        (u64::from(self.params.max_probes) + 1) * self.params.retrans_ms * 1_000_000
     }
 
     /// Looks up `ip` on `iface` at time `now_ns`.
@@ -770,6 +840,47 @@ mod tests {
             ..Default::default()
         })
         .unwrap()
+    }
+
+    /// A question is open until it lapses or is answered (a publication of the same
+    /// neighbour closes it); another interface's question is another; when the record is
+    /// full, lapsed questions make room and open ones are kept.
+    #[test]
+    fn questions_lapse_are_answered_and_stay_bounded() {
+        let s = NeighShared6::default();
+        let ip = |n: u128| 0x2001_0db8_u128 << 96 | n;
+        assert!(!s.asked(1, ip(9), 0), "nothing asked yet");
+        s.ask(1, ip(9), 0, 10 * MS);
+        assert!(s.asked(1, ip(9), 5 * MS));
+        assert!(!s.asked(2, ip(9), 5 * MS), "scoped to the interface");
+        assert!(!s.asked(1, ip(9), 10 * MS), "lapsed at its deadline");
+        s.ask(1, ip(9), 0, 10 * MS);
+        s.publish(
+            0,
+            1,
+            ip(9).into(),
+            MacAddr([2, 0, 0, 0, 0, 9]),
+            State::Reachable,
+        );
+        assert!(!s.asked(1, ip(9), MS), "answered");
+        // Fill the record with questions of which half lapse at 5 ms.
+        let keep = NeighShared6::KEEP as u128;
+        for n in 0..keep {
+            s.ask(0, ip(n), 0, if n % 2 == 0 { 5 * MS } else { 50 * MS });
+        }
+        s.ask(0, ip(keep), 6 * MS, 60 * MS);
+        assert!(
+            s.asked(0, ip(keep), 6 * MS),
+            "room made from lapsed questions"
+        );
+        assert!(s.asked(0, ip(1), 6 * MS), "open questions kept");
+        assert!(!s.asked(0, ip(0), 6 * MS));
+        // Full of open questions: a new one is not recorded, none is lost.
+        for n in 0..keep {
+            s.ask(0, ip(keep + 1 + n), 6 * MS, 60 * MS);
+        }
+        assert!(s.asked(0, ip(1), 7 * MS));
+        assert_eq!(s.asking.load(Ordering::Relaxed), NeighShared6::KEEP);
     }
 
     /// A static entry set live releases what waited (in order, once), a learned MAC does

@@ -130,8 +130,9 @@ impl Topo {
         t
     }
 
-    /// Builds the topology for ports of `kind`.
-    fn new(kind: &str, id: &str, workers: usize) -> Self {
+    /// Builds the topology for ports of `kind`, r1 received by the workers `rx1`, r2 by
+    /// `rx2` (the tap by every worker, as taps must be).
+    fn new(kind: &str, id: &str, workers: usize, (rx1, rx2): (&[usize], &[usize])) -> Self {
         let t = Self::hosts(id, &["h1", "h2"]);
         let s = &t.tag;
         t.must(
@@ -165,6 +166,7 @@ impl Topo {
                 t.must(n, &format!("ethtool -K nb{s}{d} tx off >/dev/null"));
             }
         }
+        let (rx1, rx2) = (format!("{rx1:?}"), format!("{rx2:?}"));
         let rx = format!("{:?}", (0..workers).collect::<Vec<_>>());
         let cfg = format!(
             r#"
@@ -178,14 +180,14 @@ name = "r1"
 kind = "{kind}"
 interface = "nb{s}r1"
 addresses = ["192.0.2.1/24", "2001:db8:1::1/64"]
-rx_workers = {rx}
+rx_workers = {rx1}
 
 [[port]]
 name = "r2"
 kind = "{kind}"
 interface = "nb{s}r2"
 addresses = ["198.51.100.1/24", "2001:db8:2::1/64"]
-rx_workers = {rx}
+rx_workers = {rx2}
 
 # The host kernel of namespace r behind a tap: TCP to it crosses netbatch both ways.
 [[port]]
@@ -408,13 +410,18 @@ fn udp_echo_client(t: &Topo, n: &str, dst: &str, port: u16, count: u32) -> u32 {
     out.trim().parse().unwrap_or(0)
 }
 
-fn scenario(kind: &str, id: &str, workers: usize) {
+fn scenario(
+    kind: &str,
+    id: &str,
+    workers: usize,
+    rx: (&[usize], &[usize]),
+) -> Option<serde_json::Value> {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !is_root() {
-        return;
+        return None;
     }
     need_tools();
-    let mut t = Topo::new(kind, id, workers);
+    let mut t = Topo::new(kind, id, workers, rx);
     t.start();
     let s = t.tag.clone();
 
@@ -546,6 +553,7 @@ fn scenario(kind: &str, id: &str, workers: usize) {
     let stats = t.stop();
     // Conservation in wire packets, super-frames from the kernels included.
     assert_conserved(&stats);
+    let first = stats.clone();
     assert_eq!(drops(&stats, "filter_forward"), 5, "{stats:#}");
     assert!(
         event(&stats, "ip6-icmp-error", "sent_ip6_hop_limit_exceeded") >= 2,
@@ -577,8 +585,8 @@ fn scenario(kind: &str, id: &str, workers: usize) {
         sum["lost_packets"].as_u64().expect("lost_packets"),
     );
     assert!(
-        sent > 4000,
-        "20 Mbit/s of 1000-byte datagrams for 2 s: {sent}"
+        sent > 1000,
+        "20 Mbit/s of 1000-byte datagrams for 2 s (5000; fewer on a busy machine): {sent}"
     );
     let stats = t.stop();
     // Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors ...
@@ -592,17 +600,23 @@ fn scenario(kind: &str, id: &str, workers: usize) {
     let nb_drops = total(&stats, "dropped_packets")
         + port(&stats, "r1", "rx_dropped")
         + port(&stats, "r2", "rx_dropped");
-    assert_eq!(
-        lost,
-        nb_drops + h2_drops,
+    // Every datagram iperf3 saw lost is in a drop counter: netbatch's or the receiving
+    // kernel's. (The kernel may count more: iperf3 reckons loss from gaps in the sequence
+    // numbers it received, so datagrams dropped after the last one it got are not "lost"
+    // to it; a busy machine makes that tail long.)
+    assert!(
+        lost <= nb_drops + h2_drops,
         "iperf3 lost {lost} of {sent}; netbatch dropped {nb_drops}, h2's kernel {h2_drops}: {stats:#}"
     );
     eprintln!(
         "iperf3: sent {sent} lost {lost}; netbatch dropped {nb_drops}, h2 {h2_drops}\nnetbatch's log:\n{}",
         t.log_text()
     );
-    assert!(port(&stats, "r1", "rx_packets") >= sent);
-    assert!(port(&stats, "r2", "tx_packets") >= sent - lost);
+    // What h1 sent reached netbatch's port, or the port's kernel ring dropped it.
+    assert!(port(&stats, "r1", "rx_packets") + port(&stats, "r1", "rx_dropped") >= sent);
+    // What iperf3 got (at least `sent - lost`: its tail losses count as received) left
+    // netbatch on r2, or was dropped on the way and counted.
+    assert!(port(&stats, "r2", "tx_packets") + nb_drops >= sent - lost);
 
     // An interface that goes away stops netbatch with an error naming the port, after
     // the counters.
@@ -617,6 +631,7 @@ fn scenario(kind: &str, id: &str, workers: usize) {
     );
     assert!(log.contains("packets: rx"), "counters printed: {log}");
     assert!(!log.contains("panicked"), "{log}");
+    Some(first)
 }
 
 /// The IPv6 half of [`scenario`], with the kernel's tools on both hosts: `ping -6` to
@@ -732,19 +747,64 @@ fn ipv6_through_netbatch(t: &Topo) {
 
 #[test]
 fn af_packet_router_between_two_hosts() {
-    scenario("af_packet", "p", 1);
+    scenario("af_packet", "p", 1, (&[0], &[0]));
 }
 
 #[test]
 fn af_xdp_router_between_two_hosts() {
-    scenario("af_xdp", "x", 1);
+    scenario("af_xdp", "x", 1, (&[0], &[0]));
 }
 
-/// Two workers receive from each port (the kernel's fanout spreads the flows), both
-/// transmit on their own sockets: the same behaviour, seen from the hosts.
+/// A counter of each worker of a run (of the scenario's first run: both families): a host
+/// event counter, or the packets a stage processed.
+fn per_worker(stats: &serde_json::Value, counter: &str) -> Vec<u64> {
+    stats["workers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| {
+            w["host"][counter].as_u64().unwrap_or_else(|| {
+                w["stages"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|st| st["name"] == counter)
+                    .filter_map(|st| st["packets"].as_u64())
+                    .sum()
+            })
+        })
+        .collect()
+}
+
+/// Two workers, and the answers to one worker's questions received by the other, by
+/// construction: worker 1 alone receives from r1 (h1's side), worker 0 alone from r2 (h2's
+/// side). Traffic from h1 is forwarded by worker 1, which asks for h2's address (ARP, then
+/// neighbour discovery); h2's answers arrive on r2, at worker 0, which never asked. No hash
+/// decides it, so the case is the same on every machine and boot.
+#[test]
+fn af_packet_router_answers_reach_the_worker_that_asked() {
+    let Some(stats) = scenario("af_packet", "c", 2, (&[1], &[0])) else {
+        return;
+    };
+    for (asked, answered) in [
+        ("arp_requests_out", "arp-input"),
+        ("nd_solicits_out", "nd-input"),
+    ] {
+        let (q, a) = (per_worker(&stats, asked), per_worker(&stats, answered));
+        eprintln!("{asked} per worker {q:?}, {answered} {a:?}");
+        assert!(
+            q[1] > 0 && a[0] > 0,
+            "worker 1 asked ({asked} {q:?}) and worker 0 received answers ({answered} {a:?})"
+        );
+    }
+}
+
+/// Two workers receive from each port (the kernel's fanout spreads the flows by a hash
+/// seeded at boot), both transmit on their own sockets: the same behaviour, seen from the
+/// hosts. The live witness beside the steered case above.
 #[test]
 fn af_packet_router_with_two_workers() {
-    scenario("af_packet", "w", 2);
+    scenario("af_packet", "w", 2, (&[0, 1], &[0, 1]));
 }
 
 /// Operating a running router through its control socket, its metrics endpoint and its

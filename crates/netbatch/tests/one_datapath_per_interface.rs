@@ -26,7 +26,10 @@ impl Net {
         let net = Self { ns, a };
         for cmd in [
             format!("ip netns add {}", net.ns),
-            format!("ip -n {} link add {} type veth peer name {b}", net.ns, net.a),
+            format!(
+                "ip -n {} link add {} type veth peer name {b}",
+                net.ns, net.a
+            ),
             format!("ip -n {} link set {} up", net.ns, net.a),
             format!("ip -n {} link set {b} up", net.ns),
         ] {
@@ -147,14 +150,20 @@ fn a_second_datapath_on_a_served_interface_refuses_to_start() {
             let (_, err) = finish(first.0.take().expect("child"));
             panic!("the first netbatch exited ({st}):\n{err}");
         }
-        assert!(Instant::now() < deadline, "the first netbatch did not start");
+        assert!(
+            Instant::now() < deadline,
+            "the first netbatch did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let first_path = std::fs::canonicalize(&first_cfg).expect("canonical path");
     // Another control socket, another metrics port, or neither: refused all the same.
     let second_sock = dir.path().join("second.sock").display().to_string();
     for (what, cfg) in [
-        ("another control socket", config(&net.a, Some(&second_sock), None)),
+        (
+            "another control socket",
+            config(&net.a, Some(&second_sock), None),
+        ),
         (
             "another metrics port",
             config(&net.a, None, Some("127.0.0.1:0")),
@@ -164,7 +173,10 @@ fn a_second_datapath_on_a_served_interface_refuses_to_start() {
         let path = dir.path().join("second.toml");
         std::fs::write(&path, cfg).expect("config");
         let (status, err) = finish(run(&net.ns, &path));
-        assert!(!status.success(), "{what}: the second netbatch started:\n{err}");
+        assert!(
+            !status.success(),
+            "{what}: the second netbatch started:\n{err}"
+        );
         for needle in [
             format!("interface {}", net.a),
             format!("pid {pid}"),

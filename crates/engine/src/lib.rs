@@ -5,7 +5,7 @@
 //! - [`meta`]: the hot metadata block of each buffer.
 //! - [`stage`]: the stage interface (a list in, a next per packet out).
 //! - [`graph`]: nodes, arcs, `runs` and `buckets` dispatch.
-//! - [`counters`], [`drop`], [`trace`], [`time`].
+//! - [`counters`], [`mod@drop`], [`trace`], [`time`].
 #![deny(unsafe_code)]
 
 pub mod counters;

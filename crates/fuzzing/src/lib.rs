@@ -10,15 +10,15 @@
 //!   and emitting it again the same bytes (the input's own bytes where the format has one
 //!   encoding). Checksums agree with the RFC 1071 reference, incremental updates with a
 //!   recomputation, the table-driven Toeplitz hash with the bitwise one.
-//! - The dissector ([`dissect`]): offsets inside the frame, what it records equal to an
+//! - The dissector ([`mod@dissect`]): offsets inside the frame, what it records equal to an
 //!   independent walk of the headers through the wire views, the same record through the
 //!   packet path (`frame`) as through `parse`, and every reader consistent with it.
-//! - The whole graph ([`graph`]): frames built from realistic templates with fields (and
+//! - The whole graph ([`mod@graph`]): frames built from realistic templates with fields (and
 //!   raw bytes) from the input, in both batch modes, both dispatch strategies and every
 //!   GRO mode, through a worker built from a configuration as `netbatch replay` builds
 //!   it; after every burst `rx + originated = tx + delivered + dropped + held`, and after
 //!   shutdown every buffer is back in the pool.
-//! - The configuration ([`config`]): any text is accepted or refused with errors that
+//! - The configuration ([`mod@config`]): any text is accepted or refused with errors that
 //!   each name a key and a reason; nothing panics.
 //!
 //! Every input is bounded in work (frames per input, bytes per frame, poll rounds), so a

@@ -19,10 +19,10 @@ pub(crate) struct Target {
     #[arg(long, global = true)]
     socket: Option<PathBuf>,
     /// The datapath's configuration file (its socket is `[control] socket`, or
-    /// /run/netbatch/<file stem>.sock).
+    /// `/run/netbatch/<file stem>.sock`).
     #[arg(long, global = true, conflicts_with = "socket")]
     config: Option<PathBuf>,
-    /// The datapath's name (/run/netbatch/<name>.sock).
+    /// The datapath's name (`/run/netbatch/<name>.sock`).
     #[arg(long, global = true, conflicts_with_all = ["socket", "config"])]
     name: Option<String>,
     /// Print the answer as JSON (for programs) instead of tables.

@@ -21,7 +21,7 @@ pub(crate) struct Args {
     #[arg(long)]
     stage_timing: bool,
     /// Serve the control socket here (default: `[control] socket`, or
-    /// /run/netbatch/<config file stem>.sock).
+    /// `/run/netbatch/<config file stem>.sock`).
     #[arg(long)]
     socket: Option<PathBuf>,
 }

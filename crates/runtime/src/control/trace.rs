@@ -179,7 +179,8 @@ fn hex(b: &[u8]) -> String {
     s
 }
 
-/// The bytes of a [`hex`] string, or `None` if it is not one.
+/// The bytes of a hex string (two lowercase or uppercase digits a byte), or `None` if it is
+/// not one.
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;

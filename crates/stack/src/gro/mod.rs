@@ -15,7 +15,7 @@
 //! - IPv6, not a fragment, with a payload length that is exactly the rest of the frame
 //!   (`ipv6_gro_receive`; a TCP or UDP frame over IPv6 is never short enough to be
 //!   padded), and extension headers, if any, only of the kinds every segment can carry
-//!   unchanged ([`crate::gso::ip6_headers`]: Hop-by-Hop, Destination Options, a Routing
+//!   unchanged (`crate::gso::ip6_headers`: Hop-by-Hop, Destination Options, a Routing
 //!   header with no segments left). The kernel walks a Routing header with segments
 //!   left too; netbatch passes such a packet unmerged, as both pass Fragment and
 //!   Authentication headers: never dropped, never reordered;

@@ -5,7 +5,7 @@
 //! (`udp-input`, `udp6-input`), and before fragmentation (`ip4-fragment`). The packet's
 //! data starts at its link header (`Meta::l3 - Meta::data` bytes of it, none when the
 //! data starts at the IP header). IPv4 and IPv6 alike; an IPv6 super-packet's extension
-//! headers must be ones every segment can carry unchanged ([`ip6_headers`]).
+//! headers must be ones every segment can carry unchanged (`ip6_headers`).
 //!
 //! *Standard* (`TCPV4`, `UDPV4`, `TCPV6`, `UDPV6`): every segment gets the head's headers,
 //! rebuilt for it: the IP length (IPv4 total length, IPv6 payload length), and for IPv4

@@ -657,3 +657,65 @@ fn an_unanswered_neighbour_is_address_unreachable() {
     let _ = GW6;
 }
 
+/// The Subnet-Router anycast address (RFC 4291 2.6.1, a MUST for routers): the all-zero
+/// host address of each on-link prefix is one of the router's addresses, as the Linux
+/// kernel makes it (`anycast` routes in its local table, checked against it in
+/// `crates/netbatch/tests/rfc_vs_kernel.rs`): an echo request to it is answered from our
+/// address toward the sender (Linux with `anycast_src_echo_reply` off: the anycast address
+/// is no source of an echo reply), an error about a packet to it comes from it (Linux's
+/// `icmp6_send` takes an anycast destination as the source), a solicitation for it is
+/// answered without the override flag (RFC 4861 7.2.7) to the solicited-node group we
+/// then listen to, and `fe80::` (the link-local prefix's) is ours on every link. Another
+/// interface's is ours too (a router's addresses are the node's).
+#[test]
+fn subnet_router_anycast_addresses_are_ours() {
+    let anycast = "2001:db8:100::";
+    let peer_ll = link_local_from_mac(PEER).to_string();
+    let input = vec![
+        frames::echo_request6(PEER, US, PEER6, anycast, 7, 1, 64, b"anycast"),
+        frames::udp6(PEER, US, PEER6, anycast, 4000, 9, 64, b"no socket"),
+        frames::neighbor_solicit(PEER, US, PEER6, "ff02::1:ff00:0", anycast),
+        frames::echo_request6(PEER, US, &peer_ll, "fe80::", 7, 2, 64, b"link-local"),
+        frames::echo_request6(PEER, US, PEER6, "2001:db8:200::", 7, 3, 64, b"eth1's"),
+    ];
+    // One at a time: their answers take different paths, which `buckets` may reorder.
+    let steps: Vec<(usize, Vec<Vec<u8>>)> = input.iter().map(|f| (0, vec![f.clone()])).collect();
+    let o = run_steps(&router6(Gro::Off), &steps, |_| {});
+    assert!(o.eth1.is_empty(), "nothing forwarded");
+    assert_eq!(o.drops, BTreeMap::new());
+    assert_eq!(o.eth0.len(), 5, "every one answered");
+    let addrs = |f: &[u8]| {
+        let h = ipv6(f);
+        (Ipv6Addr::from(h.source), Ipv6Addr::from(h.destination))
+    };
+    // The echo reply: from our unicast address on the prefix, not from the anycast one.
+    assert_eq!(addrs(&o.eth0[0]), (ip6(US6), ip6(PEER6)));
+    let m = icmp6_checked(&o.eth0[0]);
+    assert_eq!((m[0], m[1]), (129, 0));
+    assert_eq!(&m[8..], b"anycast");
+    // Port unreachable, from the anycast address it was sent to.
+    assert_eq!(addrs(&o.eth0[1]), (ip6(anycast), ip6(PEER6)));
+    let m = icmp6_checked(&o.eth0[1]);
+    assert_eq!((m[0], m[1]), (1, 4));
+    // The advertisement: router and solicited, not override; the target and our MAC.
+    assert_eq!(addrs(&o.eth0[2]), (ip6(US6), ip6(PEER6)));
+    let m = icmp6_checked(&o.eth0[2]);
+    assert_eq!((m[0], m[1]), (136, 0));
+    assert_eq!(m[4], 0b1100_0000, "R and S set, O clear");
+    assert_eq!(&m[8..24], &ip6(anycast).octets());
+    assert_eq!(
+        &m[24..32],
+        &[2, 1, 2, 0, 0, 0, 0, 1],
+        "target link-layer address"
+    );
+    // fe80:: on eth0: from our link-local address.
+    assert_eq!(addrs(&o.eth0[3]), (link_local_from_mac(US), ip6(&peer_ll)));
+    assert_eq!(icmp6_checked(&o.eth0[3])[0], 129);
+    // eth1's anycast address, asked on eth0: ours, answered from our address there.
+    assert_eq!(addrs(&o.eth0[4]), (ip6(US6), ip6(PEER6)));
+    assert_eq!(icmp6_checked(&o.eth0[4])[0], 129);
+    // Nothing else with a zero host part is ours: forwarded (or refused) as before.
+    let far = frames::echo_request6(PEER, US, PEER6, "2001:db8:300::", 7, 4, 64, b"far");
+    let o = run(&router6(Gro::Off), &[far]);
+    assert_eq!(o.eth1.len(), 1, "2001:db8:300:: is not on one of our links");
+}

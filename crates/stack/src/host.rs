@@ -368,6 +368,20 @@ impl Host {
         self.routes6.is_local_addr(u128::from(a))
     }
 
+    /// Whether `a` is one of our Subnet-Router anycast addresses (RFC 4291 2.6.1): that of
+    /// an on-link prefix of any interface, or `fe80::` on interface `iface` (link-local
+    /// addresses are scoped to their interface). An address that is also one of our
+    /// unicast addresses is not.
+    pub fn is_anycast6(&self, a: Ipv6Addr, iface: u16) -> bool {
+        if netbatch_wire::ipv6::is_link_local(a) {
+            return self
+                .ifaces
+                .get(usize::from(iface))
+                .is_some_and(|i| i.has_anycast6(a));
+        }
+        self.ifaces.iter().any(|i| i.has_anycast6(a)) && !self.ifaces.iter().any(|i| i.has_addr6(a))
+    }
+
     /// Packets held in queues and tables right now (socket queues, neighbour queues,
     /// transmit queues not yet flushed, injected packets not yet run), in wire packets.
     pub fn held(&self, pool: &netbatch_engine::Pool) -> u64 {

@@ -100,7 +100,10 @@ fn joined(iface: &Iface, g: u128) -> bool {
             || iface
                 .addrs6
                 .iter()
-                .any(|a| wire6::solicited_node(a.addr) == g))
+                .any(|a| wire6::solicited_node(a.addr) == g)
+            || iface
+                .subnet_anycast6()
+                .any(|a| wire6::solicited_node(a) == g))
 }
 
 /// The IPv6 routing stage.
@@ -384,7 +387,8 @@ impl Stage<Host> for Ip6Route {
                 if top == LINK_LOCAL {
                     // Ours: the interface's link-local address, or `fe80::`, the
                     // Subnet-Router anycast address of the link-local prefix.
-                    if u128::from(iface.ll6) == dst {
+                    if u128::from(iface.ll6) == dst || dst == u128::from(wire6::LINK_LOCAL_ANYCAST)
+                    {
                         v.meta.flags |= flag::LOCAL;
                         deliver(pool, p, out);
                     } else {

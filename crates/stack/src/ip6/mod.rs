@@ -31,6 +31,7 @@ pub mod icmp_error;
 pub mod input;
 pub mod local;
 pub mod local_out;
+pub mod redirect;
 pub mod route;
 
 use netbatch_engine::Reason;

@@ -24,9 +24,10 @@
 //! - everything else is looked up in the FIB: local routes deliver; unicast routes
 //!   forward, unless forwarding is off, the frame was link-layer broadcast or multicast
 //!   (`forward_l2_broadcast`, as for IPv4), the source is unspecified
-//!   (`ip6_forward_source_unspecified`: no node may be answered) or link-local (Destination
-//!   Unreachable, beyond scope of the source address: RFC 4443 3.1, RFC 4007 9, as Linux's
-//!   `ip6_forward`); blackhole drops silently; unreachable and prohibit routes and a
+//!   (`ip6_forward_source_unspecified`: no node may be answered) or link-local and
+//!   leaving by another interface (Destination Unreachable, beyond scope of the source
+//!   address: RFC 4443 3.1, RFC 4007 9, as Linux's `ip6_forward`; sent back out of its
+//!   own link it is forwarded, and redirected, as Linux does); blackhole drops silently; unreachable and prohibit routes and a
 //!   missing route send the packet to `ip6-icmp-error` with the cause in `Meta::note`.
 //!
 //! A destination equal to the previous packet's reuses its result without a lookup (the
@@ -295,7 +296,7 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, src: u128, dst: u128, mut p: Pkt,
         .lookup_flow(dst, || dissect::flow_hash(&mut v, &FLOW_KEY))
     {
         Some((adj, hop)) => match forward(host.params.forwarding, src, adj, hop, &mut v) {
-            Ok(()) if wire6::is_link_local(src.into()) => {
+            Ok(()) if wire6::is_link_local(src.into()) && hop.out_if != v.meta.in_if => {
                 v.meta.note = Cause::BeyondScope.note();
                 out.push(ERROR, p);
             }
@@ -413,8 +414,10 @@ impl Stage<Host> for Ip6Route {
                     deliver(pool, p, out);
                 }
                 RouteKind::Unicast => match forward(forwarding, src, adj, hop, &mut v) {
-                    // RFC 4007 9: a link-local source never leaves its link.
-                    Ok(()) if src >> 118 == LINK_LOCAL => {
+                    // RFC 4007 9: a link-local source never leaves its link (sent back
+                    // on the link it came from, it stays on it: Linux forwards it, and
+                    // redirects its sender).
+                    Ok(()) if src >> 118 == LINK_LOCAL && hop.out_if != in_if => {
                         v.meta.note = Cause::BeyondScope.note();
                         out.push(ERROR, p);
                     }

@@ -147,7 +147,7 @@ impl Iface {
     pub fn subnet_anycast6(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
         self.addrs6
             .iter()
-            .filter_map(crate::prefix::If6Addr::subnet_anycast)
+            .filter_map(If6Addr::subnet_anycast)
             .chain([ipv6::LINK_LOCAL_ANYCAST])
             .filter(|a| !self.has_addr6(*a))
     }

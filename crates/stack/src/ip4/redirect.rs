@@ -93,7 +93,7 @@ fn gateway(host: &Host, m: &Meta, d: &[u8]) -> Option<Ipv4Addr> {
 pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>) {
     let pool = cx.pool;
     let v = pool.get(p);
-    let (m, d) = (&*v.meta, v.data());
+    let (m, d) = (v.meta, v.data());
     let Some(gw) = gateway(host, m, d) else {
         return (Outcome::NotEligible, None);
     };
@@ -118,7 +118,6 @@ pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>)
     let ident = host.next_ident();
     let mut w = pool.get_mut(&mut q);
     let Some(b) = w.append(28 + quote) else {
-        drop(w);
         cx.cache.free(q);
         host.stats.alloc_failures += 1;
         return (Outcome::NoBuffer, None);

@@ -79,7 +79,7 @@ fn target(host: &Host, m: &Meta, d: &[u8]) -> Option<Ipv6Addr> {
 pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>) {
     let pool = cx.pool;
     let v = pool.get(p);
-    let (m, d) = (&*v.meta, v.data());
+    let (m, d) = (v.meta, v.data());
     let Some(target) = target(host, m, d) else {
         return (Outcome::NotEligible, None);
     };
@@ -113,7 +113,6 @@ pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>)
     let payload = FIXED + tlla_len + rd_len;
     let mut w = pool.get_mut(&mut q);
     let Some(b) = w.append(HEADER_LEN + payload) else {
-        drop(w);
         cx.cache.free(q);
         host.stats.alloc_failures += 1;
         return (Outcome::NoBuffer, None);

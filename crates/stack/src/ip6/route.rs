@@ -272,7 +272,7 @@ fn deliver(pool: &Pool, p: Pkt, out: &mut Out) {
 #[cold]
 #[inline(never)]
 fn refuse(pool: &Pool, mut p: Pkt, out: &mut Out) {
-    let mut v = pool.get_mut(&mut p);
+    let v = pool.get_mut(&mut p);
     let f = super::input::refusal(v.data());
     match f.error {
         Some((cause, pointer)) => {

@@ -671,7 +671,7 @@ fn an_unanswered_neighbour_is_address_unreachable() {
 fn subnet_router_anycast_addresses_are_ours() {
     let anycast = "2001:db8:100::";
     let peer_ll = link_local_from_mac(PEER).to_string();
-    let input = vec![
+    let input = [
         frames::echo_request6(PEER, US, PEER6, anycast, 7, 1, 64, b"anycast"),
         frames::udp6(PEER, US, PEER6, anycast, 4000, 9, 64, b"no socket"),
         frames::neighbor_solicit(PEER, US, PEER6, "ff02::1:ff00:0", anycast),

@@ -413,22 +413,23 @@ fn a_forward_rule_on_an_ipv6_prefix() {
 }
 
 /// Malformed IPv6, each dropped with its own reason (RFC 8200 3, 4); hop-by-hop after
-/// another header is answered with a Parameter Problem pointing at the next header field
-/// that names it.
+/// another header in a packet for us is answered with a Parameter Problem pointing at the
+/// next header field that names it.
 #[test]
 fn malformed_ipv6_is_dropped_with_its_reason() {
     let good = peer_udp("2001:db8:300::5", 64, &[1; 16]);
     let mut long = good.clone();
     long[18..20].copy_from_slice(&100u16.to_be_bytes()); // payload length past the frame
     // A destination options header (8 bytes) naming hop-by-hop (0), then one naming UDP.
-    let hbh_second = with_chain(60, &[[0, 0, 1, 4, 0, 0, 0, 0], [17, 0, 1, 4, 0, 0, 0, 0]]);
+    let hbh_second = with_chain(
+        US6,
+        60,
+        &[[0, 0, 1, 4, 0, 0, 0, 0], [17, 0, 1, 4, 0, 0, 0, 0]],
+    );
     // Nine destination options headers: more than the walk crosses.
-    let nine: Vec<[u8; 8]> = (0..9)
-        .map(|i| [if i == 8 { 17 } else { 60 }, 0, 1, 4, 0, 0, 0, 0])
-        .collect();
-    let overlong = with_chain(60, &nine);
+    let overlong = with_chain(US6, 60, &nine_options());
     // A destination options header cut by the payload length.
-    let mut cut = with_chain(60, &[[17, 1, 1, 12, 0, 0, 0, 0]]);
+    let mut cut = with_chain(US6, 60, &[[17, 1, 1, 12, 0, 0, 0, 0]]);
     cut.truncate(14 + 40 + 8);
     cut[18..20].copy_from_slice(&8u16.to_be_bytes());
     let mut multicast_src = good.clone();
@@ -466,9 +467,17 @@ fn malformed_ipv6_is_dropped_with_its_reason() {
     assert_eq!(&m[8..], &hbh_second[14..]);
 }
 
-/// A packet from the peer to 2001:db8:300::5 whose fixed header names `first`, then the
-/// extension headers `chain` (each naming the next), then 8 bytes of UDP.
-fn with_chain(first: u8, chain: &[[u8; 8]]) -> Vec<u8> {
+/// Nine destination options headers (each naming the next, the last UDP): more than the
+/// walk crosses.
+fn nine_options() -> Vec<[u8; 8]> {
+    (0..9)
+        .map(|i| [if i == 8 { 17 } else { 60 }, 0, 1, 4, 0, 0, 0, 0])
+        .collect()
+}
+
+/// A packet from the peer to `dst` whose fixed header names `first`, then the extension
+/// headers `chain` (each naming the next), then 8 bytes of UDP.
+fn with_chain(dst: &str, first: u8, chain: &[[u8; 8]]) -> Vec<u8> {
     let mut v = Vec::new();
     v.extend_from_slice(&US.0);
     v.extend_from_slice(&PEER.0);
@@ -476,12 +485,85 @@ fn with_chain(first: u8, chain: &[[u8; 8]]) -> Vec<u8> {
     v.extend_from_slice(&((chain.len() * 8 + 8) as u16).to_be_bytes());
     v.extend_from_slice(&[first, 64]);
     v.extend_from_slice(&ip6(PEER6).octets());
-    v.extend_from_slice(&ip6("2001:db8:300::5").octets());
+    v.extend_from_slice(&ip6(dst).octets());
     for h in chain {
         v.extend_from_slice(h);
     }
     v.extend_from_slice(&[0x0f, 0xa0, 0, 53, 0, 8, 0, 0]);
     v
+}
+
+/// Extension headers in transit (RFC 8200 4, RFC 7045 2.2): a router that only forwards a
+/// packet examines none of its extension headers but a first hop-by-hop one, so a
+/// hop-by-hop header that is not first, an extension header of a kind netbatch does not
+/// know, a chain longer than the walk's bounds and a chain the payload length cuts are
+/// all forwarded, unchanged but for the hop limit, as the Linux kernel forwards them
+/// (checked against it in `crates/netbatch/tests/rfc_vs_kernel.rs`). Only the node that
+/// processes the headers answers them: the same packets addressed to us get the
+/// Parameter Problem (code 1, RFC 8200 4) or the drop of `malformed_ipv6_is_dropped_with_its_reason`.
+/// A first hop-by-hop header cut by the payload length is dropped in transit as well (it
+/// is the one header a router reads: Linux's `ipv6_parse_hopopts` drops it too).
+#[test]
+fn extension_headers_in_transit_are_forwarded() {
+    const FAR: &str = "2001:db8:300::5";
+    let hbh_second = || vec![[0, 0, 1, 4, 0, 0, 0, 0], [17, 0, 1, 4, 0, 0, 0, 0]];
+    let unknown = || vec![[17, 0, 1, 4, 0, 0, 0, 0]];
+    let cut = |dst| {
+        let mut c = with_chain(dst, 60, &[[17, 1, 1, 12, 0, 0, 0, 0]]);
+        c.truncate(14 + 40 + 8);
+        c[18..20].copy_from_slice(&8u16.to_be_bytes());
+        c
+    };
+    let transit = vec![
+        with_chain(FAR, 60, &hbh_second()),
+        // Next header 253 (RFC 3692 experimental), an extension header netbatch cannot
+        // cross, named by the fixed header.
+        with_chain(FAR, 253, &unknown()),
+        with_chain(FAR, 60, &nine_options()),
+        cut(FAR),
+    ];
+    let o = run(&router6(Gro::Off), &transit);
+    assert!(
+        o.eth0.is_empty(),
+        "no Parameter Problem in transit: {:02x?}",
+        o.eth0
+    );
+    assert_eq!(o.drops, BTreeMap::new());
+    assert_eq!(o.eth1.len(), transit.len(), "every one forwarded");
+    for (f, sent) in o.eth1.iter().zip(&transit) {
+        assert_eq!(&f[0..6], &GW_MAC.0, "to the gateway");
+        let mut want = sent[14..].to_vec();
+        want[7] -= 1;
+        assert_eq!(&f[14..], &want[..], "unchanged but the hop limit");
+    }
+    // A first hop-by-hop header the payload length cuts: dropped, in transit too.
+    let mut hbh_cut = with_chain(FAR, 0, &[[17, 1, 1, 12, 0, 0, 0, 0]]);
+    hbh_cut.truncate(14 + 40 + 8);
+    hbh_cut[18..20].copy_from_slice(&8u16.to_be_bytes());
+    let o = run(&router6(Gro::Off), &[hbh_cut]);
+    assert!(o.eth0.is_empty() && o.eth1.is_empty());
+    assert_eq!(o.drops, [("ip6_ext_truncated", 1)].into_iter().collect());
+    // The same to us: answered or dropped as the node that processes them.
+    let local = vec![
+        with_chain(US6, 60, &hbh_second()),
+        with_chain(US6, 253, &unknown()),
+        with_chain(US6, 60, &nine_options()),
+        cut(US6),
+    ];
+    let o = run(&router6(Gro::Off), &local);
+    assert!(o.eth1.is_empty());
+    let want: BTreeMap<&str, u64> = [("ip6_ext_chain_too_long", 1), ("ip6_ext_truncated", 1)]
+        .into_iter()
+        .collect();
+    assert_eq!(o.drops, want);
+    assert_eq!(o.eth0.len(), 2, "two Parameter Problems");
+    for (f, (sent, pointer)) in o.eth0.iter().zip([(&local[0], 40u32), (&local[1], 6)]) {
+        assert_eq!(Ipv6Addr::from(ipv6(f).source), ip6(US6));
+        let m = icmp6_checked(f);
+        assert_eq!((m[0], m[1]), (4, 1), "unrecognized next header");
+        assert_eq!(u32::from_be_bytes([m[4], m[5], m[6], m[7]]), pointer);
+        assert_eq!(&m[8..], &sent[14..], "the packet quoted");
+    }
 }
 
 /// A packet with a link-local source cannot leave its link: Destination Unreachable,
@@ -573,4 +655,67 @@ fn an_unanswered_neighbour_is_address_unreachable() {
     quoted[7] = 64; // as received: the hop limit forwarding decremented is restored
     assert_eq!(&m[8..], &quoted[..]);
     let _ = GW6;
+}
+
+/// The Subnet-Router anycast address (RFC 4291 2.6.1, a MUST for routers): the all-zero
+/// host address of each on-link prefix is one of the router's addresses, as the Linux
+/// kernel makes it (`anycast` routes in its local table, checked against it in
+/// `crates/netbatch/tests/rfc_vs_kernel.rs`): an echo request to it is answered from our
+/// address toward the sender (Linux with `anycast_src_echo_reply` off: the anycast address
+/// is no source of an echo reply), an error about a packet to it comes from it (Linux's
+/// `icmp6_send` takes an anycast destination as the source), a solicitation for it is
+/// answered without the override flag (RFC 4861 7.2.7) to the solicited-node group we
+/// then listen to, and `fe80::` (the link-local prefix's) is ours on every link. Another
+/// interface's is ours too (a router's addresses are the node's).
+#[test]
+fn subnet_router_anycast_addresses_are_ours() {
+    let anycast = "2001:db8:100::";
+    let peer_ll = link_local_from_mac(PEER).to_string();
+    let input = [
+        frames::echo_request6(PEER, US, PEER6, anycast, 7, 1, 64, b"anycast"),
+        frames::udp6(PEER, US, PEER6, anycast, 4000, 9, 64, b"no socket"),
+        frames::neighbor_solicit(PEER, US, PEER6, "ff02::1:ff00:0", anycast),
+        frames::echo_request6(PEER, US, &peer_ll, "fe80::", 7, 2, 64, b"link-local"),
+        frames::echo_request6(PEER, US, PEER6, "2001:db8:200::", 7, 3, 64, b"eth1's"),
+    ];
+    // One at a time: their answers take different paths, which `buckets` may reorder.
+    let steps: Vec<(usize, Vec<Vec<u8>>)> = input.iter().map(|f| (0, vec![f.clone()])).collect();
+    let o = run_steps(&router6(Gro::Off), &steps, |_| {});
+    assert!(o.eth1.is_empty(), "nothing forwarded");
+    assert_eq!(o.drops, BTreeMap::new());
+    assert_eq!(o.eth0.len(), 5, "every one answered");
+    let addrs = |f: &[u8]| {
+        let h = ipv6(f);
+        (Ipv6Addr::from(h.source), Ipv6Addr::from(h.destination))
+    };
+    // The echo reply: from our unicast address on the prefix, not from the anycast one.
+    assert_eq!(addrs(&o.eth0[0]), (ip6(US6), ip6(PEER6)));
+    let m = icmp6_checked(&o.eth0[0]);
+    assert_eq!((m[0], m[1]), (129, 0));
+    assert_eq!(&m[8..], b"anycast");
+    // Port unreachable, from the anycast address it was sent to.
+    assert_eq!(addrs(&o.eth0[1]), (ip6(anycast), ip6(PEER6)));
+    let m = icmp6_checked(&o.eth0[1]);
+    assert_eq!((m[0], m[1]), (1, 4));
+    // The advertisement: router and solicited, not override; the target and our MAC.
+    assert_eq!(addrs(&o.eth0[2]), (ip6(US6), ip6(PEER6)));
+    let m = icmp6_checked(&o.eth0[2]);
+    assert_eq!((m[0], m[1]), (136, 0));
+    assert_eq!(m[4], 0b1100_0000, "R and S set, O clear");
+    assert_eq!(&m[8..24], &ip6(anycast).octets());
+    assert_eq!(
+        &m[24..32],
+        &[2, 1, 2, 0, 0, 0, 0, 1],
+        "target link-layer address"
+    );
+    // fe80:: on eth0: from our link-local address.
+    assert_eq!(addrs(&o.eth0[3]), (link_local_from_mac(US), ip6(&peer_ll)));
+    assert_eq!(icmp6_checked(&o.eth0[3])[0], 129);
+    // eth1's anycast address, asked on eth0: ours, answered from our address there.
+    assert_eq!(addrs(&o.eth0[4]), (ip6(US6), ip6(PEER6)));
+    assert_eq!(icmp6_checked(&o.eth0[4])[0], 129);
+    // Nothing else with a zero host part is ours: forwarded (or refused) as before.
+    let far = frames::echo_request6(PEER, US, PEER6, "2001:db8:300::", 7, 4, 64, b"far");
+    let o = run(&router6(Gro::Off), &[far]);
+    assert_eq!(o.eth1.len(), 1, "2001:db8:300:: is not on one of our links");
 }

@@ -287,7 +287,23 @@ const HOST_HELP: &[(&str, &str)] = &[
     ),
     (
         "alloc_failures",
-        "Packets the host failed to allocate a buffer for (ARP requests).",
+        "Packets the host failed to allocate a buffer for (ARP requests, redirects).",
+    ),
+    (
+        "icmp_redirects_out",
+        "ICMP Redirects sent (RFC 1812 5.2.7.2).",
+    ),
+    (
+        "icmp_redirects_rate_limited",
+        "ICMP Redirects not sent because of their rate limit.",
+    ),
+    (
+        "icmp6_redirects_out",
+        "ICMPv6 Redirects sent (RFC 4861 8.2).",
+    ),
+    (
+        "icmp6_redirects_rate_limited",
+        "ICMPv6 Redirects not sent because of their rate limit.",
     ),
 ];
 

@@ -187,7 +187,8 @@ pub fn local_routes(i: u16, addrs: &[IfAddr]) -> impl Iterator<Item = Route> + '
 }
 
 /// The IPv6 routes implied by interface addresses: each global address's on-link prefix
-/// (connected, unless /128) and the address itself (local). Link-local addresses are not
+/// (connected, unless /128), its Subnet-Router anycast address and the address itself
+/// (local). Link-local addresses are not
 /// routed: `ip6-route` knows each interface's own (they are scoped to it).
 pub fn implied_routes6(ifaces: &[Iface]) -> Vec<Route6> {
     let mut r = Vec::new();
@@ -208,11 +209,16 @@ pub fn subnet_routes6(i: u16, addrs: &[If6Addr]) -> impl Iterator<Item = Route6>
         .map(move |a| Route6::new(a.subnet(), RouteKind::Unicast, Some(i), None))
 }
 
-/// The local routes of IPv6 addresses `addrs` of interface `i`.
+/// The local routes of IPv6 addresses `addrs` of interface `i`: the Subnet-Router anycast
+/// address of each on-link prefix (RFC 4291 2.6.1, a router's; Linux's `anycast` routes of
+/// its local table), then each address (so that an address that is its prefix's
+/// all-zero one stays unicast: a later route for a prefix replaces an earlier one).
 pub fn local_routes6(i: u16, addrs: &[If6Addr]) -> impl Iterator<Item = Route6> + '_ {
     addrs
         .iter()
-        .map(move |a| Route6::new(Ipv6Prefix::host(a.addr), RouteKind::Local, Some(i), None))
+        .filter_map(If6Addr::subnet_anycast)
+        .chain(addrs.iter().map(|a| a.addr))
+        .map(move |a| Route6::new(Ipv6Prefix::host(a), RouteKind::Local, Some(i), None))
 }
 
 /// Builds the IPv6 route table as [`build_routes`] builds the IPv4 one.

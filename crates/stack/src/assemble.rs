@@ -212,8 +212,8 @@ pub fn build(
     b.add(ICMP6_INPUT, Box::new(Icmp6Input))?;
     b.add(ND_INPUT, Box::new(NdInput::default()))?;
     b.add(TCP_INPUT, Box::new(TcpInput))?;
-    b.add(IP4_FORWARD, Box::new(Ip4Forward))?;
-    b.add(IP6_FORWARD, Box::new(Ip6Forward))?;
+    b.add(IP4_FORWARD, Box::new(Ip4Forward::default()))?;
+    b.add(IP6_FORWARD, Box::new(Ip6Forward::default()))?;
     let fwd = hook(&mut b, HookPoint::Forward)?;
     b.add(IP4_ICMP_ERROR, Box::new(Ip4IcmpError::default()))?;
     b.add(IP6_ICMP_ERROR, Box::new(Ip6IcmpError::default()))?;
@@ -349,6 +349,8 @@ pub fn build(
     b.connect(IP6_FORWARD, "ok", fwd_next.1)?;
     b.connect(IP4_FORWARD, "error", IP4_ICMP_ERROR)?;
     b.connect(IP6_FORWARD, "error", IP6_ICMP_ERROR)?;
+    b.connect(IP4_FORWARD, "redirect", IP4_LOCAL_OUT)?;
+    b.connect(IP6_FORWARD, "redirect", IP6_LOCAL_OUT)?;
     hook_arcs(&mut b, fwd, to_post)?;
     b.connect(IP4_ICMP_ERROR, "out", IP4_LOCAL_OUT)?;
     b.connect(IP6_ICMP_ERROR, "out", IP6_LOCAL_OUT)?;

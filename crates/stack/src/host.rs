@@ -47,6 +47,14 @@ pub struct HostStats {
     pub icmp6_errors_rate_limited: u64,
     /// ICMPv6 messages received and consumed (errors, router messages).
     pub icmp6_in_other: u64,
+    /// ICMP Redirects sent (RFC 1812 5.2.7.2).
+    pub icmp_redirects_out: u64,
+    /// ICMP Redirects not sent because of their rate limit.
+    pub icmp_redirects_rate_limited: u64,
+    /// ICMPv6 Redirects sent (RFC 4861 8.2).
+    pub icmp6_redirects_out: u64,
+    /// ICMPv6 Redirects not sent because of their rate limit.
+    pub icmp6_redirects_rate_limited: u64,
 }
 
 impl HostStats {
@@ -68,6 +76,16 @@ impl HostStats {
             ("icmp6_errors_suppressed", self.icmp6_errors_suppressed),
             ("icmp6_errors_rate_limited", self.icmp6_errors_rate_limited),
             ("icmp6_in_other", self.icmp6_in_other),
+            ("icmp_redirects_out", self.icmp_redirects_out),
+            (
+                "icmp_redirects_rate_limited",
+                self.icmp_redirects_rate_limited,
+            ),
+            ("icmp6_redirects_out", self.icmp6_redirects_out),
+            (
+                "icmp6_redirects_rate_limited",
+                self.icmp6_redirects_rate_limited,
+            ),
         ]
     }
 }
@@ -188,6 +206,13 @@ pub struct HostParams {
     /// Honour loose and strict source-route options (Linux's `accept_source_route`); when
     /// off, packets carrying them are dropped.
     pub accept_source_route: bool,
+    /// Send ICMP and ICMPv6 Redirects (Linux's `send_redirects`; `ip4::redirect`,
+    /// `ip6::redirect`).
+    pub send_redirects: bool,
+    /// Redirects per second, each family (token refill rate).
+    pub redirect_rate: u64,
+    /// Redirect burst, each family.
+    pub redirect_burst: u64,
 }
 
 impl Default for HostParams {
@@ -199,6 +224,9 @@ impl Default for HostParams {
             neigh: NeighParams::default(),
             icmp_echo: true,
             accept_source_route: false,
+            send_redirects: true,
+            redirect_rate: 100,
+            redirect_burst: 10,
         }
     }
 }
@@ -226,6 +254,10 @@ pub struct Host {
     pub icmp_limit: TokenBucket,
     /// ICMPv6 error rate limit (RFC 4443 2.4(f)).
     pub icmp6_limit: TokenBucket,
+    /// ICMP Redirect rate limit (its own: see `ip4::redirect`).
+    pub redirect_limit: TokenBucket,
+    /// ICMPv6 Redirect rate limit (its own: see `ip6::redirect`).
+    pub redirect6_limit: TokenBucket,
     /// Per-port transmit queues, flushed by the worker after each poll.
     pub tx: Vec<PktList>,
     /// Packets waiting to enter the graph.
@@ -278,6 +310,8 @@ impl Host {
             neigh6: NeighTable6::new(params.neigh),
             icmp_limit: TokenBucket::new(params.icmp_rate, params.icmp_burst),
             icmp6_limit: TokenBucket::new(params.icmp_rate, params.icmp_burst),
+            redirect_limit: TokenBucket::new(params.redirect_rate, params.redirect_burst),
+            redirect6_limit: TokenBucket::new(params.redirect_rate, params.redirect_burst),
             params,
             sockets: Sockets::new(),
             tx,
@@ -371,6 +405,20 @@ impl Host {
                 .is_some_and(|i| i.ll6 == a);
         }
         self.routes6.is_local_addr(u128::from(a))
+    }
+
+    /// Whether `a` is one of our Subnet-Router anycast addresses (RFC 4291 2.6.1): that of
+    /// an on-link prefix of any interface, or `fe80::` on interface `iface` (link-local
+    /// addresses are scoped to their interface). An address that is also one of our
+    /// unicast addresses is not.
+    pub fn is_anycast6(&self, a: Ipv6Addr, iface: u16) -> bool {
+        if netbatch_wire::ipv6::is_link_local(a) {
+            return self
+                .ifaces
+                .get(usize::from(iface))
+                .is_some_and(|i| i.has_anycast6(a));
+        }
+        self.ifaces.iter().any(|i| i.has_anycast6(a)) && !self.ifaces.iter().any(|i| i.has_addr6(a))
     }
 
     /// Packets held in queues and tables right now (socket queues, neighbour queues,

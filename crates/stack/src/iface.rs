@@ -139,6 +139,25 @@ impl Iface {
         a == self.ll6 || self.addrs6.iter().any(|x| x.addr == a)
     }
 
+    /// The Subnet-Router anycast addresses of this interface (RFC 4291 2.6.1), one per
+    /// on-link prefix ([`crate::prefix::If6Addr::subnet_anycast`]), and `fe80::`, that of
+    /// the link-local prefix (as Linux joins it), unless an address of the interface is
+    /// that address itself (then it is a unicast address of ours). A prefix two addresses
+    /// share gives its anycast address twice.
+    pub fn subnet_anycast6(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
+        self.addrs6
+            .iter()
+            .filter_map(If6Addr::subnet_anycast)
+            .chain([ipv6::LINK_LOCAL_ANYCAST])
+            .filter(|a| !self.has_addr6(*a))
+    }
+
+    /// Whether `a` is one of this interface's Subnet-Router anycast addresses (and not
+    /// one of its unicast addresses).
+    pub fn has_anycast6(&self, a: Ipv6Addr) -> bool {
+        self.subnet_anycast6().any(|x| x == a)
+    }
+
     /// The IPv6 source address toward `dst` (RFC 6724 5, in its simplest form): the
     /// link-local address for a link-local or link-scope multicast destination; else an
     /// address whose on-link prefix holds `dst`, else the first global address, else the

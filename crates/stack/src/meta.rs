@@ -39,6 +39,12 @@ pub mod flag {
     pub const L3_BROADCAST: u32 = 1 << 11;
     /// L3 destination is a multicast group.
     pub const L3_MULTICAST: u32 = 1 << 12;
+    /// An IPv6 packet whose extension header chain `ip6-input` let through unwalked: a
+    /// chain only a node that processes its headers may refuse (a hop-by-hop header not
+    /// first, a header the walk cannot cross, one beyond the walk's bounds or cut by the
+    /// payload length). A router forwards it unexamined (RFC 8200 4, RFC 7045 2.2);
+    /// `ip6-route` refuses it on local delivery. `Meta::l4` is then 0.
+    pub const EXT_UNWALKED: u32 = 1 << 13;
     /// `Meta::csum_payload` holds this buffer's payload sum (GRO recorded it).
     pub const PAYLOAD_SUM: u32 = 1 << 14;
     /// A super-packet built by GRO: every chained buffer keeps its own received headers
@@ -60,6 +66,7 @@ pub mod flag {
         | FORWARDED
         | L3_BROADCAST
         | L3_MULTICAST
+        | EXT_UNWALKED
         | PAYLOAD_SUM
         | GRO_CHAIN;
     const _: () = assert!(ALL & RESERVED == 0, "a stack flag uses an engine bit");

@@ -66,6 +66,10 @@ pub const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 /// All-routers link-local multicast address `ff02::2` (RFC 4291 §2.7.1).
 pub const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 
+/// The Subnet-Router anycast address of the link-local prefix `fe80::/64`: `fe80::`
+/// (RFC 4291 §2.6.1, §2.5.6).
+pub const LINK_LOCAL_ANYCAST: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0);
+
 const FLOW_MASK: u32 = 0x000f_ffff;
 
 /// A view of an IPv6 packet.

@@ -1175,8 +1175,11 @@ impl Control {
             let p = new.host;
             if let Err(e) = self.remote.on_each(move |_, w| {
                 w.host.params = p;
-                w.host.icmp_limit =
-                    netbatch_stack::ratelimit::TokenBucket::new(p.icmp_rate, p.icmp_burst);
+                use netbatch_stack::ratelimit::TokenBucket;
+                w.host.icmp_limit = TokenBucket::new(p.icmp_rate, p.icmp_burst);
+                w.host.icmp6_limit = TokenBucket::new(p.icmp_rate, p.icmp_burst);
+                w.host.redirect_limit = TokenBucket::new(p.redirect_rate, p.redirect_burst);
+                w.host.redirect6_limit = TokenBucket::new(p.redirect_rate, p.redirect_burst);
             }) {
                 return failed(&done, e.to_string());
             }

@@ -894,3 +894,41 @@ fn set_iface_follows_ipv6_addresses() {
     );
     assert_eq!(r.ok("show routes"), before, "refused: nothing changed");
 }
+
+/// The Subnet-Router anycast address of each on-link prefix (RFC 4291 2.6.1) is a local
+/// route from the start and follows the addresses set live (`set_iface`, as the mirror
+/// calls it): it comes with a new prefix and goes with it, in every worker's table.
+#[test]
+fn set_iface_follows_subnet_router_anycast() {
+    use netbatch_stack::prefix::{If6Addr, IfAddr, Ipv6Prefix};
+    use netbatch_stack::route::RouteKind;
+    let r = Running::with(&file6(), ROUTES6, "");
+    let kinds = |r: &Running, a: &str| -> Vec<Option<RouteKind>> {
+        let p = Ipv6Prefix::host(a.parse().expect("address"));
+        r.control
+            .remote
+            .on_each(move |_, w| w.host.routes6.get(&p).map(|x| x.kind))
+            .expect("answers")
+    };
+    assert_eq!(kinds(&r, "2001:db8:a::"), vec![Some(RouteKind::Local); 2]);
+    assert_eq!(kinds(&r, "2001:db8:b::"), vec![Some(RouteKind::Local); 2]);
+    assert_eq!(kinds(&r, "2001:db8:c::"), vec![None; 2]);
+    let a4: Vec<IfAddr> = vec!["192.0.2.1/24".parse().expect("address")];
+    let a6 = |list: &[&str]| -> Vec<If6Addr> {
+        list.iter().map(|a| a.parse().expect("address")).collect()
+    };
+    let c = a6(&["2001:db8:c::1/64"]);
+    assert_eq!(r.control.set_iface(0, &a4, &c, None), Ok(true));
+    assert_eq!(kinds(&r, "2001:db8:c::"), vec![Some(RouteKind::Local); 2]);
+    assert_eq!(
+        kinds(&r, "2001:db8:a::"),
+        vec![None; 2],
+        "gone with its prefix"
+    );
+    assert_eq!(kinds(&r, "2001:db8:b::"), vec![Some(RouteKind::Local); 2]);
+    // A /127 has none (RFC 6164); its address, all-zero host part or not, is unicast.
+    let p2p = a6(&["2001:db8:d::/127"]);
+    assert_eq!(r.control.set_iface(0, &a4, &p2p, None), Ok(true));
+    assert_eq!(kinds(&r, "2001:db8:c::"), vec![None; 2]);
+    assert_eq!(kinds(&r, "2001:db8:d::"), vec![Some(RouteKind::Local); 2]);
+}

@@ -239,6 +239,17 @@ impl If6Addr {
     pub fn subnet(&self) -> Ipv6Prefix {
         Ipv6Prefix::truncating(self.addr, self.len)
     }
+
+    /// The Subnet-Router anycast address of the on-link prefix (RFC 4291 2.6.1: the
+    /// prefix with an all-zero interface identifier), which a router answers for on the
+    /// interface. None for a /127 or /128 (RFC 6164 6: a point-to-point /127 has no
+    /// Subnet-Router anycast address, both of its addresses being the two ends'), nor for
+    /// a prefix whose all-zero address is `::`; Linux's `addrconf_join_anycast` makes the
+    /// same choices.
+    pub fn subnet_anycast(&self) -> Option<Ipv6Addr> {
+        let a = self.subnet().addr();
+        (self.len < 127 && !a.is_unspecified()).then_some(a)
+    }
 }
 
 impl fmt::Display for If6Addr {

@@ -5,7 +5,8 @@
 //! 2.3). Then by type:
 //! - an echo request (RFC 4443 4.1) becomes its echo reply in the same buffer: a fresh
 //!   40-byte header (extension headers are not echoed) from the address it was sent to
-//!   (for one sent to a multicast group, our address toward the sender: 4.2), hop limit
+//!   (for one sent to a multicast group or to a Subnet-Router anycast address, our
+//!   address toward the sender: 4.2, and Linux with `anycast_src_echo_reply` off), hop limit
 //!   64, type 129, the checksum updated for the one word that changed (RFC 1624) or
 //!   computed again when the source changed; `ip6-local-out` routes it back;
 //! - neighbour solicitations and advertisements go to `nd-input` (RFC 4861);
@@ -111,8 +112,10 @@ impl Stage<Host> for Icmp6Input {
                 continue;
             }
             let in_if = v.meta.in_if;
-            // From the address it was sent to; for a group, from ours toward the sender.
-            let reply_src = if dst.is_multicast() {
+            // From the address it was sent to; for a group or a Subnet-Router anycast
+            // address, from ours toward the sender (Linux's `icmpv6_echo_reply`, with
+            // `anycast_src_echo_reply` off, its default).
+            let reply_src = if dst.is_multicast() || host.is_anycast6(dst, in_if) {
                 match host.ifaces.get(usize::from(in_if)) {
                     Some(i) => i.source6_for(src),
                     None => {

@@ -9,6 +9,11 @@
 //! A header with options has Record Route and Timestamp processed (RFC 1812 5.3.13,
 //! [`super::options::forward`]) with our address on the outgoing interface, and its
 //! checksum recomputed; the fast path reads one more octet to know there are none.
+//!
+//! A packet that leaves by the interface it arrived on may also cause an ICMP Redirect
+//! (RFC 1812 5.2.7.2, [`super::redirect`]): the packet is forwarded all the same, and the
+//! redirect, a new packet, takes the `redirect` arc to `ip4-local-out` after the list.
+//! The fast path pays one comparison of the two interfaces for it.
 
 use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage, Verdict};
@@ -18,7 +23,7 @@ use core::net::Ipv4Addr;
 
 use netbatch_wire::ipv4::Ipv4Packet;
 
-use super::{header_mut, options};
+use super::{header_mut, options, redirect};
 use crate::host::Host;
 
 netbatch_engine::reasons! {
@@ -33,6 +38,8 @@ netbatch_engine::arcs! {
     pub OK = "ok";
     /// Arc to the ICMP error stage.
     pub ERROR = "error";
+    /// Arc of the redirects made (new packets), to `ip4-local-out`.
+    pub REDIRECT = "redirect";
 }
 
 /// Records a forwarded packet's passage in the options of its header (at the start of
@@ -65,7 +72,48 @@ fn record_options(host: &Host, now_ns: u64, out_if: u16, d: &mut [u8]) -> Result
 
 /// The forwarding stage.
 #[derive(Debug, Default)]
-pub struct Ip4Forward;
+pub struct Ip4Forward {
+    /// Redirects made for the list being processed, handed on after it.
+    redirects: PktList,
+    /// What became of the packets that left by the interface they arrived on.
+    counts: RedirectCounts,
+}
+
+/// Counters of the redirects a forwarding stage made or did not make, by
+/// [`redirect::Outcome`] (the stage's event counters, for either family).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RedirectCounts {
+    /// Redirects sent.
+    pub sent: u64,
+    /// Refused by the rate limit.
+    pub rate_limited: u64,
+    /// No buffer for one.
+    pub no_buffer: u64,
+}
+
+impl RedirectCounts {
+    /// Counts `o`.
+    pub fn count(&mut self, o: redirect::Outcome) {
+        match o {
+            redirect::Outcome::Sent => self.sent += 1,
+            redirect::Outcome::RateLimited => self.rate_limited += 1,
+            redirect::Outcome::NoBuffer => self.no_buffer += 1,
+            redirect::Outcome::NotEligible => {}
+        }
+    }
+
+    /// The stage counters, by name.
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        [
+            ("sent_redirect", self.sent),
+            ("redirect_rate_limited", self.rate_limited),
+            ("redirect_no_buffer", self.no_buffer),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .collect()
+    }
+}
 
 impl Stage<Host> for Ip4Forward {
     fn arcs(&self) -> &[&'static str] {
@@ -76,8 +124,14 @@ impl Stage<Host> for Ip4Forward {
         reason::ALL
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.counts.named()
+    }
+
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let (pool, now_ns) = (cx.pool, cx.now_ns);
+        let send_redirects = host.params.send_redirects;
+        let (redirects, counts) = (&mut self.redirects, &mut self.counts);
         out.sort(
             list,
             #[inline(always)]
@@ -104,8 +158,16 @@ impl Stage<Host> for Ip4Forward {
                     }
                 }
                 v.meta.flags |= flag::FORWARDED;
+                if v.meta.out_if == v.meta.in_if && send_redirects {
+                    let (o, q) = redirect::make(host, cx, p);
+                    counts.count(o);
+                    redirects.extend(q);
+                }
                 Verdict::To(OK)
             },
         );
+        for q in self.redirects.drain(..) {
+            out.push(REDIRECT, q);
+        }
     }
 }

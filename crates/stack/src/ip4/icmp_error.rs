@@ -160,7 +160,7 @@ pub struct Ip4IcmpError {
 
 /// Whether an error may be sent about the datagram `d` (starting at its IP header) with
 /// metadata flags `flags`.
-fn may_answer(d: &[u8], flags: u32) -> bool {
+pub(crate) fn may_answer(d: &[u8], flags: u32) -> bool {
     if flags
         & (flag::L2_BROADCAST
             | flag::L2_MULTICAST
@@ -201,7 +201,7 @@ fn may_answer(d: &[u8], flags: u32) -> bool {
 /// address on the subnet of the sender (connected) or of the gateway. RFC 1812 4.3.2.4
 /// only asks for one of our addresses; this one makes traceroute show the address the
 /// probe was sent to, and a multi-homed interface answer from the sender's subnet.
-fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Option<Ipv4Addr> {
+pub(crate) fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Option<Ipv4Addr> {
     let ip = header(d)?;
     let dst = ip.dst();
     if flags & flag::LOCAL != 0 && host.is_local(dst) {

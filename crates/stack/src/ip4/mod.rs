@@ -18,6 +18,7 @@ pub mod input;
 pub mod local;
 pub mod local_out;
 pub mod options;
+pub mod redirect;
 pub mod route;
 
 use netbatch_wire::ipv4::{HEADER_LEN, Ipv4Packet};

@@ -7,6 +7,10 @@
 //! packets alike: too large is answered with Packet Too Big (routers never fragment,
 //! RFC 8200 5).
 //!
+//! A packet that leaves by the interface it arrived on may also cause an ICMPv6 Redirect
+//! (RFC 4861 8.2, [`super::redirect`]): the packet is forwarded all the same, and the
+//! redirect, a new packet, takes the `redirect` arc to `ip6-local-out` after the list.
+//!
 //! Hop-by-hop options are not processed in transit (RFC 8200 4.3 lets a node skip them
 //! unless configured to examine them).
 
@@ -28,11 +32,18 @@ netbatch_engine::arcs! {
     pub OK = "ok";
     /// Arc to the ICMPv6 error stage.
     pub ERROR = "error";
+    /// Arc of the redirects made (new packets), to `ip6-local-out`.
+    pub REDIRECT = "redirect";
 }
 
 /// The IPv6 forwarding stage.
 #[derive(Debug, Default)]
-pub struct Ip6Forward;
+pub struct Ip6Forward {
+    /// Redirects made for the list being processed, handed on after it.
+    redirects: PktList,
+    /// What became of the packets that left by the interface they arrived on.
+    counts: crate::ip4::forward::RedirectCounts,
+}
 
 impl Stage<Host> for Ip6Forward {
     fn arcs(&self) -> &[&'static str] {
@@ -43,7 +54,11 @@ impl Stage<Host> for Ip6Forward {
         reason::ALL
     }
 
-    fn process(&mut self, _host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.counts.named()
+    }
+
+    fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
             let Some(mut ip) = header_mut(v.data_mut()) else {
@@ -58,7 +73,16 @@ impl Stage<Host> for Ip6Forward {
             }
             ip.set_hop_limit(hl - 1);
             v.meta.flags |= flag::FORWARDED;
+            let back = v.meta.out_if == v.meta.in_if;
+            if back && host.params.send_redirects {
+                let (o, q) = super::redirect::make(host, cx, &p);
+                self.counts.count(o);
+                self.redirects.extend(q);
+            }
             out.push(OK, p);
+        }
+        for q in self.redirects.drain(..) {
+            out.push(REDIRECT, q);
         }
     }
 }

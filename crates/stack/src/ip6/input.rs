@@ -20,12 +20,21 @@
 //! §4.1), no extension header the walk cannot cross (`ip6_unrecognized_next_header`, RFC
 //! 8200 §4).
 //!
-//! For the last two RFC 8200 §4 asks for an ICMPv6 Parameter Problem (code 1) pointing at
-//! the next header field: the stage records the [`Cause`] in `Meta::note` and the pointer
-//! in `Meta::scratch`, as `ip4-input` does, and sends the packet to `ip6-icmp-error`. A
-//! packet the dissector located the upper layer of has had its chain walked
-//! already (the same walk, within the same bounds, over the same bytes once its payload
-//! length is known to be inside the frame): the walk is repeated only for the others.
+//! The chain's failures concern only a node that processes the headers (RFC 8200 §4: the
+//! destination, or every node for a first hop-by-hop header; RFC 7045 §2.2: a forwarding
+//! node must not discard a packet for a header it has not examined). So a packet whose
+//! chain fails the walk anywhere but in a first hop-by-hop header is let through with
+//! `flag::EXT_UNWALKED` (and no upper layer located): forwarded as it is, as the Linux
+//! kernel forwards it, and refused by `ip6-route` if it turns out to be for us, with the
+//! reason the walk gives ([`refusal`]). For a hop-by-hop header not first and an
+//! extension header not crossed RFC 8200 §4 asks for an ICMPv6 Parameter Problem (code 1)
+//! pointing at the next header field: the refusal records the [`Cause`] in `Meta::note`
+//! and the pointer in `Meta::scratch`, as `ip4-input` does, for `ip6-icmp-error`. A first
+//! hop-by-hop header cut by the payload length is dropped here, whatever the destination
+//! (every node reads that header; Linux's `ipv6_parse_hopopts` drops it too). A packet
+//! the dissector located the upper layer of has had its chain walked already (the same
+//! walk, within the same bounds, over the same bytes once its payload length is known to
+//! be inside the frame): the walk is repeated only for the others.
 //!
 //! Not checked here: the hop limit (a packet for this host may arrive with any; forwarding
 //! decrements and checks it) and the options of hop-by-hop and destination options
@@ -40,6 +49,7 @@ use netbatch_wire::ipv6ext::ExtError;
 use super::Cause;
 use crate::dissect::{self, L3};
 use crate::host::Host;
+use crate::meta::flag;
 
 netbatch_engine::reasons! {
     /// Why `ip6-input` drops a packet (RFC 8200 §3 and §4, RFC 4291).
@@ -73,9 +83,14 @@ pub struct Ip6Input;
 /// Why a packet fails the checks: its drop reason, and the ICMPv6 error RFC 8200 asks for
 /// with the error's pointer, when it asks for one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Failure {
-    reason: Reason,
-    error: Option<(Cause, u32)>,
+pub(crate) struct Failure {
+    /// The drop reason.
+    pub(crate) reason: Reason,
+    /// The error to answer with, and its pointer.
+    pub(crate) error: Option<(Cause, u32)>,
+    /// Only a node that processes the extension headers refuses the packet: a router
+    /// forwards it (see the module doc).
+    local_only: bool,
 }
 
 impl From<Reason> for Failure {
@@ -83,13 +98,15 @@ impl From<Reason> for Failure {
         Self {
             reason,
             error: None,
+            local_only: false,
         }
     }
 }
 
 impl Failure {
-    /// The failure of a walk of the extension header chain.
-    fn of_walk(e: ExtError) -> Self {
+    /// The failure of a walk of the extension header chain of a packet whose fixed
+    /// header names `first`.
+    fn of_walk(e: ExtError, first: u8) -> Self {
         let (reason, error) = match e {
             ExtError::Truncated { .. } => (reason::EXT_TRUNCATED, None),
             ExtError::TooManyHeaders | ExtError::ChainTooLong => (reason::EXT_CHAIN_TOO_LONG, None),
@@ -102,7 +119,29 @@ impl Failure {
                 Some((Cause::UnrecognizedNextHeader, pointer as u32)),
             ),
         };
-        Self { reason, error }
+        // A first hop-by-hop header (at 40) is every node's to read: cut, it fails in
+        // transit too.
+        let local_only = first != 0 || e != ExtError::Truncated { at: HEADER_LEN };
+        Self {
+            reason,
+            error,
+            local_only,
+        }
+    }
+}
+
+/// Why the packet `d` (from its IPv6 header, its length checked by `ip6-input`), which
+/// `ip6-input` let through with `flag::EXT_UNWALKED`, is refused by the node it is for:
+/// its walk's failure (a drop reason, and the Parameter Problem RFC 8200 §4 asks for).
+#[cold]
+pub(crate) fn refusal(d: &[u8]) -> Failure {
+    let Ok(ip) = Ipv6Packet::new_checked(d) else {
+        return reason::TRUNCATED.into();
+    };
+    match dissect::ip6_walk(&ip) {
+        Err(e) => Failure::of_walk(e, ip.next_header().0),
+        // Never: the flag is set only on a failed walk of these bytes.
+        Ok(_) => reason::EXT_TRUNCATED.into(),
     }
 }
 
@@ -124,7 +163,8 @@ fn check(d: &[u8], avail: usize, walked: bool) -> Result<usize, Failure> {
     }
     addresses(u128::from(ip.src()), u128::from(ip.dst()))?;
     if !walked {
-        dissect::ip6_walk(&Ipv6Packet::new_unchecked(d)).map_err(Failure::of_walk)?;
+        let first = ip.next_header().0;
+        dissect::ip6_walk(&Ipv6Packet::new_unchecked(d)).map_err(|e| Failure::of_walk(e, first))?;
     }
     Ok(total)
 }
@@ -180,6 +220,16 @@ impl Stage<Host> for Ip6Input {
                         // stages after this one read what the dissector records.
                         dissect::ip6_packet(&mut v);
                     }
+                    v.truncate(total);
+                    out.push(OK, p);
+                }
+                // A chain only the node it is for refuses: on, unwalked (the module doc).
+                Err(f) if f.local_only && !chained => {
+                    let total = HEADER_LEN
+                        + d.first_chunk::<HEADER_LEN>().map_or(0, |h| {
+                            usize::from(Ipv6Packet::new_unchecked(h).payload_len())
+                        });
+                    m.flags |= flag::EXT_UNWALKED;
                     v.truncate(total);
                     out.push(OK, p);
                 }
@@ -342,6 +392,7 @@ mod tests {
             Err(Failure {
                 reason: reason::HOP_BY_HOP_NOT_FIRST,
                 error: Some((Cause::HopByHopNotFirst, 40)),
+                local_only: true,
             })
         );
         // Hop-by-hop (at 40), routing (at 48, 8 bytes) naming hop-by-hop again.
@@ -351,6 +402,7 @@ mod tests {
             Err(Failure {
                 reason: reason::HOP_BY_HOP_NOT_FIRST,
                 error: Some((Cause::HopByHopNotFirst, 48)),
+                local_only: true,
             })
         );
         // The fixed header naming Mobility (135): the pointer is its next header field, 6.
@@ -360,6 +412,7 @@ mod tests {
             Err(Failure {
                 reason: reason::UNRECOGNIZED_NEXT_HEADER,
                 error: Some((Cause::UnrecognizedNextHeader, 6)),
+                local_only: true,
             })
         );
         // An experimental header (253) named by a header at 48.

@@ -13,7 +13,10 @@
 //! its extension header chain lies inside that length and was walked by the dissector's
 //! bounded walk ([`crate::dissect::ip6_walk`]: hop-by-hop only first, no header the walk
 //! cannot cross), and `Meta::l4` / `Meta::l4_type` name where it ends (the upper-layer
-//! header, or a later fragment's data: `flag::FRAG6_LATER`); its source is neither
+//! header, or a later fragment's data: `flag::FRAG6_LATER`) — unless it carries
+//! `flag::EXT_UNWALKED`: a chain that fails the walk beyond a first hop-by-hop header,
+//! which a router forwards unexamined (RFC 8200 §4, RFC 7045 §2.2) and `ip6-route`
+//! refuses on local delivery, so that `ip6-local` only ever sees walked chains; its source is neither
 //! multicast nor loopback, its destination neither loopback, unspecified, nor a
 //! multicast group of a scope no packet from another node may carry. The hop limit is
 //! not checked there (forwarding's job), nor are the options inside hop-by-hop and
@@ -28,6 +31,7 @@ pub mod icmp_error;
 pub mod input;
 pub mod local;
 pub mod local_out;
+pub mod redirect;
 pub mod route;
 
 use netbatch_engine::Reason;

@@ -7,19 +7,27 @@
 //!   us; DAD probes come from `::`);
 //! - a multicast destination is local when this node listens to the group on the
 //!   receiving interface: all-nodes `ff02::1`, all-routers `ff02::2` (a router, RFC 4291
-//!   2.8), the solicited-node group of one of the interface's addresses (RFC 4861 7.2.1);
+//!   2.8), the solicited-node group of one of the interface's addresses, its
+//!   Subnet-Router anycast ones included (RFC 4861 7.2.1);
 //!   on a port paired with a host interface every other group is local too (the kernel's
 //!   daemons join theirs: OSPFv3, MLD, RIPng), elsewhere it is dropped
 //!   (`ip6_multicast_not_joined`: no multicast routing);
 //! - a link-local destination is local when it is the receiving interface's link-local
-//!   address and is never forwarded otherwise (`ip6_link_local_dest`, RFC 4291 2.5.6:
+//!   address or `fe80::` (the link-local prefix's Subnet-Router anycast address, RFC
+//!   4291 2.6.1, which Linux's routers join too) and is never forwarded otherwise (`ip6_link_local_dest`, RFC 4291 2.5.6:
 //!   link-local addresses are scoped to their link);
+//! - a packet delivered locally whose extension header chain `ip6-input` let through
+//!   unwalked (`flag::EXT_UNWALKED`: RFC 8200 4 leaves such a chain to the node that
+//!   processes it, RFC 7045 2.2 has routers forward it) is refused here with the walk's
+//!   reason, and a Parameter Problem (code 1) where RFC 8200 asks for one; forwarded, it
+//!   goes on unexamined;
 //! - everything else is looked up in the FIB: local routes deliver; unicast routes
 //!   forward, unless forwarding is off, the frame was link-layer broadcast or multicast
 //!   (`forward_l2_broadcast`, as for IPv4), the source is unspecified
-//!   (`ip6_forward_source_unspecified`: no node may be answered) or link-local (Destination
-//!   Unreachable, beyond scope of the source address: RFC 4443 3.1, RFC 4007 9, as Linux's
-//!   `ip6_forward`); blackhole drops silently; unreachable and prohibit routes and a
+//!   (`ip6_forward_source_unspecified`: no node may be answered) or link-local and
+//!   leaving by another interface (Destination Unreachable, beyond scope of the source
+//!   address: RFC 4443 3.1, RFC 4007 9, as Linux's `ip6_forward`; sent back out of its
+//!   own link it is forwarded, and redirected, as Linux does); blackhole drops silently; unreachable and prohibit routes and a
 //!   missing route send the packet to `ip6-icmp-error` with the cause in `Meta::note`.
 //!
 //! A destination equal to the previous packet's reuses its result without a lookup (the
@@ -93,7 +101,10 @@ fn joined(iface: &Iface, g: u128) -> bool {
             || iface
                 .addrs6
                 .iter()
-                .any(|a| wire6::solicited_node(a.addr) == g))
+                .any(|a| wire6::solicited_node(a.addr) == g)
+            || iface
+                .subnet_anycast6()
+                .any(|a| wire6::solicited_node(a) == g))
 }
 
 /// The IPv6 routing stage.
@@ -242,6 +253,37 @@ fn forward(
     Ok(())
 }
 
+/// Delivers `p` (flagged local) to `ip6-local`, unless `ip6-input` let its extension
+/// header chain through unwalked (`flag::EXT_UNWALKED`): a router forwards such a packet,
+/// the node it is for refuses it (RFC 8200 4), with a Parameter Problem where the RFC asks
+/// for one.
+#[inline(always)]
+fn deliver(pool: &Pool, p: Pkt, out: &mut Out) {
+    if pool.get(&p).meta.flags & flag::EXT_UNWALKED == 0 {
+        out.push(LOCAL, p);
+    } else {
+        refuse(pool, p, out);
+    }
+}
+
+/// Refuses a packet for us whose extension header chain failed `ip6-input`'s walk (see
+/// [`deliver`]): to `ip6-icmp-error` with the cause and pointer, or dropped for the walk's
+/// reason.
+#[cold]
+#[inline(never)]
+fn refuse(pool: &Pool, mut p: Pkt, out: &mut Out) {
+    let v = pool.get_mut(&mut p);
+    let f = super::input::refusal(v.data());
+    match f.error {
+        Some((cause, pointer)) => {
+            v.meta.note = cause.note();
+            v.meta.scratch = pointer;
+            out.push(ERROR, p);
+        }
+        None => out.drop(p, f.reason),
+    }
+}
+
 /// Routes packet `p` to `dst`, which has no plain hop: by the next hop of its multipath
 /// route for the packet's flow hash, or to ICMPv6 as having no route (out of the loop, as
 /// `ip4-route` does it).
@@ -254,7 +296,7 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, src: u128, dst: u128, mut p: Pkt,
         .lookup_flow(dst, || dissect::flow_hash(&mut v, &FLOW_KEY))
     {
         Some((adj, hop)) => match forward(host.params.forwarding, src, adj, hop, &mut v) {
-            Ok(()) if wire6::is_link_local(src.into()) => {
+            Ok(()) if wire6::is_link_local(src.into()) && hop.out_if != v.meta.in_if => {
                 v.meta.note = Cause::BeyondScope.note();
                 out.push(ERROR, p);
             }
@@ -337,16 +379,19 @@ impl Stage<Host> for Ip6Route {
                         || crate::hostif::punt_port(host, v.meta.in_port).is_some()
                     {
                         v.meta.flags |= flag::LOCAL | flag::L3_MULTICAST;
-                        out.push(LOCAL, p);
+                        deliver(pool, p, out);
                     } else {
                         out.drop(p, reason::MULTICAST_NOT_JOINED);
                     }
                     continue;
                 }
                 if top == LINK_LOCAL {
-                    if u128::from(iface.ll6) == dst {
+                    // Ours: the interface's link-local address, or `fe80::`, the
+                    // Subnet-Router anycast address of the link-local prefix.
+                    if u128::from(iface.ll6) == dst || dst == u128::from(wire6::LINK_LOCAL_ANYCAST)
+                    {
                         v.meta.flags |= flag::LOCAL;
-                        out.push(LOCAL, p);
+                        deliver(pool, p, out);
                     } else {
                         out.drop(p, reason::LINK_LOCAL_DEST);
                     }
@@ -366,11 +411,13 @@ impl Stage<Host> for Ip6Route {
             match hop.kind {
                 RouteKind::Local | RouteKind::Broadcast => {
                     v.meta.flags |= flag::LOCAL;
-                    out.push(LOCAL, p);
+                    deliver(pool, p, out);
                 }
                 RouteKind::Unicast => match forward(forwarding, src, adj, hop, &mut v) {
-                    // RFC 4007 9: a link-local source never leaves its link.
-                    Ok(()) if src >> 118 == LINK_LOCAL => {
+                    // RFC 4007 9: a link-local source never leaves its link (sent back
+                    // on the link it came from, it stays on it: Linux forwards it, and
+                    // redirects its sender).
+                    Ok(()) if src >> 118 == LINK_LOCAL && hop.out_if != in_if => {
                         v.meta.note = Cause::BeyondScope.note();
                         out.push(ERROR, p);
                     }

@@ -88,7 +88,10 @@ impl Stage<Host> for NdInput {
                     target,
                     source_lladdr,
                 } => {
-                    if !iface.has_addr6(target) {
+                    // One of our Subnet-Router anycast addresses (RFC 4291 2.6.1) is
+                    // answered too, without the override flag (RFC 4861 7.2.7).
+                    let anycast = !iface.has_addr6(target) && iface.has_anycast6(target);
+                    if !anycast && !iface.has_addr6(target) {
                         out.drop(p, reason::NOT_OURS);
                         continue;
                     }
@@ -107,11 +110,19 @@ impl Stage<Host> for NdInput {
                     let reply = NdpRepr::NeighborAdvert {
                         router_flag: host.params.forwarding,
                         solicited_flag: !dad,
-                        override_flag: true,
+                        override_flag: !anycast,
                         target,
                         target_lladdr: Some(our_mac),
                     };
                     let to = if dad { ALL_NODES } else { src };
+                    // From the target; an anycast target from our address toward the
+                    // asker, as Linux's `ndisc_send_na` (an anycast address is no source
+                    // of ours there).
+                    let from = if anycast {
+                        iface.source6_for(to)
+                    } else {
+                        target
+                    };
                     let len = reply.buffer_len();
                     let have = v.data().len();
                     if have > HEADER_LEN + len {
@@ -122,7 +133,7 @@ impl Stage<Host> for NdInput {
                     }
                     let (h, m) = v.data_mut().split_at_mut(HEADER_LEN);
                     Ipv6Repr {
-                        src: target,
+                        src: from,
                         dst: to,
                         next_header: Protocol::ICMPV6,
                         payload_len: len,
@@ -131,7 +142,7 @@ impl Stage<Host> for NdInput {
                         flow_label: 0,
                     }
                     .emit(&mut Ipv6Packet::new_unchecked(h));
-                    reply.emit(&mut NeighborPacket::new_unchecked(m), target, to);
+                    reply.emit(&mut NeighborPacket::new_unchecked(m), from, to);
                     let m = &mut *v.meta;
                     m.flags = (m.flags & flag::TRACE) | flag::ORIGINATED;
                     m.out_if = ifx;
@@ -145,7 +156,11 @@ impl Stage<Host> for NdInput {
                     target_lladdr,
                     ..
                 } => {
-                    if iface.has_addr6(target) || host.is_local6(target, ifx) {
+                    // Another router may advertise a Subnet-Router anycast address we
+                    // share (RFC 4861 7.2.7): no duplicate.
+                    if iface.has_addr6(target)
+                        || (host.is_local6(target, ifx) && !host.is_anycast6(target, ifx))
+                    {
                         out.drop(p, reason::DUPLICATE);
                         continue;
                     }

@@ -1,0 +1,158 @@
+//! ICMPv6 Redirect (RFC 4861 4.5, 8.2), made by `ip6-forward` beside the packet it
+//! forwards.
+//!
+//! A redirect is no error: the packet itself is still forwarded (as Linux forwards it),
+//! and the redirect is a new packet, made in a buffer of its own and counted as
+//! originated, that goes to `ip6-local-out`. It is sent when all of these hold:
+//! - `send_redirects` is on (`[icmp] send_redirects`; Linux always sends them when
+//!   forwarding);
+//! - the packet leaves by the interface it arrived on (RFC 4861 8.2);
+//! - its source is a neighbour on that link (RFC 4861 8.2: link-local, or inside an
+//!   on-link prefix of the interface; Linux sends none for an off-link source either);
+//! - the better first hop is the destination itself (an on-link route: the target is the
+//!   destination) or a router named by its link-local address (RFC 4861 8.2: the target
+//!   of a redirect to a router is its link-local address; like Linux's
+//!   `ndisc_send_redirect`, a route through a global gateway address makes none, as the
+//!   router's link-local address is not known);
+//! - the redirect rate limit allows it ([`crate::host::Host::redirect6_limit`], a token
+//!   bucket of its own: Linux's ICMPv6 rate limit exempts informational messages such as
+//!   137, and it limits redirects per source and destination instead; sharing the error
+//!   bucket would let redirects starve Time Exceeded and Unreachable);
+//! - a buffer can be had (else counted in `alloc_failures`).
+//!
+//! No source-routed packet is forwarded here (`ip6-local` refuses a routing header with
+//! segments left), so RFC 4861 8.2's exclusion of them holds by construction; a routing
+//! header seen in transit is not ours to process and does not stop a redirect (as Linux).
+//!
+//! The redirect goes from the interface's link-local address to the packet's source with
+//! hop limit 255 (RFC 4861 4.5, 7.1); it names the target and the destination, carries
+//! the target's link-layer address when the neighbour cache knows it (Target Link-Layer
+//! Address option) and a Redirected Header option quoting as much of the packet as it
+//! was received (hop limit not yet decremented) as keeps the redirect within the
+//! minimum MTU, 1280 bytes, cut to a multiple of 8 bytes as the option's length counts
+//! them (as Linux cuts it).
+
+use core::net::Ipv6Addr;
+
+use netbatch_engine::{Cx, Meta, Pkt};
+use netbatch_wire::icmpv6::{Icmpv6Packet, Icmpv6Type};
+use netbatch_wire::ipv6::{self as wire6, HEADER_LEN, Ipv6Packet, Ipv6Repr, Protocol};
+use netbatch_wire::ndp;
+
+use super::header;
+use crate::host::Host;
+use crate::meta::flag;
+
+/// The minimum MTU (RFC 8200 5): the largest redirect.
+const MAX_LEN: usize = 1280;
+/// The ICMPv6 header, reserved word, target and destination (RFC 4861 4.5).
+const FIXED: usize = 8 + 16 + 16;
+
+pub use crate::ip4::redirect::Outcome;
+
+/// The target of a redirect about the packet `d` (from its IPv6 header) with metadata
+/// `m`, forwarded back out of the interface it arrived on, when one may be sent (see the
+/// module doc).
+fn target(host: &Host, m: &Meta, d: &[u8]) -> Option<Ipv6Addr> {
+    let ip = header(d)?;
+    let hop = host.routes6.hop(m.adj)?;
+    let (src, dst) = (ip.src(), ip.dst());
+    let iface = host.ifaces.get(usize::from(m.in_if))?;
+    if !(wire6::is_link_local(src) || iface.addrs6.iter().any(|a| a.subnet().contains(src))) {
+        return None;
+    }
+    if src.is_unspecified() || src.is_multicast() || dst.is_multicast() {
+        return None;
+    }
+    if hop.gateway == 0 {
+        return Some(dst);
+    }
+    let gw = Ipv6Addr::from(hop.gateway);
+    wire6::is_link_local(gw).then_some(gw)
+}
+
+/// Makes the redirect about packet `p` (forwarded, out of the interface it arrived on,
+/// its hop limit already decremented) into a new buffer, when one may be sent: the new
+/// packet, for `ip6-local-out`.
+#[cold]
+#[inline(never)]
+pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>) {
+    let pool = cx.pool;
+    let v = pool.get(p);
+    let (m, d) = (v.meta, v.data());
+    let Some(target) = target(host, m, d) else {
+        return (Outcome::NotEligible, None);
+    };
+    let Some(iface) = host.ifaces.get(usize::from(m.in_if)) else {
+        return (Outcome::NotEligible, None);
+    };
+    let (from, in_if, trace) = (iface.ll6, m.in_if, m.flags & flag::TRACE);
+    let tlla = host.neigh6.mac_of(in_if, target).map(|(mac, _)| mac);
+    if !host.redirect6_limit.allow(cx.now_ns) {
+        host.stats.icmp6_redirects_rate_limited += 1;
+        return (Outcome::RateLimited, None);
+    }
+    let Some(mut q) = cx.cache.alloc() else {
+        host.stats.alloc_failures += 1;
+        return (Outcome::NoBuffer, None);
+    };
+    let Some(ip) = header(d) else {
+        cx.cache.free(q);
+        return (Outcome::NotEligible, None);
+    };
+    let (to, dst) = (ip.src(), ip.dst());
+    let tlla_len = if tlla.is_some() {
+        ndp::LL_ADDR_OPTION_LEN
+    } else {
+        0
+    };
+    // The Redirected Header option: 8 bytes of header, then the packet, in 8-byte units.
+    let room = MAX_LEN - HEADER_LEN - FIXED - tlla_len;
+    let rd_len = room.min(d.len() + 8) & !7;
+    let quote = rd_len - 8;
+    let payload = FIXED + tlla_len + rd_len;
+    let mut w = pool.get_mut(&mut q);
+    let Some(b) = w.append(HEADER_LEN + payload) else {
+        cx.cache.free(q);
+        host.stats.alloc_failures += 1;
+        return (Outcome::NoBuffer, None);
+    };
+    Ipv6Repr {
+        src: from,
+        dst: to,
+        next_header: Protocol::ICMPV6,
+        payload_len: payload,
+        hop_limit: ndp::HOP_LIMIT,
+        traffic_class: 0,
+        flow_label: 0,
+    }
+    .emit(&mut Ipv6Packet::new_unchecked(&mut b[..HEADER_LEN]));
+    let msg = &mut b[HEADER_LEN..];
+    msg[..8].fill(0);
+    msg[0] = Icmpv6Type::REDIRECT.0;
+    msg[8..24].copy_from_slice(&target.octets());
+    msg[24..40].copy_from_slice(&dst.octets());
+    let mut at = FIXED;
+    if let Some(mac) = tlla {
+        msg[at] = ndp::option_type::TARGET_LL_ADDR;
+        msg[at + 1] = 1;
+        msg[at + 2..at + 8].copy_from_slice(&mac.0);
+        at += ndp::LL_ADDR_OPTION_LEN;
+    }
+    msg[at] = ndp::option_type::REDIRECTED_HEADER;
+    msg[at + 1] = (rd_len / 8) as u8;
+    msg[at + 2..at + 8].fill(0);
+    msg[at + 8..].copy_from_slice(&d[..quote]);
+    // Quoted as received: undo forwarding's decrement of the hop limit.
+    if let Some(hl) = msg.get_mut(at + 8 + 7) {
+        *hl = hl.wrapping_add(1);
+    }
+    Icmpv6Packet::new_unchecked(&mut *msg).fill_checksum(from, to);
+    w.meta.flags = trace | flag::ORIGINATED;
+    w.meta.in_if = in_if;
+    // The source is on this link: it leaves by it (needed for a link-local source).
+    w.meta.out_if = in_if;
+    cx.originate(1);
+    host.stats.icmp6_redirects_out += 1;
+    (Outcome::Sent, Some(q))
+}

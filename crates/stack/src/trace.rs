@@ -386,11 +386,13 @@ impl Match {
 ///   tx-eth0: ... taken (queued, delivered or sent)
 /// ```
 ///
-/// A stage's line shows what the stage reads (chosen by its name: the link header for
-/// `gro`, `cls-*`, `eth-*`; ARP for `arp-*`; IPv4 for `ip4-*` and `hook-*`, with ports and
-/// TCP flags for `udp-*` and `tcp-*`, the ICMP type for `icmp-*`; the adjacency, next hop,
-/// output interface and pushed link header for `neighbour`, `ip4-fragment`, `gso` and
-/// `tx*`), as the stage left the packet (a packet answered in place shows the answer),
+/// A stage's line shows what the stage reads, as its declaration says ([`Decode`]: the
+/// link header for `gro`, `cls-ingress`, `eth-input`; ARP for `arp-input`; the IP header
+/// for the IP stages and the hooks, with ports and TCP flags for `udp-input` and
+/// `tcp-input`, the ICMP type for `icmp-input`, `icmp6-input`, `nd-input`; the adjacency,
+/// next hop, output interface and pushed link header for `neighbour`, `ip6-neighbour`,
+/// `ip4-fragment`, `gso` and `tx*`; by what the packet holds for the others), as the
+/// stage left the packet (a packet answered in place shows the answer),
 /// then its decision: `-> node (arc)`, `drop reason (description)`, or `taken` (then as
 /// the packet entered the stage).
 #[derive(Debug, Clone, Copy)]
@@ -530,44 +532,25 @@ impl Report<'_> {
     }
 }
 
-/// How a stage's view is decoded: what the stage reads.
+/// What the trace shows of a packet at a stage: what the stage reads. Each stage
+/// declares its own ([`crate::declare::Decl::decode`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Decode {
-    /// Link header (MACs, tags, ethertype) and the IPv4 addresses.
+pub enum Decode {
+    /// By what the packet holds: its IP header, ARP, else the link header.
+    Auto,
+    /// Link header (MACs, tags, ethertype) and the IP addresses.
     Link,
     /// ARP.
     Arp,
-    /// IPv4 header.
+    /// IP header.
     Ip,
-    /// IPv4 with ports (and TCP flags).
+    /// IP with ports (and TCP flags).
     Ports,
-    /// IPv4 and the ICMP type.
+    /// IP and the ICMP type.
     Icmp,
-    /// Adjacency, output interface, the link header once pushed, IPv4.
+    /// Adjacency, output interface, the link header once pushed, IP.
     Out,
 }
-
-/// Node name prefixes and what their stages read, first match wins.
-const DECODE: &[(&str, Decode)] = &[
-    ("gro", Decode::Link),
-    ("cls-", Decode::Link),
-    ("eth-", Decode::Link),
-    ("arp-", Decode::Arp),
-    ("icmp-", Decode::Icmp),
-    ("icmp6-", Decode::Icmp),
-    ("nd-", Decode::Icmp),
-    ("udp-", Decode::Ports),
-    ("udp6-", Decode::Ports),
-    ("tcp-", Decode::Ports),
-    ("neighbour", Decode::Out),
-    ("ip6-neighbour", Decode::Out),
-    ("ip4-fragment", Decode::Out),
-    ("gso", Decode::Out),
-    ("tx", Decode::Out),
-    ("ip4-", Decode::Ip),
-    ("ip6-", Decode::Ip),
-    ("hook-", Decode::Ip),
-];
 
 /// A recorded view, read through the dissector: the record's offsets made relative to
 /// the bytes kept.
@@ -627,18 +610,17 @@ impl<'a> Glimpse<'a> {
 
 fn view_text(node: &str, v: &View, routes: Option<&Routes>) -> String {
     let g = Glimpse::new(v);
-    let how = DECODE
-        .iter()
-        .find(|(p, _)| node.starts_with(p))
-        .map(|&(_, d)| d)
-        .unwrap_or(match g.r.l3_type {
+    let how = match crate::declare::decode_of(node) {
+        Decode::Auto => match g.r.l3_type {
             L3::Ipv4 | L3::Ipv6 => Decode::Ip,
             L3::Arp => Decode::Arp,
             _ => Decode::Link,
-        });
+        },
+        d => d,
+    };
     let mut s = String::new();
     match how {
-        Decode::Link => {
+        Decode::Auto | Decode::Link => {
             link_text(&mut s, &g);
             if g.ip().is_some() || g.ip6().is_some() {
                 s.push(' ');

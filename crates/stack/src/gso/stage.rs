@@ -4,6 +4,9 @@
 //! port in a list pass through unchanged, so the port sees them in list order. A super-packet that cannot be segmented is dropped
 //! whole (every wire packet it stands for counted) with the reason.
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
+use crate::meta::{Field, Fields};
 use netbatch_engine::{Cx, Out, Pkt, PktList, Reason, Stage};
 
 use crate::host::Host;
@@ -37,6 +40,17 @@ impl Gso {
         }
     }
 }
+
+/// `gso`: one arc per port to its `tx-<port>` node besides its own.
+pub const DECL: Decl = Decl {
+    arcs: &[("tx", To::Node(node::TX))],
+    port_arcs: true,
+    reasons: &[super::reason::ALL],
+    decode: Decode::Out,
+    reads: Fields::of(&[Field::L3, Field::L4, Field::OutIf, Field::Gso, Field::Csum]),
+    writes: Fields::of(&[Field::Gso, Field::Csum]),
+    ..Decl::new(node::GSO, |m| Box::new(Gso::new(m.ports)))
+};
 
 impl Stage<Host> for Gso {
     fn arcs(&self) -> &[&'static str] {

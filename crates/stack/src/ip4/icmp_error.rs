@@ -17,9 +17,11 @@
 //! of its interface on the sender's or the gateway's subnet, else that interface's
 //! primary), falling back to the interface the datagram arrived on.
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use core::net::Ipv4Addr;
 
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::checksum;
 
@@ -225,6 +227,35 @@ pub(crate) fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Opt
         .and_then(Iface::primary)
         .or_else(|| host.ifaces.iter().find_map(Iface::primary))
 }
+
+/// `ip4-icmp-error`. It drops, when no error may be sent, with the reason of the failure
+/// that asked for it: those sets are declared here too.
+pub const DECL: Decl = Decl {
+    arcs: &[("out", To::Node(node::IP4_LOCAL_OUT))],
+    reasons: &[
+        reason::ALL,
+        crate::ip4::input::reason::ALL,
+        crate::route::reason::ALL,
+        crate::ip4::local::reason::ALL,
+        crate::udp::input::reason::ALL,
+        crate::ip4::forward::reason::ALL,
+        crate::ip4::fragment::reason::ALL,
+        crate::neigh::reason::ALL,
+    ],
+    decode: Decode::Ip,
+    reads: Fields::of(&[
+        Field::Note,
+        Field::L3,
+        Field::L4,
+        Field::InIf,
+        Field::L2Class,
+        Field::Dest,
+        Field::Origin,
+        Field::Gso,
+    ]),
+    writes: Fields::of(&[Field::OutIf, Field::Origin, Field::Gso, Field::Note]),
+    ..Decl::new(node::IP4_ICMP_ERROR, |_| Box::new(Ip4IcmpError::default()))
+};
 
 impl Stage<Host> for Ip4IcmpError {
     fn arcs(&self) -> &[&'static str] {

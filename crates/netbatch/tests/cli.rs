@@ -106,7 +106,7 @@ fn shipped_examples_validate() {
     // The IPv6 default, the unreachable route, two on-link prefixes and two locals.
     assert!(
         text.contains(
-            "IPv6 routes: 6 (3 unicast, 2 local, 0 blackhole, 1 unreachable, 0 prohibit)"
+            "IPv6 routes: 8 (3 unicast, 4 local, 0 blackhole, 1 unreachable, 0 prohibit)"
         ),
         "{text}"
     );

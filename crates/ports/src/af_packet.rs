@@ -525,7 +525,7 @@ mod tests {
     use super::*;
     use crate::testnet::{Netns, Veth, is_root, serial};
     use netbatch_engine::{Pool, PoolConfig};
-    use netbatch_stack::meta::flag;
+    use netbatch_packet::meta::flag;
     use std::time::{Duration, Instant};
 
     fn spec(iface: &str, worker: usize, rx_member: Option<usize>, rx_members: usize) -> QueueSpec {
@@ -536,7 +536,7 @@ mod tests {
             worker,
             rx_member,
             rx_members,
-            features: netbatch_stack::offload::Features::default(),
+            features: netbatch_packet::offload::Features::default(),
             room: 1920,
         }
     }

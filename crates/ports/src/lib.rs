@@ -18,7 +18,7 @@ mod testnet;
 pub mod vnet;
 
 use netbatch_engine::{BufCache, PktList, Pool};
-use netbatch_stack::offload::Features;
+use netbatch_packet::offload::Features;
 
 /// What a port may use.
 pub struct PortCx<'a> {
@@ -223,7 +223,7 @@ pub fn frame_bytes(pool: &Pool, p: &netbatch_engine::Pkt) -> Vec<u8> {
 /// over the L4 bytes up to the IP length (IPv4 total length, IPv6 40 + payload length;
 /// link-layer padding excluded; RFC 1071).
 pub(crate) fn complete_partial(m: &netbatch_engine::Meta, frame: &mut [u8]) {
-    let Some((l4, field)) = netbatch_stack::offload::partial_checksum(m) else {
+    let Some((l4, field)) = netbatch_packet::offload::partial_checksum(m) else {
         return;
     };
     let l3 = usize::from(m.l3.wrapping_sub(m.data));

@@ -9,8 +9,8 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use netbatch_engine::{BufCache, Layout, Pkt, PktList, Pool, PoolConfig};
-use netbatch_stack::meta::flag;
-use netbatch_stack::offload::Features;
+use netbatch_packet::meta::flag;
+use netbatch_packet::offload::Features;
 
 use super::*;
 use crate::sys;
@@ -444,7 +444,7 @@ fn chained_partial_and_oversize_frames_are_sent_completed_or_dropped() {
     let mut v = t.pool.get_mut(&mut pp);
     v.meta.flags |= flag::L4_CSUM_PARTIAL;
     // Located as the stack leaves what it sends.
-    netbatch_stack::dissect::frame(&mut v);
+    netbatch_packet::dissect::frame(&mut v);
 
     // 3: longer than a UMEM frame (two buffers).
     let big = t.chain(&[&[1; 1500], &[2; 1000]]);

@@ -10,6 +10,7 @@ pub mod datapath;
 pub mod latency;
 pub mod linux;
 pub mod metrics;
+pub mod notify;
 pub mod replay;
 pub mod rps;
 pub mod run;

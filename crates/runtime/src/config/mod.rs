@@ -332,6 +332,24 @@ impl Config {
         }
     }
 
+    /// Reads and validates a configuration file for a reload of a running datapath, and
+    /// checks this machine has what it needs ([`Self::check_machine`]). The ports' kinds
+    /// are not asked about: a reload cannot change the ports (that needs a restart, and
+    /// is refused), so they are those already serving, whatever they are (in-memory
+    /// ports under the tests' control planes).
+    pub fn load_for_reload(path: &Path) -> Result<Self, ConfigErrors> {
+        let cfg = Self::load(path)?;
+        let errors = cfg.check_machine();
+        if errors.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigErrors {
+                file: path.display().to_string(),
+                errors,
+            })
+        }
+    }
+
     /// A filter rule written on a command line (`HOOK KEY VALUE...`, the keys of a
     /// `[[filter.HOOK.rule]]`), checked as the file's rules are, with this
     /// configuration's interface names.

@@ -119,6 +119,11 @@ fn the_quick_start_works_as_written() {
         lines[0] == "cargo build --release -p netbatch",
         "the quick start begins with the build: {lines:#?}"
     );
+    // The lab's name is given on each `lab` line, so that the test's replaces it (a
+    // default name would make the test touch a lab of the machine's own).
+    for l in lines.iter().filter(|l| l.contains("netbatch lab ")) {
+        assert!(l.contains("--name nblab"), "`{l}` names its lab");
+    }
     let name = format!("nbqs{}", std::process::id() % 100_000);
     let mut lab = Lab {
         name: name.clone(),

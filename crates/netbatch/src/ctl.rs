@@ -206,7 +206,10 @@ mod tests {
             assert!(term.parse::<Match>().is_ok(), "{term}");
         }
         let refused = "udp or tcp".parse::<Match>().unwrap_err().to_string();
-        let words = MATCH_GRAMMAR.split_whitespace().collect::<Vec<_>>().join(" ");
+        let words = MATCH_GRAMMAR
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         assert!(
             words.contains(&format!("`{refused}`")),
             "the help quotes «{refused}»"

@@ -100,20 +100,22 @@ fn the_package_installs_verifies_serves_and_purges() {
         );
         return;
     }
-    // The package, around this test's build of the binary (target/debug/netbatch).
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_netbatch"));
-    let target = bin
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/debug/netbatch")
-        .to_path_buf();
+    // The package, around this test's build of the binary: a target directory of the
+    // test's own whose release/netbatch is it (no release build).
     let out = tempfile::Builder::new()
         .prefix("netbatch-package-")
         .tempdir()
         .unwrap();
+    let target = out.path().join("target");
+    std::fs::create_dir_all(target.join("release")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_netbatch"),
+        target.join("release/netbatch"),
+    )
+    .unwrap();
     must(
         Command::new(repo().join("scripts/package"))
-            .args(["--profile", "dev", "--no-build", "--output"])
+            .args(["--no-build", "--fast", "--output"])
             .arg(out.path())
             .env("CARGO_TARGET_DIR", &target),
     );
@@ -127,8 +129,8 @@ fn the_package_installs_verifies_serves_and_purges() {
     for f in [
         "./usr/bin/netbatch",
         "./etc/netbatch/netbatch.toml",
-        "./lib/systemd/system/netbatch.service",
-        "./lib/systemd/system/netbatch@.service",
+        "./usr/lib/systemd/system/netbatch.service",
+        "./usr/lib/systemd/system/netbatch@.service",
         "./usr/share/man/man1/netbatch.1.gz",
         "./usr/share/man/man1/netbatch-run.1.gz",
         "./usr/share/bash-completion/completions/netbatch",
@@ -161,7 +163,7 @@ fn the_package_installs_verifies_serves_and_purges() {
     for unit in ["netbatch.service", "netbatch@.service"] {
         let o = run(Command::new("systemd-analyze")
             .args(["verify"])
-            .arg(Path::new("/lib/systemd/system").join(unit)));
+            .arg(Path::new("/usr/lib/systemd/system").join(unit)));
         let t = text(&o);
         assert!(
             o.status.success() && !t.contains("netbatch"),
@@ -263,7 +265,7 @@ fn the_package_installs_verifies_serves_and_purges() {
     for gone in [
         "/usr/bin/netbatch",
         "/etc/netbatch/netbatch.toml",
-        "/lib/systemd/system/netbatch.service",
+        "/usr/lib/systemd/system/netbatch.service",
     ] {
         assert!(!Path::new(gone).exists(), "{gone} left after the purge");
     }

@@ -6,7 +6,8 @@
 //! it both families, and the service protocol a `Type=notify` unit relies on
 //! (`READY=1`, `RELOADING=1` then `READY=1` around `netbatch reload`, `STOPPING=1` at
 //! SIGTERM) received on a socket the test binds as systemd would, with the logs as JSON
-//! lines (`--log-format json`, as the unit runs it). Then the package is purged, which
+//! lines (`--log-format json`, as the unit runs it), and with only the capabilities the
+//! unit keeps (`setpriv --bounding-set`). Then the package is purged, which
 //! leaves nothing behind; the purge and the lab's removal also run when the test fails.
 //!
 //! The test refuses to touch a machine where a `netbatch` package is already installed.
@@ -81,6 +82,7 @@ fn the_package_installs_verifies_serves_and_purges() {
             ("ip", "iproute2"),
             ("ping", "iputils-ping"),
             ("gzip", "gzip"),
+            ("setpriv", "util-linux"),
         ])
     {
         return;
@@ -198,11 +200,15 @@ fn the_package_installs_verifies_serves_and_purges() {
     let notify = UnixDatagram::bind(&notify_path).unwrap();
     let socket = format!("/run/netbatch/{lab}-pkg.sock");
     let log = notify_dir.path().join("router.log");
+    // With no capability but those the unit keeps (less CAP_SYS_ADMIN, which only
+    // `[linux]` needs): they are enough to serve.
     let router = Command::new("ip")
         .args([
             "netns",
             "exec",
             &format!("{lab}-r"),
+            "setpriv",
+            "--bounding-set=-all,+net_raw,+net_admin,+bpf,+ipc_lock",
             "/usr/bin/netbatch",
             "--log-format",
             "json",

@@ -23,9 +23,9 @@ use toml::de::{DeTable, DeValue};
 
 use super::ConfigError;
 
-/// At most this many entries are removed (a file has far fewer keys; the bound keeps a
-/// pathological file from costing more than that many parses).
-const MAX_ERRORS: usize = 1000;
+/// At most this many shape errors are collected (each costs a deserialization of the
+/// document; a file with more is not worth reading further, and says so).
+const MAX_ERRORS: usize = 200;
 
 /// One step of a key path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -369,6 +369,15 @@ pub(super) fn read<T: DeserializeOwned>(text: &str) -> Shape<T> {
         }
     }
     found.sort_by_key(|(at, _)| *at);
+    if found.len() > MAX_ERRORS {
+        found.push((
+            usize::MAX,
+            ConfigError {
+                key: "file".into(),
+                reason: format!("more than {MAX_ERRORS} errors: stopped reading"),
+            },
+        ));
+    }
     Shape {
         value: None,
         errors: found.into_iter().map(|(_, e)| e).collect(),

@@ -332,12 +332,12 @@ impl Config {
         }
     }
 
-    /// Reads and validates a configuration file for a reload of a running datapath, and
-    /// checks this machine has what it needs ([`Self::check_machine`]). The ports' kinds
-    /// are not asked about: a reload cannot change the ports (that needs a restart, and
-    /// is refused), so they are those already serving, whatever they are (in-memory
-    /// ports under the tests' control planes).
-    pub fn load_for_reload(path: &Path) -> Result<Self, ConfigErrors> {
+    /// Reads and validates a configuration file and checks this machine has what it
+    /// needs ([`Self::check_machine`]), without asking about the ports' kinds: what a
+    /// reload of a running datapath reads (a reload cannot change the ports, that needs a
+    /// restart and is refused, so they are those already serving), and what the tests'
+    /// datapaths over in-memory ports start from.
+    pub fn load_on_this_machine(path: &Path) -> Result<Self, ConfigErrors> {
         let cfg = Self::load(path)?;
         let errors = cfg.check_machine();
         if errors.is_empty() {

@@ -1079,7 +1079,7 @@ impl Control {
             tracing::warn!(target: "netbatch::control", "{}", text.trim_end());
             Reply::err(text)
         };
-        let new = match Config::load_for_reload(&self.path) {
+        let new = match Config::load_on_this_machine(&self.path) {
             Ok(c) => c,
             Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
         };

@@ -67,7 +67,7 @@ impl Running {
         std::fs::write(dir.path().join("routes.txt"), routes).expect("routes");
         let path = dir.path().join("dp.toml");
         std::fs::write(&path, format!("{file}{extra}")).expect("config");
-        let cfg = Config::load_for_reload(&path).expect("valid");
+        let cfg = Config::load_on_this_machine(&path).expect("valid");
         let pool = Pool::new(cfg.pool).expect("pool");
         let room = pool.config().room();
         let names: Vec<String> = cfg.ports.iter().map(|p| p.setup.name.clone()).collect();

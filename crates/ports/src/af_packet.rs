@@ -499,11 +499,12 @@ impl Port for AfPacketQueue {
         self.health.fault()
     }
 
+    /// The worker is not named: whoever shows the line knows it (`show ports`, the
+    /// start log).
     fn describe(&self) -> String {
         match self.spec.rx_member {
             Some(_) => format!(
-                "worker {}: TPACKET_V3 ring {} MiB{}",
-                self.spec.worker,
+                "TPACKET_V3 ring {} MiB{}",
                 (BLOCK_SIZE * BLOCKS) >> 20,
                 if self.spec.rx_members > 1 {
                     format!(", fanout by hash over {} workers", self.spec.rx_members)
@@ -511,7 +512,7 @@ impl Port for AfPacketQueue {
                     String::new()
                 }
             ),
-            None => format!("worker {}: transmit only", self.spec.worker),
+            None => "transmit only".to_string(),
         }
     }
 

@@ -23,6 +23,7 @@
 //! | `host_<event>_total` | counter | worker | `host` |
 //! | `app_<counter>_total` | counter | app, worker | `apps[].counters` |
 //! | `neighbours`, `neighbours6` | gauge | worker | `neighbours`, `neighbours6` (the ARP and NDP tables) |
+//! | `routes`, `routes6` | gauge | worker | `routes`, `routes6` (the table the worker forwards by: every worker holds the same one once a change has reached it) |
 //! | `workers` | gauge | | number of per-worker documents |
 //! | [`TableGauge::name`] | gauge | | the caller's table sizes |
 //!
@@ -448,6 +449,14 @@ fn worker(out: &mut Families, id: &str, w: &Map<String, Value>) {
         (
             "neighbours6",
             "Entries in a worker's IPv6 neighbour (NDP) table.",
+        ),
+        (
+            "routes",
+            "Routes in the table a worker forwards by, implied ones included.",
+        ),
+        (
+            "routes6",
+            "IPv6 routes in the table a worker forwards by, implied ones included.",
         ),
     ] {
         if let Some(n) = w.get(key).and_then(Value::as_u64) {
@@ -883,6 +892,8 @@ mod tests {
                     "host": {"arp_requests_out": 1, "icmp_errors_out": 2},
                     "neighbours": 5,
                     "neighbours6": 3,
+                    "routes": 4,
+                    "routes6": 7,
                     "apps": [{"name": "udp-sink", "counters": {"datagrams": 7}}],
                     "worker": {"rounds": 100, "processed": 12, "time_squeeze": 1}
                 },
@@ -891,6 +902,7 @@ mod tests {
                     "dropped_packets": 0, "held_packets": 0, "originated_packets": 0,
                     "drops": {}, "drop_reasons": [],
                     "stages": [], "ports": [], "host": {}, "neighbours": 0, "neighbours6": 0,
+                    "routes": 4, "routes6": 7,
                     "apps": [
                         {"name": "udp-echo", "counters": {"echoed": 2}},
                         {"name": "udp-echo", "counters": {"echoed": 3}}
@@ -910,11 +922,7 @@ mod tests {
     /// (the count of samples equals the expectation's).
     #[test]
     fn encode_names_every_series_by_the_conventions() {
-        let tables = [
-            TableGauge::new("routes", "Routes in the routing table.", 4),
-            TableGauge::new("routes6", "IPv6 routes in the routing table.", 7),
-            TableGauge::new("sockets", "Bound UDP sockets.", 2),
-        ];
+        let tables = [TableGauge::new("sockets", "Bound UDP sockets.", 2)];
         let text = encode(&document(), &tables).unwrap();
         let e = parse(&text);
         assert!(e.eof_last, "OpenMetrics text ends with # EOF:\n{text}");
@@ -1081,8 +1089,10 @@ mod tests {
             ("netbatch_softnet_handed_off_total", w1.to_vec(), 6.0),
             ("netbatch_softnet_taken_over_total", w1.to_vec(), 7.0),
             ("netbatch_softnet_future_field_total", w1.to_vec(), 11.0),
-            ("netbatch_routes", vec![], 4.0),
-            ("netbatch_routes6", vec![], 7.0),
+            ("netbatch_routes", w0.to_vec(), 4.0),
+            ("netbatch_routes6", w0.to_vec(), 7.0),
+            ("netbatch_routes", w1.to_vec(), 4.0),
+            ("netbatch_routes6", w1.to_vec(), 7.0),
             ("netbatch_sockets", vec![], 2.0),
         ];
         for (name, labels, value) in &expect {
@@ -1113,7 +1123,10 @@ mod tests {
         assert_eq!(e.types["netbatch_softnet_backlog_len"], "gauge");
         assert_eq!(e.types["netbatch_port_link"], "gauge");
         assert!(e.help["netbatch_stage_cycles"].contains("TSC cycles"));
-        assert_eq!(e.help["netbatch_routes"], "Routes in the routing table.");
+        assert_eq!(
+            e.help["netbatch_routes"],
+            "Routes in the table a worker forwards by, implied ones included."
+        );
     }
 
     /// A document without the expected shape gives the workers gauge at 0 and the

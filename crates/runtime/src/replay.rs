@@ -274,6 +274,8 @@ pub fn stats(w: &Worker) -> Value {
         "host": w.host.stats.named().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<Map<_, _>>(),
         "neighbours": w.host.neigh.len(),
         "neighbours6": w.host.neigh6.len(),
+        "routes": w.host.routes.len(),
+        "routes6": w.host.routes6.len(),
         "apps": apps,
         "worker": softnet(w),
     })

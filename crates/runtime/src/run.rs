@@ -82,7 +82,7 @@ pub struct Started {
     pub rx_workers: Vec<u16>,
     /// Offloads in use (ethtool names).
     pub features: Vec<&'static str>,
-    /// How each worker's queue works (the backend's own words).
+    /// How each worker's queue works (`worker N: ` and the backend's own words).
     pub queues: Vec<String>,
 }
 
@@ -182,8 +182,10 @@ pub fn run(
             features: p.setup.features.names_on(),
             queues: q
                 .iter()
-                .map(|q| q.describe())
-                .filter(|d| !d.is_empty())
+                .enumerate()
+                .map(|(w, q)| (w, q.describe()))
+                .filter(|(_, d)| !d.is_empty())
+                .map(|(w, d)| format!("worker {w}: {d}"))
                 .collect(),
         })
         .collect();

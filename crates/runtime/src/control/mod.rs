@@ -360,7 +360,8 @@ impl Control {
         Ok(c)
     }
 
-    /// Table sizes, for `show` and `/metrics`: routes of each family, rules, sockets.
+    /// Table sizes for `/metrics` that the counters document does not carry: rules and
+    /// sockets (routes are in each worker's document).
     pub fn tables(&self) -> Vec<(&'static str, &'static str, u64)> {
         let st = self.state();
         let sockets = self
@@ -374,17 +375,9 @@ impl Control {
             })
             .map(|v| v.into_iter().sum::<usize>())
             .unwrap_or(0);
+        // Routes are per worker, in the counters document (the table each worker
+        // forwards by); these are the process's own tables.
         vec![
-            (
-                "routes",
-                "Routes in the table, implied ones included",
-                st.routes.len() as u64,
-            ),
-            (
-                "routes6",
-                "IPv6 routes in the table, implied ones included",
-                st.routes6.len() as u64,
-            ),
             (
                 "rules",
                 "Filter rules over every hook",
@@ -1066,11 +1059,27 @@ impl Control {
     /// configuration as it lands (a worker that stops answering midway leaves the live
     /// configuration saying what was applied).
     pub fn reload(&self) -> Reply {
+        // systemd (a unit of Type=notify) hears of the reload and of its end: the
+        // datapath serves either way, with the new configuration or the old one.
+        crate::notify::notify(&format!(
+            "RELOADING=1\nSTATUS=reloading {}",
+            self.path.display()
+        ));
+        let r = self.reload_now();
+        crate::notify::notify(if r.ok {
+            "READY=1\nSTATUS=serving (reloaded)"
+        } else {
+            "READY=1\nSTATUS=serving (reload refused: the configuration in use is unchanged)"
+        });
+        r
+    }
+
+    fn reload_now(&self) -> Reply {
         let refuse = |text: String| {
             tracing::warn!(target: "netbatch::control", "{}", text.trim_end());
             Reply::err(text)
         };
-        let new = match Config::load_for_run(&self.path) {
+        let new = match Config::load_on_this_machine(&self.path) {
             Ok(c) => c,
             Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
         };

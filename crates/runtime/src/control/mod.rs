@@ -1070,7 +1070,10 @@ impl Control {
             tracing::warn!(target: "netbatch::control", "{}", text.trim_end());
             Reply::err(text)
         };
-        let new = match Config::load_for_run(&self.path) {
+        // The file first, then what needs a restart, then the machine: a change that
+        // needs a restart (more workers) is refused as that, not for what the machine
+        // would lack if it were applied (the queues more workers would need).
+        let new = match Config::load(&self.path) {
             Ok(c) => c,
             Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
         };
@@ -1088,6 +1091,14 @@ impl Control {
             let mut r = refuse(text);
             r.data = json!({ "error": "reload refused", "restart_needed": refused.iter().map(|(k, w)| json!({"key": k, "reason": w})).collect::<Vec<_>>() });
             return r;
+        }
+        let lacking = new.check_machine();
+        if !lacking.is_empty() {
+            let e = crate::config::ConfigErrors {
+                file: self.path.display().to_string(),
+                errors: lacking,
+            };
+            return refuse(format!("reload refused, nothing changed: {e}"));
         }
         // Routes: what the file (and live commands since) gave is compared with what the
         // new file gives, and only the difference changes the live table; routes from

@@ -894,3 +894,77 @@ fn set_iface_follows_ipv6_addresses() {
     );
     assert_eq!(r.ok("show routes"), before, "refused: nothing changed");
 }
+
+/// A veth pair made for one test (names carry the process id), deleted on drop.
+struct Veth(String);
+
+impl Veth {
+    fn new(tag: &str) -> Self {
+        let a = format!("nb{tag}{}a", std::process::id() % 100_000);
+        let b = format!("nb{tag}{}b", std::process::id() % 100_000);
+        let st = std::process::Command::new("ip")
+            .args(["link", "add", &a, "type", "veth", "peer", "name", &b])
+            .status()
+            .expect("ip runs");
+        assert!(st.success(), "ip link add {a}");
+        Self(a)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.0])
+            .status();
+    }
+}
+
+/// A reload that changes `datapath.workers` under an `af_xdp` port is refused because
+/// workers cannot change while running, not because the interface lacks the queues the
+/// new count would need (which the machine check would say first, were it asked first).
+#[test]
+fn reload_of_more_workers_on_af_xdp_names_the_restart_not_the_queues() {
+    if !netbatch_testkit::root("creating a veth pair")
+        || !netbatch_testkit::tools(&[("ip", "iproute2")])
+    {
+        return;
+    }
+    let veth = Veth::new("rw");
+    let file = FILE
+        .replace("workers = 2", "workers = 1")
+        .replace("rx_workers = [0, 1]", "rx_workers = [0]")
+        .replacen(
+            "name = \"eth0\"\n",
+            &format!(
+                "name = \"eth0\"\nkind = \"af_xdp\"\ninterface = \"{}\"\n",
+                veth.0
+            ),
+            1,
+        );
+    let r = Running::with(&file, "203.0.113.0/24 via 198.51.100.2\n", "");
+    std::fs::write(
+        r.dir.path().join("dp.toml"),
+        file.replace("workers = 1", "workers = 2"),
+    )
+    .expect("config");
+    let reply = r.cmd("reload");
+    assert!(!reply.ok, "{}", reply.text);
+    assert!(
+        reply.text.contains("datapath.workers")
+            && reply
+                .text
+                .contains("the number of workers cannot change while running"),
+        "{}",
+        reply.text
+    );
+    assert!(!reply.text.contains("receive queue"), "{}", reply.text);
+    // A file the machine cannot run is still refused for that, when nothing needs a
+    // restart: the interface named for eth0 is gone.
+    std::fs::write(
+        r.dir.path().join("dp.toml"),
+        file.replace(&veth.0, "nb-no-such0"),
+    )
+    .expect("config");
+    let reply = r.cmd("reload");
+    assert!(!reply.ok, "{}", reply.text);
+}

@@ -379,6 +379,24 @@ pub fn wait_readable(fds: &[RawFd], timeout_ms: i32) -> bool {
     r > 0
 }
 
+/// Waits for the events each of `fds` asks for (`POLLIN`, `POLLOUT`) until one is ready
+/// or `timeout_ms` passes; the kernel fills each entry's `revents`. Returns how many
+/// entries have events (0 on timeout; a signal ends the wait early with 0 too).
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `fds` is a live, writable array of `fds.len()` pollfd structures; the
+    // kernel reads `fd` and `events` and writes `revents` of each.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        let e = last();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(0)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(r as usize)
+}
+
 /// An eventfd: one thread sleeps in [`wait_readable`] on it (with its ports' receive
 /// descriptors), others wake it.
 #[derive(Debug)]

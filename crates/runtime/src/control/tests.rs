@@ -968,3 +968,97 @@ fn reload_of_more_workers_on_af_xdp_names_the_restart_not_the_queues() {
     let reply = r.cmd("reload");
     assert!(!reply.ok, "{}", reply.text);
 }
+
+/// Twenty clients that connect and send nothing (more than there were once places for
+/// clients) delay no command: each of ten requests made while they idle is answered
+/// at once, not after the idle ones' 2 s run out.
+#[test]
+fn idle_clients_stall_no_command() {
+    use std::os::unix::net::UnixStream;
+
+    use super::server::{Server, request};
+    let r = Running::start("");
+    let path = r.dir.path().join("dp.sock");
+    let _s = Server::start(r.control.clone(), &path, None).expect("served");
+    let idle: Vec<UnixStream> = (0..20)
+        .map(|_| UnixStream::connect(&path).expect("connects"))
+        .collect();
+    // Let the server accept them all before the timed requests.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let mut slowest = std::time::Duration::ZERO;
+    for cmd in [
+        "show runtime",
+        "route replace 203.0.113.0/24 via 198.51.100.3",
+    ]
+    .iter()
+    .cycle()
+    .take(10)
+    {
+        let argv: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
+        let t0 = std::time::Instant::now();
+        let reply = request(&path, &argv).expect("answer");
+        assert!(reply.ok, "{cmd}: {}", reply.text);
+        slowest = slowest.max(t0.elapsed());
+    }
+    // The idle clients' deadline is 2 s; a command answered before a quarter of it did
+    // not wait for any of them.
+    assert!(
+        slowest < std::time::Duration::from_millis(500),
+        "slowest answer took {slowest:?} with {} idle clients",
+        idle.len()
+    );
+    drop(idle);
+}
+
+/// Each refusal names the limit it met: a request over 64 KiB, a client that sends
+/// nothing for 2 s.
+#[test]
+fn control_errors_name_the_limit() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    use super::server::Server;
+    let r = Running::start("");
+    let path = r.dir.path().join("dp.sock");
+    let _s = Server::start(r.control.clone(), &path, None).expect("served");
+    let answer = |s: &mut UnixStream| {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        let v: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON line");
+        assert_eq!(v["ok"], false, "{text}");
+        v["text"].as_str().unwrap_or_default().to_string()
+    };
+    // 200 KiB of JSON (a string that never closes within the limit).
+    let mut big = UnixStream::connect(&path).expect("connects");
+    let json = format!("{{\"argv\": [\"{}\"]}}\n", "x".repeat(200 << 10));
+    let writer = {
+        let mut w = big.try_clone().expect("clone");
+        std::thread::spawn(move || {
+            let _ = w.write_all(json.as_bytes());
+        })
+    };
+    let text = answer(&mut big);
+    let _ = writer.join();
+    assert!(
+        text.contains("64 KiB") && text.contains("65536 bytes") && text.contains("limit"),
+        "{text}"
+    );
+    assert!(!text.contains("EOF while parsing"), "{text}");
+    // Nothing sent.
+    let mut silent = UnixStream::connect(&path).expect("connects");
+    let t0 = std::time::Instant::now();
+    let text = answer(&mut silent);
+    assert!(
+        text.contains("within 2 s") && text.contains("limit"),
+        "{text}"
+    );
+    assert!(!text.contains("os error"), "{text}");
+    let waited = t0.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(1900)
+            && waited < std::time::Duration::from_secs(4),
+        "{waited:?}"
+    );
+}

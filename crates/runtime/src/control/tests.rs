@@ -1062,3 +1062,93 @@ fn control_errors_name_the_limit() {
         "{waited:?}"
     );
 }
+
+/// `trace show` keeps the last `[control] trace_keep` packets, not every packet traced
+/// since the start: six rounds of `trace add --count 3` and three frames each leave the
+/// last 5 shown of 18 traced, the header says so and since when, and `trace clear`
+/// starts afresh.
+#[test]
+fn traces_keep_the_last_n_packets() {
+    use etherparse::PacketBuilder;
+    let r = Running::start("\n[control]\ntrace_keep = 5\n");
+    let frame = |n: u16| {
+        let mut f = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0x99], [2, 0, 0x5e, 0, 0x53, 1])
+            .ipv4([192, 0, 2, 9], [203, 0, 113, 9], 64)
+            .udp(4000 + n, 9)
+            .write(&mut f, b"traced")
+            .expect("frame");
+        f
+    };
+    let shown = |r: &Running| {
+        let reply = r.cmd("trace show");
+        assert!(reply.ok, "{}", reply.text);
+        reply
+    };
+    let mut n = 0;
+    for round in 1..=6u64 {
+        r.ok("trace add --count 3");
+        let frames: Vec<Vec<u8>> = (0..3)
+            .map(|_| {
+                n += 1;
+                frame(n)
+            })
+            .collect();
+        r.control
+            .remote
+            .on_each(move |i, w| {
+                if i == 0 {
+                    let now = netbatch_engine::time::mono_ns();
+                    let p = w.ports[0]
+                        .as_any_mut()
+                        .downcast_mut::<MemPort>()
+                        .expect("a mem port");
+                    for f in &frames {
+                        p.push_rx(now, f.clone());
+                    }
+                }
+            })
+            .expect("answers");
+        // Until worker 0 has traced all three.
+        let t0 = std::time::Instant::now();
+        let reply = loop {
+            let reply = shown(&r);
+            if reply.data["traced"] == round * 3 || t0.elapsed().as_secs() > 5 {
+                break reply;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert_eq!(reply.data["traced"], round * 3, "{}", reply.text);
+        let kept = reply.data["packets"].as_array().expect("packets").len() as u64;
+        assert_eq!(kept, (round * 3).min(5), "{}", reply.text);
+        assert_eq!(reply.data["let_go"], round * 3 - kept);
+        assert!(
+            reply.text.starts_with(&format!(
+                "{kept} packet(s) shown: the last {kept} of {} traced since ",
+                round * 3
+            )),
+            "{}",
+            reply.text
+        );
+    }
+    // The last five are the newest: the UDP source ports of frames 14 to 18.
+    let reply = shown(&r);
+    let ports: Vec<u16> = reply.data["packets"]
+        .as_array()
+        .expect("packets")
+        .iter()
+        .map(|p| {
+            let b = super::trace::unhex(p["data"].as_str().expect("hex")).expect("bytes");
+            u16::from_be_bytes([b[34], b[35]])
+        })
+        .collect();
+    assert_eq!(ports, [4014, 4015, 4016, 4017, 4018]);
+    r.ok("trace clear");
+    let reply = shown(&r);
+    assert!(
+        reply.text.starts_with("no packets traced"),
+        "{}",
+        reply.text
+    );
+    assert_eq!(reply.data["traced"], 0);
+}

@@ -288,6 +288,15 @@ pub fn mac_of(name: &str) -> Option<[u8; 6]> {
     Some(mac)
 }
 
+/// The `IFF_*` flags of interface `name` (`IFF_UP`: administratively up; `IFF_RUNNING`:
+/// operationally up, carrier and all).
+pub fn flags_of(name: &str) -> Option<u32> {
+    let r = if_ioctl(name, libc::SIOCGIFFLAGS)?;
+    // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
+    let f = unsafe { r.ifr_ifru.ifru_flags };
+    Some(u32::from(f as u16))
+}
+
 /// The MTU of interface `name`.
 pub fn mtu_of(name: &str) -> Option<u32> {
     let r = if_ioctl(name, libc::SIOCGIFMTU)?;

@@ -437,6 +437,7 @@ impl Port for AfPacketQueue {
             return 0;
         }
         let mut wire = 0;
+        let mut retried = false;
         while !self.health.failed() && !pkts.is_empty() {
             let batch = pkts.len().min(TX_BATCH);
             self.hdrs.clear();
@@ -495,15 +496,22 @@ impl Port for AfPacketQueue {
                         self.health
                             .fail(format!("transmit on {}: {e}", self.iface.name));
                     }
-                    // Down before the link watch said so (or without one): asked of the
-                    // kernel on this error path only, so the frames get the right reason.
+                    // Down (or without carrier) before the link watch said so, or without
+                    // one: asked of the kernel on this error path only, so the frames get
+                    // the right reason.
                     Some(libc::ENETDOWN) | Some(libc::ENOBUFS)
-                        if sys::flags_of(&self.iface.name).is_some_and(|f| {
-                            f & (libc::IFF_UP | libc::IFF_RUNNING) as u32
-                                != (libc::IFF_UP | libc::IFF_RUNNING) as u32
-                        }) =>
+                        if sys::flags_of(&self.iface.name)
+                            .is_some_and(|f| f & libc::IFF_UP as u32 == 0)
+                            || sys::carrier_of(&self.iface.name) == Some(false) =>
                     {
                         self.drop_link_down(cx, pkts);
+                    }
+                    // The link is up again: the socket's error is the one the kernel left
+                    // on it when the link went down, reported (and cleared) by this call.
+                    // Once more, for the frames' own answer.
+                    Some(libc::ENETDOWN) if !retried => {
+                        retried = true;
+                        continue;
                     }
                     // Queue full, link down, a frame the device refuses: the caller
                     // counts what is left.
@@ -520,9 +528,11 @@ impl Port for AfPacketQueue {
                 wire += segs;
                 cx.cache.free(p);
             }
-            if sent < batch {
+            if sent == 0 {
                 break;
             }
+            // A batch sent in part: the next call sends the rest or says why not (the
+            // kernel reports a message's error only when it is the first of a call).
         }
         self.stats.tx_refused += pkts.len() as u64;
         wire

@@ -297,6 +297,30 @@ pub fn flags_of(name: &str) -> Option<u32> {
     Some(u32::from(f as u16))
 }
 
+/// Whether interface `name` has its carrier now (`ETHTOOL_GLINK`: the driver's own
+/// answer, at once; `IFF_RUNNING` follows it only when the kernel's link watch has run).
+/// `None` when the driver cannot say.
+pub fn carrier_of(name: &str) -> Option<bool> {
+    /// `ETHTOOL_GLINK`: get the link status.
+    const ETHTOOL_GLINK: u32 = 0x0000_000a;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let mut v = EthtoolValue {
+        cmd: ETHTOOL_GLINK,
+        data: 0,
+    };
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_data = (&raw mut v).cast();
+    let s = socket(libc::AF_INET, libc::SOCK_DGRAM, 0).ok()?;
+    // SAFETY: SIOCETHTOOL reads the command from, and writes the answer to, the
+    // `ethtool_value` that `ifr_data` points at, which `v` is (live for the call).
+    let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCETHTOOL, &mut r) };
+    (rc == 0).then_some(v.data != 0)
+}
+
 /// The MTU of interface `name`.
 pub fn mtu_of(name: &str) -> Option<u32> {
     let r = if_ioctl(name, libc::SIOCGIFMTU)?;

@@ -3,7 +3,7 @@
 //! `[control]`: `socket` (a path; by default `/run/netbatch/<name>.sock`, `<name>` the
 //! configuration file's stem or `name`), `group` (a group whose members may use the
 //! socket besides its owner: mode 0660 instead of 0600), `enabled` (default true),
-//! `trace_keep` (traced packets `trace show` keeps, the last ones: default 1000).
+//! `trace_keep` (traced packets `trace show` keeps, the last ones: default 100).
 //! `[metrics]`: `listen` (`address:port`) serves Prometheus text at `/metrics`; absent,
 //! nothing listens.
 
@@ -46,7 +46,7 @@ pub struct ControlConfig {
 }
 
 /// Traced packets kept by default (each about 5 kB with its records).
-pub(crate) const TRACE_KEEP: usize = 1000;
+pub(crate) const TRACE_KEEP: usize = 100;
 /// Most traced packets that may be kept.
 pub(crate) const TRACE_KEEP_MAX: usize = 100_000;
 

@@ -8,10 +8,10 @@
 //!   (`link_down`) instead of handing it to a kernel that would hold it in a ring or
 //!   drop it unseen;
 //! - the link is up when the interface is administratively up (`IFF_UP`) and
-//!   operationally up (`IFF_RUNNING`: carrier, not dormant), as `ip link` shows it; the
-//!   state is read from the kernel when the port opens (`SIOCGIFFLAGS`) and changed
-//!   only by [`Link::set`]; every change bumps [`Link::changes`], so a queue that looks
-//!   once per round sees that a flap happened even if the link is back up by then;
+//!   operationally up (`IFF_RUNNING`: carrier, not dormant), as `ip link` shows it; it
+//!   is taken as up until posted otherwise, and changed only by [`Link::set`]; every
+//!   change bumps [`Link::changes`], so a queue that looks once per round sees that a
+//!   flap happened even if the link is back up by then;
 //! - the interface's own transmit drop counter (`tx_dropped`, as `ip -s link` shows it)
 //!   is posted as it is read ([`Link::post_tx_dropped`]), counted from the first post;
 //!   queues of a backend whose frames the kernel can drop after taking them (AF_XDP)
@@ -19,8 +19,6 @@
 //!   port's queues, so each such frame moves from transmitted to dropped exactly once.
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-
-use crate::sys;
 
 const ADMIN_UP: u8 = 1;
 const RUNNING: u8 = 2;
@@ -45,18 +43,16 @@ pub struct Link {
 }
 
 impl Link {
-    /// The state of interface `iface` (index `ifindex`) of port `port`, as the kernel
-    /// reports it now (up when it cannot be asked).
+    /// The link of interface `iface` (index `ifindex`) of port `port`, taken to be up
+    /// until whoever follows it posts otherwise: a port nobody follows (a tool, a test)
+    /// sends as it always did, and `netbatch run`'s link watch posts the kernel's state
+    /// before the workers start.
     pub fn new(port: &str, iface: &str, ifindex: u32) -> Self {
-        let flags = sys::flags_of(iface).unwrap_or((libc::IFF_UP | libc::IFF_RUNNING) as u32);
         Self {
             port: port.into(),
             iface: iface.into(),
             ifindex,
-            state: AtomicU8::new(Self::bits(
-                flags & libc::IFF_UP as u32 != 0,
-                flags & libc::IFF_RUNNING as u32 != 0,
-            )),
+            state: AtomicU8::new(UP),
             changes: AtomicU64::new(0),
             base: AtomicU64::new(u64::MAX),
             carried: AtomicU64::new(0),
@@ -163,7 +159,7 @@ mod tests {
     #[test]
     fn changes_are_counted_and_either_half_down_is_down() {
         let l = Link::new("p", "lo", 1);
-        assert!(l.up(), "lo is up");
+        assert!(l.up(), "up until posted otherwise");
         assert!(!l.set(true, true));
         assert_eq!(l.changes(), 0);
         assert!(l.set(true, false));

@@ -395,17 +395,18 @@ listen = "{METRICS}"
         dp = lambda name, f: port(c1, name, f) - port(c0, name, f)
         # Into netbatch: what each host sent reached the router's end (or that end's
         # kernel dropped it), and there netbatch received it or its port dropped it.
-        # (The router end's rx_dropped is the kernel's view of the frames the port could
-        # not take, XSK rings full: the same frames as the port's rx_dropped.)
+        # (A host's tx_dropped are frames its own kernel dropped before the wire, not in
+        # its tx_packets; the router end's rx_dropped is the kernel's view of the frames
+        # the port could not take, XSK rings full: the same frames as the port's
+        # rx_dropped.)
         into = {}
         for h, r in [("h1", "r1"), ("h2", "r2"), ("h3", "r3")]:
             sent = d[h]["tx_packets"]
-            kernel = d[h]["tx_dropped"]
             nb_rx, nb_dropped = dp(r, "rx_packets"), dp(r, "rx_dropped")
             into[h] = {"host_sent": sent, "netbatch_rx": nb_rx, "port_rx_dropped": nb_dropped,
                        "router_end_rx_dropped": d[r]["rx_dropped"],
-                       "host_tx_dropped": kernel,
-                       "unaccounted": sent - nb_rx - nb_dropped - kernel}
+                       "host_tx_dropped_before_the_wire": d[h]["tx_dropped"],
+                       "unaccounted": sent - nb_rx - nb_dropped}
         # Out of netbatch: what it sent arrived, or the kernel dropped it.
         out = {}
         for r, h in [("r1", "h1"), ("r2", "h2"), ("r3", "h3")]:

@@ -25,6 +25,7 @@
 //! | `neighbours`, `neighbours6` | gauge | worker | `neighbours`, `neighbours6` (the ARP and NDP tables) |
 //! | `routes`, `routes6` | gauge | worker | `routes`, `routes6` (the table the worker forwards by: every worker holds the same one once a change has reached it) |
 //! | `workers` | gauge | | number of per-worker documents |
+//! | `link_up`, `link_changes_total`, `link_kernel_tx_dropped_total` | gauge, counter | port | `links[]` (the link watch) |
 //! | [`TableGauge::name`] | gauge | | the caller's table sizes |
 //!
 //! Naming rule for the open-ended objects (a stage, a port, `worker`, `host`, an app's
@@ -237,6 +238,14 @@ const PORT_HELP: &[(&str, &str)] = &[
         "tx_refused",
         "Frames a port queue refused to transmit (left with the caller).",
     ),
+    (
+        "tx_link_down",
+        "Frames a port queue did not send because its link was down (given while down, or taken back from its transmit ring).",
+    ),
+    (
+        "tx_kernel_dropped",
+        "Frames a port queue handed to the kernel that the kernel dropped on transmit (the interface's tx_dropped; not in tx_packets).",
+    ),
 ];
 
 const SOFTNET_HELP: &[(&str, &str)] = &[
@@ -330,6 +339,9 @@ fn collect(out: &mut Families, stats: &Value, tables: &[TableGauge]) {
     if let Some(l) = stats.get("linux").and_then(Value::as_object) {
         linux(out, l);
     }
+    for l in objects(stats.get("links")) {
+        links(out, l);
+    }
     for t in tables {
         let name = sanitize(t.name);
         if !name.is_empty() {
@@ -375,6 +387,42 @@ fn linux(out: &mut Families, l: &Map<String, Value>) {
                 n,
             );
         }
+    }
+}
+
+/// A port's link (the link watch's `links` section): up as a gauge, its changes and
+/// the kernel's transmit drops as counters.
+fn links(out: &mut Families, l: &Map<String, Value>) {
+    let Some(port) = l.get("port").and_then(Value::as_str) else {
+        return;
+    };
+    let labels = || vec![("port", port.to_string())];
+    if let Some(up) = l.get("up").and_then(Value::as_bool) {
+        out.add(
+            "link_up",
+            "Whether a port's link is up (administratively and operationally: carrier), as the kernel's link events say.",
+            Kind::Gauge,
+            labels(),
+            u64::from(up),
+        );
+    }
+    if let Some(n) = l.get("changes").and_then(Value::as_u64) {
+        out.add(
+            "link_changes",
+            "Changes of a port's link state (down or up) since the start.",
+            Kind::Counter,
+            labels(),
+            n,
+        );
+    }
+    if let Some(n) = l.get("kernel_tx_dropped").and_then(Value::as_u64) {
+        out.add(
+            "link_kernel_tx_dropped",
+            "Transmit drops the kernel counted on a port's interface since the start (its tx_dropped, as ip -s link shows).",
+            Kind::Counter,
+            labels(),
+            n,
+        );
     }
 }
 

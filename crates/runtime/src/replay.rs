@@ -245,6 +245,7 @@ pub fn stats(w: &Worker) -> Value {
                 "name": name,
                 "rx_packets": p.rx_packets, "rx_bytes": p.rx_bytes, "rx_nobuf": p.rx_nobuf, "rx_dropped": p.rx_dropped,
                 "tx_packets": p.tx_packets, "tx_bytes": p.tx_bytes, "tx_refused": p.tx_refused,
+                "tx_link_down": p.tx_link_down, "tx_kernel_dropped": p.tx_kernel_dropped,
             });
             // How the queue works, in the backend's words (AF_XDP: zero-copy or copy mode).
             let mode = port.describe();

@@ -247,6 +247,29 @@ fn describe(name: &str) -> &'static str {
         .map_or("", |r| r.description())
 }
 
+/// `show links`: each kernel port's link as the link watch follows it: up or down (and
+/// why), how often it changed, and what the kernel dropped of what it was given to send.
+pub fn links(l: &Value) -> Reply {
+    let mut text = String::new();
+    for k in l.as_array().into_iter().flatten() {
+        let b = |f: &str| k[f].as_bool().unwrap_or(false);
+        let state = match (b("admin_up"), b("carrier")) {
+            (true, true) => "up",
+            (true, false) => "down (no carrier)",
+            (false, _) => "down (administratively)",
+        };
+        let _ = writeln!(
+            text,
+            "port {}: link {} {state}, {} change(s), kernel tx_dropped {}",
+            k["port"].as_str().unwrap_or("?"),
+            k["interface"].as_str().unwrap_or("?"),
+            u(k, "changes"),
+            u(k, "kernel_tx_dropped"),
+        );
+    }
+    Reply::ok(text, l.clone())
+}
+
 /// `show ports`: per port its kind and link state, per queue (one per worker) packets,
 /// bytes and drops; `rx_dropped` are frames the kernel or the ring dropped before we saw
 /// them, `rx_nobuf` frames without a buffer, `tx_refused` frames the port did not take.

@@ -820,7 +820,7 @@ fn link_flaps(kind: &str, id: &str) {
         return;
     }
     need_tools();
-    let mut t = Topo::new(kind, id, 1);
+    let mut t = Topo::new(kind, id, 1, (&[0], &[0]));
     let s = t.tag.clone();
     let sock = t.dir.join("ctl.sock");
     let conf = t.dir.join("router.toml");

@@ -2,7 +2,7 @@
 //! a queue knows, without a system call, whether its link can carry frames.
 //!
 //! One thread, in the namespace the ports were opened in (the process's), holds an
-//! rtnetlink socket joined to `RTNLGRP_LINK` ([`super::netlink::Rtnl`], the mirror's
+//! rtnetlink socket joined to `RTNLGRP_LINK` (`netlink::Rtnl`, the mirror's
 //! socket code) and posts into each port's shared [`Link`]:
 //! - its state (`IFF_UP` and `IFF_RUNNING` from each `RTM_NEWLINK`): a change is
 //!   logged (warning when the link goes down, with why: administratively down or no

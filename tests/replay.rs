@@ -221,7 +221,9 @@ fn arp_resolves_the_next_hop_then_queued_packets_leave_in_order() {
     // A replay receives on one port, so the next hop sits on that port's subnet: a
     // second router on the LAN (192.0.2.254) for 203.0.113.0/24, answering on eth0.
     const LAN_GW: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0xfe]);
-    let extra = "[[route]]\nprefix = \"203.0.113.0/24\"\nvia = \"192.0.2.254\"\n";
+    // Forwarded back out of eth0, these would earn the host redirects (RFC 1812 5.2.7.2);
+    // `tests/redirects.rs` checks those, this test turns them off.
+    let extra = "[[route]]\nprefix = \"203.0.113.0/24\"\nvia = \"192.0.2.254\"\n\n[icmp]\nsend_redirects = false\n";
     let pkt = |i: u8| host_udp("203.0.113.7", 5000, 53, 64, &[i; 8]);
     let reply = frames::arp(2, LAN_GW, "192.0.2.254", ETH0, "192.0.2.1", ETH0);
     let input = vec![

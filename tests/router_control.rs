@@ -85,6 +85,11 @@ via = "198.51.100.254"
 /// Replays `input` (frames with timestamps in nanoseconds, received on eth0) through the
 /// router in every variant (`netbatch_scenarios::replay::run_variants` checks what holds
 /// for every case); returns the list/buckets outcome.
+/// Packets the tests forward back out of the port they came in on (a replay receives on
+/// one port) would earn their senders ICMP redirects (RFC 1812 5.2.7.2); the tests that are
+/// not about redirects turn them off (`tests/redirects.rs` checks them).
+const NO_REDIRECTS: &str = "[icmp]\nsend_redirects = false\n";
+
 fn run_all(case: &str, input: &[(u64, Vec<u8>)], settings: &str, extra: &str) -> Outcome {
     run_variants(
         "netbatch-router-control",
@@ -230,7 +235,7 @@ fn postrouting_out_match_drops_one_port_only() {
             frames::echo_request(HOST, ETH0, "192.0.2.10", "192.0.2.1", 9, 1, 64, b"ping"),
         ),
     ];
-    let o = run_all("postrouting-hook", &input, "", extra);
+    let o = run_all("postrouting-hook", &input, NO_REDIRECTS, extra);
     assert!(o.eth1.is_empty(), "nothing leaves on eth1");
     assert_eq!(o.eth0.len(), 2, "the peer's datagram and the echo reply");
     let f = &o.eth0[0];
@@ -522,7 +527,7 @@ fn gratuitous_arp_moves_a_known_neighbour_only() {
         ),
         (7_000, fwd("192.0.2.40", 4)),
     ];
-    let o = run_all("garp", &input, "", "");
+    let o = run_all("garp", &input, NO_REDIRECTS, "");
     assert!(o.eth1.is_empty());
     assert_eq!(o.eth0.len(), 5);
     assert_eq!(arp(&o.eth0[0]).operation, etherparse::ArpOperation::REPLY);
@@ -563,7 +568,8 @@ fn neighbour_queue_overflow_keeps_the_newest() {
         1_000_000,
         frames::arp(2, LAN_GW, "192.0.2.254", ETH0, "192.0.2.1", ETH0),
     ));
-    let o = run_all("neigh-queue", &input, "[neighbour]\nqueue_len = 4\n", extra);
+    let settings = format!("[neighbour]\nqueue_len = 4\n{NO_REDIRECTS}");
+    let o = run_all("neigh-queue", &input, &settings, extra);
     assert!(o.eth1.is_empty());
     assert_eq!(o.eth0.len(), 1 + 4, "one request, then the queue");
     let req = arp(&o.eth0[0]);

@@ -137,6 +137,8 @@ reasons! {
         PORT_DOWN = "port_down": "output port is down or gone",
         TX_RING_FULL = "tx_ring_full": "port transmit queue full",
         FRAME_TOO_LONG = "frame_too_long": "frame longer than the port accepts",
+        LINK_DOWN = "link_down": "the port's link was down (interface down or no carrier): not sent",
+        KERNEL_TX_DROPPED = "kernel_tx_dropped": "handed to the kernel, which dropped it on transmit (the interface's tx_dropped)",
     }
 }
 

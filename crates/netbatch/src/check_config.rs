@@ -1,15 +1,19 @@
 //! `netbatch check-config`: validates a configuration and explains each error with its key.
 //!
-//! The file first (every error at once), then what it needs of this machine, as
-//! `netbatch run` checks it before starting: the ports' kernel interfaces (that they
-//! exist, with the MTU, queues and kind the ports need) and the memory for the pool.
-//! `--offline` checks the file alone, for a configuration meant for another machine.
+//! The file first (every error at once: unknown keys with the key meant, wrong types,
+//! the sections' checks), then what the command it is for needs (`--for`, `run` by
+//! default): for `run`, live ports (not `pcap` or `gen`) and what this machine has, as
+//! `netbatch run` checks it before starting (the same function: `Config::unfit_for`):
+//! the ports' kernel interfaces (that they exist, with the MTU, queues and kind the
+//! ports need) and the memory for the pool. `--offline` leaves the machine out, for a
+//! configuration meant for another machine; `--for replay` checks the file for
+//! `netbatch replay`, which takes any port kind.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use netbatch_runtime::build;
-use netbatch_runtime::config::{Config, ConfigErrors};
+use netbatch_runtime::config::{Config, ConfigErrors, Purpose};
 use netbatch_stack::route::RouteKind;
 
 /// Arguments of `netbatch check-config`.
@@ -21,6 +25,11 @@ pub(crate) struct Args {
     /// configuration meant for another machine).
     #[arg(long)]
     offline: bool,
+    /// The command the file is for: `run` (live ports on this machine, as `netbatch
+    /// run` checks before starting) or `replay` (any port kind; the machine is not
+    /// asked).
+    #[arg(long = "for", value_name = "COMMAND", default_value = "run", value_parser = ["run", "replay"])]
+    purpose: String,
 }
 
 pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
@@ -31,18 +40,30 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
-    if !a.offline {
-        let errors = cfg.check_machine();
-        if !errors.is_empty() {
-            eprint!(
-                "{}",
-                ConfigErrors {
-                    file: a.file.display().to_string(),
-                    errors,
-                }
+    let purpose = if a.purpose == "replay" {
+        Purpose::Replay
+    } else {
+        Purpose::Run
+    };
+    let errors = cfg.unfit_for(purpose, !a.offline);
+    if !errors.is_empty() {
+        eprint!(
+            "{}",
+            ConfigErrors {
+                file: a.file.display().to_string(),
+                errors,
+            }
+        );
+        // Every port in memory: the file was written for replay.
+        let not_live = cfg.unfit_for(Purpose::Run, false).len();
+        if purpose == Purpose::Run && not_live > 0 && not_live == cfg.ports.len() {
+            eprintln!(
+                "  (no port is live: the file is for `netbatch replay`; `netbatch check-config \
+                 --for replay {}` checks it for that)",
+                a.file.display()
             );
-            std::process::exit(1);
         }
+        std::process::exit(1);
     }
     // Build the host too: route table limits and static neighbours are checked there.
     let host = match build::host(&cfg) {
@@ -56,12 +77,13 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{}: ok{}",
+        "{}: ok for `netbatch {}`{}",
         a.file.display(),
-        if a.offline {
-            " (the file alone: interfaces and memory not checked)"
-        } else {
-            " (on this machine: interfaces and memory checked)"
+        purpose.name(),
+        match (purpose, a.offline) {
+            (Purpose::Replay, _) => " (the file alone: replay takes any port kind)",
+            (Purpose::Run, true) => " (the file alone: interfaces and memory not checked)",
+            (Purpose::Run, false) => " (on this machine: interfaces and memory checked)",
         }
     );
     let _ = writeln!(

@@ -99,9 +99,37 @@ fn send(argv: &[String], t: &Target) -> anyhow::Result<serde_json::Value> {
     Ok(r.data)
 }
 
+/// The grammar of `trace add --match`, for `netbatch trace --help` (the parser is
+/// `netbatch_stack::trace::Match`; docs/operating.md says the same).
+pub(crate) const MATCH_GRAMMAR: &str = "\
+--match EXPR: which received frames to trace, tcpdump-like (a subset). EXPR is one or
+more TERMs joined by `and` (or `&&`); each may be preceded by `not` (or `!`). All must
+hold. There is no `or` and there are no parentheses.
+  TERM := proto NAME|N     IP protocol: udp, tcp, icmp, icmp6, sctp, udplite or 0-255
+                           (IPv6: the upper layer's, after the extension headers)
+        | udp | tcp | icmp | icmp6 | sctp | udplite      (the same, bare)
+        | src ADDR|PREFIX  source address (also `src host ADDR`, `src net PREFIX`)
+        | dst ADDR|PREFIX  destination address (`dst host`, `dst net` too)
+        | host ADDR        source or destination address
+        | net PREFIX       source or destination address in PREFIX
+        | src port N | dst port N | port N     (port: either; 0-65535)
+  ADDR is an IPv4 or IPv6 address; PREFIX is ADDR/LEN with no host bits set
+  (192.0.2.0/24, 2001:db8::/32). An address term matches its own family only. A port
+  term matches only packets with ports (TCP, UDP, SCTP, UDP-Lite; not a later
+  fragment). A frame without an IP header the dissector could locate (ARP, a cut
+  header) matches no term, and so every `not TERM`.
+Examples:
+  netbatch trace add --count 5 --match 'icmp'
+  netbatch trace add --count 20 --port lan --match 'udp and dst port 53 and not src 192.0.2.7'
+  netbatch trace add --match 'icmp6 and host 2001:db8:2::2'
+  netbatch trace show --pcapng trace.pcapng     (each packet's path as its comment)
+A refused expression names the word the parser stopped at: `at 'or': expected 'and'
+between terms`.";
+
 /// `netbatch trace add|show|clear`, `show` optionally writing the traced packets as
 /// pcapng with each packet's path as its comment.
 #[derive(Debug, clap::Args)]
+#[command(after_long_help = MATCH_GRAMMAR, after_help = "The --match grammar: see --help.")]
 pub(crate) struct TraceArgs {
     /// add, show or clear.
     op: String,
@@ -111,8 +139,9 @@ pub(crate) struct TraceArgs {
     /// Only packets received on this port.
     #[arg(long)]
     port: Option<String>,
-    /// Only packets matching this expression (the dissector's keys: `proto udp and dst
-    /// 192.0.2.1 and dst port 53`; see `netbatch trace --help`).
+    /// Only packets matching this expression: terms over the dissector's keys joined by
+    /// `and`, each optionally negated with `not` (`udp and dst 192.0.2.1 and dst port
+    /// 53`); the grammar is under `netbatch trace --help`.
     #[arg(long = "match")]
     matching: Option<String>,
     /// With `show`: also write the traced packets here (pcapng, paths as comments).
@@ -140,4 +169,50 @@ pub(crate) fn trace(a: &TraceArgs) -> anyhow::Result<()> {
         eprintln!("{n} traced packet(s) written to {}", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MATCH_GRAMMAR;
+    use netbatch_stack::trace::Match;
+
+    /// The help's examples are expressions the parser takes, and what the help says the
+    /// parser refuses it refuses with the words quoted: the help cannot drift from
+    /// `netbatch_stack::trace::Match`.
+    #[test]
+    fn the_match_grammar_in_the_help_is_the_parsers() {
+        let examples: Vec<&str> = MATCH_GRAMMAR
+            .lines()
+            .filter_map(|l| l.split("--match '").nth(1))
+            .filter_map(|rest| rest.split('\'').next())
+            .collect();
+        assert_eq!(examples.len(), 3, "{examples:?}");
+        for e in &examples {
+            e.parse::<Match>()
+                .unwrap_or_else(|err| panic!("{e}: {err}"));
+        }
+        for term in [
+            "proto 17",
+            "udplite",
+            "sctp",
+            "src host 192.0.2.1",
+            "src net 192.0.2.0/24",
+            "dst 2001:db8::/32",
+            "net 2001:db8::/32",
+            "src port 7",
+            "port 7",
+            "! udp && not tcp",
+        ] {
+            assert!(term.parse::<Match>().is_ok(), "{term}");
+        }
+        let refused = "udp or tcp".parse::<Match>().unwrap_err().to_string();
+        let words = MATCH_GRAMMAR
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            words.contains(&format!("`{refused}`")),
+            "the help quotes «{refused}»"
+        );
+    }
 }

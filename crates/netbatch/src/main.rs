@@ -5,6 +5,8 @@ mod bench;
 mod check_config;
 mod ctl;
 mod flood;
+mod generate;
+mod lab;
 mod replay;
 mod run;
 mod trace_pcap;
@@ -13,8 +15,20 @@ use clap::{Parser, Subcommand};
 
 /// A userspace network datapath that processes received packets a list at a time.
 #[derive(Debug, Parser)]
-#[command(name = "netbatch", version, about)]
-struct Cli {
+#[command(
+    name = "netbatch",
+    version,
+    about,
+    long_about = "A userspace network datapath for Linux that processes received packets \
+                  a list at a time through every stage (listified receive), with a \
+                  per-packet twin of the same stage code. `netbatch run CONFIG` serves \
+                  on real interfaces; `show`, `route`, `trace`... talk to it through its \
+                  control socket; `bench` measures; `lab up` builds namespaces to try it \
+                  in.",
+    after_help = "Files: /etc/netbatch/*.toml (configurations; docs/configuration.md), \
+                  /run/netbatch/NAME.sock (control sockets)."
+)]
+pub(crate) struct Cli {
     /// More log detail on stderr (-v debug, -vv trace); RUST_LOG (as the `tracing`
     /// crate's filters: `netbatch=debug`) overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -22,6 +36,10 @@ struct Cli {
     /// Less log on stderr (warnings and errors only).
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
+    /// Log lines as text (for a person) or as JSON objects, one a line (for a log
+    /// collector: `timestamp`, `level`, `target`, `fields.message`).
+    #[arg(long, global = true, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -63,12 +81,20 @@ enum Cmd {
     /// applies the difference.
     Linux(ctl::Words),
     /// Trace packets through a running datapath: `trace add --count N [--port P]
-    /// [--match EXPR]`, `trace show [--pcapng FILE]`, `trace clear`.
+    /// [--match EXPR]`, `trace show [--pcapng FILE]`, `trace clear` (`--help`: the
+    /// match grammar).
     Trace(ctl::TraceArgs),
+    /// Build (`up`) or remove (`down`) a router namespace between two host namespaces,
+    /// dual-stack, to try netbatch in (root).
+    Lab(lab::Args),
+    /// Write the man pages or the shell completions (for packaging).
+    #[command(hide = true)]
+    Generate(generate::Args),
 }
 
-/// Logs go to stderr, at the level `-v`/`-q` or `RUST_LOG` asks for.
-fn init_logs(verbose: u8, quiet: bool) {
+/// Logs go to stderr, at the level `-v`/`-q` or `RUST_LOG` asks for, as text or as
+/// JSON lines (`--log-format json`).
+fn init_logs(verbose: u8, quiet: bool, json: bool) {
     use tracing_subscriber::EnvFilter;
     let level = match (quiet, verbose) {
         (true, _) => "warn",
@@ -77,11 +103,15 @@ fn init_logs(verbose: u8, quiet: bool) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        logs.json().with_current_span(false).try_init()
+    } else {
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init()
+    };
 }
 
 /// Whether this processor runs the code the build made: `.cargo/config.toml` lets the
@@ -104,7 +134,7 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     let cli = Cli::parse();
-    init_logs(cli.verbose, cli.quiet);
+    init_logs(cli.verbose, cli.quiet, cli.log_format == "json");
     let r = match cli.cmd {
         Cmd::Bench(a) => bench::main(&a),
         Cmd::Replay(a) => replay::main(&a),
@@ -120,6 +150,8 @@ fn main() -> std::process::ExitCode {
         Cmd::Timing(a) => ctl::main("timing", &a),
         Cmd::Linux(a) => ctl::main("linux", &a),
         Cmd::Trace(a) => ctl::trace(&a),
+        Cmd::Lab(a) => lab::main(&a),
+        Cmd::Generate(a) => generate::main(&a),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -2,7 +2,9 @@
 //!
 //! Logs (what starts, reloads, refusals, faults) go to stderr through `tracing`; the
 //! counters at the stop go to stdout (and to `--stats-json`). SIGHUP reloads the
-//! configuration; SIGUSR1 writes the counters to the log.
+//! configuration; SIGUSR1 writes the counters to the log. Under systemd (a unit of
+//! `Type=notify`) it says when it serves (`READY=1`), reloads and stops
+//! (`runtime::notify`).
 
 use std::path::PathBuf;
 
@@ -54,6 +56,20 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             format!(", pinned to cores {:?}", cfg.run.cores)
         }
     );
+    // Under systemd: STOPPING=1 as soon as a stop is asked for (the workers then drain).
+    if std::env::var_os(netbatch_runtime::notify::NOTIFY_SOCKET).is_some() {
+        let stop = opts.stop.clone();
+        std::thread::Builder::new()
+            .name("sd-notify".into())
+            .spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                netbatch_runtime::notify::notify("STOPPING=1\nSTATUS=stopping");
+            })?;
+    }
+    let ports = cfg.ports.len();
+    let mut up = 0;
     let result = run::run(&cfg, &opts, |s| {
         let feats = if s.features.is_empty() {
             String::new()
@@ -68,6 +84,14 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         );
         for q in &s.queues {
             tracing::info!("  {q}");
+        }
+        // Every port is up and the control socket serves: ready (for systemd).
+        up += 1;
+        if up == ports {
+            netbatch_runtime::notify::notify(&format!(
+                "READY=1\nSTATUS=serving {ports} port(s), {} worker(s)",
+                cfg.workers
+            ));
         }
     });
     let stats = match result {

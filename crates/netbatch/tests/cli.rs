@@ -81,7 +81,7 @@ fn replay_within(
 #[test]
 fn shipped_examples_validate() {
     let out = netbatch()
-        .arg("check-config")
+        .args(["check-config", "--for", "replay"])
         .arg(examples().join("router.toml"))
         .output()
         .expect("run");
@@ -91,7 +91,7 @@ fn shipped_examples_validate() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("ok"));
+    assert!(text.contains("ok for `netbatch replay`"), "{text}");
     assert!(text.contains("interface eth1: 198.51.100.1/24"), "{text}");
     assert!(text.contains("filter forward: 2 rule(s)"), "{text}");
     // Dual-stack: eth0's IPv6 address and its link-local address from its MAC
@@ -106,7 +106,7 @@ fn shipped_examples_validate() {
     // The IPv6 default, the unreachable route, two on-link prefixes and two locals.
     assert!(
         text.contains(
-            "IPv6 routes: 6 (3 unicast, 2 local, 0 blackhole, 1 unreachable, 0 prohibit)"
+            "IPv6 routes: 8 (3 unicast, 4 local, 0 blackhole, 1 unreachable, 0 prohibit)"
         ),
         "{text}"
     );
@@ -123,7 +123,49 @@ fn shipped_examples_validate() {
         .expect("run");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("ok for `netbatch run` (the file alone"),
+        "{text}"
+    );
     assert!(text.contains("port lan (af_packet on veth-lan)"), "{text}");
+}
+
+/// `check-config` (for `run`, its default) refuses what `netbatch run` refuses, with the
+/// same keys and reasons: a replay file's in-memory ports. Before, check-config said "ok
+/// (on this machine)" and run then refused the file. Both exit 1; check-config points
+/// at `--for replay`, which accepts the file.
+#[test]
+fn check_config_and_run_refuse_the_same_file_alike() {
+    let router = examples().join("router.toml");
+    let check = netbatch()
+        .arg("check-config")
+        .arg(&router)
+        .output()
+        .expect("run");
+    let run = netbatch().arg("run").arg(&router).output().expect("run");
+    let (check_err, run_err) = (
+        String::from_utf8_lossy(&check.stderr),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert_eq!(check.status.code(), Some(1), "{check_err}");
+    assert_eq!(run.status.code(), Some(1), "{run_err}");
+    for want in [
+        "port[0].kind: kind pcap is not a live interface: `netbatch run` cannot serve port 'eth0'",
+        "port[1].kind: kind pcap is not a live interface: `netbatch run` cannot serve port 'eth1'",
+    ] {
+        assert!(
+            check_err.contains(want),
+            "check-config: missing «{want}» in:\n{check_err}"
+        );
+        assert!(
+            run_err.contains(want),
+            "run: missing «{want}» in:\n{run_err}"
+        );
+    }
+    assert!(
+        check_err.contains("netbatch check-config --for replay"),
+        "{check_err}"
+    );
 }
 
 #[test]
@@ -155,6 +197,9 @@ fn bad_config_is_refused_with_each_key_and_reason() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     for want in [
+        // Both misspelt keys in one pass, each with the key meant.
+        "datapath.worker: unknown key (line 4); did you mean `workers`?",
+        "port[0].rx_worker: unknown key (line 28); did you mean `rx_workers`?",
         "datapath.mode: 'batch' is not a batch mode",
         "port[0].features[0]: unknown feature 'tso'",
         "port[0].addresses[0]: '192.0.2.1/33'",

@@ -297,8 +297,9 @@ fn the_bad_example_shows_mistakes_a_file_can_only_make_by_accident() {
     );
 }
 
-/// Every shipped example but `bad.toml` is a valid file (checked alone: the live ones
-/// name interfaces of another machine).
+/// Every shipped example but `bad.toml` is a valid file for replay, and the live ones
+/// (`live-*.toml`) for `run` too (checked alone: they name interfaces of another
+/// machine).
 #[test]
 fn every_other_example_validates() {
     let mut seen = 0;
@@ -307,14 +308,23 @@ fn every_other_example_validates() {
         if path.extension().is_none_or(|x| x != "toml") || path.ends_with("bad.toml") {
             continue;
         }
-        let out = check_config(&["--offline"], &path);
-        assert!(
-            out.status.success(),
-            "{}: {}{}",
-            path.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let live = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("live-"));
+        let mut checks = vec![&["--for", "replay"][..]];
+        if live {
+            checks.push(&["--offline"][..]);
+        }
+        for args in checks {
+            let out = check_config(args, &path);
+            assert!(
+                out.status.success(),
+                "{} {args:?}: {}{}",
+                path.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         seen += 1;
     }
     assert!(seen >= 2, "router.toml and live-router.toml at least");
@@ -504,4 +514,42 @@ fn a_tap_port_refuses_devices_the_kernel_would_not_attach_it_to() {
             ),
         }
     }
+}
+
+/// Run in the wrong network namespace, check-config and run say where the interface is:
+/// a veth interface made in the test's namespace is missing from this one, and the
+/// message names the namespace and how to run there (as the kernel's own view says:
+/// the interface is in that namespace and not here).
+#[test]
+fn an_interface_in_another_namespace_is_named_with_its_namespace() {
+    let Some(ns) = Netns::new("elsewhere") else {
+        return;
+    };
+    let iface = format!("nbe{}", std::process::id() % 1_000_000);
+    let pid = std::process::id() % 1_000_000;
+    ns.ip(&format!("link add {iface} type veth peer name nbf{pid}"));
+    let dir = Dir::new("elsewhere");
+    let cfg = dir.file(
+        "elsewhere.toml",
+        &format!(
+            "[[port]]\nname = \"lan\"\nkind = \"af_packet\"\ninterface = \"{iface}\"\n\
+             mac = \"02:00:5e:00:53:01\"\naddresses = [\"192.0.2.1/24\"]\n"
+        ),
+    );
+    let want = format!(
+        "no interface '{iface}' on this machine (an af_packet port opens an existing one); \
+         this process's network namespace has none, but namespace '{}' has one: run \
+         netbatch there (`ip netns exec {} netbatch ...`)",
+        ns.0, ns.0
+    );
+    assert_refused(&check_config(&[], &cfg), &[("port[0].interface", &want)]);
+    let run = netbatch().arg("run").arg(&cfg).output().expect("run");
+    assert_refused(&run, &[("port[0].interface", &want)]);
+    // In its namespace the file is fine for run.
+    let out = ns.check_config(&cfg);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -807,6 +807,176 @@ fn af_packet_router_with_two_workers() {
     scenario("af_packet", "w", 2, (&[0, 1], &[0, 1]));
 }
 
+/// Frames for a link that is down are dropped as `link_down`, whichever end went down,
+/// and none is counted as sent: `ip link set down` on the peer's end (this end loses its
+/// carrier) and then on netbatch's own end, each while h1 sends `N` datagrams through
+/// r2. Each change is logged and counted (`links` in the counters), nothing is filed as
+/// `tx_ring_full`, r2 sends nothing while down, the kernel's transmit drops on r2 (its
+/// own counter, read in the namespace) are what netbatch reports, and after the link
+/// returns traffic flows again.
+fn link_flaps(kind: &str, id: &str) {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        return;
+    }
+    need_tools();
+    let mut t = Topo::new(kind, id, 1, (&[0], &[0]));
+    let s = t.tag.clone();
+    let sock = t.dir.join("ctl.sock");
+    let conf = t.dir.join("router.toml");
+    let text = std::fs::read_to_string(&conf).expect("config");
+    std::fs::write(
+        &conf,
+        format!("{text}\n[control]\nsocket = \"{}\"\n", sock.display()),
+    )
+    .expect("config");
+    t.start();
+    let c = Ctl(sock);
+    t.must("h1", "ping -c 2 -W 1 198.51.100.2 >/dev/null");
+    const N: u32 = 1000;
+    let send = |t: &Topo, n: u32| {
+        let py = format!(
+            "import socket, time\n\
+             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+             for i in range({n}):\n\
+             \x20   s.sendto(b'flap %d' % i, ('198.51.100.2', 9))\n\
+             \x20   if i % 50 == 49: time.sleep(0.005)\n"
+        );
+        std::fs::write(t.dir.join("flap.py"), py).expect("script");
+        t.must(
+            "h1",
+            &format!("python3 {}", t.dir.join("flap.py").display()),
+        );
+        // Let the last ones cross.
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let wait_log = |t: &Topo, what: &str, nth: usize| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while t.log_text().matches(what).count() < nth {
+            assert!(
+                Instant::now() < deadline,
+                "no {what:?} logged:\n{}",
+                t.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let kernel_dropped = |t: &Topo| -> u64 {
+        t.must(
+            "r",
+            &format!("cat /sys/class/net/nb{s}r2/statistics/tx_dropped"),
+        )
+        .trim()
+        .parse()
+        .expect("a counter")
+    };
+    let r2 = |c: &serde_json::Value, key: &str| {
+        c["totals"]["ports"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["name"] == "r2"))
+            .and_then(|p| p[key].as_u64())
+            .unwrap_or(0)
+    };
+    let kdrop0 = kernel_dropped(&t);
+    for (phase, down, up) in [
+        (
+            "the peer's end down",
+            ("h2", format!("ip link set nb{s}b down")),
+            // (A link going down takes its routes with it: h2's way back is restored.)
+            (
+                "h2",
+                format!("ip link set nb{s}b up; ip route replace default via 198.51.100.1"),
+            ),
+        ),
+        (
+            "netbatch's own end down",
+            ("r", format!("ip link set nb{s}r2 down")),
+            ("r", format!("ip link set nb{s}r2 up")),
+        ),
+    ] {
+        let nth = if phase.starts_with("the peer") { 1 } else { 2 };
+        t.must(down.0, &down.1);
+        let why = if nth == 1 {
+            "no carrier"
+        } else {
+            "administratively down"
+        };
+        wait_log(&t, &format!("link nb{s}r2 down ({why})"), 1);
+        let before = c.json("show counters");
+        send(&t, N);
+        let after = c.json("show counters");
+        let d = |k: &str| total(&after, k) - total(&before, k);
+        let dr = |r: &str| drops(&after, r) - drops(&before, r);
+        assert_eq!(
+            r2(&after, "tx_packets"),
+            r2(&before, "tx_packets"),
+            "{phase}: r2 sent nothing"
+        );
+        assert_eq!(dr("tx_ring_full"), 0, "{phase}: {after:#}");
+        // Every datagram, and whatever ARP request netbatch made for the link, is
+        // dropped as link_down.
+        let link_down = dr("link_down");
+        assert!(
+            link_down >= u64::from(N) && link_down <= u64::from(N) + d("originated_packets"),
+            "{phase}: {link_down} link_down for {N} datagrams: {after:#}"
+        );
+        assert_eq!(
+            r2(&after, "tx_link_down") - r2(&before, "tx_link_down"),
+            link_down,
+            "{phase}"
+        );
+        t.must(up.0, &up.1);
+        wait_log(&t, &format!("link nb{s}r2 up"), nth);
+    }
+    // The link is back: traffic flows again.
+    let rx_h2 = |t: &Topo| -> u64 {
+        t.must(
+            "h2",
+            &format!("cat /sys/class/net/nb{s}b/statistics/rx_packets"),
+        )
+        .trim()
+        .parse()
+        .expect("a counter")
+    };
+    let (ok, _) = t.exec("h1", "ping -c 3 -W 1 198.51.100.2 >/dev/null");
+    assert!(ok, "h2 answers again:\n{}", t.log_text());
+    let h2_before = rx_h2(&t);
+    send(&t, 200);
+    assert!(rx_h2(&t) - h2_before >= 200, "the datagrams arrive again");
+    let links = c.json("show links");
+    let link = links
+        .as_array()
+        .and_then(|a| a.iter().find(|l| l["port"] == "r2"))
+        .unwrap_or_else(|| panic!("{links:#}"))
+        .clone();
+    // Down, up, down, up: four at least (a link set up may first come back without its
+    // carrier, a change of its own).
+    assert!(link["changes"].as_u64().unwrap_or(0) >= 4, "{links:#}");
+    assert_eq!(link["up"], true, "{links:#}");
+    let kdrop = kernel_dropped(&t) - kdrop0;
+    assert_eq!(
+        link["kernel_tx_dropped"], kdrop,
+        "the interface's own tx_dropped"
+    );
+    let stats = t.stop();
+    assert_conserved(&stats);
+    if kind == "af_xdp" {
+        // What the kernel dropped of what the queues gave it is booked as dropped.
+        assert_eq!(drops(&stats, "kernel_tx_dropped"), kdrop, "{stats:#}");
+    }
+    assert_eq!(drops(&stats, "tx_ring_full"), 0, "{stats:#}");
+}
+
+#[test]
+fn af_packet_link_flaps_are_counted_not_hidden() {
+    link_flaps("af_packet", "lp");
+}
+
+#[test]
+fn af_xdp_link_flaps_are_counted_not_hidden() {
+    link_flaps("af_xdp", "lx");
+}
+
 /// Operating a running router through its control socket, its metrics endpoint and its
 /// signals, while UDP floods cross it (`netbatch flood`, counted by sockets in the
 /// receiving hosts):

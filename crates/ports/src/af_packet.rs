@@ -21,7 +21,9 @@
 //!   the socket's: the kernel drops it when the socket closes, even on a crash);
 //! - a frame that cannot be taken (no buffer) stays in the ring for the next call; one
 //!   the kernel could not fit (ring full) is counted from `PACKET_STATISTICS`;
-//! - when the interface disappears the port records a fault and moves nothing more.
+//! - when the interface disappears the port records a fault and moves nothing more;
+//! - while the link is down (the shared [`Link`] state, or a send refused with the
+//!   interface found down) frames are freed and counted `link_down`, not sent.
 #![allow(unsafe_code)]
 
 use netbatch_wire::ethernet::EtherType;
@@ -30,9 +32,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use netbatch_engine::{Pkt, PktList};
 
+use crate::link::Link;
 use crate::sys::{self, Interface, Mmap, PortError};
 use crate::vnet::{self, ImportError, RxInfo, StrippedTag, VnetHdr};
-use crate::{Carries, Port, PortCx, PortStats, QueueSpec};
+use crate::{Carries, Port, PortCx, PortStats, QueueSpec, TxDrops};
 
 /// What an AF_PACKET port carries: TCP and UDP super-packets go whole with their
 /// virtio-net header, fraglist chains (`tx-gso-list`) have no such header form.
@@ -144,6 +147,10 @@ pub struct AfPacketQueue {
     /// resets on every read: each read adds here).
     kernel_drops: core::cell::Cell<u64>,
     health: sys::Health,
+    /// The interface's link state, shared by the port's queues.
+    link: std::sync::Arc<Link>,
+    /// Frames not sent because the link was down, not yet reported.
+    link_down: u64,
     // Transmit scratch, kept to avoid allocating per call.
     hdrs: Vec<[u8; vnet::LEN]>,
     iov: Vec<libc::iovec>,
@@ -165,15 +172,26 @@ pub fn open(specs: &[QueueSpec]) -> Result<Vec<Box<dyn Port>>, PortError> {
     let iface = Interface::lookup(&first.name, &first.interface)?;
     // One fanout group per port and process.
     let group = ((std::process::id() ^ iface.index.wrapping_mul(0x9e37)) & 0xffff) as u16;
+    let link = std::sync::Arc::new(Link::new(&first.name, &iface.name, iface.index));
     let mut out: Vec<Box<dyn Port>> = Vec::with_capacity(specs.len());
     for s in specs {
-        out.push(Box::new(AfPacketQueue::open(s, &iface, group)?));
+        out.push(Box::new(AfPacketQueue::open(
+            s,
+            &iface,
+            group,
+            link.clone(),
+        )?));
     }
     Ok(out)
 }
 
 impl AfPacketQueue {
-    fn open(spec: &QueueSpec, iface: &Interface, group: u16) -> Result<Self, PortError> {
+    fn open(
+        spec: &QueueSpec,
+        iface: &Interface,
+        group: u16,
+        link: std::sync::Arc<Link>,
+    ) -> Result<Self, PortError> {
         let port = spec.name.as_str();
         let err = |op: &str| {
             let op = format!("{op} on {}", iface.name);
@@ -248,11 +266,24 @@ impl AfPacketQueue {
             stats: PortStats::default(),
             kernel_drops: core::cell::Cell::new(0),
             health: sys::Health::new(&spec.name, &iface.name, iface.index),
+            link,
+            link_down: 0,
             hdrs: Vec::with_capacity(TX_BATCH),
             iov: Vec::with_capacity(TX_BATCH * 4),
             msg_iov: Vec::with_capacity(TX_BATCH),
             msgs: Vec::with_capacity(TX_BATCH),
         })
+    }
+
+    /// Frees `pkts`, counted as not sent for a down link.
+    fn drop_link_down(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) {
+        let w: u64 = pkts
+            .iter()
+            .map(|p| cx.pool.get(p).meta.wire_packets())
+            .sum();
+        self.link_down += w;
+        self.stats.tx_link_down += w;
+        cx.cache.free_all(pkts);
     }
 
     /// The interface the queue is on.
@@ -401,7 +432,12 @@ impl Port for AfPacketQueue {
     }
 
     fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
+        if !self.link.up() {
+            self.drop_link_down(cx, pkts);
+            return 0;
+        }
         let mut wire = 0;
+        let mut retried = false;
         while !self.health.failed() && !pkts.is_empty() {
             let batch = pkts.len().min(TX_BATCH);
             self.hdrs.clear();
@@ -460,6 +496,23 @@ impl Port for AfPacketQueue {
                         self.health
                             .fail(format!("transmit on {}: {e}", self.iface.name));
                     }
+                    // Down (or without carrier) before the link watch said so, or without
+                    // one: asked of the kernel on this error path only, so the frames get
+                    // the right reason.
+                    Some(libc::ENETDOWN) | Some(libc::ENOBUFS)
+                        if sys::flags_of(&self.iface.name)
+                            .is_some_and(|f| f & libc::IFF_UP as u32 == 0)
+                            || sys::carrier_of(&self.iface.name) == Some(false) =>
+                    {
+                        self.drop_link_down(cx, pkts);
+                    }
+                    // The link is up again: the socket's error is the one the kernel left
+                    // on it when the link went down, reported (and cleared) by this call.
+                    // Once more, for the frames' own answer.
+                    Some(libc::ENETDOWN) if !retried => {
+                        retried = true;
+                        continue;
+                    }
                     // Queue full, link down, a frame the device refuses: the caller
                     // counts what is left.
                     _ => {}
@@ -475,12 +528,27 @@ impl Port for AfPacketQueue {
                 wire += segs;
                 cx.cache.free(p);
             }
-            if sent < batch {
+            if sent == 0 {
                 break;
             }
+            // A batch sent in part: the next call sends the rest or says why not (the
+            // kernel reports a message's error only when it is the first of a call).
         }
         self.stats.tx_refused += pkts.len() as u64;
         wire
+    }
+
+    fn tx_drops(&mut self, _cx: &mut PortCx<'_>) -> TxDrops {
+        // The kernel answers each send at once (a drop is an error here, not a silent
+        // loss), so its `tx_dropped` is not booked as this port's.
+        TxDrops {
+            link_down: core::mem::take(&mut self.link_down),
+            ..TxDrops::default()
+        }
+    }
+
+    fn link(&self) -> Option<std::sync::Arc<Link>> {
+        Some(self.link.clone())
     }
 
     fn stats(&self) -> PortStats {
@@ -499,11 +567,12 @@ impl Port for AfPacketQueue {
         self.health.fault()
     }
 
+    /// The worker is not named: whoever shows the line knows it (`show ports`, the
+    /// start log).
     fn describe(&self) -> String {
         match self.spec.rx_member {
             Some(_) => format!(
-                "worker {}: TPACKET_V3 ring {} MiB{}",
-                self.spec.worker,
+                "TPACKET_V3 ring {} MiB{}",
                 (BLOCK_SIZE * BLOCKS) >> 20,
                 if self.spec.rx_members > 1 {
                     format!(", fanout by hash over {} workers", self.spec.rx_members)
@@ -511,7 +580,7 @@ impl Port for AfPacketQueue {
                     String::new()
                 }
             ),
-            None => format!("worker {}: transmit only", self.spec.worker),
+            None => "transmit only".to_string(),
         }
     }
 
@@ -525,7 +594,7 @@ mod tests {
     use super::*;
     use crate::testnet::{Netns, Veth, is_root, serial};
     use netbatch_engine::{Pool, PoolConfig};
-    use netbatch_stack::meta::flag;
+    use netbatch_packet::meta::flag;
     use std::time::{Duration, Instant};
 
     fn spec(iface: &str, worker: usize, rx_member: Option<usize>, rx_members: usize) -> QueueSpec {
@@ -536,7 +605,7 @@ mod tests {
             worker,
             rx_member,
             rx_members,
-            features: netbatch_stack::offload::Features::default(),
+            features: netbatch_packet::offload::Features::default(),
             room: 1920,
         }
     }

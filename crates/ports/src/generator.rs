@@ -27,7 +27,7 @@ use netbatch_wire::vlan::{self, VlanHeader};
 use std::collections::VecDeque;
 
 use netbatch_engine::{PktList, time};
-use netbatch_stack::offload::Features;
+use netbatch_packet::offload::Features;
 use netbatch_wire::checksum;
 use netbatch_wire::ethernet::MacAddr;
 
@@ -633,7 +633,7 @@ impl Port for GenPort {
             v.meta.in_port = self.index;
             v.meta.rx_tsc = stamp;
             if self.features.rx_checksum {
-                v.meta.flags |= netbatch_stack::meta::flag::L4_CSUM_OK;
+                v.meta.flags |= netbatch_packet::meta::flag::L4_CSUM_OK;
             }
             bytes += len as u64;
             out.push(p);

@@ -9,6 +9,7 @@
 pub mod af_packet;
 pub mod af_xdp;
 pub mod generator;
+pub mod link;
 pub mod mem;
 pub mod pcap;
 pub mod sys;
@@ -18,7 +19,7 @@ mod testnet;
 pub mod vnet;
 
 use netbatch_engine::{BufCache, PktList, Pool};
-use netbatch_stack::offload::Features;
+use netbatch_packet::offload::Features;
 
 /// What a port may use.
 pub struct PortCx<'a> {
@@ -48,6 +49,12 @@ pub struct PortStats {
     pub tx_bytes: u64,
     /// Frames the port refused (left in the caller's list).
     pub tx_refused: u64,
+    /// Frames not sent because the link was down (given while it was down, or taken
+    /// back from the transmit ring when it went down).
+    pub tx_link_down: u64,
+    /// Frames handed to the kernel that it dropped (its `tx_dropped`, booked by the
+    /// queues that sent; not in `tx_packets`).
+    pub tx_kernel_dropped: u64,
 }
 
 /// Frames a port received and dropped itself (see [`Port::take_rx_drops`]).
@@ -63,6 +70,29 @@ impl RxDrops {
     /// Frames in all.
     pub fn total(&self) -> u64 {
         self.no_buffer + self.too_long
+    }
+}
+
+/// Frames a port did not put on the wire, by why, since the last
+/// [`Port::tx_drops`] (wire packets).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxDrops {
+    /// Given to `tx` while the link was down: freed, never counted as transmitted.
+    pub link_down: u64,
+    /// Counted as transmitted when handed to the kernel, then taken back unsent when
+    /// the link went down (the caller moves them from transmitted to dropped,
+    /// `link_down`).
+    pub flushed: u64,
+    /// Counted as transmitted when handed to the kernel, which then dropped them (its
+    /// `tx_dropped`; the caller moves them from transmitted to dropped,
+    /// `kernel_tx_dropped`).
+    pub kernel: u64,
+}
+
+impl TxDrops {
+    /// Whether there is anything to count.
+    pub fn any(&self) -> bool {
+        self.link_down + self.flushed + self.kernel > 0
     }
 }
 
@@ -96,6 +126,19 @@ pub trait Port: Send {
     /// away from a port, so this stays 0 unless a frame slips past it.
     fn take_unsendable(&mut self) -> u64 {
         0
+    }
+
+    /// Once per round: follows the link (a queue whose link went down takes back what
+    /// waits in its transmit ring, so that nothing leaves late), books the kernel's
+    /// transmit drops, and reports what was not sent since the last call.
+    fn tx_drops(&mut self, _cx: &mut PortCx<'_>) -> TxDrops {
+        TxDrops::default()
+    }
+
+    /// The link state of the port's interface, for whoever follows the kernel's link
+    /// events (`None`: the port has no kernel link to follow).
+    fn link(&self) -> Option<std::sync::Arc<link::Link>> {
+        None
     }
 
     /// Counters.
@@ -223,7 +266,7 @@ pub fn frame_bytes(pool: &Pool, p: &netbatch_engine::Pkt) -> Vec<u8> {
 /// over the L4 bytes up to the IP length (IPv4 total length, IPv6 40 + payload length;
 /// link-layer padding excluded; RFC 1071).
 pub(crate) fn complete_partial(m: &netbatch_engine::Meta, frame: &mut [u8]) {
-    let Some((l4, field)) = netbatch_stack::offload::partial_checksum(m) else {
+    let Some((l4, field)) = netbatch_packet::offload::partial_checksum(m) else {
         return;
     };
     let l3 = usize::from(m.l3.wrapping_sub(m.data));

@@ -12,8 +12,8 @@
 use std::collections::VecDeque;
 
 use netbatch_engine::PktList;
-use netbatch_stack::meta::gso;
-use netbatch_stack::offload::Features;
+use netbatch_packet::meta::gso;
+use netbatch_packet::offload::Features;
 
 use crate::{Carries, Port, PortCx, PortStats, RxDrops, frame_bytes};
 
@@ -133,10 +133,10 @@ impl Port for MemPort {
             v.meta.in_port = self.index;
             if self.features.rx_checksum {
                 // Located once: the stages read the record this leaves.
-                netbatch_stack::dissect::frame(&mut v);
-                let r = netbatch_stack::dissect::Dissected::load(v.meta);
+                netbatch_packet::dissect::frame(&mut v);
+                let r = netbatch_packet::dissect::Dissected::load(v.meta);
                 if l4_checksum_ok(&r, v.data()) {
-                    v.meta.flags |= netbatch_stack::meta::flag::L4_CSUM_OK;
+                    v.meta.flags |= netbatch_packet::meta::flag::L4_CSUM_OK;
                 }
             }
 
@@ -193,8 +193,8 @@ impl Port for MemPort {
 
 /// Whether `frame`, dissected as `r`, is Ethernet (VLAN tags allowed) / IPv4 or IPv6 / TCP or
 /// UDP with a valid L4 checksum: what a NIC with receive checksum offload reports.
-fn l4_checksum_ok(r: &netbatch_stack::dissect::Dissected, frame: &[u8]) -> bool {
-    use netbatch_stack::dissect::{L3, L4};
+fn l4_checksum_ok(r: &netbatch_packet::dissect::Dissected, frame: &[u8]) -> bool {
+    use netbatch_packet::dissect::{L3, L4};
     use netbatch_wire::checksum;
     let Some(kind @ (L4::Tcp | L4::Udp)) = r.l4_kind() else {
         return false;
@@ -229,8 +229,8 @@ fn l4_checksum_ok(r: &netbatch_stack::dissect::Dissected, frame: &[u8]) -> bool 
 /// fragment) within the frame, and a UDP checksum that is not zero (over IPv6 a zero one
 /// is no checksum to validate either).
 fn l4_checksum6_ok(
-    r: &netbatch_stack::dissect::Dissected,
-    kind: netbatch_stack::dissect::L4,
+    r: &netbatch_packet::dissect::Dissected,
+    kind: netbatch_packet::dissect::L4,
     frame: &[u8],
 ) -> bool {
     use netbatch_wire::checksum;
@@ -240,11 +240,11 @@ fn l4_checksum6_ok(
     };
     let end = netbatch_wire::ipv6::HEADER_LEN + usize::from(p.payload_len());
     let at = usize::from(r.l4 - r.l3);
-    if r.flags & netbatch_stack::meta::flag::FRAG6 != 0 || end > ip.len() || at > end {
+    if r.flags & netbatch_packet::meta::flag::FRAG6 != 0 || end > ip.len() || at > end {
         return false;
     }
     let l4 = &ip[at..end];
-    if kind == netbatch_stack::dissect::L4::Udp
+    if kind == netbatch_packet::dissect::L4::Udp
         && netbatch_wire::udp::UdpPacket::new_checked(l4).is_ok_and(|u| u.checksum() == 0)
     {
         return false;

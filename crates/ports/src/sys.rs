@@ -288,6 +288,39 @@ pub fn mac_of(name: &str) -> Option<[u8; 6]> {
     Some(mac)
 }
 
+/// The `IFF_*` flags of interface `name` (`IFF_UP`: administratively up; `IFF_RUNNING`:
+/// operationally up, carrier and all).
+pub fn flags_of(name: &str) -> Option<u32> {
+    let r = if_ioctl(name, libc::SIOCGIFFLAGS)?;
+    // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union.
+    let f = unsafe { r.ifr_ifru.ifru_flags };
+    Some(u32::from(f as u16))
+}
+
+/// Whether interface `name` has its carrier now (`ETHTOOL_GLINK`: the driver's own
+/// answer, at once; `IFF_RUNNING` follows it only when the kernel's link watch has run).
+/// `None` when the driver cannot say.
+pub fn carrier_of(name: &str) -> Option<bool> {
+    /// `ETHTOOL_GLINK`: get the link status.
+    const ETHTOOL_GLINK: u32 = 0x0000_000a;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let mut v = EthtoolValue {
+        cmd: ETHTOOL_GLINK,
+        data: 0,
+    };
+    let mut r = ifreq(name)?;
+    r.ifr_ifru.ifru_data = (&raw mut v).cast();
+    let s = socket(libc::AF_INET, libc::SOCK_DGRAM, 0).ok()?;
+    // SAFETY: SIOCETHTOOL reads the command from, and writes the answer to, the
+    // `ethtool_value` that `ifr_data` points at, which `v` is (live for the call).
+    let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCETHTOOL, &mut r) };
+    (rc == 0).then_some(v.data != 0)
+}
+
 /// The MTU of interface `name`.
 pub fn mtu_of(name: &str) -> Option<u32> {
     let r = if_ioctl(name, libc::SIOCGIFMTU)?;
@@ -377,6 +410,24 @@ pub fn wait_readable(fds: &[RawFd], timeout_ms: i32) -> bool {
     // SAFETY: `p` is a live array of `p.len()` pollfd structures the kernel may write.
     let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
     r > 0
+}
+
+/// Waits for the events each of `fds` asks for (`POLLIN`, `POLLOUT`) until one is ready
+/// or `timeout_ms` passes; the kernel fills each entry's `revents`. Returns how many
+/// entries have events (0 on timeout; a signal ends the wait early with 0 too).
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: `fds` is a live, writable array of `fds.len()` pollfd structures; the
+    // kernel reads `fd` and `events` and writes `revents` of each.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        let e = last();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(0)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(r as usize)
 }
 
 /// An eventfd: one thread sleeps in [`wait_readable`] on it (with its ports' receive

@@ -407,7 +407,7 @@ mod tests {
     use super::*;
     use crate::testnet::{is_root, serial};
     use netbatch_engine::{Pool, PoolConfig};
-    use netbatch_stack::meta::flag;
+    use netbatch_packet::meta::flag;
     use netbatch_wire::checksum;
     use std::process::Command;
     use std::time::{Duration, Instant};
@@ -443,7 +443,7 @@ mod tests {
             worker,
             rx_member: Some(worker),
             rx_members: 1,
-            features: netbatch_stack::offload::Features::default(),
+            features: netbatch_packet::offload::Features::default(),
             room: 1920,
         }
     }
@@ -526,7 +526,7 @@ mod tests {
                 let mut v = pool.get_mut(&mut p);
                 v.append(frame.len()).unwrap().copy_from_slice(&frame);
                 // Located as the stack leaves what it sends.
-                netbatch_stack::dissect::frame(&mut v);
+                netbatch_packet::dissect::frame(&mut v);
             }
             let mut l = vec![p];
             let mut cx = PortCx {

@@ -108,15 +108,30 @@ pub fn interfaces(
             error,
         };
         let id = netns_id(&ns).map_err(|e| io(&ns, e))?;
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
         let path = dir.join(format!("netns-{id}-{interface}"));
-        let mut f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io(&path, e))?;
+        let opened = std::fs::create_dir_all(dir).and_then(|()| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+        });
+        let mut f = match opened {
+            Ok(f) => f,
+            // A process that may not write where claims are kept is not root; opening the
+            // port will say which privilege it lacks. Should it have the capabilities
+            // anyway, it serves unclaimed, and says so.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                tracing::warn!(
+                    target: "netbatch::run",
+                    "port {port}: interface {interface} not claimed ({}: {e}): another datapath on it would not be refused",
+                    path.display()
+                );
+                continue;
+            }
+            Err(e) => return Err(io(&path, e)),
+        };
         match f.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {

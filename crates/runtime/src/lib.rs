@@ -11,6 +11,7 @@ pub mod datapath;
 pub mod latency;
 pub mod linux;
 pub mod metrics;
+pub mod notify;
 pub mod replay;
 pub mod rps;
 pub mod run;

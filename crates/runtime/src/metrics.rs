@@ -23,7 +23,9 @@
 //! | `host_<event>_total` | counter | worker | `host` |
 //! | `app_<counter>_total` | counter | app, worker | `apps[].counters` |
 //! | `neighbours`, `neighbours6` | gauge | worker | `neighbours`, `neighbours6` (the ARP and NDP tables) |
+//! | `routes`, `routes6` | gauge | worker | `routes`, `routes6` (the table the worker forwards by: every worker holds the same one once a change has reached it) |
 //! | `workers` | gauge | | number of per-worker documents |
+//! | `link_up`, `link_changes_total`, `link_kernel_tx_dropped_total` | gauge, counter | port | `links[]` (the link watch) |
 //! | [`TableGauge::name`] | gauge | | the caller's table sizes |
 //!
 //! Naming rule for the open-ended objects (a stage, a port, `worker`, `host`, an app's
@@ -236,6 +238,14 @@ const PORT_HELP: &[(&str, &str)] = &[
         "tx_refused",
         "Frames a port queue refused to transmit (left with the caller).",
     ),
+    (
+        "tx_link_down",
+        "Frames a port queue did not send because its link was down (given while down, or taken back from its transmit ring).",
+    ),
+    (
+        "tx_kernel_dropped",
+        "Frames a port queue handed to the kernel that the kernel dropped on transmit (the interface's tx_dropped; not in tx_packets).",
+    ),
 ];
 
 const SOFTNET_HELP: &[(&str, &str)] = &[
@@ -329,6 +339,9 @@ fn collect(out: &mut Families, stats: &Value, tables: &[TableGauge]) {
     if let Some(l) = stats.get("linux").and_then(Value::as_object) {
         linux(out, l);
     }
+    for l in objects(stats.get("links")) {
+        links(out, l);
+    }
     for t in tables {
         let name = sanitize(t.name);
         if !name.is_empty() {
@@ -374,6 +387,42 @@ fn linux(out: &mut Families, l: &Map<String, Value>) {
                 n,
             );
         }
+    }
+}
+
+/// A port's link (the link watch's `links` section): up as a gauge, its changes and
+/// the kernel's transmit drops as counters.
+fn links(out: &mut Families, l: &Map<String, Value>) {
+    let Some(port) = l.get("port").and_then(Value::as_str) else {
+        return;
+    };
+    let labels = || vec![("port", port.to_string())];
+    if let Some(up) = l.get("up").and_then(Value::as_bool) {
+        out.add(
+            "link_up",
+            "Whether a port's link is up (administratively and operationally: carrier), as the kernel's link events say.",
+            Kind::Gauge,
+            labels(),
+            u64::from(up),
+        );
+    }
+    if let Some(n) = l.get("changes").and_then(Value::as_u64) {
+        out.add(
+            "link_changes",
+            "Changes of a port's link state (down or up) since the start.",
+            Kind::Counter,
+            labels(),
+            n,
+        );
+    }
+    if let Some(n) = l.get("kernel_tx_dropped").and_then(Value::as_u64) {
+        out.add(
+            "link_kernel_tx_dropped",
+            "Transmit drops the kernel counted on a port's interface since the start (its tx_dropped, as ip -s link shows).",
+            Kind::Counter,
+            labels(),
+            n,
+        );
     }
 }
 
@@ -448,6 +497,14 @@ fn worker(out: &mut Families, id: &str, w: &Map<String, Value>) {
         (
             "neighbours6",
             "Entries in a worker's IPv6 neighbour (NDP) table.",
+        ),
+        (
+            "routes",
+            "Routes in the table a worker forwards by, implied ones included.",
+        ),
+        (
+            "routes6",
+            "IPv6 routes in the table a worker forwards by, implied ones included.",
         ),
     ] {
         if let Some(n) = w.get(key).and_then(Value::as_u64) {
@@ -883,6 +940,8 @@ mod tests {
                     "host": {"arp_requests_out": 1, "icmp_errors_out": 2},
                     "neighbours": 5,
                     "neighbours6": 3,
+                    "routes": 4,
+                    "routes6": 7,
                     "apps": [{"name": "udp-sink", "counters": {"datagrams": 7}}],
                     "worker": {"rounds": 100, "processed": 12, "time_squeeze": 1}
                 },
@@ -891,6 +950,7 @@ mod tests {
                     "dropped_packets": 0, "held_packets": 0, "originated_packets": 0,
                     "drops": {}, "drop_reasons": [],
                     "stages": [], "ports": [], "host": {}, "neighbours": 0, "neighbours6": 0,
+                    "routes": 4, "routes6": 7,
                     "apps": [
                         {"name": "udp-echo", "counters": {"echoed": 2}},
                         {"name": "udp-echo", "counters": {"echoed": 3}}
@@ -910,11 +970,7 @@ mod tests {
     /// (the count of samples equals the expectation's).
     #[test]
     fn encode_names_every_series_by_the_conventions() {
-        let tables = [
-            TableGauge::new("routes", "Routes in the routing table.", 4),
-            TableGauge::new("routes6", "IPv6 routes in the routing table.", 7),
-            TableGauge::new("sockets", "Bound UDP sockets.", 2),
-        ];
+        let tables = [TableGauge::new("sockets", "Bound UDP sockets.", 2)];
         let text = encode(&document(), &tables).unwrap();
         let e = parse(&text);
         assert!(e.eof_last, "OpenMetrics text ends with # EOF:\n{text}");
@@ -1081,8 +1137,10 @@ mod tests {
             ("netbatch_softnet_handed_off_total", w1.to_vec(), 6.0),
             ("netbatch_softnet_taken_over_total", w1.to_vec(), 7.0),
             ("netbatch_softnet_future_field_total", w1.to_vec(), 11.0),
-            ("netbatch_routes", vec![], 4.0),
-            ("netbatch_routes6", vec![], 7.0),
+            ("netbatch_routes", w0.to_vec(), 4.0),
+            ("netbatch_routes6", w0.to_vec(), 7.0),
+            ("netbatch_routes", w1.to_vec(), 4.0),
+            ("netbatch_routes6", w1.to_vec(), 7.0),
             ("netbatch_sockets", vec![], 2.0),
         ];
         for (name, labels, value) in &expect {
@@ -1113,7 +1171,10 @@ mod tests {
         assert_eq!(e.types["netbatch_softnet_backlog_len"], "gauge");
         assert_eq!(e.types["netbatch_port_link"], "gauge");
         assert!(e.help["netbatch_stage_cycles"].contains("TSC cycles"));
-        assert_eq!(e.help["netbatch_routes"], "Routes in the routing table.");
+        assert_eq!(
+            e.help["netbatch_routes"],
+            "Routes in the table a worker forwards by, implied ones included."
+        );
     }
 
     /// A document without the expected shape gives the workers gauge at 0 and the

@@ -245,6 +245,7 @@ pub fn stats(w: &Worker) -> Value {
                 "name": name,
                 "rx_packets": p.rx_packets, "rx_bytes": p.rx_bytes, "rx_nobuf": p.rx_nobuf, "rx_dropped": p.rx_dropped,
                 "tx_packets": p.tx_packets, "tx_bytes": p.tx_bytes, "tx_refused": p.tx_refused,
+                "tx_link_down": p.tx_link_down, "tx_kernel_dropped": p.tx_kernel_dropped,
             });
             // How the queue works, in the backend's words (AF_XDP: zero-copy or copy mode).
             let mode = port.describe();
@@ -274,6 +275,8 @@ pub fn stats(w: &Worker) -> Value {
         "host": w.host.stats.named().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<Map<_, _>>(),
         "neighbours": w.host.neigh.len(),
         "neighbours6": w.host.neigh6.len(),
+        "routes": w.host.routes.len(),
+        "routes6": w.host.routes6.len(),
         "apps": apps,
         "worker": softnet(w),
     })

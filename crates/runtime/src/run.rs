@@ -82,7 +82,7 @@ pub struct Started {
     pub rx_workers: Vec<u16>,
     /// Offloads in use (ethtool names).
     pub features: Vec<&'static str>,
-    /// How each worker's queue works (the backend's own words).
+    /// How each worker's queue works (`worker N: ` and the backend's own words).
     pub queues: Vec<String>,
 }
 
@@ -182,11 +182,28 @@ pub fn run(
             features: p.setup.features.names_on(),
             queues: q
                 .iter()
-                .map(|q| q.describe())
-                .filter(|d| !d.is_empty())
+                .enumerate()
+                .map(|(w, q)| (w, q.describe()))
+                .filter(|(_, d)| !d.is_empty())
+                .map(|(w, d)| format!("worker {w}: {d}"))
                 .collect(),
         })
         .collect();
+    // The ports' links are followed from before the workers start (the first dump is
+    // the baseline of the kernel's transmit drop counters).
+    let links: Vec<_> = opened
+        .iter()
+        .filter_map(|q| q.first().and_then(|q| q.link()))
+        .collect();
+    let watch = if links.is_empty() {
+        None
+    } else {
+        Some(Arc::new(
+            crate::linux::links::LinkWatch::start(links).map_err(|e| {
+                RunError::Control(format!("following the ports' links (rtnetlink): {e}"))
+            })?,
+        ))
+    };
     let mut queues: Vec<std::vec::IntoIter<Box<dyn Port>>> =
         opened.into_iter().map(Vec::into_iter).collect();
     // `build::datapath` asks for the queues worker by worker, port by port, in order.
@@ -211,6 +228,12 @@ pub fn run(
         routes,
         routes6,
     ));
+    if let Some(w) = &watch {
+        let w = Arc::downgrade(w);
+        control.set_links(Arc::new(move || {
+            w.upgrade().map_or(Value::Null, |w| w.stats())
+        }));
+    }
     let served = match serve(cfg, opts, &control) {
         Ok(s) => s,
         Err(e) => {
@@ -251,7 +274,11 @@ pub fn run(
     for w in &mut workers {
         w.shutdown();
     }
-    let stats = report(&workers);
+    let mut stats = report(&workers);
+    if let Some(w) = &watch {
+        stats["links"] = w.stats();
+    }
+    drop(watch);
     let total = pool.config().buffers as usize;
     drop(workers);
     if !faults.is_empty() {

@@ -20,7 +20,11 @@
 //! 4. timers run (neighbour retries and failures), at most every millisecond;
 //! 5. packets injected by 3 and 4 run through the graph;
 //! 6. transmit queues are flushed to the ports; frames a port cannot take are dropped
-//!    and counted (`tx_ring_full`; `frame_too_long` for frames beyond what it carries).
+//!    and counted (`tx_ring_full`; `frame_too_long` for frames beyond what it carries;
+//!    `link_down` while its link is down); then every port reports what its link or the
+//!    kernel kept from the wire since the last round (`link_down` for frames taken back
+//!    from a transmit ring when the link went down, `kernel_tx_dropped` for the kernel's
+//!    own transmit drops), which move from transmitted to dropped.
 
 use netbatch_engine::{
     Accounting, BufCache, Cx, DropCounters, Graph, GraphError, LIST_MAX, Mode, NodeId,
@@ -199,6 +203,8 @@ impl Worker {
                     DropCounters::declared(&[
                         netbatch_engine::reason::FRAME_TOO_LONG,
                         netbatch_engine::reason::TX_RING_FULL,
+                        netbatch_engine::reason::LINK_DOWN,
+                        netbatch_engine::reason::KERNEL_TX_DROPPED,
                     ]),
                 ),
                 ("rps", DropCounters::default()),
@@ -626,6 +632,26 @@ impl Worker {
                     .add(netbatch_engine::reason::TX_RING_FULL, left);
                 self.cache.free_all(q);
             }
+        }
+        // Every port, sent to this round or not: what the link or the kernel kept from
+        // the wire (no system call: the ports read their shared link state).
+        for port in &mut self.ports {
+            let d = port.tx_drops(&mut PortCx {
+                pool: &self.pool,
+                cache: &mut self.cache,
+                now_ns,
+            });
+            if !d.any() {
+                continue;
+            }
+            // Taken back or dropped by the kernel: counted as transmitted when handed
+            // over, now dropped instead.
+            let undone = d.flushed + d.kernel;
+            self.acct.tx -= undone.min(self.acct.tx);
+            self.acct.dropped += d.link_down + undone;
+            let c = &mut self.outside[PORT_TX].1;
+            c.add(netbatch_engine::reason::LINK_DOWN, d.link_down + d.flushed);
+            c.add(netbatch_engine::reason::KERNEL_TX_DROPPED, d.kernel);
         }
     }
 

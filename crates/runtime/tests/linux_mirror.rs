@@ -124,7 +124,7 @@ impl Running {
             format!("{FILE}\n[linux]\nnamespace = \"{}\"\n{linux}", ns.0),
         )
         .expect("config");
-        let cfg = Config::load_for_run(&path).expect("valid");
+        let cfg = Config::load_on_this_machine(&path).expect("valid");
         let linux_cfg = cfg.linux.clone().expect("[linux] given");
         assert_eq!(linux_cfg.table, 254, "main table by default");
         let pool = Pool::new(cfg.pool).expect("pool");

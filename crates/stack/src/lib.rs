@@ -16,11 +16,15 @@
 //! in pipeline order and the graph is assembled from them.
 #![forbid(unsafe_code)]
 
+// What ports and the stack agree a packet is (its metadata's meaning, the dissector, device
+// offloads) lives in `netbatch-packet`, which ports depend on instead of the stack; the
+// stack's modules name it as their own.
+pub use netbatch_packet::{dissect, meta, offload};
+
 pub mod arp;
 pub mod assemble;
 pub mod cls;
 pub mod declare;
-pub mod dissect;
 pub mod fib;
 pub mod fib6;
 pub mod filter;
@@ -34,10 +38,8 @@ pub mod iface;
 pub mod ip4;
 pub mod ip6;
 pub mod l2;
-pub mod meta;
 pub mod nd;
 pub mod neigh;
-pub mod offload;
 pub mod prefix;
 pub mod ratelimit;
 pub mod route;

@@ -914,7 +914,7 @@ fn arp_text(s: &mut String, g: &Glimpse<'_>) {
 }
 
 /// Nanoseconds since the Unix epoch as an RFC 3339 UTC time.
-fn utc(ns: u64) -> String {
+pub fn utc(ns: u64) -> String {
     let secs = ns / 1_000_000_000;
     let (y, m, d) = civil_date((secs / 86_400) as i64);
     let day = secs % 86_400;

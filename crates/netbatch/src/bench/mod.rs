@@ -17,6 +17,7 @@ mod forward6;
 mod gro;
 mod plot;
 mod scenarios;
+mod seeds;
 mod smol;
 mod summary;
 mod team;
@@ -63,8 +64,9 @@ cost (the null row), as a NIC's DMA and driver loop are part of the kernel's fig
                        generated IPv6 prefixes (mostly /48, many /32-/44, some /56-/64),
                        one variant per --fib6 size, forwarded to four next hops
   udp6-local-1b        udp-local-1b over IPv6: four 1-byte streams to four sockets on [::]
-  udp6-forward-1460    udp-forward-1460 over IPv6, each --gro mode (the GRO stage does
-                       not merge IPv6 yet: standard and fraglist forward unmerged)
+  udp6-forward-1460    udp-forward-1460 over IPv6, each --gro mode: IPv6 GRO merges
+                       as IPv4's does (standard: payloads merged; fraglist: frames
+                       chained), GSO splits again at the output port
 
 Variants: each scenario runs in each --modes (packet: one packet at a time through every
 stage; list: a list at a time) and --dispatch (runs: a stage's output cut into runs with
@@ -86,8 +88,18 @@ the min-max column after it gives its lowest and highest value in any repetition
                        units, not core cycles
   list/packet          list-mode Mpps / per-packet Mpps of the same variant otherwise
                        (ratio of the medians)
-Lines under the table give more ratios of medians (GRO mode / off, N workers / 1,
-udp-local-1b / smoltcp-udp-1b) and the rps counters.
+Under the table, the headline: udp-local-1b's list/packet ratio, the seeds' experiment
+(1-byte UDP to local sockets, one core), beside the kernel series' own figure (5.07 ->
+6.44 Mpps = 1.27x); then the other scenarios that repeat a seed's experiment beside its
+figure, more ratios of medians (GRO mode / off, N workers / 1, udp-local-1b /
+smoltcp-udp-1b) and the rps counters.
+
+A run is flagged NOISY (a warning under the results, \"noisy\" in the JSON) when a
+variant's repetitions spread more than 1.15x (fastest/slowest), or a variant that does
+strictly more work ran faster than the one it adds to (udp-local-1b-nf1 or -flower
+faster than udp-local-1b; anything faster than null). Its figures are then not to be
+trusted: rerun when the machine is quiet, or compare instructions per packet
+(scripts/instructions), which noise does not move.
 
 --json FILE: every figure (medians as mpps, ns_per_packet, cycles_per_packet, each with
 _min and _max; cycles are TSC ticks), each repetition's Mpps, per-stage counters.
@@ -373,6 +385,13 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
             "tx_offload": common.tx_offload,
             "rate_mpps": args.rate,
             "repeat": args.repeat,
+            "headline": {
+                "scenario": seeds::HEADLINE,
+                "what": "list-mode Mpps over per-packet Mpps of the seeds' experiment (1-byte UDP to local sockets, one core)",
+                "seed_ratio": seeds::list_seed(seeds::HEADLINE).map(seeds::Seed::ratio),
+                "seed": seeds::list_seed(seeds::HEADLINE).map(|x| x.what),
+            },
+            "noisy": seeds::noise(&summaries),
             "results": results,
             "failures": failures,
         });
@@ -579,9 +598,12 @@ fn summary_table(rows: &[Summary], tsc_hz: f64) -> String {
     s
 }
 
-/// The results table, then ratios between variants and the rps counters.
+/// The results table, the headline (the seeds' experiment beside the seed's figure),
+/// ratios between variants and the rps counters, and a warning when the run was noisy.
 fn table(entries: &[Entry], rows: &[Summary], tsc_hz: f64) -> String {
     let mut s = summary_table(rows, tsc_hz);
+    s.push_str(&seeds::headline(rows));
+    s.push('\n');
     let mpps = |i: usize| rows[i].mpps.median;
     // GRO against no GRO, same scenario, mode and dispatch (the fraglist seed's ratios).
     for (i, e) in entries
@@ -708,6 +730,7 @@ fn table(entries: &[Entry], rows: &[Summary], tsc_hz: f64) -> String {
             );
         }
     }
+    s.push_str(&seeds::warning(&seeds::noise(rows)));
     s
 }
 

@@ -6,7 +6,9 @@
 //! repetition, and the median is written at its end; colour tells the batch mode. The
 //! lower panel has one bar per list variant that has a per-packet twin: the ratio of the
 //! medians (written at its end, as `3.37×`), its whisker the ratio's spread as
-//! [`list_packet_ratios`] defines it, and a line at 1 (no gain). Variants are never
+//! [`list_packet_ratios`] defines it, and a line at 1 (no gain); a scenario that repeats
+//! a seed's experiment has the seed's ratio marked across its bar in red ("seed 1.27×":
+//! the kernel series' figure, `seeds`). Variants are never
 //! dropped from the picture; a number that is not finite (a ratio over a zero rate) is
 //! drawn without its bar or whisker.
 //!
@@ -90,6 +92,7 @@ const PACKET: RGBColor = RGBColor(230, 126, 34);
 const LIST: RGBColor = RGBColor(41, 128, 185);
 const NO_MODE: RGBColor = RGBColor(127, 140, 141);
 const RATIO: RGBColor = RGBColor(39, 174, 96);
+const SEED: RGBColor = RGBColor(192, 57, 43);
 const BAND: RGBColor = RGBColor(242, 244, 246);
 const GRID: RGBColor = RGBColor(215, 219, 221);
 
@@ -111,6 +114,8 @@ struct Bar {
     max: f64,
     colour: RGBColor,
     text: String,
+    /// The seed's figure for this bar, marked with a line (the seeds' experiments only).
+    seed: Option<f64>,
 }
 
 /// Draws `rows` (and their list/packet ratios) to `path`, in the format its extension
@@ -229,6 +234,7 @@ fn draw<DB: DrawingBackend>(
             max: r.mpps.max,
             colour: mode_colour(r.v.mode),
             text: format!("{:.2}", r.mpps.median),
+            seed: None,
         })
         .collect();
     let runs = rows.iter().map(|r| r.runs).max().unwrap_or(0);
@@ -253,6 +259,7 @@ fn draw<DB: DrawingBackend>(
                     max: r.spread.max,
                     colour: RATIO,
                     text: format!("{:.2}×", r.spread.median),
+                    seed: super::seeds::list_seed(&l.v.scenario).map(super::seeds::Seed::ratio),
                 }
             })
             .collect();
@@ -260,7 +267,8 @@ fn draw<DB: DrawingBackend>(
             root,
             &lower,
             "List mode / per-packet mode throughput: ratio of medians, \
-             whiskers from (slowest list / fastest packet) to (fastest list / slowest packet)",
+             whiskers from (slowest list / fastest packet) to (fastest list / slowest packet); \
+             red: the seed's ratio (Linux)",
             "list / packet (×)",
             &bars,
             Some(1.0),
@@ -297,6 +305,7 @@ fn panel<DB: DrawingBackend>(
     let top = bars
         .iter()
         .filter_map(|b| finite(b.max.max(b.median)))
+        .chain(bars.iter().filter_map(|b| b.seed))
         .chain(reference)
         .fold(0.0f64, f64::max);
     // Room right of the longest whisker for its number.
@@ -380,6 +389,24 @@ fn panel<DB: DrawingBackend>(
             root.draw_text(&b.text, &value_style, (at.0 + 8, at.1))
                 .map_err(err)?;
         }
+        if let Some(seed) = b.seed {
+            // The seed's ratio: a red line across the row, named at its top.
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(seed, y - 0.5), (seed, y + 0.5)],
+                    SEED.stroke_width(3),
+                )))
+                .map_err(err)?;
+            let at = chart.backend_coord(&(seed, y + 0.5));
+            root.draw_text(
+                &format!("seed {seed:.2}×"),
+                &TextStyle::from((FONT, 12).into_font())
+                    .color(&SEED)
+                    .pos(Pos::new(HPos::Left, VPos::Top)),
+                (at.0 + 4, at.1 + 1),
+            )
+            .map_err(err)?;
+        }
         let at = chart.backend_coord(&(0.0, y));
         root.draw_text(&b.label, &label_style, (at.0 - 10, at.1))
             .map_err(err)?;
@@ -448,6 +475,8 @@ mod tests {
             assert!(svg.contains(s), "{s} missing");
         }
         assert!(svg.contains("4.00×"), "udp-local-1b's ratio");
+        // The seed's ratio, 6.44 / 5.07, marked on udp-local-1b's bar (and on no other).
+        assert_eq!(svg.matches("seed 1.27×").count(), 1, "the seed's mark");
         assert!(svg.contains("1.50×"), "null's ratio");
         assert!(
             svg.contains("\n20.00\n"),

@@ -103,8 +103,9 @@ use std::sync::Arc;
 
 use netbatch_engine::{BufCache, Layout, Meta, Pkt, PktList, Pool};
 
+use crate::link::Link;
 use crate::sys::{self, Interface, PortError};
-use crate::{Carries, Port, PortCx, PortStats, QueueSpec};
+use crate::{Carries, Port, PortCx, PortStats, QueueSpec, TxDrops};
 
 use ring::{Geometry, OpenError, Socket, UmemArea};
 
@@ -306,10 +307,21 @@ pub fn open_queues(specs: &[QueueSpec], pool: &Pool) -> Result<Vec<AfXdpQueue>, 
     // Everything is bound and attached: only now are buffers lent (nothing above can
     // fail with buffers out).
     let mut cache = pool.cache();
+    let link = Arc::new(Link::new(port, &iface.name, iface.index));
     let queues = specs
         .iter()
         .zip(socks)
-        .map(|(s, b)| AfXdpQueue::new(s, iface.clone(), b, pool, xdp.clone(), &mut cache))
+        .map(|(s, b)| {
+            AfXdpQueue::new(
+                s,
+                iface.clone(),
+                b,
+                pool,
+                xdp.clone(),
+                link.clone(),
+                &mut cache,
+            )
+        })
         .collect();
     cache.flush();
     Ok(queues)
@@ -539,6 +551,17 @@ pub struct AfXdpQueue {
     health: sys::Health,
     /// The port's XDP attachment (absent when no queue of the port receives).
     xdp: Option<Arc<bpf::Attachment>>,
+    /// The interface's link state, shared by the port's queues.
+    link: Arc<Link>,
+    /// The link's change count when this queue last looked.
+    link_seen: u64,
+    /// A transmit found the interface down (`ENETDOWN`): what waits in the TX ring is
+    /// taken back at the next [`Port::tx_drops`].
+    netdown: bool,
+    /// Not yet reported to the caller: frames given while the link was down, and frames
+    /// taken back from the TX ring.
+    link_down: u64,
+    flushed: u64,
 }
 
 impl AfXdpQueue {
@@ -548,6 +571,7 @@ impl AfXdpQueue {
         b: Bound,
         pool: &Pool,
         xdp: Option<Arc<bpf::Attachment>>,
+        link: Arc<Link>,
         cache: &mut BufCache,
     ) -> Self {
         let health = sys::Health::new(&s.name, &iface.name, iface.index);
@@ -580,6 +604,11 @@ impl AfXdpQueue {
             kicks: (0, 0),
             health,
             xdp,
+            link_seen: link.changes(),
+            link,
+            netdown: false,
+            link_down: 0,
+            flushed: 0,
         };
         q.refill(cache, 0);
         q.kick_fill();
@@ -771,6 +800,12 @@ impl AfXdpQueue {
                     // retry on the next call.
                     Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS)
                     | Some(libc::EINTR) => {}
+                    // The interface is down: what waits in the ring is taken back at the
+                    // round's end (it must not leave when the link returns).
+                    Some(libc::ENETDOWN) => {
+                        self.netdown = true;
+                        return;
+                    }
                     _ => {
                         self.check_error("transmit (sendto)", &e);
                         return;
@@ -786,6 +821,30 @@ impl AfXdpQueue {
             }
             pending = now;
         }
+    }
+
+    /// Takes back what waits unsent in the TX ring (the link went down: those frames
+    /// must not leave when it returns, perhaps seconds later): each pending descriptor
+    /// keeps its address and is given a length the kernel refuses (longer than a chunk),
+    /// so the kernel, when it next looks, sends none of them; it hands their addresses
+    /// back on the completion ring as any other (Linux 6.18 does; a kernel that did not
+    /// would leave those buffers lent until the queue closes), where they are reaped.
+    /// Returns the frames taken back. Copy mode only: there the kernel reads the TX ring
+    /// only inside this queue's own `sendto`; a zero-copy driver reads it on its own, so
+    /// its frames are left to the driver.
+    fn take_back_pending(&mut self, cache: &mut BufCache) -> u64 {
+        self.reap_completions(cache);
+        if self.zero_copy || self.sock.tx.pending() == 0 {
+            return 0;
+        }
+        // SAFETY: copy mode (checked above): the kernel consumes the TX ring only in this
+        // queue's own `sendto`, and none is in progress during this call.
+        let back = unsafe {
+            self.sock
+                .tx
+                .rewrite_pending(|d| libc::xdp_desc { len: u32::MAX, ..d })
+        };
+        u64::from(back)
     }
 
     /// Whether a packet can be sent here at all (else it is dropped, `frame_too_long`).
@@ -962,6 +1021,18 @@ impl Port for AfXdpQueue {
             self.stats.tx_refused += pkts.len() as u64;
             return 0;
         }
+        if !self.link.up() {
+            // Nothing is handed to a kernel that would hold it in the ring (interface
+            // down) or drop it unseen (no carrier).
+            let w: u64 = pkts
+                .iter()
+                .map(|p| self.lent.pool.get(p).meta.wire_packets())
+                .sum();
+            self.link_down += w;
+            self.stats.tx_link_down += w;
+            cx.cache.free_all(pkts);
+            return 0;
+        }
         self.reap_completions(cx.cache);
         let want = u32::try_from(pkts.len()).unwrap_or(u32::MAX);
         let slots = self.sock.tx.free(want).min(want) as usize;
@@ -1022,6 +1093,34 @@ impl Port for AfXdpQueue {
 
     fn take_unsendable(&mut self) -> u64 {
         core::mem::take(&mut self.unsendable)
+    }
+
+    fn tx_drops(&mut self, cx: &mut PortCx<'_>) -> TxDrops {
+        let changes = self.link.changes();
+        if (changes != self.link_seen || self.netdown) && !self.health.failed() {
+            // The link changed since the last look (went down, perhaps up again): what
+            // the ring still holds was handed over before, and leaves never.
+            self.link_seen = changes;
+            self.netdown = false;
+            let back = self.take_back_pending(cx.cache);
+            self.flushed += back;
+            self.stats.tx_link_down += back;
+            self.stats.tx_packets -= back.min(self.stats.tx_packets);
+        }
+        // The kernel's own drops of what it took (no carrier, a full peer), booked by
+        // the queues that sent, none more than it sent.
+        let kernel = self.link.take_tx_dropped(self.stats.tx_packets);
+        self.stats.tx_packets -= kernel;
+        self.stats.tx_kernel_dropped += kernel;
+        TxDrops {
+            link_down: core::mem::take(&mut self.link_down),
+            flushed: core::mem::take(&mut self.flushed),
+            kernel,
+        }
+    }
+
+    fn link(&self) -> Option<Arc<Link>> {
+        Some(self.link.clone())
     }
 
     fn stats(&self) -> PortStats {

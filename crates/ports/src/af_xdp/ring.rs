@@ -191,6 +191,28 @@ impl<T: Copy> ProdRing<T> {
         self.prod.wrapping_sub(self.cons)
     }
 
+    /// Overwrites each entry published and not yet consumed with what `f` makes of it;
+    /// returns how many there were.
+    ///
+    /// # Safety
+    /// The kernel must not be consuming this ring during the call: a copy-mode TX ring,
+    /// which the kernel consumes only inside the owner's own `sendto`.
+    pub(super) unsafe fn rewrite_pending(&mut self, mut f: impl FnMut(T) -> T) -> u32 {
+        self.cons = self.ring.word(self.ring.consumer).load(Ordering::Acquire);
+        let n = self.prod.wrapping_sub(self.cons);
+        for i in 0..n {
+            let slot = self.ring.slot(self.cons.wrapping_add(i));
+            // SAFETY: the slot is inside the mapping (masked index) and aligned (checked in
+            // `RingMap::map`); it lies between the kernel's consumer index and our producer
+            // index, published but not consumed, and the caller vouches that the kernel
+            // does not consume during this call.
+            unsafe { slot.write(f(slot.read())) };
+        }
+        // The rewritten entries are seen by the kernel's next look at the ring.
+        fence(Ordering::Release);
+        n
+    }
+
     /// Whether the kernel asks to be woken (`XDP_RING_NEED_WAKEUP`) to look at the ring.
     pub(super) fn needs_wakeup(&self) -> bool {
         // Order our producer store before the flag load: the kernel sets the flag, then

@@ -9,8 +9,8 @@ use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use netbatch_engine::{BufCache, Layout, Pkt, PktList, Pool, PoolConfig};
-use netbatch_stack::meta::flag;
-use netbatch_stack::offload::Features;
+use netbatch_packet::meta::flag;
+use netbatch_packet::offload::Features;
 
 use super::*;
 use crate::sys;
@@ -444,7 +444,7 @@ fn chained_partial_and_oversize_frames_are_sent_completed_or_dropped() {
     let mut v = t.pool.get_mut(&mut pp);
     v.meta.flags |= flag::L4_CSUM_PARTIAL;
     // Located as the stack leaves what it sends.
-    netbatch_stack::dissect::frame(&mut v);
+    netbatch_packet::dissect::frame(&mut v);
 
     // 3: longer than a UMEM frame (two buffers).
     let big = t.chain(&[&[1; 1500], &[2; 1000]]);
@@ -1061,4 +1061,109 @@ fn the_xdp_source_sends_frames_into_a_veth() {
         [1024, 1025, 1026, 1027],
         "four flows (64 draws miss none)"
     );
+}
+
+/// The peer's end goes down (this end loses its carrier, stays up): the kernel takes
+/// what the queue hands it and drops it (its `tx_dropped`); the queue books exactly that
+/// from the link's posted counter, so those frames are dropped (`kernel`), not counted
+/// as sent. Once the link state says down, frames are refused as `link_down` without a
+/// system call.
+#[test]
+fn frames_the_kernel_drops_without_carrier_are_not_counted_as_sent() {
+    let Some(mut t) = Bench::new("xk", 1) else {
+        return;
+    };
+    let mut qs = open_queues(&[spec(&t.v.a, 0, None, 0)], &t.pool).unwrap();
+    let link = qs[0].link().expect("a link");
+    link.post_tx_dropped(dev_stat(&t.v.a, "tx_dropped"));
+    ip(&format!("link set {} down", t.v.b));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while sys::flags_of(&t.v.a).is_some_and(|f| f & libc::IFF_RUNNING as u32 != 0)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The link watch has not said so yet (there is none here): the frames go to the
+    // kernel, which drops them for want of a carrier.
+    let frames = make_frames(32, |i| udp_frame(t.mb, t.ma, 2100, i, 0));
+    let (sent, left) = t.send(&mut qs[0], &frames);
+    assert_eq!((sent, left.len()), (32, 0));
+    t.reap(&mut qs[0], || true);
+    let dropped = dev_stat(&t.v.a, "tx_dropped");
+    link.post_tx_dropped(dropped);
+    let d = qs[0].tx_drops(&mut t.cx());
+    assert_eq!(
+        d,
+        TxDrops {
+            link_down: 0,
+            flushed: 0,
+            kernel: 32
+        }
+    );
+    assert_eq!(link.tx_dropped(), 32, "the interface's own counter");
+    let s = qs[0].stats();
+    assert_eq!((s.tx_packets, s.tx_kernel_dropped), (0, 32), "{s:?}");
+    // Now the state says down: nothing reaches the kernel, not even a system call.
+    assert!(link.set(true, false));
+    let kicks = qs[0].kicks();
+    let (sent, left) = t.send(&mut qs[0], &frames[..8]);
+    assert_eq!((sent, left.len()), (0, 0));
+    assert_eq!(
+        qs[0].kicks(),
+        kicks,
+        "no system call while the link is down"
+    );
+    let d = qs[0].tx_drops(&mut t.cx());
+    assert_eq!((d.link_down, d.kernel), (8, 0));
+    assert_eq!(
+        dev_stat(&t.v.a, "tx_dropped"),
+        dropped,
+        "the kernel saw none"
+    );
+    assert_eq!(qs[0].stats().tx_link_down, 8);
+    t.finish(qs);
+}
+
+/// This end goes down while frames wait in the TX ring (the kernel refuses to send,
+/// `ENETDOWN`, and keeps them): the queue takes them back at once, so when the link
+/// returns they never leave, late; what is sent after does, and every buffer is back.
+#[test]
+fn frames_waiting_when_the_link_goes_down_never_leave() {
+    let Some(mut t) = Bench::new("xd", 1) else {
+        return;
+    };
+    let mut qs = open_queues(&[spec(&t.v.a, 0, None, 0)], &t.pool).unwrap();
+    let raw = Raw::open(&t.v.b);
+    let free = t.free();
+    ip(&format!("link set {} down", t.v.a));
+    let stale = make_frames(32, |i| udp_frame(t.mb, t.ma, 2200, i, 0));
+    let (sent, left) = t.send(&mut qs[0], &stale);
+    assert_eq!((sent, left.len()), (32, 0), "handed to the ring");
+    assert_eq!(qs[0].lent().1, 32, "held by the kernel's ring");
+    let d = qs[0].tx_drops(&mut t.cx());
+    assert_eq!(d.flushed, 32, "{d:?}");
+    let s = qs[0].stats();
+    assert_eq!((s.tx_packets, s.tx_link_down), (0, 32), "{s:?}");
+    ip(&format!("link set {} up", t.v.a));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while sys::flags_of(&t.v.a).is_some_and(|f| f & libc::IFF_RUNNING as u32 == 0)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let fresh = make_frames(8, |i| udp_frame(t.mb, t.ma, 2300, i, 0));
+    let (sent, _) = t.send(&mut qs[0], &fresh);
+    assert_eq!(sent, 8);
+    let got = raw.collect(40, 1);
+    assert_eq!(
+        got.len(),
+        fresh.len(),
+        "only what was sent after the link returned"
+    );
+    assert_eq!(got, fresh);
+    // The refused descriptors come back on the completion ring with the others.
+    t.reap(&mut qs[0], || true);
+    assert_eq!(t.free(), free, "every buffer is free again");
+    assert_eq!(qs[0].stats().tx_packets, 8);
+    t.finish(qs);
 }

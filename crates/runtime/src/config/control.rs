@@ -2,7 +2,8 @@
 //!
 //! `[control]`: `socket` (a path; by default `/run/netbatch/<name>.sock`, `<name>` the
 //! configuration file's stem or `name`), `group` (a group whose members may use the
-//! socket besides its owner: mode 0660 instead of 0600), `enabled` (default true).
+//! socket besides its owner: mode 0660 instead of 0600), `enabled` (default true),
+//! `trace_keep` (traced packets `trace show` keeps, the last ones: default 100).
 //! `[metrics]`: `listen` (`address:port`) serves Prometheus text at `/metrics`; absent,
 //! nothing listens.
 
@@ -18,6 +19,7 @@ pub(super) struct ControlFile {
     name: Option<String>,
     socket: Option<String>,
     group: Option<String>,
+    trace_keep: Option<i64>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -39,7 +41,14 @@ pub struct ControlConfig {
     pub group: Option<(String, u32)>,
     /// Where Prometheus metrics are served.
     pub metrics: Option<SocketAddr>,
+    /// Traced packets `trace show` keeps (the last ones; older ones are let go).
+    pub trace_keep: usize,
 }
+
+/// Traced packets kept by default (each about 5 kB with its records).
+pub(crate) const TRACE_KEEP: usize = 100;
+/// Most traced packets that may be kept.
+pub(crate) const TRACE_KEEP_MAX: usize = 100_000;
 
 impl Default for ControlConfig {
     fn default() -> Self {
@@ -49,6 +58,7 @@ impl Default for ControlConfig {
             socket: None,
             group: None,
             metrics: None,
+            trace_keep: TRACE_KEEP,
         }
     }
 }
@@ -159,6 +169,15 @@ pub(super) fn validate(c: &ControlFile, m: &MetricsFile, e: &mut Errs) -> Contro
         match group_id(g) {
             Ok(id) => out.group = Some((g.clone(), id)),
             Err(why) => e.add("control.group", why),
+        }
+    }
+    if let Some(k) = c.trace_keep {
+        match usize::try_from(k) {
+            Ok(n) if (1..=TRACE_KEEP_MAX).contains(&n) => out.trace_keep = n,
+            _ => e.add(
+                "control.trace_keep",
+                format!("{k} is not 1 to {TRACE_KEEP_MAX} (traced packets kept for trace show)"),
+            ),
         }
     }
     if let Some(l) = &m.listen {

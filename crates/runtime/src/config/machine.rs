@@ -62,6 +62,12 @@ pub(super) trait Machine {
     fn memory(&self) -> Option<u64>;
     /// Whether the named network namespace file `path` (`/run/netns/NAME`) is there.
     fn netns(&self, path: &Path) -> bool;
+    /// Other network namespaces that have an interface `name`: named ones
+    /// (`/run/netns/NAME`), and `None` for the initial namespace (PID 1's); empty when
+    /// none has, or when this process may not look (it needs `CAP_SYS_ADMIN`).
+    fn elsewhere(&self, _name: &str) -> Vec<Option<String>> {
+        Vec::new()
+    }
 }
 
 /// This machine, in the caller's network namespace.
@@ -105,6 +111,47 @@ impl Machine for Here {
         Path::new("/dev/net/tun").exists()
     }
 
+    fn elsewhere(&self, name: &str) -> Vec<Option<String>> {
+        use std::os::unix::fs::MetadataExt;
+        // A namespace is known by its file's device and inode (`ip netns identify`).
+        let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        let Some(here) = id(Path::new("/proc/thread-self/ns/net")) else {
+            return Vec::new();
+        };
+        let mut candidates: Vec<(Option<String>, std::path::PathBuf)> =
+            vec![(None, "/proc/1/ns/net".into())];
+        if let Ok(dir) = std::fs::read_dir(super::linux::NETNS_DIR) {
+            let mut named: Vec<_> = dir
+                .filter_map(Result::ok)
+                .map(|e| (Some(e.file_name().to_string_lossy().into_owned()), e.path()))
+                .collect();
+            named.sort();
+            candidates.extend(named);
+        }
+        let mut seen = vec![here];
+        let mut out = Vec::new();
+        for (label, path) in candidates {
+            let Some(ns) = id(&path) else { continue };
+            if seen.contains(&ns) {
+                continue;
+            }
+            seen.push(ns);
+            // Entering a namespace changes the calling thread only: a thread of its own
+            // looks and ends.
+            let name = name.to_string();
+            let found = std::thread::spawn(move || {
+                netbatch_ports::sys::enter_netns(&path).is_ok()
+                    && netbatch_ports::sys::ifindex(&name).is_some()
+            })
+            .join()
+            .unwrap_or(false);
+            if found {
+                out.push(label);
+            }
+        }
+        out
+    }
+
     fn memory(&self) -> Option<u64> {
         let text = std::fs::read_to_string("/proc/meminfo").ok()?;
         let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
@@ -128,12 +175,14 @@ pub(super) fn check(cfg: &Config, m: &dyn Machine) -> Vec<ConfigError> {
             (PortKind::AfPacket(_) | PortKind::AfXdp(_), None) => add(
                 format!("{key}.interface"),
                 format!(
-                    "no interface '{name}' on this machine (an {} port opens an existing one)",
+                    "no interface '{name}' on this machine (an {} port opens an existing \
+                     one){}",
                     if matches!(p.kind, PortKind::AfXdp(_)) {
                         "af_xdp"
                     } else {
                         "af_packet"
-                    }
+                    },
+                    elsewhere_hint(&m.elsewhere(name))
                 ),
             ),
             (PortKind::AfPacket(_) | PortKind::AfXdp(_), Some(s)) => {
@@ -245,6 +294,30 @@ pub(super) fn check(cfg: &Config, m: &dyn Machine) -> Vec<ConfigError> {
     out
 }
 
+/// Where else an interface of the name is, as the end of a sentence: netbatch opens
+/// interfaces in the network namespace it runs in.
+fn elsewhere_hint(found: &[Option<String>]) -> String {
+    let Some(first) = found.first() else {
+        return String::new();
+    };
+    let names: Vec<String> = found
+        .iter()
+        .map(|n| match n {
+            Some(n) => format!("namespace '{n}'"),
+            None => "the initial namespace".to_string(),
+        })
+        .collect();
+    let how = match first {
+        Some(n) => format!("`ip netns exec {n} netbatch ...`"),
+        None => "`nsenter --net=/proc/1/ns/net netbatch ...`".to_string(),
+    };
+    format!(
+        "; this process's network namespace has none, but {} has one: run netbatch \
+         there ({how})",
+        names.join(" and ")
+    )
+}
+
 /// Why an existing interface `name` cannot be a tap port's device for `workers`, if it
 /// cannot (`TUNSETIFF`'s checks in the kernel's `tun_set_iff`).
 fn tap_mismatch(name: &str, s: Seen, workers: usize) -> Option<String> {
@@ -329,6 +402,14 @@ mod tests {
         fn memory(&self) -> Option<u64> {
             self.memory
         }
+        /// `gone0` is in namespace `lab-r`.
+        fn elsewhere(&self, name: &str) -> Vec<Option<String>> {
+            if name == "gone0" {
+                vec![Some("lab-r".into())]
+            } else {
+                Vec::new()
+            }
+        }
     }
 
     fn veth(rx_queues: usize, mtu: u32) -> Seen {
@@ -375,6 +456,15 @@ mod tests {
         assert_eq!(got[0].0, "port[0].interface");
         assert!(got[0].1.contains("no interface 'gone0'"), "{got:?}");
         assert!(got[0].1.contains("af_packet"), "{got:?}");
+        // Found in another namespace: the message says which, and how to run there.
+        assert!(
+            got[0].1.ends_with(
+                "; this process's network namespace has none, but namespace 'lab-r' has \
+                 one: run netbatch there (`ip netns exec lab-r netbatch ...`)"
+            ),
+            "{got:?}"
+        );
+        assert!(!got[1].1.contains("namespace"), "{got:?}");
         assert_eq!(got[1].0, "port[1].interface");
         assert!(got[1].1.contains("af_xdp"), "{got:?}");
         m.tun = false;

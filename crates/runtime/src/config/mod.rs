@@ -1,8 +1,10 @@
 //! The configuration file (TOML): what `netbatch run`, `replay` and `check-config` read.
 //!
 //! Parsing is strict: an unknown key is an error (so a typo is never silently ignored),
-//! and every semantic problem is reported with the key it belongs to
-//! (`port[1].addresses[0]`), all of them at once. A configuration either validates
+//! and every problem is reported with the key it belongs to (`port[1].addresses[0]`),
+//! all of them at once: every unknown key with the nearest known key of its table
+//! ("did you mean `rx_workers`?"), every value of the wrong type (`shape`), and the
+//! sections' checks of the rest. A configuration either validates
 //! entirely or nothing starts. Each section validates its own keys, in a module of its
 //! own; this one runs them in turn and hands on what later sections need (the worker
 //! count, the pool size, the interface names and addresses the ports define, the
@@ -46,6 +48,7 @@ mod neighbour;
 mod pool;
 mod ports;
 mod routes;
+mod shape;
 
 use core::fmt;
 use std::path::Path;
@@ -63,6 +66,26 @@ pub use control::{ControlConfig, SOCKET_DIR, group_id};
 pub use linux::LinuxConfig;
 pub(crate) use ports::any_gro;
 pub use ports::{GenSpec, PortConfig, PortKind};
+
+/// What a configuration is checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// `netbatch run`: live ports on this machine.
+    Run,
+    /// `netbatch replay` (and the benchmark, the tests): any port kind; the ports are
+    /// in memory.
+    Replay,
+}
+
+impl Purpose {
+    /// The command it is for.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Run => "run",
+            Self::Replay => "replay",
+        }
+    }
+}
 
 /// One problem in a configuration: where, and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,9 +286,58 @@ impl Config {
         machine::check(self, &machine::Here)
     }
 
-    /// Reads and validates a configuration file, then checks this machine has what it
-    /// needs ([`Self::check_machine`]): what `netbatch run` starts from.
+    /// Everything that stops this (valid) configuration from serving `purpose`, with its
+    /// key: for [`Purpose::Run`], ports that are not live interfaces (`pcap`, `gen`) and,
+    /// when `machine`, what this machine lacks ([`Self::check_machine`]). `netbatch run`
+    /// ([`Self::load_for_run`]) and `netbatch check-config` both ask here, so that what
+    /// one accepts the other does too.
+    pub fn unfit_for(&self, purpose: Purpose, machine: bool) -> Vec<ConfigError> {
+        let mut out = Vec::new();
+        if purpose == Purpose::Run {
+            for (i, p) in self.ports.iter().enumerate() {
+                let (kind, cmd) = match p.kind {
+                    PortKind::Pcap => ("pcap", "replay"),
+                    PortKind::Gen(_) => ("gen", "bench"),
+                    _ => continue,
+                };
+                out.push(ConfigError {
+                    key: format!("port[{i}].kind"),
+                    reason: format!(
+                        "kind {kind} is not a live interface: `netbatch run` cannot serve \
+                         port '{}' (the file is for `netbatch {cmd}`; a live port is \
+                         af_packet, af_xdp or tap with `interface = \"NAME\"`)",
+                        p.setup.name
+                    ),
+                });
+            }
+            if machine {
+                out.extend(self.check_machine());
+            }
+        }
+        out
+    }
+
+    /// Reads and validates a configuration file, then checks that `netbatch run` can
+    /// serve it on this machine ([`Self::unfit_for`]): what `netbatch run` starts from.
     pub fn load_for_run(path: &Path) -> Result<Self, ConfigErrors> {
+        let cfg = Self::load(path)?;
+        let errors = cfg.unfit_for(Purpose::Run, true);
+        if errors.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigErrors {
+                file: path.display().to_string(),
+                errors,
+            })
+        }
+    }
+
+    /// Reads and validates a configuration file and checks this machine has what it
+    /// needs ([`Self::check_machine`]), without asking about the ports' kinds: what a
+    /// reload of a running datapath reads (a reload cannot change the ports, that needs a
+    /// restart and is refused, so they are those already serving), and what the tests'
+    /// datapaths over in-memory ports start from.
+    pub fn load_on_this_machine(path: &Path) -> Result<Self, ConfigErrors> {
         let cfg = Self::load(path)?;
         let errors = cfg.check_machine();
         if errors.is_empty() {
@@ -352,28 +424,26 @@ impl Config {
         ports::Names::of(&self.ports).into_names()
     }
 
-    /// Validates configuration text; route files are resolved relative to `dir`.
+    /// Validates configuration text; route files are resolved relative to `dir`. Every
+    /// error is reported at once: unknown keys (each with the nearest known key of its
+    /// table), values of the wrong type, then the sections' checks of what was left.
     pub fn parse(text: &str, dir: &Path, file: &str) -> Result<Self, ConfigErrors> {
-        let raw: File = toml::from_str(text).map_err(|e| ConfigErrors {
-            file: file.into(),
-            errors: vec![ConfigError {
-                key: file.into(),
-                reason: e.to_string().trim_end().replace('\n', "\n    "),
-            }],
-        })?;
-        let mut e = Errs::default();
-        let cfg = validate(&raw, dir, &mut e);
-        if e.0.is_empty() {
-            // `validate` only returns None when it recorded an error.
-            cfg.ok_or_else(|| ConfigErrors {
+        let read = shape::read::<File>(text);
+        let mut errors = read.errors.clone();
+        let cfg = read.value.as_ref().and_then(|raw| {
+            let mut e = Errs::default();
+            let cfg = validate(raw, dir, &mut e);
+            // A value removed for its type took its default: errors about it are not
+            // about the file.
+            errors.extend(e.0.into_iter().filter(|x| !read.covers(&x.key)));
+            cfg
+        });
+        match cfg {
+            Some(c) if errors.is_empty() => Ok(c),
+            _ => Err(ConfigErrors {
                 file: file.into(),
-                errors: vec![],
-            })
-        } else {
-            Err(ConfigErrors {
-                file: file.into(),
-                errors: e.0,
-            })
+                errors,
+            }),
         }
     }
 }
@@ -570,9 +640,13 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_refused_with_their_place() {
-        let e = parse("[datapath]\nmod = \"list\"\n").unwrap_err();
-        assert_eq!(e.errors.len(), 1);
-        assert!(e.errors[0].reason.contains("mod"), "{e}");
+        let e = parse(
+            "[datapath]\nmod = \"list\"\n[[port]]\nname = \"eth0\"\nmac = \"02:00:00:00:00:01\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.errors.len(), 1, "{e}");
+        assert_eq!(e.errors[0].key, "datapath.mod", "{e}");
+        assert!(e.errors[0].reason.contains("did you mean `mode`"), "{e}");
         assert!(e.errors[0].reason.contains("line 2"), "{e}");
     }
 
@@ -671,6 +745,89 @@ mod tests {
             text.contains("filter.input.rule[0].out: packets at input have no output interface"),
             "{text}"
         );
+    }
+
+    /// docs/configuration.md lists every key the reader knows, in its table's section:
+    /// each table is probed with a key it cannot know, and the keys the refusal lists
+    /// (serde's own list of the struct's fields) must each have a row (`| \`key\` |`)
+    /// in the section whose heading names the table.
+    #[test]
+    fn the_reference_lists_every_key() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md"),
+        )
+        .expect("docs/configuration.md");
+        let probes: &[(&str, &str)] = &[
+            ("Keys at the top level", ""),
+            ("`[datapath]`", "[datapath]\n"),
+            ("`[pool]`", "[pool]\n"),
+            ("`[icmp]`", "[icmp]\n"),
+            ("`[neighbour]`", "[neighbour]\n"),
+            ("`[[neighbour.static]]`", "[[neighbour.static]]\n"),
+            ("`[[port]]`", "[[port]]\n"),
+            ("`[[port.vlan]]`", "[[port]]\nname = \"a\"\n[[port.vlan]]\n"),
+            (
+                "`[port.generator]`",
+                "[[port]]\nname = \"a\"\n[port.generator]\n",
+            ),
+            ("`[[route]]`", "[[route]]\n"),
+            (
+                "`nexthops = [{ ... }]`",
+                "[[route]]\nprefix = \"default\"\nnexthops = [{ __probe = 1 }]\n",
+            ),
+            ("`[filter]`", "[filter]\n"),
+            ("`[filter.HOOK]`", "[filter.forward]\n"),
+            ("`[[filter.HOOK.rule]]`", "[[filter.forward.rule]]\n"),
+            ("`[classifier]`", "[classifier]\n"),
+            ("`[[classifier.filter]]`", "[[classifier.filter]]\n"),
+            ("`[[app]]`", "[[app]]\n"),
+            ("`[control]`", "[control]\n"),
+            ("`[metrics]`", "[metrics]\n"),
+            ("`[linux]`", "[linux]\n"),
+        ];
+        let mut checked = 0;
+        for (heading, table) in probes {
+            let text = if table.contains("__probe") {
+                table.to_string()
+            } else {
+                format!("{table}__probe = 1\n")
+            };
+            let e = parse(&text).expect_err("an unknown key");
+            let refusal = e
+                .errors
+                .iter()
+                .find(|x| x.key.ends_with("__probe"))
+                .unwrap_or_else(|| panic!("{heading}: {e}"));
+            let keys: Vec<&str> = refusal
+                .reason
+                .split("this table's keys: ")
+                .nth(1)
+                .unwrap_or_else(|| panic!("{heading}: {}", refusal.reason))
+                .split(", ")
+                .collect();
+            let start = doc
+                .lines()
+                .position(|l| l.starts_with('#') && l.contains(heading) || l.starts_with(heading))
+                .unwrap_or_else(|| panic!("no section {heading} in docs/configuration.md"));
+            let section: Vec<&str> = doc
+                .lines()
+                .skip(start + 1)
+                .take_while(|l| !l.starts_with("## ") && !l.starts_with("### "))
+                .collect();
+            for k in keys {
+                let row = format!("| `{k}` |");
+                let top_table = format!("`[{k}]`");
+                let top_array = format!("`[[{k}]]`");
+                let listed = section.iter().any(|l| l.starts_with(&row))
+                    || (heading.starts_with("Keys at the top")
+                        && doc.lines().any(|l| {
+                            l.starts_with('#') && (l.contains(&top_table) || l.contains(&top_array))
+                        }));
+                assert!(listed, "docs/configuration.md, {heading}: no row for `{k}`");
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "{checked} keys checked");
     }
 
     /// `load` reads the file alone (a configuration for another machine loads);

@@ -825,7 +825,11 @@ mod tests {
             "#
         );
         let got = errors(&unknown, dir.path());
-        assert!(got.iter().any(|(_, r)| r.contains("metric")), "{got:#?}");
+        assert!(
+            got.iter()
+                .any(|(k, r)| k == "route[0].nexthops[0].metric" && r.starts_with("unknown key")),
+            "{got:#?}"
+        );
     }
 
     const DUAL: &str = r#"

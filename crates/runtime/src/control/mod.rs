@@ -221,7 +221,12 @@ pub struct Control {
     trace: Mutex<trace::Collected>,
     /// The kernel-table mirror, once it runs (`[linux]`).
     mirror: Mutex<Option<MirrorHooks>>,
+    /// The link watch's document of each port's link, once it runs.
+    links: Mutex<Option<LinksHook>>,
 }
+
+/// What the control plane reads of the link watch: each port's link as a document.
+pub type LinksHook = Arc<dyn Fn() -> Value + Send + Sync>;
 
 /// What the control plane may ask of the kernel-table mirror.
 #[derive(Clone)]
@@ -244,7 +249,7 @@ pub mod trace;
 
 /// The commands, for `help` and for errors.
 pub const USAGE: &str = "\
-show runtime|errors|ports|routes|neigh|rules|sockets|softnet|counters|linux
+show runtime|errors|ports|routes|neigh|rules|sockets|softnet|counters|linux|links
 clear counters
 route add|replace|del ROUTE            (an `ip route` or `ip -6 route` line: PREFIX via GW [dev IF] | PREFIX dev IF | blackhole|unreachable|prohibit PREFIX)
 neigh add|replace ADDRESS lladdr MAC dev IF   (ADDRESS IPv4 or IPv6)
@@ -291,6 +296,7 @@ impl Control {
             }),
             trace: Mutex::new(trace::Collected::default()),
             mirror: Mutex::new(None),
+            links: Mutex::new(None),
         }
     }
 
@@ -299,6 +305,23 @@ impl Control {
         self.state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Where `show links`, the counters and `/metrics` read the link watch.
+    pub fn set_links(&self, hook: LinksHook) {
+        *self
+            .links
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(hook);
+    }
+
+    fn links_stats(&self) -> Option<Value> {
+        let hook = self
+            .links
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        hook.map(|h| h())
     }
 
     /// Where `show linux`, `linux resync`, the counters and `/metrics` reach the mirror.
@@ -357,10 +380,14 @@ impl Control {
         if let Some(m) = self.mirror_stats() {
             c["linux"] = m;
         }
+        if let Some(l) = self.links_stats() {
+            c["links"] = l;
+        }
         Ok(c)
     }
 
-    /// Table sizes, for `show` and `/metrics`: routes of each family, rules, sockets.
+    /// Table sizes for `/metrics` that the counters document does not carry: rules and
+    /// sockets (routes are in each worker's document).
     pub fn tables(&self) -> Vec<(&'static str, &'static str, u64)> {
         let st = self.state();
         let sockets = self
@@ -374,17 +401,9 @@ impl Control {
             })
             .map(|v| v.into_iter().sum::<usize>())
             .unwrap_or(0);
+        // Routes are per worker, in the counters document (the table each worker
+        // forwards by); these are the process's own tables.
         vec![
-            (
-                "routes",
-                "Routes in the table, implied ones included",
-                st.routes.len() as u64,
-            ),
-            (
-                "routes6",
-                "IPv6 routes in the table, implied ones included",
-                st.routes6.len() as u64,
-            ),
             (
                 "rules",
                 "Filter rules over every hook",
@@ -435,7 +454,15 @@ impl Control {
     fn show(&self, what: &str) -> Reply {
         let needs_counters = matches!(
             what,
-            "runtime" | "errors" | "ports" | "rules" | "softnet" | "counters" | "sockets" | "linux"
+            "runtime"
+                | "errors"
+                | "ports"
+                | "rules"
+                | "softnet"
+                | "counters"
+                | "sockets"
+                | "linux"
+                | "links"
         );
         let counters = if needs_counters {
             match self.counters() {
@@ -474,6 +501,10 @@ impl Control {
                 show::ports(c.as_ref().unwrap_or(&Value::Null), &kinds, &links)
             }
             "routes" => show::routes(&st.routes, &st.routes6, &names),
+            "links" => match c.as_ref().and_then(|c| c.get("links")) {
+                Some(l) => show::links(l),
+                None => Reply::err("show links: no link is followed (no af_packet or af_xdp port)"),
+            },
             "linux" => match c.as_ref().and_then(|c| c.get("linux")) {
                 Some(l) => show::linux(l),
                 None => Reply::err("show linux: no kernel table is mirrored (no [linux] section)"),
@@ -1066,11 +1097,30 @@ impl Control {
     /// configuration as it lands (a worker that stops answering midway leaves the live
     /// configuration saying what was applied).
     pub fn reload(&self) -> Reply {
+        // systemd (a unit of Type=notify) hears of the reload and of its end: the
+        // datapath serves either way, with the new configuration or the old one.
+        crate::notify::notify(&format!(
+            "RELOADING=1\nSTATUS=reloading {}",
+            self.path.display()
+        ));
+        let r = self.reload_now();
+        crate::notify::notify(if r.ok {
+            "READY=1\nSTATUS=serving (reloaded)"
+        } else {
+            "READY=1\nSTATUS=serving (reload refused: the configuration in use is unchanged)"
+        });
+        r
+    }
+
+    fn reload_now(&self) -> Reply {
         let refuse = |text: String| {
             tracing::warn!(target: "netbatch::control", "{}", text.trim_end());
             Reply::err(text)
         };
-        let new = match Config::load_for_run(&self.path) {
+        // The file first, then what needs a restart, then the machine: a change that
+        // needs a restart (more workers) is refused as that, not for what the machine
+        // would lack if it were applied (the queues more workers would need).
+        let new = match Config::load(&self.path) {
             Ok(c) => c,
             Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
         };
@@ -1088,6 +1138,14 @@ impl Control {
             let mut r = refuse(text);
             r.data = json!({ "error": "reload refused", "restart_needed": refused.iter().map(|(k, w)| json!({"key": k, "reason": w})).collect::<Vec<_>>() });
             return r;
+        }
+        let lacking = new.check_machine();
+        if !lacking.is_empty() {
+            let e = crate::config::ConfigErrors {
+                file: self.path.display().to_string(),
+                errors: lacking,
+            };
+            return refuse(format!("reload refused, nothing changed: {e}"));
         }
         // Routes: what the file (and live commands since) gave is compared with what the
         // new file gives, and only the difference changes the live table; routes from

@@ -3,22 +3,31 @@
 //! One request per connection: a JSON line `{"argv": ["show", "runtime"]}`, answered by
 //! one JSON line `{"ok": true, "text": "...", "data": {...}}` ([`super::Reply`]).
 //!
+//! One thread serves every connection without blocking (`poll`): a client has
+//! [`REQUEST_TIME`] from its connection to send its line (at most [`REQUEST_MAX`]
+//! bytes) and [`REPLY_TIME`] to take its answer, each on its own clock, so idle or slow
+//! clients delay nobody; up to [`MAX_CONNECTIONS`] are open at once and [`MAX_RUNNING`]
+//! commands run at once, each on a thread of its own. Every refusal names the limit it
+//! met.
+//!
 //! Who may connect: the socket file is mode 0600 (0660 with a configured group, owned by
 //! that group), so the kernel refuses other users at `connect`; each accepted
 //! connection's peer credentials (`SO_PEERCRED`) are checked again (root, our own user,
 //! or a member of the group), so a socket file whose mode was changed by hand still
 //! refuses them, with a reason.
 
-use std::io::{BufRead, BufReader, Write};
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -139,80 +148,329 @@ impl Drop for Server {
     }
 }
 
-/// How often the accept loop looks at the stop flag.
+/// How often the serving loop looks at the stop flag when nothing happens.
 const TICK: Duration = Duration::from_millis(20);
 
-/// Connections served at once; more wait in the listen queue.
-const MAX_CLIENTS: usize = 8;
+/// Connections open at once (each a descriptor); a client beyond them is answered at
+/// once with an error naming the limit, and closed.
+pub const MAX_CONNECTIONS: usize = 256;
 
-/// How long a client has to send its whole request.
-const REQUEST_TIME: Duration = Duration::from_secs(2);
+/// Commands run at once (each on its own thread); requests beyond them wait their turn
+/// in arrival order (they have been read: no client holds a place by being slow).
+pub const MAX_RUNNING: usize = 8;
 
-/// Longest request line.
-const REQUEST_MAX: u64 = 64 << 10;
+/// How long a client has, from its connection, to send its whole request line.
+pub const REQUEST_TIME: Duration = Duration::from_secs(2);
 
+/// How long a client has to take its answer once it is ready.
+pub const REPLY_TIME: Duration = Duration::from_secs(5);
+
+/// Longest request line, in bytes (its newline included).
+pub const REQUEST_MAX: usize = 64 << 10;
+
+/// Where a connection stands.
+enum Stage {
+    /// Its request line is being read (until `deadline`).
+    Reading(Vec<u8>),
+    /// Its command waits for a place or runs.
+    Running,
+    /// Its answer is being written (from `at`).
+    Writing(Vec<u8>, usize),
+}
+
+/// One client's connection.
+struct Conn {
+    s: UnixStream,
+    stage: Stage,
+    /// When the current stage must be over (reading: the request; writing: the answer).
+    deadline: Instant,
+}
+
+/// A reply's line, ready to write.
+fn reply_line(r: &Reply) -> Vec<u8> {
+    let mut out = json!({ "ok": r.ok, "text": r.text, "data": r.data })
+        .to_string()
+        .into_bytes();
+    out.push(b'\n');
+    out
+}
+
+/// The serving loop: one thread, every connection non-blocking in one `poll`. Reading
+/// requests and writing answers happen here, so a client that sends nothing, or takes
+/// nothing, holds no place and delays no other client: it meets its own deadline.
+/// Commands run on threads of their own (at most [`MAX_RUNNING`] at once), so a slow
+/// command (a reload, a trace) does not hold up reading the next request either.
 fn serve(l: &UnixListener, control: &Arc<Control>, gid: Option<u32>, stop: &Arc<AtomicBool>) {
-    let busy = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let wake = match netbatch_ports::sys::EventFd::new() {
+        Ok(w) => Arc::new(w),
+        Err(e) => {
+            tracing::error!(target: "netbatch::control", "control socket: no eventfd: {e}");
+            return;
+        }
+    };
+    let (done_tx, done_rx) = mpsc::channel::<(u64, Reply)>();
+    let mut conns: HashMap<u64, Conn> = HashMap::new();
+    let mut waiting: VecDeque<(u64, Vec<String>)> = VecDeque::new();
+    let running = Arc::new(AtomicUsize::new(0));
+    let mut next_id = 0u64;
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut ids: Vec<u64> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        if busy.load(Ordering::Acquire) >= MAX_CLIENTS {
+        let now = Instant::now();
+        let soonest = conns
+            .values()
+            .filter(|c| !matches!(c.stage, Stage::Running))
+            .map(|c| c.deadline.saturating_duration_since(now))
+            .min()
+            .unwrap_or(TICK)
+            .min(TICK);
+        fds.clear();
+        ids.clear();
+        let pollfd = |fd, events| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        fds.push(pollfd(l.as_raw_fd(), libc::POLLIN));
+        fds.push(pollfd(wake.fd(), libc::POLLIN));
+        for (id, c) in &conns {
+            let events = match c.stage {
+                Stage::Reading(_) => libc::POLLIN,
+                Stage::Writing(..) => libc::POLLOUT,
+                Stage::Running => continue,
+            };
+            fds.push(pollfd(c.s.as_raw_fd(), events));
+            ids.push(*id);
+        }
+        let ms = soonest.as_millis().clamp(1, TICK.as_millis()) as i32;
+        if let Err(e) = netbatch_ports::sys::poll(&mut fds, ms) {
+            tracing::warn!(target: "netbatch::control", "control socket poll: {e}");
             std::thread::sleep(TICK);
             continue;
         }
-        match l.accept() {
-            Ok((s, _)) => {
-                // Each client on its own thread: a slow one holds up nobody, and the
-                // server's stop does not wait for it.
-                let (control, busy2) = (control.clone(), busy.clone());
-                busy.fetch_add(1, Ordering::AcqRel);
-                let spawned = std::thread::Builder::new()
-                    .name("netbatch-client".into())
-                    .spawn(move || {
-                        if let Err(e) = one(s, &control, gid) {
-                            tracing::debug!(target: "netbatch::control", "control connection: {e}");
-                        }
-                        busy2.fetch_sub(1, Ordering::AcqRel);
-                    });
-                if let Err(e) = spawned {
-                    busy.fetch_sub(1, Ordering::AcqRel);
-                    tracing::warn!(target: "netbatch::control", "control socket: no thread for a client: {e}");
+        // Answers of commands that finished.
+        if fds[1].revents != 0 {
+            wake.clear();
+        }
+        while let Ok((id, reply)) = done_rx.try_recv() {
+            if let Some(c) = conns.get_mut(&id) {
+                c.stage = Stage::Writing(reply_line(&reply), 0);
+                c.deadline = Instant::now() + REPLY_TIME;
+            }
+        }
+        // Each ready connection moves on.
+        let now = Instant::now();
+        for (k, id) in ids.iter().enumerate() {
+            if fds[k + 2].revents == 0 {
+                continue;
+            }
+            let Some(c) = conns.get_mut(id) else { continue };
+            match step(c) {
+                Step::Keep => {}
+                Step::Close => {
+                    conns.remove(id);
+                }
+                Step::Run(argv) => {
+                    c.stage = Stage::Running;
+                    waiting.push_back((*id, argv));
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(TICK),
-            Err(e) => {
-                tracing::warn!(target: "netbatch::control", "control socket accept: {e}");
-                std::thread::sleep(TICK);
+        }
+        // Deadlines: a request not sent in time is answered with the limit it missed; an
+        // answer not taken in time is given up.
+        conns.retain(|_, c| match &c.stage {
+            Stage::Reading(_) if now >= c.deadline => {
+                let r = Reply::err(format!(
+                    "request: no complete request line within {} s of connecting (the limit \
+                     for sending a request; a request is one line of JSON, {{\"argv\": [...]}}); \
+                     nothing done",
+                    REQUEST_TIME.as_secs()
+                ));
+                c.stage = Stage::Writing(reply_line(&r), 0);
+                c.deadline = now + REPLY_TIME;
+                true
+            }
+            Stage::Writing(..) if now >= c.deadline => false,
+            _ => true,
+        });
+        // New clients.
+        if fds[0].revents != 0 {
+            accept_all(l, &mut conns, &mut next_id, gid);
+        }
+        // Commands, in arrival order, as places free up.
+        while running.load(Ordering::Acquire) < MAX_RUNNING {
+            let Some((id, argv)) = waiting.pop_front() else {
+                break;
+            };
+            if !conns.contains_key(&id) {
+                continue;
+            }
+            running.fetch_add(1, Ordering::AcqRel);
+            let (control, done, wake, running2) = (
+                control.clone(),
+                done_tx.clone(),
+                wake.clone(),
+                running.clone(),
+            );
+            let spawned = std::thread::Builder::new()
+                .name("netbatch-command".into())
+                .spawn(move || {
+                    tracing::debug!(target: "netbatch::control", "command: {}", argv.join(" "));
+                    let reply = control.handle(&argv);
+                    running2.fetch_sub(1, Ordering::AcqRel);
+                    let _ = done.send((id, reply));
+                    wake.wake();
+                });
+            if let Err(e) = spawned {
+                running.fetch_sub(1, Ordering::AcqRel);
+                tracing::warn!(target: "netbatch::control", "control socket: no thread for a command: {e}");
+                if let Some(c) = conns.get_mut(&id) {
+                    let r = Reply::err(format!("no thread to run the command: {e}"));
+                    c.stage = Stage::Writing(reply_line(&r), 0);
+                    c.deadline = Instant::now() + REPLY_TIME;
+                }
             }
         }
     }
 }
 
-/// Reads one request line within [`REQUEST_TIME`] overall and [`REQUEST_MAX`] bytes.
-fn read_request(s: &UnixStream) -> std::io::Result<String> {
-    let deadline = std::time::Instant::now() + REQUEST_TIME;
-    let mut buf = Vec::new();
-    let mut r = std::io::Read::take(s, REQUEST_MAX);
-    let mut chunk = [0u8; 4096];
+/// Accepts every waiting client: each is checked (credentials) and read from then on;
+/// beyond [`MAX_CONNECTIONS`] one is answered with the limit and closed.
+fn accept_all(
+    l: &UnixListener,
+    conns: &mut HashMap<u64, Conn>,
+    next_id: &mut u64,
+    gid: Option<u32>,
+) {
     loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "request not sent in time",
+        let s = match l.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::warn!(target: "netbatch::control", "control socket accept: {e}");
+                return;
+            }
+        };
+        if s.set_nonblocking(true).is_err() {
+            continue;
+        }
+        if conns.len() >= MAX_CONNECTIONS {
+            // Best effort, without waiting: the answer is short and the socket's buffer
+            // is empty.
+            let r = Reply::err(format!(
+                "too many control connections: {MAX_CONNECTIONS} are open (the limit); \
+                 try again when one has closed"
             ));
+            let _ = (&s).write_all(&reply_line(&r));
+            continue;
         }
-        s.set_read_timeout(Some(left))?;
-        let n = std::io::Read::read(&mut r, &mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if buf.contains(&b'\n') {
-            break;
+        let now = Instant::now();
+        let (stage, deadline) = match allowed(&s, gid) {
+            Ok(()) => (Stage::Reading(Vec::new()), now + REQUEST_TIME),
+            Err(why) => {
+                tracing::warn!(target: "netbatch::control", "control socket: refused a client: {why}");
+                (
+                    Stage::Writing(reply_line(&Reply::err(why)), 0),
+                    now + REPLY_TIME,
+                )
+            }
+        };
+        *next_id += 1;
+        conns.insert(*next_id, Conn { s, stage, deadline });
+    }
+}
+
+/// What a connection does next.
+enum Step {
+    Keep,
+    Close,
+    /// Its request was read: run it.
+    Run(Vec<String>),
+}
+
+/// Reads or writes what a ready connection allows, without waiting.
+fn step(c: &mut Conn) -> Step {
+    let now = Instant::now();
+    match &mut c.stage {
+        Stage::Running => Step::Keep,
+        Stage::Writing(out, at) => loop {
+            match (&c.s).write(&out[*at..]) {
+                Ok(0) => return Step::Close,
+                Ok(n) => {
+                    *at += n;
+                    if *at == out.len() {
+                        return Step::Close;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Step::Keep,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Step::Close,
+            }
+        },
+        Stage::Reading(buf) => {
+            let mut chunk = [0u8; 4096];
+            let mut eof = false;
+            loop {
+                match (&c.s).read(&mut chunk) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        buf.extend_from_slice(&chunk[..n]);
+                        if buf.contains(&b'\n') || buf.len() > REQUEST_MAX {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return Step::Close,
+                }
+            }
+            let line_end = buf.iter().position(|&b| b == b'\n');
+            let answer = |c: &mut Conn, r: Reply| {
+                c.stage = Stage::Writing(reply_line(&r), 0);
+                c.deadline = now + REPLY_TIME;
+                Step::Keep
+            };
+            if line_end.is_none_or(|e| e >= REQUEST_MAX) && buf.len() >= REQUEST_MAX {
+                let r = Reply::err(format!(
+                    "request: longer than {} KiB ({REQUEST_MAX} bytes, the limit of a \
+                     request line); nothing done",
+                    REQUEST_MAX >> 10
+                ));
+                return answer(c, r);
+            }
+            if line_end.is_none() && !eof {
+                return Step::Keep;
+            }
+            if buf.is_empty() {
+                // Connected and closed without a word: nothing to answer.
+                return Step::Close;
+            }
+            let line = buf[..line_end.unwrap_or(buf.len())].to_vec();
+            match parse(&line) {
+                Ok(argv) => Step::Run(argv),
+                Err(r) => answer(c, r),
+            }
         }
     }
-    let line = buf.split(|&b| b == b'\n').next().unwrap_or(&[]);
-    String::from_utf8(line.to_vec())
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "request is not UTF-8"))
+}
+
+/// The words of a request line, or the answer that refuses it.
+fn parse(line: &[u8]) -> Result<Vec<String>, Reply> {
+    let text = std::str::from_utf8(line)
+        .map_err(|_| Reply::err("request: not UTF-8; a request is one line of JSON"))?;
+    let v = serde_json::from_str::<Value>(text)
+        .map_err(|e| Reply::err(format!("request is not JSON: {e}")))?;
+    match v["argv"].as_array() {
+        Some(a) => Ok(a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect()),
+        None => Err(Reply::err("a request is {\"argv\": [words...]}")),
+    }
 }
 
 /// Whether the peer may use the socket, or why not.
@@ -245,38 +503,6 @@ fn groups_of(pid: i32) -> Vec<u32> {
             })
         })
         .unwrap_or_default()
-}
-
-fn one(s: UnixStream, control: &Control, gid: Option<u32>) -> std::io::Result<()> {
-    s.set_nonblocking(false)?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let reply = match allowed(&s, gid) {
-        Err(why) => {
-            tracing::warn!(target: "netbatch::control", "control socket: refused a client: {why}");
-            Reply::err(why)
-        }
-        Ok(()) => match read_request(&s) {
-            Err(e) => Reply::err(format!("request: {e}")),
-            Ok(line) => match serde_json::from_str::<Value>(&line) {
-                Ok(v) => match v["argv"].as_array() {
-                    Some(a) => {
-                        let argv: Vec<String> = a
-                            .iter()
-                            .filter_map(|x| x.as_str().map(str::to_string))
-                            .collect();
-                        tracing::debug!(target: "netbatch::control", "command: {}", argv.join(" "));
-                        control.handle(&argv)
-                    }
-                    None => Reply::err("a request is {\"argv\": [words...]}"),
-                },
-                Err(e) => Reply::err(format!("request is not JSON: {e}")),
-            },
-        },
-    };
-    let mut w = &s;
-    let out = json!({ "ok": reply.ok, "text": reply.text, "data": reply.data });
-    writeln!(w, "{out}")?;
-    w.flush()
 }
 
 /// The client's side: sends `argv` to the socket at `path` and returns the reply.

@@ -20,6 +20,8 @@ const GAUGES: &[&str] = &[
     "held_packets",
     "neighbours",
     "neighbours6",
+    "routes",
+    "routes6",
     "backlog_len",
     "packets_per_call",
     "cycles_per_packet",
@@ -245,6 +247,29 @@ fn describe(name: &str) -> &'static str {
         .map_or("", |r| r.description())
 }
 
+/// `show links`: each kernel port's link as the link watch follows it: up or down (and
+/// why), how often it changed, and what the kernel dropped of what it was given to send.
+pub fn links(l: &Value) -> Reply {
+    let mut text = String::new();
+    for k in l.as_array().into_iter().flatten() {
+        let b = |f: &str| k[f].as_bool().unwrap_or(false);
+        let state = match (b("admin_up"), b("carrier")) {
+            (true, true) => "up",
+            (true, false) => "down (no carrier)",
+            (false, _) => "down (administratively)",
+        };
+        let _ = writeln!(
+            text,
+            "port {}: link {} {state}, {} change(s), kernel tx_dropped {}",
+            k["port"].as_str().unwrap_or("?"),
+            k["interface"].as_str().unwrap_or("?"),
+            u(k, "changes"),
+            u(k, "kernel_tx_dropped"),
+        );
+    }
+    Reply::ok(text, l.clone())
+}
+
 /// `show ports`: per port its kind and link state, per queue (one per worker) packets,
 /// bytes and drops; `rx_dropped` are frames the kernel or the ring dropped before we saw
 /// them, `rx_nobuf` frames without a buffer, `tx_refused` frames the port did not take.
@@ -290,8 +315,10 @@ pub fn ports(c: &Value, kinds: &[String], links: &[Value]) -> Reply {
             queues.push(q);
         }
         t.render(&mut text);
+        // How each worker's queue works, in the backend's words (which do not name the
+        // worker: the line does).
         for (wi, w) in workers(c).iter().enumerate() {
-            if let Some(mode) = w["ports"][pi]["mode"].as_str() {
+            if let Some(mode) = w["ports"][pi]["mode"].as_str().filter(|m| !m.is_empty()) {
                 let _ = writeln!(text, "  worker {wi}: {mode}");
             }
         }
@@ -519,6 +546,8 @@ pub fn rules(chains: &[(HookPoint, Chain)], c: &Value, names: &[String]) -> Repl
             hits(node, "policy")
         );
         let mut rows = Vec::new();
+        // Numbered as `rule del HOOK N` takes them; hits in wire packets.
+        let mut t = Table::new(&["index", "hits", "rule"]);
         for (i, r) in chain.rules.iter().enumerate() {
             let ev = if i < 16 {
                 format!("rule_{i}")
@@ -526,9 +555,18 @@ pub fn rules(chains: &[(HookPoint, Chain)], c: &Value, names: &[String]) -> Repl
                 "rules_16_and_above".into()
             };
             let n = hits(node, &ev);
-            let t = rule_text(r, names);
-            let _ = writeln!(text, "  {i:>3}  {n:>12}  {t}");
-            rows.push(json!({ "index": i, "hits": n, "rule": t }));
+            let words = rule_text(r, names);
+            t.row(vec![i.to_string(), n.to_string(), words.clone()]);
+            rows.push(json!({ "index": i, "hits": n, "rule": words }));
+        }
+        if chain.rules.is_empty() {
+            text += "  no rules: every packet takes the policy\n";
+        } else {
+            let mut table = String::new();
+            t.render(&mut table);
+            for l in table.lines() {
+                let _ = writeln!(text, "  {l}");
+            }
         }
         data.push(json!({ "hook": h.name(), "policy": verdict(chain.policy), "policy_hits": hits(node, "policy"), "rules": rows }));
     }
@@ -709,6 +747,60 @@ mod tests {
         let cells: Vec<&str> = row.split_whitespace().take(3).collect();
         assert_eq!(cells, ["30", "ip4-route", "no_route"], "{row}");
         assert!(row.contains(describe("no_route")) && !describe("no_route").is_empty());
+    }
+
+    /// `show ports` names each worker once on its queue's line (the backend's words do
+    /// not name it), and `show rules` puts a header over each hook's numbered rules.
+    #[test]
+    fn ports_and_rules_tables_have_one_worker_name_and_a_header() {
+        let mut c = doc(10, 0, 0);
+        c["workers"][0]["ports"][0]["mode"] = json!("TPACKET_V3 ring 4 MiB");
+        let p = ports(
+            &c,
+            &["af_packet on veth0, mtu 1500".to_string()],
+            &[json!("up")],
+        );
+        assert!(
+            p.text
+                .starts_with("port p0: af_packet on veth0, mtu 1500, link up\n"),
+            "{}",
+            p.text
+        );
+        assert!(
+            p.text.contains("\n  worker 0: TPACKET_V3 ring 4 MiB\n"),
+            "{}",
+            p.text
+        );
+        assert_eq!(p.text.matches("worker 0:").count(), 1, "{}", p.text);
+        let mut rule = Rule::any(Verdict::Drop);
+        rule.proto = Some(17);
+        rule.dport = Some(netbatch_stack::filter::PortRange { lo: 9999, hi: 9999 });
+        let chains = vec![(
+            HookPoint::Forward,
+            Chain {
+                rules: vec![rule],
+                policy: Verdict::Accept,
+            },
+        )];
+        let r = rules(&chains, &c, &["p0".to_string()]);
+        let lines: Vec<&str> = r.text.lines().collect();
+        assert_eq!(
+            lines[0], "hook forward (policy accept, 0 hits)",
+            "{}",
+            r.text
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["index", "hits", "rule"],
+            "{}",
+            r.text
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["0", "0", "proto", "udp", "dport", "9999", "action", "drop"],
+            "{}",
+            r.text
+        );
     }
 
     /// Routes print as `ip route` prints them.

@@ -3,7 +3,12 @@
 //! dissector's keys), collects what they recorded, and shows each packet's path.
 //!
 //! What a worker recorded is taken out of it at each `show` and kept here (so a second
-//! `show` shows it again) until `clear`, which also disarms the workers.
+//! `show` shows it again), in a ring of the last `[control] trace_keep` packets (older
+//! ones are let go, and counted), until `clear`, which also disarms the workers and
+//! gives the ring's memory back. `show` says how many packets it shows of how many were
+//! traced since when (the first `add` after the start or the last `clear`).
+
+use std::collections::VecDeque;
 
 use netbatch_engine::{TraceDump, TraceSpec};
 use netbatch_stack::trace::{Match, Report};
@@ -11,10 +16,57 @@ use serde_json::{Value, json};
 
 use super::{Control, Reply};
 
-/// Traces collected from the workers: (worker, what it recorded, its clock's offset to
-/// UTC), in the order taken.
+/// Traces collected from the workers, bounded: the last `keep` packets.
 #[derive(Debug, Default)]
-pub(super) struct Collected(Vec<(usize, TraceDump, u64)>);
+pub(super) struct Collected {
+    /// (worker, what it recorded, its clock's offset to UTC), in the order taken.
+    dumps: VecDeque<(usize, TraceDump, u64)>,
+    /// Packets in `dumps`.
+    kept: usize,
+    /// Packets taken from the workers since `since`.
+    traced: u64,
+    /// Of those, the older ones let go to keep the last `keep`.
+    let_go: u64,
+    /// When the first `trace add` since the start or the last `clear` was made (ns
+    /// since the Unix epoch).
+    since_ns: Option<u64>,
+}
+
+impl Collected {
+    /// Keeps `dump` (worker `worker`'s, clock offset `utc`), then lets the oldest
+    /// packets go, with their records, until at most `keep` are kept.
+    fn add(&mut self, worker: usize, dump: TraceDump, utc: u64, keep: usize) {
+        if dump.packets.is_empty() {
+            return;
+        }
+        self.kept += dump.packets.len();
+        self.traced += dump.packets.len() as u64;
+        self.dumps.push_back((worker, dump, utc));
+        while self.kept > keep {
+            let Some((_, front, _)) = self.dumps.front_mut() else {
+                break;
+            };
+            let n = (self.kept - keep).min(front.packets.len());
+            let gone: Vec<u32> = front.packets.drain(..n).map(|p| p.id).collect();
+            front.records.retain(|r| !gone.contains(&r.id));
+            self.kept -= n;
+            self.let_go += n as u64;
+            if front.packets.is_empty() {
+                self.dumps.pop_front();
+            } else {
+                front.packets.shrink_to_fit();
+                front.records.shrink_to_fit();
+            }
+        }
+    }
+}
+
+/// Nanoseconds since the Unix epoch, now.
+fn now_unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
 
 /// Most packets a worker may be armed for (each keeps its frame and its records).
 const MAX_COUNT: u32 = 10_000;
@@ -64,6 +116,11 @@ impl Control {
             }
         }
         let shown = matching.as_ref().map(ToString::to_string);
+        self.trace
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .since_ns
+            .get_or_insert_with(now_unix_ns);
         let armed = self.remote.on_each(move |_, w| {
             let mut spec = TraceSpec::new(count);
             if let Some(p) = port {
@@ -117,14 +174,29 @@ impl Control {
             .trace
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (i, dumps, utc) in taken {
-            all.0.extend(dumps.into_iter().map(|d| (i, d, utc)));
-        }
         let st = self.state();
+        let keep = st.cfg.control.trace_keep;
+        for (i, dumps, utc) in taken {
+            for d in dumps {
+                all.add(i, d, utc, keep);
+            }
+        }
         let ports: Vec<String> = st.cfg.ports.iter().map(|p| p.setup.name.clone()).collect();
-        let mut text = String::new();
+        let mut text = match all.since_ns {
+            Some(since) => format!(
+                "{} packet(s) shown: the last {} of {} traced since {} (the first trace add \
+                 since the start or the last trace clear; {} older let go, [control] \
+                 trace_keep = {keep}; trace clear empties)\n",
+                all.kept,
+                all.kept,
+                all.traced,
+                netbatch_stack::trace::utc(since),
+                all.let_go,
+            ),
+            None => String::new(),
+        };
         let mut packets = Vec::new();
-        for (worker, dump, utc) in &all.0 {
+        for (worker, dump, utc) in &all.dumps {
             let r = Report {
                 dump,
                 worker: *worker,
@@ -154,18 +226,28 @@ impl Control {
         if packets.is_empty() {
             text += "no packets traced (netbatch trace add --count N arms the next N)\n";
         }
-        Reply::ok(text, json!({ "ports": ports, "packets": packets }))
+        Reply::ok(
+            text,
+            json!({
+                "ports": ports,
+                "packets": packets,
+                "traced": all.traced,
+                "let_go": all.let_go,
+                "keep": keep,
+                "since_unix_ns": all.since_ns,
+            }),
+        )
     }
 
     fn trace_clear(&self) -> Reply {
         if let Err(e) = self.remote.on_each(|_, w| w.graph.trace_mut().disarm()) {
             return Reply::err(e.to_string());
         }
-        self.trace
+        // A new ring: the old one's memory goes back now, not at the next trace.
+        *self
+            .trace
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .0
-            .clear();
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Collected::default();
         Reply::ok("trace cleared and disarmed", json!({ "cleared": true }))
     }
 }

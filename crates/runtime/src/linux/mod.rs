@@ -38,6 +38,7 @@
 //! - Only the mirror's own routes and neighbours are removed (see `mirror.rs`).
 
 pub mod convert;
+pub mod links;
 mod mirror;
 mod netlink;
 mod pairs;

@@ -12,7 +12,7 @@
 //!   route back a connected one, and, with `shared_media` off, that source and next hop
 //!   share a subnet);
 //! - it carries no source route (RFC 1812 5.2.7.2);
-//! - an ICMP error could be sent about it ([`super::icmp_error::may_answer`], as Linux's
+//! - an ICMP error could be sent about it (`icmp_error::may_answer`, as Linux's
 //!   `icmp_send` checks for a redirect too: no redirect about an ICMP error, a non-first
 //!   fragment, a broadcast or multicast, a martian source);
 //! - the redirect rate limit allows it ([`crate::host::Host::redirect_limit`], a token
@@ -25,7 +25,7 @@
 //! network redirects), its gateway the route's next hop, or the destination itself when
 //! that is on-link. It quotes as much of the packet as fits in 576 bytes (RFC 1812
 //! 4.3.2.3), as forwarding left it (TTL decremented, as Linux quotes it), and goes from
-//! our address toward the sender ([`super::icmp_error::error_source`]) with the
+//! our address toward the sender (`icmp_error::error_source`) with the
 //! precedence of ICMP errors.
 
 use core::net::Ipv4Addr;

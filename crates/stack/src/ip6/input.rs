@@ -26,7 +26,7 @@
 //! chain fails the walk anywhere but in a first hop-by-hop header is let through with
 //! `flag::EXT_UNWALKED` (and no upper layer located): forwarded as it is, as the Linux
 //! kernel forwards it, and refused by `ip6-route` if it turns out to be for us, with the
-//! reason the walk gives ([`refusal`]). For a hop-by-hop header not first and an
+//! reason the walk gives (`refusal`). For a hop-by-hop header not first and an
 //! extension header not crossed RFC 8200 §4 asks for an ICMPv6 Parameter Problem (code 1)
 //! pointing at the next header field: the refusal records the [`Cause`] in `Meta::note`
 //! and the pointer in `Meta::scratch`, as `ip4-input` does, for `ip6-icmp-error`. A first

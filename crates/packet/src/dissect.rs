@@ -551,7 +551,7 @@ pub fn ports(r: &Dissected, d: &[u8]) -> Option<(u16, u16)> {
 /// [`ports`] for the packet whose IPv4 header `ip` was read already and whose L4 header
 /// is `l4` bytes into `d` (0: not located).
 #[inline(always)]
-pub(crate) fn ports_in(ip: &Ipv4Packet<&[u8; 20]>, l4: u16, d: &[u8]) -> Option<(u16, u16)> {
+pub fn ports_in(ip: &Ipv4Packet<&[u8; 20]>, l4: u16, d: &[u8]) -> Option<(u16, u16)> {
     if l4 == 0 || !L4::of(ip.protocol().0).has_ports() || ip.frag_offset() != 0 {
         return None;
     }

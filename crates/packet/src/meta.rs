@@ -101,7 +101,7 @@ pub mod gso {
 }
 
 /// What a stage reads or writes of a packet's metadata, in groups of fields and flags
-/// that travel together (a stage's declaration says which: [`crate::declare::Decl`]).
+/// that travel together (a stage's declaration says which: the stack's `declare::Decl`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Field {

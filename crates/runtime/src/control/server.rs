@@ -522,11 +522,20 @@ pub fn request(path: &Path, argv: &[String]) -> Result<Reply, String> {
     s.set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(|e| e.to_string())?;
     let mut w = &s;
-    writeln!(w, "{}", json!({ "argv": argv })).map_err(|e| e.to_string())?;
+    // A server that refuses the peer (its credentials, the connection limit) answers at
+    // once and closes, maybe before the request was written: the write then fails
+    // (broken pipe) while the refusal waits to be read, and the refusal is the news.
+    let sent = writeln!(w, "{}", json!({ "argv": argv }));
     let mut line = String::new();
-    BufReader::new(&s)
-        .read_line(&mut line)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let read = BufReader::new(&s).read_line(&mut line);
+    match (sent, read) {
+        (_, Ok(n)) if n > 0 => {}
+        (Err(e), _) => return Err(format!("{}: {e}", path.display())),
+        (Ok(()), Ok(_)) => {
+            return Err(format!("{}: closed without an answer", path.display()));
+        }
+        (Ok(()), Err(e)) => return Err(format!("{}: {e}", path.display())),
+    }
     let v: Value =
         serde_json::from_str(&line).map_err(|e| format!("{}: bad reply: {e}", path.display()))?;
     Ok(Reply {

@@ -8,12 +8,12 @@
 //! by its length after the link header, a super-packet by its segment size
 //! (`tx_over_mtu`).
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode};
-use crate::meta::{Field, Fields, gso};
 use netbatch_engine::{Cx, Next, Out, PktList, Stage};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode};
 use crate::host::Host;
+use crate::meta::{Field, Fields, gso};
 
 netbatch_engine::reasons! {
     /// Why `tx` drops a frame.

@@ -14,16 +14,16 @@
 //! on the `neighbour` arc, in order. A request for us is turned into the reply in place,
 //! cut or padded to the minimum frame (its padding zeroed).
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
-use crate::meta::{Field, Fields, flag};
 use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::Error;
 use netbatch_wire::arp::{ArpOperation, ArpPacket, ArpRepr};
 use netbatch_wire::ethernet::EtherType;
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::l2::output::push_header;
+use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
 use crate::route::RouteKind;
 

@@ -9,14 +9,14 @@
 //! through `gso`, as the wire packets it was made of; a super-packet is not mirrored
 //! (counted `mirror_skipped`).
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use std::sync::Arc;
 
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::action::{Action, Control};
 use super::{Classifier, Key};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
 use crate::iface::Tags;

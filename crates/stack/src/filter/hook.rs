@@ -2,14 +2,14 @@
 //! IPv6 packets alike (one chain per hook, nftables' `inet`); an accepted packet leaves by
 //! its family's arc (`accept`, `accept6`).
 
-use crate::assemble::{GraphOptions, node};
-use crate::declare::{Decl, Decode, Make, To};
-use crate::meta::{Field, Fields};
 use netbatch_engine::{Cx, Out, PktList, PktRef, Reason, Stage};
 
 use super::{Chain, Compiled, HookPoint, Key, Key6, Verdict};
+use crate::assemble::{GraphOptions, node};
+use crate::declare::{Decl, Decode, Make, To};
 use crate::dissect::{L3, MatchKey, MatchKey6};
 use crate::host::Host;
+use crate::meta::{Field, Fields};
 use crate::prefix::{Ipv4Prefix, Ipv6Prefix};
 
 netbatch_engine::reasons! {

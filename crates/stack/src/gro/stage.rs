@@ -30,16 +30,16 @@
 //! completes its flows at the end of the list and they go on with the rest of it; in
 //! per-packet mode the worker flushes the stage after the poll.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
-use crate::meta::{Field, Fields, flag};
-use crate::offload::Features;
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 
 use super::{FlowKey, GroTable, Kind, Parsed, parse};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, Dissected, L4};
 use crate::host::Host;
 use crate::iface::Tags;
+use crate::meta::{Field, Fields, flag};
+use crate::offload::Features;
 
 netbatch_engine::arcs! {
     /// Arc to L2 input.

@@ -4,12 +4,12 @@
 //! port in a list pass through unchanged, so the port sees them in list order. A super-packet that cannot be segmented is dropped
 //! whole (every wire packet it stands for counted) with the reason.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
-use crate::meta::{Field, Fields};
 use netbatch_engine::{Cx, Out, Pkt, PktList, Reason, Stage};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
+use crate::meta::{Field, Fields};
 use crate::tx::{port_arc, with_port_arcs};
 
 netbatch_engine::arcs! {

@@ -9,14 +9,14 @@
 //! raised in the namespace). Received frames enter here, not at `eth-input`, when their
 //! port is a tap of a pair (the worker picks the entry per port).
 
-use crate::assemble::node;
-use crate::declare::Decl;
-use crate::meta::{Field, Fields, gso};
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::ethernet::HEADER_LEN;
 
 use super::{Pair, reason};
+use crate::assemble::node;
+use crate::declare::Decl;
 use crate::host::Host;
+use crate::meta::{Field, Fields, gso};
 use crate::tx::{port_arc, with_port_arcs};
 
 /// The inject stage: one `tx-<port>` arc per port.

@@ -6,13 +6,13 @@
 //! destination MAC (the port's, which the tap carries), VLAN tags and all. A super-packet
 //! (GRO) is segmented first: the tap is opened without offloads.
 
-use crate::assemble::node;
-use crate::declare::Decl;
-use crate::meta::{Field, Fields, flag, gso};
 use netbatch_engine::{Cx, Out, Pkt, PktList, Reason, Stage};
 
 use super::{punt_port, reason};
+use crate::assemble::node;
+use crate::declare::Decl;
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag, gso};
 use crate::tx::{port_arc, with_port_arcs};
 
 /// The punt stage: one `tx-<port>` arc per port (taps among them).

@@ -8,17 +8,16 @@
 //! default). Other messages are consumed and counted, or, on a port paired with a host
 //! interface, handed to the kernel ([`crate::hostif`]), whose sockets they answer.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, Take, To};
-use crate::meta::{Field, Fields, flag};
 use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
-
-use crate::host::Host;
 use netbatch_wire::icmpv4::{Icmpv4Packet, Icmpv4Type};
 use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, Take, To};
+use crate::host::Host;
 use crate::ip4::header;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `icmp-input` drops a message.

@@ -18,13 +18,13 @@
 //! - an informational message of an unknown type is discarded (RFC 4443 2.4 (b),
 //!   `icmp6_unknown_informational`).
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, Take, To};
 use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
 use netbatch_wire::icmpv6::{Icmpv6Packet, Icmpv6Type};
 use netbatch_wire::ipv6::{HEADER_LEN, Ipv6Packet, Ipv6Repr, Protocol};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, Take, To};
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};
 

@@ -15,18 +15,17 @@
 //! redirect, a new packet, takes the `redirect` arc to `ip4-local-out` after the list.
 //! The fast path pays one comparison of the two interfaces for it.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
-use crate::meta::{Field, Fields, flag};
-use netbatch_engine::{Cx, Out, PktList, Stage, Verdict};
-use netbatch_wire::checksum;
-
 use core::net::Ipv4Addr;
 
+use netbatch_engine::{Cx, Out, PktList, Stage, Verdict};
+use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
 use super::{header_mut, options, redirect};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `ip4-forward` stops a packet.

@@ -16,17 +16,16 @@
 //! their segment size; when their segments are too large and DF is clear they are
 //! segmented (GSO) and each segment is fragmented.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
-use crate::meta::{Field, Fields, flag};
 use netbatch_engine::{Cx, Meta, Out, Pkt, PktList, Stage};
-
 use netbatch_wire::ipv4::Ipv4Packet;
 use netbatch_wire::tcp::TcpPacket;
 
 use super::header;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, L4};
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why a packet longer than its output MTU is not sent.

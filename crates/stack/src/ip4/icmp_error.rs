@@ -17,21 +17,20 @@
 //! of its interface on the sender's or the gateway's subnet, else that interface's
 //! primary), falling back to the interface the datagram arrived on.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use core::net::Ipv4Addr;
 
-use crate::meta::{Field, Fields, flag};
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::checksum;
-
 use netbatch_wire::icmpv4::{Icmpv4Packet, Icmpv4Type};
 use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
 
 use super::{header, header_mut};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::L4;
 use crate::host::Host;
 use crate::iface::Iface;
+use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
 use crate::route::RouteKind;
 

@@ -14,17 +14,17 @@
 //! and a source-routed packet is dropped (`ip4_source_route`) unless
 //! `accept_source_route` is on, as Linux does by default.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
-use crate::meta::{Field, Fields, flag};
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage, Verdict};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
 use super::icmp_error::Cause;
 use super::options;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
 
 netbatch_engine::reasons! {

@@ -6,16 +6,15 @@
 //! unset (computed here). A destination that is ours loops back to `ip4-local`. No ICMP
 //! error is generated about our own packets: failures are drops.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
-use crate::meta::{Field, Fields, flag};
 use netbatch_engine::{Cx, Out, PktList, Stage};
-
 use netbatch_wire::ipv4::Ipv4Packet;
 
 use super::header;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 use crate::route::RouteKind;
 
 netbatch_engine::arcs! {

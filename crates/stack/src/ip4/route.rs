@@ -36,18 +36,18 @@
 //! 1812 5.3.4). Unreachable and prohibit routes and a missing route send the packet to
 //! `ip4-icmp-error` with the cause in `Meta::note`; blackhole routes drop silently.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use std::sync::LazyLock;
 
-use crate::meta::{Field, Fields, flag};
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
 use super::icmp_error::Cause;
 use super::{header, options};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
 use crate::route::{Hop, RouteKind, Routes};
 

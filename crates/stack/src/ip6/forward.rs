@@ -14,11 +14,11 @@
 //! Hop-by-hop options are not processed in transit (RFC 8200 4.3 lets a node skip them
 //! unless configured to examine them).
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::{Cause, header_mut};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};
 

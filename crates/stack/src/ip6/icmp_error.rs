@@ -19,8 +19,6 @@
 //! (the link-local address for a link-local sender, who can be answered only on its
 //! link), falling back to the interface the packet arrived on.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use core::net::Ipv6Addr;
 
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
@@ -28,6 +26,8 @@ use netbatch_wire::icmpv6::{self, Icmpv6Packet, Icmpv6Type};
 use netbatch_wire::ipv6::{self as wire6, HEADER_LEN, Ipv6Packet, Ipv6Repr, Protocol};
 
 use super::{Cause, header, header_mut};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};
 use crate::route::RouteKind;

@@ -42,13 +42,13 @@
 //! supported: their hop-by-hop header lies past a payload length of 0, so they are
 //! `ip6_ext_truncated`.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::ipv6::{self, HEADER_LEN, Ipv6Packet};
 use netbatch_wire::ipv6ext::ExtError;
 
 use super::Cause;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, L3};
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};

@@ -11,14 +11,14 @@
 //! our address toward the destination ([`crate::iface::Iface::source6_for`]) and the
 //! upper-layer checksum (UDP, ICMPv6) computed again over the new pseudo-header.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use core::net::Ipv6Addr;
 
 use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv6::{self as wire6, HEADER_LEN, Ipv6Packet};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};

@@ -43,8 +43,6 @@
 //! the destination and the table, which does not change within a list). Per list, the
 //! receiving interface and the verdict on the last source are kept as the hint is.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use core::net::Ipv6Addr;
 use std::sync::LazyLock;
 
@@ -53,6 +51,8 @@ use netbatch_wire::ipv6::{self as wire6, ALL_NODES, ALL_ROUTERS};
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
 use super::{Cause, addrs};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
 use crate::iface::Iface;

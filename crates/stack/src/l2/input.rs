@@ -10,11 +10,11 @@
 //! once per run of packets from the same port (a list from one poll is one port). The
 //! link header is pulled: later stages see the packet start at its L3 header.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use netbatch_engine::{Cx, Meta, Next, Out, PktList, Reason, Stage, Verdict};
 use netbatch_wire::ethernet::{EthernetFrame, HEADER_LEN, MacAddr};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, L3};
 use crate::host::Host;
 use crate::iface::Tags;

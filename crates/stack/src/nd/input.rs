@@ -20,12 +20,12 @@
 //! On a port paired with a host interface the advertisement also goes to the kernel,
 //! which resolves its own neighbours through the same port.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 use netbatch_wire::ipv6::{ALL_NODES, HEADER_LEN, Ipv6Packet, Ipv6Repr, Protocol};
 use netbatch_wire::ndp::{self, NdpRepr, NeighborPacket};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};
 

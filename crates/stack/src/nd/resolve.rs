@@ -19,13 +19,13 @@
 //! of every packet that follows; a packet through a gateway is matched to it by its
 //! adjacency alone, without reading its destination or its route's hop.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
 use netbatch_engine::{Cx, Next, Out, Pkt, PktList, Stage};
 use netbatch_wire::ethernet::{EtherType, MacAddr};
 use netbatch_wire::ipv6 as wire6;
 
 use super::build_solicit;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::ip6::Cause;
 use crate::meta::{Field, Fields, flag};

@@ -13,17 +13,17 @@
 //! adjacency (for an on-link route, each destination) is resolved once: its L2 header is
 //! kept in a small direct-mapped cache for the rest of the list.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, To};
-use crate::meta::{Field, Fields};
 use netbatch_engine::{Cx, Next, Out, PktList, Stage};
 use netbatch_wire::ethernet::{EtherType, MacAddr};
 
 use super::Lookup;
 use crate::arp::build_request;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::iface::Iface;
 use crate::l2::output::{MAX_HEADER_LEN, copy_header, write_header};
+use crate::meta::{Field, Fields};
 use crate::prefix::class;
 use crate::route::ADJ_ON_LINK;
 use crate::tx::{port_arc, with_port_arcs};

@@ -2,10 +2,10 @@
 //! packets on its `host` arc: to the kernel of a host interface pair ([`crate::hostif`]),
 //! or to the node the graph names, else they are dropped (`tcp_no_handler`).
 
-use crate::assemble::{GraphOptions, node};
-use crate::declare::{Decl, Decode, Take, To};
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
+use crate::assemble::{GraphOptions, node};
+use crate::declare::{Decl, Decode, Take, To};
 use crate::host::Host;
 
 netbatch_engine::reasons! {

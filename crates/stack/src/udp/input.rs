@@ -17,9 +17,6 @@
 //! `udp_unexpected_gso`). A super-datagram whose checksum nobody verified is segmented
 //! before the checks.
 
-use crate::assemble::node;
-use crate::declare::{Decl, Decode, Take, To};
-use crate::meta::{Field, Fields, flag, gso};
 use core::marker::PhantomData;
 
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
@@ -28,7 +25,10 @@ use netbatch_wire::ipv4::Protocol;
 use netbatch_wire::udp::{self, UdpPacket};
 
 use super::socket::{SocketId, SocketWriter, Table, TableCache};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, Take, To};
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag, gso};
 
 netbatch_engine::reasons! {
     /// Why `udp-input` does not deliver a datagram (RFC 768).

@@ -13,13 +13,14 @@
 //! Frames in and the answers expected are built with etherparse, by hand from the
 //! description above, not by the datapath's code.
 
-use netbatch_engine::{Cx, Dispatch, Mode, Out, PktList, Stage};
+use netbatch_engine::{Cx, Dispatch, Mode, Out, PktList, Stage, TraceSpec};
 use netbatch_runtime::setup::{StaticNeighbour, StaticNeighbour6};
 use netbatch_scenarios::{Lab, LabSpec, PEER, PEER6, US, US6, VARIANTS, ip, ip6, port};
 use netbatch_stack::assemble::{STAGES, build_from, node};
 use netbatch_stack::declare::{self, Decl, Decode, Take, To};
 use netbatch_stack::host::{Host, HostParams};
 use netbatch_stack::meta::{Field, Fields, flag};
+use netbatch_stack::trace::Report;
 use netbatch_stack::{GraphOptions, dissect};
 use netbatch_wire::ethernet::MacAddr;
 
@@ -60,11 +61,22 @@ const TOY: Decl = Decl {
     ],
     takes: &[Take::v4(PROTO4, "toy"), Take::v6(PROTO6, "toy")],
     reasons: &[reason::ALL],
-    decode: Decode::Ip,
+    decode: Decode::Upper(words),
     reads: Fields::of(&[Field::L3, Field::L4]),
     writes: Fields::of(&[Field::Origin, Field::OutIf]),
     ..Decl::new("toy-input", |_| Box::new(ToyInput::default()))
 };
+
+/// What the trace shows of a toy datagram after the IP header: its op (from the bytes
+/// the trace kept of its header on).
+fn words(b: &[u8]) -> String {
+    match b.first() {
+        Some(&ECHO) => "toy echo".into(),
+        Some(&ANSWER) => "toy answer".into(),
+        Some(op) => format!("toy op {op}"),
+        None => "toy (header not kept)".into(),
+    }
+}
 
 impl Stage<Host> for ToyInput {
     fn arcs(&self) -> &[&'static str] {
@@ -356,14 +368,16 @@ fn without_its_declaration_the_protocol_is_unknown() {
     lab.stop_and_check_pool();
 }
 
-/// Declaring the toy registers what it declares: its reason set joins the registry
-/// (every name still unique), the trace shows it as declared, and two stages cannot
-/// take one protocol.
+/// Declaring the toy registers what it declares: its reason set joins the registry of
+/// its list of stages (every name still unique; the stack's own registry does not have
+/// it), the trace decodes its node as declared, and two stages cannot take one
+/// protocol.
 #[test]
 fn the_declaration_registers_its_reasons_decoder_and_protocols() {
     let list = stages();
     let sets = declare::reason_sets_of(&list);
     assert!(sets.contains(&reason::ALL));
+    assert!(!declare::reason_sets().contains(&reason::ALL));
     let mut all = vec![netbatch_engine::reason::ALL];
     all.extend(sets);
     assert_eq!(netbatch_engine::drop::check_sets(&all), Ok(()));
@@ -375,7 +389,7 @@ fn the_declaration_registers_its_reasons_decoder_and_protocols() {
         Dispatch::Buckets,
     )
     .unwrap();
-    assert_eq!(declare::decode_of("toy-input"), Decode::Ip);
+    assert_eq!(declare::decode_of("toy-input"), Decode::Upper(words));
 
     const TWIN: Decl = Decl {
         takes: &[Take::v6(PROTO6, "twin")],
@@ -394,4 +408,72 @@ fn the_declaration_registers_its_reasons_decoder_and_protocols() {
         e.to_string(),
         "node 'twin-input' takes IPv6 protocol 252, which 'toy-input' takes"
     );
+}
+
+/// What an operator sees of the toy: the trace shows each packet at `toy-input` in the
+/// toy's own words after the IP header (an echo as the stage left it, answered in place;
+/// another op delivered; a short datagram dropped for the toy's reason, described), and
+/// `show errors` lists the toy's drops with its reason's description. The expected
+/// lines are written out by hand from the frames sent.
+#[test]
+fn the_trace_and_show_errors_speak_the_toys_words() {
+    let mut lab = lab(Mode::List, Dispatch::Buckets);
+    lab.w.graph.trace_mut().arm(TraceSpec::new(3));
+    lab.feed(
+        0,
+        [
+            toy4(PEER, US, PEER4, US4, 9, 1, &datagram(ECHO, b"abc")),
+            toy6(PEER, US, PEER6, US6, 9, &datagram(7, b"keep")),
+            toy4(PEER, US, PEER4, US4, 9, 2, &[ECHO, 0]),
+        ],
+    );
+    lab.run();
+    let dumps = lab.w.take_trace();
+    assert_eq!(dumps.len(), 1);
+    let ports = ["eth0".to_string()];
+    let report = Report {
+        dump: &dumps[0],
+        worker: 0,
+        ports: &ports,
+        clock_to_utc_ns: 0,
+        routes: None,
+    };
+    let toy_lines: Vec<String> = (1..=3)
+        .map(|id| {
+            report
+                .path(id)
+                .lines()
+                .find(|l| l.starts_with("toy-input: "))
+                .unwrap_or_else(|| panic!("packet {id} at toy-input:\n{}", report.text()))
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        toy_lines,
+        [
+            "toy-input: 198.51.100.1 -> 198.51.100.7 proto 253 ttl 64 len 27 toy answer \
+             -> ip4-local-out (reply)",
+            // IPv6 shows its whole length, fixed header included (40 + 8).
+            "toy-input: 2001:db8:100::2 -> 2001:db8:100::1 proto 252 hlim 9 len 48 toy op 7 \
+             taken (queued, delivered or sent)",
+            "toy-input: 198.51.100.7 -> 198.51.100.1 proto 253 ttl 9 len 22 toy echo \
+             drop toy_truncated (toy datagram shorter than its header)",
+        ],
+        "{}",
+        report.text()
+    );
+
+    let c = serde_json::json!({ "workers": [netbatch_runtime::replay::stats(&lab.w)] });
+    let errors = netbatch_runtime::control::show::errors(&c);
+    assert_eq!(
+        errors.data["errors"],
+        serde_json::json!([{
+            "count": 1, "node": "toy-input", "reason": "toy_truncated",
+            "description": "toy datagram shorter than its header",
+        }]),
+        "{}",
+        errors.text
+    );
+    lab.assert_conserved();
+    lab.stop_and_check_pool();
 }

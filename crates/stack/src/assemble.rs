@@ -235,10 +235,11 @@ fn refuse(node: &str, problem: String) -> GraphError {
 /// stage), in list order, their arcs wired as declared. Refused, naming the node: two
 /// declarations of one name; a field a stage reads that no stage in the graph writes
 /// (nor the receive path, nor the buffer's reset); two stages taking one IP protocol of
-/// one version, or taking one with no demux of that version in the graph; an arc to a
-/// node that is not in the graph, a drop arc for a reason the stage does not declare;
-/// and what [`GraphBuilder`] refuses (an arc the stage does not have, one left
-/// unconnected).
+/// one version, or taking one with no demux of that version in the graph (or a second
+/// demux of a version); an arc to a node that is not in the graph (also through
+/// left-out nodes), a drop arc for a reason the stage does not declare, a stage that
+/// counts a reason it does not declare; and what [`GraphBuilder`] refuses (an arc the
+/// stage does not have, one left unconnected).
 pub fn build_from(
     stages: &[Decl],
     opts: &GraphOptions,
@@ -266,7 +267,16 @@ pub fn build_from(
                 port: port as u16,
                 takes: takes.clone(),
             };
-            b.add(name, (d.make)(&m))?;
+            let stage = (d.make)(&m);
+            // What a stage counts from the start is in its error table: registered, so
+            // a set it counts is one it declares.
+            if let Some(r) = stage.reasons().iter().find(|&&r| !d.declares(r)) {
+                return Err(refuse(
+                    name,
+                    format!("counts drops for '{r}', a reason in no set it declares"),
+                ));
+            }
+            b.add(name, stage)?;
             decoders.push((name, d.decode));
         }
     }
@@ -362,7 +372,7 @@ fn connect(
     for &(arc, to) in d.arcs {
         match resolve(stages, b, opts, to) {
             Ok(End::Node(n)) => b.connect(name, arc, n)?,
-            Ok(End::Drop(r)) if d.all_reasons().any(|x| x == r) => {
+            Ok(End::Drop(r)) if d.declares(r) => {
                 b.connect_drop(name, arc, r)?;
             }
             Ok(End::Drop(r)) => {
@@ -616,23 +626,12 @@ mod tests {
     }
 
     /// Every stage of the full graph declares the reasons it counts from the start and
-    /// those its drop arcs drop with (the assembler refuses an undeclared drop arc); the
-    /// registry is the union of the declarations, each name once.
+    /// those its drop arcs drop with (the assembler refuses either undeclared, below, so
+    /// building it checks them); the registry is the union of the declarations, each name
+    /// once.
     #[test]
     fn the_reason_registry_is_the_declared_sets() {
-        let o = everything();
-        for d in STAGES {
-            let m = Make {
-                opts: &o,
-                ports: PORTS,
-                port: 0,
-                takes: Vec::new(),
-            };
-            let stage = (d.make)(&m);
-            for r in stage.reasons() {
-                assert!(d.all_reasons().any(|x| x == *r), "{}: {r}", d.name);
-            }
-        }
+        assert_eq!(nodes(&everything()).len(), STAGES.len() + PORTS.len() - 1);
         let sets = declare::reason_sets();
         assert_eq!(netbatch_engine::drop::check_sets(&sets), Ok(()));
         for d in STAGES {
@@ -757,6 +756,246 @@ mod tests {
         assert_eq!(
             problem,
             "takes IPv6 protocol 17, but no stage in the graph demuxes IPv6"
+        );
+    }
+
+    netbatch_engine::reasons! {
+        /// Reasons of the made-up stages of the refusal tests.
+        mod probe {
+            LOST = "probe_lost": "a made-up stage's reason",
+        }
+    }
+
+    /// A made-up stage for the refusal tests: the arcs and error table it is given. The
+    /// graphs it is in are never run.
+    struct Probe(&'static [&'static str], &'static [netbatch_engine::Reason]);
+
+    impl netbatch_engine::Stage<Host> for Probe {
+        fn arcs(&self) -> &[&'static str] {
+            self.0
+        }
+
+        fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+            self.1
+        }
+
+        fn process(
+            &mut self,
+            _: &mut Host,
+            _: &mut netbatch_engine::Cx<'_>,
+            _: &mut netbatch_engine::PktList,
+            _: &mut netbatch_engine::Out,
+        ) {
+        }
+    }
+
+    /// A probe with one arc, `out`, and no error table.
+    fn one_arc(_: &Make<'_>) -> Box<dyn netbatch_engine::Stage<Host>> {
+        Box::new(Probe(&["out"], &[]))
+    }
+
+    /// The refusal of [`STAGES`] plus `extra`, built with the default options.
+    fn refusal_with(extra: &[Decl]) -> (String, String) {
+        let mut list = STAGES.to_vec();
+        list.extend_from_slice(extra);
+        declaration_error(build_from(
+            &list,
+            &GraphOptions::default(),
+            PORTS,
+            Dispatch::Buckets,
+        ))
+    }
+
+    /// A stage whose arc goes to a node that is not in the graph (by name, or through
+    /// a left-out node whose arcs end nowhere, or round a loop of left-out nodes) is
+    /// refused, naming the node, the arc and why.
+    #[test]
+    fn an_arc_that_goes_nowhere_is_refused() {
+        const NOWHERE: Decl = Decl {
+            arcs: &[("out", To::Node("nowhere"))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[NOWHERE]),
+            (
+                "probe".into(),
+                "has an arc 'out' that goes to 'nowhere', which is not in the graph".into()
+            )
+        );
+
+        const THROUGH_NOTHING: Decl = Decl {
+            arcs: &[("out", To::Via("ghost", "ok"))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[THROUGH_NOTHING]).1,
+            "has an arc 'out' that goes through 'ghost', which nothing declares"
+        );
+
+        // A hook left out (no chain) has arcs `accept` and `accept6`, no `ok`.
+        const NO_SUCH_ARC: Decl = Decl {
+            arcs: &[("out", To::Via(node::HOOK_INPUT, "ok"))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[NO_SUCH_ARC]).1,
+            "has an arc 'out' that goes through 'hook-input', which has no arc 'ok'"
+        );
+
+        fn never(_: &GraphOptions) -> bool {
+            false
+        }
+        const A: Decl = Decl {
+            arcs: &[("out", To::Via("b", "out"))],
+            present: never,
+            ..Decl::new("a", one_arc)
+        };
+        const B: Decl = Decl {
+            arcs: &[("out", To::Via("a", "out"))],
+            present: never,
+            ..Decl::new("b", one_arc)
+        };
+        const INTO_LOOP: Decl = Decl {
+            arcs: &[("out", To::Via("a", "out"))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[A, B, INTO_LOOP]).1,
+            "has an arc 'out' that goes round a loop of left-out nodes"
+        );
+
+        // The list without the per-port transmit nodes: the arcs to them go nowhere.
+        let no_tx: Vec<Decl> = STAGES
+            .iter()
+            .filter(|d| d.name != tx::PORT_DECL.name)
+            .copied()
+            .collect();
+        let (node, problem) = declaration_error(build_from(
+            &no_tx,
+            &GraphOptions::default(),
+            PORTS,
+            Dispatch::Buckets,
+        ));
+        assert_eq!(node, "neighbour", "the first stage with port arcs");
+        assert_eq!(
+            problem,
+            "has an arc to 'tx-eth0', which is not in the graph"
+        );
+    }
+
+    /// A reason a stage drops with by an arc, or counts from the start, is one of the
+    /// sets it declares (declaring is registering): otherwise the stage is refused,
+    /// naming the reason.
+    #[test]
+    fn an_undeclared_reason_is_refused() {
+        const DROPS: Decl = Decl {
+            arcs: &[("out", To::Drop(probe::LOST))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[DROPS]),
+            (
+                "probe".into(),
+                "drops by its arc 'out' for 'probe_lost', a reason it does not declare".into()
+            )
+        );
+        // Declared, the same arc is a drop arc.
+        const DECLARED: Decl = Decl {
+            reasons: &[probe::ALL],
+            ..DROPS
+        };
+        let mut list = STAGES.to_vec();
+        list.push(DECLARED);
+        let g = build_from(&list, &GraphOptions::default(), PORTS, Dispatch::Buckets)
+            .unwrap()
+            .trace_nodes();
+        assert_eq!(target(&g, "probe", "out"), "drop probe_lost");
+        assert!(declare::reason_sets_of(&list).contains(&probe::ALL));
+        assert!(!declare::reason_sets().contains(&probe::ALL));
+
+        const COUNTS: Decl = Decl {
+            arcs: &[("out", To::Node(node::TX))],
+            reasons: &[udp::input::reason::ALL],
+            ..Decl::new("probe", |_| Box::new(Probe(&["out"], probe::ALL)))
+        };
+        assert_eq!(
+            refusal_with(&[COUNTS]),
+            (
+                "probe".into(),
+                "counts drops for 'probe_lost', a reason in no set it declares".into()
+            )
+        );
+    }
+
+    /// What the declaration and the stage say of its arcs must agree: an arc the stage
+    /// has and the declaration does not wire is refused by the graph builder, naming
+    /// the node and the arc; one the declaration names and the stage lacks, too.
+    #[test]
+    fn arcs_the_stage_and_its_declaration_disagree_on_are_refused() {
+        const FEWER: Decl = Decl {
+            arcs: &[("out", To::Node(node::TX))],
+            ..Decl::new("probe", |_| Box::new(Probe(&["out", "spare"], &[])))
+        };
+        let mut list = STAGES.to_vec();
+        list.push(FEWER);
+        assert_eq!(
+            build_from(&list, &GraphOptions::default(), PORTS, Dispatch::Buckets).err(),
+            Some(GraphError::Unconnected {
+                node: "probe".into(),
+                arc: "spare".into()
+            })
+        );
+        const MORE: Decl = Decl {
+            arcs: &[("out", To::Node(node::TX)), ("extra", To::Node(node::TX))],
+            ..Decl::new("probe", one_arc)
+        };
+        list.pop();
+        list.push(MORE);
+        assert_eq!(
+            build_from(&list, &GraphOptions::default(), PORTS, Dispatch::Buckets).err(),
+            Some(GraphError::UnknownArc {
+                node: "probe".into(),
+                arc: "extra".into()
+            })
+        );
+    }
+
+    /// The local protocols: a second demux of a version, a protocol taken by an arc
+    /// name another stage takes by, or by one of the demux's own arcs, is refused.
+    #[test]
+    fn demux_conflicts_are_refused() {
+        const SECOND: Decl = Decl {
+            demux: Some(Family::V4),
+            ..Decl::new("ip4-local-again", |m| {
+                Box::new(ip4::local::Ip4Local::new(m.demux(ip4::local::ARCS)))
+            })
+        };
+        let (node, problem) = refusal_with(&[SECOND]);
+        assert_eq!(node, "ip4-local-again");
+        assert_eq!(problem, "is a second IPv4 demux");
+
+        const SAME_ARC: Decl = Decl {
+            takes: &[Take::v4(253, "udp")],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[SAME_ARC]),
+            (
+                "probe".into(),
+                "takes IPv4 by the arc 'udp', by which 'udp-input' takes".into()
+            )
+        );
+
+        const OWN_ARC: Decl = Decl {
+            takes: &[Take::v6(253, "error")],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[OWN_ARC]),
+            (
+                "probe".into(),
+                "takes IPv6 by the arc 'error', one of the demux's own".into()
+            )
         );
     }
 }

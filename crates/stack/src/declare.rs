@@ -208,6 +208,11 @@ impl Decl {
         self.arcs.iter().find(|(a, _)| *a == arc).map(|&(_, t)| t)
     }
 
+    /// Whether `r` is in a set it declares.
+    pub fn declares(&self, r: Reason) -> bool {
+        self.all_reasons().any(|x| x == r)
+    }
+
     /// Every reason it declares, in declaration order.
     pub fn all_reasons(&self) -> impl Iterator<Item = Reason> + '_ {
         self.reasons.iter().flat_map(|s| s.iter().copied())

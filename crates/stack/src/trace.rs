@@ -27,6 +27,7 @@ use netbatch_wire::ipv6::Ipv6Packet;
 use netbatch_wire::tcp::TcpFlags;
 
 use crate::dissect::{self, Dissected, FlowKey, FlowKey6, L3, L4};
+use crate::meta::flag;
 use crate::prefix::{IpPrefix, Ipv4Prefix, Ipv6Prefix};
 use crate::route::{ADJ_ON_LINK, Routes};
 
@@ -534,7 +535,7 @@ impl Report<'_> {
 
 /// What the trace shows of a packet at a stage: what the stage reads. Each stage
 /// declares its own ([`crate::declare::Decl::decode`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub enum Decode {
     /// By what the packet holds: its IP header, ARP, else the link header.
     Auto,
@@ -550,7 +551,25 @@ pub enum Decode {
     Icmp,
     /// Adjacency, output interface, the link header once pushed, IP.
     Out,
+    /// The IP header, then what the stage's own function says of its upper-layer
+    /// header: the function gets the bytes from where the dissector located that header
+    /// to the end of what the record kept (at most [`netbatch_engine::trace::HEAD`] bytes
+    /// from the frame's start, so possibly none), and is not called for a packet whose
+    /// upper layer is not located or not in it (a later fragment). A protocol the stack
+    /// does not know brings its own words this way.
+    Upper(fn(&[u8]) -> String),
 }
+
+impl PartialEq for Decode {
+    fn eq(&self, o: &Self) -> bool {
+        match (self, o) {
+            (Self::Upper(a), Self::Upper(b)) => core::ptr::fn_addr_eq(*a, *b),
+            _ => core::mem::discriminant(self) == core::mem::discriminant(o),
+        }
+    }
+}
+
+impl Eq for Decode {}
 
 /// A recorded view, read through the dissector: the record's offsets made relative to
 /// the bytes kept.
@@ -594,6 +613,20 @@ impl<'a> Glimpse<'a> {
             .map(Ipv4Packet::new_unchecked)
     }
 
+    /// The kept bytes from the upper-layer header on, when the dissector located one
+    /// and the packet is not a later fragment (which holds none).
+    fn upper(&self) -> Option<&'a [u8]> {
+        let later = match self.r.l3_type {
+            L3::Ipv4 => self.ip()?.frag_offset() != 0,
+            L3::Ipv6 => self.r.flags & flag::FRAG6_LATER != 0,
+            _ => return None,
+        };
+        if self.r.l4 == 0 || later {
+            return None;
+        }
+        self.d.get(usize::from(self.r.l4)..)
+    }
+
     /// The link header: where the packet starts while it has one in front of its L3
     /// header, else where the one it arrived with was (pulled, still in front).
     fn link(&self) -> Option<&'a [u8]> {
@@ -633,6 +666,16 @@ fn view_text(node: &str, v: &View, routes: Option<&Routes>) -> String {
         Decode::Icmp => {
             ip_text(&mut s, &g, false);
             icmp_text(&mut s, &g);
+        }
+        Decode::Upper(words) => {
+            ip_text(&mut s, &g, false);
+            if let Some(b) = g.upper() {
+                let w = words(b);
+                if !w.is_empty() {
+                    s.push(' ');
+                    s.push_str(&w);
+                }
+            }
         }
         Decode::Out => {
             let _ = write!(s, "adj {}", v.adj & !ADJ_ON_LINK);
@@ -785,7 +828,7 @@ fn ip6_text(s: &mut String, g: &Glimpse<'_>, ip: &Ipv6Packet<&[u8; 40]>, ports: 
         ip.hop_limit(),
         40 + usize::from(ip.payload_len())
     );
-    if g.r.flags & crate::meta::flag::FRAG6 != 0 {
+    if g.r.flags & flag::FRAG6 != 0 {
         s.push_str(" frag");
     }
 }

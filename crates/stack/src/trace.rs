@@ -392,7 +392,8 @@ impl Match {
 /// for the IP stages and the hooks, with ports and TCP flags for `udp-input` and
 /// `tcp-input`, the ICMP type for `icmp-input`, `icmp6-input`, `nd-input`; the adjacency,
 /// next hop, output interface and pushed link header for `neighbour`, `ip6-neighbour`,
-/// `ip4-fragment`, `gso` and `tx*`; by what the packet holds for the others), as the
+/// `ip4-fragment`, `gso` and `tx*`; the IP header and the stage's own words for a stage
+/// that declares [`Decode::Upper`]; by what the packet holds for the others), as the
 /// stage left the packet (a packet answered in place shows the answer),
 /// then its decision: `-> node (arc)`, `drop reason (description)`, or `taken` (then as
 /// the packet entered the stage).

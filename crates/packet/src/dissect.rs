@@ -13,14 +13,23 @@
 //!   length inside the frame), `l4` and `l4_type` (the IP protocol number); for IPv6,
 //!   where the walk of its extension headers ([`ip6_walk`], bounded) ends: the upper-layer
 //!   header and its next header value (for a later fragment, where its data starts and
-//!   the protocol it continues, as for IPv4);
+//!   the protocol it continues, as for IPv4), told apart by [`L4`] (ICMPv6 included);
 //! - flags: [`flag::VLAN`] and [`flag::QINQ`].
 //!
 //! What classifiers ask of a packet is read through this module, each a field at a known
-//! place: the tag stack ([`vids`]), the IP header length ([`ihl`]), its ports
-//! ([`ports`]), TCP control bits ([`tcp_flags`]), ICMP type and code ([`icmp_type`]), what
-//! a filter matches ([`MatchKey`], [`MatchKey6`]), its flow ([`FlowKey`], [`FlowKey6`])
-//! and flow hash ([`flow_hash`]: RSS's Toeplitz over the IPv4 or IPv6 4-tuple).
+//! place: the link header and outer tag ([`link`], [`outer_tag`], [`vids`]), the IP
+//! header length ([`ihl`]), TOS or traffic class, TTL or hop limit, protocol, fragment
+//! state and addresses of either family ([`ip_fields`]), its ports ([`ports`],
+//! [`whole_ports`]), TCP control bits ([`tcp_flags`], [`tcp_control`]), ICMP and ICMPv6
+//! type and code ([`icmp_type`], [`icmp6_type`], [`icmp_type_code`]), what a filter
+//! matches ([`MatchKey`], [`MatchKey6`]), its flow ([`FlowKey`], [`FlowKey6`]) and flow
+//! hash ([`flow_hash`]: RSS's Toeplitz over the IPv4 or IPv6 4-tuple).
+//!
+//! The record itself is small (it lives in the packet's 64-byte metadata, one cache
+//! line, full): where the headers are and what they are. The fields above are read at
+//! the recorded offsets when asked for, by these readers alone: a stage outside this
+//! module and the wire views does not read a header field to learn what the dissector
+//! knows (`scripts/lint`'s `dissector` gate fails when one does).
 //!
 //! The dissector does not validate: it locates. The input stages check what they own
 //! (`ip4-input` the checksum, lengths and addresses, `ip6-input` the payload length, the
@@ -41,8 +50,9 @@ use netbatch_engine::{Meta, PktMut};
 use netbatch_wire::bytes::get_u16;
 use netbatch_wire::ethernet::{self, EtherType, EthernetFrame};
 use netbatch_wire::icmpv4::{self, Icmpv4Packet, Icmpv4Type};
+use netbatch_wire::icmpv6::{self, Icmpv6Packet, Icmpv6Type};
 use netbatch_wire::ipv4::{Ipv4Packet, Protocol};
-use netbatch_wire::ipv6::Ipv6Packet;
+use netbatch_wire::ipv6::{Ipv6Packet, Protocol as Ip6Protocol};
 use netbatch_wire::ipv6ext::{self, ExtError, UpperLayer};
 use netbatch_wire::tcp::{self, TcpFlags, TcpPacket};
 use netbatch_wire::toeplitz::Toeplitz;
@@ -110,6 +120,8 @@ impl L3 {
 pub enum L4 {
     /// ICMP for IPv4.
     Icmp,
+    /// ICMPv6 (RFC 4443).
+    Icmpv6,
     /// TCP.
     Tcp,
     /// UDP.
@@ -132,6 +144,7 @@ impl L4 {
             Protocol::UDP => Self::Udp,
             Protocol::SCTP => Self::Sctp,
             Protocol::UDPLITE => Self::UdpLite,
+            _ if proto == Ip6Protocol::ICMPV6.0 => Self::Icmpv6,
             _ => Self::Other,
         }
     }
@@ -587,6 +600,154 @@ pub fn icmp_type(r: &Dissected, d: &[u8]) -> Option<(Icmpv4Type, u8)> {
     Some((m.msg_type(), m.code()))
 }
 
+/// The addresses of an IP packet, either family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addrs {
+    /// IPv4 source and destination.
+    V4(Ipv4Addr, Ipv4Addr),
+    /// IPv6 source and destination (at `l3 + 8` and `l3 + 24`).
+    V6(Ipv6Addr, Ipv6Addr),
+}
+
+/// What an IP header says beyond where its parts are, read at the place the dissector
+/// recorded (`Meta::l3`): the fields the classifier's keys, the hooks and the trace read,
+/// one reader for both families so that no stage reads them at offsets of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpFields {
+    /// IPv4's TOS byte or IPv6's traffic class (DSCP and ECN, RFC 2474, RFC 3168).
+    pub tos: u8,
+    /// IPv4's TTL or IPv6's hop limit.
+    pub ttl: u8,
+    /// The upper-layer protocol (`Meta::l4_type`: for IPv6, after the extension headers).
+    pub proto: u8,
+    /// A fragment, first or later (IPv4: MF set or an offset, RFC 791; IPv6: a Fragment
+    /// header that is not atomic, `flag::FRAG6`).
+    pub fragment: bool,
+    /// A later fragment: `Meta::l4` is where its data starts, no header.
+    pub later: bool,
+    /// The addresses.
+    pub addrs: Addrs,
+}
+
+/// The IP fields of the packet dissected as `r` in `d`, when the dissector located its
+/// upper layer (a sane header, whole in the buffer: see the module's invariant).
+#[inline(always)]
+pub fn ip_fields(r: &Dissected, d: &[u8]) -> Option<IpFields> {
+    if r.l4 == 0 {
+        return None;
+    }
+    match r.l3_type {
+        L3::Ipv4 => {
+            let ip = ip4_header(r, d)?;
+            Some(IpFields {
+                tos: ip.dscp_ecn(),
+                ttl: ip.ttl(),
+                proto: ip.protocol().0,
+                fragment: ip.is_fragment(),
+                later: ip.frag_offset() != 0,
+                addrs: Addrs::V4(ip.src(), ip.dst()),
+            })
+        }
+        L3::Ipv6 => ip6_fields(r, d),
+        _ => None,
+    }
+}
+
+/// [`ip_fields`] of an IPv6 packet. Out of line: the IPv4 paths do not carry it.
+#[inline(never)]
+fn ip6_fields(r: &Dissected, d: &[u8]) -> Option<IpFields> {
+    let ip = ip6_header(r, d)?;
+    Some(IpFields {
+        tos: ip.traffic_class(),
+        ttl: ip.hop_limit(),
+        proto: r.l4_type,
+        fragment: r.flags & flag::FRAG6 != 0,
+        later: r.flags & flag::FRAG6_LATER != 0,
+        addrs: Addrs::V6(ip.src(), ip.dst()),
+    })
+}
+
+/// The outer VLAN tag of frame `d` (from its Ethernet header) as a filter reads it: its
+/// TPID (802.1Q or 802.1ad), TCI (priority, DEI, id) and the ethertype after it; `None`
+/// when the frame is untagged or the tag is cut. Read whatever follows the tag (more
+/// tags than the dissector crosses included), as the kernel's flow dissector reads the
+/// outer tag.
+#[inline(always)]
+pub fn outer_tag(d: &[u8]) -> Option<(EtherType, u16, EtherType)> {
+    let (eth, rest) = d.split_first_chunk::<{ ethernet::HEADER_LEN }>()?;
+    let tpid = EthernetFrame::new_unchecked(eth).ethertype();
+    if tpid != EtherType::VLAN && tpid != EtherType::QINQ {
+        return None;
+    }
+    let t = VlanHeader::new_unchecked(rest.first_chunk::<{ vlan::HEADER_LEN }>()?);
+    Some((tpid, t.tci(), t.ethertype()))
+}
+
+/// The destination and source MAC addresses and the outermost ethertype of frame `d`
+/// (802.1Q or 802.1ad for a tagged frame), as 48- and 16-bit numbers; `None` for a frame
+/// shorter than an Ethernet header.
+#[inline(always)]
+pub fn link(d: &[u8]) -> Option<(u64, u64, u16)> {
+    let eth = d.first_chunk::<{ ethernet::HEADER_LEN }>()?;
+    let mac = |b: &[u8]| b.iter().fold(0u64, |a, &x| (a << 8) | u64::from(x));
+    Some((
+        mac(&eth[..6]),
+        mac(&eth[6..12]),
+        EthernetFrame::new_unchecked(eth).ethertype().0,
+    ))
+}
+
+/// The type and code of an ICMP or ICMPv6 message dissected as `r` in `d` (its first two
+/// bytes, RFC 792, RFC 4443 2.1), either family, when they are in the buffer and the
+/// packet is not a fragment: what flower's `icmp` keys read (the kernel's flow dissector
+/// reads them for either protocol number, whatever the IP version).
+#[inline]
+pub fn icmp_type_code(r: &Dissected, d: &[u8], ip: &IpFields) -> Option<(u8, u8)> {
+    if ip.fragment || !matches!(L4::of(ip.proto), L4::Icmp | L4::Icmpv6) {
+        return None;
+    }
+    let h = d.get(usize::from(r.l4)..)?.first_chunk::<2>()?;
+    Some((h[0], h[1]))
+}
+
+/// The 12 bits after a TCP header's data offset (the control bits and the 3 reserved
+/// ones, RFC 9293 3.1), either family, when the fixed header is in the buffer, its data
+/// offset is at least 5 and the packet is not a fragment: flower's `tcp_flags` key.
+#[inline]
+pub fn tcp_control(r: &Dissected, d: &[u8], ip: &IpFields) -> Option<u16> {
+    if ip.fragment || L4::of(ip.proto) != L4::Tcp {
+        return None;
+    }
+    let h = d
+        .get(usize::from(r.l4)..)?
+        .first_chunk::<{ tcp::HEADER_LEN }>()?;
+    let word = get_u16(h, 12);
+    (word >> 12 >= 5).then_some(word & 0x0fff)
+}
+
+/// The ports of a packet whose [`ip_fields`] are `ip`, dissected as `r` in `d`, when it
+/// is not a fragment (flower reads no port of a first fragment either, unlike [`ports`]).
+#[inline]
+pub fn whole_ports(r: &Dissected, d: &[u8], ip: &IpFields) -> Option<(u16, u16)> {
+    if ip.fragment || !L4::of(ip.proto).has_ports() {
+        return None;
+    }
+    let p = d.get(usize::from(r.l4)..)?.first_chunk::<4>()?;
+    Some((get_u16(p, 0), get_u16(p, 2)))
+}
+
+/// The type and code of an ICMPv6 message dissected as `r` in `d` (RFC 4443 2.1), when
+/// its header is in the buffer and it is not in a later fragment.
+#[inline]
+pub fn icmp6_type(r: &Dissected, d: &[u8]) -> Option<(Icmpv6Type, u8)> {
+    if r.l3_type != L3::Ipv6 || r.l4_kind()? != L4::Icmpv6 || r.flags & flag::FRAG6_LATER != 0 {
+        return None;
+    }
+    let h = d.get(usize::from(r.l4)..)?.get(..icmpv6::HEADER_LEN)?;
+    let m = Icmpv6Packet::new_unchecked(h);
+    Some((m.msg_type(), m.code()))
+}
+
 /// What a filter matches: protocol, addresses and ports of an IPv4 packet, read once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MatchKey {
@@ -1017,9 +1178,8 @@ mod tests {
         later.extend(ip6(44, &[17, 0, 0x05, 0xc8, 0, 0, 0, 9, 1, 2, 3, 4]));
         let r = parse(&later);
         assert_eq!((r.l4, r.l4_type), (14 + 48, 17));
-        // ICMPv6 is none of the kinds the stack tells apart yet; ESP and No Next Header
-        // end the walk where they start.
-        for (next, kind) in [(58u8, L4::Other), (50, L4::Other), (59, L4::Other)] {
+        // ICMPv6 is told apart; ESP and No Next Header end the walk where they start.
+        for (next, kind) in [(58u8, L4::Icmpv6), (50, L4::Other), (59, L4::Other)] {
             let mut f = eth(&[], 0x86dd);
             f.extend(ip6(60, &[&opts(next, 8)[..], &PORTS].concat()));
             let r = parse(&f);
@@ -1042,6 +1202,83 @@ mod tests {
             14 + 56,
             "the same bytes inside the payload"
         );
+    }
+
+    /// The readers of the record: for each family the TOS or traffic class, TTL or hop
+    /// limit, addresses and fragment state; L4 fields of whole packets only; the outer
+    /// tag. Against hand-made bytes.
+    #[test]
+    fn the_ip_fields_of_both_families_are_read_at_the_recorded_places() {
+        let mut f = eth(&[(0x88a8, 0xa064)], 0x0800);
+        let mut h = ip(5, 28, 0, 17, &PORTS);
+        h[1] = 0xb8; // DSCP 46, ECN 0
+        h[8] = 7;
+        f.extend(h);
+        let r = parse(&f);
+        let ip = ip_fields(&r, &f).expect("IPv4 fields");
+        assert_eq!(
+            (ip.tos, ip.ttl, ip.proto, ip.fragment, ip.later),
+            (0xb8, 7, 17, false, false)
+        );
+        assert_eq!(
+            ip.addrs,
+            Addrs::V4(Ipv4Addr::new(192, 0, 2, 1), Ipv4Addr::new(198, 51, 100, 7))
+        );
+        assert_eq!(whole_ports(&r, &f, &ip), Some((5000, 53)));
+        assert_eq!(
+            outer_tag(&f),
+            Some((EtherType::QINQ, 0xa064, EtherType::IPV4))
+        );
+        assert_eq!(link(&f).map(|l| l.2), Some(0x88a8));
+        // IPv6: traffic class 0xb8 spans bytes 0 and 1; hop limit 64; ICMPv6 echo request.
+        let mut f = eth(&[], 0x86dd);
+        let mut h = ip6(58, &[128, 0, 0, 0, 0, 1, 0, 1]);
+        h[0] = 0x6b;
+        h[1] = 0x80;
+        f.extend(h);
+        let r = parse(&f);
+        let ip = ip_fields(&r, &f).expect("IPv6 fields");
+        assert_eq!(
+            (ip.tos, ip.ttl, ip.proto, ip.fragment),
+            (0xb8, 64, 58, false)
+        );
+        let (a, b) = (
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::2".parse().unwrap(),
+        );
+        assert_eq!(ip.addrs, Addrs::V6(a, b));
+        assert_eq!(r.l4_kind(), Some(L4::Icmpv6));
+        assert_eq!(icmp_type_code(&r, &f, &ip), Some((128, 0)));
+        assert_eq!(icmp6_type(&r, &f), Some((Icmpv6Type(128), 0)));
+        assert_eq!(icmp_type(&r, &f), None, "an IPv4 reader");
+        assert_eq!(outer_tag(&f), None);
+        // TCP over IPv6: the 12 bits after the data offset (reserved bits included).
+        let mut seg = [0u8; 20];
+        seg[..4].copy_from_slice(&PORTS[..4]);
+        seg[12] = 0x5e;
+        seg[13] = 0x12;
+        let mut f = eth(&[(0x8100, 3)], 0x86dd);
+        f.extend(ip6(6, &seg));
+        let r = parse(&f);
+        let ip = ip_fields(&r, &f).unwrap();
+        assert_eq!(tcp_control(&r, &f, &ip), Some(0xe12));
+        assert_eq!(whole_ports(&r, &f, &ip), Some((5000, 53)));
+        f[18 + 40 + 12] = 0x4e;
+        assert_eq!(tcp_control(&r, &f, &ip), None, "data offset 4");
+        // A first IPv6 fragment: its ports are a filter's ([`ports`]) but not flower's.
+        let mut chain = vec![17, 0, 0, 1, 0, 0, 0, 7];
+        chain.extend_from_slice(&PORTS);
+        let mut f = eth(&[], 0x86dd);
+        f.extend(ip6(44, &chain));
+        let r = parse(&f);
+        let ip = ip_fields(&r, &f).unwrap();
+        assert_eq!((ip.proto, ip.fragment, ip.later), (17, true, false));
+        assert_eq!(ports(&r, &f), Some((5000, 53)));
+        assert_eq!(whole_ports(&r, &f, &ip), None);
+        // Not located: no fields.
+        let mut f = eth(&[], 0x86dd);
+        f.extend(ip6(60, &opts(253, 8)));
+        assert_eq!(ip_fields(&parse(&f), &f), None);
     }
 
     /// What the walk cannot cross leaves L4 unset (and `ip6-input` says why); its bounds

@@ -22,6 +22,7 @@ use netbatch_wire::arp::ArpPacket;
 use netbatch_wire::bytes::get_u16;
 use netbatch_wire::ethernet::{EthernetFrame, HEADER_LEN as ETH_LEN};
 use netbatch_wire::icmpv4::Icmpv4Packet;
+use netbatch_wire::icmpv6::Icmpv6Type;
 use netbatch_wire::ipv4::Ipv4Packet;
 use netbatch_wire::ipv6::Ipv6Packet;
 use netbatch_wire::tcp::TcpFlags;
@@ -857,10 +858,12 @@ fn tcp_flags_text(f: TcpFlags) -> String {
 /// ` echo-request id N seq N`, ` unreachable code N`… for ICMPv6 (the first bytes of the
 /// upper layer, as the dissector located it).
 fn icmp6_text(s: &mut String, g: &Glimpse<'_>) {
+    let Some((Icmpv6Type(t), code)) = dissect::icmp6_type(&g.r, g.d) else {
+        return;
+    };
     let Some(h) =
         g.d.get(usize::from(g.r.l4)..)
             .and_then(<[u8]>::first_chunk::<8>)
-            .filter(|_| g.r.l4 != 0 && g.r.l4_type == 58)
     else {
         return;
     };
@@ -877,7 +880,6 @@ fn icmp6_text(s: &mut String, g: &Glimpse<'_>) {
         (136, "neighbor-advertisement"),
         (137, "redirect"),
     ];
-    let (t, code) = (h[0], h[1]);
     match NAMES.iter().find(|&&(n, _)| n == t) {
         Some((_, n)) => {
             let _ = write!(s, " {n}");

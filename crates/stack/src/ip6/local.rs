@@ -89,9 +89,9 @@ impl Ip6Local {
 /// What the walk of a packet's extension headers decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
-    /// Deliver its upper layer: the protocol, and the offset of the next header field that
-    /// named it.
-    Upper(u8, usize),
+    /// Deliver its upper layer (the protocol the dissector recorded, `Meta::l4_type`): the
+    /// offset of the next header field that named it, for a Parameter Problem's pointer.
+    Upper(usize),
     /// Drop silently for this reason.
     Drop(netbatch_engine::Reason),
     /// Answer with this error, the pointer (an offset from the IPv6 header) with it.
@@ -100,7 +100,9 @@ enum Verdict {
 
 /// Walks the extension headers of the packet `d` (starting at its IPv6 header, whose
 /// chain the dissector's walk accepted) and applies what each asks of its destination;
-/// `multicast`: the destination is a multicast group.
+/// `multicast`: the destination is a multicast group. This walk acts on the options and
+/// routing headers (what the dissector, which only locates, leaves to the destination);
+/// where the chain ends and which upper layer it names are the dissector's record.
 fn walk(d: &[u8], multicast: bool) -> Verdict {
     let mut next = d.get(6).copied().unwrap_or(Protocol::NO_NEXT_HEADER.0);
     let mut next_at = 6;
@@ -157,7 +159,7 @@ fn walk(d: &[u8], multicast: bool) -> Verdict {
                 next = nh;
                 at += ipv6ext::FRAGMENT_HEADER_LEN;
             }
-            _ => return Verdict::Upper(next, next_at),
+            _ => return Verdict::Upper(next_at),
         }
     }
     Verdict::Drop(super::input::reason::EXT_CHAIN_TOO_LONG)
@@ -191,7 +193,7 @@ impl Stage<Host> for Ip6Local {
             } else {
                 let multicast = v.meta.flags & flag::L3_MULTICAST != 0;
                 match walk(v.data(), multicast) {
-                    Verdict::Upper(proto, at) => (proto, at),
+                    Verdict::Upper(at) => (v.meta.l4_type, at),
                     Verdict::Drop(r) => {
                         out.drop(p, r);
                         continue;
@@ -242,14 +244,10 @@ mod tests {
         // Destination options (8 bytes) naming UDP: an option of type `t` with 2 bytes of
         // data at offset 2 (pointer 42), then PadN... as Pad1s.
         let with = |t: u8| packet(60, &[17, 0, t, 2, 0, 0, 0, 0]);
-        assert_eq!(
-            walk(&with(0x1e), false),
-            Verdict::Upper(17, 40),
-            "00: skipped"
-        );
+        assert_eq!(walk(&with(0x1e), false), Verdict::Upper(40), "00: skipped");
         assert_eq!(
             walk(&with(option_type::ROUTER_ALERT), false),
-            Verdict::Upper(17, 40)
+            Verdict::Upper(40)
         );
         assert_eq!(
             walk(&with(0x5e), false),
@@ -284,7 +282,7 @@ mod tests {
         let mut chain = vec![43, 0, 1, 4, 0, 0, 0, 0];
         chain.extend_from_slice(&[17, 2, 0, 0, 0, 0, 0, 0]);
         chain.extend_from_slice(&[0; 16]);
-        assert_eq!(walk(&packet(0, &chain), false), Verdict::Upper(17, 48));
+        assert_eq!(walk(&packet(0, &chain), false), Verdict::Upper(48));
         // Segments left 1: Parameter Problem code 0 at the routing type (48 + 2).
         chain[8 + 3] = 1;
         assert_eq!(
@@ -298,6 +296,6 @@ mod tests {
         // Fragment header, offset 0, M clear, then an unknown protocol (253 is refused by
         // the dissector's walk; 99 is not): its pointer is the fragment's next header.
         let p = packet(44, &[99, 0, 0, 0, 0, 0, 0, 1]);
-        assert_eq!(walk(&p, false), Verdict::Upper(99, 40));
+        assert_eq!(walk(&p, false), Verdict::Upper(40));
     }
 }

@@ -3,17 +3,19 @@
 //! the filter's place in the file), `protocol`, the match keys, and `actions` (each as
 //! `tc` writes an action, see `netbatch_stack::cls::action`).
 //!
-//! A value is `V` or `V/MASK` (MAC addresses and IPv4 addresses also `ADDR/LEN`); ports
-//! also `MIN-MAX`. As `tc` does, keys of a layer need the layer named: IPv4 keys need
-//! `protocol = "ip"` (or `vlan_ethtype = "ip"`), ports `ip_proto` tcp, udp or sctp,
-//! `tcp_flags` tcp, `icmp_type`/`icmp_code` icmp, VLAN keys `protocol = "802.1q"` or
-//! `"802.1ad"`. A mask wider than its field, a range upside down, a repeated filter, a
+//! A value is `V` or `V/MASK` (MAC and IP addresses also `ADDR/LEN`); ports also
+//! `MIN-MAX`. As `tc` does, keys of a layer need the layer named: IP keys (`src_ip`,
+//! `dst_ip`, `ip_proto`, `ip_tos`, `ip_ttl`) need `protocol = "ip"` or `"ipv6"` (or that
+//! `vlan_ethtype`), and the addresses are of that family (for IPv6, `ip_tos` is the
+//! traffic class and `ip_ttl` the hop limit); ports need `ip_proto` tcp, udp or sctp,
+//! `tcp_flags` tcp, `icmp_type`/`icmp_code` icmp (IPv4) or icmpv6 (IPv6), VLAN keys
+//! `protocol = "802.1q"` or `"802.1ad"`. A mask wider than its field, a range upside down, a repeated filter, a
 //! `goto chain` to a chain without filters (or not after the filter's own), and an action
 //! naming a port that does not exist are refused at their key.
 
 use std::sync::Arc;
 
-use netbatch_stack::cls::{Action, Classifier, ClsError, Field, Filter, Match, Range};
+use netbatch_stack::cls::{Action, Classifier, ClsError, Field, Filter, Match, Range, ip6_bits};
 
 use netbatch_wire::ethernet::EtherType;
 
@@ -174,6 +176,30 @@ fn ip(s: &str) -> Result<(u64, u64), String> {
     }
 }
 
+/// An IPv6 address, `ADDR/LEN` or `ADDR/MASK`: (high, low) 64-bit halves of value and
+/// mask.
+fn ip6(s: &str) -> Result<((u64, u64), (u64, u64)), String> {
+    let addr = |t: &str| {
+        t.parse::<core::net::Ipv6Addr>()
+            .map(ip6_bits)
+            .map_err(|_| format!("'{t}' is not an IPv6 address"))
+    };
+    match s.split_once('/') {
+        None => Ok((addr(s)?, (u64::MAX, u64::MAX))),
+        Some((a, m)) => {
+            let mask = match m.parse::<u32>() {
+                Ok(len) if len <= 128 => {
+                    let bits = u128::MAX.checked_shl(128 - len).unwrap_or(0);
+                    ((bits >> 64) as u64, bits as u64)
+                }
+                Ok(len) => return Err(format!("/{len} is longer than an IPv6 address")),
+                Err(_) => addr(m)?,
+            };
+            Ok((addr(a)?, mask))
+        }
+    }
+}
+
 /// An IP protocol by name or number.
 fn proto(v: &Val) -> Result<u64, String> {
     let t = v.text();
@@ -181,10 +207,11 @@ fn proto(v: &Val) -> Result<u64, String> {
         "icmp" => Ok(1),
         "tcp" => Ok(6),
         "udp" => Ok(17),
+        "icmpv6" => Ok(58),
         "sctp" => Ok(132),
-        other => number(other)
-            .filter(|&n| n <= 255)
-            .ok_or_else(|| format!("'{t}' is not an IP protocol (tcp, udp, sctp, icmp or 0-255)")),
+        other => number(other).filter(|&n| n <= 255).ok_or_else(|| {
+            format!("'{t}' is not an IP protocol (tcp, udp, sctp, icmp, icmpv6 or 0-255)")
+        }),
     }
 }
 
@@ -260,21 +287,35 @@ fn filter_match(f: &FilterFile, key: &str, ports: &[String], e: &mut Errs) -> Ma
     if let Some(s) = &f.src_mac {
         put(Field::SrcMac, mac(s), e);
     }
-    let is_ip = protocol == Some(0x0800) || inner == Some(0x0800);
+    let v4 = protocol == Some(0x0800) || inner == Some(0x0800);
+    let v6 = protocol == Some(0x86dd) || inner == Some(0x86dd);
     let needs_ip = |name: &str, e: &mut Errs| {
-        if !is_ip {
+        if !v4 && !v6 {
             e.add(
                 format!("{key}.{name}"),
-                "needs protocol = \"ip\" (or vlan_ethtype = \"ip\")",
+                "needs protocol = \"ip\" or \"ipv6\" (or that vlan_ethtype)",
             );
         }
-        is_ip
+        v4 || v6
     };
-    for (field, val) in [(Field::SrcIp, &f.src_ip), (Field::DstIp, &f.dst_ip)] {
-        if let Some(s) = val
-            && needs_ip(field.name(), e)
-        {
+    for (field, (hi, lo), val) in [
+        (Field::SrcIp, (Field::SrcIp6Hi, Field::SrcIp6Lo), &f.src_ip),
+        (Field::DstIp, (Field::DstIp6Hi, Field::DstIp6Lo), &f.dst_ip),
+    ] {
+        let Some(s) = val else { continue };
+        if !needs_ip(field.name(), e) {
+            continue;
+        }
+        if v4 {
             put(field, ip(s), e);
+            continue;
+        }
+        match ip6(s) {
+            Ok(((vh, vl), (mh, ml))) => {
+                put(hi, Ok((vh, mh)), e);
+                put(lo, Ok((vl, ml)), e);
+            }
+            Err(why) => e.add(format!("{key}.{}", field.name()), why),
         }
     }
     let mut ip_proto = None;
@@ -337,12 +378,14 @@ fn filter_match(f: &FilterFile, key: &str, ports: &[String], e: &mut Errs) -> Ma
     {
         put(Field::TcpFlags, masked(Field::TcpFlags, &v.text()), e);
     }
+    // ICMP's keys for IPv4, ICMPv6's for IPv6 (tc picks flower's attributes by both).
+    let (icmp, icmp_name) = if v6 { (58, "icmpv6") } else { (1, "icmp") };
     for (field, val) in [
         (Field::IcmpType, &f.icmp_type),
         (Field::IcmpCode, &f.icmp_code),
     ] {
         if let Some(v) = val
-            && needs_proto(field.name(), &[1], "icmp", e)
+            && needs_proto(field.name(), &[icmp], icmp_name, e)
         {
             put(field, masked(field, &v.text()), e);
         }
@@ -450,6 +493,91 @@ actions = [\"mirred egress redirect dev eth1\"]
             c.filters()[1].prio,
             2,
             "default priority: place in the file"
+        );
+    }
+
+    /// IPv6 filters as tc writes them: addresses by length or mask, `icmpv6` type and
+    /// code, traffic class and hop limit; the IPv6 address halves in the key; and what tc
+    /// refuses (an address of the other family, ICMP keys under the other ICMP).
+    #[test]
+    fn ipv6_filters_validate_and_their_mistakes_are_refused() {
+        use netbatch_stack::cls::Field;
+        let text = format!(
+            "{PORTS}
+[[classifier.filter]]
+protocol = \"ipv6\"
+src_ip = \"2001:db8::/32\"
+dst_ip = \"2001:db8:1::5/ffff:ffff:ffff::\"
+ip_proto = \"udp\"
+dst_port = 53
+ip_tos = \"0xb8/0xfc\"
+ip_ttl = 255
+
+[[classifier.filter]]
+protocol = \"802.1q\"
+vlan_ethtype = \"ipv6\"
+ip_proto = \"icmpv6\"
+icmp_type = 128
+icmp_code = 0
+actions = [\"drop\"]
+"
+        );
+        let cfg = Config::parse(&text, std::path::Path::new("."), "t.toml").expect("valid");
+        let c = cfg.graph.classifier.expect("a classifier");
+        let m = &c.filters()[0].matches;
+        assert_eq!(
+            (m.key.get(Field::SrcIp6Hi), m.mask.get(Field::SrcIp6Hi)),
+            (0x2001_0db8_0000_0000, 0xffff_ffff_0000_0000)
+        );
+        assert_eq!(m.mask.get(Field::SrcIp6Lo), 0);
+        assert_eq!(
+            (m.key.get(Field::DstIp6Hi), m.mask.get(Field::DstIp6Hi)),
+            (0x2001_0db8_0001_0000, 0xffff_ffff_ffff_0000)
+        );
+        assert_eq!(m.mask.get(Field::DstIp6Lo), 0, "the mask's low half");
+        assert_eq!(m.mask.get(Field::SrcIp), 0, "no IPv4 key");
+        let m = &c.filters()[1].matches;
+        assert_eq!(
+            (m.key.get(Field::IpProto), m.key.get(Field::IcmpType)),
+            (58, 128)
+        );
+        let text = format!(
+            "{PORTS}
+[[classifier.filter]]
+protocol = \"ipv6\"
+dst_ip = \"192.0.2.1\"
+src_ip = \"2001:db8::/129\"
+ip_proto = \"icmp\"
+icmp_type = 8
+
+[[classifier.filter]]
+protocol = \"ip\"
+dst_ip = \"2001:db8::1\"
+ip_proto = \"icmpv6\"
+icmp_code = 0
+"
+        );
+        let errs = errors(&text);
+        let has = |k: &str, why: &str| errs.iter().any(|(key, r)| key == k && r.contains(why));
+        assert!(
+            has("classifier.filter[0].dst_ip", "not an IPv6 address"),
+            "{errs:?}"
+        );
+        assert!(
+            has("classifier.filter[0].src_ip", "longer than an IPv6"),
+            "{errs:?}"
+        );
+        assert!(
+            has("classifier.filter[0].icmp_type", "needs ip_proto icmpv6"),
+            "{errs:?}"
+        );
+        assert!(
+            has("classifier.filter[1].dst_ip", "not an IPv4 address"),
+            "{errs:?}"
+        );
+        assert!(
+            has("classifier.filter[1].icmp_code", "needs ip_proto icmp"),
+            "{errs:?}"
         );
     }
 

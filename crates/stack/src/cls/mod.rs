@@ -1,9 +1,12 @@
 //! The ingress classifier: `tc flower`-like filters on the dissector's keys, before L2
 //! input (where tc's ingress hook sits, after GRO).
 //!
-//! A packet's [`Key`] packs every field a filter can match into five 64-bit words, read
-//! once per packet from what the dissector recorded (`cls-ingress` dissects a frame no
-//! stage dissected yet). A filter is a [`Match`] (a masked key, and optionally port
+//! A packet's [`Key`] packs every field a filter can match into nine 64-bit words, read
+//! once per packet through the dissector's readers of what it recorded (`cls-ingress`
+//! dissects a frame no stage dissected yet): five for the link, VLAN, IP and L4 fields
+//! (IPv4 addresses in word 3), four for the IPv6 addresses. A group whose mask has no
+//! IPv6 address bits masks, hashes and compares the first five alone, so IPv4 filters
+//! cost what they did before IPv6 keys were added. A filter is a [`Match`] (a masked key, and optionally port
 //! ranges, which no mask can express) with a priority, a chain and a list of actions.
 //!
 //! Classification is tuple-space search, as flower does it: the filters of a chain are
@@ -22,16 +25,19 @@ pub mod police;
 pub mod stage;
 
 use core::fmt;
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 
 use netbatch_engine::Meta;
 
-use crate::dissect::{L3, L4};
+use crate::dissect::{self, Addrs, Dissected};
 
 pub use action::{Action, Control};
 
 /// Words in a [`Key`].
-pub const WORDS: usize = 5;
+pub const WORDS: usize = 9;
+
+/// Words of a [`Key`] every group masks and hashes; the rest hold IPv6 addresses.
+const V4_WORDS: usize = 5;
 
 /// The fields a filter can match, where they sit in a [`Key`]: (word, shift, width).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,18 +56,26 @@ pub enum Field {
     VlanEthType,
     /// IP protocol.
     IpProto,
-    /// IP TOS byte (DSCP and ECN).
+    /// IPv4 TOS byte or IPv6 traffic class (DSCP and ECN).
     IpTos,
-    /// IP TTL.
+    /// IPv4 TTL or IPv6 hop limit.
     IpTtl,
-    /// ICMP type.
+    /// ICMP or ICMPv6 type.
     IcmpType,
-    /// ICMP code.
+    /// ICMP or ICMPv6 code.
     IcmpCode,
     /// IPv4 source address.
     SrcIp,
     /// IPv4 destination address.
     DstIp,
+    /// IPv6 source address, high 64 bits.
+    SrcIp6Hi,
+    /// IPv6 source address, low 64 bits.
+    SrcIp6Lo,
+    /// IPv6 destination address, high 64 bits.
+    DstIp6Hi,
+    /// IPv6 destination address, low 64 bits.
+    DstIp6Lo,
     /// L4 source port.
     SrcPort,
     /// L4 destination port.
@@ -74,7 +88,7 @@ pub enum Field {
 
 impl Field {
     /// Every field.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 21] = [
         Self::DstMac,
         Self::EthType,
         Self::SrcMac,
@@ -88,6 +102,10 @@ impl Field {
         Self::IcmpCode,
         Self::SrcIp,
         Self::DstIp,
+        Self::SrcIp6Hi,
+        Self::SrcIp6Lo,
+        Self::DstIp6Hi,
+        Self::DstIp6Lo,
         Self::SrcPort,
         Self::DstPort,
         Self::TcpFlags,
@@ -114,6 +132,10 @@ impl Field {
             Self::DstPort => (4, 32, 16),
             Self::TcpFlags => (4, 16, 12),
             Self::InPort => (4, 0, 16),
+            Self::SrcIp6Hi => (5, 0, 64),
+            Self::SrcIp6Lo => (6, 0, 64),
+            Self::DstIp6Hi => (7, 0, 64),
+            Self::DstIp6Lo => (8, 0, 64),
         }
     }
 
@@ -137,8 +159,8 @@ impl Field {
             Self::IpTtl => "ip_ttl",
             Self::IcmpType => "icmp_type",
             Self::IcmpCode => "icmp_code",
-            Self::SrcIp => "src_ip",
-            Self::DstIp => "dst_ip",
+            Self::SrcIp | Self::SrcIp6Hi | Self::SrcIp6Lo => "src_ip",
+            Self::DstIp | Self::DstIp6Hi | Self::DstIp6Lo => "dst_ip",
             Self::SrcPort => "src_port",
             Self::DstPort => "dst_port",
             Self::TcpFlags => "tcp_flags",
@@ -158,7 +180,7 @@ impl fmt::Display for Field {
 pub struct Key(pub [u64; WORDS]);
 
 impl core::hash::Hash for Key {
-    /// One word: the key's own mix of its five (what the group tables use as is).
+    /// One word: the key's own mix of its words (what the group tables use as is).
     fn hash<H: core::hash::Hasher>(&self, h: &mut H) {
         h.write_u64(self.mix());
     }
@@ -180,76 +202,102 @@ impl Key {
     /// The key masked by `m`.
     #[inline(always)]
     pub fn masked(&self, m: &Self) -> Self {
+        self.masked_to(m, m.has_v6())
+    }
+
+    /// The key masked by `m`, whose IPv6 address words are all 0 unless `v6` (a group
+    /// knows which once, at build time: the IPv4 probe masks five words, not nine).
+    #[inline(always)]
+    fn masked_to(&self, m: &Self, v6: bool) -> Self {
         let mut k = [0; WORDS];
-        for (i, o) in k.iter_mut().enumerate() {
-            *o = self.0[i] & m.0[i];
+        for i in 0..V4_WORDS {
+            k[i] = self.0[i] & m.0[i];
+        }
+        if v6 {
+            for i in V4_WORDS..WORDS {
+                k[i] = self.0[i] & m.0[i];
+            }
         }
         Self(k)
     }
 
+    /// Whether any IPv6 address word is set.
+    #[inline(always)]
+    fn has_v6(&self) -> bool {
+        self.0[V4_WORDS..].iter().any(|&w| w != 0)
+    }
+
+    /// Sets the IPv6 source and destination address words.
+    fn set_v6(&mut self, src: Ipv6Addr, dst: Ipv6Addr) {
+        let (s, d) = (u128::from(src), u128::from(dst));
+        self.0[5] = (s >> 64) as u64;
+        self.0[6] = s as u64;
+        self.0[7] = (d >> 64) as u64;
+        self.0[8] = d as u64;
+    }
+
     /// The key of a received frame `d` (from its Ethernet header), dissected as `m`
     /// records, read as the kernel's flow dissector reads it for flower: the outer VLAN
-    /// tag whatever follows it; IPv4 fields only from a sane header (the dissector
-    /// located its L4 header: version 4, IHL at least 5, the header whole); L4 fields only
-    /// from a packet that is not a fragment (flower does not parse the first fragment's
-    /// either), TCP flags only from a whole TCP header with a data offset of at least 5.
-    /// Fields the frame does not have are 0.
+    /// tag whatever follows it; IP fields (IPv4's TOS and TTL, IPv6's traffic class and
+    /// hop limit, the addresses, the protocol: for IPv6 the upper layer past the extension
+    /// headers) only from a header the dissector located the upper layer of; L4 fields
+    /// (ports, ICMP or ICMPv6 type and code, TCP flags) only from a packet that is not a
+    /// fragment (flower does not parse the first fragment's either), TCP flags only from
+    /// a whole TCP header with a data offset of at least 5. Every field is read through
+    /// the dissector's readers. Fields the frame does not have are 0.
     #[inline]
     pub fn of(m: &Meta, d: &[u8]) -> Self {
-        let mac = |at: usize| {
-            d.get(at..at + 6)
-                .map_or(0, |b| b.iter().fold(0u64, |a, &x| (a << 8) | u64::from(x)))
-        };
-        let be16 = |at: usize| {
-            d.get(at..at + 2)
-                .map_or(0, |b| u64::from(u16::from_be_bytes([b[0], b[1]])))
-        };
         let mut w = [0u64; WORDS];
-        let ethertype = be16(12);
-        w[0] = (mac(0) << 16) | ethertype;
-        w[1] = mac(6) << 16;
-        if (ethertype == 0x8100 || ethertype == 0x88a8) && d.len() >= 18 {
-            let tci = be16(14);
+        if let Some((dst, src, ethertype)) = dissect::link(d) {
+            w[0] = (dst << 16) | u64::from(ethertype);
+            w[1] = src << 16;
+        }
+        if let Some((_, tci, inner)) = dissect::outer_tag(d) {
+            let tci = u64::from(tci);
             // Priority and id; the DEI bit is not a key.
             w[1] |= (tci & 0xe000) >> 1 | (tci & 0x0fff);
-            w[2] = be16(16) << 48;
+            w[2] = u64::from(inner.0) << 48;
         }
         w[4] = u64::from(m.in_port);
-        if m.l3_type == L3::Ipv4 as u8 && m.l4 != 0 {
-            let l3 = usize::from(m.l3.wrapping_sub(m.data));
-            if let Some(h) = d.get(l3..).and_then(<[u8]>::first_chunk::<20>) {
-                let proto = h[9];
-                w[2] |= u64::from(proto) << 40 | u64::from(h[1]) << 32 | u64::from(h[8]) << 24;
-                w[3] = u64::from(u32::from_be_bytes([h[12], h[13], h[14], h[15]])) << 32
-                    | u64::from(u32::from_be_bytes([h[16], h[17], h[18], h[19]]));
-                let fragment = u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0;
-                let l4 = usize::from(m.l4.wrapping_sub(m.data));
-                if !fragment {
-                    let kind = L4::of(proto);
-                    if kind == L4::Icmp && d.len() >= l4 + 2 {
-                        w[2] |= be16(l4) << 8;
-                    }
-                    if kind == L4::Tcp && d.len() >= l4 + 20 {
-                        let word = be16(l4 + 12);
-                        if word >> 12 >= 5 {
-                            w[4] |= (word & 0x0fff) << 16;
-                        }
-                    }
-                    if kind.has_ports() && d.len() >= l4 + 4 {
-                        w[4] |= be16(l4) << 48 | be16(l4 + 2) << 32;
-                    }
-                }
+        let r = Dissected::load(m);
+        let Some(ip) = dissect::ip_fields(&r, d) else {
+            return Self(w);
+        };
+        w[2] |= u64::from(ip.proto) << 40 | u64::from(ip.tos) << 32 | u64::from(ip.ttl) << 24;
+        let mut k = match ip.addrs {
+            Addrs::V4(src, dst) => {
+                w[3] = u64::from(u32::from(src)) << 32 | u64::from(u32::from(dst));
+                Self(w)
             }
+            Addrs::V6(src, dst) => {
+                let mut k = Self(w);
+                k.set_v6(src, dst);
+                k
+            }
+        };
+        if ip.fragment {
+            return k;
         }
-        Self(w)
+        if let Some((t, c)) = dissect::icmp_type_code(&r, d, &ip) {
+            k.0[2] |= u64::from(t) << 16 | u64::from(c) << 8;
+        }
+        if let Some(f) = dissect::tcp_control(&r, d, &ip) {
+            k.0[4] |= u64::from(f) << 16;
+        }
+        if let Some((sp, dp)) = dissect::whole_ports(&r, d, &ip) {
+            k.0[4] |= u64::from(sp) << 48 | u64::from(dp) << 32;
+        }
+        k
     }
 
     /// A hash of the key (for the group tables).
     #[inline(always)]
     fn mix(&self) -> u64 {
-        let mut h = 0u64;
-        for &x in &self.0 {
-            h = (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+        let step = |h: u64, x: u64| (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+        let mut h = self.0[..V4_WORDS].iter().fold(0, |h, &x| step(h, x));
+        // Equal keys hash alike: the IPv6 words count when any is set.
+        if self.has_v6() {
+            h = self.0[V4_WORDS..].iter().fold(h, |h, &x| step(h, x));
         }
         h
     }
@@ -337,6 +385,8 @@ type FilterId = (u32, u32, Key, Key, Option<Range>, Option<Range>);
 #[derive(Debug, Clone)]
 struct Group {
     mask: Key,
+    /// The mask has IPv6 address bits (else the probe masks five words).
+    v6: bool,
     ranged: bool,
     /// Best priority in the group.
     best: u32,
@@ -460,6 +510,7 @@ impl Classifier {
                 None => {
                     c.groups.push(Group {
                         mask,
+                        v6: mask.has_v6(),
                         ranged: rs || rd,
                         best: f.prio,
                         table: hashbrown::HashMap::default(),
@@ -570,7 +621,7 @@ impl Classifier {
             if best.is_some_and(|(p, _)| p < g.best) {
                 break;
             }
-            let Some(bucket) = g.table.get(&k.masked(&g.mask)) else {
+            let Some(bucket) = g.table.get(&k.masked_to(&g.mask, g.v6)) else {
                 continue;
             };
             for &i in bucket {
@@ -602,6 +653,13 @@ impl Classifier {
 /// An address as key bits.
 pub fn ip_bits(a: Ipv4Addr) -> u64 {
     u64::from(u32::from(a))
+}
+
+/// An IPv6 address as key bits: its high and low 64 bits ([`Field::SrcIp6Hi`] and
+/// [`Field::SrcIp6Lo`], or the destination's).
+pub fn ip6_bits(a: Ipv6Addr) -> (u64, u64) {
+    let v = u128::from(a);
+    ((v >> 64) as u64, v as u64)
 }
 
 #[cfg(test)]

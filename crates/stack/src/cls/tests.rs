@@ -102,6 +102,108 @@ fn keys_read_what_flowers_dissector_reads() {
     assert_eq!(key_of(&t, 0).get(Field::TcpFlags), 0);
 }
 
+/// An IPv6 frame from 2001:db8::7 to 2001:db8:1::9 (traffic class 0xb8, hop limit 3),
+/// tagged with `tags` (TPID, TCI), whose fixed header names `next`, then `rest`, by hand.
+fn ip6_frame(tags: &[(u16, u16)], next: u8, rest: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
+    for &(tpid, tci) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&[0x86, 0xdd, 0x6b, 0x80, 0, 0]);
+    f.extend_from_slice(&(rest.len() as u16).to_be_bytes());
+    f.extend_from_slice(&[next, 3]);
+    f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+    f.extend_from_slice(&[0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]);
+    f.extend_from_slice(rest);
+    f
+}
+
+/// IPv6 keys as flower reads them: addresses in their four words, traffic class and hop
+/// limit in the TOS and TTL fields, the upper layer past a destination options header,
+/// ICMPv6 type and code in the ICMP fields; a fragment's protocol but no L4 field.
+#[test]
+fn ipv6_keys_are_read_as_flower_reads_them() {
+    let udp = [0x0f, 0xa0, 0x13, 0x88, 0, 8, 0, 0]; // 4000 → 5000
+    let dest_opts = [17, 0, 1, 4, 0, 0, 0, 0];
+    let k = key_of(&ip6_frame(&[], 60, &[&dest_opts[..], &udp].concat()), 2);
+    assert_eq!(k.get(Field::EthType), 0x86dd);
+    assert_eq!(
+        (
+            k.get(Field::IpProto),
+            k.get(Field::IpTos),
+            k.get(Field::IpTtl)
+        ),
+        (17, 0xb8, 3)
+    );
+    assert_eq!(
+        (k.get(Field::SrcIp6Hi), k.get(Field::SrcIp6Lo)),
+        (0x2001_0db8_0000_0000, 7)
+    );
+    assert_eq!(
+        (k.get(Field::DstIp6Hi), k.get(Field::DstIp6Lo)),
+        (0x2001_0db8_0001_0000, 9)
+    );
+    assert_eq!((k.get(Field::SrcPort), k.get(Field::DstPort)), (4000, 5000));
+    assert_eq!((k.get(Field::SrcIp), k.get(Field::DstIp)), (0, 0));
+    // Tagged ICMPv6 echo request: the tag, then ICMP type 128 code 0.
+    let k = key_of(
+        &ip6_frame(&[(0x8100, 0x2005)], 58, &[128, 0, 0, 0, 0, 1, 0, 1]),
+        0,
+    );
+    assert_eq!(
+        (
+            k.get(Field::VlanId),
+            k.get(Field::VlanPrio),
+            k.get(Field::VlanEthType)
+        ),
+        (5, 1, 0x86dd)
+    );
+    assert_eq!((k.get(Field::IcmpType), k.get(Field::IcmpCode)), (128, 0));
+    assert_eq!(k.get(Field::DstIp6Lo), 9);
+    // A first fragment of UDP: the protocol it carries, no port.
+    let frag = [17, 0, 0, 1, 0, 0, 0, 5];
+    let k = key_of(&ip6_frame(&[], 44, &[&frag[..], &udp].concat()), 0);
+    assert_eq!((k.get(Field::IpProto), k.get(Field::DstPort)), (17, 0));
+}
+
+/// IPv6 filters (addresses by prefix, protocol, port) beside IPv4 ones of the same shape:
+/// each family's packets find their own filter.
+#[test]
+fn ipv6_filters_match_ipv6_packets() {
+    let mut v6 = Match::default();
+    v6.set(Field::EthType, 0x86dd, 0xffff);
+    let (hi, _) = ip6_bits("2001:db8:1::".parse().unwrap());
+    v6.set(Field::DstIp6Hi, hi, u64::MAX << 16); // /48
+    v6.set(Field::IpProto, 17, 0xff);
+    v6.set(Field::DstPort, 5000, 0xffff);
+    let mut v4 = Match::default();
+    v4.set(Field::EthType, 0x0800, 0xffff);
+    v4.set(Field::DstIp, 0xcb00_7100, 0xffff_ff00);
+    v4.set(Field::IpProto, 17, 0xff);
+    v4.set(Field::DstPort, 5000, 0xffff);
+    let f = |prio, matches| Filter {
+        chain: 0,
+        prio,
+        matches,
+        actions: vec![Action::Pass],
+    };
+    let c = Classifier::new(vec![f(1, v4), f(2, v6)]).unwrap();
+    let udp = [0x0f, 0xa0, 0x13, 0x88, 0, 8, 0, 0];
+    let k6 = key_of(&ip6_frame(&[], 17, &udp), 0);
+    let k4 = key_of(&udp_frame(), 0);
+    assert_eq!(c.classify(0, &k6), Some(1));
+    assert_eq!(c.classify(0, &k4), Some(0));
+    assert_eq!(c.classify_linear(0, &k6), Some(1));
+    // Another /48, or another port: no filter.
+    let mut other = ip6_frame(&[], 17, &udp);
+    other[14 + 24 + 5] = 2;
+    assert_eq!(c.classify(0, &key_of(&other, 0)), None);
+    let mut port = ip6_frame(&[], 17, &udp);
+    port[14 + 40 + 3] = 0x89;
+    assert_eq!(c.classify(0, &key_of(&port, 0)), None);
+}
+
 /// Random filters over a few masks, ranges among them, several chains; random keys near
 /// the filters' values: tuple-space search gives what a walk in priority order gives.
 fn arb_filter() -> impl Strategy<Value = Filter> {
@@ -114,6 +216,8 @@ fn arb_filter() -> impl Strategy<Value = Filter> {
         Field::VlanId,
         Field::InPort,
         Field::TcpFlags,
+        Field::SrcIp6Lo,
+        Field::DstIp6Hi,
     ]);
     (
         prop::collection::vec((field, 0u64..4, any::<bool>()), 1..4),
@@ -146,11 +250,11 @@ proptest! {
     #[test]
     fn tuple_space_search_agrees_with_a_linear_walk(
         filters in prop::collection::vec(arb_filter(), 0..40),
-        keys in prop::collection::vec(prop::collection::vec((0u64..4, 0u64..4), 8), 1..40),
+        keys in prop::collection::vec(prop::collection::vec((0u64..4, 0u64..4), 10), 1..40),
     ) {
         let Ok(c) = Classifier::new(filters) else { return Ok(()); };
         let fields = [Field::SrcIp, Field::DstIp, Field::IpProto, Field::DstPort, Field::SrcPort,
-            Field::VlanId, Field::InPort, Field::TcpFlags];
+            Field::VlanId, Field::InPort, Field::TcpFlags, Field::SrcIp6Lo, Field::DstIp6Hi];
         for vals in keys {
             let mut k = Key::default();
             for (f, (v, _)) in fields.iter().zip(&vals) {

@@ -10,17 +10,21 @@
 //!
 //! Every filter has its own priority, so on both sides a frame's verdict comes from the
 //! matching filter with the lowest priority number. The keys cover every field the two
-//! share: `protocol` ip / arp / 802.1q / all, `vlan_id`, `vlan_prio`, `vlan_ethtype`,
-//! MAC addresses (exact, by length, by arbitrary mask), IPv4 prefixes (by length and by
-//! dotted mask), `ip_proto` tcp / udp / icmp, `ip_tos` and `ip_ttl` (masked), ports
-//! (exact, masked, `MIN-MAX` ranges), `tcp_flags` (masked), ICMP type and code (masked);
-//! the actions are `drop`, `pass` and `skbedit mark N` (after which the frame goes on).
+//! share: `protocol` ip / ipv6 / arp / 802.1q / all, `vlan_id`, `vlan_prio`,
+//! `vlan_ethtype` (ip or ipv6), MAC addresses (exact, by length, by arbitrary mask), IPv4
+//! prefixes (by length and by dotted mask), IPv6 prefixes (by length), `ip_proto` tcp /
+//! udp / icmp / icmpv6, `ip_tos` and `ip_ttl` (masked: traffic class and hop limit for
+//! IPv6), ports (exact, masked, `MIN-MAX` ranges), `tcp_flags` (masked), ICMP and ICMPv6
+//! type and code (masked); the actions are `drop`, `pass` and `skbedit mark N` (after
+//! which the frame goes on).
 //!
 //! The frames are built mostly near the filters (every key of a filter hit, and in a third
 //! of them one key then missed by a bit, a port past a range's end, a tag added or taken
 //! away), the rest at random: untagged, 802.1Q-tagged (random priority and DEI),
 //! 802.1ad- and double-tagged; IPv4 UDP, TCP, ICMP and other protocols, some with IP
-//! options, some first or later fragments; ARP; other ethertypes. Lengths are consistent
+//! options, some first or later fragments; IPv6 UDP, TCP, ICMPv6 and others, some behind
+//! a hop-by-hop or destination options header, some first or later fragments; ARP; other
+//! ethertypes. Lengths are consistent
 //! and checksums valid (but in fragments). Each frame goes through both:
 //! - the kernel: sent on the veth's other end by an `AF_PACKET` socket (an inline Python
 //!   helper); the filter whose action counter (`tc -s -j filter show`, asked of one
@@ -148,6 +152,7 @@ fn seed() -> u64 {
 enum Proto {
     All,
     Ip,
+    Ip6,
     Arp,
     Vlan,
 }
@@ -155,6 +160,7 @@ enum Proto {
 const TCP: u8 = 6;
 const UDP: u8 = 17;
 const ICMP: u8 = 1;
+const ICMPV6: u8 = 58;
 
 const MAC_BITS: u64 = (1 << 48) - 1;
 
@@ -213,6 +219,28 @@ impl IpKey {
         if self.dotted {
             format!("{a}/{}", Ipv4Addr::from(self.mask()))
         } else if self.len == 32 {
+            a.to_string()
+        } else {
+            format!("{a}/{}", self.len)
+        }
+    }
+}
+
+/// An IPv6 prefix, written `ADDR/LEN` or, at length 128, `ADDR`.
+#[derive(Debug, Clone, Copy)]
+struct Ip6Key {
+    v: u128,
+    len: u32,
+}
+
+impl Ip6Key {
+    fn mask(&self) -> u128 {
+        u128::MAX.checked_shl(128 - self.len).unwrap_or(0)
+    }
+
+    fn text(&self) -> String {
+        let a = std::net::Ipv6Addr::from(self.v);
+        if self.len == 128 {
             a.to_string()
         } else {
             format!("{a}/{}", self.len)
@@ -283,12 +311,16 @@ struct Filter {
     dev: bool,
     vlan_id: Option<u16>,
     vlan_prio: Option<u8>,
-    /// `vlan_ethtype ip` (needed for IPv4 keys of a VLAN filter).
+    /// `vlan_ethtype ip` or `ipv6` (needed for IP keys of a VLAN filter).
     vlan_ip: bool,
+    /// The IP keys are IPv6's (`protocol ipv6`, or `vlan_ethtype ipv6`).
+    v6: bool,
     dst_mac: Option<MacKey>,
     src_mac: Option<MacKey>,
     src_ip: Option<IpKey>,
     dst_ip: Option<IpKey>,
+    src_ip6: Option<Ip6Key>,
+    dst_ip6: Option<Ip6Key>,
     ip_proto: Option<u8>,
     tos: Option<(u8, u8)>,
     ttl: Option<(u8, u8)>,
@@ -320,7 +352,8 @@ impl Filter {
             k.push(("vlan_prio", "vlan_prio", v.to_string()));
         }
         if self.vlan_ip {
-            k.push(("vlan_ethtype", "vlan_ethtype", "ip".into()));
+            let t = if self.v6 { "ipv6" } else { "ip" };
+            k.push(("vlan_ethtype", "vlan_ethtype", t.into()));
         }
         if let Some(m) = self.dst_mac {
             k.push(("dst_mac", "dst_mac", m.text()));
@@ -334,10 +367,17 @@ impl Filter {
         if let Some(a) = self.dst_ip {
             k.push(("dst_ip", "dst_ip", a.text()));
         }
+        if let Some(a) = self.src_ip6 {
+            k.push(("src_ip", "src_ip", a.text()));
+        }
+        if let Some(a) = self.dst_ip6 {
+            k.push(("dst_ip", "dst_ip", a.text()));
+        }
         if let Some(p) = self.ip_proto {
             let name = match p {
                 TCP => "tcp",
                 UDP => "udp",
+                ICMPV6 => "icmpv6",
                 _ => "icmp",
             };
             k.push(("ip_proto", "ip_proto", name.into()));
@@ -378,6 +418,7 @@ impl Filter {
         match self.proto {
             Proto::All => "all",
             Proto::Ip => "ip",
+            Proto::Ip6 => "ipv6",
             Proto::Arp => "arp",
             Proto::Vlan => "802.1q",
         }
@@ -456,6 +497,16 @@ const IPS: [u32; 6] = [
     0xcb00_7100, // 203.0.113.0
 ];
 
+/// Base IPv6 addresses (documentation prefix, link-local, multicast).
+const IP6S: [u128; 6] = [
+    0x2001_0db8_0000_0000_0000_0000_0000_0000,
+    0x2001_0db8_0001_0000_0000_0000_0000_0000,
+    0x2001_0db8_0001_0002_0000_0000_0000_0000,
+    0x2001_0db8_ffff_0000_0000_0000_0000_0000,
+    0xfe80_0000_0000_0000_0000_0000_0000_0000,
+    0xff02_0000_0000_0000_0000_0000_0000_0001,
+];
+
 const PORTS: [u16; 9] = [53, 80, 443, 1000, 1024, 2000, 4789, 8080, 65535];
 const VIDS: [u16; 5] = [1, 5, 10, 100, 4094];
 
@@ -474,6 +525,29 @@ fn some_ip(rng: &mut Rng) -> u32 {
         0 => base | rng.below(4) as u32,
         1 | 2 => base | rng.below(256) as u32,
         _ => rng.next() as u32,
+    }
+}
+
+fn some_ip6(rng: &mut Rng) -> u128 {
+    let base = rng.pick(&IP6S);
+    let r = u128::from(rng.next()) << 64 | u128::from(rng.next());
+    match rng.below(4) {
+        0 => base | u128::from(rng.below(4)),
+        1 => base | u128::from(rng.next()),
+        2 => base ^ (u128::from(rng.below(1 << 16)) << 64),
+        _ => r,
+    }
+}
+
+fn ip6_key(rng: &mut Rng) -> Ip6Key {
+    let len = if rng.chance(70) {
+        rng.pick(&[16, 32, 48, 56, 64, 96, 127, 128])
+    } else {
+        rng.within(1, 128) as u32
+    };
+    Ip6Key {
+        v: some_ip6(rng),
+        len,
     }
 }
 
@@ -573,13 +647,21 @@ fn masked_u8(rng: &mut Rng, values: &[u8], masks: &[u8]) -> (u8, u8) {
     (v, m)
 }
 
-/// IPv4 keys of an IP (or VLAN-over-IP) filter.
+/// IP keys of an IP (or VLAN-over-IP) filter, of the filter's family.
 fn ip_keys(rng: &mut Rng, f: &mut Filter) {
     if rng.chance(40) {
-        f.src_ip = Some(ip_key(rng));
+        if f.v6 {
+            f.src_ip6 = Some(ip6_key(rng));
+        } else {
+            f.src_ip = Some(ip_key(rng));
+        }
     }
     if rng.chance(45) {
-        f.dst_ip = Some(ip_key(rng));
+        if f.v6 {
+            f.dst_ip6 = Some(ip6_key(rng));
+        } else {
+            f.dst_ip = Some(ip_key(rng));
+        }
     }
     if rng.chance(20) {
         f.tos = Some(masked_u8(
@@ -596,7 +678,8 @@ fn ip_keys(rng: &mut Rng, f: &mut Filter) {
         ));
     }
     if rng.chance(65) {
-        let p = rng.pick(&[UDP, UDP, TCP, TCP, ICMP]);
+        let icmp = if f.v6 { ICMPV6 } else { ICMP };
+        let p = rng.pick(&[UDP, UDP, TCP, TCP, icmp]);
         f.ip_proto = Some(p);
         if p == TCP || p == UDP {
             if rng.chance(35) {
@@ -612,9 +695,14 @@ fn ip_keys(rng: &mut Rng, f: &mut Filter) {
             let v = rng.pick(&[0x02, 0x12, 0x10, 0x11, 0x04, any_v]);
             f.tcp_flags = Some((v, m));
         }
-        if p == ICMP {
+        if p == icmp {
+            let types: &[u8] = if f.v6 {
+                &[1, 3, 128, 129, 135]
+            } else {
+                &[0, 3, 8, 11]
+            };
             if rng.chance(60) {
-                f.icmp_type = Some(masked_u8(rng, &[0, 3, 8, 11], &[0xf0, 0x0f, 0xfe]));
+                f.icmp_type = Some(masked_u8(rng, types, &[0xf0, 0x0f, 0xfe, 0x80]));
             }
             if rng.chance(35) {
                 f.icmp_code = Some(masked_u8(rng, &[0, 1, 3, 4], &[0x0f, 0xfe]));
@@ -624,10 +712,11 @@ fn ip_keys(rng: &mut Rng, f: &mut Filter) {
 }
 
 fn random_filter(rng: &mut Rng, prio: u32) -> Filter {
-    let proto = match rng.below(20) {
+    let proto = match rng.below(26) {
         0..=8 => Proto::Ip,
-        9..=13 => Proto::Vlan,
-        14..=15 => Proto::Arp,
+        9..=14 => Proto::Ip6,
+        15..=19 => Proto::Vlan,
+        20..=21 => Proto::Arp,
         _ => Proto::All,
     };
     let act = match rng.below(3) {
@@ -642,10 +731,13 @@ fn random_filter(rng: &mut Rng, prio: u32) -> Filter {
         vlan_id: None,
         vlan_prio: None,
         vlan_ip: false,
+        v6: proto == Proto::Ip6 || (proto == Proto::Vlan && rng.chance(40)),
         dst_mac: None,
         src_mac: None,
         src_ip: None,
         dst_ip: None,
+        src_ip6: None,
+        dst_ip6: None,
         ip_proto: None,
         tos: None,
         ttl: None,
@@ -674,7 +766,7 @@ fn random_filter(rng: &mut Rng, prio: u32) -> Filter {
             }
         }
         Proto::Arp => {}
-        Proto::Ip => ip_keys(rng, &mut f),
+        Proto::Ip | Proto::Ip6 => ip_keys(rng, &mut f),
         Proto::Vlan => {
             if rng.chance(75) {
                 f.vlan_id = Some(if rng.chance(70) {
@@ -741,6 +833,10 @@ enum L4 {
         ty: u8,
         code: u8,
     },
+    Icmp6 {
+        ty: u8,
+        code: u8,
+    },
     Other {
         proto: u8,
     },
@@ -752,6 +848,7 @@ impl L4 {
             Self::Udp { .. } => UDP,
             Self::Tcp { .. } => TCP,
             Self::Icmp { .. } => ICMP,
+            Self::Icmp6 { .. } => ICMPV6,
             Self::Other { proto } => *proto,
         }
     }
@@ -778,9 +875,34 @@ struct Ip4 {
     payload: u8,
 }
 
+/// What follows an IPv6 header before its upper layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ext6 {
+    None,
+    /// Hop-by-hop options, 8 bytes of padding.
+    HopByHop,
+    /// Destination options, 8 bytes of padding.
+    DestOpts,
+    /// A Fragment header (not atomic): offset (8-byte units) and M.
+    Fragment(u16, bool),
+}
+
+#[derive(Debug, Clone)]
+struct Ip6 {
+    /// Traffic class.
+    tc: u8,
+    hlim: u8,
+    src: u128,
+    dst: u128,
+    ext: Ext6,
+    l4: L4,
+    payload: u8,
+}
+
 #[derive(Debug, Clone)]
 enum Body {
     Ip(Ip4),
+    Ip6(Ip6),
     Arp {
         op: u16,
         sha: u64,
@@ -823,13 +945,12 @@ fn checksum(b: &[u8]) -> u16 {
     !(s as u16)
 }
 
-impl Ip4 {
-    fn bytes(&self) -> Vec<u8> {
-        let payload: Vec<u8> = (0..self.payload)
-            .map(|i| i.wrapping_mul(7) ^ 0x5a)
-            .collect();
-        let mut l4 = Vec::new();
-        match self.l4 {
+/// The upper-layer header of `l4` and `payload` bytes after it (checksum left 0).
+fn l4_bytes(l4v: &L4, payload: u8) -> Vec<u8> {
+    let payload: Vec<u8> = (0..payload).map(|i| i.wrapping_mul(7) ^ 0x5a).collect();
+    let mut l4 = Vec::new();
+    {
+        match *l4v {
             L4::Udp { sport, dport } => {
                 put16(&mut l4, sport);
                 put16(&mut l4, dport);
@@ -852,21 +973,75 @@ impl Ip4 {
                 put16(&mut l4, 0);
                 l4.extend(std::iter::repeat_n(1u8, 4 * usize::from(opt_words)));
             }
-            L4::Icmp { ty, code } => {
+            L4::Icmp { ty, code } | L4::Icmp6 { ty, code } => {
                 l4.extend_from_slice(&[ty, code, 0, 0, 0x12, 0x34, 0, 1]);
             }
             L4::Other { .. } => {}
         }
         l4.extend_from_slice(&payload);
+    }
+    l4
+}
+
+/// Where `l4`'s checksum is, for the protocols with one here.
+fn checksum_at(l4: &L4) -> Option<usize> {
+    match l4 {
+        L4::Icmp { .. } | L4::Icmp6 { .. } => Some(2),
+        L4::Tcp { .. } => Some(16),
+        L4::Udp { .. } => Some(6),
+        L4::Other { .. } => None,
+    }
+}
+
+impl Ip6 {
+    /// The packet from its IPv6 header: the upper layer's checksum over the IPv6
+    /// pseudo-header (RFC 8200 8.1) where the message is whole.
+    fn bytes(&self) -> Vec<u8> {
+        let mut l4 = l4_bytes(&self.l4, self.payload);
+        if let Some(at) = checksum_at(&self.l4).filter(|_| !matches!(self.ext, Ext6::Fragment(..)))
+        {
+            let mut sum = Vec::with_capacity(40 + l4.len());
+            sum.extend_from_slice(&self.src.to_be_bytes());
+            sum.extend_from_slice(&self.dst.to_be_bytes());
+            sum.extend_from_slice(&(l4.len() as u32).to_be_bytes());
+            sum.extend_from_slice(&[0, 0, 0, self.l4.proto()]);
+            sum.extend_from_slice(&l4);
+            let c = match checksum(&sum) {
+                0 if matches!(self.l4, L4::Udp { .. }) => 0xffff,
+                c => c,
+            };
+            l4[at..at + 2].copy_from_slice(&c.to_be_bytes());
+        }
+        let up = self.l4.proto();
+        let (first, ext): (u8, Vec<u8>) = match self.ext {
+            Ext6::None => (up, vec![]),
+            Ext6::HopByHop => (0, vec![up, 0, 1, 4, 0, 0, 0, 0]),
+            Ext6::DestOpts => (60, vec![up, 0, 1, 4, 0, 0, 0, 0]),
+            Ext6::Fragment(off, more) => {
+                let word = (off << 3) | u16::from(more);
+                let w = word.to_be_bytes();
+                (44, vec![up, 0, w[0], w[1], 0, 0, 0x12, 0x34])
+            }
+        };
+        let mut h = vec![0x60 | (self.tc >> 4), (self.tc << 4) | 0x0a, 0xbc, 0xde];
+        put16(&mut h, (ext.len() + l4.len()) as u16);
+        h.push(first);
+        h.push(self.hlim);
+        h.extend_from_slice(&self.src.to_be_bytes());
+        h.extend_from_slice(&self.dst.to_be_bytes());
+        h.extend_from_slice(&ext);
+        h.extend_from_slice(&l4);
+        h
+    }
+}
+
+impl Ip4 {
+    fn bytes(&self) -> Vec<u8> {
+        let mut l4 = l4_bytes(&self.l4, self.payload);
         // Checksums where the whole message is here: ICMP's over the message, TCP's and
         // UDP's with the pseudo-header (RFC 9293 3.1, RFC 768).
         let whole = self.frag & 0x3fff == 0;
-        let at = match self.l4 {
-            L4::Icmp { .. } => Some(2),
-            L4::Tcp { .. } => Some(16),
-            L4::Udp { .. } => Some(6),
-            L4::Other { .. } => None,
-        };
+        let at = checksum_at(&self.l4);
         if let Some(at) = at.filter(|_| whole) {
             let mut sum = Vec::with_capacity(12 + l4.len());
             if !matches!(self.l4, L4::Icmp { .. }) {
@@ -914,6 +1089,10 @@ impl Frame {
                 put16(&mut b, 0x0800);
                 b.extend_from_slice(&ip.bytes());
             }
+            Body::Ip6(ip) => {
+                put16(&mut b, 0x86dd);
+                b.extend_from_slice(&ip.bytes());
+            }
             Body::Arp {
                 op,
                 sha,
@@ -946,6 +1125,22 @@ impl Frame {
             _ => None,
         }
     }
+
+    fn ip6_mut(&mut self) -> Option<&mut Ip6> {
+        match &mut self.body {
+            Body::Ip6(ip) => Some(ip),
+            _ => None,
+        }
+    }
+
+    /// TOS or traffic class, TTL or hop limit, and the upper layer, of either family.
+    fn ip_common(&mut self) -> Option<(&mut u8, &mut u8, &mut L4)> {
+        match &mut self.body {
+            Body::Ip(ip) => Some((&mut ip.tos, &mut ip.ttl, &mut ip.l4)),
+            Body::Ip6(ip) => Some((&mut ip.tc, &mut ip.hlim, &mut ip.l4)),
+            _ => None,
+        }
+    }
 }
 
 fn tci(rng: &mut Rng) -> u16 {
@@ -975,6 +1170,18 @@ fn random_l4(rng: &mut Rng, proto: u8) -> L4 {
                 rng.within(1, 3) as u8
             } else {
                 0
+            },
+        },
+        ICMPV6 => L4::Icmp6 {
+            ty: if rng.chance(70) {
+                rng.pick(&[1, 3, 128, 129, 135, 136])
+            } else {
+                rng.next() as u8
+            },
+            code: if rng.chance(70) {
+                rng.pick(&[0, 1, 3, 4])
+            } else {
+                rng.next() as u8
             },
         },
         ICMP => L4::Icmp {
@@ -1032,6 +1239,41 @@ fn random_ip(rng: &mut Rng) -> Ip4 {
     }
 }
 
+fn random_ip6(rng: &mut Rng) -> Ip6 {
+    let proto = match rng.below(20) {
+        0..=6 => UDP,
+        7..=13 => TCP,
+        14..=17 => ICMPV6,
+        _ => rng.pick(&[47, 132, 89, ICMP]),
+    };
+    // Mostly no extension header; some options headers (crossed by both dissectors);
+    // a few fragments, first (offset 0, M) or later.
+    let ext = match rng.below(100) {
+        0..=9 => Ext6::HopByHop,
+        10..=19 => Ext6::DestOpts,
+        20..=23 => Ext6::Fragment(0, true),
+        24..=27 => Ext6::Fragment(rng.within(1, 0x1fff) as u16, rng.chance(50)),
+        _ => Ext6::None,
+    };
+    Ip6 {
+        tc: if rng.chance(50) {
+            rng.pick(&[0, 0x10, 0xb8, 0x03, 0x20])
+        } else {
+            rng.next() as u8
+        },
+        hlim: if rng.chance(60) {
+            rng.pick(&[1, 63, 64, 128, 255])
+        } else {
+            rng.next() as u8
+        },
+        src: some_ip6(rng),
+        dst: some_ip6(rng),
+        ext,
+        l4: random_l4(rng, proto),
+        payload: rng.below(40) as u8,
+    }
+}
+
 fn random_arp(rng: &mut Rng) -> Body {
     Body::Arp {
         op: rng.pick(&[1, 2]),
@@ -1050,11 +1292,12 @@ fn random_frame(rng: &mut Rng) -> Frame {
         _ => vec![(0x8100, tci(rng)), (0x8100, tci(rng))],
     };
     let body = match rng.below(100) {
-        0..=69 => Body::Ip(random_ip(rng)),
-        70..=84 => random_arp(rng),
-        // IPv6, LLDP, Ethernet loopback, and an 802.3 length field.
+        0..=49 => Body::Ip(random_ip(rng)),
+        50..=72 => Body::Ip6(random_ip6(rng)),
+        73..=86 => random_arp(rng),
+        // LLDP, Ethernet loopback, and an 802.3 length field.
         _ => Body::Other {
-            ethertype: rng.pick(&[0x86dd, 0x88cc, 0x9000, 0x002e]),
+            ethertype: rng.pick(&[0x88cc, 0x9000, 0x002e]),
             len: rng.within(20, 60) as u8,
         },
     };
@@ -1082,14 +1325,23 @@ fn frame_for(f: &Filter, rng: &mut Rng) -> Frame {
                 p.body = Body::Ip(random_ip(rng));
             }
         }
+        Proto::Ip6 => {
+            p.tags.clear();
+            if p.ip6_mut().is_none() {
+                p.body = Body::Ip6(random_ip6(rng));
+            }
+        }
         Proto::Arp => {
             p.tags.clear();
             p.body = random_arp(rng);
         }
         Proto::Vlan => {
             p.tags = vec![(0x8100, tci(rng))];
-            if f.vlan_ip && p.ip_mut().is_none() {
+            if f.vlan_ip && !f.v6 && p.ip_mut().is_none() {
                 p.body = Body::Ip(random_ip(rng));
+            }
+            if f.vlan_ip && f.v6 && p.ip6_mut().is_none() {
+                p.body = Body::Ip6(random_ip6(rng));
             }
         }
     }
@@ -1112,18 +1364,32 @@ fn frame_for(f: &Filter, rng: &mut Rng) -> Frame {
         if let Some(k) = f.dst_ip {
             ip.dst = hit(u64::from(k.v), u64::from(k.mask()), rng) as u32;
         }
+    }
+    if let Some(ip) = p.ip6_mut() {
+        let hit6 = |k: Ip6Key, rng: &mut Rng| {
+            let r = u128::from(rng.next()) << 64 | u128::from(rng.next());
+            (k.v & k.mask()) | (r & !k.mask())
+        };
+        if let Some(k) = f.src_ip6 {
+            ip.src = hit6(k, rng);
+        }
+        if let Some(k) = f.dst_ip6 {
+            ip.dst = hit6(k, rng);
+        }
+    }
+    if let Some((tos, ttl, l4)) = p.ip_common() {
         if let Some((v, m)) = f.tos {
-            ip.tos = hit(u64::from(v), u64::from(m), rng) as u8;
+            *tos = hit(u64::from(v), u64::from(m), rng) as u8;
         }
         if let Some((v, m)) = f.ttl {
-            ip.ttl = hit(u64::from(v), u64::from(m), rng) as u8;
+            *ttl = hit(u64::from(v), u64::from(m), rng) as u8;
         }
         if let Some(proto) = f.ip_proto
-            && ip.l4.proto() != proto
+            && l4.proto() != proto
         {
-            ip.l4 = random_l4(rng, proto);
+            *l4 = random_l4(rng, proto);
         }
-        if let Some((s, d)) = ip.l4.ports_mut() {
+        if let Some((s, d)) = l4.ports_mut() {
             if let Some(k) = f.sport {
                 *s = k.hit(rng);
             }
@@ -1131,13 +1397,13 @@ fn frame_for(f: &Filter, rng: &mut Rng) -> Frame {
                 *d = k.hit(rng);
             }
         }
-        match &mut ip.l4 {
+        match l4 {
             L4::Tcp { flags, .. } => {
                 if let Some((v, m)) = f.tcp_flags {
                     *flags = hit(u64::from(v), u64::from(m), rng) as u16 & 0x0fff;
                 }
             }
-            L4::Icmp { ty, code } => {
+            L4::Icmp { ty, code } | L4::Icmp6 { ty, code } => {
                 if let Some((v, m)) = f.icmp_type {
                     *ty = hit(u64::from(v), u64::from(m), rng) as u8;
                 }
@@ -1159,8 +1425,8 @@ fn miss_one(f: &Filter, p: &mut Frame, rng: &mut Rng) {
         (2, f.vlan_prio.is_some()),
         (3, f.dst_mac.is_some()),
         (4, f.src_mac.is_some()),
-        (5, f.src_ip.is_some()),
-        (6, f.dst_ip.is_some()),
+        (5, f.src_ip.is_some() || f.src_ip6.is_some()),
+        (6, f.dst_ip.is_some() || f.dst_ip6.is_some()),
         (7, f.ip_proto.is_some()),
         (8, f.tos.is_some()),
         (9, f.ttl.is_some()),
@@ -1172,10 +1438,18 @@ fn miss_one(f: &Filter, p: &mut Frame, rng: &mut Rng) {
     ];
     ways.extend(options.iter().filter(|o| o.1).map(|o| o.0));
     let flip = |v: u64, m: u64, rng: &mut Rng| v ^ rng.bit_of(m);
+    // One bit of an IPv6 prefix's mask flipped.
+    let flip6 = |v: u128, k: Option<Ip6Key>, rng: &mut Rng| {
+        let len = k.map_or(0, |k| k.len);
+        if len == 0 {
+            return v;
+        }
+        v ^ (1u128 << (128 - rng.within(1, u64::from(len))))
+    };
     match rng.pick(&ways) {
         // The frame's protocol: a tag added or taken away, or another body.
         0 => match f.proto {
-            Proto::Ip | Proto::Arp => p.tags.push((0x8100, tci(rng))),
+            Proto::Ip | Proto::Ip6 | Proto::Arp => p.tags.push((0x8100, tci(rng))),
             Proto::Vlan if f.vlan_ip && rng.chance(50) => p.body = random_arp(rng),
             Proto::Vlan => p.tags.clear(),
             Proto::All => p.tags.insert(0, (0x8100, tci(rng))),
@@ -1184,36 +1458,46 @@ fn miss_one(f: &Filter, p: &mut Frame, rng: &mut Rng) {
         2 => p.tags[0].1 ^= rng.bit_of(0xe000) as u16,
         3 => p.dst = flip(p.dst, f.dst_mac.map_or(0, |k| k.m), rng),
         4 => p.src = flip(p.src, f.src_mac.map_or(0, |k| k.m), rng),
+        5 | 6 if p.ip6_mut().is_some() => {
+            let ip = p.ip6_mut().expect("IPv6");
+            if f.src_ip6.is_some() {
+                ip.src = flip6(ip.src, f.src_ip6, rng);
+            } else {
+                ip.dst = flip6(ip.dst, f.dst_ip6, rng);
+            }
+        }
+        5 => {
+            if let Some(ip) = p.ip_mut() {
+                ip.src = flip(
+                    u64::from(ip.src),
+                    u64::from(f.src_ip.map_or(0, |k| k.mask())),
+                    rng,
+                ) as u32
+            }
+        }
+        6 => {
+            if let Some(ip) = p.ip_mut() {
+                ip.dst = flip(
+                    u64::from(ip.dst),
+                    u64::from(f.dst_ip.map_or(0, |k| k.mask())),
+                    rng,
+                ) as u32
+            }
+        }
         way => {
-            let Some(ip) = p.ip_mut() else { return };
+            let Some((tos, ttl, l4)) = p.ip_common() else {
+                return;
+            };
             match way {
-                5 => {
-                    ip.src = flip(
-                        u64::from(ip.src),
-                        u64::from(f.src_ip.map_or(0, |k| k.mask())),
-                        rng,
-                    ) as u32
-                }
-                6 => {
-                    ip.dst = flip(
-                        u64::from(ip.dst),
-                        u64::from(f.dst_ip.map_or(0, |k| k.mask())),
-                        rng,
-                    ) as u32
-                }
                 7 => {
-                    let now = ip.l4.proto();
-                    let other = rng.pick(&[UDP, TCP, ICMP, 47]);
-                    ip.l4 = random_l4(rng, if other == now { 132 } else { other });
+                    let now = l4.proto();
+                    let other = rng.pick(&[UDP, TCP, ICMP, ICMPV6, 47]);
+                    *l4 = random_l4(rng, if other == now { 132 } else { other });
                 }
-                8 => {
-                    ip.tos = flip(u64::from(ip.tos), u64::from(f.tos.map_or(0, |t| t.1)), rng) as u8
-                }
-                9 => {
-                    ip.ttl = flip(u64::from(ip.ttl), u64::from(f.ttl.map_or(0, |t| t.1)), rng) as u8
-                }
+                8 => *tos = flip(u64::from(*tos), u64::from(f.tos.map_or(0, |t| t.1)), rng) as u8,
+                9 => *ttl = flip(u64::from(*ttl), u64::from(f.ttl.map_or(0, |t| t.1)), rng) as u8,
                 10 | 11 => {
-                    if let Some((s, d)) = ip.l4.ports_mut() {
+                    if let Some((s, d)) = l4.ports_mut() {
                         if way == 10 {
                             *s = f.sport.map_or(*s, |k| k.miss(*s, rng));
                         } else {
@@ -1222,12 +1506,12 @@ fn miss_one(f: &Filter, p: &mut Frame, rng: &mut Rng) {
                     }
                 }
                 12 => {
-                    if let (L4::Tcp { flags, .. }, Some((_, m))) = (&mut ip.l4, f.tcp_flags) {
+                    if let (L4::Tcp { flags, .. }, Some((_, m))) = (&mut *l4, f.tcp_flags) {
                         *flags ^= rng.bit_of(u64::from(m)) as u16;
                     }
                 }
                 13 | 14 => {
-                    if let L4::Icmp { ty, code } = &mut ip.l4 {
+                    if let L4::Icmp { ty, code } | L4::Icmp6 { ty, code } = l4 {
                         if way == 13 {
                             *ty = flip(
                                 u64::from(*ty),
@@ -1637,6 +1921,8 @@ struct KernelView {
     ttl: u8,
     ip_src: u32,
     ip_dst: u32,
+    ip6_src: u128,
+    ip6_dst: u128,
     sport: u16,
     dport: u16,
     tcp_flags: u16,
@@ -1677,22 +1963,60 @@ fn kernel_view(b: &[u8]) -> KernelView {
         off += 4;
     }
     v.n_proto = proto;
-    let Some(ip) = b.get(off..off + 20).filter(|_| proto == 0x0800) else {
-        return v;
+    // The upper layer's offset, when the dissector goes on to it (not in a fragment).
+    let l4 = match proto {
+        0x0800 => {
+            let Some(ip) = b.get(off..off + 20) else {
+                return v;
+            };
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            if ihl < 20 {
+                return v;
+            }
+            v.ip_proto = ip[9];
+            v.tos = ip[1];
+            v.ttl = ip[8];
+            v.ip_src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
+            v.ip_dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+            if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
+                return v;
+            }
+            off + ihl
+        }
+        // __skb_flow_dissect_ipv6: traffic class and hop limit from the fixed header; then
+        // hop-by-hop, routing and destination options headers are crossed, and a Fragment
+        // header ends the dissection (flower asks for no first-fragment parse) with the
+        // protocol it names.
+        0x86dd => {
+            let Some(ip) = b.get(off..off + 40) else {
+                return v;
+            };
+            v.tos = (ip[0] << 4) | (ip[1] >> 4);
+            v.ttl = ip[7];
+            v.ip6_src = u128::from_be_bytes(ip[8..24].try_into().unwrap());
+            v.ip6_dst = u128::from_be_bytes(ip[24..40].try_into().unwrap());
+            let (mut next, mut at) = (ip[6], off + 40);
+            loop {
+                match next {
+                    0 | 43 | 60 => {
+                        let Some(h) = b.get(at..at + 2) else {
+                            return v;
+                        };
+                        next = h[0];
+                        at += (usize::from(h[1]) + 1) * 8;
+                    }
+                    44 => {
+                        v.ip_proto = b.get(at).copied().unwrap_or(0);
+                        return v;
+                    }
+                    _ => break,
+                }
+            }
+            v.ip_proto = next;
+            at
+        }
+        _ => return v,
     };
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
-    if ihl < 20 {
-        return v;
-    }
-    v.ip_proto = ip[9];
-    v.tos = ip[1];
-    v.ttl = ip[8];
-    v.ip_src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
-    v.ip_dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
-    if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
-        return v;
-    }
-    let l4 = off + ihl;
     if matches!(v.ip_proto, TCP | UDP | 132 | 33 | 136) && b.len() >= l4 + 4 {
         v.sport = be16(l4);
         v.dport = be16(l4 + 2);
@@ -1700,7 +2024,7 @@ fn kernel_view(b: &[u8]) -> KernelView {
     if v.ip_proto == TCP && b.len() >= l4 + 20 && b[l4 + 12] >> 4 >= 5 {
         v.tcp_flags = be16(l4 + 12) & 0x0fff;
     }
-    if v.ip_proto == ICMP && b.len() >= l4 + 2 {
+    if matches!(v.ip_proto, ICMP | ICMPV6) && b.len() >= l4 + 2 {
         v.icmp = (b[l4], b[l4 + 1]);
     }
     v
@@ -1719,6 +2043,7 @@ fn model_matches(f: &Filter, v: &KernelView) -> bool {
     let ok_proto = match f.proto {
         Proto::All => true,
         Proto::Ip => v.protocol == 0x0800 && v.n_proto == 0x0800,
+        Proto::Ip6 => v.protocol == 0x86dd && v.n_proto == 0x86dd,
         Proto::Arp => v.protocol == 0x0806 && v.n_proto == 0x0806,
         Proto::Vlan => {
             v.protocol == 0x8100
@@ -1726,7 +2051,10 @@ fn model_matches(f: &Filter, v: &KernelView) -> bool {
                     tpid == 0x8100
                         && f.vlan_id.is_none_or(|id| tci & 0x0fff == id)
                         && f.vlan_prio.is_none_or(|p| tci >> 13 == u16::from(p))
-                        && (!f.vlan_ip || (inner == 0x0800 && v.n_proto == 0x0800))
+                        && (!f.vlan_ip || {
+                            let family = if f.v6 { 0x86dd } else { 0x0800 };
+                            inner == family && v.n_proto == family
+                        })
                 })
         }
     };
@@ -1737,6 +2065,10 @@ fn model_matches(f: &Filter, v: &KernelView) -> bool {
             .is_none_or(|k| v.ip_src & k.mask() == k.v & k.mask())
         && f.dst_ip
             .is_none_or(|k| v.ip_dst & k.mask() == k.v & k.mask())
+        && f.src_ip6
+            .is_none_or(|k| v.ip6_src & k.mask() == k.v & k.mask())
+        && f.dst_ip6
+            .is_none_or(|k| v.ip6_dst & k.mask() == k.v & k.mask())
         && f.ip_proto.is_none_or(|p| v.ip_proto == p)
         && eq8(f.tos, v.tos)
         && eq8(f.ttl, v.ttl)
@@ -2038,9 +2370,14 @@ fn run_seed(seed: u64, use_model: bool) {
         .map(|(_, c)| c)
         .sum();
     let distinct = hits.keys().filter(|k| k.is_some()).count();
+    let v6: usize = hits
+        .iter()
+        .filter(|(k, _)| k.is_some_and(|i| filters[i].v6 && filters[i].has_keys()))
+        .map(|(_, c)| c)
+        .sum();
     eprintln!(
-        "{sent} frames in {:.1?}: {matched} matched a filter ({distinct} distinct filters), \
-         {} none; {disagreements} disagreements with {oracle_name}",
+        "{sent} frames in {:.1?}: {matched} matched a filter ({distinct} distinct filters; \
+         {v6} an IPv6 filter), {} none; {disagreements} disagreements with {oracle_name}",
         start.elapsed(),
         sent - matched
     );

@@ -287,8 +287,8 @@ fn filter_match(f: &FilterFile, key: &str, ports: &[String], e: &mut Errs) -> Ma
     if let Some(s) = &f.src_mac {
         put(Field::SrcMac, mac(s), e);
     }
-    let v4 = protocol == Some(0x0800) || inner == Some(0x0800);
-    let v6 = protocol == Some(0x86dd) || inner == Some(0x86dd);
+    let is = |t: EtherType| protocol == Some(u64::from(t.0)) || inner == Some(u64::from(t.0));
+    let (v4, v6) = (is(EtherType::IPV4), is(EtherType::IPV6));
     let needs_ip = |name: &str, e: &mut Errs| {
         if !v4 && !v6 {
             e.add(

@@ -28,6 +28,7 @@ use netbatch_wire::ipv6::{self as wire6, HEADER_LEN, Ipv6Packet, Ipv6Repr, Proto
 use super::{Cause, header, header_mut};
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
+use crate::dissect::{self, Dissected, L4};
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};
 use crate::route::RouteKind;
@@ -76,10 +77,10 @@ fn may_answer(d: &[u8], m: &netbatch_engine::Meta, cause: Cause) -> bool {
         return false;
     }
     // An ICMPv6 error or Redirect is never answered; a later fragment cannot tell.
-    if m.l4_type == Protocol::ICMPV6.0 && m.flags & flag::FRAG6_LATER == 0 {
-        let at = usize::from(m.l4.wrapping_sub(m.data));
-        match d.get(at).copied().map(Icmpv6Type) {
-            Some(t) if !t.is_error() && t != Icmpv6Type::REDIRECT => {}
+    let r = Dissected::load(m);
+    if r.l4_kind() == Some(L4::Icmpv6) && m.flags & flag::FRAG6_LATER == 0 {
+        match dissect::icmp6_type(&r, d) {
+            Some((t, _)) if !t.is_error() && t != Icmpv6Type::REDIRECT => {}
             _ => return false,
         }
     }

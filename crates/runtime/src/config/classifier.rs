@@ -176,9 +176,11 @@ fn ip(s: &str) -> Result<(u64, u64), String> {
     }
 }
 
-/// An IPv6 address, `ADDR/LEN` or `ADDR/MASK`: (high, low) 64-bit halves of value and
-/// mask.
-fn ip6(s: &str) -> Result<((u64, u64), (u64, u64)), String> {
+/// The high and low 64-bit halves of an IPv6 address (or mask), as the key holds them.
+type Halves = (u64, u64);
+
+/// An IPv6 address, `ADDR/LEN` or `ADDR/MASK`: the halves of its value and mask.
+fn ip6(s: &str) -> Result<(Halves, Halves), String> {
     let addr = |t: &str| {
         t.parse::<core::net::Ipv6Addr>()
             .map(ip6_bits)

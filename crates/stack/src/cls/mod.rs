@@ -210,12 +210,12 @@ impl Key {
     #[inline(always)]
     fn masked_to(&self, m: &Self, v6: bool) -> Self {
         let mut k = [0; WORDS];
-        for i in 0..V4_WORDS {
-            k[i] = self.0[i] & m.0[i];
+        for ((o, &a), &b) in k.iter_mut().zip(&self.0).zip(&m.0).take(V4_WORDS) {
+            *o = a & b;
         }
         if v6 {
-            for i in V4_WORDS..WORDS {
-                k[i] = self.0[i] & m.0[i];
+            for ((o, &a), &b) in k.iter_mut().zip(&self.0).zip(&m.0).skip(V4_WORDS) {
+                *o = a & b;
             }
         }
         Self(k)
@@ -224,7 +224,7 @@ impl Key {
     /// Whether any IPv6 address word is set.
     #[inline(always)]
     fn has_v6(&self) -> bool {
-        self.0[V4_WORDS..].iter().any(|&w| w != 0)
+        self.0.iter().skip(V4_WORDS).any(|&w| w != 0)
     }
 
     /// Sets the IPv6 source and destination address words.
@@ -294,10 +294,10 @@ impl Key {
     #[inline(always)]
     fn mix(&self) -> u64 {
         let step = |h: u64, x: u64| (h ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
-        let mut h = self.0[..V4_WORDS].iter().fold(0, |h, &x| step(h, x));
+        let mut h = self.0.iter().take(V4_WORDS).fold(0, |h, &x| step(h, x));
         // Equal keys hash alike: the IPv6 words count when any is set.
         if self.has_v6() {
-            h = self.0[V4_WORDS..].iter().fold(h, |h, &x| step(h, x));
+            h = self.0.iter().skip(V4_WORDS).fold(h, |h, &x| step(h, x));
         }
         h
     }

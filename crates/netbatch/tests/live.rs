@@ -59,6 +59,9 @@ struct Topo {
     _tmp: tempfile::TempDir,
     child: Option<Child>,
     log: std::sync::Arc<Mutex<Vec<String>>>,
+    /// The threads copying the child's stderr and stdout into `log`: they end at the
+    /// streams' end, after the child's last line.
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Topo {
@@ -104,6 +107,7 @@ impl Topo {
             _tmp: tmp,
             child: None,
             log: Default::default(),
+            readers: Vec::new(),
         };
         t.remove();
         for n in hosts.iter().chain(&["r"]) {
@@ -244,13 +248,13 @@ bind = "192.0.2.1:7"
             Box::new(out) as Box<dyn std::io::Read + Send>,
         ] {
             let log = self.log.clone();
-            std::thread::spawn(move || {
+            self.readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
                     if let Ok(mut l) = log.lock() {
                         l.push(line);
                     }
                 }
-            });
+            }));
         }
         self.child = Some(child);
         // Up once every port of the configuration says so.
@@ -289,7 +293,11 @@ bind = "192.0.2.1:7"
             assert!(Instant::now() < deadline, "{why}");
             std::thread::sleep(Duration::from_millis(20));
         };
-        std::thread::sleep(Duration::from_millis(100));
+        // Its last lines are in the log once the readers have met the streams' end (a
+        // pause after the exit was not always enough on a loaded machine).
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
         status
     }
 

@@ -145,6 +145,14 @@ pub enum GraphError {
     TooManyNodes,
     /// A stage with 255 or more arcs.
     TooManyArcs(String),
+    /// What a node's declaration says does not fit the graph it is assembled into (an
+    /// arc to a node that is not there, metadata no stage writes …).
+    Declaration {
+        /// The node.
+        node: String,
+        /// What does not fit.
+        problem: String,
+    },
 }
 
 impl fmt::Display for GraphError {
@@ -158,6 +166,7 @@ impl fmt::Display for GraphError {
             }
             Self::TooManyNodes => f.write_str("more than 64 nodes"),
             Self::TooManyArcs(n) => write!(f, "node '{n}' has more than 254 arcs"),
+            Self::Declaration { node, problem } => write!(f, "node '{node}' {problem}"),
         }
     }
 }

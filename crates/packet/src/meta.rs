@@ -99,3 +99,139 @@ pub mod gso {
     /// Mask of the kind without flag bits.
     pub const KIND: u8 = 0x7f;
 }
+
+/// What a stage reads or writes of a packet's metadata, in groups of fields and flags
+/// that travel together (a stage's declaration says which: the stack's `declare::Decl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Field {
+    /// `in_port`: the port the packet arrived on.
+    InPort,
+    /// `in_if`: the (sub-)interface it arrived on.
+    InIf,
+    /// The link header's class: [`flag::L2_HOST`], [`flag::L2_BROADCAST`],
+    /// [`flag::L2_MULTICAST`].
+    L2Class,
+    /// The dissector's record of the link and IP headers: `l2_len`, `l3`, `l3_type`,
+    /// [`flag::VLAN`], [`flag::QINQ`].
+    L3,
+    /// The dissector's record of the upper layer: `l4`, `l4_type`, [`flag::FRAG6`],
+    /// [`flag::FRAG6_LATER`], [`flag::EXT_UNWALKED`].
+    L4,
+    /// Checksum state: [`flag::IP_CSUM_OK`], [`flag::L4_CSUM_OK`],
+    /// [`flag::L4_CSUM_PARTIAL`], [`flag::PAYLOAD_SUM`] and `csum_payload`.
+    Csum,
+    /// Routing's verdict on the destination: [`flag::LOCAL`], [`flag::L3_BROADCAST`],
+    /// [`flag::L3_MULTICAST`].
+    Dest,
+    /// Where the packet comes from: [`flag::ORIGINATED`], [`flag::FORWARDED`].
+    Origin,
+    /// `out_if`: the interface it leaves by.
+    OutIf,
+    /// `adj`: the adjacency routing chose.
+    Adj,
+    /// `note` and `scratch`: a request for an ICMP error (its cause and argument).
+    Note,
+    /// `mark`: the firewall mark.
+    Mark,
+    /// A super-packet's shape: `gso_size`, `gso_type`, `segs`, `chain`,
+    /// [`flag::GRO_CHAIN`].
+    Gso,
+    /// `hash` and [`flag::HASH_VALID`]: the flow hash.
+    Hash,
+}
+
+impl Field {
+    /// Every field, in bit order.
+    pub const ALL: [Self; 14] = [
+        Self::InPort,
+        Self::InIf,
+        Self::L2Class,
+        Self::L3,
+        Self::L4,
+        Self::Csum,
+        Self::Dest,
+        Self::Origin,
+        Self::OutIf,
+        Self::Adj,
+        Self::Note,
+        Self::Mark,
+        Self::Gso,
+        Self::Hash,
+    ];
+
+    /// Its name in messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::InPort => "in_port",
+            Self::InIf => "in_if",
+            Self::L2Class => "l2 class",
+            Self::L3 => "l3",
+            Self::L4 => "l4",
+            Self::Csum => "checksum state",
+            Self::Dest => "destination class",
+            Self::Origin => "origin",
+            Self::OutIf => "out_if",
+            Self::Adj => "adj",
+            Self::Note => "note",
+            Self::Mark => "mark",
+            Self::Gso => "gso",
+            Self::Hash => "hash",
+        }
+    }
+}
+
+/// A set of [`Field`]s.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Fields(u32);
+
+impl Fields {
+    /// No field.
+    pub const NONE: Self = Self(0);
+
+    /// The fields `fs`.
+    pub const fn of(fs: &[Field]) -> Self {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < fs.len() {
+            bits |= 1 << fs[i] as u8;
+            i += 1;
+        }
+        Self(bits)
+    }
+
+    /// Those of either set.
+    pub const fn union(self, o: Self) -> Self {
+        Self(self.0 | o.0)
+    }
+
+    /// Those of `self` not in `o`.
+    pub const fn without(self, o: Self) -> Self {
+        Self(self.0 & !o.0)
+    }
+
+    /// Whether `f` is in the set.
+    pub const fn has(self, f: Field) -> bool {
+        self.0 & (1 << f as u8) != 0
+    }
+
+    /// The fields of the set, in bit order.
+    pub fn iter(self) -> impl Iterator<Item = Field> {
+        Field::ALL.into_iter().filter(move |&f| self.has(f))
+    }
+}
+
+impl core::fmt::Debug for Fields {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_set().entries(self.iter().map(Field::name)).finish()
+    }
+}
+
+/// What the receive path writes before the graph sees a packet: the port (`in_port`),
+/// the device's flow hash and checksum verdicts, and a super-packet's shape (a tap's
+/// virtio header).
+pub const RECEIVE: Fields = Fields::of(&[Field::InPort, Field::Hash, Field::Csum, Field::Gso]);
+
+/// The fields whose reset value (every buffer's on allocation) is an answer a stage may
+/// read without any stage having written it: unmarked, received, a plain packet.
+pub const TEMPLATE: Fields = Fields::of(&[Field::Mark, Field::Origin, Field::Gso]);

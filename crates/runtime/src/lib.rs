@@ -20,10 +20,11 @@ pub mod worker;
 
 pub use worker::{PollParams, Worker, WorkerStats};
 
-/// Every drop reason the datapath can count: the engine's, the stack's and the runtime's.
+/// Every drop reason the datapath can count: the engine's, the stack's (those its stages
+/// declare, `netbatch_stack::reason_sets`) and the runtime's.
 pub fn reason_sets() -> Vec<&'static [netbatch_engine::Reason]> {
     let mut v = vec![netbatch_engine::reason::ALL];
-    v.extend_from_slice(netbatch_stack::REASON_SETS);
+    v.extend(netbatch_stack::reason_sets());
     v.extend([worker::reason::ALL, rps::reason::ALL]);
     v
 }

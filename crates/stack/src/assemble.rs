@@ -1,43 +1,63 @@
-//! Assembles the stage graph for a host configuration.
+//! Assembles the stage graph from the stages' declarations ([`crate::declare`]).
 //!
-//! Nodes are added in pipeline order (the `buckets` scheduler runs the lowest-numbered
-//! pending node first, so upstream stages run before downstream ones). A hook whose
-//! chain accepts everything is not added at all: its upstream arc is wired straight to
-//! the next stage, so an empty hook costs nothing.
+//! [`STAGES`] lists the stack's stages in pipeline order, one line each: the `buckets`
+//! scheduler runs the lowest-numbered pending node first, so a stage comes before the
+//! stages it sends to (back edges aside: an answer made late in the graph goes back to an
+//! earlier output stage). [`build_from`] makes a graph from any such list (the stack's,
+//! or the stack's with a caller's own stages); [`build`] from [`STAGES`]. A stage whose
+//! declaration leaves it out for the options (a hook whose chain accepts everything, GRO
+//! when no port does GRO) is not added at all: arcs to it go where it would have sent
+//! the packet, so an absent stage costs nothing.
 
 use netbatch_engine::{Dispatch, Graph, GraphBuilder, GraphError, NodeId};
 
-use crate::arp::input::ArpInput;
-use crate::cls::stage::ClsIngress;
-use crate::filter::hook::HookStage;
+use crate::declare::{self, Decl, Family, Make, To};
 use crate::filter::{Chain, HookPoint};
-use crate::gro::stage::Gro;
-use crate::gso::stage::Gso;
 use crate::host::{Entry, Host};
-use crate::hostif::inject::HostInject;
-use crate::hostif::punt::HostPunt;
-use crate::icmp::input::IcmpInput;
-use crate::icmp6::input::Icmp6Input;
-use crate::ip4::forward::Ip4Forward;
-use crate::ip4::fragment::Ip4Fragment;
-use crate::ip4::icmp_error::Ip4IcmpError;
-use crate::ip4::input::Ip4Input;
-use crate::ip4::local::Ip4Local;
-use crate::ip4::local_out::Ip4LocalOut;
-use crate::ip4::route::Ip4Route;
-use crate::ip6::forward::Ip6Forward;
-use crate::ip6::icmp_error::Ip6IcmpError;
-use crate::ip6::input::Ip6Input;
-use crate::ip6::local::Ip6Local;
-use crate::ip6::local_out::Ip6LocalOut;
-use crate::ip6::route::Ip6Route;
-use crate::l2::input::EthInput;
-use crate::nd::input::NdInput;
-use crate::nd::resolve::Ip6Neighbour;
-use crate::neigh::resolve::Neighbour;
-use crate::tcp::TcpInput;
-use crate::tx::{Tx, TxPort};
-use crate::udp::input::{Udp6Input, UdpInput};
+use crate::meta::Fields;
+use crate::{arp, cls, filter, gro, gso, hostif, icmp, icmp6, ip4, ip6, l2, nd, neigh, tcp};
+use crate::{tx, udp};
+
+/// The stack's stages, in pipeline order: the graph is assembled from these
+/// declarations. A stage added to the stack is declared in its own module and listed
+/// here, on one line.
+pub const STAGES: &[Decl] = &[
+    gro::stage::DECL,
+    cls::stage::DECL,
+    l2::input::DECL,
+    arp::input::DECL,
+    ip4::input::DECL,
+    ip6::input::DECL,
+    filter::hook::PREROUTING,
+    ip4::route::DECL,
+    ip6::route::DECL,
+    filter::hook::INPUT,
+    ip4::local::DECL,
+    ip6::local::DECL,
+    udp::input::DECL,
+    udp::input::DECL6,
+    icmp::input::DECL,
+    icmp6::input::DECL,
+    nd::input::DECL,
+    tcp::DECL,
+    ip4::forward::DECL,
+    ip6::forward::DECL,
+    filter::hook::FORWARD,
+    ip4::icmp_error::DECL,
+    ip6::icmp_error::DECL,
+    ip4::local_out::DECL,
+    ip6::local_out::DECL,
+    filter::hook::OUTPUT,
+    filter::hook::POSTROUTING,
+    ip4::fragment::DECL,
+    neigh::resolve::DECL,
+    nd::resolve::DECL,
+    gso::stage::DECL,
+    hostif::punt::DECL,
+    hostif::inject::DECL,
+    tx::DECL,
+    tx::PORT_DECL,
+];
 
 /// Node names, the graph's public entry points among them.
 pub mod node {
@@ -71,6 +91,16 @@ pub mod node {
     pub const IP6_LOCAL_OUT: &str = "ip6-local-out";
     /// IPv6 output MTU, neighbour discovery and the link header.
     pub const IP6_NEIGHBOUR: &str = "ip6-neighbour";
+    /// The PREROUTING hook (when its chain can drop).
+    pub const HOOK_PREROUTING: &str = crate::filter::HookPoint::Prerouting.node();
+    /// The INPUT hook.
+    pub const HOOK_INPUT: &str = crate::filter::HookPoint::Input.node();
+    /// The FORWARD hook.
+    pub const HOOK_FORWARD: &str = crate::filter::HookPoint::Forward.node();
+    /// The OUTPUT hook.
+    pub const HOOK_OUTPUT: &str = crate::filter::HookPoint::Output.node();
+    /// The POSTROUTING hook.
+    pub const HOOK_POSTROUTING: &str = crate::filter::HookPoint::Postrouting.node();
     /// Routing decision.
     pub const IP4_ROUTE: &str = "ip4-route";
     /// Local protocol demux.
@@ -153,7 +183,7 @@ pub struct GraphOptions {
     /// frames enter at `eth-input` and the graph costs nothing for GRO.
     pub gro: bool,
     /// The ingress classifier's filters; none (or none at all) leaves the stage out.
-    pub classifier: Option<std::sync::Arc<crate::cls::Classifier>>,
+    pub classifier: Option<std::sync::Arc<cls::Classifier>>,
     /// Ports are paired with host interfaces ([`crate::hostif`]): the `host-punt` and
     /// `host-inject` stages are in the graph, and what netbatch does not consume on a
     /// paired port goes to its tap (local TCP among it, whatever `tcp_to` says).
@@ -161,7 +191,8 @@ pub struct GraphOptions {
 }
 
 impl GraphOptions {
-    fn chain(&self, h: HookPoint) -> Option<&Chain> {
+    /// The chain of hook `h`, when it can drop something (the last one given for it).
+    pub fn chain(&self, h: HookPoint) -> Option<&Chain> {
         self.chains
             .iter()
             .rev()
@@ -171,214 +202,800 @@ impl GraphOptions {
     }
 }
 
-/// Builds the graph (IPv4 and IPv6) for a host with these ports (in port order).
+/// Builds the graph (IPv4 and IPv6) for a host with these ports (in port order), from
+/// the stack's stages ([`STAGES`]).
 pub fn build(
     opts: &GraphOptions,
     ports: &[&str],
     dispatch: Dispatch,
 ) -> Result<Graph<Host>, GraphError> {
-    use node::*;
+    build_from(STAGES, opts, ports, dispatch)
+}
+
+/// An arc's end once resolved.
+enum End {
+    Node(&'static str),
+    Drop(netbatch_engine::Reason),
+}
+
+/// The local protocols of each IP version (indexed by [`Family`]): protocol, the arc of
+/// the demux, the stage that takes it; in list order.
+type Takers = [Vec<(u8, &'static str, &'static str)>; 2];
+
+/// The refusal of `node`'s declaration for `problem`.
+fn refuse(node: &str, problem: String) -> GraphError {
+    GraphError::Declaration {
+        node: node.into(),
+        problem,
+    }
+}
+
+/// Builds the graph of the stages `stages` declare (in pipeline order), for a host with
+/// these ports: those present for `opts`, one node each (one per port for a per-port
+/// stage), in list order, their arcs wired as declared. Refused, naming the node: two
+/// declarations of one name; a field a stage reads that no stage in the graph writes
+/// (nor the receive path, nor the buffer's reset); two stages taking one IP protocol of
+/// one version, or taking one with no demux of that version in the graph (or a second
+/// demux of a version); an arc to a node that is not in the graph (also through
+/// left-out nodes), a drop arc for a reason the stage does not declare, a stage that
+/// counts a reason it does not declare; and what [`GraphBuilder`] refuses (an arc the
+/// stage does not have, one left unconnected).
+pub fn build_from(
+    stages: &[Decl],
+    opts: &GraphOptions,
+    ports: &[&str],
+    dispatch: Dispatch,
+) -> Result<Graph<Host>, GraphError> {
+    for (i, d) in stages.iter().enumerate() {
+        if stages[..i].iter().any(|e| e.name == d.name) {
+            return Err(GraphError::DuplicateNode(d.name.into()));
+        }
+    }
+    let live: Vec<&Decl> = stages.iter().filter(|d| (d.present)(opts)).collect();
+    check_fields(&live)?;
+    let takers = local_protocols(&live)?;
     let mut b: GraphBuilder<Host> = GraphBuilder::new();
-    let hook =
-        |b: &mut GraphBuilder<Host>, h: HookPoint| -> Result<Option<&'static str>, GraphError> {
-            match opts.chain(h) {
-                Some(c) => {
-                    b.add(h.node(), Box::new(HookStage::new(h, c.clone())))?;
-                    Ok(Some(h.node()))
-                }
-                None => Ok(None),
+    let mut decoders = Vec::new();
+    for d in &live {
+        let takes: Vec<(u8, &'static str)> = d.demux.map_or_else(Vec::new, |f| {
+            takers[f as usize].iter().map(|&(p, a, _)| (p, a)).collect()
+        });
+        for (port, name) in d.node_names(ports).into_iter().enumerate() {
+            let m = Make {
+                opts,
+                ports,
+                port: port as u16,
+                takes: takes.clone(),
+            };
+            let stage = (d.make)(&m);
+            // What a stage counts from the start is in its error table: registered, so
+            // a set it counts is one it declares.
+            if let Some(r) = stage.reasons().iter().find(|&&r| !d.declares(r)) {
+                return Err(refuse(
+                    name,
+                    format!("counts drops for '{r}', a reason in no set it declares"),
+                ));
             }
+            b.add(name, stage)?;
+            decoders.push((name, d.decode));
+        }
+    }
+    for d in &live {
+        for name in d.node_names(ports) {
+            connect(&mut b, stages, opts, ports, d, name, &takers)?;
+        }
+    }
+    let g = b.build(dispatch)?;
+    declare::register_decoders(decoders);
+    Ok(g)
+}
+
+/// Checks that every field a present stage reads is written: by a present stage, the
+/// receive path or the buffer's reset.
+fn check_fields(live: &[&Decl]) -> Result<(), GraphError> {
+    let written = live.iter().fold(Fields::NONE, |w, d| w.union(d.writes));
+    for d in live {
+        if let Some(f) = declare::unwritten(d.reads, written) {
+            return Err(refuse(
+                d.name,
+                format!("reads {}, which no stage in the graph writes", f.name()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The local protocols the present stages take, checked: one stage per protocol of a
+/// version, one stage per arc name of a demux, none by one of the demux's own arcs, and
+/// a demux (one) for every version a stage takes a protocol of.
+fn local_protocols(live: &[&Decl]) -> Result<Takers, GraphError> {
+    let mut takers: Takers = Default::default();
+    for d in live {
+        for t in d.takes {
+            let family = &mut takers[t.family as usize];
+            let v = t.family.name();
+            if let Some((_, _, other)) = family.iter().find(|(p, ..)| *p == t.proto) {
+                return Err(refuse(
+                    d.name,
+                    format!("takes {v} protocol {}, which '{other}' takes", t.proto),
+                ));
+            }
+            if let Some((_, _, other)) = family.iter().find(|(_, a, n)| *a == t.arc && *n != d.name)
+            {
+                return Err(refuse(
+                    d.name,
+                    format!("takes {v} by the arc '{}', by which '{other}' takes", t.arc),
+                ));
+            }
+            family.push((t.proto, t.arc, d.name));
+        }
+    }
+    for f in Family::ALL {
+        let demux: Vec<&&Decl> = live.iter().filter(|d| d.demux == Some(f)).collect();
+        let (v, family) = (f.name(), &takers[f as usize]);
+        match (demux.as_slice(), family.first()) {
+            ([_, second, ..], _) => {
+                return Err(refuse(second.name, format!("is a second {v} demux")));
+            }
+            ([], Some((p, _, n))) => {
+                return Err(refuse(
+                    n,
+                    format!("takes {v} protocol {p}, but no stage in the graph demuxes {v}"),
+                ));
+            }
+            ([d], _) => {
+                if let Some((_, a, n)) = family.iter().find(|(_, a, _)| d.arc(a).is_some()) {
+                    return Err(refuse(
+                        n,
+                        format!("takes {v} by the arc '{a}', one of the demux's own"),
+                    ));
+                }
+            }
+            ([], None) => {}
+        }
+    }
+    Ok(takers)
+}
+
+/// Connects the arcs of node `name`, one of `d`'s: its own as declared, one per port
+/// to that port's transmit node, and for a demux one per stage that takes a protocol of
+/// its version.
+fn connect(
+    b: &mut GraphBuilder<Host>,
+    stages: &[Decl],
+    opts: &GraphOptions,
+    ports: &[&str],
+    d: &Decl,
+    name: &'static str,
+    takers: &Takers,
+) -> Result<(), GraphError> {
+    for &(arc, to) in d.arcs {
+        match resolve(stages, b, opts, to) {
+            Ok(End::Node(n)) => b.connect(name, arc, n)?,
+            Ok(End::Drop(r)) if d.declares(r) => {
+                b.connect_drop(name, arc, r)?;
+            }
+            Ok(End::Drop(r)) => {
+                return Err(refuse(
+                    name,
+                    format!("drops by its arc '{arc}' for '{r}', a reason it does not declare"),
+                ));
+            }
+            Err(why) => return Err(refuse(name, format!("has an arc '{arc}' that {why}"))),
+        }
+    }
+    if d.port_arcs {
+        for p in ports {
+            let t = tx::node_name(p);
+            if !b.has(t) {
+                return Err(refuse(
+                    name,
+                    format!("has an arc to '{t}', which is not in the graph"),
+                ));
+            }
+            b.connect(name, t, t)?;
+        }
+    }
+    if let Some(f) = d.demux {
+        for &(_, arc, to) in &takers[f as usize] {
+            b.connect(name, arc, to)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where an arc declared to go `to` ends in the graph `b` is building: the node, or a
+/// drop; an error says why it ends nowhere.
+fn resolve(
+    stages: &[Decl],
+    b: &GraphBuilder<Host>,
+    opts: &GraphOptions,
+    mut to: To,
+) -> Result<End, String> {
+    // Each step passes a left-out node or an option's choice; more steps than
+    // declarations go round a loop.
+    for _ in 0..=2 * stages.len() {
+        match to {
+            To::Node(n) | To::Via(n, _) if b.has(n) => return Ok(End::Node(n)),
+            To::Node(n) => return Err(format!("goes to '{n}', which is not in the graph")),
+            To::Drop(r) => return Ok(End::Drop(r)),
+            To::Pick(f) => to = f(opts),
+            To::Via(n, arc) => {
+                let Some(d) = stages.iter().find(|d| d.name == n) else {
+                    return Err(format!("goes through '{n}', which nothing declares"));
+                };
+                let Some(t) = d.arc(arc) else {
+                    return Err(format!("goes through '{n}', which has no arc '{arc}'"));
+                };
+                to = t;
+            }
+        }
+    }
+    Err("goes round a loop of left-out nodes".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use netbatch_engine::{ArcTarget, TraceNode};
+
+    use super::*;
+    use crate::cls::{Action, Classifier, Filter};
+    use crate::declare::{Decode, Take};
+    use crate::filter::Verdict;
+    use crate::meta::Field;
+
+    /// Options under which every stage of [`STAGES`] is present: GRO, a classifier
+    /// filter, a dropping chain at every hook, host interface pairs.
+    fn everything() -> GraphOptions {
+        let cls = Classifier::new(vec![Filter {
+            chain: 0,
+            prio: 1,
+            matches: Default::default(),
+            actions: vec![Action::Drop],
+        }])
+        .unwrap();
+        let drop_all = Chain {
+            rules: Vec::new(),
+            policy: Verdict::Drop,
         };
-    if opts.gro {
-        b.add(GRO, Box::new(Gro::new()))?;
-    }
-    let cls = opts.classifier.as_ref().filter(|c| !c.is_empty());
-    if let Some(c) = cls {
-        b.add(CLS_INGRESS, Box::new(ClsIngress::new(c.clone())))?;
-    }
-    b.add(ETH_INPUT, Box::new(EthInput))?;
-    b.add(ARP_INPUT, Box::new(ArpInput::default()))?;
-    b.add(IP4_INPUT, Box::new(Ip4Input))?;
-    b.add(IP6_INPUT, Box::new(Ip6Input))?;
-    let pre = hook(&mut b, HookPoint::Prerouting)?;
-    b.add(IP4_ROUTE, Box::new(Ip4Route::default()))?;
-    b.add(IP6_ROUTE, Box::new(Ip6Route::default()))?;
-    let input = hook(&mut b, HookPoint::Input)?;
-    b.add(IP4_LOCAL, Box::new(Ip4Local))?;
-    b.add(IP6_LOCAL, Box::new(Ip6Local))?;
-    b.add(UDP_INPUT, Box::new(UdpInput::default()))?;
-    b.add(UDP6_INPUT, Box::new(Udp6Input::default()))?;
-    b.add(ICMP_INPUT, Box::new(IcmpInput))?;
-    b.add(ICMP6_INPUT, Box::new(Icmp6Input))?;
-    b.add(ND_INPUT, Box::new(NdInput::default()))?;
-    b.add(TCP_INPUT, Box::new(TcpInput))?;
-    b.add(IP4_FORWARD, Box::new(Ip4Forward::default()))?;
-    b.add(IP6_FORWARD, Box::new(Ip6Forward::default()))?;
-    let fwd = hook(&mut b, HookPoint::Forward)?;
-    b.add(IP4_ICMP_ERROR, Box::new(Ip4IcmpError::default()))?;
-    b.add(IP6_ICMP_ERROR, Box::new(Ip6IcmpError::default()))?;
-    b.add(IP4_LOCAL_OUT, Box::new(Ip4LocalOut))?;
-    b.add(IP6_LOCAL_OUT, Box::new(Ip6LocalOut))?;
-    let output = hook(&mut b, HookPoint::Output)?;
-    let post = hook(&mut b, HookPoint::Postrouting)?;
-    b.add(IP4_FRAGMENT, Box::new(Ip4Fragment::default()))?;
-    b.add(NEIGHBOUR, Box::new(Neighbour::new(ports)))?;
-    b.add(IP6_NEIGHBOUR, Box::new(Ip6Neighbour::new(ports)))?;
-    b.add(GSO, Box::new(Gso::new(ports)))?;
-    if opts.host_pairs {
-        b.add(HOST_PUNT, Box::new(HostPunt::new(ports)))?;
-        b.add(HOST_INJECT, Box::new(HostInject::new(ports)))?;
-    }
-    b.add(TX, Box::new(Tx))?;
-    let tx_ports: Vec<&'static str> = ports.iter().map(|p| crate::tx::node_name(p)).collect();
-    for (i, &name) in tx_ports.iter().enumerate() {
-        b.add(name, Box::new(TxPort::new(i as u16)))?;
-    }
-
-    let to_l2 = if cls.is_some() {
-        b.connect(CLS_INGRESS, "l2", ETH_INPUT)?;
-        b.connect(CLS_INGRESS, "tx", TX)?;
-        b.connect(CLS_INGRESS, "gso", GSO)?;
-        CLS_INGRESS
-    } else {
-        ETH_INPUT
-    };
-    if opts.gro {
-        b.connect(GRO, "l2", to_l2)?;
-    }
-    b.connect(ETH_INPUT, "arp", ARP_INPUT)?;
-    b.connect(ETH_INPUT, "ip4", IP4_INPUT)?;
-    b.connect(ETH_INPUT, "ip6", IP6_INPUT)?;
-    b.connect(ARP_INPUT, "tx", TX)?;
-    b.connect(ARP_INPUT, "neighbour", NEIGHBOUR)?;
-
-    // A hook serves both families: it sends IPv4 on by `accept`, IPv6 by `accept6`.
-    let via = |b: &mut GraphBuilder<Host>,
-               from: &str,
-               arc: &str,
-               h: Option<&'static str>,
-               (v4, v6): (&str, &str),
-               six: bool|
-     -> Result<(), GraphError> {
-        match h {
-            Some(h) => b.connect(from, arc, h),
-            None => b.connect(from, arc, if six { v6 } else { v4 }),
-        }
-    };
-    let hook_arcs = |b: &mut GraphBuilder<Host>,
-                     h: Option<&'static str>,
-                     (v4, v6): (&str, &str)|
-     -> Result<(), GraphError> {
-        if let Some(h) = h {
-            b.connect(h, "accept", v4)?;
-            b.connect(h, "accept6", v6)?;
-        }
-        Ok(())
-    };
-    via(&mut b, IP4_INPUT, "ok", pre, (IP4_ROUTE, IP6_ROUTE), false)?;
-    via(&mut b, IP6_INPUT, "ok", pre, (IP4_ROUTE, IP6_ROUTE), true)?;
-    hook_arcs(&mut b, pre, (IP4_ROUTE, IP6_ROUTE))?;
-    via(
-        &mut b,
-        IP4_ROUTE,
-        "local",
-        input,
-        (IP4_LOCAL, IP6_LOCAL),
-        false,
-    )?;
-    via(
-        &mut b,
-        IP6_ROUTE,
-        "local",
-        input,
-        (IP4_LOCAL, IP6_LOCAL),
-        true,
-    )?;
-    hook_arcs(&mut b, input, (IP4_LOCAL, IP6_LOCAL))?;
-    b.connect(IP4_ROUTE, "forward", IP4_FORWARD)?;
-    b.connect(IP4_ROUTE, "error", IP4_ICMP_ERROR)?;
-    b.connect(IP4_INPUT, "error", IP4_ICMP_ERROR)?;
-
-    b.connect(IP4_LOCAL, "udp", UDP_INPUT)?;
-    b.connect(IP4_LOCAL, "icmp", ICMP_INPUT)?;
-    b.connect(IP4_LOCAL, "tcp", TCP_INPUT)?;
-    b.connect(IP4_LOCAL, "error", IP4_ICMP_ERROR)?;
-    b.connect(UDP_INPUT, "error", IP4_ICMP_ERROR)?;
-    b.connect(ICMP_INPUT, "reply", IP4_LOCAL_OUT)?;
-    // IPv6: input's parameter problems, routing, local delivery.
-    b.connect(IP6_INPUT, "error", IP6_ICMP_ERROR)?;
-    b.connect(IP6_ROUTE, "forward", IP6_FORWARD)?;
-    b.connect(IP6_ROUTE, "error", IP6_ICMP_ERROR)?;
-    b.connect(IP6_LOCAL, "udp", UDP6_INPUT)?;
-    b.connect(IP6_LOCAL, "icmp", ICMP6_INPUT)?;
-    b.connect(IP6_LOCAL, "tcp", TCP_INPUT)?;
-    b.connect(IP6_LOCAL, "error", IP6_ICMP_ERROR)?;
-    b.connect(UDP6_INPUT, "error", IP6_ICMP_ERROR)?;
-    b.connect(ICMP6_INPUT, "reply", IP6_LOCAL_OUT)?;
-    b.connect(ICMP6_INPUT, "nd", ND_INPUT)?;
-    b.connect(ND_INPUT, "reply", IP6_LOCAL_OUT)?;
-    b.connect(ND_INPUT, "neighbour", IP6_NEIGHBOUR)?;
-    // What is not consumed: to the host interface pair's kernel, or dropped (no port
-    // is paired then, so the drop is never taken).
-    for n in [
-        ARP_INPUT,
-        IP4_LOCAL,
-        UDP_INPUT,
-        ICMP_INPUT,
-        IP6_LOCAL,
-        UDP6_INPUT,
-        ICMP6_INPUT,
-        ND_INPUT,
-    ] {
-        if opts.host_pairs {
-            b.connect(n, "host", HOST_PUNT)?;
-        } else {
-            b.connect_drop(n, "host", crate::hostif::reason::NO_PAIR)?;
+        GraphOptions {
+            chains: HookPoint::ALL.map(|h| (h, drop_all.clone())).to_vec(),
+            tcp_to: None,
+            gro: true,
+            classifier: Some(Arc::new(cls)),
+            host_pairs: true,
         }
     }
-    match opts.tcp_to {
-        _ if opts.host_pairs => b.connect(TCP_INPUT, "host", HOST_PUNT)?,
-        Some(n) => b.connect(TCP_INPUT, "host", n)?,
-        None => b.connect_drop(TCP_INPUT, "host", crate::tcp::reason::NO_HANDLER)?,
+
+    const PORTS: &[&str] = &["eth0", "eth1"];
+
+    fn nodes(o: &GraphOptions) -> Vec<TraceNode> {
+        build(o, PORTS, Dispatch::Buckets).unwrap().trace_nodes()
     }
 
-    // Forwarded: FORWARD hook, then POSTROUTING, the neighbour stage.
-    let to_post = post.map_or((NEIGHBOUR, IP6_NEIGHBOUR), |h| (h, h));
-    let fwd_next = fwd.map_or(to_post, |h| (h, h));
-    b.connect(IP4_FORWARD, "ok", fwd_next.0)?;
-    b.connect(IP6_FORWARD, "ok", fwd_next.1)?;
-    b.connect(IP4_FORWARD, "error", IP4_ICMP_ERROR)?;
-    b.connect(IP6_FORWARD, "error", IP6_ICMP_ERROR)?;
-    b.connect(IP4_FORWARD, "redirect", IP4_LOCAL_OUT)?;
-    b.connect(IP6_FORWARD, "redirect", IP6_LOCAL_OUT)?;
-    hook_arcs(&mut b, fwd, to_post)?;
-    b.connect(IP4_ICMP_ERROR, "out", IP4_LOCAL_OUT)?;
-    b.connect(IP6_ICMP_ERROR, "out", IP6_LOCAL_OUT)?;
-    // Local: OUTPUT hook, then POSTROUTING.
-    let out_next = output.map_or(to_post, |h| (h, h));
-    b.connect(IP4_LOCAL_OUT, "ok", out_next.0)?;
-    b.connect(IP6_LOCAL_OUT, "ok", out_next.1)?;
-    b.connect(IP4_LOCAL_OUT, "local", IP4_LOCAL)?;
-    b.connect(IP6_LOCAL_OUT, "local", IP6_LOCAL)?;
-    hook_arcs(&mut b, output, to_post)?;
-    hook_arcs(&mut b, post, (NEIGHBOUR, IP6_NEIGHBOUR))?;
-    b.connect(IP4_FRAGMENT, "ok", NEIGHBOUR)?;
-    b.connect(IP4_FRAGMENT, "error", IP4_ICMP_ERROR)?;
-    b.connect(NEIGHBOUR, "frag", IP4_FRAGMENT)?;
-    b.connect(NEIGHBOUR, "tx", TX)?;
-    b.connect(NEIGHBOUR, "gso", GSO)?;
-    b.connect(IP6_NEIGHBOUR, "tx", TX)?;
-    b.connect(IP6_NEIGHBOUR, "error", IP6_ICMP_ERROR)?;
-    b.connect(IP6_NEIGHBOUR, "gso", GSO)?;
-    b.connect(GSO, "tx", TX)?;
-    for &name in &tx_ports {
-        b.connect(NEIGHBOUR, name, name)?;
-        b.connect(IP6_NEIGHBOUR, name, name)?;
-        b.connect(GSO, name, name)?;
-        if opts.host_pairs {
-            b.connect(HOST_PUNT, name, name)?;
-            b.connect(HOST_INJECT, name, name)?;
+    /// Where `node`'s arc `arc` goes in `g`.
+    fn target(g: &[TraceNode], node: &str, arc: &str) -> String {
+        let n = g.iter().find(|n| n.name == node).expect(node);
+        match n.arcs.iter().find(|(a, _)| *a == arc).expect(arc).1 {
+            ArcTarget::Node(t) => t.to_string(),
+            ArcTarget::Drop(r) => format!("drop {r}"),
         }
     }
-    b.build(dispatch)
+
+    fn declaration_error(r: Result<Graph<Host>, GraphError>) -> (String, String) {
+        match r {
+            Err(GraphError::Declaration { node, problem }) => (node, problem),
+            Err(e) => panic!("another error: {e}"),
+            Ok(_) => panic!("built"),
+        }
+    }
+
+    /// The default graph has the stages in [`STAGES`]' order, those the options leave
+    /// out missing, one transmit node per port at the end: the order of ARCHITECTURE's
+    /// graph, upstream first.
+    #[test]
+    fn nodes_follow_the_list_in_pipeline_order() {
+        let names: Vec<&str> = nodes(&GraphOptions::default())
+            .iter()
+            .map(|n| n.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "eth-input",
+                "arp-input",
+                "ip4-input",
+                "ip6-input",
+                "ip4-route",
+                "ip6-route",
+                "ip4-local",
+                "ip6-local",
+                "udp-input",
+                "udp6-input",
+                "icmp-input",
+                "icmp6-input",
+                "nd-input",
+                "tcp-input",
+                "ip4-forward",
+                "ip6-forward",
+                "ip4-icmp-error",
+                "ip6-icmp-error",
+                "ip4-local-out",
+                "ip6-local-out",
+                "ip4-fragment",
+                "neighbour",
+                "ip6-neighbour",
+                "gso",
+                "tx",
+                "tx-eth0",
+                "tx-eth1",
+            ]
+        );
+        let all = nodes(&everything());
+        assert_eq!(
+            all.len(),
+            names.len() + 9,
+            "gro, cls, 5 hooks, punt, inject"
+        );
+        assert_eq!((all[0].name, all[1].name), ("gro", "cls-ingress"));
+        assert_eq!(all[6].name, "hook-prerouting");
+    }
+
+    /// An arc to a hook that is left out goes where the hook would send that family:
+    /// through every left-out hook in turn.
+    #[test]
+    fn arcs_to_left_out_hooks_go_where_the_hook_would_send_them() {
+        let none = nodes(&GraphOptions::default());
+        assert_eq!(target(&none, "ip4-input", "ok"), "ip4-route");
+        assert_eq!(target(&none, "ip6-input", "ok"), "ip6-route");
+        assert_eq!(target(&none, "ip6-route", "local"), "ip6-local");
+        assert_eq!(target(&none, "ip4-forward", "ok"), "neighbour");
+        assert_eq!(target(&none, "ip6-local-out", "ok"), "ip6-neighbour");
+        let post = GraphOptions {
+            chains: vec![(
+                HookPoint::Postrouting,
+                Chain {
+                    rules: Vec::new(),
+                    policy: Verdict::Drop,
+                },
+            )],
+            ..GraphOptions::default()
+        };
+        let g = nodes(&post);
+        assert_eq!(target(&g, "ip4-forward", "ok"), "hook-postrouting");
+        assert_eq!(target(&g, "ip6-local-out", "ok"), "hook-postrouting");
+        assert_eq!(target(&g, "hook-postrouting", "accept6"), "ip6-neighbour");
+        let all = nodes(&everything());
+        assert_eq!(target(&all, "gro", "l2"), "cls-ingress");
+        assert_eq!(target(&all, "ip6-forward", "ok"), "hook-forward");
+        assert_eq!(target(&all, "hook-forward", "accept6"), "hook-postrouting");
+        assert_eq!(target(&all, "hook-input", "accept"), "ip4-local");
+    }
+
+    /// What the options pick: `host` arcs to `host-punt` with pairs, else a drop; local
+    /// TCP to the pair, the named node, or a drop.
+    #[test]
+    fn option_dependent_arcs_follow_the_options() {
+        let none = nodes(&GraphOptions::default());
+        assert_eq!(target(&none, "udp-input", "host"), "drop host_no_pair");
+        assert_eq!(target(&none, "tcp-input", "host"), "drop tcp_no_handler");
+        let to = GraphOptions {
+            tcp_to: Some(node::TX),
+            ..GraphOptions::default()
+        };
+        assert_eq!(target(&nodes(&to), "tcp-input", "host"), "tx");
+        let all = nodes(&everything());
+        assert_eq!(target(&all, "nd-input", "host"), "host-punt");
+        assert_eq!(target(&all, "tcp-input", "host"), "host-punt");
+        assert_eq!(target(&all, "host-punt", "tx-eth1"), "tx-eth1");
+    }
+
+    /// The local demux of each version has an arc to each stage that takes one of its
+    /// protocols, named as the stage's declaration names it.
+    #[test]
+    fn local_protocols_go_where_they_are_taken() {
+        let g = nodes(&GraphOptions::default());
+        for (demux, arc, to) in [
+            ("ip4-local", "udp", "udp-input"),
+            ("ip4-local", "icmp", "icmp-input"),
+            ("ip4-local", "tcp", "tcp-input"),
+            ("ip6-local", "udp", "udp6-input"),
+            ("ip6-local", "icmp", "icmp6-input"),
+            ("ip6-local", "tcp", "tcp-input"),
+        ] {
+            assert_eq!(target(&g, demux, arc), to, "{demux} {arc}");
+        }
+        let m = Make {
+            opts: &GraphOptions::default(),
+            ports: PORTS,
+            port: 0,
+            takes: vec![(17, "udp"), (6, "tcp"), (253, "toy"), (254, "toy")],
+        };
+        let d = m.demux(&["error", "host"]);
+        assert_eq!(d.arcs(), ["error", "host", "udp", "tcp", "toy"]);
+        assert_eq!(d.next(17), Some(netbatch_engine::Next(2)));
+        assert_eq!(d.next(254), d.next(253));
+        assert_eq!(d.next(253), Some(netbatch_engine::Next(4)));
+        assert!(
+            (0..=255u8)
+                .filter(|&p| d.next(p).is_some())
+                .eq([6, 17, 253, 254])
+        );
+    }
+
+    /// Every stage of the full graph declares the reasons it counts from the start and
+    /// those its drop arcs drop with (the assembler refuses either undeclared, below, so
+    /// building it checks them); the registry is the union of the declarations, each name
+    /// once.
+    #[test]
+    fn the_reason_registry_is_the_declared_sets() {
+        assert_eq!(nodes(&everything()).len(), STAGES.len() + PORTS.len() - 1);
+        let sets = declare::reason_sets();
+        assert_eq!(netbatch_engine::drop::check_sets(&sets), Ok(()));
+        for d in STAGES {
+            for s in d.reasons {
+                assert!(sets.contains(s), "{}", d.name);
+            }
+        }
+        // A set declared by several stages is registered once.
+        let udp = sets
+            .iter()
+            .filter(|s| s.contains(&udp::input::reason::NO_SOCKET))
+            .count();
+        assert_eq!(udp, 1);
+    }
+
+    /// What the trace shows at a node is what its declaration says, for the nodes of a
+    /// built graph and for those of the list (per port too), `Auto` for any other.
+    #[test]
+    fn each_node_is_traced_as_declared() {
+        nodes(&GraphOptions::default());
+        for (n, d) in [
+            ("eth-input", Decode::Link),
+            ("arp-input", Decode::Arp),
+            ("udp6-input", Decode::Ports),
+            ("nd-input", Decode::Icmp),
+            ("ip6-neighbour", Decode::Out),
+            ("ip6-local", Decode::Ip),
+            ("hook-forward", Decode::Ip),
+            ("tx-eth0", Decode::Out),
+            ("tx-some-other-port", Decode::Out),
+            ("tx", Decode::Out),
+            ("host-punt", Decode::Auto),
+            ("nothing-declares-this", Decode::Auto),
+        ] {
+            assert_eq!(declare::decode_of(n), d, "{n}");
+        }
+    }
+
+    /// A stage of the list that reads a field no stage in the graph writes is refused,
+    /// named with the field, before anything is built: without the routing stages
+    /// (IPv4 and IPv6, forwarded and our own), nothing classes destinations, which
+    /// `ip6-local` reads first in list order.
+    #[test]
+    fn a_field_no_stage_writes_is_refused() {
+        let routing = [
+            node::IP4_ROUTE,
+            node::IP6_ROUTE,
+            node::IP4_LOCAL_OUT,
+            node::IP6_LOCAL_OUT,
+        ];
+        let without: Vec<Decl> = STAGES
+            .iter()
+            .filter(|d| !routing.contains(&d.name))
+            .copied()
+            .collect();
+        let (node, problem) = declaration_error(build_from(
+            &without,
+            &GraphOptions::default(),
+            PORTS,
+            Dispatch::Buckets,
+        ));
+        assert_eq!(node, "ip6-local");
+        assert_eq!(
+            problem,
+            "reads destination class, which no stage in the graph writes"
+        );
+        assert!(
+            crate::meta::TEMPLATE.has(Field::Mark),
+            "unmarked needs no writer"
+        );
+    }
+
+    /// Declaring a local protocol another stage takes, or a name another stage has, or
+    /// an arc to a node that is not there, is refused.
+    #[test]
+    fn conflicts_and_dangling_arcs_are_refused() {
+        const DUP: Decl = Decl {
+            takes: &[Take::v4(17, "udp2")],
+            ..Decl::new("udp2-input", |_| Box::new(tcp::TcpInput))
+        };
+        let mut list = STAGES.to_vec();
+        list.push(DUP);
+        let (node, problem) = declaration_error(build_from(
+            &list,
+            &GraphOptions::default(),
+            PORTS,
+            Dispatch::Buckets,
+        ));
+        assert_eq!(node, "udp2-input");
+        assert_eq!(problem, "takes IPv4 protocol 17, which 'udp-input' takes");
+
+        let mut twice = STAGES.to_vec();
+        twice.push(tcp::DECL);
+        assert_eq!(
+            build_from(&twice, &GraphOptions::default(), PORTS, Dispatch::Buckets).err(),
+            Some(GraphError::DuplicateNode("tcp-input".into()))
+        );
+
+        let nowhere = GraphOptions {
+            tcp_to: Some("nowhere"),
+            ..GraphOptions::default()
+        };
+        let (node, problem) = declaration_error(build(&nowhere, PORTS, Dispatch::Buckets));
+        assert_eq!(node, "tcp-input");
+        assert_eq!(
+            problem,
+            "has an arc 'host' that goes to 'nowhere', which is not in the graph"
+        );
+
+        let no_demux: Vec<Decl> = STAGES
+            .iter()
+            .filter(|d| d.name != node::IP6_LOCAL)
+            .copied()
+            .collect();
+        let (node, problem) = declaration_error(build_from(
+            &no_demux,
+            &GraphOptions::default(),
+            PORTS,
+            Dispatch::Buckets,
+        ));
+        assert_eq!(node, "udp6-input");
+        assert_eq!(
+            problem,
+            "takes IPv6 protocol 17, but no stage in the graph demuxes IPv6"
+        );
+    }
+
+    netbatch_engine::reasons! {
+        /// Reasons of the made-up stages of the refusal tests.
+        mod probe {
+            LOST = "probe_lost": "a made-up stage's reason",
+        }
+    }
+
+    /// A made-up stage for the refusal tests: the arcs and error table it is given. The
+    /// graphs it is in are never run.
+    struct Probe(&'static [&'static str], &'static [netbatch_engine::Reason]);
+
+    impl netbatch_engine::Stage<Host> for Probe {
+        fn arcs(&self) -> &[&'static str] {
+            self.0
+        }
+
+        fn reasons(&self) -> &'static [netbatch_engine::Reason] {
+            self.1
+        }
+
+        fn process(
+            &mut self,
+            _: &mut Host,
+            _: &mut netbatch_engine::Cx<'_>,
+            _: &mut netbatch_engine::PktList,
+            _: &mut netbatch_engine::Out,
+        ) {
+        }
+    }
+
+    /// A probe with one arc, `out`, and no error table.
+    fn one_arc(_: &Make<'_>) -> Box<dyn netbatch_engine::Stage<Host>> {
+        Box::new(Probe(&["out"], &[]))
+    }
+
+    /// The refusal of [`STAGES`] plus `extra`, built with the default options.
+    fn refusal_with(extra: &[Decl]) -> (String, String) {
+        let mut list = STAGES.to_vec();
+        list.extend_from_slice(extra);
+        declaration_error(build_from(
+            &list,
+            &GraphOptions::default(),
+            PORTS,
+            Dispatch::Buckets,
+        ))
+    }
+
+    /// A stage whose arc goes to a node that is not in the graph (by name, or through
+    /// a left-out node whose arcs end nowhere, or round a loop of left-out nodes) is
+    /// refused, naming the node, the arc and why.
+    #[test]
+    fn an_arc_that_goes_nowhere_is_refused() {
+        const NOWHERE: Decl = Decl {
+            arcs: &[("out", To::Node("nowhere"))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[NOWHERE]),
+            (
+                "probe".into(),
+                "has an arc 'out' that goes to 'nowhere', which is not in the graph".into()
+            )
+        );
+
+        const THROUGH_NOTHING: Decl = Decl {
+            arcs: &[("out", To::Via("ghost", "ok"))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[THROUGH_NOTHING]).1,
+            "has an arc 'out' that goes through 'ghost', which nothing declares"
+        );
+
+        // A hook left out (no chain) has arcs `accept` and `accept6`, no `ok`.
+        const NO_SUCH_ARC: Decl = Decl {
+            arcs: &[("out", To::Via(node::HOOK_INPUT, "ok"))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[NO_SUCH_ARC]).1,
+            "has an arc 'out' that goes through 'hook-input', which has no arc 'ok'"
+        );
+
+        fn never(_: &GraphOptions) -> bool {
+            false
+        }
+        const A: Decl = Decl {
+            arcs: &[("out", To::Via("b", "out"))],
+            present: never,
+            ..Decl::new("a", one_arc)
+        };
+        const B: Decl = Decl {
+            arcs: &[("out", To::Via("a", "out"))],
+            present: never,
+            ..Decl::new("b", one_arc)
+        };
+        const INTO_LOOP: Decl = Decl {
+            arcs: &[("out", To::Via("a", "out"))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[A, B, INTO_LOOP]).1,
+            "has an arc 'out' that goes round a loop of left-out nodes"
+        );
+
+        // The list without the per-port transmit nodes: the arcs to them go nowhere.
+        let no_tx: Vec<Decl> = STAGES
+            .iter()
+            .filter(|d| d.name != tx::PORT_DECL.name)
+            .copied()
+            .collect();
+        let (node, problem) = declaration_error(build_from(
+            &no_tx,
+            &GraphOptions::default(),
+            PORTS,
+            Dispatch::Buckets,
+        ));
+        assert_eq!(node, "neighbour", "the first stage with port arcs");
+        assert_eq!(
+            problem,
+            "has an arc to 'tx-eth0', which is not in the graph"
+        );
+    }
+
+    /// A reason a stage drops with by an arc, or counts from the start, is one of the
+    /// sets it declares (declaring is registering): otherwise the stage is refused,
+    /// naming the reason.
+    #[test]
+    fn an_undeclared_reason_is_refused() {
+        const DROPS: Decl = Decl {
+            arcs: &[("out", To::Drop(probe::LOST))],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[DROPS]),
+            (
+                "probe".into(),
+                "drops by its arc 'out' for 'probe_lost', a reason it does not declare".into()
+            )
+        );
+        // Declared, the same arc is a drop arc.
+        const DECLARED: Decl = Decl {
+            reasons: &[probe::ALL],
+            ..DROPS
+        };
+        let mut list = STAGES.to_vec();
+        list.push(DECLARED);
+        let g = build_from(&list, &GraphOptions::default(), PORTS, Dispatch::Buckets)
+            .unwrap()
+            .trace_nodes();
+        assert_eq!(target(&g, "probe", "out"), "drop probe_lost");
+        assert!(declare::reason_sets_of(&list).contains(&probe::ALL));
+        assert!(!declare::reason_sets().contains(&probe::ALL));
+
+        const COUNTS: Decl = Decl {
+            arcs: &[("out", To::Node(node::TX))],
+            reasons: &[udp::input::reason::ALL],
+            ..Decl::new("probe", |_| Box::new(Probe(&["out"], probe::ALL)))
+        };
+        assert_eq!(
+            refusal_with(&[COUNTS]),
+            (
+                "probe".into(),
+                "counts drops for 'probe_lost', a reason in no set it declares".into()
+            )
+        );
+    }
+
+    /// What the declaration and the stage say of its arcs must agree: an arc the stage
+    /// has and the declaration does not wire is refused by the graph builder, naming
+    /// the node and the arc; one the declaration names and the stage lacks, too.
+    #[test]
+    fn arcs_the_stage_and_its_declaration_disagree_on_are_refused() {
+        const FEWER: Decl = Decl {
+            arcs: &[("out", To::Node(node::TX))],
+            ..Decl::new("probe", |_| Box::new(Probe(&["out", "spare"], &[])))
+        };
+        let mut list = STAGES.to_vec();
+        list.push(FEWER);
+        assert_eq!(
+            build_from(&list, &GraphOptions::default(), PORTS, Dispatch::Buckets).err(),
+            Some(GraphError::Unconnected {
+                node: "probe".into(),
+                arc: "spare".into()
+            })
+        );
+        const MORE: Decl = Decl {
+            arcs: &[("out", To::Node(node::TX)), ("extra", To::Node(node::TX))],
+            ..Decl::new("probe", one_arc)
+        };
+        list.pop();
+        list.push(MORE);
+        assert_eq!(
+            build_from(&list, &GraphOptions::default(), PORTS, Dispatch::Buckets).err(),
+            Some(GraphError::UnknownArc {
+                node: "probe".into(),
+                arc: "extra".into()
+            })
+        );
+    }
+
+    /// The local protocols: a second demux of a version, a protocol taken by an arc
+    /// name another stage takes by, or by one of the demux's own arcs, is refused.
+    #[test]
+    fn demux_conflicts_are_refused() {
+        const SECOND: Decl = Decl {
+            demux: Some(Family::V4),
+            ..Decl::new("ip4-local-again", |m| {
+                Box::new(ip4::local::Ip4Local::new(m.demux(ip4::local::ARCS)))
+            })
+        };
+        let (node, problem) = refusal_with(&[SECOND]);
+        assert_eq!(node, "ip4-local-again");
+        assert_eq!(problem, "is a second IPv4 demux");
+
+        const SAME_ARC: Decl = Decl {
+            takes: &[Take::v4(253, "udp")],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[SAME_ARC]),
+            (
+                "probe".into(),
+                "takes IPv4 by the arc 'udp', by which 'udp-input' takes".into()
+            )
+        );
+
+        const OWN_ARC: Decl = Decl {
+            takes: &[Take::v6(253, "error")],
+            ..Decl::new("probe", one_arc)
+        };
+        assert_eq!(
+            refusal_with(&[OWN_ARC]),
+            (
+                "probe".into(),
+                "takes IPv6 by the arc 'error', one of the demux's own".into()
+            )
+        );
+    }
 }

@@ -9,6 +9,11 @@
 //! Every stage is list-aware and keeps per-list state (route hint, last socket, last
 //! neighbour) hoisted out of its packet loop. Every packet leaves a stage on an arc or
 //! with a drop reason; none is lost.
+//!
+//! Each stage's module also declares how the stage fits in a graph ([`declare::Decl`]:
+//! its arcs and where they go, the IP protocols it takes, its drop reasons, its trace
+//! view, the metadata it reads and writes); [`assemble::STAGES`] lists the declarations
+//! in pipeline order and the graph is assembled from them.
 #![forbid(unsafe_code)]
 
 // What ports and the stack agree a packet is (its metadata's meaning, the dissector, device
@@ -19,6 +24,7 @@ pub use netbatch_packet::{dissect, meta, offload};
 pub mod arp;
 pub mod assemble;
 pub mod cls;
+pub mod declare;
 pub mod fib;
 pub mod fib6;
 pub mod filter;
@@ -43,36 +49,6 @@ pub mod trace;
 pub mod tx;
 pub mod udp;
 
-pub use assemble::{Entries, GraphOptions, build, entries, node};
-
-/// Every set of drop reasons the stack declares, one per protocol module (for reports,
-/// and for the check that no two reasons share a name).
-pub const REASON_SETS: &[&[netbatch_engine::Reason]] = &[
-    l2::input::reason::ALL,
-    arp::input::reason::ALL,
-    neigh::reason::ALL,
-    ip4::input::reason::ALL,
-    ip6::input::reason::ALL,
-    route::reason::ALL,
-    ip6::route::reason::ALL,
-    ip6::local::reason::ALL,
-    ip6::forward::reason::ALL,
-    ip6::icmp_error::reason::ALL,
-    ip6::local_out::reason::ALL,
-    icmp6::input::reason::ALL,
-    nd::input::reason::ALL,
-    nd::resolve::reason::ALL,
-    ip4::local::reason::ALL,
-    ip4::forward::reason::ALL,
-    ip4::fragment::reason::ALL,
-    ip4::icmp_error::reason::ALL,
-    filter::hook::reason::ALL,
-    udp::input::reason::ALL,
-    tcp::reason::ALL,
-    icmp::input::reason::ALL,
-    gso::reason::ALL,
-    tx::reason::ALL,
-    cls::stage::reason::ALL,
-    hostif::reason::ALL,
-];
+pub use assemble::{Entries, GraphOptions, STAGES, build, build_from, entries, node};
+pub use declare::reason_sets;
 pub use host::{Host, HostParams, HostStats};

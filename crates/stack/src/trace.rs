@@ -27,6 +27,7 @@ use netbatch_wire::ipv6::Ipv6Packet;
 use netbatch_wire::tcp::TcpFlags;
 
 use crate::dissect::{self, Dissected, FlowKey, FlowKey6, L3, L4};
+use crate::meta::flag;
 use crate::prefix::{IpPrefix, Ipv4Prefix, Ipv6Prefix};
 use crate::route::{ADJ_ON_LINK, Routes};
 
@@ -386,11 +387,14 @@ impl Match {
 ///   tx-eth0: ... taken (queued, delivered or sent)
 /// ```
 ///
-/// A stage's line shows what the stage reads (chosen by its name: the link header for
-/// `gro`, `cls-*`, `eth-*`; ARP for `arp-*`; IPv4 for `ip4-*` and `hook-*`, with ports and
-/// TCP flags for `udp-*` and `tcp-*`, the ICMP type for `icmp-*`; the adjacency, next hop,
-/// output interface and pushed link header for `neighbour`, `ip4-fragment`, `gso` and
-/// `tx*`), as the stage left the packet (a packet answered in place shows the answer),
+/// A stage's line shows what the stage reads, as its declaration says ([`Decode`]: the
+/// link header for `gro`, `cls-ingress`, `eth-input`; ARP for `arp-input`; the IP header
+/// for the IP stages and the hooks, with ports and TCP flags for `udp-input` and
+/// `tcp-input`, the ICMP type for `icmp-input`, `icmp6-input`, `nd-input`; the adjacency,
+/// next hop, output interface and pushed link header for `neighbour`, `ip6-neighbour`,
+/// `ip4-fragment`, `gso` and `tx*`; the IP header and the stage's own words for a stage
+/// that declares [`Decode::Upper`]; by what the packet holds for the others), as the
+/// stage left the packet (a packet answered in place shows the answer),
 /// then its decision: `-> node (arc)`, `drop reason (description)`, or `taken` (then as
 /// the packet entered the stage).
 #[derive(Debug, Clone, Copy)]
@@ -530,44 +534,43 @@ impl Report<'_> {
     }
 }
 
-/// How a stage's view is decoded: what the stage reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Decode {
-    /// Link header (MACs, tags, ethertype) and the IPv4 addresses.
+/// What the trace shows of a packet at a stage: what the stage reads. Each stage
+/// declares its own ([`crate::declare::Decl::decode`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Decode {
+    /// By what the packet holds: its IP header, ARP, else the link header.
+    Auto,
+    /// Link header (MACs, tags, ethertype) and the IP addresses.
     Link,
     /// ARP.
     Arp,
-    /// IPv4 header.
+    /// IP header.
     Ip,
-    /// IPv4 with ports (and TCP flags).
+    /// IP with ports (and TCP flags).
     Ports,
-    /// IPv4 and the ICMP type.
+    /// IP and the ICMP type.
     Icmp,
-    /// Adjacency, output interface, the link header once pushed, IPv4.
+    /// Adjacency, output interface, the link header once pushed, IP.
     Out,
+    /// The IP header, then what the stage's own function says of its upper-layer
+    /// header: the function gets the bytes from where the dissector located that header
+    /// to the end of what the record kept (at most [`netbatch_engine::trace::HEAD`] bytes
+    /// from the frame's start, so possibly none), and is not called for a packet whose
+    /// upper layer is not located or not in it (a later fragment). A protocol the stack
+    /// does not know brings its own words this way.
+    Upper(fn(&[u8]) -> String),
 }
 
-/// Node name prefixes and what their stages read, first match wins.
-const DECODE: &[(&str, Decode)] = &[
-    ("gro", Decode::Link),
-    ("cls-", Decode::Link),
-    ("eth-", Decode::Link),
-    ("arp-", Decode::Arp),
-    ("icmp-", Decode::Icmp),
-    ("icmp6-", Decode::Icmp),
-    ("nd-", Decode::Icmp),
-    ("udp-", Decode::Ports),
-    ("udp6-", Decode::Ports),
-    ("tcp-", Decode::Ports),
-    ("neighbour", Decode::Out),
-    ("ip6-neighbour", Decode::Out),
-    ("ip4-fragment", Decode::Out),
-    ("gso", Decode::Out),
-    ("tx", Decode::Out),
-    ("ip4-", Decode::Ip),
-    ("ip6-", Decode::Ip),
-    ("hook-", Decode::Ip),
-];
+impl PartialEq for Decode {
+    fn eq(&self, o: &Self) -> bool {
+        match (self, o) {
+            (Self::Upper(a), Self::Upper(b)) => core::ptr::fn_addr_eq(*a, *b),
+            _ => core::mem::discriminant(self) == core::mem::discriminant(o),
+        }
+    }
+}
+
+impl Eq for Decode {}
 
 /// A recorded view, read through the dissector: the record's offsets made relative to
 /// the bytes kept.
@@ -611,6 +614,20 @@ impl<'a> Glimpse<'a> {
             .map(Ipv4Packet::new_unchecked)
     }
 
+    /// The kept bytes from the upper-layer header on, when the dissector located one
+    /// and the packet is not a later fragment (which holds none).
+    fn upper(&self) -> Option<&'a [u8]> {
+        let later = match self.r.l3_type {
+            L3::Ipv4 => self.ip()?.frag_offset() != 0,
+            L3::Ipv6 => self.r.flags & flag::FRAG6_LATER != 0,
+            _ => return None,
+        };
+        if self.r.l4 == 0 || later {
+            return None;
+        }
+        self.d.get(usize::from(self.r.l4)..)
+    }
+
     /// The link header: where the packet starts while it has one in front of its L3
     /// header, else where the one it arrived with was (pulled, still in front).
     fn link(&self) -> Option<&'a [u8]> {
@@ -627,18 +644,17 @@ impl<'a> Glimpse<'a> {
 
 fn view_text(node: &str, v: &View, routes: Option<&Routes>) -> String {
     let g = Glimpse::new(v);
-    let how = DECODE
-        .iter()
-        .find(|(p, _)| node.starts_with(p))
-        .map(|&(_, d)| d)
-        .unwrap_or(match g.r.l3_type {
+    let how = match crate::declare::decode_of(node) {
+        Decode::Auto => match g.r.l3_type {
             L3::Ipv4 | L3::Ipv6 => Decode::Ip,
             L3::Arp => Decode::Arp,
             _ => Decode::Link,
-        });
+        },
+        d => d,
+    };
     let mut s = String::new();
     match how {
-        Decode::Link => {
+        Decode::Auto | Decode::Link => {
             link_text(&mut s, &g);
             if g.ip().is_some() || g.ip6().is_some() {
                 s.push(' ');
@@ -651,6 +667,16 @@ fn view_text(node: &str, v: &View, routes: Option<&Routes>) -> String {
         Decode::Icmp => {
             ip_text(&mut s, &g, false);
             icmp_text(&mut s, &g);
+        }
+        Decode::Upper(words) => {
+            ip_text(&mut s, &g, false);
+            if let Some(b) = g.upper() {
+                let w = words(b);
+                if !w.is_empty() {
+                    s.push(' ');
+                    s.push_str(&w);
+                }
+            }
         }
         Decode::Out => {
             let _ = write!(s, "adj {}", v.adj & !ADJ_ON_LINK);
@@ -803,7 +829,7 @@ fn ip6_text(s: &mut String, g: &Glimpse<'_>, ip: &Ipv6Packet<&[u8; 40]>, ports: 
         ip.hop_limit(),
         40 + usize::from(ip.payload_len())
     );
-    if g.r.flags & crate::meta::flag::FRAG6 != 0 {
+    if g.r.flags & flag::FRAG6 != 0 {
         s.push_str(" frag");
     }
 }

@@ -10,8 +10,10 @@
 
 use netbatch_engine::{Cx, Next, Out, PktList, Stage};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode};
 use crate::host::Host;
-use crate::meta::gso;
+use crate::meta::{Field, Fields, gso};
 
 netbatch_engine::reasons! {
     /// Why `tx` drops a frame.
@@ -40,6 +42,21 @@ pub fn port_arc(arcs: &[&'static str], fixed: usize, port: u16) -> Option<Next> 
     (a < arcs.len()).then_some(())?;
     u8::try_from(a).ok().map(Next)
 }
+
+/// `tx`: the generic transmit node, for frames built outside the IP path.
+pub const DECL: Decl = Decl {
+    reasons: &[reason::ALL],
+    decode: Decode::Out,
+    reads: Fields::of(&[Field::OutIf, Field::Gso]),
+    ..Decl::new(node::TX, |_| Box::new(Tx))
+};
+
+/// `tx-<port>`: one transmit node per port (named as [`node_name`] names them).
+pub const PORT_DECL: Decl = Decl {
+    decode: Decode::Out,
+    per_port: true,
+    ..Decl::new("tx-<port>", |m| Box::new(TxPort::new(m.port)))
+};
 
 /// The transmit stage.
 #[derive(Debug, Default)]

@@ -210,7 +210,10 @@ pub fn runtime(c: &Value) -> Reply {
 }
 
 /// `show errors`: per stage and reason, the wire packets dropped, with the reason's
-/// description (VPP's `show errors`), summed over the workers.
+/// description (VPP's `show errors`), summed over the workers. The description is the
+/// one the workers' documents carry with the reason (`drop_reasons`: that of the reason
+/// the stage dropped with, so also of a stage the registry does not list), else the
+/// registry's.
 pub fn errors(c: &Value) -> Reply {
     let mut sums: Vec<(String, String, u64)> = Vec::new();
     for w in workers(c) {
@@ -229,9 +232,17 @@ pub fn errors(c: &Value) -> Reply {
     sums.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
     let mut t = Table::new(&["Count", "Node", "Reason", "Description"]);
     let mut data = Vec::new();
+    let carried = |name: &str| {
+        workers(c)
+            .iter()
+            .flat_map(|w| w["drop_reasons"].as_array().into_iter().flatten())
+            .find(|r| r["name"] == name)
+            .and_then(|r| r["description"].as_str())
+            .map(str::to_string)
+    };
     for (stage, r, n) in &sums {
-        let d = describe(r);
-        t.row(vec![n.to_string(), stage.clone(), r.clone(), d.to_string()]);
+        let d = carried(r).unwrap_or_else(|| describe(r).to_string());
+        t.row(vec![n.to_string(), stage.clone(), r.clone(), d.clone()]);
         data.push(json!({ "count": n, "node": stage, "reason": r, "description": d }));
     }
     let mut text = String::new();
@@ -747,6 +758,21 @@ mod tests {
         let cells: Vec<&str> = row.split_whitespace().take(3).collect();
         assert_eq!(cells, ["30", "ip4-route", "no_route"], "{row}");
         assert!(row.contains(describe("no_route")) && !describe("no_route").is_empty());
+    }
+
+    /// A reason the registry does not list (a stage's graph added it: the toy protocol
+    /// of `tests/toy_protocol.rs`) is described as the worker's document carries it.
+    #[test]
+    fn errors_describe_a_reason_as_the_workers_carry_it() {
+        let mut c = doc(10, 0, 0);
+        c["workers"][0]["stages"][0]["drops"] = json!({"made_up_reason": 3});
+        c["workers"][0]["drop_reasons"] =
+            json!([{"name": "made_up_reason", "description": "a made-up description"}]);
+        assert_eq!(describe("made_up_reason"), "");
+        let e = errors(&c);
+        let row = e.text.lines().nth(1).expect("one error row");
+        assert!(row.ends_with("a made-up description"), "{row}");
+        assert_eq!(e.data["errors"][0]["description"], "a made-up description");
     }
 
     /// `show ports` names each worker once on its queue's line (the backend's words do

@@ -14,14 +14,16 @@
 //! on the `neighbour` arc, in order. A request for us is turned into the reply in place,
 //! cut or padded to the minimum frame (its padding zeroed).
 
-use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::Error;
 use netbatch_wire::arp::{ArpOperation, ArpPacket, ArpRepr};
 use netbatch_wire::ethernet::EtherType;
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::l2::output::push_header;
+use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
 use crate::route::RouteKind;
 
@@ -50,6 +52,20 @@ netbatch_engine::arcs! {
 pub struct ArpInput {
     waiting: Vec<netbatch_engine::Pkt>,
 }
+
+/// `arp-input`.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("tx", To::Node(node::TX)),
+        ("neighbour", To::Node(node::NEIGHBOUR)),
+        ("host", crate::hostif::TO_HOST),
+    ],
+    reasons: &[reason::ALL, crate::hostif::reason::ALL],
+    decode: Decode::Arp,
+    reads: Fields::of(&[Field::InPort, Field::InIf, Field::L3]),
+    writes: Fields::of(&[Field::OutIf, Field::Origin]),
+    ..Decl::new(node::ARP_INPUT, |_| Box::new(ArpInput::default()))
+};
 
 impl Stage<Host> for ArpInput {
     fn arcs(&self) -> &[&'static str] {

@@ -15,10 +15,12 @@ use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::action::{Action, Control};
 use super::{Classifier, Key};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
 use crate::iface::Tags;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `cls-ingress` drops a packet.
@@ -88,6 +90,31 @@ enum Verdict {
     Drop(netbatch_engine::Reason),
     Redirect(u16),
 }
+
+/// `cls-ingress`, in front of L2 input when the classifier has filters.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("l2", To::Node(node::ETH_INPUT)),
+        ("tx", To::Node(node::TX)),
+        ("gso", To::Node(node::GSO)),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Link,
+    reads: Fields::of(&[Field::InPort, Field::L3, Field::L4, Field::Gso]),
+    writes: Fields::of(&[
+        Field::L3,
+        Field::L4,
+        Field::Mark,
+        Field::OutIf,
+        Field::Origin,
+    ]),
+    present: |o| o.classifier.as_ref().is_some_and(|c| !c.is_empty()),
+    ..Decl::new(node::CLS_INGRESS, |m| {
+        Box::new(ClsIngress::new(
+            m.opts.classifier.clone().unwrap_or_default(),
+        ))
+    })
+};
 
 impl Stage<Host> for ClsIngress {
     fn arcs(&self) -> &[&'static str] {

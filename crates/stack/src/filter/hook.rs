@@ -5,8 +5,11 @@
 use netbatch_engine::{Cx, Out, PktList, PktRef, Reason, Stage};
 
 use super::{Chain, Compiled, HookPoint, Key, Key6, Verdict};
+use crate::assemble::{GraphOptions, node};
+use crate::declare::{Decl, Decode, Make, To};
 use crate::dissect::{L3, MatchKey, MatchKey6};
 use crate::host::Host;
+use crate::meta::{Field, Fields};
 use crate::prefix::{Ipv4Prefix, Ipv6Prefix};
 
 netbatch_engine::reasons! {
@@ -26,6 +29,97 @@ netbatch_engine::arcs! {
     /// Arc for accepted IPv6 packets.
     pub ACCEPT6 = "accept6";
 }
+
+/// Whether hook `H` (its index in [`HookPoint::ALL`]) has a chain that can drop: a hook
+/// that accepts everything is left out of the graph, and the arcs to it go where it
+/// would send each family.
+fn present<const H: usize>(o: &GraphOptions) -> bool {
+    o.chain(HookPoint::ALL[H]).is_some()
+}
+
+/// The stage of hook `H` (its index in [`HookPoint::ALL`]) with its chain.
+fn make<const H: usize>(m: &Make<'_>) -> Box<dyn Stage<Host>> {
+    let h = HookPoint::ALL[H];
+    Box::new(HookStage::new(
+        h,
+        m.opts.chain(h).cloned().unwrap_or_default(),
+    ))
+}
+
+/// What every hook reads: the dissector's key, the interfaces, the mark.
+const READS: Fields = Fields::of(&[
+    Field::L3,
+    Field::L4,
+    Field::InIf,
+    Field::OutIf,
+    Field::Mark,
+    Field::Gso,
+]);
+
+/// `hook-prerouting`, before routing.
+pub const PREROUTING: Decl = Decl {
+    arcs: &[
+        ("accept", To::Node(node::IP4_ROUTE)),
+        ("accept6", To::Node(node::IP6_ROUTE)),
+    ],
+    reasons: &[&[reason::PREROUTING]],
+    decode: Decode::Ip,
+    reads: READS,
+    present: present::<0>,
+    ..Decl::new(HookPoint::Prerouting.node(), make::<0>)
+};
+
+/// `hook-input`, before local delivery.
+pub const INPUT: Decl = Decl {
+    arcs: &[
+        ("accept", To::Node(node::IP4_LOCAL)),
+        ("accept6", To::Node(node::IP6_LOCAL)),
+    ],
+    reasons: &[&[reason::INPUT]],
+    decode: Decode::Ip,
+    reads: READS,
+    present: present::<1>,
+    ..Decl::new(HookPoint::Input.node(), make::<1>)
+};
+
+/// `hook-forward`, after the forwarding checks.
+pub const FORWARD: Decl = Decl {
+    arcs: &[
+        ("accept", To::Via(node::HOOK_POSTROUTING, "accept")),
+        ("accept6", To::Via(node::HOOK_POSTROUTING, "accept6")),
+    ],
+    reasons: &[&[reason::FORWARD]],
+    decode: Decode::Ip,
+    reads: READS,
+    present: present::<2>,
+    ..Decl::new(HookPoint::Forward.node(), make::<2>)
+};
+
+/// `hook-output`, for what this host sends, after routing.
+pub const OUTPUT: Decl = Decl {
+    arcs: &[
+        ("accept", To::Via(node::HOOK_POSTROUTING, "accept")),
+        ("accept6", To::Via(node::HOOK_POSTROUTING, "accept6")),
+    ],
+    reasons: &[&[reason::OUTPUT]],
+    decode: Decode::Ip,
+    reads: READS,
+    present: present::<3>,
+    ..Decl::new(HookPoint::Output.node(), make::<3>)
+};
+
+/// `hook-postrouting`, before the neighbour stages, for everything leaving.
+pub const POSTROUTING: Decl = Decl {
+    arcs: &[
+        ("accept", To::Node(node::NEIGHBOUR)),
+        ("accept6", To::Node(node::IP6_NEIGHBOUR)),
+    ],
+    reasons: &[&[reason::POSTROUTING]],
+    decode: Decode::Ip,
+    reads: READS,
+    present: present::<4>,
+    ..Decl::new(HookPoint::Postrouting.node(), make::<4>)
+};
 
 /// A hook stage.
 #[derive(Debug)]

@@ -63,7 +63,7 @@ impl HookPoint {
     }
 
     /// The graph node name of this hook's stage.
-    pub fn node(self) -> &'static str {
+    pub const fn node(self) -> &'static str {
         match self {
             Self::Prerouting => "hook-prerouting",
             Self::Input => "hook-input",

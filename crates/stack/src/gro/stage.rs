@@ -30,14 +30,16 @@
 //! completes its flows at the end of the list and they go on with the rest of it; in
 //! per-packet mode the worker flushes the stage after the poll.
 
-use crate::meta::flag;
-use crate::offload::Features;
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 
 use super::{FlowKey, GroTable, Kind, Parsed, parse};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, Dissected, L4};
 use crate::host::Host;
 use crate::iface::Tags;
+use crate::meta::{Field, Fields, flag};
+use crate::offload::Features;
 
 netbatch_engine::arcs! {
     /// Arc to L2 input.
@@ -125,6 +127,16 @@ fn decide(host: &Host, f: &Features, proto: u8, dst: Dest, dport: u16) -> Option
         None
     }
 }
+
+/// `gro`, in front of the classifier or L2 input when some port does GRO.
+pub const DECL: Decl = Decl {
+    arcs: &[("l2", To::Via(node::CLS_INGRESS, "l2"))],
+    decode: Decode::Link,
+    reads: Fields::of(&[Field::InPort, Field::Csum, Field::L3, Field::L4]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::Csum, Field::Gso]),
+    present: |o| o.gro,
+    ..Decl::new(node::GRO, |_| Box::new(Gro::new()))
+};
 
 impl Stage<Host> for Gro {
     fn arcs(&self) -> &[&'static str] {

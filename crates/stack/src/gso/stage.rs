@@ -6,7 +6,10 @@
 
 use netbatch_engine::{Cx, Out, Pkt, PktList, Reason, Stage};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
+use crate::meta::{Field, Fields};
 use crate::tx::{port_arc, with_port_arcs};
 
 netbatch_engine::arcs! {
@@ -37,6 +40,17 @@ impl Gso {
         }
     }
 }
+
+/// `gso`: one arc per port to its `tx-<port>` node besides its own.
+pub const DECL: Decl = Decl {
+    arcs: &[("tx", To::Node(node::TX))],
+    port_arcs: true,
+    reasons: &[super::reason::ALL],
+    decode: Decode::Out,
+    reads: Fields::of(&[Field::L3, Field::L4, Field::OutIf, Field::Gso, Field::Csum]),
+    writes: Fields::of(&[Field::Gso, Field::Csum]),
+    ..Decl::new(node::GSO, |m| Box::new(Gso::new(m.ports)))
+};
 
 impl Stage<Host> for Gso {
     fn arcs(&self) -> &[&'static str] {

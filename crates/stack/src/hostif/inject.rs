@@ -13,8 +13,10 @@ use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::ethernet::HEADER_LEN;
 
 use super::{Pair, reason};
+use crate::assemble::node;
+use crate::declare::Decl;
 use crate::host::Host;
-use crate::meta::gso;
+use crate::meta::{Field, Fields, gso};
 use crate::tx::{port_arc, with_port_arcs};
 
 /// The inject stage: one `tx-<port>` arc per port.
@@ -34,6 +36,17 @@ impl HostInject {
         }
     }
 }
+
+/// `host-inject`, with host interface pairs: where a tap's frames enter; one arc per
+/// port to its `tx-<port>` node.
+pub const DECL: Decl = Decl {
+    port_arcs: true,
+    reasons: &[reason::ALL],
+    reads: Fields::of(&[Field::InPort, Field::Gso]),
+    writes: Fields::of(&[Field::L3, Field::L4]),
+    present: |o| o.host_pairs,
+    ..Decl::new(node::HOST_INJECT, |m| Box::new(HostInject::new(m.ports)))
+};
 
 impl Stage<Host> for HostInject {
     fn arcs(&self) -> &[&'static str] {

@@ -41,6 +41,19 @@ netbatch_engine::reasons! {
     }
 }
 
+/// Where a stage's `host` arc goes: to `host-punt` with host interface pairs, else a drop
+/// (`host_no_pair`: no port is paired then, so the stages never take the arc).
+pub const TO_HOST: crate::declare::To = crate::declare::To::Pick(host_or_drop);
+
+fn host_or_drop(o: &crate::assemble::GraphOptions) -> crate::declare::To {
+    use crate::declare::To;
+    if o.host_pairs {
+        To::Node(crate::assemble::node::HOST_PUNT)
+    } else {
+        To::Drop(reason::NO_PAIR)
+    }
+}
+
 /// The tap to punt a packet received on `in_port` to, if that port is paired.
 #[inline]
 pub fn punt_port(host: &crate::host::Host, in_port: u16) -> Option<u16> {

@@ -9,8 +9,10 @@
 use netbatch_engine::{Cx, Out, Pkt, PktList, Reason, Stage};
 
 use super::{punt_port, reason};
+use crate::assemble::node;
+use crate::declare::Decl;
 use crate::host::Host;
-use crate::meta::{flag, gso};
+use crate::meta::{Field, Fields, flag, gso};
 use crate::tx::{port_arc, with_port_arcs};
 
 /// The punt stage: one `tx-<port>` arc per port (taps among them).
@@ -52,6 +54,15 @@ fn restore_link_header(v: &mut netbatch_engine::PktMut<'_>) -> bool {
         None => false,
     }
 }
+
+/// `host-punt`, with host interface pairs: one arc per port to its `tx-<port>` node.
+pub const DECL: Decl = Decl {
+    port_arcs: true,
+    reasons: &[reason::ALL],
+    reads: Fields::of(&[Field::InPort, Field::L3, Field::Origin, Field::Gso]),
+    present: |o| o.host_pairs,
+    ..Decl::new(node::HOST_PUNT, |m| Box::new(HostPunt::new(m.ports)))
+};
 
 impl Stage<Host> for HostPunt {
     fn arcs(&self) -> &[&'static str] {

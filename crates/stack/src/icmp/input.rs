@@ -8,15 +8,16 @@
 //! default). Other messages are consumed and counted, or, on a port paired with a host
 //! interface, handed to the kernel ([`crate::hostif`]), whose sockets they answer.
 
-use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
-
-use crate::host::Host;
 use netbatch_wire::icmpv4::{Icmpv4Packet, Icmpv4Type};
 use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, Take, To};
+use crate::host::Host;
 use crate::ip4::header;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `icmp-input` drops a message.
@@ -37,6 +38,20 @@ netbatch_engine::arcs! {
 /// The ICMP input stage.
 #[derive(Debug, Default)]
 pub struct IcmpInput;
+
+/// `icmp-input`: takes IPv4 protocol 1 (RFC 792).
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("reply", To::Node(node::IP4_LOCAL_OUT)),
+        ("host", crate::hostif::TO_HOST),
+    ],
+    takes: &[Take::v4(1, "icmp")],
+    reasons: &[reason::ALL, crate::hostif::reason::ALL],
+    decode: Decode::Icmp,
+    reads: Fields::of(&[Field::L3, Field::L4, Field::InPort, Field::Dest, Field::Gso]),
+    writes: Fields::of(&[Field::OutIf, Field::Origin, Field::Csum]),
+    ..Decl::new(node::ICMP_INPUT, |_| Box::new(IcmpInput))
+};
 
 impl Stage<Host> for IcmpInput {
     fn arcs(&self) -> &[&'static str] {

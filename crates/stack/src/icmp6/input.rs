@@ -23,8 +23,10 @@ use netbatch_wire::checksum;
 use netbatch_wire::icmpv6::{Icmpv6Packet, Icmpv6Type};
 use netbatch_wire::ipv6::{HEADER_LEN, Ipv6Packet, Ipv6Repr, Protocol};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, Take, To};
 use crate::host::Host;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `icmp6-input` drops a message.
@@ -51,6 +53,21 @@ const HOP_LIMIT: u8 = 64;
 /// The ICMPv6 input stage.
 #[derive(Debug, Default)]
 pub struct Icmp6Input;
+
+/// `icmp6-input`: takes IPv6 upper-layer protocol 58 (RFC 4443).
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("reply", To::Node(node::IP6_LOCAL_OUT)),
+        ("nd", To::Node(node::ND_INPUT)),
+        ("host", crate::hostif::TO_HOST),
+    ],
+    takes: &[Take::v6(58, "icmp")],
+    reasons: &[reason::ALL, crate::hostif::reason::ALL],
+    decode: Decode::Icmp,
+    reads: Fields::of(&[Field::L3, Field::L4, Field::InPort, Field::InIf, Field::Gso]),
+    writes: Fields::of(&[Field::OutIf, Field::Origin]),
+    ..Decl::new(node::ICMP6_INPUT, |_| Box::new(Icmp6Input))
+};
 
 impl Stage<Host> for Icmp6Input {
     fn arcs(&self) -> &[&'static str] {

@@ -15,16 +15,17 @@
 //! redirect, a new packet, takes the `redirect` arc to `ip4-local-out` after the list.
 //! The fast path pays one comparison of the two interfaces for it.
 
-use crate::meta::flag;
-use netbatch_engine::{Cx, Out, PktList, Stage, Verdict};
-use netbatch_wire::checksum;
-
 use core::net::Ipv4Addr;
 
+use netbatch_engine::{Cx, Out, PktList, Stage, Verdict};
+use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
 use super::{header_mut, options, redirect};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `ip4-forward` stops a packet.
@@ -114,6 +115,20 @@ impl RedirectCounts {
         .collect()
     }
 }
+
+/// `ip4-forward`.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Via(node::HOOK_FORWARD, "accept")),
+        ("error", To::Node(node::IP4_ICMP_ERROR)),
+        ("redirect", To::Node(node::IP4_LOCAL_OUT)),
+    ],
+    reasons: &[reason::ALL, super::input::reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::L3, Field::InIf, Field::OutIf, Field::Adj]),
+    writes: Fields::of(&[Field::Origin, Field::Note]),
+    ..Decl::new(node::IP4_FORWARD, |_| Box::new(Ip4Forward::default()))
+};
 
 impl Stage<Host> for Ip4Forward {
     fn arcs(&self) -> &[&'static str] {

@@ -16,15 +16,16 @@
 //! their segment size; when their segments are too large and DF is clear they are
 //! segmented (GSO) and each segment is fragmented.
 
-use crate::meta::flag;
 use netbatch_engine::{Cx, Meta, Out, Pkt, PktList, Stage};
-
 use netbatch_wire::ipv4::Ipv4Packet;
 use netbatch_wire::tcp::TcpPacket;
 
 use super::header;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, L4};
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why a packet longer than its output MTU is not sent.
@@ -165,6 +166,27 @@ impl Ip4Fragment {
         self.spare = frags;
     }
 }
+
+/// `ip4-fragment`, off the fast path: the neighbour stage sends what is too long here.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Node(node::NEIGHBOUR)),
+        ("error", To::Node(node::IP4_ICMP_ERROR)),
+    ],
+    reasons: &[reason::ALL, super::input::reason::ALL],
+    decode: Decode::Out,
+    reads: Fields::of(&[
+        Field::L3,
+        Field::L4,
+        Field::Adj,
+        Field::OutIf,
+        Field::InIf,
+        Field::Origin,
+        Field::Gso,
+    ]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::Note]),
+    ..Decl::new(node::IP4_FRAGMENT, |_| Box::new(Ip4Fragment::default()))
+};
 
 impl Stage<Host> for Ip4Fragment {
     fn arcs(&self) -> &[&'static str] {

@@ -19,17 +19,18 @@
 
 use core::net::Ipv4Addr;
 
-use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
 use netbatch_wire::checksum;
-
 use netbatch_wire::icmpv4::{Icmpv4Packet, Icmpv4Type};
 use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
 
 use super::{header, header_mut};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::L4;
 use crate::host::Host;
 use crate::iface::Iface;
+use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
 use crate::route::RouteKind;
 
@@ -225,6 +226,35 @@ pub(crate) fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Opt
         .and_then(Iface::primary)
         .or_else(|| host.ifaces.iter().find_map(Iface::primary))
 }
+
+/// `ip4-icmp-error`. It drops, when no error may be sent, with the reason of the failure
+/// that asked for it: those sets are declared here too.
+pub const DECL: Decl = Decl {
+    arcs: &[("out", To::Node(node::IP4_LOCAL_OUT))],
+    reasons: &[
+        reason::ALL,
+        crate::ip4::input::reason::ALL,
+        crate::route::reason::ALL,
+        crate::ip4::local::reason::ALL,
+        crate::udp::input::reason::ALL,
+        crate::ip4::forward::reason::ALL,
+        crate::ip4::fragment::reason::ALL,
+        crate::neigh::reason::ALL,
+    ],
+    decode: Decode::Ip,
+    reads: Fields::of(&[
+        Field::Note,
+        Field::L3,
+        Field::L4,
+        Field::InIf,
+        Field::L2Class,
+        Field::Dest,
+        Field::Origin,
+        Field::Gso,
+    ]),
+    writes: Fields::of(&[Field::OutIf, Field::Origin, Field::Gso, Field::Note]),
+    ..Decl::new(node::IP4_ICMP_ERROR, |_| Box::new(Ip4IcmpError::default()))
+};
 
 impl Stage<Host> for Ip4IcmpError {
     fn arcs(&self) -> &[&'static str] {

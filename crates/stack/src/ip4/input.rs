@@ -14,15 +14,17 @@
 //! and a source-routed packet is dropped (`ip4_source_route`) unless
 //! `accept_source_route` is on, as Linux does by default.
 
-use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage, Verdict};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
 use super::icmp_error::Cause;
 use super::options;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
 
 netbatch_engine::reasons! {
@@ -119,6 +121,19 @@ fn check_sane(
     }
     Ok(total)
 }
+
+/// `ip4-input`.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Via(node::HOOK_PREROUTING, "accept")),
+        ("error", To::Node(node::IP4_ICMP_ERROR)),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::L3, Field::L4, Field::Gso]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::Csum, Field::Note]),
+    ..Decl::new(node::IP4_INPUT, |_| Box::new(Ip4Input))
+};
 
 impl Stage<Host> for Ip4Input {
     fn arcs(&self) -> &[&'static str] {

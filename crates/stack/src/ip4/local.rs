@@ -1,7 +1,9 @@
 //! `ip4-local`: local delivery demux by IP protocol.
 //!
-//! Fragments are dropped (`ip4_frag_reassembly`: netbatch does not reassemble); UDP, ICMP
-//! and TCP go to their stages; any other protocol asks for ICMP protocol unreachable
+//! Fragments are dropped (`ip4_frag_reassembly`: netbatch does not reassemble); a
+//! protocol some stage takes goes to that stage (its declaration registers it,
+//! [`crate::declare::Take`]: UDP, ICMP and TCP in the stack), one table load per packet;
+//! any other protocol asks for ICMP protocol unreachable
 //! (RFC 1122 3.2.2.1), which `ip4-icmp-error` suppresses for broadcasts. On a port paired
 //! with a host interface ([`crate::hostif`]) fragments and other protocols (OSPF, VRRP,
 //! ...) go to the kernel instead, which reassembles and answers.
@@ -9,9 +11,11 @@
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::header;
-use crate::dissect::L4;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, Demux, Family, To};
 use crate::host::Host;
 use crate::hostif::punt_port;
+use crate::meta::{Field, Fields};
 
 netbatch_engine::reasons! {
     /// Why `ip4-local` does not deliver a packet.
@@ -22,25 +26,44 @@ netbatch_engine::reasons! {
 }
 
 netbatch_engine::arcs! {
-    /// Arc to UDP.
-    pub UDP = "udp";
-    /// Arc to ICMP.
-    pub ICMP = "icmp";
-    /// Arc to TCP (host hand-off or drop).
-    pub TCP = "tcp";
     /// Arc to the ICMP error stage.
     pub ERROR = "error";
     /// Arc to the host kernel ([`crate::hostif`]).
     pub HOST = "host";
 }
 
+/// `ip4-local`, the IPv4 local protocol demux: after its own arcs, one to each stage
+/// that takes an IPv4 protocol.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("error", To::Node(node::IP4_ICMP_ERROR)),
+        ("host", crate::hostif::TO_HOST),
+    ],
+    demux: Some(Family::V4),
+    reasons: &[reason::ALL, crate::hostif::reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::L3, Field::L4, Field::InPort]),
+    writes: Fields::of(&[Field::Note]),
+    ..Decl::new(node::IP4_LOCAL, |m| Box::new(Ip4Local::new(m.demux(ARCS))))
+};
+
 /// The local delivery stage.
-#[derive(Debug, Default)]
-pub struct Ip4Local;
+#[derive(Debug, Clone)]
+pub struct Ip4Local {
+    /// The arc to the stage of each protocol.
+    demux: Demux,
+}
+
+impl Ip4Local {
+    /// The stage over `demux` (made from its own arcs, [`ARCS`]).
+    pub fn new(demux: Demux) -> Self {
+        Self { demux }
+    }
+}
 
 impl Stage<Host> for Ip4Local {
     fn arcs(&self) -> &[&'static str] {
-        ARCS
+        self.demux.arcs()
     }
 
     fn reasons(&self) -> &'static [netbatch_engine::Reason] {
@@ -59,12 +82,10 @@ impl Stage<Host> for Ip4Local {
                 }
                 continue;
             }
-            match L4::of(v.meta.l4_type) {
-                L4::Udp => out.push(UDP, p),
-                L4::Icmp => out.push(ICMP, p),
-                L4::Tcp => out.push(TCP, p),
-                _ if punt_port(host, v.meta.in_port).is_some() => out.push(HOST, p),
-                _ => {
+            match self.demux.next(v.meta.l4_type) {
+                Some(a) => out.push(a, p),
+                None if punt_port(host, v.meta.in_port).is_some() => out.push(HOST, p),
+                None => {
                     v.meta.note = crate::ip4::icmp_error::Cause::UnknownProtocol.note();
                     out.push(ERROR, p);
                 }

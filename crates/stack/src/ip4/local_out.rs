@@ -6,14 +6,15 @@
 //! unset (computed here). A destination that is ours loops back to `ip4-local`. No ICMP
 //! error is generated about our own packets: failures are drops.
 
-use crate::meta::flag;
 use netbatch_engine::{Cx, Out, PktList, Stage};
-
 use netbatch_wire::ipv4::Ipv4Packet;
 
 use super::header;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 use crate::route::RouteKind;
 
 netbatch_engine::arcs! {
@@ -26,6 +27,19 @@ netbatch_engine::arcs! {
 /// The local output stage.
 #[derive(Debug, Default)]
 pub struct Ip4LocalOut;
+
+/// `ip4-local-out`: where packets this host makes enter.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Via(node::HOOK_OUTPUT, "accept")),
+        ("local", To::Node(node::IP4_LOCAL)),
+    ],
+    reasons: &[crate::route::reason::ALL, super::input::reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::OutIf, Field::Origin]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::Dest, Field::Adj, Field::OutIf]),
+    ..Decl::new(node::IP4_LOCAL_OUT, |_| Box::new(Ip4LocalOut))
+};
 
 impl Stage<Host> for Ip4LocalOut {
     fn arcs(&self) -> &[&'static str] {

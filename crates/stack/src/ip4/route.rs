@@ -38,14 +38,16 @@
 
 use std::sync::LazyLock;
 
-use crate::meta::flag;
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
 use super::icmp_error::Cause;
 use super::{header, options};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
 use crate::route::{Hop, RouteKind, Routes};
 
@@ -164,6 +166,32 @@ pub struct Ip4Route {
     /// hashed one by one, out of the loop).
     pub hint_hits: u64,
 }
+
+/// `ip4-route`.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("local", To::Via(node::HOOK_INPUT, "accept")),
+        ("forward", To::Node(node::IP4_FORWARD)),
+        ("error", To::Node(node::IP4_ICMP_ERROR)),
+    ],
+    reasons: &[crate::route::reason::ALL, super::input::reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[
+        Field::L3,
+        Field::L4,
+        Field::InIf,
+        Field::L2Class,
+        Field::Hash,
+    ]),
+    writes: Fields::of(&[
+        Field::Dest,
+        Field::Adj,
+        Field::OutIf,
+        Field::Note,
+        Field::Hash,
+    ]),
+    ..Decl::new(node::IP4_ROUTE, |_| Box::new(Ip4Route::default()))
+};
 
 impl Stage<Host> for Ip4Route {
     fn arcs(&self) -> &[&'static str] {

@@ -17,8 +17,10 @@
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::{Cause, header_mut};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `ip6-forward` stops a packet.
@@ -44,6 +46,20 @@ pub struct Ip6Forward {
     /// What became of the packets that left by the interface they arrived on.
     counts: crate::ip4::forward::RedirectCounts,
 }
+
+/// `ip6-forward`.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Via(node::HOOK_FORWARD, "accept6")),
+        ("error", To::Node(node::IP6_ICMP_ERROR)),
+        ("redirect", To::Node(node::IP6_LOCAL_OUT)),
+    ],
+    reasons: &[reason::ALL, super::input::reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::L3, Field::InIf, Field::OutIf, Field::Adj]),
+    writes: Fields::of(&[Field::Origin, Field::Note]),
+    ..Decl::new(node::IP6_FORWARD, |_| Box::new(Ip6Forward::default()))
+};
 
 impl Stage<Host> for Ip6Forward {
     fn arcs(&self) -> &[&'static str] {

@@ -26,8 +26,10 @@ use netbatch_wire::icmpv6::{self, Icmpv6Packet, Icmpv6Type};
 use netbatch_wire::ipv6::{self as wire6, HEADER_LEN, Ipv6Packet, Ipv6Repr, Protocol};
 
 use super::{Cause, header, header_mut};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 use crate::route::RouteKind;
 
 netbatch_engine::reasons! {
@@ -104,6 +106,36 @@ fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Option<Ipv6Add
     }
     arrived.map(|i| i.source6_for(sender))
 }
+
+/// `ip6-icmp-error`. It drops, when no error may be sent, with the reason of the failure
+/// that asked for it: those sets are declared here too.
+pub const DECL: Decl = Decl {
+    arcs: &[("out", To::Node(node::IP6_LOCAL_OUT))],
+    reasons: &[
+        reason::ALL,
+        crate::ip6::input::reason::ALL,
+        crate::route::reason::ALL,
+        crate::ip6::route::reason::ALL,
+        crate::ip6::local::reason::ALL,
+        crate::udp::input::reason::ALL,
+        crate::ip6::forward::reason::ALL,
+        crate::nd::resolve::reason::ALL,
+        crate::neigh::reason::ALL,
+    ],
+    decode: Decode::Ip,
+    reads: Fields::of(&[
+        Field::Note,
+        Field::L3,
+        Field::L4,
+        Field::InIf,
+        Field::L2Class,
+        Field::Dest,
+        Field::Origin,
+        Field::Gso,
+    ]),
+    writes: Fields::of(&[Field::OutIf, Field::Origin, Field::Gso, Field::Note]),
+    ..Decl::new(node::IP6_ICMP_ERROR, |_| Box::new(Ip6IcmpError::default()))
+};
 
 impl Stage<Host> for Ip6IcmpError {
     fn arcs(&self) -> &[&'static str] {

@@ -47,9 +47,11 @@ use netbatch_wire::ipv6::{self, HEADER_LEN, Ipv6Packet};
 use netbatch_wire::ipv6ext::ExtError;
 
 use super::Cause;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, L3};
 use crate::host::Host;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `ip6-input` drops a packet (RFC 8200 §3 and §4, RFC 4291).
@@ -193,6 +195,19 @@ fn addresses(src: u128, dst: u128) -> Result<(), Reason> {
     }
     Ok(())
 }
+
+/// `ip6-input`.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Via(node::HOOK_PREROUTING, "accept6")),
+        ("error", To::Node(node::IP6_ICMP_ERROR)),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::L3, Field::L4, Field::Gso]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::Note]),
+    ..Decl::new(node::IP6_INPUT, |_| Box::new(Ip6Input))
+};
 
 impl Stage<Host> for Ip6Input {
     fn arcs(&self) -> &[&'static str] {

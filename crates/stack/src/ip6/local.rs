@@ -17,8 +17,9 @@
 //! - Authentication Header: netbatch verifies no IPsec, so AH (and ESP) for us are
 //!   upper layers it has no handler for.
 //!
-//! The upper layer then: UDP, ICMPv6 and TCP go to their stages; No Next Header ends the
-//! packet (`ip6_no_next_header`, RFC 8200 4.7); anything else goes to the host kernel of
+//! The upper layer then: a protocol some stage takes goes to that stage (its declaration
+//! registers it, [`crate::declare::Take`]: UDP, ICMPv6 and TCP in the stack), one table
+//! load per packet; No Next Header ends the packet (`ip6_no_next_header`, RFC 8200 4.7); anything else goes to the host kernel of
 //! a paired port, or asks for Parameter Problem code 1 pointing at the next header field
 //! that names it (RFC 8200 4: the IPv6 form of protocol unreachable).
 
@@ -27,10 +28,11 @@ use netbatch_wire::ipv6::Protocol;
 use netbatch_wire::ipv6ext::{self, Ipv6ExtHeader, OptionAction, option_type};
 
 use super::Cause;
-use crate::dissect::L4;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, Demux, Family, To};
 use crate::host::Host;
 use crate::hostif::punt_port;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `ip6-local` does not deliver a packet.
@@ -45,21 +47,44 @@ netbatch_engine::reasons! {
 }
 
 netbatch_engine::arcs! {
-    /// Arc to UDP.
-    pub UDP = "udp";
-    /// Arc to ICMPv6.
-    pub ICMP = "icmp";
-    /// Arc to TCP (host hand-off or drop).
-    pub TCP = "tcp";
     /// Arc to the ICMPv6 error stage.
     pub ERROR = "error";
     /// Arc to the host kernel ([`crate::hostif`]).
     pub HOST = "host";
 }
 
+/// `ip6-local`, the IPv6 local protocol demux: after its own arcs, one to each stage
+/// that takes an IPv6 upper-layer protocol.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("error", To::Node(node::IP6_ICMP_ERROR)),
+        ("host", crate::hostif::TO_HOST),
+    ],
+    demux: Some(Family::V6),
+    reasons: &[
+        reason::ALL,
+        super::input::reason::ALL,
+        crate::hostif::reason::ALL,
+    ],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::L3, Field::L4, Field::InPort, Field::Dest]),
+    writes: Fields::of(&[Field::Note]),
+    ..Decl::new(node::IP6_LOCAL, |m| Box::new(Ip6Local::new(m.demux(ARCS))))
+};
+
 /// The IPv6 local delivery stage.
-#[derive(Debug, Default)]
-pub struct Ip6Local;
+#[derive(Debug, Clone)]
+pub struct Ip6Local {
+    /// The arc to the stage of each upper-layer protocol.
+    demux: Demux,
+}
+
+impl Ip6Local {
+    /// The stage over `demux` (made from its own arcs, [`ARCS`]).
+    pub fn new(demux: Demux) -> Self {
+        Self { demux }
+    }
+}
 
 /// What the walk of a packet's extension headers decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +165,7 @@ fn walk(d: &[u8], multicast: bool) -> Verdict {
 
 impl Stage<Host> for Ip6Local {
     fn arcs(&self) -> &[&'static str] {
-        ARCS
+        self.demux.arcs()
     }
 
     fn reasons(&self) -> &'static [netbatch_engine::Reason] {
@@ -179,13 +204,13 @@ impl Stage<Host> for Ip6Local {
                     }
                 }
             };
-            match proto {
-                17 => out.push(UDP, p),
-                58 => out.push(ICMP, p),
-                _ if L4::of(proto) == L4::Tcp => out.push(TCP, p),
-                59 => out.drop(p, reason::NO_NEXT_HEADER),
-                _ if paired => out.push(HOST, p),
-                _ => {
+            match self.demux.next(proto) {
+                Some(a) => out.push(a, p),
+                None if proto == Protocol::NO_NEXT_HEADER.0 => {
+                    out.drop(p, reason::NO_NEXT_HEADER);
+                }
+                None if paired => out.push(HOST, p),
+                None => {
                     v.meta.note = Cause::UnknownNextHeader.note();
                     v.meta.scratch = next_at as u32;
                     out.push(ERROR, p);

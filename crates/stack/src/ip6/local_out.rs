@@ -17,9 +17,11 @@ use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv6::{self as wire6, HEADER_LEN, Ipv6Packet};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 use crate::route::{ADJ_ON_LINK, RouteKind};
 
 netbatch_engine::reasons! {
@@ -70,6 +72,23 @@ fn fill_source(d: &mut [u8], src: Ipv6Addr, l4: Option<usize>, proto: u8) {
     let c = if proto == 17 && c == 0 { 0xffff } else { c };
     msg[at..at + 2].copy_from_slice(&c.to_be_bytes());
 }
+
+/// `ip6-local-out`: where IPv6 packets this host makes enter.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Via(node::HOOK_OUTPUT, "accept6")),
+        ("local", To::Node(node::IP6_LOCAL)),
+    ],
+    reasons: &[
+        reason::ALL,
+        crate::route::reason::ALL,
+        super::input::reason::ALL,
+    ],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::OutIf, Field::Origin]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::Dest, Field::Adj, Field::OutIf]),
+    ..Decl::new(node::IP6_LOCAL_OUT, |_| Box::new(Ip6LocalOut))
+};
 
 impl Stage<Host> for Ip6LocalOut {
     fn arcs(&self) -> &[&'static str] {

@@ -51,10 +51,12 @@ use netbatch_wire::ipv6::{self as wire6, ALL_NODES, ALL_ROUTERS};
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
 use super::{Cause, addrs};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect;
 use crate::host::Host;
 use crate::iface::Iface;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 use crate::route::{Hop6, RouteKind, Routes6};
 
 netbatch_engine::reasons! {
@@ -309,6 +311,37 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, src: u128, dst: u128, mut p: Pkt,
         }
     }
 }
+
+/// `ip6-route`.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("local", To::Via(node::HOOK_INPUT, "accept6")),
+        ("forward", To::Node(node::IP6_FORWARD)),
+        ("error", To::Node(node::IP6_ICMP_ERROR)),
+    ],
+    reasons: &[
+        reason::ALL,
+        crate::route::reason::ALL,
+        super::input::reason::ALL,
+    ],
+    decode: Decode::Ip,
+    reads: Fields::of(&[
+        Field::L3,
+        Field::L4,
+        Field::InPort,
+        Field::InIf,
+        Field::L2Class,
+        Field::Hash,
+    ]),
+    writes: Fields::of(&[
+        Field::Dest,
+        Field::Adj,
+        Field::OutIf,
+        Field::Note,
+        Field::Hash,
+    ]),
+    ..Decl::new(node::IP6_ROUTE, |_| Box::new(Ip6Route::default()))
+};
 
 impl Stage<Host> for Ip6Route {
     fn arcs(&self) -> &[&'static str] {

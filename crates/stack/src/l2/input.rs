@@ -13,10 +13,12 @@
 use netbatch_engine::{Cx, Meta, Next, Out, PktList, Reason, Stage, Verdict};
 use netbatch_wire::ethernet::{EthernetFrame, HEADER_LEN, MacAddr};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, L3};
 use crate::host::Host;
 use crate::iface::Tags;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `eth-input` drops a frame.
@@ -81,6 +83,20 @@ fn tags_of(m: &Meta, d: &[u8]) -> Tags {
         (Some(v), None) => Tags::Dot1q(v),
     }
 }
+
+/// `eth-input`, where received frames enter (after GRO and the classifier, when present).
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("arp", To::Node(node::ARP_INPUT)),
+        ("ip4", To::Node(node::IP4_INPUT)),
+        ("ip6", To::Node(node::IP6_INPUT)),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Link,
+    reads: Fields::of(&[Field::InPort, Field::L3]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::InIf, Field::L2Class]),
+    ..Decl::new(node::ETH_INPUT, |_| Box::new(EthInput))
+};
 
 impl Stage<Host> for EthInput {
     fn arcs(&self) -> &[&'static str] {

@@ -24,8 +24,10 @@ use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 use netbatch_wire::ipv6::{ALL_NODES, HEADER_LEN, Ipv6Packet, Ipv6Repr, Protocol};
 use netbatch_wire::ndp::{self, NdpRepr, NeighborPacket};
 
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 
 netbatch_engine::reasons! {
     /// Why `nd-input` drops a message.
@@ -50,6 +52,20 @@ netbatch_engine::arcs! {
 pub struct NdInput {
     waiting: Vec<Pkt>,
 }
+
+/// `nd-input`: neighbour solicitations and advertisements, from `icmp6-input`.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("reply", To::Node(node::IP6_LOCAL_OUT)),
+        ("neighbour", To::Node(node::IP6_NEIGHBOUR)),
+        ("host", crate::hostif::TO_HOST),
+    ],
+    reasons: &[reason::ALL, crate::hostif::reason::ALL],
+    decode: Decode::Icmp,
+    reads: Fields::of(&[Field::L3, Field::L4, Field::InPort, Field::InIf]),
+    writes: Fields::of(&[Field::OutIf, Field::Origin]),
+    ..Decl::new(node::ND_INPUT, |_| Box::new(NdInput::default()))
+};
 
 impl Stage<Host> for NdInput {
     fn arcs(&self) -> &[&'static str] {

@@ -24,9 +24,11 @@ use netbatch_wire::ethernet::{EtherType, MacAddr};
 use netbatch_wire::ipv6 as wire6;
 
 use super::build_solicit;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::ip6::Cause;
-use crate::meta::flag;
+use crate::meta::{Field, Fields, flag};
 use crate::neigh::Lookup;
 use crate::neigh::resolve::{Rewrite, gso_kinds};
 use crate::route::ADJ_ON_LINK;
@@ -169,6 +171,34 @@ fn l4_header_len(l4: &[u8], m: &netbatch_engine::Meta) -> usize {
         _ => 8,
     }
 }
+
+/// `ip6-neighbour`: one arc per port to its `tx-<port>` node besides its own.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("tx", To::Node(node::TX)),
+        ("error", To::Node(node::IP6_ICMP_ERROR)),
+        ("gso", To::Node(node::GSO)),
+    ],
+    port_arcs: true,
+    reasons: &[
+        reason::ALL,
+        crate::neigh::reason::ALL,
+        crate::ip6::input::reason::ALL,
+    ],
+    decode: Decode::Out,
+    reads: Fields::of(&[
+        Field::L3,
+        Field::L4,
+        Field::Adj,
+        Field::OutIf,
+        Field::Origin,
+        Field::Gso,
+    ]),
+    writes: Fields::of(&[Field::Note]),
+    ..Decl::new(node::IP6_NEIGHBOUR, |m| {
+        Box::new(Ip6Neighbour::new(m.ports))
+    })
+};
 
 impl Stage<Host> for Ip6Neighbour {
     fn arcs(&self) -> &[&'static str] {

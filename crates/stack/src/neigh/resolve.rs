@@ -18,9 +18,12 @@ use netbatch_wire::ethernet::{EtherType, MacAddr};
 
 use super::Lookup;
 use crate::arp::build_request;
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::iface::Iface;
 use crate::l2::output::{MAX_HEADER_LEN, copy_header, write_header};
+use crate::meta::{Field, Fields};
 use crate::prefix::class;
 use crate::route::ADJ_ON_LINK;
 use crate::tx::{port_arc, with_port_arcs};
@@ -33,6 +36,21 @@ netbatch_engine::arcs! {
     /// Arc to GSO (a super-packet for a port without the matching offload).
     pub GSO = "gso";
 }
+
+/// `neighbour`: one arc per port to its `tx-<port>` node besides its own.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("tx", To::Node(node::TX)),
+        ("frag", To::Node(node::IP4_FRAGMENT)),
+        ("gso", To::Node(node::GSO)),
+    ],
+    port_arcs: true,
+    reasons: &[super::reason::ALL, crate::ip4::input::reason::ALL],
+    decode: Decode::Out,
+    reads: Fields::of(&[Field::L3, Field::Adj, Field::OutIf, Field::Gso]),
+    writes: Fields::of(&[Field::Note]),
+    ..Decl::new(node::NEIGHBOUR, |m| Box::new(Neighbour::new(m.ports)))
+};
 
 /// Bits of the per-list rewrite cache index.
 const CACHE_BITS: u32 = 3;

@@ -4,6 +4,8 @@
 
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
+use crate::assemble::{GraphOptions, node};
+use crate::declare::{Decl, Decode, Take, To};
 use crate::host::Host;
 
 netbatch_engine::reasons! {
@@ -21,6 +23,25 @@ netbatch_engine::arcs! {
 /// The local TCP stage.
 #[derive(Debug, Default)]
 pub struct TcpInput;
+
+/// `tcp-input`: takes protocol 6 of both versions (RFC 9293).
+pub const DECL: Decl = Decl {
+    arcs: &[("host", To::Pick(handler))],
+    takes: &[Take::v4(6, "tcp"), Take::v6(6, "tcp")],
+    reasons: &[reason::ALL],
+    decode: Decode::Ports,
+    ..Decl::new(node::TCP_INPUT, |_| Box::new(TcpInput))
+};
+
+/// Where local TCP goes: the kernel of a host interface pair when ports are paired (the
+/// `tcp_to` node is then not used), else the node `tcp_to` names, else a drop.
+fn handler(o: &GraphOptions) -> To {
+    match o.tcp_to {
+        _ if o.host_pairs => To::Node(node::HOST_PUNT),
+        Some(n) => To::Node(n),
+        None => To::Drop(reason::NO_HANDLER),
+    }
+}
 
 impl Stage<Host> for TcpInput {
     fn arcs(&self) -> &[&'static str] {

@@ -19,14 +19,16 @@
 
 use core::marker::PhantomData;
 
-use crate::meta::{flag, gso};
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Protocol;
 use netbatch_wire::udp::{self, UdpPacket};
 
 use super::socket::{SocketId, SocketWriter, Table, TableCache};
+use crate::assemble::node;
+use crate::declare::{Decl, Decode, Take, To};
 use crate::host::Host;
+use crate::meta::{Field, Fields, flag, gso};
 
 netbatch_engine::reasons! {
     /// Why `udp-input` does not deliver a datagram (RFC 768).
@@ -172,6 +174,45 @@ impl<F: UdpIp> Default for UdpInputOf<F> {
 pub type UdpInput = UdpInputOf<V4>;
 /// `udp6-input`.
 pub type Udp6Input = UdpInputOf<V6>;
+
+/// What UDP input reads of a datagram's metadata, either version.
+const READS: Fields = Fields::of(&[
+    Field::L3,
+    Field::L4,
+    Field::InPort,
+    Field::L2Class,
+    Field::Dest,
+    Field::Csum,
+    Field::Gso,
+]);
+
+/// `udp-input`: takes IPv4 protocol 17 (RFC 768).
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("error", To::Node(node::IP4_ICMP_ERROR)),
+        ("host", crate::hostif::TO_HOST),
+    ],
+    takes: &[Take::v4(17, "udp")],
+    reasons: &[reason::ALL, crate::hostif::reason::ALL],
+    decode: Decode::Ports,
+    reads: READS,
+    writes: Fields::of(&[Field::Csum, Field::Note]),
+    ..Decl::new(node::UDP_INPUT, |_| Box::new(UdpInput::default()))
+};
+
+/// `udp6-input`: takes IPv6 upper-layer protocol 17.
+pub const DECL6: Decl = Decl {
+    arcs: &[
+        ("error", To::Node(node::IP6_ICMP_ERROR)),
+        ("host", crate::hostif::TO_HOST),
+    ],
+    takes: &[Take::v6(17, "udp")],
+    reasons: &[reason::ALL, crate::hostif::reason::ALL],
+    decode: Decode::Ports,
+    reads: READS,
+    writes: Fields::of(&[Field::Csum, Field::Note]),
+    ..Decl::new(node::UDP6_INPUT, |_| Box::new(Udp6Input::default()))
+};
 
 /// Per-list state: the socket table, the socket of the previous datagram (destination,
 /// port, socket), and the queue of the socket of the current run of datagrams, locked

@@ -15,7 +15,7 @@
 //! - Route tables are double-buffered: the table a publication retires is kept as the
 //!   spare, with the changes it lacks, and the next change is made on it once no worker
 //!   holds it (the workers let go of it before the publication returns), after those
-//!   changes are replayed on it ([`Draft`]). Replaying the same inserts and removals in
+//!   changes are replayed on it (`Draft`). Replaying the same inserts and removals in
 //!   the same order on an equal table gives an equal table, hop for hop, so the spare
 //!   is the live table's copy without a copy being made: steady route churn allocates
 //!   no table (an IPv4 table is 64 MiB of DIR-24-8) and the resident set holds two

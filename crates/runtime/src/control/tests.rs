@@ -1219,7 +1219,7 @@ fn status_kib(field: &str) -> u64 {
 ///   sparse as the table) stay within a few MiB;
 /// - memory that creeps: after 40 rounds of warm-up (the trace ring full, every
 ///   command thread started), 160 more grow the resident set by less than 1 MiB
-///   (6.4 kB a round; measured 400 to 630 KiB). With a thread per command, each new
+///   (6.4 kB a round; measured 400 to 690 KiB). With a thread per command, each new
 ///   thread may take another of glibc's arenas and keep what its command freed there
 ///   (1.3 MiB with eight command threads kept, more with a thread per command).
 #[test]

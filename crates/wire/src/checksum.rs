@@ -43,28 +43,27 @@ const BLOCK: usize = (u32::MAX as usize).saturating_mul(8);
 fn sum_block(data: &[u8]) -> u64 {
     let mut lo: u64 = 0;
     let mut hi: u64 = 0;
-    let mut chunks = data.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+    let (words, rest) = data.as_chunks::<8>();
+    for w in words {
+        let w = u64::from_ne_bytes(*w);
         lo += w & 0xffff_ffff;
         hi += w >> 32;
     }
-    let rest = chunks.remainder();
-    let mut i = 0;
-    if rest.len() >= 4 {
-        lo += u64::from(u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]));
-        i = 4;
+    let mut rest = rest;
+    if let Some((w, tail)) = rest.split_first_chunk::<4>() {
+        lo += u64::from(u32::from_ne_bytes(*w));
+        rest = tail;
     }
     // `fold` of the native-endian sum, then swap into big-endian word order (a no-op on
     // big-endian targets: `to_be` swaps exactly when the target is little-endian).
     let native = fold(add(lo, hi));
     let mut be = u64::from(native.to_be());
-    if rest.len() - i >= 2 {
-        be += u64::from(u16::from_be_bytes([rest[i], rest[i + 1]]));
-        i += 2;
+    if let Some((w, tail)) = rest.split_first_chunk::<2>() {
+        be += u64::from(u16::from_be_bytes(*w));
+        rest = tail;
     }
-    if i < rest.len() {
-        be += u64::from(rest[i]) << 8;
+    if let Some(&b) = rest.first() {
+        be += u64::from(b) << 8;
     }
     be
 }
@@ -78,26 +77,13 @@ fn sum_block(data: &[u8]) -> u64 {
 pub fn verify_words<const N: usize>(d: &[u8; N]) -> bool {
     const { assert!(N.is_multiple_of(4), "verify_words takes whole 32-bit words") };
     let mut s = 0u64;
-    let mut i = 0;
-    while i + 8 <= N {
-        let w = [
-            d[i],
-            d[i + 1],
-            d[i + 2],
-            d[i + 3],
-            d[i + 4],
-            d[i + 5],
-            d[i + 6],
-            d[i + 7],
-        ];
-        s = add(s, u64::from_ne_bytes(w));
-        i += 8;
+    let (words, rest) = d.as_chunks::<8>();
+    for w in words {
+        s = add(s, u64::from_ne_bytes(*w));
     }
-    if i < N {
-        s = add(
-            s,
-            u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]])),
-        );
+    // Whole 32-bit words: what is left of the 8-byte chunks is empty or one word.
+    if let Some(w) = rest.first_chunk::<4>() {
+        s = add(s, u64::from(u32::from_ne_bytes(*w)));
     }
     // `fold(s) == 0xffff` without folding (an end-around sum is 0 only for all-zero
     // data).
@@ -127,11 +113,11 @@ const SMALL: usize = 16;
 #[inline(always)]
 fn sum_small(d: &[u8]) -> u64 {
     let mut s = 0u64;
-    let mut words = d.chunks_exact(2);
-    for w in &mut words {
-        s += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    let (words, rest) = d.as_chunks::<2>();
+    for w in words {
+        s += u64::from(u16::from_be_bytes(*w));
     }
-    if let [b] = words.remainder() {
+    if let [b] = rest {
         s += u64::from(*b) << 8;
     }
     s
@@ -144,10 +130,9 @@ fn sum_small(d: &[u8]) -> u64 {
 pub fn sum_words<const N: usize>(d: &[u8; N]) -> u64 {
     const { assert!(N.is_multiple_of(4), "sum_words takes whole 32-bit words") };
     let mut s = 0u64;
-    let mut i = 0;
-    while i < N {
-        s += u64::from(u32::from_be_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]));
-        i += 4;
+    // `N` is a multiple of 4 (checked above): the chunks cover every byte.
+    for w in d.as_chunks::<4>().0 {
+        s += u64::from(u32::from_be_bytes(*w));
     }
     s
 }
@@ -305,15 +290,13 @@ pub mod reference {
     /// Ones' complement sum of `data` folded to 16 bits (0 only for all-zero data).
     pub fn ones_complement_sum(data: &[u8]) -> u16 {
         let mut s: u32 = 0;
-        let mut i = 0;
-        while i < data.len() {
-            let hi = data[i];
-            let lo = if i + 1 < data.len() { data[i + 1] } else { 0 };
+        let mut bytes = data.iter().copied();
+        while let Some(hi) = bytes.next() {
+            let lo = bytes.next().unwrap_or(0);
             s += u32::from(u16::from_be_bytes([hi, lo]));
             if s > 0xffff {
                 s = (s & 0xffff) + 1;
             }
-            i += 2;
         }
         s as u16
     }

@@ -224,7 +224,7 @@ impl Dissected {
 #[inline]
 pub fn parse(d: &[u8]) -> Dissected {
     let mut r = Dissected::NOTHING;
-    let Some((eth, mut rest)) = d.split_first_chunk::<{ ethernet::HEADER_LEN }>() else {
+    let Some(eth) = d.first_chunk::<{ ethernet::HEADER_LEN }>() else {
         r.l3_type = L3::L2Truncated;
         return r;
     };
@@ -236,13 +236,12 @@ pub fn parse(d: &[u8]) -> Dissected {
             r.l3_type = L3::VlanTooDeep;
             return r;
         }
-        let Some((t, after)) = rest.split_first_chunk::<{ vlan::HEADER_LEN }>() else {
+        let Some(t) = d.get(off..).and_then(<[u8]>::first_chunk::<4>) else {
             r.l3_type = L3::VlanTruncated;
             return r;
         };
         et = VlanHeader::new_unchecked(t).ethertype();
-        rest = after;
-        off += vlan::HEADER_LEN;
+        off += 4;
         tags += 1;
     }
     r.flags = match tags {
@@ -253,9 +252,11 @@ pub fn parse(d: &[u8]) -> Dissected {
     r.l2_len = off as u8;
     r.l3 = off as u16;
     r.l3_type = L3::of_ethertype(et);
+    // `off` never passes the end: the loop above found every header it counted.
+    let ip = d.get(off..).unwrap_or_default();
     match r.l3_type {
-        L3::Ipv4 => ip4(rest, off, &mut r),
-        L3::Ipv6 => ip6(rest, off, &mut r),
+        L3::Ipv4 => ip4(ip, off, &mut r),
+        L3::Ipv6 => ip6(ip, off, &mut r),
         _ => {}
     }
     r

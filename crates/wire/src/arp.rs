@@ -65,7 +65,7 @@ pub struct ArpPacket<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 28 bytes check_len verifies (the crate's length rule)"
+    reason = "fields inside the 28 bytes check_len verifies"
 )]
 impl<T: AsRef<[u8]>> ArpPacket<T> {
     view_constructors!();
@@ -137,7 +137,7 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
     /// Sets the hardware type.

@@ -39,31 +39,39 @@ const BLOCK: usize = (u32::MAX as usize).saturating_mul(8);
 ///
 /// The 0-7 trailing bytes are added as a native `u32` (if 4 remain) and big-endian words, with
 /// an odd last byte padded with zero on its right.
+// Indexed: the form without indexing (`as_chunks`, `split_first_chunk`) made `sum_large`
+// provably panic-free, and LLVM then allocated registers worse in its callers (1-4 more
+// instructions a packet in ip4-input and udp-input, scripts/instructions).
 #[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "8-byte chunks; the < 8-byte remainder is indexed below `rest.len()`, tested first"
+)]
 fn sum_block(data: &[u8]) -> u64 {
     let mut lo: u64 = 0;
     let mut hi: u64 = 0;
-    let (words, rest) = data.as_chunks::<8>();
-    for w in words {
-        let w = u64::from_ne_bytes(*w);
+    let mut chunks = data.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
         lo += w & 0xffff_ffff;
         hi += w >> 32;
     }
-    let mut rest = rest;
-    if let Some((w, tail)) = rest.split_first_chunk::<4>() {
-        lo += u64::from(u32::from_ne_bytes(*w));
-        rest = tail;
+    let rest = chunks.remainder();
+    let mut i = 0;
+    if rest.len() >= 4 {
+        lo += u64::from(u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]));
+        i = 4;
     }
     // `fold` of the native-endian sum, then swap into big-endian word order (a no-op on
     // big-endian targets: `to_be` swaps exactly when the target is little-endian).
     let native = fold(add(lo, hi));
     let mut be = u64::from(native.to_be());
-    if let Some((w, tail)) = rest.split_first_chunk::<2>() {
-        be += u64::from(u16::from_be_bytes(*w));
-        rest = tail;
+    if rest.len() - i >= 2 {
+        be += u64::from(u16::from_be_bytes([rest[i], rest[i + 1]]));
+        i += 2;
     }
-    if let Some(&b) = rest.first() {
-        be += u64::from(b) << 8;
+    if i < rest.len() {
+        be += u64::from(rest[i]) << 8;
     }
     be
 }
@@ -73,17 +81,36 @@ fn sum_block(data: &[u8]) -> u64 {
 /// end-around carry (and a last 32-bit one): swapping the bytes of a 16-bit word is a
 /// rotation modulo 0xffff that maps 0xffff to itself, so the test needs no byte swaps
 /// (RFC 1071 2(B)), and 2^64 ≡ 1 (mod 0xffff), so the wide words need no splitting.
+// Indexed by constants once unrolled; `as_chunks` left a loop here (ip4-input: +17
+// instructions a packet, scripts/instructions).
 #[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "`i + 8 <= N` and `i + 4 <= N` bound every index into the `[u8; N]`"
+)]
 pub fn verify_words<const N: usize>(d: &[u8; N]) -> bool {
     const { assert!(N.is_multiple_of(4), "verify_words takes whole 32-bit words") };
     let mut s = 0u64;
-    let (words, rest) = d.as_chunks::<8>();
-    for w in words {
-        s = add(s, u64::from_ne_bytes(*w));
+    let mut i = 0;
+    while i + 8 <= N {
+        let w = [
+            d[i],
+            d[i + 1],
+            d[i + 2],
+            d[i + 3],
+            d[i + 4],
+            d[i + 5],
+            d[i + 6],
+            d[i + 7],
+        ];
+        s = add(s, u64::from_ne_bytes(w));
+        i += 8;
     }
-    // Whole 32-bit words: what is left of the 8-byte chunks is empty or one word.
-    if let Some(w) = rest.first_chunk::<4>() {
-        s = add(s, u64::from(u32::from_ne_bytes(*w)));
+    if i < N {
+        s = add(
+            s,
+            u64::from(u32::from_ne_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]])),
+        );
     }
     // `fold(s) == 0xffff` without folding (an end-around sum is 0 only for all-zero
     // data).
@@ -110,14 +137,20 @@ const SMALL: usize = 16;
 
 /// Sum of a short slice, one big-endian word at a time (at most 8 words + a byte, so no
 /// overflow is possible).
+// Inlined into every `sum` caller (ip4-input, udp-input, ...): the `as_chunks` and
+// slice-pattern forms cost those stages 3-4 instructions a packet (scripts/instructions).
 #[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "`chunks_exact(2)` yields two-byte chunks: `w[0]` and `w[1]` are in bounds"
+)]
 fn sum_small(d: &[u8]) -> u64 {
     let mut s = 0u64;
-    let (words, rest) = d.as_chunks::<2>();
-    for w in words {
-        s += u64::from(u16::from_be_bytes(*w));
+    let mut words = d.chunks_exact(2);
+    for w in &mut words {
+        s += u64::from(u16::from_be_bytes([w[0], w[1]]));
     }
-    if let [b] = rest {
+    if let [b] = words.remainder() {
         s += u64::from(*b) << 8;
     }
     s
@@ -127,12 +160,17 @@ fn sum_small(d: &[u8]) -> u64 {
 /// IPv4 header without options (`N = 20`): the compiler unrolls it into `N / 4` loads and
 /// adds, with no length checks left.
 #[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "`i < N`, `N` a multiple of 4, bounds every index into the `[u8; N]`"
+)]
 pub fn sum_words<const N: usize>(d: &[u8; N]) -> u64 {
     const { assert!(N.is_multiple_of(4), "sum_words takes whole 32-bit words") };
     let mut s = 0u64;
-    // `N` is a multiple of 4 (checked above): the chunks cover every byte.
-    for w in d.as_chunks::<4>().0 {
-        s += u64::from(u32::from_be_bytes(*w));
+    let mut i = 0;
+    while i < N {
+        s += u64::from(u32::from_be_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]));
+        i += 4;
     }
     s
 }

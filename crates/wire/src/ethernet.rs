@@ -155,7 +155,7 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 14 bytes check_len verifies (the crate's length rule)"
+    reason = "fields inside the 14 bytes check_len verifies"
 )]
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     view_constructors!();
@@ -206,7 +206,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the destination address.

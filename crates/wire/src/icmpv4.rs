@@ -103,7 +103,7 @@ pub struct Icmpv4Packet<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 8 bytes check_len verifies (the crate's length rule)"
+    reason = "fields inside the 8 bytes check_len verifies"
 )]
 impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
     view_constructors!();
@@ -187,7 +187,7 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
     /// Sets the message type.
@@ -368,7 +368,7 @@ impl<'a> Icmpv4Repr<'a> {
     /// `new_unchecked`.
     #[expect(
         clippy::indexing_slicing,
-        reason = "emit's contract: the caller's buffer holds buffer_len() bytes; short panics (documented)"
+        reason = "emit's contract: the caller sized the buffer to buffer_len(); short panics"
     )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Icmpv4Packet<&mut T>) {
         let (msg_type, code, rest) = match *self {

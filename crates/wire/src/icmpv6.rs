@@ -135,7 +135,7 @@ pub struct Icmpv6Packet<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 8 bytes check_len verifies (the crate's length rule)"
+    reason = "fields inside the 8 bytes check_len verifies"
 )]
 impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     view_constructors!();
@@ -235,7 +235,7 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
     /// Sets the message type.
@@ -438,7 +438,7 @@ impl<'a> Icmpv6Repr<'a> {
     /// [`MAX_ERROR_LEN`] `- 8` bytes. Wrap a reused buffer with `new_unchecked`.
     #[expect(
         clippy::indexing_slicing,
-        reason = "emit's contract: the caller's buffer holds buffer_len() bytes; short panics (documented)"
+        reason = "emit's contract: the caller sized the buffer to buffer_len(); short panics"
     )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
         &self,

@@ -81,7 +81,7 @@ pub struct Ipv4Packet<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 20 bytes check_len verifies; options and payload are clamped to the buffer"
+    reason = "fields inside the 20 bytes check_len verifies; options, payload clamped"
 )]
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     view_constructors!();
@@ -287,7 +287,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets the version (low 4 bits of `v`).
@@ -503,7 +503,7 @@ impl Ipv4Repr {
     /// Wrap a reused buffer with `new_unchecked`.
     #[expect(
         clippy::indexing_slicing,
-        reason = "emit's contract: the caller's buffer holds the 20-byte header; short panics (documented)"
+        reason = "emit's contract: the caller's buffer holds 20 bytes; short panics"
     )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Ipv4Packet<&mut T>) {
         debug_assert!(self.payload_len <= Self::MAX_PAYLOAD_LEN);

@@ -80,7 +80,7 @@ pub struct Ipv6Packet<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 40 bytes check_len verifies; the payload is clamped to the buffer"
+    reason = "fields inside the 40 bytes check_len verifies; the payload is clamped"
 )]
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     view_constructors!();
@@ -195,7 +195,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     #[inline]

@@ -41,7 +41,7 @@ pub struct Ipv6ExtHeader<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fields inside the header_len() (at least 8) bytes check_len verifies (the crate's length rule)"
+    reason = "fields inside the header_len() (>= 8) bytes check_len verifies"
 )]
 impl<T: AsRef<[u8]>> Ipv6ExtHeader<T> {
     view_constructors!();
@@ -99,7 +99,7 @@ impl<T: AsRef<[u8]>> Ipv6ExtHeader<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6ExtHeader<T> {
     /// Sets the next header.
@@ -211,9 +211,9 @@ impl<'a> Iterator for OptionsIter<'a> {
     type Item = Result<Ipv6Option<'a>>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let rest = self.area.get(self.pos..)?;
-        let (&option_type, _) = rest.split_first()?;
+        let rest = self.area.get(self.pos..).filter(|r| !r.is_empty())?;
         let at = self.base + self.pos;
+        let option_type = *rest.first()?;
         if option_type == option_type::PAD1 {
             self.pos += 1;
             return Some(Ok(Ipv6Option {
@@ -260,7 +260,7 @@ pub struct FragmentHeader<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 8 bytes check_len verifies (the crate's length rule)"
+    reason = "fields inside the 8 bytes check_len verifies"
 )]
 impl<T: AsRef<[u8]>> FragmentHeader<T> {
     view_constructors!();
@@ -310,7 +310,7 @@ impl<T: AsRef<[u8]>> FragmentHeader<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> FragmentHeader<T> {
     /// Sets the next header.
@@ -383,7 +383,7 @@ impl FragmentRepr {
     /// its low 3 bits. Panics if the buffer is shorter than 8 bytes.
     #[expect(
         clippy::indexing_slicing,
-        reason = "emit's contract: the caller's buffer holds the 8-byte header; short panics (documented)"
+        reason = "emit's contract: the caller's buffer holds 8 bytes; short panics"
     )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, header: &mut FragmentHeader<&mut T>) {
         let off_m = (self.frag_offset & OFFSET_MASK) | u16::from(self.more_frags);

@@ -64,7 +64,7 @@ pub struct NeighborPacket<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 24 bytes check_len verifies (the crate's length rule)"
+    reason = "fields inside the 24 bytes check_len verifies"
 )]
 impl<T: AsRef<[u8]>> NeighborPacket<T> {
     view_constructors!();
@@ -142,7 +142,7 @@ impl<T: AsRef<[u8]>> NeighborPacket<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> NeighborPacket<T> {
     /// Sets the R, S and O flags and clears the reserved bits (zero for a solicitation).
@@ -405,7 +405,7 @@ impl NdpRepr {
     /// `new_unchecked`.
     #[expect(
         clippy::indexing_slicing,
-        reason = "emit's contract: the caller's buffer holds buffer_len() bytes, the option included; short panics (documented)"
+        reason = "emit's contract: the caller sized the buffer to buffer_len(); short panics"
     )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
         &self,

@@ -248,7 +248,7 @@ pub struct TcpPacket<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 20 bytes check_len verifies; options and payload are clamped to the buffer"
+    reason = "fields inside the 20 bytes check_len verifies; options, payload clamped"
 )]
 impl<T: AsRef<[u8]>> TcpPacket<T> {
     view_constructors!();
@@ -371,7 +371,7 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     /// Sets the source port (the checksum is not updated).
@@ -561,7 +561,7 @@ impl TcpRepr {
     /// buffer is shorter than `header_len()`. Wrap a reused buffer with `new_unchecked`.
     #[expect(
         clippy::indexing_slicing,
-        reason = "emit's contract: the buffer holds header_len() bytes, which the options written fill exactly"
+        reason = "emit's contract: the buffer holds header_len(); the options fill it exactly"
     )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
         &self,

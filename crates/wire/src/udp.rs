@@ -73,7 +73,7 @@ pub struct UdpPacket<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 8 bytes check_len verifies; the datagram is clamped to the buffer"
+    reason = "fields inside the 8 bytes check_len verifies; the datagram is clamped"
 )]
 impl<T: AsRef<[u8]>> UdpPacket<T> {
     view_constructors!();
@@ -150,7 +150,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     /// Sets the source port (the checksum is not updated).

@@ -27,7 +27,7 @@ pub struct VlanHeader<T: AsRef<[u8]>> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "fixed fields inside the 4 bytes check_len verifies (the crate's length rule)"
+    reason = "fields inside the 4 bytes check_len verifies"
 )]
 impl<T: AsRef<[u8]>> VlanHeader<T> {
     view_constructors!();
@@ -84,7 +84,7 @@ impl<T: AsRef<[u8]>> VlanHeader<T> {
 
 #[expect(
     clippy::indexing_slicing,
-    reason = "setters write fixed fields of a header the caller sized; short panics (documented)"
+    reason = "setters write fields of a header the caller sized; short panics"
 )]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> VlanHeader<T> {
     /// Sets the raw tag control information.

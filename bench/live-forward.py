@@ -74,6 +74,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import Failure, sh
+
 REPO = Path(__file__).resolve().parent.parent
 BINARY = REPO / "target" / "release" / "netbatch"
 KINDS = ["af_xdp", "af_packet", "kernel"]
@@ -97,21 +99,6 @@ SINK = (
     f"s.bind(('{H2_ADDR}', {SINK_PORT}))\n"
     "time.sleep(100000)\n"
 )
-
-
-class Failure(Exception):
-    """A step of the benchmark went wrong; the message says which."""
-
-
-def sh(argv, timeout=30, check=True):
-    """Runs argv; returns its stdout. Raises Failure with stderr when it fails."""
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        raise Failure(f"{' '.join(map(str, argv))}: timed out after {timeout} s") from e
-    if check and p.returncode != 0:
-        raise Failure(f"{' '.join(map(str, argv))}: exit {p.returncode}: {p.stderr.strip()}")
-    return p.stdout
 
 
 def stop_process(p, grace=10.0):

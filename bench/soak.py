@@ -44,23 +44,11 @@ import threading
 import time
 from pathlib import Path
 
+from benchlib import Failure, sh
+
 REPO = Path(__file__).resolve().parent.parent
 BINARY = REPO / "target" / "release" / "netbatch"
 METRICS = "127.0.0.1:9434"
-
-
-class Failure(Exception):
-    """A step went wrong; the message says which."""
-
-
-def sh(argv, timeout=60, check=True):
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        raise Failure(f"{' '.join(map(str, argv))}: timed out after {timeout} s") from e
-    if check and p.returncode != 0:
-        raise Failure(f"{' '.join(map(str, argv))}: exit {p.returncode}: {p.stderr.strip()}")
-    return p.stdout
 
 
 class Soak:

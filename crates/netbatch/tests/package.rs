@@ -138,8 +138,8 @@ fn the_package_installs_verifies_serves_and_purges() {
         "./usr/share/bash-completion/completions/netbatch",
         "./usr/share/zsh/vendor-completions/_netbatch",
         "./usr/share/fish/vendor_completions.d/netbatch.fish",
-        "./usr/share/doc/netbatch/operating.md",
-        "./usr/share/doc/netbatch/configuration.md",
+        "./usr/share/doc/netbatch/docs/operating.md",
+        "./usr/share/doc/netbatch/docs/configuration.md",
     ] {
         assert!(contents.contains(f), "{f} not in the package:\n{contents}");
     }

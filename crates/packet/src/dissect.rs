@@ -265,9 +265,11 @@ pub fn parse(d: &[u8]) -> Dissected {
     r.l2_len = off as u8;
     r.l3 = off as u16;
     r.l3_type = L3::of_ethertype(et);
+    // `off` never passes the end: the loop above found every header it counted.
+    let ip = d.get(off..).unwrap_or_default();
     match r.l3_type {
-        L3::Ipv4 => ip4(&d[off..], off, &mut r),
-        L3::Ipv6 => ip6(&d[off..], off, &mut r),
+        L3::Ipv4 => ip4(ip, off, &mut r),
+        L3::Ipv6 => ip6(ip, off, &mut r),
         _ => {}
     }
     r

@@ -7,6 +7,7 @@
 //! received (offsets, checksum state, super-packet kind) in these terms, and the stack's
 //! stages read them.
 #![forbid(unsafe_code)]
+#![deny(clippy::indexing_slicing)]
 
 pub mod dissect;
 pub mod meta;

@@ -192,10 +192,10 @@ impl Fields {
     /// The fields `fs`.
     pub const fn of(fs: &[Field]) -> Self {
         let mut bits = 0;
-        let mut i = 0;
-        while i < fs.len() {
-            bits |= 1 << fs[i] as u8;
-            i += 1;
+        let mut rest = fs;
+        while let [f, tail @ ..] = rest {
+            bits |= 1 << *f as u8;
+            rest = tail;
         }
         Self(bits)
     }

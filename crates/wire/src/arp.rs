@@ -63,6 +63,10 @@ pub struct ArpPacket<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 28 bytes check_len verifies"
+)]
 impl<T: AsRef<[u8]>> ArpPacket<T> {
     view_constructors!();
 
@@ -131,6 +135,10 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> ArpPacket<T> {
     /// Sets the hardware type.
     #[inline]

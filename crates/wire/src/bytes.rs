@@ -5,6 +5,10 @@
 
 /// Reads a big-endian `u16` at `at`.
 #[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fixed fields inside a length the caller checked; out of range panics (documented)"
+)]
 pub fn get_u16(b: &[u8], at: usize) -> u16 {
     match b[at..at + 2] {
         [x, y] => u16::from_be_bytes([x, y]),
@@ -14,6 +18,10 @@ pub fn get_u16(b: &[u8], at: usize) -> u16 {
 
 /// Reads a big-endian `u32` at `at`.
 #[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fixed fields inside a length the caller checked; out of range panics (documented)"
+)]
 pub fn get_u32(b: &[u8], at: usize) -> u32 {
     match b[at..at + 4] {
         [w, x, y, z] => u32::from_be_bytes([w, x, y, z]),
@@ -29,12 +37,20 @@ pub fn get_ipv4(b: &[u8], at: usize) -> core::net::Ipv4Addr {
 
 /// Writes a big-endian `u16` at `at`.
 #[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fixed fields inside a length the caller checked; out of range panics (documented)"
+)]
 pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
 /// Writes a big-endian `u32` at `at`.
 #[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fixed fields inside a length the caller checked; out of range panics (documented)"
+)]
 pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_be_bytes());
 }

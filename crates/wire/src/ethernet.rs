@@ -19,6 +19,10 @@ impl MacAddr {
 
     /// Reads an address from the first six bytes of `b` (panics if shorter).
     #[inline]
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "documented to panic on fewer than six bytes; views pass their checked field"
+    )]
     pub fn from_bytes(b: &[u8]) -> Self {
         match b.first_chunk::<6>() {
             Some(a) => Self(*a),
@@ -81,13 +85,14 @@ impl FromStr for MacAddr {
         if s.len() != 17 {
             return Err(Error::Malformed);
         }
+        // 17 bytes are five groups of two digits and a colon, then a last group of two.
         let mut out = [0u8; 6];
-        for (i, byte) in out.iter_mut().enumerate() {
-            let at = i * 3;
-            if i > 0 && s[at - 1] != b':' {
-                return Err(Error::Malformed);
-            }
-            *byte = (hex(s[at])? << 4) | hex(s[at + 1])?;
+        for (byte, group) in out.iter_mut().zip(s.chunks(3)) {
+            let (hi, lo) = match *group {
+                [hi, lo, b':'] | [hi, lo] => (hi, lo),
+                _ => return Err(Error::Malformed),
+            };
+            *byte = (hex(hi)? << 4) | hex(lo)?;
         }
         Ok(Self(out))
     }
@@ -148,6 +153,10 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 14 bytes check_len verifies"
+)]
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     view_constructors!();
 
@@ -195,6 +204,10 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Sets the destination address.
     #[inline]

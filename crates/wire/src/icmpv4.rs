@@ -101,6 +101,10 @@ pub struct Icmpv4Packet<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 8 bytes check_len verifies"
+)]
 impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
     view_constructors!();
 
@@ -181,6 +185,10 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
     /// Sets the message type.
     #[inline]
@@ -302,7 +310,7 @@ impl<'a> Icmpv4Repr<'a> {
         }
         // Borrow the data for the buffer's lifetime `'a`, not the view's.
         let buffer: &'a [u8] = <T as AsRef<[u8]>>::as_ref(packet.buffer);
-        let data = &buffer[field::DATA..];
+        let data = buffer.get(field::DATA..).ok_or(Error::Truncated)?;
         let repr = match (packet.msg_type(), packet.code()) {
             (Icmpv4Type::ECHO_REQUEST, 0) => Self::EchoRequest {
                 ident: packet.ident(),
@@ -358,6 +366,10 @@ impl<'a> Icmpv4Repr<'a> {
     /// buffer should be exactly that long, so that `verify_checksum` on the view agrees).
     /// Panics if the buffer is shorter than `buffer_len()`. Wrap a reused buffer with
     /// `new_unchecked`.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "emit's contract: the caller sized the buffer to buffer_len(); short panics"
+    )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Icmpv4Packet<&mut T>) {
         let (msg_type, code, rest) = match *self {
             Self::EchoRequest { ident, seq_no, .. } => (

@@ -133,6 +133,10 @@ pub struct Icmpv6Packet<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 8 bytes check_len verifies"
+)]
 impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     view_constructors!();
 
@@ -229,6 +233,10 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
     /// Sets the message type.
     #[inline]
@@ -364,7 +372,7 @@ impl<'a> Icmpv6Repr<'a> {
         }
         // Borrow the data for the buffer's lifetime `'a`, not the view's.
         let buffer: &'a [u8] = <T as AsRef<[u8]>>::as_ref(packet.buffer);
-        let data = &buffer[field::DATA..];
+        let data = buffer.get(field::DATA..).ok_or(Error::Truncated)?;
         let (ident, seq_no) = (packet.ident(), packet.seq_no());
         Ok(match (packet.msg_type(), packet.code()) {
             (Icmpv6Type::ECHO_REQUEST, 0) => Self::EchoRequest {
@@ -428,6 +436,10 @@ impl<'a> Icmpv6Repr<'a> {
     /// `verify_checksum` on the view agrees). Panics if the buffer is shorter than
     /// `buffer_len()`. An error message's data is not trimmed here: quote at most
     /// [`MAX_ERROR_LEN`] `- 8` bytes. Wrap a reused buffer with `new_unchecked`.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "emit's contract: the caller sized the buffer to buffer_len(); short panics"
+    )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
         &self,
         packet: &mut Icmpv6Packet<&mut T>,

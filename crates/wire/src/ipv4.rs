@@ -79,6 +79,10 @@ pub struct Ipv4Packet<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 20 bytes check_len verifies; options, payload clamped"
+)]
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     view_constructors!();
 
@@ -251,7 +255,9 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         let header = &self.buffer.as_ref()[..self.header_end()];
         checksum::verifies(checksum::sum(header, 0))
     }
+}
 
+impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Walks the options (RFC 791 §3.1): type 0 (end of list) stops the walk, type 1 (no
     /// operation) is one byte, any other type is followed by a length byte that counts the type
     /// and length bytes, must be at least 2 and must not run past the options area. Returns
@@ -259,8 +265,8 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     pub fn check_options(&self) -> Result<()> {
         let opts = self.options();
         let mut i = 0;
-        while i < opts.len() {
-            match opts[i] {
+        while let Some(&kind) = opts.get(i) {
+            match kind {
                 0 => return Ok(()),
                 1 => i += 1,
                 _ => {
@@ -279,6 +285,10 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets the version (low 4 bits of `v`).
     #[inline]
@@ -491,6 +501,10 @@ impl Ipv4Repr {
     /// is left untouched. Panics if the buffer is shorter than 20 bytes. `payload_len` above
     /// [`Self::MAX_PAYLOAD_LEN`] is a bug (debug assertion; `total_len` saturates at 65535).
     /// Wrap a reused buffer with `new_unchecked`.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "emit's contract: the caller's buffer holds 20 bytes; short panics"
+    )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, packet: &mut Ipv4Packet<&mut T>) {
         debug_assert!(self.payload_len <= Self::MAX_PAYLOAD_LEN);
         let total_len = u16::try_from(HEADER_LEN + self.payload_len).unwrap_or(u16::MAX);
@@ -514,6 +528,10 @@ impl Ipv4Repr {
 /// header is `ihl` bytes long (RFC 791: the one's-complement sum of the header with the
 /// checksum field taken as zero). `h` must hold at least `ihl` (≥ 20) bytes.
 #[inline]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "documented precondition: `h` holds the `ihl` (at least 20) bytes of a header"
+)]
 pub fn fill_header_checksum(h: &mut [u8], ihl: usize) {
     h[10] = 0;
     h[11] = 0;

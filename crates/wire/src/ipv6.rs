@@ -78,6 +78,10 @@ pub struct Ipv6Packet<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 40 bytes check_len verifies; the payload is clamped"
+)]
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     view_constructors!();
 
@@ -189,6 +193,10 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     #[inline]
     fn set_first_word(&mut self, v: u32) {
@@ -256,6 +264,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
 
 /// Reads an IPv6 address (16 bytes) at `at`; panics when out of the buffer.
 #[inline]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fixed fields inside a length the caller checked; out of range panics (documented)"
+)]
 pub(crate) fn read_addr(b: &[u8], at: usize) -> Ipv6Addr {
     let mut a = [0u8; 16];
     a.copy_from_slice(&b[at..at + 16]);

@@ -39,6 +39,10 @@ pub struct Ipv6ExtHeader<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the header_len() (>= 8) bytes check_len verifies"
+)]
 impl<T: AsRef<[u8]>> Ipv6ExtHeader<T> {
     view_constructors!();
 
@@ -93,6 +97,10 @@ impl<T: AsRef<[u8]>> Ipv6ExtHeader<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6ExtHeader<T> {
     /// Sets the next header.
     #[inline]
@@ -205,7 +213,7 @@ impl<'a> Iterator for OptionsIter<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let rest = self.area.get(self.pos..).filter(|r| !r.is_empty())?;
         let at = self.base + self.pos;
-        let option_type = rest[0];
+        let option_type = *rest.first()?;
         if option_type == option_type::PAD1 {
             self.pos += 1;
             return Some(Ok(Ipv6Option {
@@ -250,6 +258,10 @@ pub struct FragmentHeader<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 8 bytes check_len verifies"
+)]
 impl<T: AsRef<[u8]>> FragmentHeader<T> {
     view_constructors!();
 
@@ -296,6 +308,10 @@ impl<T: AsRef<[u8]>> FragmentHeader<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> FragmentHeader<T> {
     /// Sets the next header.
     #[inline]
@@ -365,6 +381,10 @@ impl FragmentRepr {
 
     /// Writes the 8 bytes, reserved fields zero; an offset that is not a multiple of 8 loses
     /// its low 3 bits. Panics if the buffer is shorter than 8 bytes.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "emit's contract: the caller's buffer holds 8 bytes; short panics"
+    )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, header: &mut FragmentHeader<&mut T>) {
         let off_m = (self.frag_offset & OFFSET_MASK) | u16::from(self.more_frags);
         let b = header.buffer.as_mut();
@@ -508,7 +528,7 @@ pub fn walk<T: AsRef<[u8]>>(
         if count >= max_headers {
             return Err(ExtError::TooManyHeaders);
         }
-        let Some(&len_byte) = bytes.get(at + 1) else {
+        let Some(&[next_byte, len_byte]) = bytes.get(at..at + 2) else {
             return Err(ExtError::Truncated { at });
         };
         let len = match next {
@@ -541,7 +561,7 @@ pub fn walk<T: AsRef<[u8]>>(
                 });
             }
         }
-        next = Protocol(header[0]);
+        next = Protocol(next_byte);
         next_at = at;
         at = end;
     }

@@ -24,6 +24,15 @@
 //!
 //! With `new_unchecked` the accessors index the buffer directly and panic when it is too short.
 //!
+//! The crate denies `clippy::indexing_slicing`. Code that walks variable-length data (IPv4
+//! and TCP options, the extension header chain, IPv6 and NDP options) reads with `get`,
+//! `split_first_chunk`, `split_at_checked` and slice patterns, so it cannot panic whatever
+//! the bytes say. Indexing is left only where a length checked once covers it, each place
+//! under an `#[expect]` whose reason names that length: the view accessors (after
+//! `check_len`), `emit` and the setters (into a buffer the caller sized), the fixed-offset
+//! helpers of [`bytes`], and the checksum loops, whose indices their loop bounds cover and
+//! whose forms without indexing cost the fast path instructions (`scripts/instructions`).
+//!
 //! # Emitting
 //!
 //! `Repr::emit` writes every header field, so the buffer may hold stale data from an earlier
@@ -42,6 +51,7 @@
 //! from [`checksum::pseudo_header_v6`], and extension header offsets count from the IPv6 header.
 #![no_std]
 #![forbid(unsafe_code)]
+#![deny(clippy::indexing_slicing)]
 
 /// The constructors every view shares: `new_unchecked`, `new_checked` (which runs the
 /// view's own `check_len`) and `into_inner`. Used inside each view's

@@ -62,6 +62,10 @@ pub struct NeighborPacket<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 24 bytes check_len verifies"
+)]
 impl<T: AsRef<[u8]>> NeighborPacket<T> {
     view_constructors!();
 
@@ -136,6 +140,10 @@ impl<T: AsRef<[u8]>> NeighborPacket<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> NeighborPacket<T> {
     /// Sets the R, S and O flags and clears the reserved bits (zero for a solicitation).
     #[inline]
@@ -218,31 +226,39 @@ impl<'a> NdpOptionIter<'a> {
         Self { rest: options }
     }
 
-    /// Decodes one option whose whole bytes (type and length included) are `opt`.
+    /// Decodes one option whose whole bytes (type and length included) are `opt`: the
+    /// iterator hands over whole options, a non-zero number of 8-byte units, so every
+    /// `Truncated` below is unreachable from it.
     fn decode(opt: &'a [u8]) -> Result<NdpOption<'a>> {
-        let data = &opt[2..];
-        let mac = || MacAddr::from_bytes(data);
-        Ok(match opt[0] {
-            option_type::SOURCE_LL_ADDR => NdpOption::SourceLinkLayerAddr(mac()),
-            option_type::TARGET_LL_ADDR => NdpOption::TargetLinkLayerAddr(mac()),
+        let Some((&[kind, _], data)) = opt.split_first_chunk::<2>() else {
+            return Err(Error::Truncated);
+        };
+        let mac = || {
+            data.first_chunk::<6>()
+                .map(|m| MacAddr(*m))
+                .ok_or(Error::Truncated)
+        };
+        Ok(match kind {
+            option_type::SOURCE_LL_ADDR => NdpOption::SourceLinkLayerAddr(mac()?),
+            option_type::TARGET_LL_ADDR => NdpOption::TargetLinkLayerAddr(mac()?),
             option_type::PREFIX_INFO => {
-                if opt.len() != 32 {
+                let Ok(p) = <&[u8; 32]>::try_from(opt) else {
                     return Err(Error::Malformed);
-                }
+                };
                 NdpOption::PrefixInfo(PrefixInfo {
-                    prefix_len: opt[2],
-                    on_link: opt[3] & 0x80 != 0,
-                    autonomous: opt[3] & 0x40 != 0,
-                    valid_lifetime: crate::bytes::get_u32(opt, 4),
-                    preferred_lifetime: crate::bytes::get_u32(opt, 8),
-                    prefix: read_addr(opt, 16),
+                    prefix_len: p[2],
+                    on_link: p[3] & 0x80 != 0,
+                    autonomous: p[3] & 0x40 != 0,
+                    valid_lifetime: crate::bytes::get_u32(p, 4),
+                    preferred_lifetime: crate::bytes::get_u32(p, 8),
+                    prefix: read_addr(p, 16),
                 })
             }
             option_type::MTU => {
-                if opt.len() != 8 {
+                let Ok(m) = <&[u8; 8]>::try_from(opt) else {
                     return Err(Error::Malformed);
-                }
-                NdpOption::Mtu(crate::bytes::get_u32(opt, 4))
+                };
+                NdpOption::Mtu(u32::from_be_bytes([m[4], m[5], m[6], m[7]]))
             }
             option_type => NdpOption::Other { option_type, data },
         })
@@ -387,6 +403,10 @@ impl NdpRepr {
     /// for `src` and `dst` over the first `buffer_len()` bytes (the buffer should be exactly
     /// that long). Panics if the buffer is shorter. Wrap a reused buffer with
     /// `new_unchecked`.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "emit's contract: the caller sized the buffer to buffer_len(); short panics"
+    )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
         &self,
         packet: &mut NeighborPacket<&mut T>,

@@ -210,29 +210,29 @@ impl<'a> Iterator for TcpOptionIter<'a> {
         let Some(&len) = rest.first() else {
             return self.fail();
         };
-        let len = usize::from(len);
-        if len < 2 || len > data.len() {
+        // The length counts kind and length bytes: below 2 or past the area is malformed.
+        let Some((option, after)) = data.split_at_checked(usize::from(len)) else {
             return self.fail();
-        }
-        let body = &data[2..len];
-        self.data = &data[len..];
-        let option = match kind {
-            kind::MSS if body.len() == 2 => {
-                TcpOption::MaxSegmentSize(u16::from_be_bytes([body[0], body[1]]))
-            }
-            kind::WS if body.len() == 1 => TcpOption::WindowScale(body[0]),
-            kind::SACK_PERMITTED if body.is_empty() => TcpOption::SackPermitted,
-            kind::SACK if !body.is_empty() && body.len().is_multiple_of(8) => {
+        };
+        let Some((_, body)) = option.split_first_chunk::<2>() else {
+            return self.fail();
+        };
+        self.data = after;
+        let option = match (kind, body) {
+            (kind::MSS, &[hi, lo]) => TcpOption::MaxSegmentSize(u16::from_be_bytes([hi, lo])),
+            (kind::WS, &[shift]) => TcpOption::WindowScale(shift),
+            (kind::SACK_PERMITTED, []) => TcpOption::SackPermitted,
+            (kind::SACK, _) if !body.is_empty() && body.len().is_multiple_of(8) => {
                 TcpOption::SackRange(body)
             }
-            kind::TIMESTAMP if body.len() == 8 => TcpOption::Timestamp {
-                tsval: crate::bytes::get_u32(body, 0),
-                tsecr: crate::bytes::get_u32(body, 4),
+            (kind::TIMESTAMP, &[a, b, c, d, e, f, g, h]) => TcpOption::Timestamp {
+                tsval: u32::from_be_bytes([a, b, c, d]),
+                tsecr: u32::from_be_bytes([e, f, g, h]),
             },
-            kind::MSS | kind::WS | kind::SACK_PERMITTED | kind::SACK | kind::TIMESTAMP => {
+            (kind::MSS | kind::WS | kind::SACK_PERMITTED | kind::SACK | kind::TIMESTAMP, _) => {
                 return self.fail();
             }
-            _ => TcpOption::Unknown { kind, data: body },
+            (kind, data) => TcpOption::Unknown { kind, data },
         };
         Some(Ok(option))
     }
@@ -246,6 +246,10 @@ pub struct TcpPacket<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 20 bytes check_len verifies; options, payload clamped"
+)]
 impl<T: AsRef<[u8]>> TcpPacket<T> {
     view_constructors!();
 
@@ -365,6 +369,10 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpPacket<T> {
     /// Sets the source port (the checksum is not updated).
     #[inline]
@@ -551,6 +559,10 @@ impl TcpRepr {
     /// writing it). Options are written in the order MSS, window scale, SACK permitted,
     /// timestamps, then zero padding (end of list). Reserved bits are cleared. Panics if the
     /// buffer is shorter than `header_len()`. Wrap a reused buffer with `new_unchecked`.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "emit's contract: the buffer holds header_len(); the options fill it exactly"
+    )]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(
         &self,
         packet: &mut TcpPacket<&mut T>,

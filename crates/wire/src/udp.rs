@@ -71,6 +71,10 @@ pub struct UdpPacket<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 8 bytes check_len verifies; the datagram is clamped"
+)]
 impl<T: AsRef<[u8]>> UdpPacket<T> {
     view_constructors!();
 
@@ -144,6 +148,10 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     /// Sets the source port (the checksum is not updated).
     #[inline]

@@ -25,6 +25,10 @@ pub struct VlanHeader<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "fields inside the 4 bytes check_len verifies"
+)]
 impl<T: AsRef<[u8]>> VlanHeader<T> {
     view_constructors!();
 
@@ -78,6 +82,10 @@ impl<T: AsRef<[u8]>> VlanHeader<T> {
     }
 }
 
+#[expect(
+    clippy::indexing_slicing,
+    reason = "setters write fields of a header the caller sized; short panics"
+)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> VlanHeader<T> {
     /// Sets the raw tag control information.
     #[inline]

@@ -227,6 +227,22 @@ pub(crate) fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Opt
         .or_else(|| host.ifaces.iter().find_map(Iface::primary))
 }
 
+/// The IPv4 header of an ICMP message we originate about another packet (an error or a
+/// redirect) from `src` to `dst`, quoting `quote` bytes after its 8-byte ICMP header.
+pub(crate) fn outer_header(src: Ipv4Addr, dst: Ipv4Addr, quote: usize, ident: u16) -> Ipv4Repr {
+    Ipv4Repr {
+        src,
+        dst,
+        protocol: Protocol::ICMP,
+        payload_len: 8 + quote,
+        ttl: 64,
+        // Precedence "internetwork control", as Linux marks ICMP errors and redirects.
+        dscp_ecn: 0xc0,
+        ident,
+        dont_frag: false,
+    }
+}
+
 /// `ip4-icmp-error`. It drops, when no error may be sent, with the reason of the failure
 /// that asked for it: those sets are declared here too.
 pub const DECL: Decl = Decl {
@@ -326,18 +342,8 @@ impl Stage<Host> for Ip4IcmpError {
                 out.drop(p, reason);
                 continue;
             };
-            let ip = Ipv4Repr {
-                src,
-                dst: orig_src,
-                protocol: Protocol::ICMP,
-                payload_len: 8 + quote,
-                ttl: 64,
-                // Precedence "internetwork control", as Linux marks ICMP errors.
-                dscp_ecn: 0xc0,
-                ident,
-                dont_frag: false,
-            };
-            ip.emit(&mut Ipv4Packet::new_unchecked(&mut h[..20]));
+            outer_header(src, orig_src, quote, ident)
+                .emit(&mut Ipv4Packet::new_unchecked(&mut h[..20]));
             let mut icmp = Icmpv4Packet::new_unchecked(&mut v.data_mut()[20..]);
             icmp.set_msg_type(Icmpv4Type(ty));
             icmp.set_code(code);

@@ -32,7 +32,7 @@ use core::net::Ipv4Addr;
 
 use netbatch_engine::{Cx, Meta, Pkt};
 use netbatch_wire::icmpv4::{Icmpv4Packet, Icmpv4Type};
-use netbatch_wire::ipv4::{Ipv4Packet, Ipv4Repr, Protocol};
+use netbatch_wire::ipv4::Ipv4Packet;
 
 use super::{header, icmp_error, options};
 use crate::host::Host;
@@ -58,9 +58,9 @@ pub enum Outcome {
 }
 
 /// The gateway a redirect about the packet `d` (from its IPv4 header) with metadata `m`,
-/// forwarded back out of the interface it arrived on, names: the next hop, when one may
-/// be sent (see the module doc).
-fn gateway(host: &Host, m: &Meta, d: &[u8]) -> Option<Ipv4Addr> {
+/// forwarded back out of the interface it arrived on, names (the next hop), and the
+/// packet's sender the redirect goes to, when one may be sent (see the module doc).
+fn gateway(host: &Host, m: &Meta, d: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr)> {
     let ip = header(d)?;
     let hop = host.routes.hop(m.adj)?;
     let (src, dst) = (ip.src(), ip.dst());
@@ -83,7 +83,7 @@ fn gateway(host: &Host, m: &Meta, d: &[u8]) -> Option<Ipv4Addr> {
             return None;
         }
     }
-    icmp_error::may_answer(d, m.flags).then_some(gw)
+    icmp_error::may_answer(d, m.flags).then_some((gw, src))
 }
 
 /// Makes the redirect about packet `p` (forwarded, out of the interface it arrived on)
@@ -94,7 +94,7 @@ pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>)
     let pool = cx.pool;
     let v = pool.get(p);
     let (m, d) = (v.meta, v.data());
-    let Some(gw) = gateway(host, m, d) else {
+    let Some((gw, sender)) = gateway(host, m, d) else {
         return (Outcome::NotEligible, None);
     };
     let Some(src) = icmp_error::error_source(host, d, m.flags, m.in_if) else {
@@ -109,11 +109,6 @@ pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>)
         return (Outcome::NoBuffer, None);
     };
     let quote = d.len().min(MAX_LEN - 28);
-    let Some(orig) = header(d) else {
-        cx.cache.free(q);
-        return (Outcome::NotEligible, None);
-    };
-    let sender = orig.src();
     let (trace, in_if) = (m.flags & flag::TRACE, m.in_if);
     let ident = host.next_ident();
     let mut w = pool.get_mut(&mut q);
@@ -123,18 +118,8 @@ pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>)
         return (Outcome::NoBuffer, None);
     };
     b[28..].copy_from_slice(&d[..quote]);
-    Ipv4Repr {
-        src,
-        dst: sender,
-        protocol: Protocol::ICMP,
-        payload_len: 8 + quote,
-        ttl: 64,
-        // Precedence "internetwork control", as Linux marks ICMP errors and redirects.
-        dscp_ecn: 0xc0,
-        ident,
-        dont_frag: false,
-    }
-    .emit(&mut Ipv4Packet::new_unchecked(&mut b[..20]));
+    icmp_error::outer_header(src, sender, quote, ident)
+        .emit(&mut Ipv4Packet::new_unchecked(&mut b[..20]));
     let mut icmp = Icmpv4Packet::new_unchecked(&mut b[20..]);
     icmp.set_msg_type(Icmpv4Type::REDIRECT);
     icmp.set_code(CODE_HOST);

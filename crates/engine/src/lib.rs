@@ -20,7 +20,7 @@ pub mod trace;
 pub use counters::{DropCounters, NodeSnapshot};
 pub use drop::{Reason, reason};
 pub use graph::{Dispatch, Graph, GraphBuilder, GraphError, Mode, NodeId, intern};
-pub use meta::Meta;
+pub use meta::{Ask, Meta};
 pub use pool::{BufCache, Layout, Pkt, PktMut, PktRef, Pool, PoolConfig, PoolError};
 pub use stage::{
     Accounting, Cx, LIST_MAX, Next, Out, PacketStage, PerPacket, PktList, Stage, Verdict,

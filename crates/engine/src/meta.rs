@@ -25,11 +25,30 @@ pub mod flag {
     pub const L4_CSUM_PARTIAL: u32 = 1 << 28;
 }
 
+/// A request one stage makes of a later one about a packet, carried in [`Meta::ask`]: a
+/// code the stack defines (0: no request) and the request's parameter. The engine never
+/// reads it; the stack writes and reads it only through its typed requests (the ICMP
+/// error a failure should cause, with the pointer or MTU the message carries), so that a
+/// code of one kind is never read as another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(2))]
+pub struct Ask {
+    /// What is asked (a code the stack defines; 0: nothing).
+    pub code: u16,
+    /// Its parameter (the request's kind says what it means).
+    pub param: u32,
+}
+
+impl Ask {
+    /// No request.
+    pub const NONE: Self = Self { code: 0, param: 0 };
+}
+
 /// The hot metadata of one buffer.
 ///
 /// The engine reads `data`, `len`, `chain`, `segs` and the trace flag; every other field
 /// is written and read by the stack and the ports, which say what the codes in them mean
-/// (`l3_type`, `l4_type`, `note`, `adj`, `gso_type`, the flag bits below the reserved
+/// (`l3_type`, `l4_type`, `ask`, `adj`, `gso_type`, the flag bits below the reserved
 /// byte). Offsets count bytes from the start of the buffer.
 #[derive(Debug, PartialEq, Eq)]
 #[repr(C, align(64))]
@@ -48,9 +67,10 @@ pub struct Meta {
     pub l3: u16,
     /// Offset of the L4 header in the buffer (set by the dissector).
     pub l4: u16,
-    /// A stage's note to a later stage about this packet (what the stack needs carried
-    /// along an arc, e.g. the error message a failure should cause); 0 when none.
-    pub note: u16,
+    /// A stage's request to a later stage about this packet (what the stack needs carried
+    /// along an arc, e.g. the error message a failure should cause); [`Ask::NONE`] when
+    /// none.
+    pub ask: Ask,
     /// [`flag`] bits and the stack's own.
     pub flags: u32,
     /// Flow hash (from the device, or computed when steering or coalescing needs one).
@@ -73,8 +93,6 @@ pub struct Meta {
     pub l4_type: u8,
     /// Bytes of link-layer header the frame arrived with (set by the dissector).
     pub l2_len: u8,
-    /// Free word for the stage that owns the packet right now (e.g. a socket index).
-    pub scratch: u32,
     /// Next buffer of a chain (payload continuation or, for fraglist, the next packet).
     pub chain: Option<Pkt>,
     /// Ones' complement sum of this buffer's L4 payload, as coalescing recorded it when it
@@ -98,7 +116,7 @@ impl Meta {
             out_if: u16::MAX,
             l3: 0,
             l4: 0,
-            note: 0,
+            ask: Ask::NONE,
             flags: 0,
             hash: 0,
             adj: 0,
@@ -110,7 +128,6 @@ impl Meta {
             l3_type: 0,
             l4_type: 0,
             l2_len: 0,
-            scratch: 0,
             chain: None,
             csum_payload: 0,
             rx_tsc: 0,

@@ -428,12 +428,12 @@ mod tests {
     /// packet's index, in order.
     fn sorted(pool: &Pool, out: &Out) -> (Vec<(u32, u8)>, Vec<u32>) {
         let pushed = (0..out.pkts.len())
-            .map(|i| (pool.get(&out.pkts[i]).meta.scratch, out.arc_of(i)))
+            .map(|i| (pool.get(&out.pkts[i]).meta.mark, out.arc_of(i)))
             .collect();
         let dropped = out
             .drops
             .iter()
-            .map(|(p, _)| pool.get(p).meta.scratch)
+            .map(|(p, _)| pool.get(p).meta.mark)
             .collect();
         (pushed, dropped)
     }
@@ -460,13 +460,13 @@ mod tests {
             let mut list: PktList = Vec::new();
             for &n in &pattern {
                 let mut p = cache.alloc().expect("buffer");
-                pool.get_mut(&mut p).meta.scratch = n;
+                pool.get_mut(&mut p).meta.mark = n;
                 list.push(p);
             }
             let mut out = Out::for_list();
             let mut seen = Vec::new();
             out.sort(&mut list, |p| {
-                let n = pool.get(p).meta.scratch;
+                let n = pool.get(p).meta.mark;
                 seen.push(n);
                 fate(n)
             });
@@ -505,7 +505,7 @@ mod tests {
             arcs.iter()
                 .map(|&a| {
                     let mut p = cache.alloc().expect("buffer");
-                    pool.get_mut(&mut p).meta.scratch = n;
+                    pool.get_mut(&mut p).meta.mark = n;
                     n += 1;
                     (p, a)
                 })
@@ -523,7 +523,7 @@ mod tests {
             let want: Vec<(u32, u8)> = before
                 .iter()
                 .chain(&list)
-                .map(|(p, a)| (pool.get(p).meta.scratch, *a))
+                .map(|(p, a)| (pool.get(p).meta.mark, *a))
                 .collect();
             let mut out = Out::for_list();
             for (p, a) in before {

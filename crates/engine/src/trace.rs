@@ -151,8 +151,8 @@ pub struct View {
     pub adj: u32,
     /// Logical interface chosen for transmission (`u16::MAX`: none).
     pub out_if: u16,
-    /// A stage's note to a later one.
-    pub note: u16,
+    /// A stage's request to a later one.
+    pub ask: crate::Ask,
     /// Firewall mark.
     pub mark: u32,
     /// Flag bits.
@@ -193,7 +193,7 @@ impl View {
             l2_len: m.l2_len,
             adj: m.adj,
             out_if: m.out_if,
-            note: m.note,
+            ask: m.ask,
             mark: m.mark,
             flags: m.flags,
             head_at,
@@ -230,7 +230,7 @@ impl fmt::Debug for View {
             .field("l3_type", &self.l3_type)
             .field("l4_type", &self.l4_type)
             .field("adj", &self.adj)
-            .field("note", &self.note)
+            .field("ask", &self.ask)
             .field("mark", &self.mark)
             .field("flags", &format_args!("{:#x}", self.flags))
             .field("head_at", &self.head_at)

@@ -130,8 +130,9 @@ pub enum Field {
     OutIf,
     /// `adj`: the adjacency routing chose.
     Adj,
-    /// `note` and `scratch`: a request for an ICMP error (its cause and argument).
-    Note,
+    /// `ask`: a request for an ICMP error (its cause and parameter,
+    /// `netbatch_stack::ask::Request`).
+    Ask,
     /// `mark`: the firewall mark.
     Mark,
     /// A super-packet's shape: `gso_size`, `gso_type`, `segs`, `chain`,
@@ -154,7 +155,7 @@ impl Field {
         Self::Origin,
         Self::OutIf,
         Self::Adj,
-        Self::Note,
+        Self::Ask,
         Self::Mark,
         Self::Gso,
         Self::Hash,
@@ -173,7 +174,7 @@ impl Field {
             Self::Origin => "origin",
             Self::OutIf => "out_if",
             Self::Adj => "adj",
-            Self::Note => "note",
+            Self::Ask => "ask",
             Self::Mark => "mark",
             Self::Gso => "gso",
             Self::Hash => "hash",

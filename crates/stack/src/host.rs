@@ -95,13 +95,13 @@ impl HostStats {
 /// runs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
-    /// Packets whose `Meta::note` names an ICMP error cause (failed resolutions).
+    /// Packets that carry a request for an ICMP error (failed resolutions).
     IcmpError,
     /// Locally originated IP packets (application sends).
     LocalOut,
     /// Packets released by a neighbour another worker learned.
     Neighbour,
-    /// IPv6 packets whose `Meta::note` names an ICMPv6 error cause (failed resolutions).
+    /// IPv6 packets that carry a request for an ICMPv6 error (failed resolutions).
     Icmp6Error,
     /// Locally originated IPv6 packets (application sends).
     LocalOut6,

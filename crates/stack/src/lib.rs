@@ -22,6 +22,7 @@
 pub use netbatch_packet::{dissect, meta, offload};
 
 pub mod arp;
+pub mod ask;
 pub mod assemble;
 pub mod cls;
 pub mod declare;

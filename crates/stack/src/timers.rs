@@ -25,7 +25,8 @@ pub fn run(host: &mut Host, pool: &Pool, cache: &mut BufCache, now_ns: u64) {
         }
     }
     for mut p in failed.drain(..) {
-        pool.get_mut(&mut p).meta.note = crate::ip4::icmp_error::Cause::NeighFailed.note();
+        crate::ip4::icmp_error::Request::new(crate::ip4::icmp_error::Cause::NeighFailed)
+            .put(pool.get_mut(&mut p).meta);
         host.injected.push(Entry::IcmpError, p);
     }
     // Neighbour discovery: solicitations retried or probing stale entries, resolutions
@@ -47,7 +48,8 @@ pub fn run(host: &mut Host, pool: &Pool, cache: &mut BufCache, now_ns: u64) {
         }
     }
     for mut p in failed {
-        pool.get_mut(&mut p).meta.note = crate::ip6::Cause::NeighFailed.note();
+        crate::ip6::icmp_error::Request::new(crate::ip6::Cause::NeighFailed)
+            .put(pool.get_mut(&mut p).meta);
         host.injected.push(Entry::Icmp6Error, p);
     }
 }

@@ -711,8 +711,8 @@ fn view_text(node: &str, v: &View, routes: Option<&Routes>) -> String {
     if v.mark != 0 {
         let _ = write!(s, " mark {:#x}", v.mark);
     }
-    if v.note != 0 {
-        let _ = write!(s, " note {}", v.note);
+    if let Some(ask) = crate::ask::describe(v.ask) {
+        let _ = write!(s, " asks {ask}");
     }
     s
 }

@@ -21,6 +21,7 @@ use netbatch_engine::{Cx, Out, PktList, Stage, Verdict};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
+use super::icmp_error::{Cause, Request};
 use super::{header_mut, options, redirect};
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
@@ -126,7 +127,7 @@ pub const DECL: Decl = Decl {
     reasons: &[reason::ALL, super::input::reason::ALL],
     decode: Decode::Ip,
     reads: Fields::of(&[Field::L3, Field::InIf, Field::OutIf, Field::Adj]),
-    writes: Fields::of(&[Field::Origin, Field::Note]),
+    writes: Fields::of(&[Field::Origin, Field::Ask]),
     ..Decl::new(node::IP4_FORWARD, |_| Box::new(Ip4Forward::default()))
 };
 
@@ -157,7 +158,7 @@ impl Stage<Host> for Ip4Forward {
                 };
                 let ttl = ip.ttl();
                 if ttl <= 1 {
-                    v.meta.note = crate::ip4::icmp_error::Cause::TtlExpired.note();
+                    Request::new(Cause::TtlExpired).put(v.meta);
                     return Verdict::To(ERROR);
                 }
                 // TTL shares a 16-bit word with the protocol: RFC 1624 eqn. 3 on that word,
@@ -167,8 +168,7 @@ impl Stage<Host> for Ip4Forward {
                 if ip.header_len() > 20 {
                     let out_if = v.meta.out_if;
                     if let Err(pointer) = record_options(host, now_ns, out_if, v.data_mut()) {
-                        v.meta.note = crate::ip4::icmp_error::Cause::ParamProblem.note();
-                        v.meta.scratch = pointer as u32;
+                        Request::with(Cause::ParamProblem, pointer as u32).put(v.meta);
                         return Verdict::To(ERROR);
                     }
                 }

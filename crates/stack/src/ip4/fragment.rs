@@ -21,6 +21,7 @@ use netbatch_wire::ipv4::Ipv4Packet;
 use netbatch_wire::tcp::TcpPacket;
 
 use super::header;
+use super::icmp_error::{Cause, Request};
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, L4};
@@ -184,7 +185,7 @@ pub const DECL: Decl = Decl {
         Field::Origin,
         Field::Gso,
     ]),
-    writes: Fields::of(&[Field::L3, Field::L4, Field::Note]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::Ask]),
     ..Decl::new(node::IP4_FRAGMENT, |_| Box::new(Ip4Fragment::default()))
 };
 
@@ -227,8 +228,7 @@ impl Stage<Host> for Ip4Fragment {
             } else if ip.dont_frag() {
                 if v.meta.flags & flag::FORWARDED != 0 {
                     // RFC 1191: tell the sender the MTU of the hop that is too small.
-                    v.meta.note = crate::ip4::icmp_error::Cause::FragNeeded.note();
-                    v.meta.scratch = mtu as u32;
+                    Request::with(Cause::FragNeeded, mtu as u32).put(v.meta);
                     out.push(ERROR, p);
                 } else {
                     out.drop(p, reason::FRAG_NEEDED);

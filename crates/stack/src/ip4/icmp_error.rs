@@ -1,5 +1,6 @@
-//! `ip4-icmp-error`: turns a packet whose `Meta::note` holds the [`Cause`] of an ICMP-worthy failure
-//! into that ICMP error, in its own buffer, and sends it to `ip4-local-out`.
+//! `ip4-icmp-error`: turns a packet that carries a [`Request`] (the [`Cause`] of an
+//! ICMP-worthy failure, and the pointer or MTU its message carries) into that ICMP error,
+//! in its own buffer, and sends it to `ip4-local-out`.
 //!
 //! The error is built in the offending packet's own buffer (nothing is allocated), so
 //! the packet continues as its answer; what caused it is counted per reason as an event
@@ -49,8 +50,8 @@ netbatch_engine::arcs! {
 /// Largest ICMP error datagram (RFC 1812 4.3.2.3).
 const MAX_ERROR_LEN: usize = 576;
 
-/// Why a packet is sent to `ip4-icmp-error` (carried in its `Meta::note`): the error it
-/// causes, and the drop reason it is counted under when no error may be sent.
+/// Why a packet is sent to `ip4-icmp-error` (in its [`Request`]): the error it causes, and
+/// the drop reason it is counted under when no error may be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum Cause {
@@ -66,13 +67,13 @@ pub enum Cause {
     UnknownProtocol,
     /// No socket on the port: port unreachable.
     NoSocket,
-    /// Too long for the next hop with DF set: fragmentation needed (RFC 1191), the MTU in
-    /// `Meta::scratch`.
+    /// Too long for the next hop with DF set: fragmentation needed (RFC 1191), the
+    /// request's parameter the next hop's MTU.
     FragNeeded,
     /// A prohibit route: communication administratively prohibited (RFC 1812 5.2.7.1).
     RouteProhibit,
     /// A malformed header option: parameter problem (RFC 792, RFC 1812 5.2.5), the
-    /// offset of the octet in error in `Meta::scratch`.
+    /// request's parameter the offset of the octet in error.
     ParamProblem,
     /// A strict source route whose next hop is not on a connected network: source route
     /// failed (RFC 1812 5.2.4.1).
@@ -93,17 +94,6 @@ impl Cause {
         Self::ParamProblem,
         Self::SourceRouteFailed,
     ];
-
-    /// The value kept in `Meta::note`.
-    #[inline(always)]
-    pub const fn note(self) -> u16 {
-        self as u16
-    }
-
-    /// The cause a `Meta::note` holds, if any.
-    pub fn from_note(n: u16) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.note() == n)
-    }
 
     /// The ICMP (type, code) it causes.
     pub const fn icmp(self) -> (u8, u8) {
@@ -152,6 +142,26 @@ impl Cause {
         }
     }
 }
+
+impl crate::ask::Cause for Cause {
+    const ALL: &'static [Self] = &Self::ALL;
+
+    #[inline(always)]
+    fn code(self) -> u16 {
+        self as u16
+    }
+
+    fn param(self) -> Option<&'static str> {
+        match self {
+            Self::FragNeeded => Some("mtu"),
+            Self::ParamProblem => Some("pointer"),
+            _ => None,
+        }
+    }
+}
+
+/// A request for an ICMP error: a [`Cause`] and the parameter its message carries.
+pub type Request = crate::ask::Request<Cause>;
 
 /// The ICMP error generator.
 #[derive(Debug, Default)]
@@ -259,7 +269,7 @@ pub const DECL: Decl = Decl {
     ],
     decode: Decode::Ip,
     reads: Fields::of(&[
-        Field::Note,
+        Field::Ask,
         Field::L3,
         Field::L4,
         Field::InIf,
@@ -268,7 +278,7 @@ pub const DECL: Decl = Decl {
         Field::Origin,
         Field::Gso,
     ]),
-    writes: Fields::of(&[Field::OutIf, Field::Origin, Field::Gso, Field::Note]),
+    writes: Fields::of(&[Field::OutIf, Field::Origin, Field::Gso, Field::Ask]),
     ..Decl::new(node::IP4_ICMP_ERROR, |_| Box::new(Ip4IcmpError::default()))
 };
 
@@ -293,7 +303,7 @@ impl Stage<Host> for Ip4IcmpError {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
-            let Some(cause) = Cause::from_note(v.meta.note) else {
+            let Some(Request { cause, param }) = Request::take(&mut *v.meta) else {
                 out.drop(p, reason::NO_CAUSE);
                 continue;
             };
@@ -337,7 +347,6 @@ impl Stage<Host> for Ip4IcmpError {
             let quote = (v.meta.len as usize).min(MAX_ERROR_LEN - 28);
             v.truncate(quote);
             let ident = host.next_ident();
-            let scratch = v.meta.scratch;
             let Some(h) = v.push(28) else {
                 out.drop(p, reason);
                 continue;
@@ -350,14 +359,13 @@ impl Stage<Host> for Ip4IcmpError {
             icmp.set_rest_of_header(0);
             match cause {
                 // RFC 1191: next-hop MTU in the low 16 bits of the unused word.
-                Cause::FragNeeded => icmp.set_next_hop_mtu(scratch as u16),
+                Cause::FragNeeded => icmp.set_next_hop_mtu(param as u16),
                 // RFC 792: the pointer in the first octet of the unused word.
-                Cause::ParamProblem => icmp.set_rest_of_header((scratch & 0xff) << 24),
+                Cause::ParamProblem => icmp.set_rest_of_header((param & 0xff) << 24),
                 _ => {}
             }
             icmp.fill_checksum();
             v.meta.flags = (v.meta.flags & flag::TRACE) | flag::ORIGINATED | flag::IP_CSUM_OK;
-            v.meta.note = 0;
             v.meta.out_if = u16::MAX;
             v.meta.gso_size = 0;
             v.meta.gso_type = 0;
@@ -518,10 +526,6 @@ mod tests {
         assert_eq!(Cause::FragNeeded.icmp(), (3, 4));
         assert_eq!(Cause::ParamProblem.icmp(), (12, 0));
         assert_eq!(Cause::SourceRouteFailed.icmp(), (3, 5));
-        for c in Cause::ALL {
-            assert_eq!(Cause::from_note(c.note()), Some(c), "{c:?} round-trips");
-        }
-        assert_eq!(Cause::from_note(0), None, "0 is no cause");
     }
 
     /// A cause that gets no error is counted under the drop reason its stage declares,

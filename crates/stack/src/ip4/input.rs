@@ -18,7 +18,7 @@ use netbatch_engine::{Cx, Out, PktList, Reason, Stage, Verdict};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
 
-use super::icmp_error::Cause;
+use super::icmp_error::{Cause, Request};
 use super::options;
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
@@ -131,7 +131,7 @@ pub const DECL: Decl = Decl {
     reasons: &[reason::ALL],
     decode: Decode::Ip,
     reads: Fields::of(&[Field::L3, Field::L4, Field::Gso]),
-    writes: Fields::of(&[Field::L3, Field::L4, Field::Csum, Field::Note]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::Csum, Field::Ask]),
     ..Decl::new(node::IP4_INPUT, |_| Box::new(Ip4Input))
 };
 
@@ -180,8 +180,7 @@ impl Stage<Host> for Ip4Input {
                     Err(r) if r == reason::BAD_OPTIONS => {
                         // Point at the octet in error.
                         let pointer = options::scan(header_of(d)).err().unwrap_or(20);
-                        m.note = Cause::ParamProblem.note();
-                        m.scratch = pointer as u32;
+                        Request::with(Cause::ParamProblem, pointer as u32).put(m);
                         Verdict::To(ERROR)
                     }
                     Err(r) => Verdict::Drop(r),

@@ -11,6 +11,7 @@
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
 use super::header;
+use super::icmp_error::{Cause, Request};
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, Demux, Family, To};
 use crate::host::Host;
@@ -43,7 +44,7 @@ pub const DECL: Decl = Decl {
     reasons: &[reason::ALL, crate::hostif::reason::ALL],
     decode: Decode::Ip,
     reads: Fields::of(&[Field::L3, Field::L4, Field::InPort]),
-    writes: Fields::of(&[Field::Note]),
+    writes: Fields::of(&[Field::Ask]),
     ..Decl::new(node::IP4_LOCAL, |m| Box::new(Ip4Local::new(m.demux(ARCS))))
 };
 
@@ -86,7 +87,7 @@ impl Stage<Host> for Ip4Local {
                 Some(a) => out.push(a, p),
                 None if punt_port(host, v.meta.in_port).is_some() => out.push(HOST, p),
                 None => {
-                    v.meta.note = crate::ip4::icmp_error::Cause::UnknownProtocol.note();
+                    Request::new(Cause::UnknownProtocol).put(v.meta);
                     out.push(ERROR, p);
                 }
             }

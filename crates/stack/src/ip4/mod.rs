@@ -3,9 +3,9 @@
 //! `ip4-input` (validation) → `ip4-route` (local or forward) → `ip4-local` (protocol
 //! demux) | `ip4-forward` (TTL, MTU) → … and, for packets this host originates,
 //! `ip4-local-out` (route and finish the header). `ip4-fragment` takes what the
-//! neighbour stage finds too large for its output MTU. `ip4-icmp-error` turns a packet whose
-//! `Meta::note` holds an ICMP-worthy cause into that ICMP error, in place. `options`
-//! holds what the stages do with the IP options a router acts on.
+//! neighbour stage finds too large for its output MTU. `ip4-icmp-error` turns a packet
+//! that carries a request for an ICMP error (`icmp_error::Request`) into that ICMP error,
+//! in place. `options` holds what the stages do with the IP options a router acts on.
 //!
 //! Invariant after `ip4-input`: the packet starts at a valid IPv4 header
 //! (`Meta::data == Meta::l3`), its length equals the header's total length, the header

@@ -34,14 +34,14 @@
 //!
 //! A unicast packet received as link-layer broadcast or multicast is not forwarded (RFC
 //! 1812 5.3.4). Unreachable and prohibit routes and a missing route send the packet to
-//! `ip4-icmp-error` with the cause in `Meta::note`; blackhole routes drop silently.
+//! `ip4-icmp-error` with a request for the error (`ip4::icmp_error::Request`); blackhole routes drop silently.
 
 use std::sync::LazyLock;
 
 use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
-use super::icmp_error::Cause;
+use super::icmp_error::{Cause, Request};
 use super::{header, options};
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
@@ -100,7 +100,7 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, dst: u32, mut p: Pkt, out: &mut O
             out.push(FORWARD, p);
         }
         None => {
-            v.meta.note = Cause::NoRoute.note();
+            Request::new(Cause::NoRoute).put(v.meta);
             out.push(ERROR, p);
         }
     }
@@ -113,7 +113,7 @@ enum SourceRoute {
     /// On to the route's next address, by this adjacency and hop.
     Forward(u32, Hop),
     /// An ICMP error (with the pointer of a Parameter Problem).
-    Error(Cause, u32),
+    Error(Request),
 }
 
 /// Follows the source route of the packet `d` (starting at its header, with options)
@@ -131,21 +131,23 @@ fn source_route(routes: &Routes, ifaces: &[crate::iface::Iface], d: &mut [u8]) -
             Some(s) => s,
             None => return SourceRoute::Deliver,
         },
-        Err(pointer) => return SourceRoute::Error(Cause::ParamProblem, pointer as u32),
+        Err(pointer) => {
+            return SourceRoute::Error(Request::with(Cause::ParamProblem, pointer as u32));
+        }
     };
     let verdict = loop {
         let Some(next) = options::source_route_next(h, o) else {
             break SourceRoute::Deliver;
         };
         let Some((adj, hop)) = routes.lookup_adj(next) else {
-            break SourceRoute::Error(Cause::NoRoute, 0);
+            break SourceRoute::Error(Request::new(Cause::NoRoute));
         };
         if hop.kind == RouteKind::Local {
             options::next_source_hop(h, o, next, next);
             continue;
         }
         if hop.kind != RouteKind::Unicast || (strict && hop.gateway != 0) {
-            break SourceRoute::Error(Cause::SourceRouteFailed, 0);
+            break SourceRoute::Error(Request::new(Cause::SourceRouteFailed));
         }
         let out_addr = ifaces
             .get(usize::from(hop.out_if))
@@ -187,7 +189,7 @@ pub const DECL: Decl = Decl {
         Field::Dest,
         Field::Adj,
         Field::OutIf,
-        Field::Note,
+        Field::Ask,
         Field::Hash,
     ]),
     ..Decl::new(node::IP4_ROUTE, |_| Box::new(Ip4Route::default()))
@@ -276,9 +278,8 @@ impl Stage<Host> for Ip4Route {
                         SourceRoute::Forward(..) => {
                             out.drop(p, crate::route::reason::FORWARDING_DISABLED);
                         }
-                        SourceRoute::Error(cause, pointer) => {
-                            v.meta.note = cause.note();
-                            v.meta.scratch = pointer;
+                        SourceRoute::Error(request) => {
+                            request.put(v.meta);
                             out.push(ERROR, p);
                         }
                     }
@@ -304,11 +305,11 @@ impl Stage<Host> for Ip4Route {
                 }
                 RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
                 RouteKind::Unreachable => {
-                    v.meta.note = Cause::RouteUnreachable.note();
+                    Request::new(Cause::RouteUnreachable).put(v.meta);
                     out.push(ERROR, p);
                 }
                 RouteKind::Prohibit => {
-                    v.meta.note = Cause::RouteProhibit.note();
+                    Request::new(Cause::RouteProhibit).put(v.meta);
                     out.push(ERROR, p);
                 }
             }

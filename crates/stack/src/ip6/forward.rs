@@ -16,6 +16,7 @@
 
 use netbatch_engine::{Cx, Out, PktList, Stage};
 
+use super::icmp_error::Request;
 use super::{Cause, header_mut};
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
@@ -57,7 +58,7 @@ pub const DECL: Decl = Decl {
     reasons: &[reason::ALL, super::input::reason::ALL],
     decode: Decode::Ip,
     reads: Fields::of(&[Field::L3, Field::InIf, Field::OutIf, Field::Adj]),
-    writes: Fields::of(&[Field::Origin, Field::Note]),
+    writes: Fields::of(&[Field::Origin, Field::Ask]),
     ..Decl::new(node::IP6_FORWARD, |_| Box::new(Ip6Forward::default()))
 };
 
@@ -83,7 +84,7 @@ impl Stage<Host> for Ip6Forward {
             };
             let hl = ip.hop_limit();
             if hl <= 1 {
-                v.meta.note = Cause::HopLimitExceeded.note();
+                Request::new(Cause::HopLimitExceeded).put(v.meta);
                 out.push(ERROR, p);
                 continue;
             }

@@ -1,6 +1,6 @@
-//! `ip6-icmp-error`: turns a packet whose `Meta::note` holds the [`Cause`] of an
-//! ICMPv6-worthy failure into that error (RFC 4443), in its own buffer, and sends it to
-//! `ip6-local-out`.
+//! `ip6-icmp-error`: turns a packet that carries a [`Request`] (the [`Cause`] of an
+//! ICMPv6-worthy failure, and the pointer or MTU its message carries) into that error
+//! (RFC 4443), in its own buffer, and sends it to `ip6-local-out`.
 //!
 //! The error is built in the offending packet's buffer (nothing is allocated): a fresh
 //! IPv6 header and the ICMPv6 header are pushed in front of as much of the packet as fits
@@ -50,6 +50,9 @@ const HOP_LIMIT: u8 = 64;
 
 /// The longest quote: the error fits in the minimum MTU.
 const MAX_QUOTE: usize = icmpv6::MAX_ERROR_LEN - icmpv6::HEADER_LEN;
+
+/// A request for an ICMPv6 error: a [`Cause`] and the parameter its message carries.
+pub type Request = crate::ask::Request<Cause>;
 
 /// The ICMPv6 error generator.
 #[derive(Debug, Default)]
@@ -125,7 +128,7 @@ pub const DECL: Decl = Decl {
     ],
     decode: Decode::Ip,
     reads: Fields::of(&[
-        Field::Note,
+        Field::Ask,
         Field::L3,
         Field::L4,
         Field::InIf,
@@ -134,7 +137,7 @@ pub const DECL: Decl = Decl {
         Field::Origin,
         Field::Gso,
     ]),
-    writes: Fields::of(&[Field::OutIf, Field::Origin, Field::Gso, Field::Note]),
+    writes: Fields::of(&[Field::OutIf, Field::Origin, Field::Gso, Field::Ask]),
     ..Decl::new(node::IP6_ICMP_ERROR, |_| Box::new(Ip6IcmpError::default()))
 };
 
@@ -159,7 +162,7 @@ impl Stage<Host> for Ip6IcmpError {
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         for mut p in list.drain(..) {
             let mut v = cx.pool.get_mut(&mut p);
-            let Some(cause) = Cause::from_note(v.meta.note) else {
+            let Some(Request { cause, param }) = Request::take(&mut *v.meta) else {
                 out.drop(p, reason::NO_CAUSE);
                 continue;
             };
@@ -196,7 +199,6 @@ impl Stage<Host> for Ip6IcmpError {
             let sender = ip.src();
             let quote = usize::from(v.meta.len).min(MAX_QUOTE);
             v.truncate(quote);
-            let scratch = v.meta.scratch;
             let Some(h) = v.push(HEADER_LEN + icmpv6::HEADER_LEN) else {
                 out.drop(p, why);
                 continue;
@@ -217,13 +219,12 @@ impl Stage<Host> for Ip6IcmpError {
             // The MTU of Packet Too Big, the pointer of Parameter Problem, else unused
             // (RFC 4443 3.1–3.4).
             icmp.set_rest_of_header(match cause.icmp().0 {
-                2 | 4 => scratch,
+                2 | 4 => param,
                 _ => 0,
             });
             icmp.fill_checksum(src, sender);
             let m = &mut *v.meta;
             m.flags = (m.flags & flag::TRACE) | flag::ORIGINATED;
-            m.note = 0;
             // A link-local sender is answered on the link it is on.
             m.out_if = if wire6::is_link_local(sender) {
                 in_if

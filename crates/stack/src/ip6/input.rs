@@ -28,8 +28,8 @@
 //! kernel forwards it, and refused by `ip6-route` if it turns out to be for us, with the
 //! reason the walk gives (`refusal`). For a hop-by-hop header not first and an
 //! extension header not crossed RFC 8200 §4 asks for an ICMPv6 Parameter Problem (code 1)
-//! pointing at the next header field: the refusal records the [`Cause`] in `Meta::note`
-//! and the pointer in `Meta::scratch`, as `ip4-input` does, for `ip6-icmp-error`. A first
+//! pointing at the next header field: the refusal asks `ip6-icmp-error` for it with the
+//! [`Cause`] and the pointer (a [`Request`]), as `ip4-input` does. A first
 //! hop-by-hop header cut by the payload length is dropped here, whatever the destination
 //! (every node reads that header; Linux's `ipv6_parse_hopopts` drops it too). A packet
 //! the dissector located the upper layer of has had its chain walked already (the same
@@ -47,6 +47,7 @@ use netbatch_wire::ipv6::{self, HEADER_LEN, Ipv6Packet};
 use netbatch_wire::ipv6ext::ExtError;
 
 use super::Cause;
+use super::icmp_error::Request;
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
 use crate::dissect::{self, L3};
@@ -205,7 +206,7 @@ pub const DECL: Decl = Decl {
     reasons: &[reason::ALL],
     decode: Decode::Ip,
     reads: Fields::of(&[Field::L3, Field::L4, Field::Gso]),
-    writes: Fields::of(&[Field::L3, Field::L4, Field::Note]),
+    writes: Fields::of(&[Field::L3, Field::L4, Field::Ask]),
     ..Decl::new(node::IP6_INPUT, |_| Box::new(Ip6Input))
 };
 
@@ -250,8 +251,7 @@ impl Stage<Host> for Ip6Input {
                 }
                 Err(f) => match f.error {
                     Some((cause, pointer)) => {
-                        m.note = cause.note();
-                        m.scratch = pointer;
+                        Request::with(cause, pointer).put(m);
                         out.push(ERROR, p);
                     }
                     None => out.drop(p, f.reason),

@@ -28,6 +28,7 @@ use netbatch_wire::ipv6::Protocol;
 use netbatch_wire::ipv6ext::{self, Ipv6ExtHeader, OptionAction, option_type};
 
 use super::Cause;
+use super::icmp_error::Request;
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, Demux, Family, To};
 use crate::host::Host;
@@ -68,7 +69,7 @@ pub const DECL: Decl = Decl {
     ],
     decode: Decode::Ip,
     reads: Fields::of(&[Field::L3, Field::L4, Field::InPort, Field::Dest]),
-    writes: Fields::of(&[Field::Note]),
+    writes: Fields::of(&[Field::Ask]),
     ..Decl::new(node::IP6_LOCAL, |m| Box::new(Ip6Local::new(m.demux(ARCS))))
 };
 
@@ -199,8 +200,7 @@ impl Stage<Host> for Ip6Local {
                         continue;
                     }
                     Verdict::Error(cause, pointer) => {
-                        v.meta.note = cause.note();
-                        v.meta.scratch = pointer as u32;
+                        Request::with(cause, pointer as u32).put(v.meta);
                         out.push(ERROR, p);
                         continue;
                     }
@@ -213,8 +213,7 @@ impl Stage<Host> for Ip6Local {
                 }
                 None if paired => out.push(HOST, p),
                 None => {
-                    v.meta.note = Cause::UnknownNextHeader.note();
-                    v.meta.scratch = next_at as u32;
+                    Request::with(Cause::UnknownNextHeader, next_at as u32).put(v.meta);
                     out.push(ERROR, p);
                 }
             }

@@ -4,7 +4,7 @@
 //! headers for us, then the upper-layer demux) | `ip6-forward` (hop limit) → … →
 //! `ip6-neighbour` (`crate::nd::resolve`: the output MTU, neighbour discovery, the link
 //! header); for packets this host originates, `ip6-local-out` (route, fill the source).
-//! `ip6-icmp-error` turns a packet whose `Meta::note` holds an ICMPv6-worthy [`Cause`]
+//! `ip6-icmp-error` turns a packet that carries a request for an ICMPv6-worthy [`Cause`]
 //! into that error, in place (RFC 4443). IPv6 routers never fragment (RFC 8200 5): a
 //! forwarded packet larger than its output link's MTU is answered with Packet Too Big.
 //!
@@ -58,19 +58,19 @@ pub(crate) fn addrs(d: &[u8; HEADER_LEN]) -> (u128, u128) {
     (u128::from(ip.src()), u128::from(ip.dst()))
 }
 
-/// Why an IPv6 packet deserves an ICMPv6 error (RFC 4443), kept in its `Meta::note` by the
-/// stage that found it, with what the error needs in `Meta::scratch` (a pointer, an MTU),
-/// as IPv4 keeps its causes ([`crate::ip4::icmp_error::Cause`]). The values start at
-/// 0x601, away from the IPv4 causes', so that no note reads as both.
+/// Why an IPv6 packet deserves an ICMPv6 error (RFC 4443), asked of `ip6-icmp-error` by
+/// the stage that found it in an [`icmp_error::Request`], with the parameter the error
+/// carries (a pointer, an MTU), as IPv4 asks ([`crate::ip4::icmp_error::Cause`]). The
+/// codes start at 0x601, away from the IPv4 causes', so that no request reads as both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u16)]
 pub enum Cause {
     /// A hop-by-hop header other than right after the fixed header (RFC 8200 §4: the same
     /// action as an unrecognized next header); the offset of the next header field that
-    /// holds its 0 in `Meta::scratch`.
+    /// holds its 0 in the request's parameter.
     HopByHopNotFirst = 0x601,
     /// An extension header the walk cannot cross (RFC 8200 §4); the offset of the next
-    /// header field that names it in `Meta::scratch`.
+    /// header field that names it in the request's parameter.
     UnrecognizedNextHeader,
     /// The hop limit would reach 0 in transit: Time Exceeded, code 0 (RFC 8200 §3, RFC
     /// 4443 §3.3).
@@ -90,20 +90,20 @@ pub enum Cause {
     NeighFailed,
     /// No socket on the UDP port: Destination Unreachable, code 4 (port unreachable).
     NoSocket,
-    /// Larger than the next link's MTU (which is in `Meta::scratch`): Packet Too Big
+    /// Larger than the next link's MTU (which is in the request's parameter): Packet Too Big
     /// (RFC 4443 §3.2, RFC 8201).
     PacketTooBig,
     /// A routing header to follow, of a type netbatch does not follow: Parameter Problem,
-    /// code 0, the offset of its routing type in `Meta::scratch` (RFC 8200 4.4).
+    /// code 0, the offset of its routing type in the request's parameter (RFC 8200 4.4).
     BadHeader,
     /// A malformed options area: Parameter Problem, code 0, the offset of the header's
-    /// length field in `Meta::scratch`.
+    /// length field in the request's parameter.
     BadOptions,
     /// An upper-layer protocol netbatch has no handler for: Parameter Problem, code 1, the
-    /// offset of the next header field naming it in `Meta::scratch` (RFC 8200 §4).
+    /// offset of the next header field naming it in the request's parameter (RFC 8200 §4).
     UnknownNextHeader,
     /// An option whose type says to answer when it is not recognized: Parameter Problem,
-    /// code 2, the offset of the option in `Meta::scratch` (RFC 8200 §4.2).
+    /// code 2, the offset of the option in the request's parameter (RFC 8200 §4.2).
     UnknownOption,
 }
 
@@ -125,17 +125,6 @@ impl Cause {
         Self::UnknownNextHeader,
         Self::UnknownOption,
     ];
-
-    /// The value kept in `Meta::note`.
-    #[inline(always)]
-    pub const fn note(self) -> u16 {
-        self as u16
-    }
-
-    /// The cause a `Meta::note` holds, if any.
-    pub fn from_note(n: u16) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.note() == n)
-    }
 
     /// The ICMPv6 (type, code) it causes (RFC 4443 §3).
     pub const fn icmp(self) -> (u8, u8) {
@@ -203,23 +192,37 @@ impl Cause {
     }
 }
 
+impl crate::ask::Cause for Cause {
+    const ALL: &'static [Self] = &Self::ALL;
+
+    #[inline(always)]
+    fn code(self) -> u16 {
+        self as u16
+    }
+
+    fn param(self) -> Option<&'static str> {
+        match self {
+            Self::PacketTooBig => Some("mtu"),
+            Self::HopLimitExceeded
+            | Self::NoRoute
+            | Self::RouteUnreachable
+            | Self::RouteProhibit
+            | Self::BeyondScope
+            | Self::NeighFailed
+            | Self::NoSocket => None,
+            Self::HopByHopNotFirst
+            | Self::UnrecognizedNextHeader
+            | Self::BadHeader
+            | Self::BadOptions
+            | Self::UnknownNextHeader
+            | Self::UnknownOption => Some("pointer"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Notes round-trip, and none is also an IPv4 cause's (whose stage would otherwise
-    /// answer an IPv6 packet with an ICMPv4 error).
-    #[test]
-    fn notes_are_distinct_from_the_ipv4_causes() {
-        for c in Cause::ALL {
-            assert_eq!(Cause::from_note(c.note()), Some(c));
-            assert_eq!(crate::ip4::icmp_error::Cause::from_note(c.note()), None);
-        }
-        for c in crate::ip4::icmp_error::Cause::ALL {
-            assert_eq!(Cause::from_note(c.note()), None);
-        }
-        assert_eq!(Cause::from_note(0), None, "0 is no note");
-    }
 
     /// The types and codes are RFC 4443's: Destination Unreachable (1) codes 0–4, Packet
     /// Too Big (2), Time Exceeded (3) code 0, Parameter Problem (4) codes 0–2; only Packet

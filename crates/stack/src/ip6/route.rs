@@ -28,7 +28,7 @@
 //!   leaving by another interface (Destination Unreachable, beyond scope of the source
 //!   address: RFC 4443 3.1, RFC 4007 9, as Linux's `ip6_forward`; sent back out of its
 //!   own link it is forwarded, and redirected, as Linux does); blackhole drops silently; unreachable and prohibit routes and a
-//!   missing route send the packet to `ip6-icmp-error` with the cause in `Meta::note`.
+//!   missing route send the packet to `ip6-icmp-error` with a request for the error (`ip6::icmp_error::Request`).
 //!
 //! A destination equal to the previous packet's reuses its result without a lookup (the
 //! route hint, for one list only); a multipath route's next hop is chosen by the flow
@@ -50,6 +50,7 @@ use netbatch_engine::{Cx, Out, Pkt, PktList, Pool, Reason, Stage};
 use netbatch_wire::ipv6::{self as wire6, ALL_NODES, ALL_ROUTERS};
 use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 
+use super::icmp_error::Request;
 use super::{Cause, addrs};
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
@@ -278,8 +279,7 @@ fn refuse(pool: &Pool, mut p: Pkt, out: &mut Out) {
     let f = super::input::refusal(v.data());
     match f.error {
         Some((cause, pointer)) => {
-            v.meta.note = cause.note();
-            v.meta.scratch = pointer;
+            Request::with(cause, pointer).put(v.meta);
             out.push(ERROR, p);
         }
         None => out.drop(p, f.reason),
@@ -299,14 +299,14 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, src: u128, dst: u128, mut p: Pkt,
     {
         Some((adj, hop)) => match forward(host.params.forwarding, src, adj, hop, &mut v) {
             Ok(()) if wire6::is_link_local(src.into()) && hop.out_if != v.meta.in_if => {
-                v.meta.note = Cause::BeyondScope.note();
+                Request::new(Cause::BeyondScope).put(v.meta);
                 out.push(ERROR, p);
             }
             Ok(()) => out.push(FORWARD, p),
             Err(r) => out.drop(p, r),
         },
         None => {
-            v.meta.note = Cause::NoRoute.note();
+            Request::new(Cause::NoRoute).put(v.meta);
             out.push(ERROR, p);
         }
     }
@@ -337,7 +337,7 @@ pub const DECL: Decl = Decl {
         Field::Dest,
         Field::Adj,
         Field::OutIf,
-        Field::Note,
+        Field::Ask,
         Field::Hash,
     ]),
     ..Decl::new(node::IP6_ROUTE, |_| Box::new(Ip6Route::default()))
@@ -451,7 +451,7 @@ impl Stage<Host> for Ip6Route {
                     // on the link it came from, it stays on it: Linux forwards it, and
                     // redirects its sender).
                     Ok(()) if src >> 118 == LINK_LOCAL && hop.out_if != in_if => {
-                        v.meta.note = Cause::BeyondScope.note();
+                        Request::new(Cause::BeyondScope).put(v.meta);
                         out.push(ERROR, p);
                     }
                     Ok(()) => out.push(FORWARD, p),
@@ -459,11 +459,11 @@ impl Stage<Host> for Ip6Route {
                 },
                 RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
                 RouteKind::Unreachable => {
-                    v.meta.note = Cause::RouteUnreachable.note();
+                    Request::new(Cause::RouteUnreachable).put(v.meta);
                     out.push(ERROR, p);
                 }
                 RouteKind::Prohibit => {
-                    v.meta.note = Cause::RouteProhibit.note();
+                    Request::new(Cause::RouteProhibit).put(v.meta);
                     out.push(ERROR, p);
                 }
             }

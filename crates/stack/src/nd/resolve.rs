@@ -28,6 +28,7 @@ use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
 use crate::host::Host;
 use crate::ip6::Cause;
+use crate::ip6::icmp_error::Request;
 use crate::meta::{Field, Fields, flag};
 use crate::neigh::Lookup;
 use crate::neigh::resolve::{Rewrite, gso_kinds};
@@ -194,7 +195,7 @@ pub const DECL: Decl = Decl {
         Field::Origin,
         Field::Gso,
     ]),
-    writes: Fields::of(&[Field::Note]),
+    writes: Fields::of(&[Field::Ask]),
     ..Decl::new(node::IP6_NEIGHBOUR, |m| {
         Box::new(Ip6Neighbour::new(m.ports))
     })
@@ -258,8 +259,7 @@ impl Stage<Host> for Ip6Neighbour {
                 if v.meta.flags & flag::ORIGINATED != 0 {
                     out.drop(p, reason::LOCAL_TOO_BIG);
                 } else {
-                    v.meta.note = Cause::PacketTooBig.note();
-                    v.meta.scratch = u32::from(mtu_if.1);
+                    Request::with(Cause::PacketTooBig, u32::from(mtu_if.1)).put(v.meta);
                     out.push(ERROR, p);
                 }
                 continue;

@@ -48,7 +48,7 @@ pub const DECL: Decl = Decl {
     reasons: &[super::reason::ALL, crate::ip4::input::reason::ALL],
     decode: Decode::Out,
     reads: Fields::of(&[Field::L3, Field::Adj, Field::OutIf, Field::Gso]),
-    writes: Fields::of(&[Field::Note]),
+    writes: Fields::of(&[Field::Ask]),
     ..Decl::new(node::NEIGHBOUR, |m| Box::new(Neighbour::new(m.ports)))
 };
 

@@ -19,7 +19,7 @@
 
 use core::marker::PhantomData;
 
-use netbatch_engine::{Cx, Out, Pkt, PktList, Stage};
+use netbatch_engine::{Cx, Meta, Out, Pkt, PktList, Stage};
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Protocol;
 use netbatch_wire::udp::{self, UdpPacket};
@@ -60,8 +60,8 @@ pub trait UdpIp: Send + 'static {
     fn pseudo(h: &Self::Header<'_>, ulen: usize) -> u64;
     /// The socket for a datagram to `dst:port`.
     fn lookup(t: &Table, dst: Self::Bits, port: u16) -> Option<SocketId>;
-    /// The `Meta::note` of the port unreachable error.
-    fn no_socket_note() -> u16;
+    /// Asks the family's ICMP error stage for port unreachable about the packet.
+    fn no_socket(meta: &mut Meta);
 }
 
 /// UDP over IPv4.
@@ -99,8 +99,8 @@ impl UdpIp for V4 {
         t.lookup(dst, port)
     }
 
-    fn no_socket_note() -> u16 {
-        crate::ip4::icmp_error::Cause::NoSocket.note()
+    fn no_socket(meta: &mut Meta) {
+        crate::ip4::icmp_error::Request::new(crate::ip4::icmp_error::Cause::NoSocket).put(meta);
     }
 }
 
@@ -131,8 +131,8 @@ impl UdpIp for V6 {
         t.lookup6(dst, port)
     }
 
-    fn no_socket_note() -> u16 {
-        crate::ip6::Cause::NoSocket.note()
+    fn no_socket(meta: &mut Meta) {
+        crate::ip6::icmp_error::Request::new(crate::ip6::Cause::NoSocket).put(meta);
     }
 }
 
@@ -196,7 +196,7 @@ pub const DECL: Decl = Decl {
     reasons: &[reason::ALL, crate::hostif::reason::ALL],
     decode: Decode::Ports,
     reads: READS,
-    writes: Fields::of(&[Field::Csum, Field::Note]),
+    writes: Fields::of(&[Field::Csum, Field::Ask]),
     ..Decl::new(node::UDP_INPUT, |_| Box::new(UdpInput::default()))
 };
 
@@ -210,7 +210,7 @@ pub const DECL6: Decl = Decl {
     reasons: &[reason::ALL, crate::hostif::reason::ALL],
     decode: Decode::Ports,
     reads: READS,
-    writes: Fields::of(&[Field::Csum, Field::Note]),
+    writes: Fields::of(&[Field::Csum, Field::Ask]),
     ..Decl::new(node::UDP6_INPUT, |_| Box::new(Udp6Input::default()))
 };
 
@@ -326,7 +326,7 @@ impl<F: UdpIp> UdpInputOf<F> {
             {
                 out.drop(p, reason::NO_SOCKET);
             } else {
-                v.meta.note = F::no_socket_note();
+                F::no_socket(v.meta);
                 out.push(ERROR, p);
             }
             return;

@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use etherparse::{NetSlice, TransportSlice};
+use netbatch_datapath::rps::RpsParams;
 use netbatch_engine::Mode;
 use netbatch_ports::pcap::{CapturedFrame, read_frames, write_pcap};
 use netbatch_runtime::config::Config;
 use netbatch_runtime::replay::replay;
-use netbatch_runtime::rps::RpsParams;
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::replay::tmp;
 use netbatch_scenarios::{Lab, LabSpec, Team, frames, ip, port};

@@ -12,8 +12,8 @@
 //! not fit the frame, fragments, extension headers, zero UDP checksums…).
 
 use etherparse::PacketBuilder;
+use netbatch_datapath::PollParams;
 use netbatch_engine::{Dispatch, Mode};
-use netbatch_runtime::PollParams;
 use netbatch_scenarios::frames::{refresh_ip_checksum, set_ip_ident};
 use netbatch_scenarios::{Gro, Lab, PEER, PEER6, US, ip6, router, router6};
 

@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use netbatch_datapath::apps::App;
+use netbatch_datapath::apps::sink::UdpSink;
+use netbatch_datapath::rps::{RpsParams, RpsPolicy};
+use netbatch_datapath::threads::{Datapath, RunParams};
 use netbatch_engine::Mode;
-use netbatch_runtime::apps::App;
-use netbatch_runtime::apps::sink::UdpSink;
-use netbatch_runtime::datapath::{Datapath, RunParams};
-use netbatch_runtime::rps::{RpsParams, RpsPolicy};
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::{LabSpec, PEER, Team, US, frames, ip, port};
 use netbatch_stack::GraphOptions;

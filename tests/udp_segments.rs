@@ -12,8 +12,8 @@
 use std::sync::{Arc, Mutex};
 
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
+use netbatch_datapath::apps::App;
 use netbatch_engine::{Cx, Dispatch, Mode};
-use netbatch_runtime::apps::App;
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::frames::set_ip_ident;
 use netbatch_scenarios::{

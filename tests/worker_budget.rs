@@ -7,9 +7,9 @@
 //! first, and a cut-short round counts one `time_squeeze` and makes the next round resume
 //! where it stopped, with receive and backlog phases swapping order.
 
+use netbatch_datapath::Worker;
+use netbatch_datapath::rps::{RpsParams, RpsPolicy};
 use netbatch_engine::Mode;
-use netbatch_runtime::Worker;
-use netbatch_runtime::rps::{RpsParams, RpsPolicy};
 use netbatch_scenarios::{Lab, LabSpec, PEER, Team, frames, port};
 use netbatch_stack::GraphOptions;
 use netbatch_stack::host::HostParams;
@@ -61,7 +61,7 @@ fn frames_elsewhere(n: usize, flows: u16) -> Vec<Vec<u8>> {
 
 fn set_time_cap(w: &mut Worker, ns: u64) {
     let p = w.params();
-    w.set_params(netbatch_runtime::PollParams {
+    w.set_params(netbatch_datapath::PollParams {
         time_cap_ns: ns,
         ..p
     });
@@ -169,7 +169,7 @@ fn backlog_and_receive_queue_share_the_round() {
 /// the worker running unpinned.
 #[test]
 fn a_core_that_cannot_be_had_is_refused() {
-    use netbatch_runtime::datapath::{Datapath, RunParams};
+    use netbatch_datapath::threads::{Datapath, RunParams};
     let mut team = Team::new(
         &spec(1),
         Mode::List,

@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
+use netbatch_datapath::Worker;
 use netbatch_engine::{Dispatch, Mode, Pool, Reason};
 use netbatch_ports::Port;
 use netbatch_ports::mem::{MemPort, TxFrame};
-use netbatch_runtime::Worker;
 use netbatch_runtime::build;
 use netbatch_runtime::config::{Config, PortConfig};
 use netbatch_runtime::setup::{PortSetup, StaticNeighbour, StaticNeighbour6};
@@ -313,7 +313,7 @@ pub struct Team {
     /// The workers.
     pub workers: Vec<Worker>,
     /// What they share.
-    pub fabric: std::sync::Arc<netbatch_runtime::rps::Fabric>,
+    pub fabric: std::sync::Arc<netbatch_datapath::rps::Fabric>,
     pool: Pool,
     now_ns: u64,
 }
@@ -326,7 +326,7 @@ impl Team {
         mode: Mode,
         rx: Vec<Vec<u16>>,
         maps: Vec<Vec<u16>>,
-        rps: Option<netbatch_runtime::rps::RpsParams>,
+        rps: Option<netbatch_datapath::rps::RpsParams>,
     ) -> Self {
         // More buffers than any test feeds at once: a `mem` port drops what finds no
         // buffer, as a NIC does, and the threaded tests must not depend on how fast the

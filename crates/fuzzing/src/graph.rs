@@ -31,11 +31,11 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use netbatch_datapath::Worker;
 use netbatch_engine::counters::drops_by_reason;
 use netbatch_engine::{Dispatch, Mode, Pool};
 use netbatch_ports::Port;
 use netbatch_ports::mem::MemPort;
-use netbatch_runtime::Worker;
 use netbatch_runtime::build::{self, Builder};
 use netbatch_runtime::config::{AppConfig, Config};
 use netbatch_stack::dissect::{self, L3};

@@ -58,9 +58,9 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use netbatch_datapath::Worker;
 use netbatch_engine::Pool;
 use netbatch_ports::mem::MemPort;
-use netbatch_runtime::Worker;
 use netbatch_runtime::build;
 use netbatch_runtime::config::Config;
 

@@ -10,18 +10,18 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use netbatch_datapath::apps::App;
+use netbatch_datapath::apps::echo::UdpEcho;
+use netbatch_datapath::apps::sink::UdpSink;
+use netbatch_datapath::rps::Fabric;
+use netbatch_datapath::{PollParams, Worker};
 use netbatch_engine::Pool;
 use netbatch_ports::Port;
 use netbatch_stack::route::{Routes, Routes6};
 use netbatch_stack::{GraphOptions, Host, build as build_graph};
 
-use crate::apps::App;
-use crate::apps::echo::UdpEcho;
-use crate::apps::sink::UdpSink;
 use crate::config::{AppKind, Config, PortConfig};
-use crate::rps::Fabric;
 use crate::setup::{PortSetup, build_hosts, build_routes, build_routes6, interfaces};
-use crate::{PollParams, Worker};
 
 /// Why a worker could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +47,7 @@ pub fn worker(cfg: &Config, ports: Vec<Box<dyn Port>>, pool: Pool) -> Result<Wor
 
 /// Builds the configured workers over ports made by `queue(worker, port)` (each worker's
 /// queue of each port), sharing `pool`; returns them and their fabric, ready for
-/// [`crate::datapath::Datapath::start`].
+/// [`netbatch_datapath::threads::Datapath::start`].
 pub fn datapath(
     cfg: &Config,
     pool: &Pool,
@@ -162,7 +162,7 @@ impl<'a> Builder<'a> {
         } else {
             Vec::new()
         };
-        let (fabric, steers) = crate::rps::fabric(n, &rps, maps, cfg.ports.len());
+        let (fabric, steers) = netbatch_datapath::rps::fabric(n, &rps, maps, cfg.ports.len());
         let opts = self.graph_options();
         let names = self.names();
         let mut workers = Vec::with_capacity(n);

@@ -15,6 +15,7 @@
 
 use std::path::Path;
 
+use netbatch_datapath::Worker;
 use netbatch_engine::Pool;
 use netbatch_engine::stage::LIST_MAX;
 use netbatch_ports::Port;
@@ -22,7 +23,6 @@ use netbatch_ports::mem::MemPort;
 use netbatch_ports::pcap::{CaptureReader, CapturedFrame, PcapError, TxWriter};
 use serde_json::{Map, Value, json};
 
-use crate::Worker;
 use crate::build::{self, BuildError};
 use crate::config::Config;
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use netbatch_datapath::threads::{Datapath, StartError};
 use netbatch_engine::{Layout, Pool};
 use netbatch_ports::sys::PortError;
 use netbatch_ports::{Port, QueueSpec};
@@ -22,7 +23,6 @@ use serde_json::{Map, Value, json};
 use crate::build::{self, BuildError};
 use crate::config::{Config, PortKind};
 use crate::control::Control;
-use crate::datapath::{Datapath, StartError};
 
 /// Why `run` failed.
 #[derive(Debug, thiserror::Error)]
@@ -376,7 +376,7 @@ fn serve(cfg: &Config, opts: &RunOptions, control: &Arc<Control>) -> Result<Serv
 }
 
 /// The counters of stopped workers: each worker's stats document and their sums.
-pub fn report(workers: &[crate::Worker]) -> Value {
+pub fn report(workers: &[netbatch_datapath::Worker]) -> Value {
     summed(workers.iter().map(crate::replay::stats).collect())
 }
 
@@ -497,7 +497,7 @@ pub fn summary(stats: &Value) -> String {
 
 /// The description of the drop reason named `name` ("" for a name no set declares).
 fn describe(name: &str) -> &'static str {
-    crate::reason_sets()
+    netbatch_datapath::reason_sets()
         .into_iter()
         .flatten()
         .find(|r| r.name() == name)

@@ -14,12 +14,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use netbatch_datapath::threads::Datapath;
 use netbatch_engine::Pool;
 use netbatch_ports::Port;
 use netbatch_ports::mem::MemPort;
 use netbatch_runtime::config::Config;
 use netbatch_runtime::control::Control;
-use netbatch_runtime::datapath::Datapath;
 use netbatch_runtime::linux::{self, Mirror, Tuning};
 use netbatch_stack::prefix::{Ipv4Prefix, Ipv6Prefix};
 use netbatch_stack::route::{Multipath, Multipath6, NextHop, NextHop6, Route, Route6, RouteKind};

@@ -326,7 +326,7 @@ pub fn reason_sets_of(stages: &[Decl]) -> Vec<&'static [Reason]> {
 
 /// The stack's drop reason registry: every set the stages of
 /// [`crate::assemble::STAGES`] declare, each once. The engine's reasons, the ports' and
-/// the runtime's are registered where they are declared (`runtime::reason_sets`).
+/// the datapath's are registered where they are declared (`datapath::reason_sets`).
 pub fn reason_sets() -> Vec<&'static [Reason]> {
     reason_sets_of(crate::assemble::STAGES)
 }

@@ -137,7 +137,7 @@ pub(crate) struct Args {
     pub(crate) workers: Vec<usize>,
     /// RPS policies (the rps scenario: two workers, worker 0 receives).
     #[arg(long, value_delimiter = ',', default_value = "backlog,direct,deferred")]
-    pub(crate) rps_policy: Vec<netbatch_runtime::rps::RpsPolicy>,
+    pub(crate) rps_policy: Vec<netbatch_datapath::rps::RpsPolicy>,
     /// Offered load of the rps scenario in Mpps (default: as fast as the generator
     /// goes); latency is meaningful below the saturation rate.
     #[arg(long)]

@@ -4,18 +4,19 @@
 use core::net::{Ipv4Addr, Ipv6Addr};
 
 use anyhow::{Context, bail};
+use netbatch_datapath::Worker;
 use netbatch_engine::{Dispatch, Mode, NodeSnapshot, Pool, PoolConfig};
 use netbatch_ports::generator::{FlowOrder, FlowSpec, GenConfig, GenPort, L4};
 use netbatch_ports::{Port, PortCx};
+use netbatch_runtime::build;
 use netbatch_runtime::config::{AppConfig, Config, PortConfig};
 use netbatch_runtime::setup::PortSetup;
-use netbatch_runtime::{Worker, build};
 use netbatch_stack::filter::{Chain, HookPoint, Rule, Verdict};
 use netbatch_wire::ethernet::MacAddr;
 
 use super::gro::GroMode;
 use super::smol::SmolBench;
-use netbatch_runtime::rps::RpsPolicy;
+use netbatch_datapath::rps::RpsPolicy;
 
 /// Scenario names `--scenario` accepts.
 pub(crate) const NAMES: &[&str] = &[
@@ -478,7 +479,7 @@ fn udp6_local(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     w.apps
-        .push(Box::new(netbatch_runtime::apps::sink::UdpSink::new(
+        .push(Box::new(netbatch_datapath::apps::sink::UdpSink::new(
             socks, 256, false,
         )));
     Ok(Box::new(WorkerBench {

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
+use netbatch_datapath::Worker;
+use netbatch_datapath::rps::{Fabric, RpsParams, RpsPolicy};
+use netbatch_datapath::threads::{Datapath, RunParams};
 use netbatch_engine::{Dispatch, NodeSnapshot, Pool};
 use netbatch_ports::Port;
 use netbatch_ports::generator::{FlowSpec, GenConfig, GenPort, L4};
-use netbatch_runtime::Worker;
 use netbatch_runtime::build::{self, Builder};
 use netbatch_runtime::config::Config;
-use netbatch_runtime::datapath::{Datapath, RunParams};
-use netbatch_runtime::rps::{Fabric, RpsParams, RpsPolicy};
 use netbatch_stack::route::Routes;
 use serde_json::{Value, json};
 
@@ -51,7 +51,7 @@ impl TeamBench {
             .sum()
     }
 
-    fn softnet(&self) -> Vec<netbatch_runtime::rps::SoftnetStats> {
+    fn softnet(&self) -> Vec<netbatch_datapath::rps::SoftnetStats> {
         self.workers
             .iter()
             .map(|w| w.steer.as_ref().map(|s| s.stats).unwrap_or_default())
@@ -60,7 +60,7 @@ impl TeamBench {
 
     /// Latency quantiles in ns over every sink (generator timestamp to reading).
     fn latency_ns(&self) -> Option<[f64; 3]> {
-        let mut all = netbatch_runtime::latency::Histogram::new();
+        let mut all = netbatch_datapath::latency::Histogram::new();
         for w in &self.workers {
             for a in &w.apps {
                 if let Some(h) = a.latency() {

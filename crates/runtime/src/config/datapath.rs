@@ -2,11 +2,11 @@
 //! and their cores, RPS (backlog, RFS), idle busy-polling, whether to forward, and
 //! whether to honour source-route options.
 
+use netbatch_datapath::rps::{RpsParams, RpsPolicy};
+use netbatch_datapath::threads::RunParams;
 use netbatch_engine::{Dispatch, Mode};
 
 use super::Errs;
-use crate::datapath::RunParams;
-use crate::rps::{RpsParams, RpsPolicy};
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

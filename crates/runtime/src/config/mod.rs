@@ -177,9 +177,9 @@ pub struct Config {
     /// Worker threads.
     pub workers: usize,
     /// How they run (pinning, idle busy-poll).
-    pub run: crate::datapath::RunParams,
+    pub run: netbatch_datapath::threads::RunParams,
     /// RPS (none: off).
-    pub rps: Option<crate::rps::RpsParams>,
+    pub rps: Option<netbatch_datapath::rps::RpsParams>,
     /// Buffer pool.
     pub pool: PoolConfig,
     /// Host settings.
@@ -593,7 +593,7 @@ mod tests {
         assert_eq!(c.workers, 2);
         assert_eq!(
             c.rps.as_ref().map(|r| r.policy),
-            Some(crate::rps::RpsPolicy::Deferred)
+            Some(netbatch_datapath::rps::RpsPolicy::Deferred)
         );
         assert_eq!(
             (c.ports[0].rx_workers.clone(), c.ports[0].rps_map.clone()),

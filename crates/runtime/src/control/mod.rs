@@ -4,8 +4,8 @@
 //!
 //! Invariants:
 //! - The control plane never stops traffic. It reads and changes a worker only through a
-//!   job in the worker's mailbox ([`crate::datapath::Remote`]), run between two rounds,
-//!   when no packet is inside the graph; a worker never waits for it.
+//!   job in the worker's mailbox ([`netbatch_datapath::threads::Remote`]), run between
+//!   two rounds, when no packet is inside the graph; a worker never waits for it.
 //! - A route change is made on a copy of the table, which replaces the workers' shared
 //!   table between lists (RCU-like: a list is routed wholly by the old or wholly by the
 //!   new table). Copies come from the current table, so adjacency indices of packets
@@ -35,6 +35,8 @@ use std::sync::{Arc, Mutex};
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use netbatch_datapath::threads::Remote;
+use netbatch_datapath::worker::Worker;
 use netbatch_stack::filter::{Chain, HookPoint};
 use netbatch_stack::route::file::{AnyRoute, LineFamily};
 use netbatch_stack::route::{Family, RouteOf, Routes, Routes6, RoutesOf, V4, V6};
@@ -43,9 +45,7 @@ use serde_json::{Value, json};
 
 use crate::build::{BuildError, Builder};
 use crate::config::Config;
-use crate::datapath::Remote;
 use crate::setup::{StaticNeighbour, StaticNeighbour6};
-use crate::worker::Worker;
 
 /// One change of a batch of routes of family `F` ([`Control::apply_routes`],
 /// [`Control::apply_routes6`]).
@@ -1427,7 +1427,7 @@ impl Control {
     /// Stops the applications, closes their sockets (what was queued is dropped and
     /// counted, `socket_closed`) and starts those of `cfg`, each on its worker.
     fn replace_apps(&self, cfg: &Config) -> Result<(), String> {
-        let e = |e: crate::datapath::RemoteError| e.to_string();
+        let e = |e: netbatch_datapath::threads::RemoteError| e.to_string();
         let sockets = self
             .remote
             .on_each(|_, w| {

@@ -251,7 +251,7 @@ pub fn errors(c: &Value) -> Reply {
 }
 
 fn describe(name: &str) -> &'static str {
-    crate::reason_sets()
+    netbatch_datapath::reason_sets()
         .into_iter()
         .flatten()
         .find(|r| r.name() == name)

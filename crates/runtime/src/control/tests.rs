@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
+use netbatch_datapath::threads::Datapath;
 use netbatch_engine::Pool;
 use netbatch_ports::Port;
 use netbatch_ports::mem::MemPort;
 
 use super::Control;
 use crate::config::Config;
-use crate::datapath::Datapath;
 
 const FILE: &str = r#"
 route_files = ["routes.txt"]
@@ -755,7 +755,7 @@ fn ipv6_neighbour_changes_release_or_drop_what_waited() {
         .map(|(i, p)| Box::new(MemPort::new(&p.setup.name, i as u16, room)) as Box<dyn Port>)
         .collect();
     let mut w = crate::build::worker(&cfg, ports, pool.clone()).expect("worker");
-    fn mem(w: &mut crate::Worker, i: usize) -> &mut MemPort {
+    fn mem(w: &mut netbatch_datapath::Worker, i: usize) -> &mut MemPort {
         w.ports[i]
             .as_any_mut()
             .downcast_mut::<MemPort>()

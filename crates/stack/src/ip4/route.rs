@@ -69,7 +69,7 @@ fn is_broadcast_source(routes: &Routes, src: u32) -> bool {
     src & 3 == 3 && matches!(routes.lookup_hop(src), Some((_, h)) if h.kind == RouteKind::Broadcast)
 }
 
-/// The Toeplitz key of the flow hash: RPS's (`runtime::rps`), so that the hash this
+/// The Toeplitz key of the flow hash: RPS's (`datapath::rps`), so that the hash this
 /// stage computes for a packet RPS did not hash is the one RPS would have recorded.
 static FLOW_KEY: LazyLock<Toeplitz> = LazyLock::new(|| Toeplitz::new(&MS_KEY));
 

@@ -411,14 +411,13 @@ mod tests {
         let headroom = usize::from(pool.config().headroom);
         let socks = Sockets::new();
         let (_, sock) = socks.open(core::net::Ipv4Addr::UNSPECIFIED, 9, 64).unwrap();
-        let mut host = crate::build::host(&crate::config::Config::new(vec![
-            crate::config::PortConfig::new(crate::setup::PortSetup::simple(
-                "eth0",
-                netbatch_wire::ethernet::MacAddr([2, 0, 0, 0, 0, 1]),
-                "198.51.100.1/24".parse().unwrap(),
-            )),
-        ]))
-        .unwrap();
+        // The sink reads only its sockets: a host with no interface is enough.
+        let mut host = Host::new(
+            Vec::new(),
+            Vec::new(),
+            Arc::new(netbatch_stack::route::Routes::new()),
+            netbatch_stack::host::HostParams::default(),
+        );
         let mut queue = |sport: u16, seq: u8, len: usize| {
             let mut payload = vec![0xa5; len];
             payload[0] = seq;

@@ -2,8 +2,9 @@
 //! gets there without breaking its list or its flow's order.
 //!
 //! Each received packet gets a flow hash (the port's, or the Toeplitz hash of the flow
-//! the dissector finds: the IPv4 4-tuple, the addresses for fragments and protocols
-//! without ports; frames with no IP flow have none and stay on the receiving worker). The hash picks a worker from the receive queue's RPS
+//! the dissector finds: the IPv4 or IPv6 4-tuple, the addresses for fragments and
+//! protocols without ports; frames with no IP flow have none and stay on the receiving
+//! worker). The hash picks a worker from the receive queue's RPS
 //! map (`map[(hash × len) >> 32]`, the kernel's `reciprocal_scale`), unless RFS knows the
 //! worker whose application reads the flow's socket: then that one.
 //!

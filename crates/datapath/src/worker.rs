@@ -178,8 +178,9 @@ impl core::fmt::Debug for Worker {
 
 impl Worker {
     /// A worker over a graph, host state and ports, drawing buffers from `pool` (built
-    /// from a configuration by [`crate::build`]).
-    pub(crate) fn new(
+    /// from a configuration by the control plane: `netbatch_runtime::build`, the one way
+    /// a worker is assembled).
+    pub fn new(
         graph: Graph<Host>,
         host: Host,
         ports: Vec<Box<dyn Port>>,

@@ -21,7 +21,10 @@ pub use counters::{DropCounters, NodeSnapshot};
 pub use drop::{Reason, reason};
 pub use graph::{Dispatch, Graph, GraphBuilder, GraphError, Mode, NodeId, intern};
 pub use meta::{Ask, Meta};
-pub use pool::{BufCache, Layout, Pkt, PktMut, PktRef, Pool, PoolConfig, PoolError};
+pub use pool::{
+    Backing, BufCache, HUGE_PAGE, Layout, Pkt, PktMut, PktRef, Pool, PoolConfig, PoolError,
+    Zeroable, ZeroedArray, huge_tables, set_huge_tables,
+};
 pub use stage::{
     Accounting, Cx, LIST_MAX, Next, Out, PacketStage, PerPacket, PktList, Stage, Verdict,
 };

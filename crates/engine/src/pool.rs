@@ -21,13 +21,20 @@
 //!   lent that index and has not reclaimed it since) makes the one handle again. A lent
 //!   buffer is in no free list and in no cache: the lender accounts for it until it comes
 //!   back. Lending is not on any path of a pool no device borrows from.
+//! - Huge pages: the region is backed by hugetlbfs pages when the system has them
+//!   reserved, else by transparent huge pages (the region advised `MADV_HUGEPAGE` before
+//!   it is first written, so its faults map 2 MiB pages where the kernel's THP mode is
+//!   `always` or `madvise`), else by 4 KiB pages; [`Pool::backing`] says which.
+//!   [`ZeroedArray`] gives other large tables (the IPv4 FIB's first level) a zeroed
+//!   mapping of their own with the same advice. The advice changes how pages are
+//!   backed, never what they hold.
 #![allow(unsafe_code)]
 
 use core::cell::UnsafeCell;
 use core::fmt;
 use core::num::NonZeroU32;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_queue::ArrayQueue;
@@ -77,7 +84,9 @@ pub struct PoolConfig {
     pub headroom: u16,
     /// Buffers each worker keeps in its private cache (bulk refill/spill at the edges).
     pub cache_size: u32,
-    /// Back the region with 2 MiB huge pages when the system has them (falls back).
+    /// Back the region with 2 MiB huge pages: hugetlbfs pages when the system has them
+    /// reserved, else transparent huge pages where the kernel allows them (falls back to
+    /// 4 KiB pages; [`Pool::backing`] says which).
     pub huge_pages: bool,
 }
 
@@ -88,7 +97,7 @@ impl Default for PoolConfig {
             buf_size: 2048,
             headroom: 128,
             cache_size: 512,
-            huge_pages: false,
+            huge_pages: true,
         }
     }
 }
@@ -202,11 +211,231 @@ fn release_pool_id(id: u8) {
     ids[usize::from(id)] = false;
 }
 
+/// Size of a huge page (x86-64 and arm64 with 4 KiB base pages).
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// Size of a base page.
+const PAGE: usize = 4096;
+
+/// How memory is backed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Pages reserved in hugetlbfs (`MAP_HUGETLB`).
+    Hugetlb,
+    /// Transparent huge pages asked for with `MADV_HUGEPAGE` (the kernel may still use
+    /// 4 KiB pages where it has no free 2 MiB ones: `huge_bytes` says how much).
+    Transparent,
+    /// 4 KiB pages (huge pages off, or refused).
+    Small,
+}
+
+impl fmt::Display for Backing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Hugetlb => "hugetlbfs",
+            Self::Transparent => "transparent huge pages",
+            Self::Small => "4 KiB pages",
+        })
+    }
+}
+
+/// Whether large tables ask for huge pages ([`ZeroedArray`] asks for none when off).
+static HUGE_TABLES: AtomicBool = AtomicBool::new(true);
+
+/// Turns the huge-page advice for large tables on or off for the process (on by default;
+/// the bench's `--huge-pages off` and the configuration's `pool.huge_pages = false` turn
+/// it off). Tables allocated afterwards follow it.
+pub fn set_huge_tables(on: bool) {
+    HUGE_TABLES.store(on, Ordering::Relaxed);
+}
+
+/// Whether large tables ask for huge pages.
+pub fn huge_tables() -> bool {
+    HUGE_TABLES.load(Ordering::Relaxed)
+}
+
+/// Bytes of the `len` bytes at address `at` that the kernel backs with transparent huge
+/// pages right now: the `AnonHugePages` of the mapping holding `at` in
+/// `/proc/self/smaps`, at most `len`, if that can be read. The kernel may merge
+/// neighbouring mappings with the same flags into one, in which case this counts for all
+/// of them, bounded by `len`.
+fn huge_bytes_at(at: usize, len: usize) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else { continue };
+        if let Some((lo, hi)) = first.split_once('-')
+            && let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        {
+            inside = (lo..hi).contains(&at);
+            continue;
+        }
+        if inside && first == "AnonHugePages:" {
+            let kib: u64 = words.next()?.parse().ok()?;
+            return Some((kib * 1024).min(len as u64));
+        }
+    }
+    None
+}
+
+/// Types for which all-zero bytes are a valid value, so that a fresh (zeroed) anonymous
+/// mapping holds valid values of them.
+///
+/// # Safety
+///
+/// Implement only for types whose every field is an integer (or an array of them): all
+/// zero bytes must be a valid value, and the type must own nothing.
+pub unsafe trait Zeroable: Copy {}
+
+// SAFETY: integers are valid for every bit pattern, zero included, and own nothing.
+unsafe impl Zeroable for u8 {}
+// SAFETY: as above.
+unsafe impl Zeroable for u16 {}
+// SAFETY: as above.
+unsafe impl Zeroable for u32 {}
+// SAFETY: as above.
+unsafe impl Zeroable for u64 {}
+
+/// `N` values of `T` in a mapping of their own, starting zeroed: the kernel maps the pages
+/// only when they are first written (an untouched page costs no memory), and the mapping
+/// is advised to huge pages before that when huge tables are on ([`set_huge_tables`]),
+/// so a large table (the IPv4 FIB's 64 MiB first level) is backed by 2 MiB pages and its
+/// lookups miss the TLB far less. The allocator is not used: it may hand out memory it
+/// has written already (its dynamic mmap threshold reuses freed chunks), too late for the
+/// advice to take effect.
+pub struct ZeroedArray<T: Zeroable, const N: usize> {
+    ptr: NonNull<[T; N]>,
+    backing: Backing,
+}
+
+// SAFETY: the array is owned (nothing else refers to the mapping), so it is sent and
+// shared as a `Box<[T; N]>` of the same `T` would be.
+unsafe impl<T: Zeroable + Send, const N: usize> Send for ZeroedArray<T, N> {}
+// SAFETY: as above: `&ZeroedArray` gives only `&[T; N]`.
+unsafe impl<T: Zeroable + Sync, const N: usize> Sync for ZeroedArray<T, N> {}
+
+impl<T: Zeroable, const N: usize> ZeroedArray<T, N> {
+    const BYTES: usize = N * size_of::<T>();
+
+    /// A zeroed array (aborts as `Box::new` does when the system has no memory for it).
+    pub fn new() -> Self {
+        let layout = std::alloc::Layout::new::<[T; N]>();
+        if Self::BYTES == 0 || cfg!(miri) {
+            // Miri has no mmap of this kind; a zero-sized array needs no mapping. Either
+            // way a zeroed allocation stands in for it (a dangling, aligned pointer for a
+            // zero-sized one).
+            let p = if Self::BYTES == 0 {
+                NonNull::<[T; N]>::dangling()
+            } else {
+                // SAFETY: the layout has a non-zero size here.
+                let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+                NonNull::new(raw.cast()).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+            };
+            return Self {
+                ptr: p,
+                backing: Backing::Small,
+            };
+        }
+        let r = Region::mmap(
+            Self::BYTES,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            Backing::Small,
+        )
+        .unwrap_or_else(|_| std::alloc::handle_alloc_error(layout));
+        let mut backing = Backing::Small;
+        if huge_tables() && Self::BYTES >= HUGE_PAGE {
+            // SAFETY: the mapping was just made, `BYTES` long, and nothing refers to it;
+            // MADV_HUGEPAGE changes only how it is backed.
+            if unsafe { libc::madvise(r.ptr.as_ptr().cast(), Self::BYTES, libc::MADV_HUGEPAGE) }
+                == 0
+            {
+                backing = Backing::Transparent;
+            }
+        }
+        let ptr = r.ptr.cast::<[T; N]>();
+        // The array owns the mapping from here on (its drop unmaps it).
+        core::mem::forget(r);
+        Self { ptr, backing }
+    }
+
+    /// How the array is backed.
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    /// Bytes of the array the kernel backs with huge pages now, as `/proc/self/smaps`
+    /// counts them (`None` if it cannot be read).
+    pub fn huge_bytes(&self) -> Option<u64> {
+        match self.backing {
+            Backing::Transparent => huge_bytes_at(self.ptr.as_ptr() as usize, Self::BYTES),
+            Backing::Hugetlb | Backing::Small => Some(0),
+        }
+    }
+}
+
+impl<T: Zeroable, const N: usize> Default for ZeroedArray<T, N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Zeroable, const N: usize> core::ops::Deref for ZeroedArray<T, N> {
+    type Target = [T; N];
+
+    #[inline(always)]
+    fn deref(&self) -> &[T; N] {
+        // SAFETY: `ptr` is an aligned (page-aligned, or the allocator's for the layout),
+        // initialised (zero is a valid `T`) array owned by `self`, borrowed for `&self`.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T: Zeroable, const N: usize> core::ops::DerefMut for ZeroedArray<T, N> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [T; N] {
+        // SAFETY: as in `deref`, borrowed exclusively for `&mut self`.
+        unsafe { self.ptr.as_mut() }
+    }
+}
+
+impl<T: Zeroable, const N: usize> Drop for ZeroedArray<T, N> {
+    fn drop(&mut self) {
+        if Self::BYTES == 0 {
+            return;
+        }
+        if cfg!(miri) {
+            // SAFETY: allocated by `alloc_zeroed` with this layout in `new`.
+            unsafe {
+                std::alloc::dealloc(
+                    self.ptr.as_ptr().cast(),
+                    std::alloc::Layout::new::<[T; N]>(),
+                )
+            };
+            return;
+        }
+        // SAFETY: the mapping is exactly what `new` mapped, and no reference into it
+        // outlives `self`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), Self::BYTES);
+        }
+    }
+}
+
+impl<T: Zeroable, const N: usize> fmt::Debug for ZeroedArray<T, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZeroedArray")
+            .field("len", &N)
+            .field("backing", &self.backing)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The memory region holding every buffer, page aligned (a valid AF_XDP UMEM).
 struct Region {
     ptr: NonNull<u8>,
     len: usize,
-    huge: bool,
+    backing: Backing,
 }
 
 impl Region {
@@ -214,42 +443,76 @@ impl Region {
         // MAP_POPULATE faults every page in now, not on the fast path later. Miri models
         // only plain anonymous private mappings: under it the pool maps without it (and
         // without huge pages), which changes nothing the pool's own code does.
-        let base_flags = if cfg!(miri) {
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
-        } else {
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE
-        };
-        let attempts: &[i32] = if huge && !cfg!(miri) {
-            &[base_flags | libc::MAP_HUGETLB, base_flags]
-        } else {
-            &[base_flags]
-        };
-        let mut last = String::new();
-        for &flags in attempts {
-            // SAFETY: an anonymous private mapping with a null hint has no preconditions;
-            // the result is checked against MAP_FAILED before use.
-            let p = unsafe {
-                libc::mmap(
-                    core::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    flags,
-                    -1,
-                    0,
-                )
-            };
-            if p != libc::MAP_FAILED
-                && let Some(ptr) = NonNull::new(p.cast::<u8>())
-            {
-                return Ok(Self {
-                    ptr,
-                    len,
-                    huge: flags & libc::MAP_HUGETLB != 0,
-                });
-            }
-            last = std::io::Error::last_os_error().to_string();
+        let plain = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        if cfg!(miri) {
+            return Self::mmap(len, plain, Backing::Small);
         }
-        Err(PoolError::NoMemory(format!("mmap of {len} bytes: {last}")))
+        if huge {
+            if let Ok(r) = Self::mmap(
+                len,
+                plain | libc::MAP_POPULATE | libc::MAP_HUGETLB,
+                Backing::Hugetlb,
+            ) {
+                return Ok(r);
+            }
+            // Transparent huge pages: the advice must come before the first fault, so map
+            // without populating, advise, then populate (writing, as MAP_POPULATE would).
+            let mut r = Self::mmap(len, plain, Backing::Small)?;
+            // SAFETY: the region was just mapped, `len` bytes at `ptr`, and nothing else
+            // refers to it yet; MADV_HUGEPAGE changes only how it is backed.
+            let advised =
+                unsafe { libc::madvise(r.ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) } == 0;
+            if advised {
+                r.backing = Backing::Transparent;
+            }
+            r.populate();
+            return Ok(r);
+        }
+        Self::mmap(len, plain | libc::MAP_POPULATE, Backing::Small)
+    }
+
+    fn mmap(len: usize, flags: i32, backing: Backing) -> Result<Self, PoolError> {
+        // SAFETY: an anonymous private mapping with a null hint has no preconditions;
+        // the result is checked against MAP_FAILED before use.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
+        match NonNull::new(p.cast::<u8>()) {
+            Some(ptr) if p != libc::MAP_FAILED => Ok(Self { ptr, len, backing }),
+            _ => Err(PoolError::NoMemory(format!(
+                "mmap of {len} bytes: {}",
+                std::io::Error::last_os_error()
+            ))),
+        }
+    }
+
+    /// Faults every page of a region mapped without MAP_POPULATE in now (kernels before
+    /// 5.14 lack MADV_POPULATE_WRITE: then by writing a zero to each page, which is what
+    /// a fresh anonymous page holds already).
+    fn populate(&mut self) {
+        // SAFETY: the region is `len` bytes at `ptr`, mapped by us and not yet handed
+        // out: nothing else refers to it.
+        let done = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                libc::MADV_POPULATE_WRITE,
+            )
+        } == 0;
+        if !done {
+            for off in (0..self.len).step_by(PAGE) {
+                // SAFETY: `off < len`, inside the mapping; a volatile write of the zero
+                // the page already holds, so that the fault happens now.
+                unsafe { self.ptr.as_ptr().add(off).write_volatile(0) };
+            }
+        }
     }
 }
 
@@ -432,9 +695,20 @@ impl Pool {
         self.shared.layout
     }
 
-    /// Whether the region is backed by huge pages.
-    pub fn huge_pages(&self) -> bool {
-        self.shared.region.huge
+    /// How the region is backed.
+    pub fn backing(&self) -> Backing {
+        self.shared.region.backing
+    }
+
+    /// Bytes of the region the kernel backs with huge pages now (all of it for
+    /// hugetlbfs; for transparent huge pages as `/proc/self/smaps` counts them).
+    pub fn huge_bytes(&self) -> Option<u64> {
+        let r = &self.shared.region;
+        match r.backing {
+            Backing::Hugetlb => Some(r.len as u64),
+            Backing::Small => Some(0),
+            Backing::Transparent => huge_bytes_at(r.ptr.as_ptr() as usize, r.len),
+        }
     }
 
     /// The buffer holding byte `offset` of the region and the offset inside it; `None`
@@ -873,6 +1147,75 @@ mod tests {
         Pool::new(PoolConfig {
             buffers,
             cache_size: cache,
+            ..PoolConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// The kernel's transparent huge page mode (`always [madvise] never`: the bracketed
+    /// word), if it has THP.
+    fn thp_mode() -> Option<String> {
+        let s = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
+        let (_, rest) = s.split_once('[')?;
+        Some(rest.split_once(']')?.0.to_owned())
+    }
+
+    /// A zeroed table advised before its first write is backed by huge pages once
+    /// written, as /proc/self/smaps counts them, where the kernel's THP mode allows
+    /// advice (`always` or `madvise`); with the advice off the call does nothing.
+    #[test]
+    #[cfg_attr(miri, ignore = "Miri has no madvise or /proc")]
+    fn advised_tables_get_huge_pages_where_the_kernel_allows() {
+        let Some(mode) = thp_mode() else {
+            eprintln!("skipped: this kernel has no transparent huge pages");
+            return;
+        };
+        let mut t = ZeroedArray::<u64, { 8 * HUGE_PAGE / 8 }>::new();
+        let advised = t.backing() == Backing::Transparent;
+        assert_eq!(advised, mode != "never", "THP mode {mode}");
+        assert!(t.iter().all(|&w| w == 0), "starts zeroed");
+        for (i, w) in t.iter_mut().enumerate().step_by(512) {
+            *w = i as u64;
+        }
+        let huge = t.huge_bytes().expect("smaps readable");
+        if advised {
+            // The kernel may fall back to 4 KiB pages where it has no free 2 MiB page,
+            // so ask for one huge page at least of the eight.
+            assert!(huge >= HUGE_PAGE as u64, "{huge} bytes in huge pages");
+        }
+        assert!(huge <= size_of_val(&*t) as u64);
+        set_huge_tables(false);
+        let off = ZeroedArray::<u64, { 8 * HUGE_PAGE / 8 }>::new();
+        set_huge_tables(true);
+        assert_eq!(off.backing(), Backing::Small, "huge tables off: no advice");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "Miri maps plain 4 KiB pages")]
+    fn a_pool_says_how_it_is_backed() {
+        let p = small(4096, 64);
+        let want = match thp_mode().as_deref() {
+            None | Some("never") => Backing::Small,
+            Some(_) => Backing::Transparent,
+        };
+        // hugetlbfs first where pages are reserved (none on the machines this runs on
+        // unless someone reserved them: then that is the answer).
+        let b = p.backing();
+        assert!(
+            b == want || b == Backing::Hugetlb,
+            "{b:?}, expected {want:?}"
+        );
+        let huge = p.huge_bytes().expect("smaps readable");
+        assert!(huge <= (4096 * (2048 + 64)) as u64);
+        let off = small_off(4096);
+        assert_eq!(off.backing(), Backing::Small);
+        assert_eq!(off.huge_bytes(), Some(0));
+    }
+
+    fn small_off(buffers: u32) -> Pool {
+        Pool::new(PoolConfig {
+            buffers,
+            huge_pages: false,
             ..PoolConfig::default()
         })
         .unwrap()

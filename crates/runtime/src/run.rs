@@ -169,7 +169,20 @@ pub fn run(
         socket.as_deref(),
         Path::new(crate::claim::CLAIM_DIR),
     )?;
+    // Large tables (the IPv4 FIB's first level) ask for huge pages as the pool does.
+    netbatch_engine::set_huge_tables(cfg.pool.huge_pages);
     let pool = Pool::with_layout(cfg.pool, pool_layout(cfg)).map_err(BuildError::from)?;
+    tracing::info!(
+        target: "netbatch::run",
+        "packet pool: {} buffers of {} B on {}{}",
+        cfg.pool.buffers,
+        cfg.pool.buf_size,
+        pool.backing(),
+        match (pool.backing(), pool.huge_bytes()) {
+            (netbatch_engine::Backing::Transparent, Some(b)) => format!(" ({} of {} MiB in huge pages)", b >> 20, pool.region().1 >> 20),
+            _ => String::new(),
+        }
+    );
     let opened = open_ports(cfg, &pool)?;
     let infos: Vec<Started> = cfg
         .ports

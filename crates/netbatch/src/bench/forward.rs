@@ -182,10 +182,15 @@ fn shared_table(n: usize) -> anyhow::Result<Table> {
     let t0 = Instant::now();
     let table = Arc::new(build::route_table(&cfg)?);
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let (backing, huge) = table.fib_pages();
     eprintln!(
-        "ip4-forward: {} routes loaded in {load_ms:.0} ms ({} MiB FIB)",
+        "ip4-forward: {} routes loaded in {load_ms:.0} ms ({} MiB FIB, its first level on {backing}{})",
         table.len(),
-        table.fib_bytes() >> 20
+        table.fib_bytes() >> 20,
+        huge.map_or_else(String::new, |b| format!(
+            ", {} MiB of it in huge pages now",
+            b >> 20
+        ))
     );
     let tab = Table {
         table,

@@ -176,6 +176,11 @@ pub(crate) struct Args {
     /// whole (tx-tcp-segmentation, tx-udp-segmentation, tx-gso-list), as a NIC with TSO.
     #[arg(long)]
     pub(crate) tx_offload: bool,
+    /// Back the packet pools and the IPv4 FIB's 64 MiB first level with huge pages
+    /// (transparent huge pages, asked for with madvise; hugetlbfs pages for the pools
+    /// where reserved). `off` runs on 4 KiB pages.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub(crate) huge_pages: String,
     /// Skip the per-stage timing pass.
     #[arg(long)]
     pub(crate) no_profile: bool,
@@ -280,6 +285,8 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
         tx_offload: args.tx_offload,
         rate_pps: args.rate.map(|r| (r * 1e6) as u64),
     };
+    // Before any pool or table is built: they follow the switch.
+    netbatch_engine::set_huge_tables(args.huge_pages == "on");
     let mut entries = Vec::new();
     let fib6: Vec<usize> = args.fib6.iter().map(|&n| n as usize).collect();
     for s in &args.scenario {
@@ -305,12 +312,18 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
     let clock = netbatch_engine::time::clock();
     let tsc_hz = netbatch_engine::time::tsc_hz(50);
     eprintln!(
-        "netbatch bench: {} variants, {} repetitions, {} per run, TSC {:.3} GHz",
+        "netbatch bench: {} variants, {} repetitions, {} per run, TSC {:.3} GHz, huge pages {}",
         entries.len(),
         args.repeat,
         per_run(args),
-        tsc_hz / 1e9
+        tsc_hz / 1e9,
+        args.huge_pages
     );
+    let backings = scenarios::pool_backings();
+    if !backings.is_empty() {
+        let names: Vec<String> = backings.iter().map(ToString::to_string).collect();
+        eprintln!("  packet pools on {}", names.join(", "));
+    }
     // Warm-up: caches, branch predictors, socket queues at steady state.
     for e in &mut entries {
         e.bench.start();

@@ -170,12 +170,31 @@ pub(crate) const DUT_ADDR: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
 /// UDP ports of the four streams.
 pub(crate) const UDP_PORTS: [u16; 4] = [5001, 5002, 5003, 5004];
 
+/// How the pools the variants were built with are backed (each kind once), for the
+/// bench's output.
+static POOL_BACKINGS: std::sync::Mutex<Vec<netbatch_engine::Backing>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The backings of the pools built so far.
+pub(crate) fn pool_backings() -> Vec<netbatch_engine::Backing> {
+    POOL_BACKINGS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
 fn pool(buffers: u32) -> anyhow::Result<Pool> {
-    Pool::new(PoolConfig {
+    let p = Pool::new(PoolConfig {
         buffers,
+        huge_pages: netbatch_engine::huge_tables(),
         ..PoolConfig::default()
     })
-    .context("packet pool")
+    .context("packet pool")?;
+    let mut seen = POOL_BACKINGS.lock().unwrap_or_else(|e| e.into_inner());
+    if !seen.contains(&p.backing()) {
+        seen.push(p.backing());
+    }
+    Ok(p)
 }
 
 /// Four 1-byte UDP streams, as the seeds' netperf run: sender 192.0.2.10 (TEST-NET-1).

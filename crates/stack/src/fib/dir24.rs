@@ -25,6 +25,8 @@
 
 use std::fmt;
 
+use netbatch_engine::{Backing, ZeroedArray};
+
 use super::rib::Rib;
 use super::{FibError, check_route, check_value};
 
@@ -95,7 +97,7 @@ const fn tbl8_span(prefix: u32, len: u8) -> (usize, usize) {
 /// with a [`Rib`] through [`Table`](super::Table). `tbl24` takes 64 MiB of virtual
 /// memory; pages are only committed when written.
 pub struct Fib {
-    tbl24: Box<[u32; TBL24_LEN]>,
+    tbl24: ZeroedArray<u32, TBL24_LEN>,
     tbl8: Vec<u32>,
     free_groups: Vec<u32>,
     max_groups: u32,
@@ -111,9 +113,7 @@ impl Clone for Fib {
     /// that hold an entry are copied, so a table of a few routes costs a few pages of
     /// resident memory, not 64 MiB (a copy of every page writes every page).
     fn clone(&self) -> Self {
-        let mut tbl24: Box<[u32; TBL24_LEN]> = vec![EMPTY; TBL24_LEN]
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("vector has TBL24_LEN entries"));
+        let mut tbl24 = ZeroedArray::<u32, TBL24_LEN>::new();
         for (to, from) in tbl24
             .chunks_exact_mut(PAGE_ENTRIES)
             .zip(self.tbl24.chunks_exact(PAGE_ENTRIES))
@@ -156,10 +156,9 @@ impl Fib {
     /// Creates an empty FIB with at most `max_groups` tbl8 groups (clamped to
     /// [`MAX_GROUPS_LIMIT`]). Group memory is allocated on demand.
     pub fn with_max_groups(max_groups: u32) -> Self {
-        // `vec![0; n]` of an integer uses a zeroed allocation: pages are mapped lazily.
-        let tbl24: Box<[u32; TBL24_LEN]> = vec![EMPTY; TBL24_LEN]
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("vector has TBL24_LEN entries"));
+        // A zeroed mapping of its own (EMPTY is 0): pages are mapped lazily, as 2 MiB
+        // pages where huge tables are on.
+        let tbl24 = ZeroedArray::<u32, TBL24_LEN>::new();
         Self {
             tbl24,
             tbl8: Vec::new(),
@@ -266,6 +265,12 @@ impl Fib {
     /// Number of tbl8 groups ever allocated (in use or on the free list).
     fn groups_allocated(&self) -> usize {
         self.tbl8.len() / GROUP_LEN
+    }
+
+    /// How tbl24 is backed, and how many of its bytes the kernel backs with huge pages
+    /// now (when it can be read).
+    pub fn pages(&self) -> (Backing, Option<u64>) {
+        (self.tbl24.backing(), self.tbl24.huge_bytes())
     }
 
     /// Heap bytes reserved: the whole 64 MiB tbl24 (virtual; only written pages are

@@ -52,6 +52,8 @@ pub trait Family:
     fn fib_lookup(f: &Self::Fib, b: Self::Bits) -> Option<u32>;
     /// Bytes the FIB uses.
     fn fib_bytes(f: &Self::Fib) -> usize;
+    /// How the table's first level is backed, and its bytes in huge pages now.
+    fn fib_pages(f: &Self::Fib) -> (netbatch_engine::Backing, Option<u64>);
 }
 
 /// IPv4.
@@ -119,6 +121,10 @@ impl Family for V4 {
     fn fib_bytes(f: &Table) -> usize {
         f.memory_bytes()
     }
+
+    fn fib_pages(f: &Table) -> (netbatch_engine::Backing, Option<u64>) {
+        f.fib().pages()
+    }
 }
 
 impl Family for V6 {
@@ -171,5 +177,10 @@ impl Family for V6 {
     }
     fn fib_bytes(f: &Fib6) -> usize {
         f.memory_bytes()
+    }
+
+    fn fib_pages(_: &Fib6) -> (netbatch_engine::Backing, Option<u64>) {
+        // The IPv6 table's first level is 64 Ki slots, less than a huge page.
+        (netbatch_engine::Backing::Small, Some(0))
     }
 }

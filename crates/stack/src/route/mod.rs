@@ -684,6 +684,12 @@ impl<F: Family> RoutesOf<F> {
         F::fib_bytes(&self.fib)
     }
 
+    /// How the LPM table's large first level is backed (huge pages or not), and how many
+    /// of its bytes the kernel backs with huge pages now, if that can be read.
+    pub fn fib_pages(&self) -> (netbatch_engine::Backing, Option<u64>) {
+        F::fib_pages(&self.fib)
+    }
+
     /// Number of distinct hops and of distinct multipath groups (both only grow).
     pub fn adjacencies(&self) -> (usize, usize) {
         (self.adj.hops.len(), self.adj.groups.len())

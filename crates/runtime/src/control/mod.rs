@@ -456,6 +456,29 @@ impl Control {
         Ok(c)
     }
 
+    /// How the packet pool and the IPv4 FIB's first level are backed (huge pages or
+    /// not) and how much of each the kernel backs with huge pages now (from
+    /// `/proc/self/smaps`, read only here: `show runtime` asks, the counters do not).
+    fn memory(&self) -> Option<Value> {
+        let per = self
+            .remote
+            .on_each(|i, w| {
+                (i == 0).then(|| {
+                    let pool = w.pool();
+                    let (fib, fib_huge) = w.host.routes.fib_pages();
+                    serde_json::json!({
+                        "pool": pool.backing().to_string(),
+                        "pool_bytes": pool.region().1,
+                        "pool_huge_bytes": pool.huge_bytes(),
+                        "fib4": fib.to_string(),
+                        "fib4_huge_bytes": fib_huge,
+                    })
+                })
+            })
+            .ok()?;
+        per.into_iter().flatten().next()
+    }
+
     /// Table sizes for `/metrics` that the counters document does not carry: rules and
     /// sockets (routes are in each worker's document).
     pub fn tables(&self) -> Vec<(&'static str, &'static str, u64)> {
@@ -549,7 +572,13 @@ impl Control {
         });
         let names = st.cfg.iface_names();
         match what {
-            "runtime" => show::runtime(c.as_ref().unwrap_or(&Value::Null)),
+            "runtime" => {
+                let mut r = show::runtime(c.as_ref().unwrap_or(&Value::Null));
+                if let Some(m) = self.memory() {
+                    show::memory(&mut r, m);
+                }
+                r
+            }
             "errors" => show::errors(c.as_ref().unwrap_or(&Value::Null)),
             "softnet" => show::softnet(c.as_ref().unwrap_or(&Value::Null)),
             "counters" => {

@@ -209,6 +209,25 @@ pub fn runtime(c: &Value) -> Reply {
     Reply::ok(text, json!({ "workers": data }))
 }
 
+/// Adds to `show runtime` how the packet pool and the IPv4 FIB's first level are backed
+/// (`m` as `Control::memory` makes it).
+pub fn memory(r: &mut Reply, m: Value) {
+    let mib = |v: &Value| {
+        v.as_u64()
+            .map_or_else(|| "?".to_string(), |b| (b >> 20).to_string())
+    };
+    let line = format!(
+        "memory: packet pool on {} ({} of {} MiB in huge pages), IPv4 FIB first level on {} ({} MiB in huge pages)\n",
+        m["pool"].as_str().unwrap_or("?"),
+        mib(&m["pool_huge_bytes"]),
+        mib(&m["pool_bytes"]),
+        m["fib4"].as_str().unwrap_or("?"),
+        mib(&m["fib4_huge_bytes"]),
+    );
+    r.text.insert_str(0, &line);
+    r.data["memory"] = m;
+}
+
 /// `show errors`: per stage and reason, the wire packets dropped, with the reason's
 /// description (VPP's `show errors`), summed over the workers. The description is the
 /// one the workers' documents carry with the reason (`drop_reasons`: that of the reason

@@ -2219,7 +2219,7 @@ fn wait_for_taps(t: &Topo, taps: &[(&str, &str)]) {
 /// Host interface pairs with the kernel's own tools on both sides: the tap carries the
 /// port's MAC, MTU and address; a host reaches the control namespace's TCP listener on
 /// the router's address and the namespace pings the host through the port, while
-/// netbatch still answers pings itself; IPv6 (not routed by netbatch yet) is the
+/// netbatch still answers pings itself; the tap's own IPv6 link-local address is the
 /// kernel's, neighbour discovery included; an address added in the namespace becomes
 /// netbatch's (its local, connected and broadcast routes, ARP and echo answered), an
 /// MTU set there becomes the port's (one above what the port started with is refused,

@@ -11,8 +11,9 @@
 //! Stages that end a received packet's path without consuming it (TCP to our addresses,
 //! UDP without a netbatch socket, ICMP other than echo requests, IP protocols netbatch
 //! has no stage for, fragments for us, ARP replies once learned from) send it on their
-//! `host` arc when the receiving port is paired, and `eth-input` sends it all IPv6 (which
-//! netbatch does not route yet); the kernel then sees the frame as it
+//! `host` arc when the receiving port is paired; for IPv6 as for IPv4 (upper layers
+//! netbatch has no stage for, fragments for us, neighbour advertisements once learned
+//! from, and the multicast groups the kernel joined); the kernel then sees the frame as it
 //! arrived (its link header back in front) and answers as it would on a wire. Frames the
 //! kernel sends through the tap leave by the wire port as they are: the kernel resolved
 //! their neighbour and wrote their link header. Neither direction originates or copies a

@@ -1216,16 +1216,8 @@ fn random_ip(rng: &mut Rng) -> Ip4 {
         _ => 0,
     };
     Ip4 {
-        tos: if rng.chance(50) {
-            rng.pick(&[0, 0x10, 0xb8, 0x03, 0x20])
-        } else {
-            rng.next() as u8
-        },
-        ttl: if rng.chance(60) {
-            rng.pick(&[1, 63, 64, 128, 255])
-        } else {
-            rng.next() as u8
-        },
+        tos: some_tos(rng),
+        ttl: some_ttl(rng),
         src: some_ip(rng),
         dst: some_ip(rng),
         opt_words: if rng.chance(10) {
@@ -1236,6 +1228,25 @@ fn random_ip(rng: &mut Rng) -> Ip4 {
         frag,
         l4: random_l4(rng, proto),
         payload: rng.below(40) as u8,
+    }
+}
+
+/// A TOS or traffic class: half the time one a filter is likely to name, else any.
+fn some_tos(rng: &mut Rng) -> u8 {
+    if rng.chance(50) {
+        rng.pick(&[0, 0x10, 0xb8, 0x03, 0x20])
+    } else {
+        rng.next() as u8
+    }
+}
+
+/// A TTL or hop limit: mostly one a filter is likely to name (1 and 255 the edges), else
+/// any.
+fn some_ttl(rng: &mut Rng) -> u8 {
+    if rng.chance(60) {
+        rng.pick(&[1, 63, 64, 128, 255])
+    } else {
+        rng.next() as u8
     }
 }
 
@@ -1256,16 +1267,8 @@ fn random_ip6(rng: &mut Rng) -> Ip6 {
         _ => Ext6::None,
     };
     Ip6 {
-        tc: if rng.chance(50) {
-            rng.pick(&[0, 0x10, 0xb8, 0x03, 0x20])
-        } else {
-            rng.next() as u8
-        },
-        hlim: if rng.chance(60) {
-            rng.pick(&[1, 63, 64, 128, 255])
-        } else {
-            rng.next() as u8
-        },
+        tc: some_tos(rng),
+        hlim: some_ttl(rng),
         src: some_ip6(rng),
         dst: some_ip6(rng),
         ext,

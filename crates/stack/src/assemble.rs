@@ -222,6 +222,15 @@ enum End {
 /// the demux, the stage that takes it; in list order.
 type Takers = [Vec<(u8, &'static str, &'static str)>; 2];
 
+/// The stages that take `f`'s protocols (its entry in [`Takers`]).
+fn takers_of(t: &Takers, f: Family) -> &[(u8, &'static str, &'static str)] {
+    let [v4, v6] = t;
+    match f {
+        Family::V4 => v4,
+        Family::V6 => v6,
+    }
+}
+
 /// The refusal of `node`'s declaration for `problem`.
 fn refuse(node: &str, problem: String) -> GraphError {
     GraphError::Declaration {
@@ -247,7 +256,7 @@ pub fn build_from(
     dispatch: Dispatch,
 ) -> Result<Graph<Host>, GraphError> {
     for (i, d) in stages.iter().enumerate() {
-        if stages[..i].iter().any(|e| e.name == d.name) {
+        if stages.iter().take(i).any(|e| e.name == d.name) {
             return Err(GraphError::DuplicateNode(d.name.into()));
         }
     }
@@ -258,7 +267,10 @@ pub fn build_from(
     let mut decoders = Vec::new();
     for d in &live {
         let takes: Vec<(u8, &'static str)> = d.demux.map_or_else(Vec::new, |f| {
-            takers[f as usize].iter().map(|&(p, a, _)| (p, a)).collect()
+            takers_of(&takers, f)
+                .iter()
+                .map(|&(p, a, _)| (p, a))
+                .collect()
         });
         for (port, name) in d.node_names(ports).into_iter().enumerate() {
             let m = Make {
@@ -312,7 +324,11 @@ fn local_protocols(live: &[&Decl]) -> Result<Takers, GraphError> {
     let mut takers: Takers = Default::default();
     for d in live {
         for t in d.takes {
-            let family = &mut takers[t.family as usize];
+            let [v4, v6] = &mut takers;
+            let family = match t.family {
+                Family::V4 => v4,
+                Family::V6 => v6,
+            };
             let v = t.family.name();
             if let Some((_, _, other)) = family.iter().find(|(p, ..)| *p == t.proto) {
                 return Err(refuse(
@@ -332,7 +348,7 @@ fn local_protocols(live: &[&Decl]) -> Result<Takers, GraphError> {
     }
     for f in Family::ALL {
         let demux: Vec<&&Decl> = live.iter().filter(|d| d.demux == Some(f)).collect();
-        let (v, family) = (f.name(), &takers[f as usize]);
+        let (v, family) = (f.name(), takers_of(&takers, f));
         match (demux.as_slice(), family.first()) {
             ([_, second, ..], _) => {
                 return Err(refuse(second.name, format!("is a second {v} demux")));
@@ -397,7 +413,7 @@ fn connect(
         }
     }
     if let Some(f) = d.demux {
-        for &(_, arc, to) in &takers[f as usize] {
+        for &(_, arc, to) in takers_of(takers, f) {
             b.connect(name, arc, to)?;
         }
     }

@@ -270,7 +270,9 @@ impl Make<'_> {
                 }
             };
             // The assembler refuses more arcs than a stage may have.
-            table[usize::from(proto)] = u8::try_from(at).unwrap_or(Demux::NONE);
+            if let Some(entry) = table.get_mut(usize::from(proto)) {
+                *entry = u8::try_from(at).unwrap_or(Demux::NONE);
+            }
         }
         Demux { arcs, table }
     }
@@ -296,16 +298,17 @@ impl Demux {
     /// The arc to the stage that takes protocol `proto`, if one does.
     #[inline(always)]
     pub fn next(&self, proto: u8) -> Option<Next> {
-        let a = self.table[usize::from(proto)];
+        // A `u8` indexes all 256 entries.
+        let a = self.table.get(usize::from(proto)).copied()?;
         (a != Self::NONE).then_some(Next(a))
     }
 }
 
 impl core::fmt::Debug for Demux {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let taken: Vec<(usize, &str)> = (0..256)
-            .filter(|&p| self.table[p] != Self::NONE)
-            .map(|p| (p, self.arcs[usize::from(self.table[p])]))
+        let taken: Vec<(usize, &str)> = (self.table.iter().enumerate())
+            .filter(|&(_, &a)| a != Self::NONE)
+            .map(|(p, &a)| (p, self.arcs.get(usize::from(a)).copied().unwrap_or("?")))
             .collect();
         f.debug_struct("Demux").field("takes", &taken).finish()
     }

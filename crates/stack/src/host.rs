@@ -148,10 +148,33 @@ pub struct Injected {
 }
 
 impl Injected {
+    /// The queue of entry `e` (one per entry, in [`Entry::ALL`]'s order).
+    #[inline]
+    fn queue(&mut self, e: Entry) -> &mut PktList {
+        let [
+            icmp_error,
+            local_out,
+            neighbour,
+            icmp6_error,
+            local_out6,
+            neighbour6,
+            transmit,
+        ] = &mut self.queues;
+        match e {
+            Entry::IcmpError => icmp_error,
+            Entry::LocalOut => local_out,
+            Entry::Neighbour => neighbour,
+            Entry::Icmp6Error => icmp6_error,
+            Entry::LocalOut6 => local_out6,
+            Entry::Neighbour6 => neighbour6,
+            Entry::Transmit => transmit,
+        }
+    }
+
     /// Queues `p` to enter at `e`.
     #[inline]
     pub fn push(&mut self, e: Entry, p: Pkt) {
-        self.queues[e as usize].push(p);
+        self.queue(e).push(p);
     }
 
     /// Whether nothing waits.
@@ -161,13 +184,13 @@ impl Injected {
 
     /// Takes what waits at `e` (the worker runs it through the graph).
     pub fn take(&mut self, e: Entry) -> PktList {
-        core::mem::take(&mut self.queues[e as usize])
+        core::mem::take(self.queue(e))
     }
 
     /// Gives back an emptied list taken from `e`, so that its capacity is reused (unless
     /// packets were queued there meanwhile).
     pub fn give_back(&mut self, e: Entry, l: PktList) {
-        let q = &mut self.queues[e as usize];
+        let q = self.queue(e);
         if q.is_empty() {
             *q = l;
         }
@@ -334,14 +357,14 @@ impl Host {
     pub fn sync_neighbours(&mut self, now_ns: u64) {
         if let Some((shared, me)) = &self.neigh_shared {
             self.neigh_seen = shared.since(self.neigh_seen, &mut self.learned);
-            let released = &mut self.injected.queues[Entry::Neighbour as usize];
+            let released = self.injected.queue(Entry::Neighbour);
             for l in self.learned.drain(..).filter(|l| l.origin != *me) {
                 apply_learned(&mut self.neigh, l, now_ns, released);
             }
         }
         if let Some((shared6, me)) = &self.neigh6_shared {
             self.neigh6_seen = shared6.since(self.neigh6_seen, &mut self.learned6);
-            let released = &mut self.injected.queues[Entry::Neighbour6 as usize];
+            let released = self.injected.queue(Entry::Neighbour6);
             for l in self.learned6.drain(..).filter(|l| l.origin != *me) {
                 apply_learned(&mut self.neigh6, l, now_ns, released);
             }

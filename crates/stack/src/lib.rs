@@ -14,7 +14,19 @@
 //! its arcs and where they go, the IP protocols it takes, its drop reasons, its trace
 //! view, the metadata it reads and writes); [`assemble::STAGES`] lists the declarations
 //! in pipeline order and the graph is assembled from them.
+//!
+//! The crate denies `clippy::indexing_slicing`: a malformed packet cannot panic a stage
+//! through an index out of range. The stages read packets with `get`,
+//! `split_at_checked`, `first_chunk`, slice patterns and the wire views, and an offset
+//! that does not fit ends in the stage's drop reason. Indexing is left only where an
+//! invariant keeps the index in range, each place under an `#[expect]` on the narrowest
+//! item whose reason names it: the DIR-24-8 table and the IPv6 trie (lookups, first
+//! stages, arenas), GRO's flow buckets, GSO's header block and the headers of a
+//! fraglist's head and members (whose checked forms cost the fast path instructions,
+//! `scripts/instructions`), the neighbour stages' rewrite caches, the martian tables,
+//! and tables filled when compiling. Tests may index (`clippy.toml`).
 #![forbid(unsafe_code)]
+#![deny(clippy::indexing_slicing)]
 
 // What ports and the stack agree a packet is (its metadata's meaning, the dissector, device
 // offloads) lives in `netbatch-packet`, which ports depend on instead of the stack; the

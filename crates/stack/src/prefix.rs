@@ -260,6 +260,10 @@ pub mod class {
         a == u32::MAX
     }
     /// Per first octet: not a valid source (0, 127, 224-255).
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "evaluated when compiling, `i < 256` the table's length"
+    )]
     const MARTIAN_SRC: [bool; 256] = {
         let mut t = [false; 256];
         let mut i = 0;
@@ -272,6 +276,10 @@ pub mod class {
 
     /// Per first octet: not a valid destination, except the limited broadcast (0, 127,
     /// 240-255).
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "evaluated when compiling, `i < 256` the table's length"
+    )]
     const MARTIAN_DST: [bool; 256] = {
         let mut t = [false; 256];
         let mut i = 0;
@@ -286,6 +294,10 @@ pub mod class {
     /// multicast, class E and broadcast (RFC 1122 3.2.1.3 (a)-(e), RFC 1812 5.3.7). One
     /// table lookup by first octet.
     #[inline(always)]
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`a >> 24` of a `u32` is below 256, the table's length"
+    )]
     pub const fn is_martian_source(a: u32) -> bool {
         MARTIAN_SRC[(a >> 24) as usize]
     }
@@ -293,6 +305,10 @@ pub mod class {
     /// Not usable as a destination from the wire: this-network, loopback, and class E
     /// other than the limited broadcast.
     #[inline(always)]
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`a >> 24` of a `u32` is below 256, the table's length"
+    )]
     pub const fn is_martian_dest(a: u32) -> bool {
         MARTIAN_DST[(a >> 24) as usize] && !is_limited_broadcast(a)
     }

@@ -492,8 +492,7 @@ impl Report<'_> {
     fn lines(&self, recs: &[&TraceRecord]) -> Vec<String> {
         let mut out = Vec::with_capacity(recs.len());
         let mut k = 0;
-        while k < recs.len() {
-            let r = recs[k];
+        while let Some(&r) = recs.get(k) {
             k += 1;
             let node = self.dump.nodes.get(usize::from(r.node));
             let name = node.map_or("?", |n| n.name);

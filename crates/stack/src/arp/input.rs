@@ -147,7 +147,9 @@ impl Stage<Host> for ArpInput {
                 out.drop(p, netbatch_engine::reason::NO_HEADROOM);
                 continue;
             }
-            v.data_mut()[netbatch_wire::arp::PACKET_LEN..].fill(0);
+            if let Some(pad) = v.data_mut().get_mut(netbatch_wire::arp::PACKET_LEN..) {
+                pad.fill(0);
+            }
             let reply = ArpRepr {
                 operation: ArpOperation::Reply,
                 sha: our_mac,
@@ -156,7 +158,6 @@ impl Stage<Host> for ArpInput {
                 tpa: spa,
             };
             reply.emit(&mut ArpPacket::new_unchecked(v.data_mut()));
-            let iface = &host.ifaces[usize::from(ifx)];
             if !push_header(&mut v, iface, sha, EtherType::ARP) {
                 out.drop(p, netbatch_engine::reason::NO_HEADROOM);
                 continue;

@@ -190,13 +190,15 @@ impl Key {
     /// Sets `field` to `v` (cut to its width).
     pub fn set(&mut self, field: Field, v: u64) {
         let (w, s, _) = field.place();
-        self.0[w] = (self.0[w] & !(field.max() << s)) | ((v & field.max()) << s);
+        if let Some(word) = self.0.get_mut(w) {
+            *word = (*word & !(field.max() << s)) | ((v & field.max()) << s);
+        }
     }
 
     /// The value of `field`.
     pub fn get(&self, field: Field) -> u64 {
         let (w, s, _) = field.place();
-        (self.0[w] >> s) & field.max()
+        self.0.get(w).map_or(0, |word| (word >> s) & field.max())
     }
 
     /// The key masked by `m`.
@@ -518,6 +520,10 @@ impl Classifier {
                     c.groups.len() - 1
                 }
             };
+            #[expect(
+                clippy::indexing_slicing,
+                reason = "`gi` is a group's position in `c.groups`, found or just pushed"
+            )]
             let g = &mut c.groups[gi];
             g.best = g.best.min(f.prio);
             g.table
@@ -528,7 +534,7 @@ impl Classifier {
         for c in chains.values_mut() {
             for g in &mut c.groups {
                 for b in g.table.values_mut() {
-                    b.sort_by_key(|&i| (filters[i as usize].prio, i));
+                    b.sort_by_key(|&i| (filters.get(i as usize).map(|f| f.prio), i));
                 }
             }
             c.groups.sort_by_key(|g| g.best);
@@ -625,7 +631,9 @@ impl Classifier {
                 continue;
             };
             for &i in bucket {
-                let f = &self.filters[i as usize];
+                let Some(f) = self.filters.get(i as usize) else {
+                    continue;
+                };
                 if best.is_some_and(|(p, j)| (p, j) <= (f.prio, i)) {
                     break;
                 }

@@ -170,11 +170,17 @@ impl Stage<Host> for ClsIngress {
             let wire = v.meta.wire_packets();
             let bytes = u64::from(v.meta.total_len);
             let verdict = 'chains: loop {
-                let s = &mut self.stats[fi as usize];
-                s.packets += wire;
-                s.bytes += bytes;
-                s.last_used_ns = cx.now_ns;
-                for (ai, a) in filters[fi as usize].actions.iter().enumerate() {
+                // `classify` and `search` give indexes into `filters`, which `stats`
+                // matches in length; a filter that is not there passes the packet.
+                let Some(f) = filters.get(fi as usize) else {
+                    break Verdict::Pass;
+                };
+                if let Some(s) = self.stats.get_mut(fi as usize) {
+                    s.packets += wire;
+                    s.bytes += bytes;
+                    s.last_used_ns = cx.now_ns;
+                }
+                for (ai, a) in f.actions.iter().enumerate() {
                     match *a {
                         Action::Pass => break 'chains Verdict::Pass,
                         Action::Drop => break 'chains Verdict::Drop(reason::DROP),

@@ -180,7 +180,9 @@ impl Fib {
         let mut by_len: [Vec<(u32, u32)>; 33] = std::array::from_fn(|_| Vec::new());
         for (prefix, len, value) in routes {
             check_route(prefix, len, value)?;
-            by_len[usize::from(len)].push((prefix, value));
+            (by_len.get_mut(usize::from(len)))
+                .ok_or(FibError::InvalidLength { len })?
+                .push((prefix, value));
         }
         let mut fib = Self::new();
         for (routes, len) in by_len.iter().zip(0u8..) {
@@ -211,6 +213,10 @@ impl Fib {
 
     /// Value of the longest prefix containing `addr`, or `None` if no route matches.
     #[inline]
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`addr >> 8` < 2^24, tbl24's length; an EXT entry names a live group of tbl8"
+    )]
     pub fn lookup(&self, addr: u32) -> Option<u32> {
         let entry = self.tbl24[(addr >> 8) as usize];
         let entry = if entry & EXT != 0 {
@@ -224,6 +230,10 @@ impl Fib {
     /// Four lookups at once: all tbl24 loads are issued before any tbl8 load so the
     /// cache misses overlap.
     #[inline]
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`addr >> 8` < 2^24, tbl24's length; an EXT entry names a live group of tbl8"
+    )]
     pub fn lookup4(&self, addrs: [u32; 4]) -> [Option<u32>; 4] {
         let first = addrs.map(|addr| self.tbl24[(addr >> 8) as usize]);
         let entries: [u32; 4] = std::array::from_fn(|i| {
@@ -241,13 +251,14 @@ impl Fib {
     /// a time with [`Fib::lookup4`].
     pub fn lookup_batch(&self, addrs: &[u32], out: &mut [Option<u32>]) {
         let n = addrs.len().min(out.len());
-        let (addrs, out) = (&addrs[..n], &mut out[..n]);
-        let mut src = addrs.chunks_exact(4);
-        let mut dst = out.chunks_exact_mut(4);
-        for (a, o) in (&mut src).zip(&mut dst) {
-            o.copy_from_slice(&self.lookup4([a[0], a[1], a[2], a[3]]));
+        let addrs = addrs.get(..n).unwrap_or_default();
+        let out = out.get_mut(..n).unwrap_or_default();
+        let (src, src_rest) = addrs.as_chunks::<4>();
+        let (dst, dst_rest) = out.as_chunks_mut::<4>();
+        for (&a, o) in src.iter().zip(dst) {
+            *o = self.lookup4(a);
         }
-        for (&a, o) in src.remainder().iter().zip(dst.into_remainder()) {
+        for (&a, o) in src_rest.iter().zip(dst_rest) {
             *o = self.lookup(a);
         }
     }
@@ -284,6 +295,10 @@ impl Fib {
 
     /// Bulk write of a route, valid only while routes arrive by non-decreasing length:
     /// every entry of the range is overwritten unconditionally.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "a valid route's span is in tbl24 (len <= 24) or in its live group of tbl8"
+    )]
     fn fill_route(&mut self, prefix: u32, len: u8, value: u32) -> Result<(), FibError> {
         let entry = route_entry(len, value);
         if len <= 24 {
@@ -305,6 +320,10 @@ impl Fib {
     /// Incremental insert (or value update) of a validated route: overwrites the
     /// entries of its range whose depth is `<= len`. Fails only when a new group is
     /// needed and none is left, and then changes nothing.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "a valid route's span is in tbl24 (len <= 24) or in its live group of tbl8"
+    )]
     pub(super) fn insert_route(
         &mut self,
         prefix: u32,
@@ -343,6 +362,10 @@ impl Fib {
     /// range) become `cover`, the longest remaining route shorter than `len` containing
     /// the prefix, as `(len, value)`. Collapses the group of a > /24 route when it no
     /// longer holds anything longer than /24.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "a valid route's span is in tbl24 (len <= 24) or in its live group of tbl8"
+    )]
     pub(super) fn remove_route(&mut self, prefix: u32, len: u8, cover: Option<(u8, u32)>) {
         debug_assert!(cover.is_none_or(|(cover_len, _)| cover_len < len));
         let tag = owned_tag(len);
@@ -389,6 +412,10 @@ impl Fib {
 
     /// Base tbl8 index of the group of the /24 containing `prefix`, allocating one
     /// (filled with the current tbl24 entry) if there is none yet.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`prefix >> 8` is below 2^24, tbl24's length"
+    )]
     fn group_of(&mut self, prefix: u32) -> Result<usize, FibError> {
         let index = (prefix >> 8) as usize;
         let entry = self.tbl24[index];
@@ -402,6 +429,10 @@ impl Fib {
 
     /// Takes a group from the free list or appends a new one, with every entry set to
     /// `fill`.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "a group on the free list was allocated: its 256 entries are in tbl8"
+    )]
     fn alloc_group(&mut self, fill: u32) -> Result<u32, FibError> {
         if let Some(group) = self.free_groups.pop() {
             let base = group_base(group);

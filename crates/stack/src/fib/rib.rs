@@ -42,6 +42,10 @@ impl Rib {
     }
 
     /// [`Rib::insert`] for a prefix already validated by [`check_prefix`].
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`check_prefix` bounds `len` by 32: `by_len` has 33 maps"
+    )]
     pub(super) fn insert_checked(&mut self, prefix: u32, len: u8, value: u32) -> Option<u32> {
         let old = self.by_len[usize::from(len)].insert(prefix, value);
         if old.is_none() {
@@ -89,7 +93,9 @@ impl Rib {
     fn longest_within(&self, addr: u32, mut lengths: u64) -> Option<(u8, u32)> {
         while lengths != 0 {
             let len = 63 - lengths.leading_zeros() as u8;
-            if let Some(&value) = self.by_len[usize::from(len)].get(&(addr & prefix_mask(len))) {
+            if let Some(&value) =
+                (self.by_len.get(usize::from(len))).and_then(|m| m.get(&(addr & prefix_mask(len))))
+            {
                 return Some((len, value));
             }
             lengths &= !(1 << len);

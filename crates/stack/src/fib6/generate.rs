@@ -115,12 +115,19 @@ pub fn generate_prefixes(n: usize, seed: u64) -> Vec<(Ipv6Prefix, u32)> {
             rir_address(rng)
         } else if len <= 32 {
             // An allocation's aggregate: any holder, however many more-specifics it has.
-            holders[rng.below(holders.len() as u64) as usize]
+            // `holders` is never empty, and `below` stays under its length.
+            let i = rng.below(holders.len() as u64) as usize;
+            holders.get(i).copied().unwrap_or_default()
         } else {
             // Skewed holder choice: index ⌊H·u²⌋ for u uniform in [0, 1).
             let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
             let i = ((holders.len() as f64) * u * u) as usize;
-            holders[i.min(holders.len() - 1)] | (rng.bits128() & !mask6(32))
+            let holder = holders
+                .get(i)
+                .or(holders.last())
+                .copied()
+                .unwrap_or_default();
+            holder | (rng.bits128() & !mask6(32))
         };
         let p = Ipv6Prefix::truncating(a.into(), len);
         let hop = rng.below(u64::from(GENERATED_HOPS)) as u32;

@@ -68,6 +68,10 @@ const EMPTY_SLOT: Slot = Slot {
 
 /// For each six-bit chunk `c`, the internal positions of the prefixes of relative
 /// length 0 to 5 that contain it: `(1 << rl) | (c >> (6 - rl))`.
+#[expect(
+    clippy::indexing_slicing,
+    reason = "evaluated when compiling, `c < 64` the table's length"
+)]
 const MATCH: [u64; 64] = {
     let mut t = [0u64; 64];
     let mut c = 0;
@@ -251,16 +255,13 @@ impl Fib6 {
         }
         // Stable: among equal prefixes the input order is kept, and the last one stays.
         list.sort_by_key(|&(a, l, _)| (a, l));
-        let mut kept = 0;
-        for i in 0..list.len() {
-            if kept > 0 && (list[kept - 1].0, list[kept - 1].1) == (list[i].0, list[i].1) {
-                list[kept - 1] = list[i];
-            } else {
-                list[kept] = list[i];
-                kept += 1;
+        list.dedup_by(|next, kept| {
+            let same = (next.0, next.1) == (kept.0, kept.1);
+            if same {
+                *kept = *next;
             }
-        }
-        list.truncate(kept);
+            same
+        });
 
         let mut fib = Self::with_max_nodes(max_nodes);
         let (short, long): (Vec<_>, Vec<_>) = list
@@ -278,7 +279,12 @@ impl Fib6 {
             fib.take_nodes(1)?;
             let root = fib.alloc_nodes(1);
             fib.build_node(group, DIRECT_BITS, root)?;
-            fib.direct[s].node = root;
+            #[expect(
+                clippy::indexing_slicing,
+                reason = "`slot_index` is below DIRECT_LEN, the first stage's length"
+            )]
+            let slot = &mut fib.direct[s];
+            slot.node = root;
         }
         fib.routes = fib.short_routes + long.len();
         fib.nodes.shrink_to_fit();
@@ -288,6 +294,10 @@ impl Fib6 {
 
     /// Fills node `at` at depth `d` from `routes`: sorted by (address, length), all
     /// at least `d` long and inside the node's prefix.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "positions and chunks are below 64; `at` and the blocks come from the arenas; groups lie in `routes`"
+    )]
     fn build_node(&mut self, routes: &[(u128, u8, u32)], d: u32, at: u32) -> Result<(), Fib6Error> {
         let mut internal = 0u64;
         let mut values = [0u32; 64];
@@ -397,7 +407,7 @@ impl Fib6 {
             return 0;
         };
         let c = c & 63;
-        let m = node.internal & MATCH[c as usize];
+        let m = node.internal & MATCH.get(c as usize).copied().unwrap_or(0);
         if m != 0 {
             // The longest match is m's highest set bit: shifted to bit 63, it and the
             // positions below it remain, and they count its value's index plus one.
@@ -430,17 +440,11 @@ impl Fib6 {
     /// remainder and keeping it.
     #[inline]
     pub fn lookup8(&self, addrs: &[u128; 8]) -> [Option<u32>; 8] {
-        let mut best = [NONE; 8];
-        let mut node = [0u32; 8];
-        let mut hi = [0u64; 8];
-        let mut lo = [0u64; 8];
-        for i in 0..8 {
-            let slot = self.slot(addrs[i]);
-            best[i] = slot.value;
-            node[i] = slot.node;
-            hi[i] = (addrs[i] >> 64) as u64;
-            lo[i] = addrs[i] as u64;
-        }
+        let slots = addrs.map(|a| self.slot(a));
+        let mut best = slots.map(|slot| slot.value);
+        let mut node = slots.map(|slot| slot.node);
+        let hi = addrs.map(|a| (a >> 64) as u64);
+        let lo = addrs.map(|a| a as u64);
         let mut d = DIRECT_BITS;
         while d < 64 {
             if !self.level8(&mut node, &hi, d, &mut best) {
@@ -469,11 +473,11 @@ impl Fib6 {
         best: &mut [u32; 8],
     ) -> bool {
         let mut live = 0;
-        for i in 0..8 {
-            if node[i] != 0 {
-                let c = ((bits[i] << shift) >> (64 - STRIDE)) as u32;
-                node[i] = self.step_chunk(node[i], c, &mut best[i]);
-                live |= node[i];
+        for ((n, &b), best) in node.iter_mut().zip(bits).zip(best) {
+            if *n != 0 {
+                let c = ((b << shift) >> (64 - STRIDE)) as u32;
+                *n = self.step_chunk(*n, c, best);
+                live |= *n;
             }
         }
         live != 0
@@ -483,15 +487,14 @@ impl Fib6 {
     /// at a time with [`Fib6::lookup8`].
     pub fn lookup_batch(&self, addrs: &[u128], out: &mut [Option<u32>]) {
         let n = addrs.len().min(out.len());
-        let (addrs, out) = (&addrs[..n], &mut out[..n]);
-        let mut src = addrs.chunks_exact(8);
-        let mut dst = out.chunks_exact_mut(8);
-        for (a, o) in (&mut src).zip(&mut dst) {
-            if let Ok(a) = <&[u128; 8]>::try_from(a) {
-                o.copy_from_slice(&self.lookup8(a));
-            }
+        let addrs = addrs.get(..n).unwrap_or_default();
+        let out = out.get_mut(..n).unwrap_or_default();
+        let (src, src_rest) = addrs.as_chunks::<8>();
+        let (dst, dst_rest) = out.as_chunks_mut::<8>();
+        for (a, o) in src.iter().zip(dst) {
+            *o = self.lookup8(a);
         }
-        for (&a, o) in src.remainder().iter().zip(dst.into_remainder()) {
+        for (&a, o) in src_rest.iter().zip(dst_rest) {
             *o = self.lookup(a);
         }
     }
@@ -500,18 +503,24 @@ impl Fib6 {
     pub fn longest_match(&self, addr: u128) -> Option<(Ipv6Prefix, u32)> {
         let s = slot_index(addr);
         let slot = self.slot(addr);
-        let mut best = decode(slot.value).map(|v| (u32::from(self.depth[s]), v));
+        let mut best = decode(slot.value)
+            .zip(self.depth.get(s))
+            .map(|(v, &depth)| (u32::from(depth), v));
         let mut n = slot.node;
         let mut d = DIRECT_BITS;
         while n != 0 {
-            let node = self.nodes[n as usize];
+            let Some(&node) = self.nodes.get(n as usize) else {
+                break;
+            };
             let c = chunk(addr, d);
-            let m = node.internal & MATCH[c as usize];
+            let m = node.internal & MATCH.get(c as usize).copied().unwrap_or(0);
             if m != 0 {
                 let pos = 63 - m.leading_zeros();
                 let rl = 31 - pos.leading_zeros();
-                let v = self.results[(node.result_base + rank(node.internal, pos)) as usize];
-                best = Some((d + rl, v));
+                let r = node.result_base + rank(node.internal, pos);
+                if let Some(&v) = self.results.get(r as usize) {
+                    best = Some((d + rl, v));
+                }
             }
             if node.children & (1 << c) == 0 {
                 break;
@@ -528,6 +537,10 @@ impl Fib6 {
     /// this prefix.
     ///
     /// Errors (table unchanged): a value above [`MAX_VALUE`], or the node limit.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`slot_index` is below DIRECT_LEN; a node alloc_nodes gives is in `nodes`"
+    )]
     pub fn insert(&mut self, prefix: Ipv6Prefix, value: u32) -> Result<Option<u32>, Fib6Error> {
         check_value(value)?;
         let (p, l) = (prefix.bits(), u32::from(prefix.prefix_len()));
@@ -563,6 +576,10 @@ impl Fib6 {
     }
 
     /// Nodes an insert of a prefix of address bits `p` held at depth `target` creates.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`slot_index` < DIRECT_LEN; a live node's children are a block in `nodes`"
+    )]
     fn missing_nodes(&self, p: u128, target: u32) -> usize {
         let levels = ((target - DIRECT_BITS) / STRIDE + 1) as usize;
         let mut n = self.direct[slot_index(p)].node;
@@ -586,6 +603,10 @@ impl Fib6 {
 
     /// Removes the route for exactly `prefix`; returns its value, or `None` if there
     /// was none.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`slot_index` < DIRECT_LEN; a path of MAX_LEVELS; live nodes' blocks are in the arenas"
+    )]
     pub fn remove(&mut self, prefix: Ipv6Prefix) -> Option<u32> {
         let (p, l) = (prefix.bits(), u32::from(prefix.prefix_len()));
         if l <= DIRECT_BITS {
@@ -647,13 +668,17 @@ impl Fib6 {
     pub fn get(&self, prefix: Ipv6Prefix) -> Option<u32> {
         let (p, l) = (prefix.bits(), u32::from(prefix.prefix_len()));
         if l <= DIRECT_BITS {
-            return self.short[l as usize].get(&(slot_index(p) as u32)).copied();
+            return self
+                .short
+                .get(l as usize)?
+                .get(&(slot_index(p) as u32))
+                .copied();
         }
         let target = node_depth(l);
-        let mut n = self.direct[slot_index(p)].node;
+        let mut n = self.slot(p).node;
         let mut d = DIRECT_BITS;
         while n != 0 && d < target {
-            let node = self.nodes[n as usize];
+            let node = *self.nodes.get(n as usize)?;
             let c = chunk(p, d);
             n = if node.children & (1 << c) == 0 {
                 0
@@ -664,8 +689,9 @@ impl Fib6 {
         }
         let node = self.nodes.get(n as usize).filter(|_| n != 0)?;
         let pos = position(p, l, d);
-        (node.internal & (1 << pos) != 0)
-            .then(|| self.results[(node.result_base + rank(node.internal, pos)) as usize])
+        (node.internal & (1 << pos) != 0).then_some(())?;
+        let r = node.result_base + rank(node.internal, pos);
+        self.results.get(r as usize).copied()
     }
 
     /// Number of routes.
@@ -704,7 +730,9 @@ impl Fib6 {
 
     /// Appends the routes of the subtree of node `n` (prefix `bits`, depth `d`).
     fn collect(&self, n: u32, bits: u128, d: u32, out: &mut Vec<(Ipv6Prefix, u32)>) {
-        let node = self.nodes[n as usize];
+        let Some(&node) = self.nodes.get(n as usize) else {
+            return;
+        };
         let mut internal = node.internal;
         let mut j = node.result_base as usize;
         while internal != 0 {
@@ -716,7 +744,7 @@ impl Fib6 {
             out.extend(
                 Ipv6Prefix::from_bits(p, len)
                     .ok()
-                    .map(|p| (p, self.results[j])),
+                    .zip(self.results.get(j).copied()),
             );
             j += 1;
             internal &= internal - 1;
@@ -771,6 +799,10 @@ impl Fib6 {
 
     /// Adds or replaces a short route: the first-stage entries of its range that hold
     /// no route or a route no longer than it take its value.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "a map per length up to DIRECT_BITS; a short prefix's range is in the first stage"
+    )]
     fn insert_short(&mut self, p: u128, l: u32, v: u32) -> Option<u32> {
         let key = slot_index(p);
         let old = self.short[l as usize].insert(key as u32, v);
@@ -793,6 +825,10 @@ impl Fib6 {
 
     /// Removes a short route: the entries it owns (its length in its range) fall back
     /// to the longest shorter route covering it, or to none.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "a map per length up to DIRECT_BITS; a short prefix's range is in the first stage"
+    )]
     fn remove_short(&mut self, p: u128, l: u32) -> Option<u32> {
         let key = slot_index(p);
         let old = self.short[l as usize].remove(&(key as u32))?;
@@ -823,6 +859,10 @@ impl Fib6 {
     // ---- arena blocks ----
 
     /// A block of `k` (1 to 64) node slots: a free one of that size, or new ones.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`k <= MAX_BLOCK`: there is a free list per block size up to MAX_BLOCK"
+    )]
     fn alloc_nodes(&mut self, k: usize) -> u32 {
         if let Some(b) = self.free_nodes[k].pop() {
             self.free_node_slots -= k;
@@ -833,6 +873,10 @@ impl Fib6 {
         b as u32
     }
 
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`k <= MAX_BLOCK`: there is a free list per block size up to MAX_BLOCK"
+    )]
     fn free_node_block(&mut self, b: u32, k: usize) {
         if k > 0 {
             self.free_nodes[k].push(b);
@@ -841,6 +885,10 @@ impl Fib6 {
     }
 
     /// A block of `k` (1 to 63) value slots.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`k <= MAX_BLOCK`: there is a free list per block size up to MAX_BLOCK"
+    )]
     fn alloc_results(&mut self, k: usize) -> u32 {
         if let Some(b) = self.free_results[k].pop() {
             self.free_result_slots -= k;
@@ -851,6 +899,10 @@ impl Fib6 {
         b as u32
     }
 
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`k <= MAX_BLOCK`: there is a free list per block size up to MAX_BLOCK"
+    )]
     fn free_result_block(&mut self, b: u32, k: usize) {
         if k > 0 {
             self.free_results[k].push(b);
@@ -860,6 +912,10 @@ impl Fib6 {
 
     /// The child `c` of node `n`, created empty if missing (the children move to a
     /// block one larger).
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "node indexes are live nodes, blocks in `nodes`; value blocks are in `results`"
+    )]
     fn child_or_insert(&mut self, n: u32, c: u32) -> u32 {
         let node = self.nodes[n as usize];
         let r = rank(node.children, c);
@@ -883,6 +939,10 @@ impl Fib6 {
 
     /// Drops the (empty) child `c` of node `n` (the others move to a block one
     /// smaller).
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "node indexes are live nodes, blocks in `nodes`; value blocks are in `results`"
+    )]
     fn remove_child(&mut self, n: u32, c: u32) {
         let node = self.nodes[n as usize];
         let (r, k, ob) = (
@@ -906,6 +966,10 @@ impl Fib6 {
     }
 
     /// Sets the value at internal position `pos` of node `n`; returns the one replaced.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "node indexes are live nodes, blocks in `nodes`; value blocks are in `results`"
+    )]
     fn set_result(&mut self, n: u32, pos: u32, v: u32) -> Option<u32> {
         let node = self.nodes[n as usize];
         let r = rank(node.internal, pos) as usize;
@@ -927,6 +991,10 @@ impl Fib6 {
     }
 
     /// Clears internal position `pos` (set) of node `n`; returns its value.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "node indexes are live nodes, blocks in `nodes`; value blocks are in `results`"
+    )]
     fn clear_result(&mut self, n: u32, pos: u32) -> u32 {
         let node = self.nodes[n as usize];
         let (r, k, ob) = (
@@ -962,6 +1030,10 @@ impl Fib6 {
 
     /// Copies every subtree into new, packed arenas (depth first, children blocks
     /// kept whole), dropping the free lists.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`s` < DIRECT_LEN, the first stage's length; a root is a live node"
+    )]
     fn compact(&mut self) {
         let mut nodes = Vec::with_capacity(self.live_nodes + 1);
         nodes.push(Node::default());
@@ -985,6 +1057,10 @@ impl Fib6 {
 
     /// Copies the children and values of `nodes[at]` (still pointing into the old
     /// arenas) and, recursively, their subtrees.
+    #[expect(
+        clippy::indexing_slicing,
+        reason = "`at` was pushed; a live node's child and value blocks are in the old arenas"
+    )]
     fn copy_subtree(&self, nodes: &mut Vec<Node>, results: &mut Vec<u32>, at: usize) {
         let node = nodes[at];
         let nr = node.internal.count_ones() as usize;

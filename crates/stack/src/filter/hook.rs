@@ -34,10 +34,14 @@ netbatch_engine::arcs! {
 /// that accepts everything is left out of the graph, and the arcs to it go where it
 /// would send each family.
 fn present<const H: usize>(o: &GraphOptions) -> bool {
-    o.chain(HookPoint::ALL[H]).is_some()
+    HookPoint::ALL.get(H).is_some_and(|&h| o.chain(h).is_some())
 }
 
 /// The stage of hook `H` (its index in [`HookPoint::ALL`]) with its chain.
+#[expect(
+    clippy::indexing_slicing,
+    reason = "`H` is one of the literals 0..=4 the declarations below pass, indexes of `ALL`"
+)]
 fn make<const H: usize>(m: &Make<'_>) -> Box<dyn Stage<Host>> {
     let h = HookPoint::ALL[H];
     Box::new(HookStage::new(
@@ -130,7 +134,7 @@ pub struct HookStage {
     chain4: Compiled<Ipv4Prefix>,
     chain6: Compiled<Ipv6Prefix>,
     /// The one reason this hook drops for (a slice of the set, as `Stage::reasons`).
-    reason: &'static [Reason],
+    reason: &'static [Reason; 1],
     /// Wire packets matched per rule (policy hits in the last slot).
     pub hits: Vec<u64>,
 }
@@ -138,7 +142,7 @@ pub struct HookStage {
 impl HookStage {
     /// The stage for `hook` with `chain`.
     pub fn new(hook: HookPoint, chain: Chain) -> Self {
-        let reason: &'static [Reason] = match hook {
+        let reason: &'static [Reason; 1] = match hook {
             HookPoint::Prerouting => &[reason::PREROUTING],
             HookPoint::Input => &[reason::INPUT],
             HookPoint::Forward => &[reason::FORWARD],
@@ -215,16 +219,20 @@ impl Stage<Host> for HookStage {
             "rule_0", "rule_1", "rule_2", "rule_3", "rule_4", "rule_5", "rule_6", "rule_7",
             "rule_8", "rule_9", "rule_10", "rule_11", "rule_12", "rule_13", "rule_14", "rule_15",
         ];
-        let n = self.chain.rules.len();
-        let mut v: Vec<(&'static str, u64)> = self.hits[..n.min(16)]
+        // `hits` holds a slot per rule and the policy's after them.
+        let (rules, policy) = self
+            .hits
+            .split_at_checked(self.chain.rules.len())
+            .unwrap_or((&self.hits, &[]));
+        let mut v: Vec<(&'static str, u64)> = NAMES
             .iter()
-            .enumerate()
-            .map(|(i, &h)| (NAMES[i], h))
+            .zip(rules)
+            .map(|(&name, &h)| (name, h))
             .collect();
-        if n > 16 {
-            v.push(("rules_16_and_above", self.hits[16..n].iter().sum()));
+        if rules.len() > NAMES.len() {
+            v.push(("rules_16_and_above", rules.iter().skip(NAMES.len()).sum()));
         }
-        v.push(("policy", self.hits[n]));
+        v.push(("policy", policy.iter().sum()));
         v
     }
 
@@ -246,7 +254,9 @@ impl Stage<Host> for HookStage {
             };
             // In wire packets, like the drop counters: a GRO super-packet is a hit for
             // each datagram it stands for.
-            self.hits[rule.unwrap_or(policy_slot)] += v.meta.wire_packets();
+            if let Some(hits) = self.hits.get_mut(rule.unwrap_or(policy_slot)) {
+                *hits += v.meta.wire_packets();
+            }
             match verdict {
                 Verdict::Accept if six => out.push(ACCEPT6, p),
                 Verdict::Accept => out.push(ACCEPT, p),

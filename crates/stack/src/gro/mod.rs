@@ -314,7 +314,10 @@ fn parse4(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed {
         id: ip.ident(),
         flow: 0,
     };
-    l4_segment(key, ipf, &d[l3 + 20..l3 + total], csum_ok)
+    let Some(l4) = d.get(l3 + 20..l3 + total) else {
+        return Parsed::Unmergeable(key);
+    };
+    l4_segment(key, ipf, l4, csum_ok)
 }
 
 /// [`parse`] for IPv6 (out of line: the IPv4 paths do not carry it).
@@ -350,7 +353,7 @@ fn parse6(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed {
     if r.flags & flag::FRAG6 != 0 || total != d.len() - l3 || l4 < l3 + usize::from(IP6_HDR) {
         return Parsed::Unmergeable(key);
     }
-    match crate::gso::ip6_headers(&d[l3..l4]) {
+    match d.get(l3..l4).and_then(crate::gso::ip6_headers) {
         Some((len, proto)) if len == l4 - l3 && proto == r.l4_type => {}
         _ => return Parsed::Unmergeable(key),
     }
@@ -363,7 +366,10 @@ fn parse6(r: &Dissected, d: &[u8], port: u16, csum_ok: bool) -> Parsed {
         id: 0,
         flow: ip.flow_label(),
     };
-    l4_segment(key, ipf, &d[l4..l3 + total], csum_ok)
+    let Some(l4) = d.get(l4..l3 + total) else {
+        return Parsed::Unmergeable(key);
+    };
+    l4_segment(key, ipf, l4, csum_ok)
 }
 
 /// The IP header fields of a candidate segment (see [`Seg`]).
@@ -411,8 +417,11 @@ fn l4_segment(key: FlowKey, ipf: IpFields, l4: &[u8], csum_ok: bool) -> Parsed {
     let psum = if csum_ok {
         NO_PSUM
     } else {
-        let hsum = checksum::sum(&l4[..l4_hdr], pseudo(&key, l4.len() as u32));
-        let p = checksum::sum(&l4[l4_hdr..], 0);
+        let Some((head, payload)) = l4.split_at_checked(l4_hdr) else {
+            return Parsed::Unmergeable(key);
+        };
+        let hsum = checksum::sum(head, pseudo(&key, l4.len() as u32));
+        let p = checksum::sum(payload, 0);
         if !checksum::verifies(hsum + p) {
             return Parsed::Unmergeable(key);
         }
@@ -522,26 +531,29 @@ impl Template {
         if hdr > TMPL || d.len() < TMPL {
             return None;
         }
+        let frame = d.first_chunk::<TMPL>()?;
         let mut m = [0u8; TMPL];
         let (ip, l4) = (usize::from(s.l3), usize::from(s.hdr - s.l4_hdr));
-        m[..hdr].fill(0xff);
+        m.get_mut(..hdr)?.fill(0xff);
+        // The fields every segment has its own of are left out (inside the headers, so
+        // inside `m`: a field that were not would stay compared, never wrongly skipped).
+        let mut skip = |at: usize, len: usize| {
+            if let Some(f) = m.get_mut(at..at + len) {
+                f.fill(0);
+            }
+        };
         let v6 = s.key.v6;
         if !v6 {
             // IPv4 identification and header checksum.
-            m[ip + 4..ip + 6].fill(0);
-            m[ip + 10..ip + 12].fill(0);
+            skip(ip + 4, 2);
+            skip(ip + 10, 2);
         }
         if s.key.tcp() {
-            m[l4 + 4..l4 + 8].fill(0); // sequence number
-            m[l4 + 16..l4 + 18].fill(0); // checksum
+            skip(l4 + 4, 4); // sequence number
+            skip(l4 + 16, 2); // checksum
         } else {
-            m[l4 + 6..l4 + 8].fill(0); // checksum
+            skip(l4 + 6, 2); // checksum
         }
-        let word = |b: &[u8], k: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&b[k * 8..k * 8 + 8]);
-            u64::from_ne_bytes(w)
-        };
         let mut t = Self {
             bytes: [0; TMPL / 8],
             mask: [0; TMPL / 8],
@@ -549,13 +561,14 @@ impl Template {
             id_csum: if v6 {
                 0
             } else {
-                let h = header(&d[ip..])?;
+                let h = header(d.get(ip..)?)?;
                 checksum::sum16(h.ident(), h.checksum())
             },
         };
-        for k in 0..TMPL / 8 {
-            t.mask[k] = word(&m, k);
-            t.bytes[k] = word(d, k) & t.mask[k];
+        let words = m.as_chunks::<8>().0.iter().zip(frame.as_chunks::<8>().0);
+        for ((mask, bytes), (m, b)) in t.mask.iter_mut().zip(&mut t.bytes).zip(words) {
+            *mask = u64::from_ne_bytes(*m);
+            *bytes = u64::from_ne_bytes(*b) & *mask;
         }
         Some(t)
     }
@@ -566,13 +579,13 @@ impl Template {
         // Fixed numbers of words (the mask is zero past the headers): the loops unroll
         // and vectorise; the words past [`SHORT`] only when the headers reach them.
         let diff = |from: usize, to: usize| {
-            let mut diff = 0u64;
-            for k in from / 8..to / 8 {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(&d[k * 8..k * 8 + 8]);
-                diff |= (u64::from_ne_bytes(a) ^ self.bytes[k]) & self.mask[k];
-            }
-            diff
+            let words = d.as_chunks::<8>().0.iter().zip(&self.bytes).zip(&self.mask);
+            words
+                .take(to / 8)
+                .skip(from / 8)
+                .fold(0u64, |diff, ((a, &b), &m)| {
+                    diff | ((u64::from_ne_bytes(*a) ^ b) & m)
+                })
         };
         diff(0, SHORT) == 0 && (!self.long || diff(SHORT, TMPL) == 0)
     }
@@ -635,7 +648,7 @@ fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
         && s.ack == f.ack
         && s.urg == f.urg
         && s.l4_hdr == f.l4_hdr
-        && opts == &h.opts[..usize::from(f.l4_hdr) - 20]
+        && h.opts.get(..usize::from(f.l4_hdr) - 20) == Some(opts)
         && s.seq == h.next_seq
         && s.payload > 0
         && s.payload <= f.payload
@@ -644,7 +657,9 @@ fn may_merge(h: &Held, s: &Seg, opts: &[u8]) -> bool {
 /// The TCP options of segment `s` in its frame `d` (empty for UDP).
 fn tcp_options<'a>(d: &'a [u8], s: &Seg) -> &'a [u8] {
     if s.key.tcp() {
-        &d[usize::from(s.hdr - s.l4_hdr + 20)..usize::from(s.hdr)]
+        // Inside the frame: `parse` read the TCP header whole.
+        d.get(usize::from(s.hdr - s.l4_hdr + 20)..usize::from(s.hdr))
+            .unwrap_or_default()
     } else {
         &[]
     }
@@ -654,7 +669,9 @@ fn tcp_options<'a>(d: &'a [u8], s: &Seg) -> &'a [u8] {
 /// IPv6 without any).
 fn ext_headers<'a>(d: &'a [u8], s: &Seg) -> &'a [u8] {
     if s.l3_len > IP6_HDR {
-        &d[usize::from(s.l3 + IP6_HDR)..usize::from(s.l3 + s.l3_len)]
+        // Inside the frame: `parse` walked them.
+        d.get(usize::from(s.l3 + IP6_HDR)..usize::from(s.l3 + s.l3_len))
+            .unwrap_or_default()
     } else {
         &[]
     }
@@ -699,6 +716,16 @@ pub struct GroTable {
     pub stats: GroStats,
 }
 
+/// Bucket `b` of `buckets` (`b` is a flow hash's low bits, masked again here).
+#[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "masked by BUCKETS - 1, BUCKETS a power of two: below BUCKETS"
+)]
+fn bucket(buckets: &mut [Vec<Held>; BUCKETS], b: usize) -> &mut Vec<Held> {
+    &mut buckets[b & (BUCKETS - 1)]
+}
+
 impl GroTable {
     /// An empty table.
     pub fn new() -> Self {
@@ -715,7 +742,7 @@ impl GroTable {
         if self.last.is_some_and(|(lb, _)| lb == b) {
             self.last = None;
         }
-        self.buckets[b].remove(i)
+        bucket(&mut self.buckets, b).remove(i)
     }
 
     /// [`Self::fast_run`] for IPv6 flows, tried when IPv4's fails: out of line, so the
@@ -893,7 +920,8 @@ impl GroTable {
 
     fn find(&self, key: &FlowKey) -> Option<(usize, usize)> {
         let b = (key.hash() as usize) & (BUCKETS - 1);
-        self.buckets[b]
+        self.buckets
+            .get(b)?
             .iter()
             .position(|h| h.key == *key)
             .map(|i| (b, i))
@@ -911,14 +939,13 @@ impl GroTable {
     /// cannot be either, returned in `done` after its flow's held packet.
     pub(crate) fn offer(&mut self, pool: &Pool, p: Pkt, s: Seg, kind: Kind, done: &mut Vec<Pkt>) {
         if let Some((b, i)) = self.find(&s.key) {
-            let mergeable = {
-                let h = &self.buckets[b][i];
-                let d = pool.get(&p).data();
+            let d = pool.get(&p).data();
+            let mergeable = bucket(&mut self.buckets, b).get(i).is_some_and(|h| {
                 h.kind == kind
                     && may_merge(h, &s, tcp_options(d, &s))
                     && (s.l3_len <= IP6_HDR
                         || ext_headers(d, &s) == ext_headers(pool.get(&h.head).data(), &h.first))
-            };
+            });
             if mergeable {
                 self.merge(pool, b, i, p, &s, done);
                 return;
@@ -936,8 +963,9 @@ impl GroTable {
 
     fn hold(&mut self, pool: &Pool, mut p: Pkt, s: Seg, kind: Kind, done: &mut Vec<Pkt>) {
         let b = (s.key.hash() as usize) & (BUCKETS - 1);
-        if self.buckets[b].len() >= PER_BUCKET {
-            let oldest = self.buckets[b]
+        let full = bucket(&mut self.buckets, b);
+        if full.len() >= PER_BUCKET {
+            let oldest = full
                 .iter()
                 .enumerate()
                 .min_by_key(|(_, h)| h.age)
@@ -953,16 +981,17 @@ impl GroTable {
             let v = pool.get_mut(&mut p);
             let d = v.data();
             let o = tcp_options(d, &s);
-            opts[..o.len()].copy_from_slice(o);
+            // At most 40 bytes: a TCP header is at most 60.
+            if let Some(to) = opts.get_mut(..o.len()) {
+                to.copy_from_slice(o);
+            }
             // The first segment's payload sum, for GSO to give it back its own checksum:
             // a verified checksum means pseudo-header + header + payload ≡ -0.
             let psum = if s.psum == NO_PSUM {
                 let l4 = usize::from(s.hdr - s.l4_hdr);
                 let acc = s.pseudo(u32::from(s.l4_hdr + s.payload));
-                u32::from(!checksum::fold(checksum::sum(
-                    &d[l4..usize::from(s.hdr)],
-                    acc,
-                )))
+                let l4h = d.get(l4..usize::from(s.hdr)).unwrap_or_default();
+                u32::from(!checksum::fold(checksum::sum(l4h, acc)))
             } else {
                 s.psum
             };
@@ -978,8 +1007,9 @@ impl GroTable {
         self.flows += 1;
         self.stats.peak_flows = self.stats.peak_flows.max(self.flows);
         let fast = Template::of(pool.get(&p).data(), &s);
-        self.last = Some((b, self.buckets[b].len()));
-        self.buckets[b].push(Held {
+        let held = bucket(&mut self.buckets, b);
+        self.last = Some((b, held.len()));
+        held.push(Held {
             key: s.key,
             kind,
             age: self.age,
@@ -997,7 +1027,12 @@ impl GroTable {
     }
 
     fn merge(&mut self, pool: &Pool, b: usize, i: usize, mut p: Pkt, s: &Seg, done: &mut Vec<Pkt>) {
-        let h = &mut self.buckets[b][i];
+        // (`offer` found the flow at (`b`, `i`).)
+        let Some(h) = bucket(&mut self.buckets, b).get_mut(i) else {
+            self.stats.passed += 1;
+            done.push(p);
+            return;
+        };
         if h.id_mode == IdMode::Unknown {
             h.id_mode = if s.id == h.first.id {
                 IdMode::Fixed
@@ -1076,6 +1111,10 @@ impl GroTable {
         let mut v = pool.get_mut(&mut head);
         // The frame ends at the IP length (padding past it is not part of the packet).
         v.truncate(usize::from(f.hdr) + usize::from(f.payload));
+        #[expect(
+            clippy::indexing_slicing,
+            reason = "`parse` found the headers, `l3..hdr`, in the head (truncating kept them)"
+        )]
         let (iph, l4h) =
             v.data_mut()[usize::from(f.l3)..usize::from(f.hdr)].split_at_mut(usize::from(f.l3_len));
         // The head's headers describe the whole super-packet: lengths grow, and standard

@@ -284,7 +284,8 @@ struct Train {
 /// `acc`, the payload to `psum`) its checksum.
 fn fill_l4_checksum(l4: &mut [u8], lay: &Layout, acc: u64, psum: u64) {
     put_u16(l4, lay.csum_at(), 0);
-    let c = checksum::finish(checksum::sum(&l4[..lay.l4h], acc + psum));
+    let header = l4.get(..lay.l4h).unwrap_or_default();
+    let c = checksum::finish(checksum::sum(header, acc + psum));
     // RFC 768 (and RFC 8200 8.1): a computed zero is sent as all ones.
     put_u16(
         l4,
@@ -295,6 +296,10 @@ fn fill_l4_checksum(l4: &mut [u8], lay: &Layout, acc: u64, psum: u64) {
 
 /// The header block of segment `i` (payload `plen` bytes summing to `psum`), rebuilt
 /// from the head's in place.
+#[expect(
+    clippy::indexing_slicing,
+    reason = "`t` is a header block of `lay.hdr()` = l2 + ihl + l4h bytes, as `layout` read it"
+)]
 fn rebuild<const V6: bool>(t: &mut [u8], tr: &Train, i: usize, plen: usize, psum: u64) {
     let (lay, n, gso_size, fixed) = (&tr.lay, tr.n, tr.gso_size, tr.fixed);
     let (iph, l4h) = t[lay.l2..].split_at_mut(lay.ihl);
@@ -380,17 +385,24 @@ fn segment_standard<const V6: bool>(
         gso_size,
         fixed: v.meta.gso_type & gso::FIXED_ID != 0,
     };
-    let mut t = [0u8; MAX_HDR];
-    t[..hdr].copy_from_slice(&v.data()[..hdr]);
+    let mut block = [0u8; MAX_HDR];
+    // (`layout` found the headers in the head.)
+    let (Some(t), Some(head_hdr)) = (block.get_mut(..hdr), v.data().get(..hdr)) else {
+        return Err((p, reason::FAILED));
+    };
+    t.copy_from_slice(head_hdr);
+    let t = &*t;
     if !gro_layout(pool, v.meta, hdr, gso_size) {
-        return segment_copy::<V6>(pool, cache, p, &tr, &t[..hdr], out);
+        return segment_copy::<V6>(pool, cache, p, &tr, t, out);
     }
     // Zero copy: the head is the first segment, every chained buffer gets headers pushed.
     let mut mv = pool.get_mut(&mut p);
-    let mut chain = mv.meta.chain.take();
-    let head_meta_psum = payload_sum(mv.meta, &mv.data()[hdr..]);
-    let seg0 = &mut mv.data_mut()[..hdr];
+    let head_meta_psum = payload_sum(mv.meta, mv.data().get(hdr..).unwrap_or_default());
+    let Some(seg0) = mv.data_mut().get_mut(..hdr) else {
+        return Err((p, reason::FAILED));
+    };
     rebuild::<V6>(seg0, &tr, 0, gso_size, head_meta_psum);
+    let mut chain = mv.meta.chain.take();
     plain(mv.meta);
     let head = Inherit::of(mv.meta);
     out.push(p);
@@ -403,7 +415,7 @@ fn segment_standard<const V6: bool>(
         let Some(h) = w.push(hdr) else {
             unreachable!("headroom checked by gro_layout")
         };
-        h.copy_from_slice(&t[..hdr]);
+        h.copy_from_slice(t);
         rebuild::<V6>(h, &tr, i, plen, psum);
         head.apply::<V6>(w.meta, &lay);
         out.push(q);
@@ -436,7 +448,10 @@ fn segment_copy<const V6: bool>(
             }
         }
     }
-    if pool.get(&out[start]).meta.data as usize + hdr + gso_size > pool.config().buf_size as usize {
+    let room = |q: &Pkt| {
+        pool.get(q).meta.data as usize + hdr + gso_size <= pool.config().buf_size as usize
+    };
+    if !out.get(start).is_some_and(room) {
         let mut taken: Vec<Pkt> = out.drain(start..).collect();
         cache.free_all(&mut taken);
         return Err((p, reason::FAILED));
@@ -444,9 +459,9 @@ fn segment_copy<const V6: bool>(
     // A cursor over the payload: the head's bytes after its headers, then each chained
     // buffer's.
     let head = pool.get(&p);
-    let mut src: &[u8] = &head.data()[hdr..];
+    let mut src: &[u8] = head.data().get(hdr..).unwrap_or_default();
     let mut next = head.meta.chain.as_ref();
-    for (i, q) in out[start..].iter_mut().enumerate() {
+    for (i, q) in out.iter_mut().skip(start).enumerate() {
         let mut w = pool.get_mut(q);
         let Some(b) = w.append(hdr) else {
             unreachable!("room checked above")
@@ -465,18 +480,22 @@ fn segment_copy<const V6: bool>(
                     None => break,
                 }
             }
-            let k = src.len().min(gso_size - plen);
-            let Some(b) = w.append(k) else {
+            let Some((part, rest)) = src.split_at_checked(src.len().min(gso_size - plen)) else {
+                break;
+            };
+            let Some(b) = w.append(part.len()) else {
                 unreachable!("room checked above")
             };
-            b.copy_from_slice(&src[..k]);
-            src = &src[k..];
-            plen += k;
+            b.copy_from_slice(part);
+            src = rest;
+            plen += part.len();
         }
         // The payload sum over the whole segment (its parts may have odd lengths).
-        let psum = checksum::sum(&w.data()[hdr..], 0);
-        let d = w.data_mut();
-        rebuild::<V6>(&mut d[..hdr], tr, i, plen, psum);
+        let psum = checksum::sum(w.data().get(hdr..).unwrap_or_default(), 0);
+        // (The segment starts with the `hdr` bytes appended first.)
+        if let Some(h) = w.data_mut().get_mut(..hdr) {
+            rebuild::<V6>(h, tr, i, plen, psum);
+        }
         inh.apply::<V6>(w.meta, &lay);
     }
     cache.free(p);
@@ -512,16 +531,12 @@ struct Delta {
 /// The three words of `b` under `mask`.
 #[inline(always)]
 fn words24(b: &[u8; 24], mask: &[u8; 24]) -> [u64; 3] {
-    let w = |x: &[u8; 24], k: usize| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(&x[k * 8..k * 8 + 8]);
-        u64::from_ne_bytes(a)
-    };
-    [
-        w(b, 0) & w(mask, 0),
-        w(b, 1) & w(mask, 1),
-        w(b, 2) & w(mask, 2),
-    ]
+    let mut w = [0u64; 3];
+    let (bw, mw) = (b.as_chunks::<8>().0, mask.as_chunks::<8>().0);
+    for (w, (b, m)) in w.iter_mut().zip(bw.iter().zip(mw)) {
+        *w = u64::from_ne_bytes(*b) & u64::from_ne_bytes(*m);
+    }
+    w
 }
 
 /// Bytes of [`Delta::orig`] that must match for the delta to apply: all but the total
@@ -535,8 +550,8 @@ impl Delta {
     /// The delta from member header `d` (20-byte IPv4 header, then L4) to the head's
     /// `iph` and `ports`.
     fn new(d: &[u8], iph: &[u8; 20], ports: &[u8; 4], lay: &Layout) -> Self {
-        let mut orig = [0u8; 24];
-        orig.copy_from_slice(&d[..24]);
+        // (A member has at least 28 bytes of its own headers: `unchain` checked.)
+        let orig = d.first_chunk::<24>().copied().unwrap_or([0; 24]);
         let mut new = orig;
         let mut dl = Self {
             orig: words24(&orig, &DELTA_MASK),
@@ -591,11 +606,13 @@ impl Delta {
         }
         // Every masked byte takes the head's value (the unchanged ones are the same).
         let keep = words24(&[0xff; 24], &DELTA_MASK).map(|m| !m);
-        for (k, (new, keep)) in self.new.iter().zip(keep).enumerate() {
-            let w = &mut h[k * 8..k * 8 + 8];
-            let mut a = [0u8; 8];
-            a.copy_from_slice(w);
-            w.copy_from_slice(&((u64::from_ne_bytes(a) & keep) | new).to_ne_bytes());
+        for (w, (new, keep)) in h
+            .as_chunks_mut::<8>()
+            .0
+            .iter_mut()
+            .zip(self.new.iter().zip(keep))
+        {
+            *w = ((u64::from_ne_bytes(*w) & keep) | new).to_ne_bytes();
         }
         if self.ip_add != 0 {
             let c = checksum::add16(get_u16(h, 10), self.ip_add);
@@ -693,8 +710,11 @@ impl Delta6 {
             if at == D6_PAYLOAD_LEN || old == new {
                 continue;
             }
-            dl.words[dl.n] = (at, new);
-            dl.n += 1;
+            // (At most one entry per word of the `D6` bytes.)
+            if let Some(w) = dl.words.get_mut(dl.n) {
+                *w = (at, new);
+                dl.n += 1;
+            }
             // Addresses (from byte 8) and ports are covered by the L4 checksum.
             if at >= 8 {
                 dl.l4_add += u64::from(!old) + u64::from(new);
@@ -709,7 +729,7 @@ impl Rewrite for Delta6 {
         if d.first().is_none_or(|b| b >> 4 != 6) || Self::view(d, self.l4) != Some(self.orig) {
             return false;
         }
-        for &(at, v) in &self.words[..self.n] {
+        for &(at, v) in self.words.iter().take(self.n) {
             let pos = if at < ipv6::HEADER_LEN {
                 at
             } else {
@@ -725,16 +745,27 @@ impl Rewrite for Delta6 {
 /// The pseudo-header sum of a segment laid out as `lay` whose IP header is `ip`, for
 /// `l4_len` bytes of L4 header and payload.
 fn pseudo_of<const V6: bool>(ip: &[u8], lay: &Layout, l4_len: usize) -> u64 {
+    // (`ip` is a whole header, as `layout` read it: the fallback is never taken.)
     if V6 {
-        let ip = Ipv6Packet::new_unchecked(&ip[..ipv6::HEADER_LEN]);
+        let Some(ip) = ip.first_chunk::<{ ipv6::HEADER_LEN }>() else {
+            return 0;
+        };
+        let ip = Ipv6Packet::new_unchecked(ip);
         checksum::pseudo_header_v6(ip.src(), ip.dst(), lay.proto(), l4_len as u32)
     } else {
-        let ip = Ipv4Packet::new_unchecked(&ip[..20]);
+        let Some(ip) = ip.first_chunk::<20>() else {
+            return 0;
+        };
+        let ip = Ipv4Packet::new_unchecked(ip);
         checksum::pseudo_header_v4(ip.src(), ip.dst(), lay.proto(), l4_len as u16)
     }
 }
 
 /// A GRO-built super-packet of IP version `V6` back into the packets it was made of.
+#[expect(
+    clippy::indexing_slicing,
+    reason = "the head's `l2 + ihl + l4h` header bytes, which `layout` read (checked: +7 a member)"
+)]
 fn unchain<const V6: bool>(
     pool: &Pool,
     mut p: Pkt,
@@ -829,6 +860,10 @@ fn unchain<const V6: bool>(
 /// member's header) applied,
 /// and the head's metadata `head`, into `out`.
 #[inline(always)]
+#[expect(
+    clippy::indexing_slicing,
+    reason = "`front` is `back` bytes, at least `l2` (a checked split costs the fast path)"
+)]
 fn restore<const V6: bool, D: Rewrite>(
     pool: &Pool,
     mut chain: Option<Pkt>,

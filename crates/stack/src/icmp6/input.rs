@@ -83,9 +83,9 @@ impl Stage<Host> for Icmp6Input {
             let mut v = cx.pool.get_mut(&mut p);
             let at = usize::from(v.meta.l4.wrapping_sub(v.meta.data));
             let d = v.data();
-            let (Some(ip), Some(msg)) = (
+            let (Some(ip), Some(msg @ &[ty, _, _, _, ..])) = (
                 crate::ip6::header(d),
-                d.get(at..).filter(|m| m.len() >= 4 && at >= HEADER_LEN),
+                d.get(at..).filter(|_| at >= HEADER_LEN),
             ) else {
                 out.drop(p, reason::TRUNCATED);
                 continue;
@@ -96,7 +96,7 @@ impl Stage<Host> for Icmp6Input {
                 out.drop(p, reason::CHECKSUM);
                 continue;
             }
-            let ty = Icmpv6Type(msg[0]);
+            let ty = Icmpv6Type(ty);
             let paired = crate::hostif::punt_port(host, v.meta.in_port).is_some();
             match ty {
                 Icmpv6Type::NEIGHBOR_SOLICIT | Icmpv6Type::NEIGHBOR_ADVERT => {

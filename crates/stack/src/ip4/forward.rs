@@ -48,7 +48,10 @@ netbatch_engine::arcs! {
 /// `d`), leaving by interface `out_if`; `Err(pointer)` if an option is malformed.
 #[inline(never)]
 fn record_options(host: &Host, now_ns: u64, out_if: u16, d: &mut [u8]) -> Result<(), usize> {
-    let ihl = usize::from(d[0] & 0x0f) * 4;
+    let Some(&first) = d.first() else {
+        return Ok(());
+    };
+    let ihl = usize::from(first & 0x0f) * 4;
     let Some(h) = d.get_mut(..ihl) else {
         return Ok(());
     };
@@ -56,7 +59,10 @@ fn record_options(host: &Host, now_ns: u64, out_if: u16, d: &mut [u8]) -> Result
     if !found.records() {
         return Ok(());
     }
-    let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+    let Some(&[a, b, c, e]) = h.get(16..20) else {
+        return Ok(());
+    };
+    let dst = Ipv4Addr::new(a, b, c, e);
     let out_addr = host
         .ifaces
         .get(usize::from(out_if))

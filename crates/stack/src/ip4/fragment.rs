@@ -59,17 +59,16 @@ pub struct Ip4Fragment {
 fn copied_options(opts: &[u8], out: &mut [u8; 40]) -> Option<usize> {
     let mut n = 0;
     let mut i = 0;
-    while i < opts.len() {
-        match opts[i] {
+    while let Some(&t) = opts.get(i) {
+        match t {
             0 => break,
             1 => i += 1,
             t => {
                 let len = usize::from(*opts.get(i + 1)?);
-                if len < 2 || i + len > opts.len() {
-                    return None;
-                }
+                let opt = opts.get(i..i + len).filter(|_| len >= 2)?;
                 if t & 0x80 != 0 {
-                    out[n..n + len].copy_from_slice(&opts[i..i + len]);
+                    // At most the 40 bytes of options there are.
+                    out.get_mut(n..n + len)?.copy_from_slice(opt);
                     n += len;
                 }
                 i += len;
@@ -77,7 +76,7 @@ fn copied_options(opts: &[u8], out: &mut [u8; 40]) -> Option<usize> {
         }
     }
     let padded = n.div_ceil(4) * 4;
-    out[n..padded].fill(0);
+    out.get_mut(n..padded)?.fill(0);
     Some(padded)
 }
 
@@ -87,7 +86,7 @@ impl Ip4Fragment {
     fn fragment(&mut self, cx: &mut Cx<'_>, mut p: Pkt, mtu: usize, out: &mut Out) {
         let v = cx.pool.get(&p);
         let d = v.data();
-        let Some(ip) = header(d) else {
+        let (Some(ip), Some(&fixed)) = (header(d), d.first_chunk::<20>()) else {
             out.drop(p, crate::ip4::input::reason::TRUNCATED);
             return;
         };
@@ -97,6 +96,10 @@ impl Ip4Fragment {
         let (orig_off, orig_mf) = (usize::from(ip.frag_offset()), ip.more_frags());
         let mut opts = [0u8; 40];
         let Some(other_opts) = d.get(20..ihl).and_then(|o| copied_options(o, &mut opts)) else {
+            out.drop(p, crate::ip4::input::reason::BAD_OPTIONS);
+            return;
+        };
+        let Some(opts) = opts.get(..other_opts) else {
             out.drop(p, crate::ip4::input::reason::BAD_OPTIONS);
             return;
         };
@@ -122,23 +125,33 @@ impl Ip4Fragment {
             }
         }
         let (in_if, out_if, adj, flags) = (v.meta.in_if, v.meta.out_if, v.meta.adj, v.meta.flags);
-        let mut fixed = [0u8; 20];
-        fixed.copy_from_slice(&d[..20]);
         let mut frags = core::mem::take(&mut self.spare);
         let mut off = first;
-        for q in &mut frags {
-            let n = other.min(payload - off);
+        // The payload past the first fragment's, in pieces of `other` bytes: `count` of
+        // them, one for each buffer.
+        let tail = cx
+            .pool
+            .get(&p)
+            .data()
+            .get(ihl + first..)
+            .unwrap_or_default();
+        for (q, src) in frags.iter_mut().zip(tail.chunks(other)) {
+            let n = src.len();
             let last = off + n == payload;
-            let src = &cx.pool.get(&p).data()[ihl + off..ihl + off + n];
             let mut w = cx.pool.get_mut(q);
-            let Some(b) = w.append(other_ihl + n) else {
+            let Some((b, body)) = w
+                .append(other_ihl + n)
+                .and_then(|b| b.split_at_mut_checked(other_ihl))
+            else {
                 unreachable!("a fragment fits a buffer the packet fit")
             };
-            b[..20].copy_from_slice(&fixed);
-            b[other_ihl..].copy_from_slice(src);
-            let mut h = Ipv4Packet::new_unchecked(&mut b[..other_ihl]);
+            body.copy_from_slice(src);
+            if let Some(f) = b.first_chunk_mut::<20>() {
+                *f = fixed;
+            }
+            let mut h = Ipv4Packet::new_unchecked(b);
             h.set_header_len(other_ihl);
-            h.options_mut().copy_from_slice(&opts[..other_opts]);
+            h.options_mut().copy_from_slice(opts);
             h.set_total_len((other_ihl + n) as u16);
             h.set_frag_offset((orig_off + off) as u16);
             // The flags are the packet's (DF clear: a DF packet is answered instead).

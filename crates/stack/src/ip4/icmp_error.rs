@@ -347,13 +347,16 @@ impl Stage<Host> for Ip4IcmpError {
             let quote = (v.meta.len as usize).min(MAX_ERROR_LEN - 28);
             v.truncate(quote);
             let ident = host.next_ident();
-            let Some(h) = v.push(28) else {
+            let Some(h) = v.push(28).and_then(|h| h.get_mut(..20)) else {
                 out.drop(p, reason);
                 continue;
             };
-            outer_header(src, orig_src, quote, ident)
-                .emit(&mut Ipv4Packet::new_unchecked(&mut h[..20]));
-            let mut icmp = Icmpv4Packet::new_unchecked(&mut v.data_mut()[20..]);
+            outer_header(src, orig_src, quote, ident).emit(&mut Ipv4Packet::new_unchecked(h));
+            let Some(msg) = v.data_mut().get_mut(20..) else {
+                out.drop(p, reason);
+                continue;
+            };
+            let mut icmp = Icmpv4Packet::new_unchecked(msg);
             icmp.set_msg_type(Icmpv4Type(ty));
             icmp.set_code(code);
             icmp.set_rest_of_header(0);
@@ -371,8 +374,12 @@ impl Stage<Host> for Ip4IcmpError {
             v.meta.gso_type = 0;
             v.meta.segs = 1;
             host.stats.icmp_errors_out += 1;
-            if let Some(i) = Cause::ALL.iter().position(|&c| c == cause) {
-                self.sent[i] += 1;
+            if let Some((_, n)) = Cause::ALL
+                .iter()
+                .zip(&mut self.sent)
+                .find(|(c, _)| **c == cause)
+            {
+                *n += 1;
             }
             if wire > 1 {
                 out.count_drop(reason, wire - 1);

@@ -193,7 +193,7 @@ impl Stage<Host> for Ip4Input {
 /// The whole header `d` starts with (its IHL says how long), cut to what `d` holds.
 fn header_of(d: &[u8]) -> &[u8] {
     let ihl = d.first().map_or(0, |b| usize::from(b & 0x0f) * 4);
-    &d[..ihl.min(d.len())]
+    d.get(..ihl).unwrap_or(d)
 }
 
 /// The verdict on the options of the whole header `h`: the walk of RFC 791 3.1, then the

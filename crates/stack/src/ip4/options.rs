@@ -58,8 +58,7 @@ impl Found {
 pub fn scan(h: &[u8]) -> Result<Found, usize> {
     let mut f = Found::default();
     let mut i = 20;
-    while i < h.len() {
-        let kind = h[i];
+    while let Some(&kind) = h.get(i) {
         match kind {
             0 => break,
             1 => {
@@ -99,13 +98,13 @@ pub fn scan(h: &[u8]) -> Result<Found, usize> {
                 }
             }
             TS => {
-                if len < 4 {
+                let Some(&oflw_flags) = opt.get(3) else {
                     return Err(i + 1);
-                }
+                };
                 if ptr < 5 {
                     return Err(i + 2);
                 }
-                let flags = opt[3] & 0x0f;
+                let flags = oflw_flags & 0x0f;
                 if ptr <= len {
                     let slot = match flags {
                         ts_flag::TSONLY => 4,
@@ -115,7 +114,7 @@ pub fn scan(h: &[u8]) -> Result<Found, usize> {
                     if ptr + slot - 1 > len {
                         return Err(i + 2);
                     }
-                } else if opt[3] >> 4 == 15 {
+                } else if oflw_flags >> 4 == 15 {
                     // Full, and the overflow count cannot count one more.
                     return Err(i + 3);
                 }
@@ -145,31 +144,42 @@ pub fn forward(
     }
     if let Some(o) = f.ts
         && let Some(opt) = h.get_mut(o..)
-        && opt.len() >= 4
+        && let [_, len, ptr, oflw_flags, ..] = *opt
     {
-        let (len, ptr, flags) = (usize::from(opt[1]), usize::from(opt[2]), opt[3] & 0x0f);
+        let (len, ptr, flags) = (usize::from(len), usize::from(ptr), oflw_flags & 0x0f);
         let slot = if flags == ts_flag::TSONLY { 4 } else { 8 };
         if ptr + slot - 1 > len {
             // Full: count the overflow (`scan` refused a count already at 15).
-            opt[3] = opt[3].wrapping_add(0x10);
+            if let Some(b) = opt.get_mut(3) {
+                *b = oflw_flags.wrapping_add(0x10);
+            }
             changed = true;
         } else if let Some(at) = opt.get_mut(ptr - 1..ptr - 1 + slot) {
+            // `at` is one slot: 4 bytes (a time) or 8 (an address, then a time).
             match flags {
                 ts_flag::TSONLY => at.copy_from_slice(&now_ms.to_be_bytes()),
                 ts_flag::TSANDADDR => {
-                    at[..4].copy_from_slice(&out_addr.to_be_bytes());
-                    at[4..].copy_from_slice(&now_ms.to_be_bytes());
+                    if let Some(a) = at.first_chunk_mut::<4>() {
+                        *a = out_addr.to_be_bytes();
+                    }
+                    if let Some(t) = at.last_chunk_mut::<4>() {
+                        *t = now_ms.to_be_bytes();
+                    }
                 }
                 _ => {
-                    let listed = u32::from_be_bytes([at[0], at[1], at[2], at[3]]);
-                    if !ours(listed) {
+                    let listed = at.first_chunk::<4>().map(|a| u32::from_be_bytes(*a));
+                    if !listed.is_some_and(&ours) {
                         // Another router's turn: nothing recorded, pointer unmoved.
                         return changed;
                     }
-                    at[4..].copy_from_slice(&now_ms.to_be_bytes());
+                    if let Some(t) = at.last_chunk_mut::<4>() {
+                        *t = now_ms.to_be_bytes();
+                    }
                 }
             }
-            opt[2] += slot as u8;
+            if let Some(p) = opt.get_mut(2) {
+                *p += slot as u8;
+            }
             changed = true;
         }
     }
@@ -182,7 +192,10 @@ fn record_route(h: &mut [u8], o: usize, addr: u32) -> bool {
     let Some(opt) = h.get_mut(o..) else {
         return false;
     };
-    let (len, ptr) = (usize::from(opt[1]), usize::from(opt[2]));
+    let [_, len, ptr, ..] = *opt else {
+        return false;
+    };
+    let (len, ptr) = (usize::from(len), usize::from(ptr));
     if ptr + 3 > len {
         // Full: RFC 791 forwards it without recording.
         return false;
@@ -190,7 +203,9 @@ fn record_route(h: &mut [u8], o: usize, addr: u32) -> bool {
     match opt.get_mut(ptr - 1..ptr + 3) {
         Some(at) => {
             at.copy_from_slice(&addr.to_be_bytes());
-            opt[2] += 4;
+            if let Some(p) = opt.get_mut(2) {
+                *p += 4;
+            }
             true
         }
         None => false,
@@ -205,16 +220,18 @@ pub fn source_route_next(h: &[u8], o: usize) -> Option<u32> {
     if ptr + 3 > len {
         return None;
     }
-    let a = opt.get(ptr - 1..ptr + 3)?;
-    Some(u32::from_be_bytes([a[0], a[1], a[2], a[3]]))
+    let a = opt.get(ptr - 1..)?.first_chunk::<4>()?;
+    Some(u32::from_be_bytes(*a))
 }
 
 /// Moves a source-routed packet (header `h`, source route at `o`, not exhausted) to its
 /// next hop `next`: the destination becomes `next`, and `out_addr` (our address toward
 /// it) is recorded in the slot `next` came from (RFC 791).
 pub fn next_source_hop(h: &mut [u8], o: usize, next: u32, out_addr: u32) {
-    if record_route(h, o, out_addr) && h.len() >= 20 {
-        h[16..20].copy_from_slice(&next.to_be_bytes());
+    if record_route(h, o, out_addr)
+        && let Some(dst) = h.get_mut(16..20)
+    {
+        dst.copy_from_slice(&next.to_be_bytes());
     }
 }
 

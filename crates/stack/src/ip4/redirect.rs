@@ -108,19 +108,27 @@ pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>)
         host.stats.alloc_failures += 1;
         return (Outcome::NoBuffer, None);
     };
-    let quote = d.len().min(MAX_LEN - 28);
+    let quoted = d.get(..MAX_LEN - 28).unwrap_or(d);
+    let quote = quoted.len();
     let (trace, in_if) = (m.flags & flag::TRACE, m.in_if);
     let ident = host.next_ident();
     let mut w = pool.get_mut(&mut q);
-    let Some(b) = w.append(28 + quote) else {
+    // The outer header, then the ICMP message: its 8-byte header and the quote.
+    let room = w
+        .append(28 + quote)
+        .and_then(|b| b.split_first_chunk_mut::<20>())
+        .and_then(|(outer, msg)| {
+            msg.get_mut(8..)?.copy_from_slice(quoted);
+            Some((outer, msg))
+        });
+    let Some((outer, msg)) = room else {
         cx.cache.free(q);
         host.stats.alloc_failures += 1;
         return (Outcome::NoBuffer, None);
     };
-    b[28..].copy_from_slice(&d[..quote]);
     icmp_error::outer_header(src, sender, quote, ident)
-        .emit(&mut Ipv4Packet::new_unchecked(&mut b[..20]));
-    let mut icmp = Icmpv4Packet::new_unchecked(&mut b[20..]);
+        .emit(&mut Ipv4Packet::new_unchecked(outer.as_mut_slice()));
+    let mut icmp = Icmpv4Packet::new_unchecked(msg);
     icmp.set_msg_type(Icmpv4Type::REDIRECT);
     icmp.set_code(CODE_HOST);
     icmp.set_rest_of_header(u32::from(gw));

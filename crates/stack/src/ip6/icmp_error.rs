@@ -199,7 +199,10 @@ impl Stage<Host> for Ip6IcmpError {
             let sender = ip.src();
             let quote = usize::from(v.meta.len).min(MAX_QUOTE);
             v.truncate(quote);
-            let Some(h) = v.push(HEADER_LEN + icmpv6::HEADER_LEN) else {
+            let Some(h) = v
+                .push(HEADER_LEN + icmpv6::HEADER_LEN)
+                .and_then(|h| h.get_mut(..HEADER_LEN))
+            else {
                 out.drop(p, why);
                 continue;
             };
@@ -212,8 +215,12 @@ impl Stage<Host> for Ip6IcmpError {
                 traffic_class: 0,
                 flow_label: 0,
             }
-            .emit(&mut Ipv6Packet::new_unchecked(&mut h[..HEADER_LEN]));
-            let mut icmp = Icmpv6Packet::new_unchecked(&mut v.data_mut()[HEADER_LEN..]);
+            .emit(&mut Ipv6Packet::new_unchecked(h));
+            let Some(msg) = v.data_mut().get_mut(HEADER_LEN..) else {
+                out.drop(p, why);
+                continue;
+            };
+            let mut icmp = Icmpv6Packet::new_unchecked(msg);
             icmp.set_msg_type(Icmpv6Type(ty));
             icmp.set_code(code);
             // The MTU of Packet Too Big, the pointer of Parameter Problem, else unused
@@ -235,8 +242,12 @@ impl Stage<Host> for Ip6IcmpError {
             m.gso_type = 0;
             m.segs = 1;
             host.stats.icmp6_errors_out += 1;
-            if let Some(i) = Cause::ALL.iter().position(|&c| c == cause) {
-                self.sent[i] += 1;
+            if let Some((_, n)) = Cause::ALL
+                .iter()
+                .zip(&mut self.sent)
+                .find(|(c, _)| **c == cause)
+            {
+                *n += 1;
             }
             if wire > 1 {
                 out.count_drop(why, wire - 1);

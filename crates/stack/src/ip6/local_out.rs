@@ -61,16 +61,21 @@ fn fill_source(d: &mut [u8], src: Ipv6Addr, l4: Option<usize>, proto: u8) {
     ) else {
         return;
     };
-    let Some(msg) = d.get_mut(l4..).filter(|m| m.len() >= at + 2) else {
+    let Some(msg) = d.get_mut(l4..) else {
         return;
     };
-    msg[at..at + 2].fill(0);
+    let Some(field) = msg.get_mut(at..at + 2) else {
+        return;
+    };
+    field.fill(0);
     let len = msg.len();
     let acc = checksum::pseudo_header_v6(src, dst, proto, len as u32);
     let c = checksum::finish(checksum::sum(msg, acc));
     // UDP sends 0xffff for a sum of zero (0 means "no checksum", RFC 8200 8.1 forbids it).
     let c = if proto == 17 && c == 0 { 0xffff } else { c };
-    msg[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    if let Some(field) = msg.get_mut(at..at + 2) {
+        field.copy_from_slice(&c.to_be_bytes());
+    }
 }
 
 /// `ip6-local-out`: where IPv6 packets this host makes enter.

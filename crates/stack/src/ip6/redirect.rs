@@ -37,7 +37,7 @@ use core::net::Ipv6Addr;
 use netbatch_engine::{Cx, Meta, Pkt};
 use netbatch_wire::icmpv6::{Icmpv6Packet, Icmpv6Type};
 use netbatch_wire::ipv6::{self as wire6, HEADER_LEN, Ipv6Packet, Ipv6Repr, Protocol};
-use netbatch_wire::ndp;
+use netbatch_wire::{MacAddr, ndp};
 
 use super::header;
 use crate::host::Host;
@@ -69,6 +69,47 @@ fn target(host: &Host, m: &Meta, d: &[u8]) -> Option<Ipv6Addr> {
     }
     let gw = Ipv6Addr::from(hop.gateway);
     wire6::is_link_local(gw).then_some(gw)
+}
+
+/// Writes the ICMPv6 message of a redirect into `msg`, which is sized for it (its
+/// checksum is left zero): the fixed part naming `target` and `dst`, the target's
+/// link-layer address option when `tlla` is known, then the Redirected Header option of
+/// `rd_len` bytes quoting `quote` (RFC 4861 4.5, 4.6.1, 4.6.3). `None` if `msg` is not
+/// that long.
+fn write_message(
+    msg: &mut [u8],
+    target: Ipv6Addr,
+    dst: Ipv6Addr,
+    tlla: Option<MacAddr>,
+    rd_len: usize,
+    quote: Option<&[u8]>,
+) -> Option<()> {
+    let (fixed, rest) = msg.split_first_chunk_mut::<FIXED>()?;
+    fixed[..8].fill(0);
+    fixed[0] = Icmpv6Type::REDIRECT.0;
+    fixed[8..24].copy_from_slice(&target.octets());
+    fixed[24..40].copy_from_slice(&dst.octets());
+    let rest = match tlla {
+        Some(mac) => {
+            let (opt, rest) = rest.split_first_chunk_mut::<{ ndp::LL_ADDR_OPTION_LEN }>()?;
+            opt[0] = ndp::option_type::TARGET_LL_ADDR;
+            opt[1] = 1;
+            opt[2..8].copy_from_slice(&mac.0);
+            rest
+        }
+        None => rest,
+    };
+    let (rd, quoted) = rest.split_first_chunk_mut::<8>()?;
+    *rd = [0; 8];
+    rd[0] = ndp::option_type::REDIRECTED_HEADER;
+    rd[1] = (rd_len / 8) as u8;
+    let quote = quote.filter(|q| q.len() == quoted.len())?;
+    quoted.copy_from_slice(quote);
+    // Quoted as received: undo forwarding's decrement of the hop limit.
+    if let Some(hl) = quoted.get_mut(7) {
+        *hl = hl.wrapping_add(1);
+    }
+    Some(())
 }
 
 /// Makes the redirect about packet `p` (forwarded, out of the interface it arrived on,
@@ -112,7 +153,14 @@ pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>)
     let quote = rd_len - 8;
     let payload = FIXED + tlla_len + rd_len;
     let mut w = pool.get_mut(&mut q);
-    let Some(b) = w.append(HEADER_LEN + payload) else {
+    let room = w
+        .append(HEADER_LEN + payload)
+        .and_then(|b| b.split_first_chunk_mut::<HEADER_LEN>())
+        .and_then(|(ip6, msg)| {
+            write_message(msg, target, dst, tlla, rd_len, d.get(..quote))?;
+            Some((ip6, msg))
+        });
+    let Some((ip6, msg)) = room else {
         cx.cache.free(q);
         host.stats.alloc_failures += 1;
         return (Outcome::NoBuffer, None);
@@ -126,28 +174,8 @@ pub fn make(host: &mut Host, cx: &mut Cx<'_>, p: &Pkt) -> (Outcome, Option<Pkt>)
         traffic_class: 0,
         flow_label: 0,
     }
-    .emit(&mut Ipv6Packet::new_unchecked(&mut b[..HEADER_LEN]));
-    let msg = &mut b[HEADER_LEN..];
-    msg[..8].fill(0);
-    msg[0] = Icmpv6Type::REDIRECT.0;
-    msg[8..24].copy_from_slice(&target.octets());
-    msg[24..40].copy_from_slice(&dst.octets());
-    let mut at = FIXED;
-    if let Some(mac) = tlla {
-        msg[at] = ndp::option_type::TARGET_LL_ADDR;
-        msg[at + 1] = 1;
-        msg[at + 2..at + 8].copy_from_slice(&mac.0);
-        at += ndp::LL_ADDR_OPTION_LEN;
-    }
-    msg[at] = ndp::option_type::REDIRECTED_HEADER;
-    msg[at + 1] = (rd_len / 8) as u8;
-    msg[at + 2..at + 8].fill(0);
-    msg[at + 8..].copy_from_slice(&d[..quote]);
-    // Quoted as received: undo forwarding's decrement of the hop limit.
-    if let Some(hl) = msg.get_mut(at + 8 + 7) {
-        *hl = hl.wrapping_add(1);
-    }
-    Icmpv6Packet::new_unchecked(&mut *msg).fill_checksum(from, to);
+    .emit(&mut Ipv6Packet::new_unchecked(ip6.as_mut_slice()));
+    Icmpv6Packet::new_unchecked(msg).fill_checksum(from, to);
     w.meta.flags = trace | flag::ORIGINATED;
     w.meta.in_if = in_if;
     // The source is on this link: it leaves by it (needed for a link-local source).

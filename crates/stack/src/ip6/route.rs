@@ -161,8 +161,9 @@ impl Ahead {
         while self.next < self.len {
             let k = self.next;
             self.next += 1;
-            if self.dst[k] == dst {
-                return self.found[k];
+            // `len` is at most 8, the arrays' length.
+            if self.dst.get(k) == Some(&dst) {
+                return self.found.get(k).copied().flatten();
             }
         }
         self.fill(routes, pool, dst, rest)
@@ -199,7 +200,9 @@ impl Ahead {
                 continue;
             }
             last = d;
-            self.dst[n] = d;
+            if let Some(slot) = self.dst.get_mut(n) {
+                *slot = d;
+            }
             n += 1;
             if n == 8 {
                 break;
@@ -211,11 +214,10 @@ impl Ahead {
             self.next = 0;
             return routes.lookup_hop(dst);
         }
-        // Fewer than eight: the rest repeat the last, whose walk is then made again in
+        // Fewer than eight: the rest repeat the last (`last`), whose walk is then made again in
         // the same lockstep (cheaper than a second pass).
-        let fill = self.dst[n - 1];
-        for d in &mut self.dst[n..] {
-            *d = fill;
+        for d in self.dst.iter_mut().skip(n) {
+            *d = last;
         }
         routes.lookup_hop8(&self.dst, &mut self.found);
         self.len = n;

@@ -47,6 +47,10 @@ netbatch_engine::arcs! {
 pub struct EthInput;
 
 /// The arc of each `L3` kind the dissector records (`Meta::l3_type`), if it has one.
+#[expect(
+    clippy::indexing_slicing,
+    reason = "evaluated when compiling: an index out of the table fails the build"
+)]
 const NEXT: [Option<Next>; 5] = {
     let mut t = [None; 5];
     t[L3::Ipv4 as usize] = Some(IP4);
@@ -153,7 +157,10 @@ impl Stage<Host> for EthInput {
                     return Verdict::Drop(link_error(kind));
                 }
                 let iface = if m.flags & flag::VLAN != 0 {
-                    host.ports[usize::from(port)].iface_for(tags_of(m, d))
+                    // `port` is in `ports`: it was looked up when `cur_port` was set.
+                    host.ports
+                        .get(usize::from(port))
+                        .and_then(|info| info.iface_for(tags_of(m, d)))
                 } else {
                     native
                 };

@@ -22,15 +22,19 @@ pub fn write_header(h: &mut [u8], iface: &Iface, dst: MacAddr, ethertype: EtherT
     };
     // Each header's type field names what follows it: the next tag's TPID, then
     // `ethertype` after the last.
-    let type_after = |i: usize| if i < n { tags[i].0 } else { ethertype };
+    let type_after = |i: usize| match tags.get(i) {
+        Some(&(tpid, _)) if i < n => tpid,
+        _ => ethertype,
+    };
     let (eth, rest) = h.split_at_mut(ethernet::HEADER_LEN);
     let mut eth = EthernetFrame::new_unchecked(eth);
     eth.set_dst(dst);
     eth.set_src(iface.mac);
     eth.set_ethertype(type_after(0));
-    for (i, t) in rest.chunks_exact_mut(vlan::HEADER_LEN).take(n).enumerate() {
+    let chunks = rest.chunks_exact_mut(vlan::HEADER_LEN).zip(tags);
+    for (i, (t, (_, vid))) in chunks.take(n).enumerate() {
         let mut tag = VlanHeader::new_unchecked(t);
-        tag.set_tci(tags[i].1);
+        tag.set_tci(vid);
         tag.set_ethertype(type_after(i + 1));
     }
     ethernet::HEADER_LEN + n * vlan::HEADER_LEN

@@ -102,8 +102,9 @@ impl Ip6Neighbour {
         match host.neigh6.lookup(out_if, nh, cx.now_ns) {
             Lookup::Mac(m) => Some(m),
             Lookup::StaleMac(m) => {
-                if host.neigh6.want_refresh(out_if, nh, cx.now_ns) {
-                    let iface = &host.ifaces[usize::from(out_if)];
+                if host.neigh6.want_refresh(out_if, nh, cx.now_ns)
+                    && let Some(iface) = host.ifaces.get(usize::from(out_if))
+                {
                     match build_solicit(cx.pool, cx.cache, iface, out_if, nh.into(), Some(m)) {
                         Some(r) => {
                             host.stats.nd_solicits_out += 1;
@@ -136,7 +137,9 @@ impl Ip6Neighbour {
         }
         if let Some(pr) = probe {
             host.asking6(pr.iface, pr.target, cx.now_ns);
-            let iface = &host.ifaces[usize::from(pr.iface)];
+            let Some(iface) = host.ifaces.get(usize::from(pr.iface)) else {
+                return;
+            };
             match build_solicit(cx.pool, cx.cache, iface, pr.iface, pr.target, pr.unicast) {
                 Some(r) => {
                     host.stats.nd_solicits_out += 1;
@@ -268,7 +271,12 @@ impl Stage<Host> for Ip6Neighbour {
             let slot = (adj ^ (on_link as u32) ^ ((on_link >> 96) as u32) ^ u32::from(out_if))
                 .wrapping_mul(0x9e37_79b9) as usize
                 >> (32 - CACHE_BITS);
-            if cache[slot].key != key {
+            #[expect(
+                clippy::indexing_slicing,
+                reason = "`slot` is the top CACHE_BITS bits of a 32-bit hash: below CACHE"
+            )]
+            let rw = &mut cache[slot];
+            if rw.key != key {
                 let nh = if adj & ADJ_ON_LINK != 0 {
                     on_link
                 } else {
@@ -276,12 +284,16 @@ impl Stage<Host> for Ip6Neighbour {
                 };
                 match Self::resolve(host, cx, out_if, nh, out) {
                     Some(mac) => {
-                        let iface = &host.ifaces[usize::from(out_if)];
+                        // Found above (for its MTU).
+                        let Some(iface) = host.ifaces.get(usize::from(out_if)) else {
+                            out.drop(p, netbatch_engine::reason::PORT_DOWN);
+                            continue;
+                        };
                         let gso_ok = host
                             .ports
                             .get(usize::from(iface.port))
                             .map_or(0, |p| gso_kinds(&p.features));
-                        cache[slot] = Rewrite::new(
+                        *rw = Rewrite::new(
                             iface,
                             key,
                             mac,
@@ -296,7 +308,6 @@ impl Stage<Host> for Ip6Neighbour {
                     }
                 }
             }
-            let rw = &cache[slot];
             if !rw.push_onto(&mut v) {
                 out.drop(p, netbatch_engine::reason::NO_HEADROOM);
                 continue;

@@ -368,7 +368,7 @@ impl<F: Family> NeighTableOf<F> {
         let ip = F::bits(ip);
         match self.slot_for(iface, ip, 0, true) {
             Some(i) => {
-                if let Some(e) = self.slots[i as usize].as_mut() {
+                if let Some(e) = self.slots.get_mut(i as usize).and_then(Option::as_mut) {
                     e.mac = mac;
                     e.state = State::Permanent;
                 }
@@ -390,7 +390,7 @@ impl<F: Family> NeighTableOf<F> {
         let ip = F::bits(ip);
         match self.slot_for(iface, ip, 0, true) {
             Some(i) => {
-                if let Some(e) = self.slots[i as usize].as_mut() {
+                if let Some(e) = self.slots.get_mut(i as usize).and_then(Option::as_mut) {
                     e.resolved(mac, State::Permanent, waiting);
                 }
                 true
@@ -406,7 +406,7 @@ impl<F: Family> NeighTableOf<F> {
         let Some(i) = self.map.remove(&key(iface, F::bits(ip))) else {
             return false;
         };
-        if let Some(mut e) = self.slots[i as usize].take() {
+        if let Some(mut e) = self.slots.get_mut(i as usize).and_then(Option::take) {
             dropped.extend(e.queue.drain(..).map(|(p, _)| p));
         }
         self.free.push(i);
@@ -436,7 +436,7 @@ impl<F: Family> NeighTableOf<F> {
     /// resolved.
     pub fn resolved(&self, iface: u16, ip: F::Addr) -> Option<(MacAddr, State)> {
         let &i = self.map.get(&key(iface, F::bits(ip)))?;
-        let e = self.slots[i as usize].as_ref()?;
+        let e = self.slots.get(i as usize)?.as_ref()?;
         (e.state != State::Incomplete).then_some((e.mac, e.state))
     }
 
@@ -452,7 +452,7 @@ impl<F: Family> NeighTableOf<F> {
         let Some(&i) = self.map.get(&key(iface, ip)) else {
             return Lookup::Miss;
         };
-        let Some(e) = self.slots[i as usize].as_mut() else {
+        let Some(e) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return Lookup::Miss;
         };
         e.used_ns = now_ns;
@@ -476,7 +476,7 @@ impl<F: Family> NeighTableOf<F> {
         let Some(&i) = self.map.get(&key(iface, ip)) else {
             return false;
         };
-        let Some(e) = self.slots[i as usize].as_mut() else {
+        let Some(e) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return false;
         };
         if e.state == State::Stale && now_ns >= e.next_probe_ns {
@@ -505,7 +505,7 @@ impl<F: Family> NeighTableOf<F> {
             .map(|(i, _)| i);
         match victim {
             Some(i) => {
-                if let Some(e) = self.slots[i].take() {
+                if let Some(e) = self.slots.get_mut(i).and_then(Option::take) {
                     self.map.remove(&key(e.iface, e.ip));
                 }
                 self.free.push(i as u32);
@@ -539,9 +539,11 @@ impl<F: Family> NeighTableOf<F> {
             queue: VecDeque::new(),
             queued_wire: 0,
         };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.slots[i as usize] = Some(e);
+        // A free slot is one an entry left (an index into `slots`).
+        let free = self.free.pop();
+        let i = match free.and_then(|i| Some((i, self.slots.get_mut(i as usize)?))) {
+            Some((i, slot)) => {
+                *slot = Some(e);
                 i
             }
             None => {
@@ -573,7 +575,7 @@ impl<F: Family> NeighTableOf<F> {
         };
         let cap = u32::try_from(self.params.queue_len).unwrap_or(u32::MAX);
         let retrans = self.params.retrans_ms * 1_000_000;
-        let Some(e) = self.slots[i as usize].as_mut() else {
+        let Some(e) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             overflow.push(p);
             return (None, true);
         };
@@ -624,7 +626,7 @@ impl<F: Family> NeighTableOf<F> {
         let Some(i) = self.slot_for(iface, ip, now_ns, create) else {
             return false;
         };
-        let Some(e) = self.slots[i as usize].as_mut() else {
+        let Some(e) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return false;
         };
         if e.state == State::Permanent {
@@ -653,7 +655,7 @@ impl<F: Family> NeighTableOf<F> {
         let Some(i) = self.slot_for(iface, F::bits(ip), now_ns, true) else {
             return false;
         };
-        let Some(e) = self.slots[i as usize].as_mut() else {
+        let Some(e) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return false;
         };
         match e.state {
@@ -696,7 +698,7 @@ impl<F: Family> NeighTableOf<F> {
         let Some(&i) = self.map.get(&key(iface, F::bits(ip))) else {
             return false;
         };
-        let Some(e) = self.slots[i as usize].as_mut() else {
+        let Some(e) = self.slots.get_mut(i as usize).and_then(Option::as_mut) else {
             return false;
         };
         match e.state {
@@ -780,7 +782,7 @@ impl<F: Family> NeighTableOf<F> {
             }
         }
         for i in remove {
-            if let Some(e) = self.slots[i].take() {
+            if let Some(e) = self.slots.get_mut(i).and_then(Option::take) {
                 self.map.remove(&key(e.iface, e.ip));
                 debug_assert!(e.queue.is_empty());
             }
@@ -791,7 +793,7 @@ impl<F: Family> NeighTableOf<F> {
     /// The MAC of `ip` on `iface`, if resolved (for tests and reports).
     pub fn mac_of(&self, iface: u16, ip: F::Addr) -> Option<(MacAddr, State)> {
         let i = *self.map.get(&key(iface, F::bits(ip)))?;
-        let e = self.slots[i as usize].as_ref()?;
+        let e = self.slots.get(i as usize)?.as_ref()?;
         (e.state != State::Incomplete).then_some((e.mac, e.state))
     }
 

@@ -224,8 +224,9 @@ impl Neighbour {
         match host.neigh.lookup(out_if, nh, cx.now_ns) {
             Lookup::Mac(m) => Some(m),
             Lookup::StaleMac(m) => {
-                if host.neigh.want_refresh(out_if, nh, cx.now_ns) {
-                    let iface = &host.ifaces[usize::from(out_if)];
+                if host.neigh.want_refresh(out_if, nh, cx.now_ns)
+                    && let Some(iface) = host.ifaces.get(usize::from(out_if))
+                {
                     match build_request(cx.pool, cx.cache, iface, out_if, nh.into(), Some(m)) {
                         Some(r) => {
                             host.stats.arp_requests_out += 1;
@@ -260,7 +261,8 @@ impl Neighbour {
             dst => dst,
         };
         let mac = Self::resolve(host, cx, out_if, nh, out).ok_or(nh)?;
-        let iface = &host.ifaces[usize::from(out_if)];
+        // The caller found `out_if` (for its MTU) before asking.
+        let iface = host.ifaces.get(usize::from(out_if)).ok_or(nh)?;
         let gso_ok = host
             .ports
             .get(usize::from(iface.port))
@@ -297,8 +299,9 @@ impl Neighbour {
         for e in evicted {
             out.drop(e, why);
         }
-        if let Some(pr) = probe {
-            let iface = &host.ifaces[usize::from(pr.iface)];
+        if let Some(pr) = probe
+            && let Some(iface) = host.ifaces.get(usize::from(pr.iface))
+        {
             match build_request(cx.pool, cx.cache, iface, pr.iface, pr.target, pr.unicast) {
                 Some(r) => {
                     host.stats.arp_requests_out += 1;
@@ -373,16 +376,20 @@ impl Stage<Host> for Neighbour {
             }
             let key = Rewrite::key(adj, on_link);
             let slot = (adj ^ on_link).wrapping_mul(0x9e37_79b9) as usize >> (32 - CACHE_BITS);
-            if cache[slot].key != key {
+            #[expect(
+                clippy::indexing_slicing,
+                reason = "`slot` is the top CACHE_BITS bits of a 32-bit hash: below CACHE"
+            )]
+            let rw = &mut cache[slot];
+            if rw.key != key {
                 match self.rewrite(host, cx, out_if, adj, on_link, out) {
-                    Ok(rw) => cache[slot] = rw,
+                    Ok(new) => *rw = new,
                     Err(nh) => {
                         Self::wait(host, cx, out_if, nh, p, out);
                         continue;
                     }
                 }
             }
-            let rw = &cache[slot];
             if !rw.push_onto(&mut v) {
                 out.drop(p, netbatch_engine::reason::NO_HEADROOM);
                 continue;

@@ -294,7 +294,9 @@ impl<F: UdpIp> UdpInputOf<F> {
         }
         if uh.checksum() != 0
             && v.meta.flags & flag::L4_CSUM_OK == 0
-            && !checksum::verifies(checksum::sum(&u[..ulen], F::pseudo(&ip, ulen)))
+            && !u
+                .get(..ulen)
+                .is_some_and(|dg| checksum::verifies(checksum::sum(dg, F::pseudo(&ip, ulen))))
         {
             out.drop(p, reason::CHECKSUM);
             return;

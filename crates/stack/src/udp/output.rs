@@ -183,13 +183,14 @@ pub fn send(
     let mut psum = 0u64;
     let mut chain: Option<Pkt> = None;
     for (i, mut p) in bufs.drain(..).enumerate().rev() {
-        let part = &payload[i * seg..((i + 1) * seg).min(payload.len())];
+        let rest = payload.get(i * seg..).unwrap_or_default();
+        let part = rest.get(..seg).unwrap_or(rest);
         let mut v = cx.pool.get_mut(&mut p);
         let at = if i == 0 { hdr } else { 0 };
-        let Some(b) = v.append(at + part.len()) else {
+        let Some(b) = v.append(at + part.len()).and_then(|b| b.get_mut(at..)) else {
             unreachable!("sizes checked against the buffer room")
         };
-        b[at..].copy_from_slice(part);
+        b.copy_from_slice(part);
         let ps = checksum::fold(checksum::sum(part, 0));
         v.meta.csum_payload = u32::from(ps);
         v.meta.flags |= flag::PAYLOAD_SUM;
@@ -210,7 +211,15 @@ pub fn send(
         IpAddr::V6(_) => 0,
     };
     let mut v = cx.pool.get_mut(&mut head);
-    let (h, u) = v.data_mut().split_at_mut(ip_len);
+    // The head holds `hdr` bytes of headers before its part of the payload.
+    let headers = v
+        .data_mut()
+        .split_at_mut_checked(ip_len)
+        .and_then(|(h, u)| Some((h, u.first_chunk_mut::<{ udp::HEADER_LEN }>()?)));
+    let Some((h, u)) = headers else {
+        cx.cache.free(head);
+        return Err(SendError::NoBuffer);
+    };
     let acc = match (src, dst.ip()) {
         (IpAddr::V4(s4), IpAddr::V4(d4)) => {
             Ipv4Repr {
@@ -241,14 +250,14 @@ pub fn send(
         }
         _ => unreachable!("`path` keeps the source in the destination's family"),
     };
-    let mut uh = UdpPacket::new_unchecked(&mut u[..udp::HEADER_LEN]);
+    let mut uh = UdpPacket::new_unchecked(u.as_mut_slice());
     uh.set_src_port(sport);
     uh.set_dst_port(dst.port());
     uh.set_len(ulen);
     uh.set_checksum(0);
     // The checksum from the header and the payload parts' sums, without reading them again.
-    let c = checksum::sum(&u[..udp::HEADER_LEN], acc + psum);
-    UdpPacket::new_unchecked(&mut u[..udp::HEADER_LEN])
+    let c = checksum::sum(u.as_slice(), acc + psum);
+    UdpPacket::new_unchecked(u.as_mut_slice())
         .set_checksum(udp::checksum_on_wire(checksum::finish(c)));
     v.meta.in_port = u16::MAX;
     v.meta.out_if = u16::MAX;

@@ -430,9 +430,9 @@ impl Sockets {
                 sent: AtomicU64::new(0),
                 len_hint: AtomicUsize::new(0),
             });
-            let id = match t.socks.iter().position(Option::is_none) {
-                Some(i) => {
-                    t.socks[i] = Some(s);
+            let id = match t.socks.iter_mut().enumerate().find(|(_, s)| s.is_none()) {
+                Some((i, free)) => {
+                    *free = Some(s);
                     i
                 }
                 None => {

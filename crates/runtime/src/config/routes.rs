@@ -394,10 +394,13 @@ fn inline_of<F: LineFamily>(
         "blackhole" => RouteKind::Blackhole,
         "unreachable" => RouteKind::Unreachable,
         "prohibit" => RouteKind::Prohibit,
+        "throw" => RouteKind::Throw,
         other => {
             e.add(
                 format!("{key}.kind"),
-                format!("unknown route kind '{other}' (unicast, blackhole, unreachable, prohibit)"),
+                format!(
+                    "unknown route kind '{other}' (unicast, blackhole, unreachable, prohibit, throw)"
+                ),
             );
             return None;
         }

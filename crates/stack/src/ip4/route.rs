@@ -312,6 +312,11 @@ impl Stage<Host> for Ip4Route {
                     Request::new(Cause::RouteProhibit).put(v.meta);
                     out.push(ERROR, p);
                 }
+                // Nothing left to go on to: no route (Linux: network unreachable).
+                RouteKind::Throw => {
+                    Request::new(Cause::NoRoute).put(v.meta);
+                    out.push(ERROR, p);
+                }
             }
         }
     }

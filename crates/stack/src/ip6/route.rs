@@ -466,6 +466,11 @@ impl Stage<Host> for Ip6Route {
                     Request::new(Cause::RouteProhibit).put(v.meta);
                     out.push(ERROR, p);
                 }
+                // Nothing left to go on to: no route (Linux: network unreachable).
+                RouteKind::Throw => {
+                    Request::new(Cause::NoRoute).put(v.meta);
+                    out.push(ERROR, p);
+                }
             }
         }
     }

@@ -4,7 +4,7 @@
 //!
 //! Route kinds follow `ip route`: unicast (connected when it has no gateway), local (our
 //! own addresses, /32), broadcast (directed subnet broadcasts and 255.255.255.255),
-//! blackhole, unreachable, prohibit.
+//! blackhole, unreachable, prohibit, throw (for policy routing: [`rule`]).
 //!
 //! The table also keeps the set of our own addresses (its local /32 routes), so a received
 //! packet claiming one of them as its source is found without a second lookup: Linux's
@@ -63,6 +63,7 @@ netbatch_engine::reasons! {
 }
 
 pub mod file;
+pub mod rule;
 
 /// What a route does with a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,6 +80,9 @@ pub enum RouteKind {
     Unreachable,
     /// Discard with ICMP administratively prohibited.
     Prohibit,
+    /// Not in this table (`ip route add throw`): policy routing goes on with the next
+    /// rule ([`rule`]); where no rule is left, as no route.
+    Throw,
 }
 
 /// A route as configured.
@@ -656,6 +660,23 @@ impl<F: Family> RoutesOf<F> {
             // Group values are above every hop index.
             None => self.adj.pick(i, hash()),
         }
+    }
+
+    /// As [`Routes::lookup_flow`], with the length of the prefix matched (for policy
+    /// routing's `suppress_prefixlength`; the FIB knows it at no extra cost, see
+    /// [`crate::fib::Fib::lookup_len`] and [`crate::fib6::Fib6::lookup_len`]).
+    #[inline]
+    pub fn lookup_flow_len(
+        &self,
+        dst: F::Bits,
+        hash: impl FnOnce() -> u32,
+    ) -> Option<(u32, HopOf<F>, u8)> {
+        let (i, len) = F::fib_lookup_len(&self.fib, dst)?;
+        let (adj, hop) = match self.adj.hops.get(i as usize) {
+            Some(h) => (Adjacencies::adj(i, h), *h),
+            None => self.adj.pick(i, hash())?,
+        };
+        Some((adj, hop, len))
     }
 
     /// The hop of adjacency `adj` (from [`Routes::lookup_adj`]).

@@ -59,6 +59,9 @@ netbatch_engine::reasons! {
         FORWARDING_DISABLED = "forwarding_disabled": "not for us and forwarding is off",
         FORWARD_L2_BROADCAST = "forward_l2_broadcast": "unicast IP in a link-layer broadcast or multicast frame is not forwarded",
         LOCAL_SOURCE = "local_source": "received packet claims one of our addresses as its source (martian)",
+        RULE_BLACKHOLE = "rule_blackhole": "a policy rule's action is blackhole",
+        RULE_UNREACHABLE = "rule_unreachable": "a policy rule's action is unreachable",
+        RULE_PROHIBIT = "rule_prohibit": "a policy rule's action is prohibit",
     }
 }
 
@@ -276,6 +279,17 @@ pub type Hop6 = HopOf<V6>;
 /// Set in an adjacency whose next hop is the packet's own destination (a connected
 /// route, no gateway): the output stages then key the neighbour by the destination.
 pub const ADJ_ON_LINK: u32 = 1 << 31;
+
+/// The bits of an adjacency that say which numbered table's hop it is (0: the main
+/// table's, `Host::routes`; `s`: the `s`-th of the policy's numbered tables, see
+/// [`rule::PolicyOf::hop`]). Hop indices stay below [`FIB_GROUP`], so these bits are free
+/// in an adjacency; a table's own [`RoutesOf::hop`] finds nothing for an adjacency that
+/// has them (its index is then beyond every hop), so one of another table is never
+/// taken for one of its own.
+pub const ADJ_TABLE: u32 = 0xff << ADJ_TABLE_SHIFT;
+
+/// The shift of [`ADJ_TABLE`].
+pub const ADJ_TABLE_SHIFT: u32 = 23;
 
 /// Set in a FIB value that indexes a multipath group (the rest of the value) rather than
 /// a hop: the top bit of the FIB's 24-bit values. Hop and group indices stay below it.

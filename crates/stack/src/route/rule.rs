@@ -340,6 +340,8 @@ pub enum RuleError {
     LocalRule,
     /// More than [`MAX_RULES`].
     TooMany,
+    /// More than [`MAX_TABLES`] numbered tables with routes (this many).
+    TooManyTables(usize),
     /// No rule is like the one to remove.
     NotFound,
 }
@@ -364,6 +366,10 @@ impl fmt::Display for RuleError {
                 "the rule '0: lookup local' stays: netbatch keeps its local routes in main",
             ),
             Self::TooMany => write!(f, "more than {MAX_RULES} rules"),
+            Self::TooManyTables(n) => write!(
+                f,
+                "{n} numbered tables with routes (at most {MAX_TABLES} per family)"
+            ),
             Self::NotFound => f.write_str("no such rule"),
         }
     }
@@ -649,6 +655,190 @@ impl<F: Family> RulesOf<F> {
             i = after;
         }
         DecisionOf::NoRoute
+    }
+}
+
+/// The key fields a rule set selects on: the others need not be read from a packet,
+/// and two packets that differ only in them get the same decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Uses {
+    /// `from`.
+    pub src: bool,
+    /// `iif`.
+    pub iif: bool,
+    /// `fwmark`.
+    pub mark: bool,
+    /// `ipproto`.
+    pub proto: bool,
+    /// `sport`.
+    pub sport: bool,
+    /// `dport`.
+    pub dport: bool,
+    /// `tos`.
+    pub tos: bool,
+}
+
+impl<F: Family> RulesOf<F> {
+    /// The key fields the rules select on (the destination always counts).
+    pub fn uses(&self) -> Uses {
+        self.rules.iter().fold(Uses::default(), |u, r| Uses {
+            src: u.src || r.from.is_some(),
+            iif: u.iif || r.iif.is_some(),
+            mark: u.mark || r.fwmark.is_some(),
+            proto: u.proto || r.ipproto.is_some(),
+            sport: u.sport || r.sport.is_some(),
+            dport: u.dport || r.dport.is_some(),
+            tos: u.tos || r.tos.is_some(),
+        })
+    }
+}
+
+/// A family's policy routing as the datapath holds it: the rules, the numbered tables
+/// (`main` is the host's route table, `local` its view), and what the routing stages
+/// need to know of them in their loops. Shared by the workers behind an `Arc`; a change
+/// makes a new one.
+///
+/// A route found in a numbered table has its adjacency tagged with the table's slot
+/// ([`super::ADJ_TABLE`]: its place among the numbered tables, from 1), so that the
+/// output stages find its hop ([`PolicyOf::hop`]) whatever the main table becomes
+/// meanwhile: hence at most [`MAX_TABLES`] numbered tables with routes per family.
+#[derive(Debug, Clone)]
+pub struct PolicyOf<F: Family> {
+    rules: RulesOf<F>,
+    tables: BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
+    /// The tables with routes in slot order (slot `s` at `s - 1`), with their numbers.
+    slots: Vec<(u32, std::sync::Arc<RoutesOf<F>>)>,
+    walks: bool,
+    uses: Uses,
+}
+
+/// The most numbered tables with routes a family's policy may have (the slots an
+/// adjacency can name).
+pub const MAX_TABLES: usize = (super::ADJ_TABLE >> super::ADJ_TABLE_SHIFT) as usize;
+
+/// IPv4 policy routing.
+pub type Policy = PolicyOf<super::V4>;
+/// IPv6 policy routing.
+pub type Policy6 = PolicyOf<super::V6>;
+
+impl<F: Family> Default for PolicyOf<F> {
+    fn default() -> Self {
+        Self {
+            rules: RulesOf::new(),
+            tables: BTreeMap::new(),
+            slots: Vec::new(),
+            walks: false,
+            uses: Uses::default(),
+        }
+    }
+}
+
+impl<F: Family> PolicyOf<F> {
+    /// `rules` over the numbered `tables` (an entry for `main` or `local` is ignored:
+    /// those are the host's; an empty table is as none). More than [`MAX_TABLES`] tables
+    /// with routes are refused.
+    pub fn new(
+        rules: RulesOf<F>,
+        mut tables: BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
+    ) -> Result<Self, RuleError> {
+        tables.retain(|&id, t| id != TABLE_MAIN && id != TABLE_LOCAL && !t.is_empty());
+        if tables.len() > MAX_TABLES {
+            return Err(RuleError::TooManyTables(tables.len()));
+        }
+        // With the default rules the walk is a lookup of main, then of table default:
+        // without a table default, exactly the lookup the stages make without rules.
+        let walks = !rules.is_default() || tables.contains_key(&TABLE_DEFAULT);
+        let uses = rules.uses();
+        let slots = tables.iter().map(|(&id, t)| (id, t.clone())).collect();
+        Ok(Self {
+            rules,
+            tables,
+            slots,
+            walks,
+            uses,
+        })
+    }
+
+    /// The hop of adjacency `adj`, `main` being the host's route table: `main`'s when
+    /// the adjacency names no numbered table, else that table's.
+    #[inline(always)]
+    pub fn hop(&self, main: &RoutesOf<F>, adj: u32) -> Option<HopOf<F>> {
+        let slot = (adj & super::ADJ_TABLE) >> super::ADJ_TABLE_SHIFT;
+        if slot == 0 {
+            return main.hop(adj);
+        }
+        self.slots
+            .get(slot as usize - 1)
+            .and_then(|(_, t)| t.hop(adj & !super::ADJ_TABLE))
+    }
+
+    /// Whether routing must walk the rules: they are not the default ones, or table
+    /// `default` has routes. When not, a lookup of `main` decides as the walk would.
+    #[inline(always)]
+    pub fn walks(&self) -> bool {
+        self.walks
+    }
+
+    /// The key fields the rules select on.
+    #[inline(always)]
+    pub fn uses(&self) -> Uses {
+        self.uses
+    }
+
+    /// The rules.
+    pub fn rules(&self) -> &RulesOf<F> {
+        &self.rules
+    }
+
+    /// The numbered tables that have routes.
+    pub fn tables(&self) -> &BTreeMap<u32, std::sync::Arc<RoutesOf<F>>> {
+        &self.tables
+    }
+
+    /// The decision for `k`, `main` being the host's route table (see
+    /// [`RulesOf::decide`]).
+    /// A route of a numbered table has its adjacency tagged with the table's slot
+    /// (see [`PolicyOf::hop`]).
+    #[inline]
+    pub fn decide(
+        &self,
+        main: &RoutesOf<F>,
+        k: &KeyOf<F>,
+        hash: impl FnOnce() -> u32,
+    ) -> DecisionOf<F> {
+        let mut d = self.rules.decide(
+            &WithMain {
+                main,
+                tables: &self.tables,
+            },
+            k,
+            hash,
+        );
+        if let DecisionOf::Route { table, adj, .. } = &mut d
+            && *table != TABLE_MAIN
+            && *table != TABLE_LOCAL
+        {
+            let slot = self.slots.partition_point(|(id, _)| id < table) + 1;
+            *adj |= (slot as u32) << super::ADJ_TABLE_SHIFT;
+        }
+        d
+    }
+}
+
+/// The host's main table and the numbered ones.
+struct WithMain<'a, F: Family> {
+    main: &'a RoutesOf<F>,
+    tables: &'a BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
+}
+
+impl<F: Family> Tables<F> for WithMain<'_, F> {
+    #[inline]
+    fn table(&self, id: u32) -> Option<&RoutesOf<F>> {
+        if id == TABLE_MAIN {
+            Some(self.main)
+        } else {
+            self.tables.get(&id).map(|t| &**t)
+        }
     }
 }
 

@@ -278,6 +278,91 @@ pub const DECL: Decl = Decl {
     ..Decl::new(node::IP4_ROUTE, |_| Box::new(Ip4Route::default()))
 };
 
+impl Ip4Route {
+    /// Routes packet `p` from `src` to `dst` by the policy rules' decision (the last of
+    /// this list, `last`, when the key is the same): acted on as `process` acts on a
+    /// lookup's hop, or dropped or sent to ICMP as the rules' action says.
+    #[inline(never)]
+    fn by_policy(
+        walked: &mut u64,
+        host: &Host,
+        cx: &Cx<'_>,
+        mut p: Pkt,
+        (src, dst): (u32, u32),
+        last: &mut Option<(Key, Policed)>,
+        out: &mut Out,
+    ) {
+        let routes = &*host.routes;
+        let mut v = cx.pool.get_mut(&mut p);
+        let (adj, hop) = match policy_route(&host.policy, routes, last, walked, (src, dst), &mut v)
+        {
+            Policed::Hop(adj, hop) => (adj, hop),
+            Policed::Drop(r) => return out.drop(p, r),
+            Policed::Error(c) => {
+                Request::new(c).put(v.meta);
+                return out.push(ERROR, p);
+            }
+        };
+        // The arms of `process`'s, for a hop the rules found.
+        let options = header(v.data()).is_some_and(|ip| ip.header_len() > 20);
+        match hop.kind {
+            RouteKind::Local if options && host.params.accept_source_route => {
+                match source_route(routes, &host.ifaces, v.data_mut()) {
+                    SourceRoute::Deliver => {
+                        v.meta.flags |= flag::LOCAL;
+                        out.push(LOCAL, p);
+                    }
+                    SourceRoute::Forward(adj, hop) if host.params.forwarding => {
+                        v.meta.out_if = hop.out_if;
+                        v.meta.adj = adj;
+                        out.push(FORWARD, p);
+                    }
+                    SourceRoute::Forward(..) => {
+                        out.drop(p, crate::route::reason::FORWARDING_DISABLED);
+                    }
+                    SourceRoute::Error(request) => {
+                        request.put(v.meta);
+                        out.push(ERROR, p);
+                    }
+                }
+            }
+            RouteKind::Local => {
+                v.meta.flags |= flag::LOCAL;
+                out.push(LOCAL, p);
+            }
+            RouteKind::Broadcast => {
+                v.meta.flags |= flag::LOCAL | flag::L3_BROADCAST;
+                out.push(LOCAL, p);
+            }
+            RouteKind::Unicast if !host.params.forwarding => {
+                out.drop(p, crate::route::reason::FORWARDING_DISABLED);
+            }
+            RouteKind::Unicast if v.meta.flags & flag::L2_HOST == 0 => {
+                out.drop(p, crate::route::reason::FORWARD_L2_BROADCAST);
+            }
+            RouteKind::Unicast => {
+                v.meta.out_if = hop.out_if;
+                v.meta.adj = adj;
+                out.push(FORWARD, p);
+            }
+            RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
+            RouteKind::Unreachable => {
+                Request::new(Cause::RouteUnreachable).put(v.meta);
+                out.push(ERROR, p);
+            }
+            RouteKind::Prohibit => {
+                Request::new(Cause::RouteProhibit).put(v.meta);
+                out.push(ERROR, p);
+            }
+            // The walk never ends on a throw route.
+            RouteKind::Throw => {
+                Request::new(Cause::NoRoute).put(v.meta);
+                out.push(ERROR, p);
+            }
+        }
+    }
+}
+
 impl Stage<Host> for Ip4Route {
     fn arcs(&self) -> &[&'static str] {
         ARCS
@@ -304,12 +389,11 @@ impl Stage<Host> for Ip4Route {
         // The last source checked (none matches `u64::MAX`) and its verdict: 0 a valid
         // source, 1 ours, 2 a directed broadcast.
         let (mut src_hint, mut src_bad) = (u64::MAX, 0u8);
-        let policy = &*host.policy;
-        let walks = policy.walks();
+        let walks = host.policy.walks();
         // The rules' last decision in this list, and its key.
         let mut policed: Option<(Key, Policed)> = None;
         for mut p in list.drain(..) {
-            let mut v = cx.pool.get_mut(&mut p);
+            let v = cx.pool.get_mut(&mut p);
             let Some(ip) = header(v.data()) else {
                 out.drop(p, crate::ip4::input::reason::TRUNCATED);
                 continue;
@@ -340,44 +424,35 @@ impl Stage<Host> for Ip4Route {
                 out.push(LOCAL, p);
                 continue;
             }
-            let options = ip.header_len() > 20;
-            let (adj, hop) = if walks {
-                match policy_route(
-                    policy,
-                    routes,
-                    &mut policed,
+            if walks {
+                // The rules choose the route (out of the loop: without rules, this test
+                // is all they cost).
+                Self::by_policy(
                     &mut self.policy_walks,
+                    host,
+                    cx,
+                    p,
                     (src, dst),
-                    &mut v,
-                ) {
-                    Policed::Hop(adj, hop) => (adj, hop),
-                    Policed::Drop(r) => {
-                        out.drop(p, r);
-                        continue;
-                    }
-                    Policed::Error(c) => {
-                        Request::new(c).put(v.meta);
-                        out.push(ERROR, p);
-                        continue;
-                    }
-                }
+                    &mut policed,
+                    out,
+                );
+                continue;
+            }
+            if u64::from(dst) == hint_dst {
+                self.hint_hits += 1;
             } else {
-                if u64::from(dst) == hint_dst {
-                    self.hint_hits += 1;
-                } else {
-                    hint = routes.lookup_hop(dst);
-                    hint_dst = u64::from(dst);
-                }
-                let Some(found) = hint else {
-                    // No plain hop: a multipath route (resolved for this packet's flow) or
-                    // none. (`hint_dst` is `dst` here, and live in any case.)
-                    multipath_or_none(host, cx, hint_dst as u32, p, out);
-                    continue;
-                };
-                found
+                hint = routes.lookup_hop(dst);
+                hint_dst = u64::from(dst);
+            }
+            let Some((adj, hop)) = hint else {
+                // No plain hop: a multipath route (resolved for this packet's flow) or none.
+                // (`hint_dst` is `dst` here, and live in any case.)
+                multipath_or_none(host, cx, hint_dst as u32, p, out);
+                continue;
             };
             match hop.kind {
-                RouteKind::Local if options && host.params.accept_source_route => {
+                RouteKind::Local if ip.header_len() > 20 && host.params.accept_source_route => {
+                    let mut v = v;
                     match source_route(routes, &host.ifaces, v.data_mut()) {
                         SourceRoute::Deliver => {
                             v.meta.flags |= flag::LOCAL;

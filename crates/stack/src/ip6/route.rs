@@ -431,6 +431,71 @@ pub const DECL: Decl = Decl {
     ..Decl::new(node::IP6_ROUTE, |_| Box::new(Ip6Route::default()))
 };
 
+impl Ip6Route {
+    /// Routes packet `p` from `src` to `dst`, bound for the FIB, by the policy rules'
+    /// decision (the last of this list, `last`, when the key is the same): acted on as
+    /// `process` acts on a lookup's hop, or dropped or sent to ICMPv6 as the rules'
+    /// action says.
+    #[inline(never)]
+    fn by_policy(
+        walked: &mut u64,
+        host: &Host,
+        cx: &Cx<'_>,
+        mut p: Pkt,
+        (src, dst): (u128, u128),
+        last: &mut Option<(Key6, Policed)>,
+        out: &mut Out,
+    ) {
+        let pool = cx.pool;
+        let mut v = pool.get_mut(&mut p);
+        let (adj, hop) = match policy_route(
+            &host.policy6,
+            &host.routes6,
+            last,
+            walked,
+            (src, dst),
+            &mut v,
+        ) {
+            Policed::Hop(adj, hop) => (adj, hop),
+            Policed::Drop(r) => return out.drop(p, r),
+            Policed::Error(c) => {
+                Request::new(c).put(v.meta);
+                return out.push(ERROR, p);
+            }
+        };
+        // The arms of `process`'s, for a hop the rules found.
+        let in_if = v.meta.in_if;
+        match hop.kind {
+            RouteKind::Local | RouteKind::Broadcast => {
+                v.meta.flags |= flag::LOCAL;
+                deliver(pool, p, out);
+            }
+            RouteKind::Unicast => match forward(host.params.forwarding, src, adj, hop, &mut v) {
+                Ok(()) if src >> 118 == LINK_LOCAL && hop.out_if != in_if => {
+                    Request::new(Cause::BeyondScope).put(v.meta);
+                    out.push(ERROR, p);
+                }
+                Ok(()) => out.push(FORWARD, p),
+                Err(r) => out.drop(p, r),
+            },
+            RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
+            RouteKind::Unreachable => {
+                Request::new(Cause::RouteUnreachable).put(v.meta);
+                out.push(ERROR, p);
+            }
+            RouteKind::Prohibit => {
+                Request::new(Cause::RouteProhibit).put(v.meta);
+                out.push(ERROR, p);
+            }
+            // The walk never ends on a throw route.
+            RouteKind::Throw => {
+                Request::new(Cause::NoRoute).put(v.meta);
+                out.push(ERROR, p);
+            }
+        }
+    }
+}
+
 impl Stage<Host> for Ip6Route {
     fn arcs(&self) -> &[&'static str] {
         ARCS
@@ -463,8 +528,7 @@ impl Stage<Host> for Ip6Route {
         let mut src_hint: Option<(u128, u16, bool)> = None;
         // The last receiving interface.
         let mut iface_hint: Option<(u16, &Iface)> = None;
-        let policy = &*host.policy6;
-        let walks = policy.walks();
+        let walks = host.policy6.walks();
         // The rules' last decision in this list, and its key.
         let mut policed: Option<(Key6, Policed)> = None;
         let mut pkts = list.drain(..);
@@ -526,38 +590,29 @@ impl Stage<Host> for Ip6Route {
                     continue;
                 }
             }
-            let (adj, hop) = if walks {
-                match policy_route(
-                    policy,
-                    routes,
-                    &mut policed,
+            if walks {
+                // The rules choose the route (out of the loop: without rules, this test
+                // is all they cost).
+                Self::by_policy(
                     &mut self.policy_walks,
+                    host,
+                    cx,
+                    p,
                     (src, dst),
-                    &mut v,
-                ) {
-                    Policed::Hop(adj, hop) => (adj, hop),
-                    Policed::Drop(r) => {
-                        out.drop(p, r);
-                        continue;
-                    }
-                    Policed::Error(c) => {
-                        Request::new(c).put(v.meta);
-                        out.push(ERROR, p);
-                        continue;
-                    }
-                }
+                    &mut policed,
+                    out,
+                );
+                continue;
+            }
+            if hint_dst == Some(dst) {
+                self.hint_hits += 1;
             } else {
-                if hint_dst == Some(dst) {
-                    self.hint_hits += 1;
-                } else {
-                    hint = ahead.lookup(routes, pool, dst, pkts.as_slice());
-                    hint_dst = Some(dst);
-                }
-                let Some(found) = hint else {
-                    multipath_or_none(host, cx, src, dst, p, out);
-                    continue;
-                };
-                found
+                hint = ahead.lookup(routes, pool, dst, pkts.as_slice());
+                hint_dst = Some(dst);
+            }
+            let Some((adj, hop)) = hint else {
+                multipath_or_none(host, cx, src, dst, p, out);
+                continue;
             };
             match hop.kind {
                 RouteKind::Local | RouteKind::Broadcast => {

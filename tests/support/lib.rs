@@ -200,7 +200,13 @@ pub struct Lab {
 impl Lab {
     /// Builds the lab in the given mode and dispatch.
     pub fn new(spec: &LabSpec, mode: Mode, dispatch: Dispatch) -> Self {
-        let cfg = spec.config(mode, dispatch, 4096);
+        Self::with_config(&spec.config(mode, dispatch, 4096))
+    }
+
+    /// Builds the lab of a whole configuration (its ports in-memory ones, as the file's
+    /// order numbers them).
+    pub fn with_config(cfg: &Config) -> Self {
+        let cfg = cfg.clone();
         let pool = Pool::new(cfg.pool).expect("pool");
         let ports = (0..cfg.ports.len())
             .map(|i| mem_port(&cfg, i, &pool))

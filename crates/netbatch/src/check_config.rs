@@ -160,11 +160,11 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             i.ll6
         );
     }
-    let mut kinds = [0usize; 6];
+    let mut kinds = [0usize; 7];
     for r in host.routes.iter() {
         kinds[r.kind as usize] += 1;
     }
-    let mut kinds6 = [0usize; 6];
+    let mut kinds6 = [0usize; 7];
     for r in host.routes6.iter() {
         kinds6[r.kind as usize] += 1;
     }

@@ -195,13 +195,21 @@ impl<'a> Builder<'a> {
             None => Arc::new(route_table6(self.cfg)?),
         };
         let cfg = self.cfg;
-        Ok(build_hosts(
+        let mut hosts = build_hosts(
             &setups(cfg),
             (table, table6),
             (&cfg.neighbours, &cfg.neighbours6),
             cfg.host,
             n,
-        )?)
+        )?;
+        // Policy rules and numbered tables, shared as the route table is.
+        let (policy, policy6) = cfg.policies().map_err(crate::setup::SetupError::from)?;
+        let (policy, policy6) = (Arc::new(policy), Arc::new(policy6));
+        for h in &mut hosts {
+            h.policy = policy.clone();
+            h.policy6 = policy6.clone();
+        }
+        Ok(hosts)
     }
 
     /// A worker's graph for the configuration (what a live change of rules swaps in).

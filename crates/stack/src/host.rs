@@ -10,6 +10,7 @@ use netbatch_engine::{BufCache, Pkt, PktList};
 use crate::iface::{Iface, Port};
 use crate::neigh::{NeighParams, NeighTable, NeighTable6};
 use crate::ratelimit::TokenBucket;
+use crate::route::rule::{Policy, Policy6};
 use crate::route::{Routes, Routes6};
 use crate::udp::socket::Sockets;
 
@@ -265,6 +266,10 @@ pub struct Host {
     pub routes: Arc<Routes>,
     /// IPv6 routes (shared as `routes` is).
     pub routes6: Arc<Routes6>,
+    /// Policy rules and numbered tables (shared as `routes` is; `routes` is their `main`).
+    pub policy: Arc<Policy>,
+    /// IPv6 policy rules and numbered tables (`routes6` is their `main`).
+    pub policy6: Arc<Policy6>,
     /// Settings.
     pub params: HostParams,
     /// Neighbours (ARP).
@@ -303,6 +308,19 @@ pub struct Host {
 }
 
 impl Host {
+    /// The hop of IPv4 adjacency `adj` (what routing wrote in `Meta::adj`): of the main
+    /// table, or of the policy's numbered table the adjacency names.
+    #[inline(always)]
+    pub fn hop(&self, adj: u32) -> Option<crate::route::Hop> {
+        self.policy.hop(&self.routes, adj)
+    }
+
+    /// The hop of IPv6 adjacency `adj` (as [`Host::hop`]).
+    #[inline(always)]
+    pub fn hop6(&self, adj: u32) -> Option<crate::route::Hop6> {
+        self.policy6.hop(&self.routes6, adj)
+    }
+
     /// Sets port `port`'s MTU, and that of every interface on it.
     pub fn set_port_mtu(&mut self, port: u16, mtu: u16) {
         if let Some(p) = self.ports.get_mut(usize::from(port)) {
@@ -329,6 +347,8 @@ impl Host {
             ifaces,
             routes,
             routes6: Arc::new(Routes6::new()),
+            policy: Arc::new(Policy::default()),
+            policy6: Arc::new(Policy6::default()),
             neigh: NeighTable::new(params.neigh),
             neigh6: NeighTable6::new(params.neigh),
             icmp_limit: TokenBucket::new(params.icmp_rate, params.icmp_burst),

@@ -30,7 +30,7 @@ use netbatch_wire::tcp::TcpFlags;
 use crate::dissect::{self, Dissected, FlowKey, FlowKey6, L3, L4};
 use crate::meta::flag;
 use crate::prefix::{IpPrefix, Ipv4Prefix, Ipv6Prefix};
-use crate::route::{ADJ_ON_LINK, Routes};
+use crate::route::{ADJ_ON_LINK, ADJ_TABLE, Routes};
 
 /// One condition of a [`Match`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -679,13 +679,18 @@ fn view_text(node: &str, v: &View, routes: Option<&Routes>) -> String {
             }
         }
         Decode::Out => {
-            let _ = write!(s, "adj {}", v.adj & !ADJ_ON_LINK);
+            let _ = write!(s, "adj {}", v.adj & !(ADJ_ON_LINK | ADJ_TABLE));
+            let table = (v.adj & ADJ_TABLE) >> crate::route::ADJ_TABLE_SHIFT;
+            if table != 0 {
+                let _ = write!(s, " of numbered table {table}");
+            }
             let next_hop = if v.adj & ADJ_ON_LINK != 0 {
                 g.ip()
                     .map(|ip| IpAddr::V4(ip.dst()))
                     .or_else(|| g.ip6().map(|ip| IpAddr::V6(ip.dst())))
-            } else if g.r.l3_type == L3::Ipv6 {
-                // The IPv6 routes are not in the report: the adjacency says it.
+            } else if g.r.l3_type == L3::Ipv6 || table != 0 {
+                // The IPv6 routes and the numbered tables are not in the report: the
+                // adjacency says it.
                 None
             } else {
                 routes

@@ -48,6 +48,7 @@ mod neighbour;
 mod pool;
 mod ports;
 mod routes;
+mod rules;
 mod shape;
 
 use core::fmt;
@@ -147,6 +148,8 @@ struct File {
     routes: Vec<routes::RouteFile>,
     #[serde(default)]
     route_files: Vec<String>,
+    #[serde(default, rename = "rule")]
+    rules: Vec<rules::RuleFile>,
     #[serde(default)]
     filter: filter::FilterFile,
     #[serde(default)]
@@ -190,6 +193,14 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// IPv6 routes (from the file and route files).
     pub routes6: Vec<netbatch_stack::route::Route6>,
+    /// Policy rules (`[[rule]]`), after Linux's default ones, in file order.
+    pub rules: Vec<netbatch_stack::route::rule::Rule>,
+    /// IPv6 policy rules.
+    pub rules6: Vec<netbatch_stack::route::rule::Rule6>,
+    /// Routes of numbered tables (`[[route]]` with a `table`), by table.
+    pub tables: std::collections::BTreeMap<u32, Vec<Route>>,
+    /// IPv6 routes of numbered tables, by table.
+    pub tables6: std::collections::BTreeMap<u32, Vec<netbatch_stack::route::Route6>>,
     /// Static neighbours.
     pub neighbours: Vec<StaticNeighbour>,
     /// Static IPv6 neighbours.
@@ -257,6 +268,10 @@ impl Config {
             ports,
             routes: Vec::new(),
             routes6: Vec::new(),
+            rules: Vec::new(),
+            rules6: Vec::new(),
+            tables: Default::default(),
+            tables6: Default::default(),
             neighbours: Vec::new(),
             neighbours6: Vec::new(),
             graph,
@@ -460,6 +475,8 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let (ports, names) = ports::validate(&raw.ports, dp.workers, dp.rps.is_some(), e);
     pool::fits_ports(&pool, raw.ports.iter().map(ports::kind_of).enumerate(), e);
     let (routes, routes6) = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
+    let (tables, tables6) = rules::tables(&raw.routes, &names, e);
+    let (rules, rules6) = rules::validate(&raw.rules, &names, e);
     let (neighbours, neighbours6) = neighbour::statics(
         &raw.neighbour,
         &names,
@@ -496,6 +513,10 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         ports,
         routes,
         routes6,
+        rules,
+        rules6,
+        tables,
+        tables6,
         neighbours,
         neighbours6,
         graph,
@@ -775,6 +796,7 @@ mod tests {
                 "`nexthops = [{ ... }]`",
                 "[[route]]\nprefix = \"default\"\nnexthops = [{ __probe = 1 }]\n",
             ),
+            ("`[[rule]]`", "[[rule]]\n"),
             ("`[filter]`", "[filter]\n"),
             ("`[filter.HOOK]`", "[filter.forward]\n"),
             ("`[[filter.HOOK.rule]]`", "[[filter.forward.rule]]\n"),

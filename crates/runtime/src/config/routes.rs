@@ -47,6 +47,15 @@ pub(super) struct RouteFile {
     #[serde(default = "default_route_kind")]
     kind: String,
     nexthops: Option<Vec<NextHopFile>>,
+    /// The table (`main` when left out; the others are `rules`'s).
+    table: Option<super::rules::Val>,
+}
+
+impl RouteFile {
+    /// The route's `table`, if it names one.
+    pub(super) fn table(&self) -> Option<&super::rules::Val> {
+        self.table.as_ref()
+    }
 }
 
 /// One of `[[route]]`'s `nexthops`.
@@ -183,6 +192,10 @@ pub(super) fn validate(
     // route is read).
     let mut later: Vec<(Place, String, String)> = Vec::new();
     for (ri, r) in raw.iter().enumerate() {
+        // Routes of other tables are `rules`'s to check.
+        if !super::rules::in_main(r.table.as_ref()) {
+            continue;
+        }
         match inline(r, &format!("route[{ri}]"), names, e) {
             Some(AnyRoute::V4(route)) => {
                 v4.routes.push(route);
@@ -350,7 +363,7 @@ const PLACE_BITS: u32 = 24;
 
 /// One `[[route]]` under `key`, of the family its prefix (or for `default`, its first
 /// gateway) says.
-fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<AnyRoute> {
+pub(super) fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<AnyRoute> {
     let v6 = if r.prefix == "default" {
         let first_via = r
             .via
@@ -394,10 +407,13 @@ fn inline_of<F: LineFamily>(
         "blackhole" => RouteKind::Blackhole,
         "unreachable" => RouteKind::Unreachable,
         "prohibit" => RouteKind::Prohibit,
+        "throw" => RouteKind::Throw,
         other => {
             e.add(
                 format!("{key}.kind"),
-                format!("unknown route kind '{other}' (unicast, blackhole, unreachable, prohibit)"),
+                format!(
+                    "unknown route kind '{other}' (unicast, blackhole, unreachable, prohibit, throw)"
+                ),
             );
             return None;
         }

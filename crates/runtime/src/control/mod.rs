@@ -1677,6 +1677,19 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
     );
     differ(
         &mut v,
+        "rule",
+        format!(
+            "{:?}{:?}{:?}{:?}",
+            old.rules, old.rules6, old.tables, old.tables6
+        ),
+        format!(
+            "{:?}{:?}{:?}{:?}",
+            new.rules, new.rules6, new.tables, new.tables6
+        ),
+        "policy rules and the routes of numbered tables",
+    );
+    differ(
+        &mut v,
         "neighbour",
         format!("{:?}", old.host.neigh),
         format!("{:?}", new.host.neigh),

@@ -413,6 +413,7 @@ pub fn route_line<F: Family>(r: &RouteOf<F>, names: &[String]) -> String {
         RouteKind::Blackhole => format!("blackhole {p}"),
         RouteKind::Unreachable => format!("unreachable {p}"),
         RouteKind::Prohibit => format!("prohibit {p}"),
+        RouteKind::Throw => format!("throw {p}"),
     }
 }
 

@@ -227,6 +227,27 @@ impl Fib {
         decode(entry)
     }
 
+    /// Value and length of the longest prefix containing `addr` (policy routing's
+    /// `suppress_prefixlength` needs the length): every entry stores its route's depth,
+    /// so this costs what [`Fib::lookup`] does.
+    #[inline]
+    pub fn lookup_len(&self, addr: u32) -> Option<(u32, u8)> {
+        let entry = self
+            .tbl24
+            .get((addr >> 8) as usize)
+            .copied()
+            .unwrap_or(EMPTY);
+        let entry = if entry & EXT != 0 {
+            self.tbl8
+                .get(group_base(entry) | (addr & 0xFF) as usize)
+                .copied()
+                .unwrap_or(EMPTY)
+        } else {
+            entry
+        };
+        decode(entry).map(|v| (v, depth(entry)))
+    }
+
     /// Four lookups at once: all tbl24 loads are issued before any tbl8 load so the
     /// cache misses overlap.
     #[inline]

@@ -76,6 +76,12 @@ impl Table {
         self.fib.lookup(addr)
     }
 
+    /// Longest-prefix match with the matched route's length; see [`Fib::lookup_len`].
+    #[inline]
+    pub fn lookup_len(&self, addr: u32) -> Option<(u32, u8)> {
+        self.fib.lookup_len(addr)
+    }
+
     /// Four independent lookups with overlapping loads; see [`Fib::lookup4`].
     #[inline]
     pub fn lookup4(&self, addrs: [u32; 4]) -> [Option<u32>; 4] {
@@ -496,6 +502,18 @@ mod tests {
                 std::net::Ipv4Addr::from(addr)
             );
             assert_eq!(got, want, "batch addr {}", std::net::Ipv4Addr::from(addr));
+            // The matched route's length, from the linear scan's longest covering route.
+            let len = model
+                .keys()
+                .filter(|&&(prefix, len)| addr & prefix_mask(len) == prefix)
+                .map(|&(_, len)| len)
+                .max();
+            assert_eq!(
+                t.lookup_len(addr),
+                want.zip(len),
+                "length addr {}",
+                std::net::Ipv4Addr::from(addr)
+            );
         }
     }
 

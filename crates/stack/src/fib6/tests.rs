@@ -33,6 +33,11 @@ fn expect(fib: &Fib6, addrs: &[u128], want: &[Option<u32>]) {
         assert_eq!(fib.lookup(addr), w, "lookup {shown}");
         assert_eq!(b, w, "batch {shown}");
         assert_eq!(fib.longest_match(addr).map(|(_, v)| v), w, "match {shown}");
+        assert_eq!(
+            fib.lookup_len(addr),
+            fib.longest_match(addr).map(|(p, v)| (v, p.prefix_len())),
+            "length {shown}"
+        );
     }
 }
 
@@ -456,6 +461,13 @@ fn assert_matches(fib: &Fib6, model: &BTreeMap<Ipv6Prefix, u32>, addrs: &[u128])
         assert_eq!(got, want, "batch {shown}");
         let m = fib.longest_match(addr);
         assert_eq!(m.map(|(_, v)| v), want, "match {shown}");
+        // The matched length, against the linear scan's longest covering prefix.
+        let want_len = model
+            .keys()
+            .filter(|p| p.contains_bits(addr))
+            .map(|p| p.prefix_len())
+            .max();
+        assert_eq!(fib.lookup_len(addr), want.zip(want_len), "length {shown}");
         if let Some((p, v)) = m {
             assert!(p.contains_bits(addr) && model.get(&p) == Some(&v), "{p}");
         }

@@ -382,6 +382,45 @@ impl Fib6 {
         decode(best)
     }
 
+    /// Value and length of the longest prefix containing address bits `addr` (policy
+    /// routing's `suppress_prefixlength` needs the length). The length is known from
+    /// where the value was found: the first stage keeps its routes' lengths, and in a node
+    /// at depth `d` the matched position's highest bit is its relative length. Never
+    /// panics, never allocates.
+    pub fn lookup_len(&self, addr: u128) -> Option<(u32, u8)> {
+        let slot = self.slot(addr);
+        let mut best = slot.value;
+        let mut len = self
+            .depth
+            .get(slot_index(addr))
+            .copied()
+            .map_or(0, u32::from);
+        let mut n = slot.node;
+        let mut d = DIRECT_BITS;
+        while n != 0 && d < 128 {
+            let Some(node) = self.nodes.get(n as usize) else {
+                break;
+            };
+            let c = chunk(addr, d);
+            let m = node.internal & MATCH.get(c as usize).copied().unwrap_or(0);
+            if m != 0 {
+                let pos = 63 - m.leading_zeros();
+                let r = node.result_base.wrapping_add(rank(node.internal, pos));
+                if let Some(&v) = self.results.get(r as usize) {
+                    best = v;
+                    // Position `(1 << rl) | v`: its highest bit is `rl`.
+                    len = d + (31 - pos.leading_zeros());
+                }
+            }
+            if node.children & (1 << c) == 0 {
+                break;
+            }
+            n = node.child_base.wrapping_add(rank(node.children, c));
+            d += STRIDE;
+        }
+        decode(best).map(|v| (v, len as u8))
+    }
+
     /// The first-stage entry of `addr`.
     #[inline(always)]
     fn slot(&self, addr: u128) -> Slot {

@@ -78,11 +78,16 @@ pub enum Cause {
     /// A strict source route whose next hop is not on a connected network: source route
     /// failed (RFC 1812 5.2.4.1).
     SourceRouteFailed,
+    /// A policy rule `unreachable`: network unreachable (Linux answers `ENETUNREACH`, as
+    /// for no route).
+    RuleUnreachable,
+    /// A policy rule `prohibit`: communication administratively prohibited.
+    RuleProhibit,
 }
 
 impl Cause {
     /// Every cause, in counter order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 12] = [
         Self::TtlExpired,
         Self::NoRoute,
         Self::RouteUnreachable,
@@ -93,18 +98,20 @@ impl Cause {
         Self::RouteProhibit,
         Self::ParamProblem,
         Self::SourceRouteFailed,
+        Self::RuleUnreachable,
+        Self::RuleProhibit,
     ];
 
     /// The ICMP (type, code) it causes.
     pub const fn icmp(self) -> (u8, u8) {
         match self {
             Self::TtlExpired => (11, 0),
-            Self::NoRoute => (3, 0),
+            Self::NoRoute | Self::RuleUnreachable => (3, 0),
             Self::RouteUnreachable | Self::NeighFailed => (3, 1),
             Self::UnknownProtocol => (3, 2),
             Self::NoSocket => (3, 3),
             Self::FragNeeded => (3, 4),
-            Self::RouteProhibit => (3, 13),
+            Self::RouteProhibit | Self::RuleProhibit => (3, 13),
             Self::ParamProblem => (12, 0),
             Self::SourceRouteFailed => (3, 5),
         }
@@ -123,6 +130,8 @@ impl Cause {
             Self::RouteProhibit => crate::route::reason::PROHIBIT,
             Self::ParamProblem => crate::ip4::input::reason::BAD_OPTIONS,
             Self::SourceRouteFailed => crate::ip4::input::reason::SOURCE_ROUTE_FAILED,
+            Self::RuleUnreachable => crate::route::reason::RULE_UNREACHABLE,
+            Self::RuleProhibit => crate::route::reason::RULE_PROHIBIT,
         }
     }
 
@@ -139,6 +148,8 @@ impl Cause {
             Self::RouteProhibit => "sent_route_prohibit",
             Self::ParamProblem => "sent_ip4_bad_options",
             Self::SourceRouteFailed => "sent_ip4_source_route_failed",
+            Self::RuleUnreachable => "sent_rule_unreachable",
+            Self::RuleProhibit => "sent_rule_prohibit",
         }
     }
 }
@@ -533,6 +544,9 @@ mod tests {
         assert_eq!(Cause::FragNeeded.icmp(), (3, 4));
         assert_eq!(Cause::ParamProblem.icmp(), (12, 0));
         assert_eq!(Cause::SourceRouteFailed.icmp(), (3, 5));
+        // Linux's `ip_error`: ENETUNREACH is network unreachable, EACCES packet filtered.
+        assert_eq!(Cause::RuleUnreachable.icmp(), (3, 0));
+        assert_eq!(Cause::RuleProhibit.icmp(), (3, 13));
     }
 
     /// A cause that gets no error is counted under the drop reason its stage declares,
@@ -551,6 +565,8 @@ mod tests {
             (Cause::RouteProhibit, "route_prohibit"),
             (Cause::ParamProblem, "ip4_bad_options"),
             (Cause::SourceRouteFailed, "ip4_source_route_failed"),
+            (Cause::RuleUnreachable, "rule_unreachable"),
+            (Cause::RuleProhibit, "rule_prohibit"),
         ];
         assert_eq!(want.len(), Cause::ALL.len());
         for (c, name) in want {

@@ -102,6 +102,7 @@ impl Stage<Host> for Ip4LocalOut {
                 RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
                 RouteKind::Unreachable => out.drop(p, crate::route::reason::UNREACHABLE),
                 RouteKind::Prohibit => out.drop(p, crate::route::reason::PROHIBIT),
+                RouteKind::Throw => out.drop(p, crate::route::reason::NO_ROUTE),
             }
         }
     }

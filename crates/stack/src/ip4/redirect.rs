@@ -62,7 +62,7 @@ pub enum Outcome {
 /// packet's sender the redirect goes to, when one may be sent (see the module doc).
 fn gateway(host: &Host, m: &Meta, d: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr)> {
     let ip = header(d)?;
-    let hop = host.routes.hop(m.adj)?;
+    let hop = host.hop(m.adj)?;
     let (src, dst) = (ip.src(), ip.dst());
     let gw = if hop.gateway == 0 {
         dst

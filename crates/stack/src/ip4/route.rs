@@ -32,6 +32,19 @@
 //! flow), so single-path routing costs what it did. A source-routed packet sent on to its
 //! route's next address takes a multipath route's first next hop.
 //!
+//! With policy rules other than the default ones ([`crate::route::rule`]: `Host::policy`
+//! walks), the route is the rules' decision instead of the lookup of `main`, made after
+//! the source checks and multicast: the packet's key (source, destination, receiving
+//! interface, mark, protocol, ports, TOS: only the fields some rule selects on, so that
+//! packets differing in the others share a decision) is walked once for a run of
+//! packets with the same key, the decision kept for the next packet as the route hint
+//! keeps a lookup (not when a multipath route made it depend on the flow hash). A rule's
+//! `blackhole` drops (`rule_blackhole`), its `unreachable` and `prohibit` send ICMP
+//! network unreachable and administratively prohibited (`rule_unreachable`,
+//! `rule_prohibit`, as Linux's `ENETUNREACH` and `EACCES`), and no decision is no route;
+//! a route found is acted on as the lookup's would be. Without such rules the stage
+//! pays one test of a flag per packet.
+//!
 //! A unicast packet received as link-layer broadcast or multicast is not forwarded (RFC
 //! 1812 5.3.4). Unreachable and prohibit routes and a missing route send the packet to
 //! `ip4-icmp-error` with a request for the error (`ip4::icmp_error::Request`); blackhole routes drop silently.
@@ -49,6 +62,7 @@ use crate::dissect;
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
+use crate::route::rule::{DecisionOf, Key, Policy, Refusal};
 use crate::route::{Hop, RouteKind, Routes};
 
 netbatch_engine::arcs! {
@@ -104,6 +118,72 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, dst: u32, mut p: Pkt, out: &mut O
             out.push(ERROR, p);
         }
     }
+}
+
+/// What policy routing decided for a packet, as the stage acts on it.
+#[derive(Debug, Clone, Copy)]
+enum Policed {
+    /// A route's hop and adjacency, acted on as a lookup's.
+    Hop(u32, Hop),
+    /// Dropped without an error.
+    Drop(netbatch_engine::Reason),
+    /// Sent to ICMP with this cause.
+    Error(Cause),
+}
+
+/// The rules' decision for packet `v` from `src` to `dst` (see the module
+/// documentation): the run's last when the key is the same, else walked (counted in
+/// `walked`) and kept for the next packet unless it asked for the flow hash.
+#[inline(never)]
+fn policy_route(
+    policy: &Policy,
+    main: &Routes,
+    last: &mut Option<(Key, Policed)>,
+    walked: &mut u64,
+    (src, dst): (u32, u32),
+    v: &mut netbatch_engine::PktMut<'_>,
+) -> Policed {
+    let uses = policy.uses();
+    let d = v.data();
+    let (tos, proto) = header(d).map_or((0, 0), |ip| (ip.dscp_ecn(), ip.protocol().0));
+    // A protocol without ports, or a later fragment: ports 0, as Linux's flow dissector.
+    let (sport, dport) = if uses.sport || uses.dport {
+        dissect::ports(&dissect::Dissected::load(v.meta), d).unwrap_or((0, 0))
+    } else {
+        (0, 0)
+    };
+    let key = Key {
+        src: if uses.src { src } else { 0 },
+        dst,
+        iif: if uses.iif { v.meta.in_if } else { 0 },
+        mark: if uses.mark { v.meta.mark } else { 0 },
+        proto: if uses.proto { proto } else { 0 },
+        sport: if uses.sport { sport } else { 0 },
+        dport: if uses.dport { dport } else { 0 },
+        tos: if uses.tos { tos } else { 0 },
+    };
+    if let Some((k, was)) = last
+        && *k == key
+    {
+        return *was;
+    }
+    *walked += 1;
+    let mut hashed = false;
+    let decision = policy.decide(main, &key, || {
+        hashed = true;
+        dissect::flow_hash(v, &FLOW_KEY)
+    });
+    let p = match decision {
+        DecisionOf::Route { adj, hop, .. } => Policed::Hop(adj, hop),
+        DecisionOf::Refused { how, .. } => match how {
+            Refusal::Blackhole => Policed::Drop(crate::route::reason::RULE_BLACKHOLE),
+            Refusal::Unreachable => Policed::Error(Cause::RuleUnreachable),
+            Refusal::Prohibit => Policed::Error(Cause::RuleProhibit),
+        },
+        DecisionOf::NoRoute => Policed::Error(Cause::NoRoute),
+    };
+    *last = (!hashed).then_some((key, p));
+    p
 }
 
 /// What a source-routed packet for us does next.
@@ -167,6 +247,9 @@ pub struct Ip4Route {
     /// saved (for reports; a multipath destination's packets are still looked up and
     /// hashed one by one, out of the loop).
     pub hint_hits: u64,
+    /// Walks of the policy rules (a packet whose key was the previous one's reuses its
+    /// decision and is not counted).
+    pub policy_walks: u64,
 }
 
 /// `ip4-route`.
@@ -195,6 +278,91 @@ pub const DECL: Decl = Decl {
     ..Decl::new(node::IP4_ROUTE, |_| Box::new(Ip4Route::default()))
 };
 
+impl Ip4Route {
+    /// Routes packet `p` from `src` to `dst` by the policy rules' decision (the last of
+    /// this list, `last`, when the key is the same): acted on as `process` acts on a
+    /// lookup's hop, or dropped or sent to ICMP as the rules' action says.
+    #[inline(never)]
+    fn by_policy(
+        walked: &mut u64,
+        host: &Host,
+        cx: &Cx<'_>,
+        mut p: Pkt,
+        (src, dst): (u32, u32),
+        last: &mut Option<(Key, Policed)>,
+        out: &mut Out,
+    ) {
+        let routes = &*host.routes;
+        let mut v = cx.pool.get_mut(&mut p);
+        let (adj, hop) = match policy_route(&host.policy, routes, last, walked, (src, dst), &mut v)
+        {
+            Policed::Hop(adj, hop) => (adj, hop),
+            Policed::Drop(r) => return out.drop(p, r),
+            Policed::Error(c) => {
+                Request::new(c).put(v.meta);
+                return out.push(ERROR, p);
+            }
+        };
+        // The arms of `process`'s, for a hop the rules found.
+        let options = header(v.data()).is_some_and(|ip| ip.header_len() > 20);
+        match hop.kind {
+            RouteKind::Local if options && host.params.accept_source_route => {
+                match source_route(routes, &host.ifaces, v.data_mut()) {
+                    SourceRoute::Deliver => {
+                        v.meta.flags |= flag::LOCAL;
+                        out.push(LOCAL, p);
+                    }
+                    SourceRoute::Forward(adj, hop) if host.params.forwarding => {
+                        v.meta.out_if = hop.out_if;
+                        v.meta.adj = adj;
+                        out.push(FORWARD, p);
+                    }
+                    SourceRoute::Forward(..) => {
+                        out.drop(p, crate::route::reason::FORWARDING_DISABLED);
+                    }
+                    SourceRoute::Error(request) => {
+                        request.put(v.meta);
+                        out.push(ERROR, p);
+                    }
+                }
+            }
+            RouteKind::Local => {
+                v.meta.flags |= flag::LOCAL;
+                out.push(LOCAL, p);
+            }
+            RouteKind::Broadcast => {
+                v.meta.flags |= flag::LOCAL | flag::L3_BROADCAST;
+                out.push(LOCAL, p);
+            }
+            RouteKind::Unicast if !host.params.forwarding => {
+                out.drop(p, crate::route::reason::FORWARDING_DISABLED);
+            }
+            RouteKind::Unicast if v.meta.flags & flag::L2_HOST == 0 => {
+                out.drop(p, crate::route::reason::FORWARD_L2_BROADCAST);
+            }
+            RouteKind::Unicast => {
+                v.meta.out_if = hop.out_if;
+                v.meta.adj = adj;
+                out.push(FORWARD, p);
+            }
+            RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
+            RouteKind::Unreachable => {
+                Request::new(Cause::RouteUnreachable).put(v.meta);
+                out.push(ERROR, p);
+            }
+            RouteKind::Prohibit => {
+                Request::new(Cause::RouteProhibit).put(v.meta);
+                out.push(ERROR, p);
+            }
+            // The walk never ends on a throw route.
+            RouteKind::Throw => {
+                Request::new(Cause::NoRoute).put(v.meta);
+                out.push(ERROR, p);
+            }
+        }
+    }
+}
+
 impl Stage<Host> for Ip4Route {
     fn arcs(&self) -> &[&'static str] {
         ARCS
@@ -205,7 +373,10 @@ impl Stage<Host> for Ip4Route {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("route_hint_hits", self.hint_hits)]
+        vec![
+            ("route_hint_hits", self.hint_hits),
+            ("policy_walks", self.policy_walks),
+        ]
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
@@ -218,6 +389,9 @@ impl Stage<Host> for Ip4Route {
         // The last source checked (none matches `u64::MAX`) and its verdict: 0 a valid
         // source, 1 ours, 2 a directed broadcast.
         let (mut src_hint, mut src_bad) = (u64::MAX, 0u8);
+        let walks = host.policy.walks();
+        // The rules' last decision in this list, and its key.
+        let mut policed: Option<(Key, Policed)> = None;
         for mut p in list.drain(..) {
             let v = cx.pool.get_mut(&mut p);
             let Some(ip) = header(v.data()) else {
@@ -248,6 +422,20 @@ impl Stage<Host> for Ip4Route {
             if class::is_multicast(dst) {
                 v.meta.flags |= flag::LOCAL | flag::L3_MULTICAST;
                 out.push(LOCAL, p);
+                continue;
+            }
+            if walks {
+                // The rules choose the route (out of the loop: without rules, this test
+                // is all they cost).
+                Self::by_policy(
+                    &mut self.policy_walks,
+                    host,
+                    cx,
+                    p,
+                    (src, dst),
+                    &mut policed,
+                    out,
+                );
                 continue;
             }
             if u64::from(dst) == hint_dst {
@@ -310,6 +498,11 @@ impl Stage<Host> for Ip4Route {
                 }
                 RouteKind::Prohibit => {
                     Request::new(Cause::RouteProhibit).put(v.meta);
+                    out.push(ERROR, p);
+                }
+                // Nothing left to go on to: no route (Linux: network unreachable).
+                RouteKind::Throw => {
+                    Request::new(Cause::NoRoute).put(v.meta);
                     out.push(ERROR, p);
                 }
             }

@@ -156,6 +156,10 @@ impl Stage<Host> for Ip6LocalOut {
                         out.drop(p, crate::route::reason::PROHIBIT);
                         continue;
                     }
+                    RouteKind::Throw => {
+                        out.drop(p, crate::route::reason::NO_ROUTE);
+                        continue;
+                    }
                 }
             };
             let Some(iface) = host.ifaces.get(usize::from(out_if)) else {

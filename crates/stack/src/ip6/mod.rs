@@ -105,11 +105,17 @@ pub enum Cause {
     /// An option whose type says to answer when it is not recognized: Parameter Problem,
     /// code 2, the offset of the option in the request's parameter (RFC 8200 §4.2).
     UnknownOption,
+    /// A policy rule `unreachable`: Destination Unreachable, code 0 (Linux's
+    /// `ip6_null_entry`).
+    RuleUnreachable,
+    /// A policy rule `prohibit`: Destination Unreachable, code 1 (administratively
+    /// prohibited).
+    RuleProhibit,
 }
 
 impl Cause {
     /// Every cause, in counter order.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 16] = [
         Self::HopByHopNotFirst,
         Self::UnrecognizedNextHeader,
         Self::HopLimitExceeded,
@@ -124,6 +130,8 @@ impl Cause {
         Self::BadOptions,
         Self::UnknownNextHeader,
         Self::UnknownOption,
+        Self::RuleUnreachable,
+        Self::RuleProhibit,
     ];
 
     /// The ICMPv6 (type, code) it causes (RFC 4443 §3).
@@ -133,8 +141,8 @@ impl Cause {
                 (4, 1)
             }
             Self::HopLimitExceeded => (3, 0),
-            Self::NoRoute | Self::RouteUnreachable => (1, 0),
-            Self::RouteProhibit => (1, 1),
+            Self::NoRoute | Self::RouteUnreachable | Self::RuleUnreachable => (1, 0),
+            Self::RouteProhibit | Self::RuleProhibit => (1, 1),
             Self::BeyondScope => (1, 2),
             Self::NeighFailed => (1, 3),
             Self::NoSocket => (1, 4),
@@ -168,6 +176,8 @@ impl Cause {
             Self::BadOptions => local::reason::BAD_OPTIONS,
             Self::UnknownNextHeader => local::reason::UNKNOWN_NEXT_HEADER,
             Self::UnknownOption => local::reason::UNKNOWN_OPTION,
+            Self::RuleUnreachable => crate::route::reason::RULE_UNREACHABLE,
+            Self::RuleProhibit => crate::route::reason::RULE_PROHIBIT,
         }
     }
 
@@ -188,6 +198,8 @@ impl Cause {
             Self::BadOptions => "sent_ip6_bad_options",
             Self::UnknownNextHeader => "sent_ip6_unknown_next_header",
             Self::UnknownOption => "sent_ip6_unknown_option",
+            Self::RuleUnreachable => "sent_rule_unreachable",
+            Self::RuleProhibit => "sent_rule_prohibit",
         }
     }
 }
@@ -207,6 +219,8 @@ impl crate::ask::Cause for Cause {
             | Self::NoRoute
             | Self::RouteUnreachable
             | Self::RouteProhibit
+            | Self::RuleUnreachable
+            | Self::RuleProhibit
             | Self::BeyondScope
             | Self::NeighFailed
             | Self::NoSocket => None,
@@ -233,6 +247,8 @@ mod tests {
         let want = [
             (NoRoute, (1, 0)),
             (RouteProhibit, (1, 1)),
+            (RuleUnreachable, (1, 0)),
+            (RuleProhibit, (1, 1)),
             (BeyondScope, (1, 2)),
             (NeighFailed, (1, 3)),
             (NoSocket, (1, 4)),

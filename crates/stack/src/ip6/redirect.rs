@@ -55,7 +55,7 @@ pub use crate::ip4::redirect::Outcome;
 /// module doc).
 fn target(host: &Host, m: &Meta, d: &[u8]) -> Option<Ipv6Addr> {
     let ip = header(d)?;
-    let hop = host.routes6.hop(m.adj)?;
+    let hop = host.hop6(m.adj)?;
     let (src, dst) = (ip.src(), ip.dst());
     let iface = host.ifaces.get(usize::from(m.in_if))?;
     if !(wire6::is_link_local(src) || iface.addrs6.iter().any(|a| a.subnet().contains(src))) {

@@ -30,6 +30,15 @@
 //!   own link it is forwarded, and redirected, as Linux does); blackhole drops silently; unreachable and prohibit routes and a
 //!   missing route send the packet to `ip6-icmp-error` with a request for the error (`ip6::icmp_error::Request`).
 //!
+//! With policy rules other than the default ones ([`crate::route::rule`]: `Host::policy6`
+//! walks), the route of a packet bound for the FIB is the rules' decision instead of the
+//! lookup of `main`, as in `ip4-route` (the key: source, destination, receiving
+//! interface, mark, the upper-layer protocol past the extension headers and its ports,
+//! the traffic class; one walk for a run of packets with the same key); a rule's
+//! `unreachable` and `prohibit` send Destination Unreachable codes 0 and 1 (Linux's
+//! `ip6_null_entry` and `ip6_prohibit_entry`). Link-local and multicast destinations are
+//! decided before, as without rules.
+//!
 //! A destination equal to the previous packet's reuses its result without a lookup (the
 //! route hint, for one list only); a multipath route's next hop is chosen by the flow
 //! hash of the IPv6 4-tuple (as `ip4-route` does, [`crate::route::RoutesOf::lookup_flow`]).
@@ -58,6 +67,7 @@ use crate::dissect;
 use crate::host::Host;
 use crate::iface::Iface;
 use crate::meta::{Field, Fields, flag};
+use crate::route::rule::{DecisionOf, Key6, Policy6, Refusal};
 use crate::route::{Hop6, RouteKind, Routes6};
 
 netbatch_engine::reasons! {
@@ -115,6 +125,9 @@ fn joined(iface: &Iface, g: u128) -> bool {
 pub struct Ip6Route {
     /// Packets whose destination was the previous one's (lookups the hint saved).
     pub hint_hits: u64,
+    /// Walks of the policy rules (a packet whose key was the previous one's reuses its
+    /// decision and is not counted).
+    pub policy_walks: u64,
     /// The look-ahead, emptied at the start of each list (kept here so that a call does
     /// not initialise its arrays: per-packet mode calls once per packet).
     ahead: Ahead,
@@ -314,6 +327,81 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, src: u128, dst: u128, mut p: Pkt,
     }
 }
 
+/// What policy routing decided for a packet, as the stage acts on it.
+#[derive(Debug, Clone, Copy)]
+enum Policed {
+    /// A route's hop and adjacency, acted on as a lookup's.
+    Hop(u32, Hop6),
+    /// Dropped without an error.
+    Drop(Reason),
+    /// Sent to ICMPv6 with this cause.
+    Error(Cause),
+}
+
+/// The rules' decision for packet `v` from `src` to `dst`: the run's last when the key
+/// is the same, else walked (counted in `walked`) and kept for the next packet unless it
+/// asked for the flow hash (as `ip4-route`'s).
+#[inline(never)]
+fn policy_route(
+    policy: &Policy6,
+    main: &Routes6,
+    last: &mut Option<(Key6, Policed)>,
+    walked: &mut u64,
+    (src, dst): (u128, u128),
+    v: &mut netbatch_engine::PktMut<'_>,
+) -> Policed {
+    let uses = policy.uses();
+    let d = v.data();
+    let tos = match d {
+        [a, b, ..] => (a << 4) | (b >> 4),
+        _ => 0,
+    };
+    // The upper layer the dissector found past the extension headers; the fixed
+    // header's next header when it found none.
+    let proto = if v.meta.l4 != 0 {
+        v.meta.l4_type
+    } else {
+        d.get(6).copied().unwrap_or(0)
+    };
+    let (sport, dport) = if uses.sport || uses.dport {
+        dissect::ports(&dissect::Dissected::load(v.meta), d).unwrap_or((0, 0))
+    } else {
+        (0, 0)
+    };
+    let key = Key6 {
+        src: if uses.src { src } else { 0 },
+        dst,
+        iif: if uses.iif { v.meta.in_if } else { 0 },
+        mark: if uses.mark { v.meta.mark } else { 0 },
+        proto: if uses.proto { proto } else { 0 },
+        sport: if uses.sport { sport } else { 0 },
+        dport: if uses.dport { dport } else { 0 },
+        tos: if uses.tos { tos } else { 0 },
+    };
+    if let Some((k, was)) = last
+        && *k == key
+    {
+        return *was;
+    }
+    *walked += 1;
+    let mut hashed = false;
+    let decision = policy.decide(main, &key, || {
+        hashed = true;
+        dissect::flow_hash(v, &FLOW_KEY)
+    });
+    let p = match decision {
+        DecisionOf::Route { adj, hop, .. } => Policed::Hop(adj, hop),
+        DecisionOf::Refused { how, .. } => match how {
+            Refusal::Blackhole => Policed::Drop(crate::route::reason::RULE_BLACKHOLE),
+            Refusal::Unreachable => Policed::Error(Cause::RuleUnreachable),
+            Refusal::Prohibit => Policed::Error(Cause::RuleProhibit),
+        },
+        DecisionOf::NoRoute => Policed::Error(Cause::NoRoute),
+    };
+    *last = (!hashed).then_some((key, p));
+    p
+}
+
 /// `ip6-route`.
 pub const DECL: Decl = Decl {
     arcs: &[
@@ -345,6 +433,71 @@ pub const DECL: Decl = Decl {
     ..Decl::new(node::IP6_ROUTE, |_| Box::new(Ip6Route::default()))
 };
 
+impl Ip6Route {
+    /// Routes packet `p` from `src` to `dst`, bound for the FIB, by the policy rules'
+    /// decision (the last of this list, `last`, when the key is the same): acted on as
+    /// `process` acts on a lookup's hop, or dropped or sent to ICMPv6 as the rules'
+    /// action says.
+    #[inline(never)]
+    fn by_policy(
+        walked: &mut u64,
+        host: &Host,
+        cx: &Cx<'_>,
+        mut p: Pkt,
+        (src, dst): (u128, u128),
+        last: &mut Option<(Key6, Policed)>,
+        out: &mut Out,
+    ) {
+        let pool = cx.pool;
+        let mut v = pool.get_mut(&mut p);
+        let (adj, hop) = match policy_route(
+            &host.policy6,
+            &host.routes6,
+            last,
+            walked,
+            (src, dst),
+            &mut v,
+        ) {
+            Policed::Hop(adj, hop) => (adj, hop),
+            Policed::Drop(r) => return out.drop(p, r),
+            Policed::Error(c) => {
+                Request::new(c).put(v.meta);
+                return out.push(ERROR, p);
+            }
+        };
+        // The arms of `process`'s, for a hop the rules found.
+        let in_if = v.meta.in_if;
+        match hop.kind {
+            RouteKind::Local | RouteKind::Broadcast => {
+                v.meta.flags |= flag::LOCAL;
+                deliver(pool, p, out);
+            }
+            RouteKind::Unicast => match forward(host.params.forwarding, src, adj, hop, &mut v) {
+                Ok(()) if src >> 118 == LINK_LOCAL && hop.out_if != in_if => {
+                    Request::new(Cause::BeyondScope).put(v.meta);
+                    out.push(ERROR, p);
+                }
+                Ok(()) => out.push(FORWARD, p),
+                Err(r) => out.drop(p, r),
+            },
+            RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
+            RouteKind::Unreachable => {
+                Request::new(Cause::RouteUnreachable).put(v.meta);
+                out.push(ERROR, p);
+            }
+            RouteKind::Prohibit => {
+                Request::new(Cause::RouteProhibit).put(v.meta);
+                out.push(ERROR, p);
+            }
+            // The walk never ends on a throw route.
+            RouteKind::Throw => {
+                Request::new(Cause::NoRoute).put(v.meta);
+                out.push(ERROR, p);
+            }
+        }
+    }
+}
+
 impl Stage<Host> for Ip6Route {
     fn arcs(&self) -> &[&'static str] {
         ARCS
@@ -355,7 +508,10 @@ impl Stage<Host> for Ip6Route {
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![("route_hint_hits", self.hint_hits)]
+        vec![
+            ("route_hint_hits", self.hint_hits),
+            ("policy_walks", self.policy_walks),
+        ]
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
@@ -374,6 +530,9 @@ impl Stage<Host> for Ip6Route {
         let mut src_hint: Option<(u128, u16, bool)> = None;
         // The last receiving interface.
         let mut iface_hint: Option<(u16, &Iface)> = None;
+        let walks = host.policy6.walks();
+        // The rules' last decision in this list, and its key.
+        let mut policed: Option<(Key6, Policed)> = None;
         let mut pkts = list.drain(..);
         while let Some(mut p) = pkts.next() {
             let mut v = pool.get_mut(&mut p);
@@ -433,6 +592,20 @@ impl Stage<Host> for Ip6Route {
                     continue;
                 }
             }
+            if walks {
+                // The rules choose the route (out of the loop: without rules, this test
+                // is all they cost).
+                Self::by_policy(
+                    &mut self.policy_walks,
+                    host,
+                    cx,
+                    p,
+                    (src, dst),
+                    &mut policed,
+                    out,
+                );
+                continue;
+            }
             if hint_dst == Some(dst) {
                 self.hint_hits += 1;
             } else {
@@ -466,6 +639,11 @@ impl Stage<Host> for Ip6Route {
                 }
                 RouteKind::Prohibit => {
                     Request::new(Cause::RouteProhibit).put(v.meta);
+                    out.push(ERROR, p);
+                }
+                // Nothing left to go on to: no route (Linux: network unreachable).
+                RouteKind::Throw => {
+                    Request::new(Cause::NoRoute).put(v.meta);
                     out.push(ERROR, p);
                 }
             }

@@ -280,7 +280,7 @@ impl Stage<Host> for Ip6Neighbour {
                 let nh = if adj & ADJ_ON_LINK != 0 {
                     on_link
                 } else {
-                    host.routes6.hop(adj).map_or(0, |h| h.gateway)
+                    host.hop6(adj).map_or(0, |h| h.gateway)
                 };
                 match Self::resolve(host, cx, out_if, nh, out) {
                     Some(mac) => {

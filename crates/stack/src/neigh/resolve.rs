@@ -257,7 +257,7 @@ impl Neighbour {
         out: &mut Out,
     ) -> Result<Rewrite<u64>, u32> {
         let nh = match on_link {
-            0 => host.routes.hop(adj).map_or(0, |h| h.gateway),
+            0 => host.hop(adj).map_or(0, |h| h.gateway),
             dst => dst,
         };
         let mac = Self::resolve(host, cx, out_if, nh, out).ok_or(nh)?;

@@ -26,6 +26,14 @@ pub trait Family:
 
     /// The family's name as `ip route` says it (`inet`, `inet6`).
     const NAME: &'static str;
+    /// The bits of the packet's TOS byte (IPv4) or traffic class (IPv6) a policy rule's
+    /// `tos` is compared with, and the only bits such a rule may set (Linux 6.x: IPv4
+    /// rules compare the three bits of the old TOS field, `IPTOS_RT_MASK`, IPv6 rules the
+    /// whole DSCP; the ECN bits never).
+    const RULE_TOS_MASK: u8;
+    /// Linux's default policy rules, `(pref, table)`: both families look up `local` at 0
+    /// and `main` at 32766; IPv4 also looks up `default` at 32767.
+    const DEFAULT_RULES: &'static [(u32, u32)];
     /// The bits of address `a`.
     fn bits(a: Self::Addr) -> Self::Bits;
     /// The address of bits `b`.
@@ -50,6 +58,10 @@ pub trait Family:
     fn fib_load(f: &mut Self::Fib, routes: Vec<(Self::Prefix, u32)>) -> Result<(), String>;
     /// Longest-prefix match.
     fn fib_lookup(f: &Self::Fib, b: Self::Bits) -> Option<u32>;
+    /// Longest-prefix match, with the length of the prefix matched.
+    fn fib_lookup_len(f: &Self::Fib, b: Self::Bits) -> Option<(u32, u8)>;
+    /// Whether prefix `p` covers address bits `b`.
+    fn prefix_contains(p: &Self::Prefix, b: Self::Bits) -> bool;
     /// Bytes the FIB uses.
     fn fib_bytes(f: &Self::Fib) -> usize;
     /// How the table's first level is backed, and its bytes in huge pages now.
@@ -70,6 +82,8 @@ impl Family for V4 {
     type Prefix = Ipv4Prefix;
     type Fib = Table;
     const NAME: &'static str = "inet";
+    const RULE_TOS_MASK: u8 = 0x1c;
+    const DEFAULT_RULES: &'static [(u32, u32)] = &[(0, 255), (32766, 254), (32767, 253)];
 
     #[inline(always)]
     fn bits(a: Ipv4Addr) -> u32 {
@@ -118,6 +132,14 @@ impl Family for V4 {
     fn fib_lookup(f: &Table, b: u32) -> Option<u32> {
         f.lookup(b)
     }
+    #[inline(always)]
+    fn fib_lookup_len(f: &Table, b: u32) -> Option<(u32, u8)> {
+        f.lookup_len(b)
+    }
+    #[inline(always)]
+    fn prefix_contains(p: &Ipv4Prefix, b: u32) -> bool {
+        p.contains_bits(b)
+    }
     fn fib_bytes(f: &Table) -> usize {
         f.memory_bytes()
     }
@@ -133,6 +155,8 @@ impl Family for V6 {
     type Prefix = Ipv6Prefix;
     type Fib = Fib6;
     const NAME: &'static str = "inet6";
+    const RULE_TOS_MASK: u8 = 0xfc;
+    const DEFAULT_RULES: &'static [(u32, u32)] = &[(0, 255), (32766, 254)];
 
     #[inline(always)]
     fn bits(a: Ipv6Addr) -> u128 {
@@ -174,6 +198,14 @@ impl Family for V6 {
     #[inline(always)]
     fn fib_lookup(f: &Fib6, b: u128) -> Option<u32> {
         f.lookup(b)
+    }
+    #[inline(always)]
+    fn fib_lookup_len(f: &Fib6, b: u128) -> Option<(u32, u8)> {
+        f.lookup_len(b)
+    }
+    #[inline(always)]
+    fn prefix_contains(p: &Ipv6Prefix, b: u128) -> bool {
+        p.contains_bits(b)
     }
     fn fib_bytes(f: &Fib6) -> usize {
         f.memory_bytes()

@@ -9,6 +9,7 @@
 //! blackhole 10.66.0.0/16
 //! unreachable 10.67.0.0/16
 //! prohibit 10.68.0.0/16
+//! throw 10.69.0.0/16                       # policy routing: on to the next rule
 //! default via 192.0.2.254 dev eth1
 //! 10.70.0.0/16 nexthop via 192.0.2.254 dev eth1 weight 1 nexthop via 198.51.100.1 weight 2
 //! 2001:db8:1::/48 via fe80::1 dev eth1     # a link-local gateway names its link
@@ -258,6 +259,7 @@ pub fn parse_line(text: &str, r: &dyn Resolve) -> Result<Option<AnyRoute>, Strin
         "blackhole" => Some(RouteKind::Blackhole),
         "unreachable" => Some(RouteKind::Unreachable),
         "prohibit" => Some(RouteKind::Prohibit),
+        "throw" => Some(RouteKind::Throw),
         _ => None,
     };
     let pword = match special {
@@ -567,6 +569,7 @@ mod tests {
             RouteKind::Unreachable
         );
         assert_eq!(v6("prohibit 2001:db8:6::/48").kind, RouteKind::Prohibit);
+        assert_eq!(v6("throw 2001:db8:7::/48").kind, RouteKind::Throw);
         assert_eq!(v6("2001:db8::7 dev eth0").prefix, p("2001:db8::7/128"));
         let m =
             v6("2001:db8:3::/48 nexthop via fe80::1 dev eth1 nexthop via 2001:db8:ff::2 weight 3");

@@ -4,7 +4,7 @@
 //!
 //! Route kinds follow `ip route`: unicast (connected when it has no gateway), local (our
 //! own addresses, /32), broadcast (directed subnet broadcasts and 255.255.255.255),
-//! blackhole, unreachable, prohibit.
+//! blackhole, unreachable, prohibit, throw (for policy routing: [`rule`]).
 //!
 //! The table also keeps the set of our own addresses (its local /32 routes), so a received
 //! packet claiming one of them as its source is found without a second lookup: Linux's
@@ -59,10 +59,14 @@ netbatch_engine::reasons! {
         FORWARDING_DISABLED = "forwarding_disabled": "not for us and forwarding is off",
         FORWARD_L2_BROADCAST = "forward_l2_broadcast": "unicast IP in a link-layer broadcast or multicast frame is not forwarded",
         LOCAL_SOURCE = "local_source": "received packet claims one of our addresses as its source (martian)",
+        RULE_BLACKHOLE = "rule_blackhole": "a policy rule's action is blackhole",
+        RULE_UNREACHABLE = "rule_unreachable": "a policy rule's action is unreachable",
+        RULE_PROHIBIT = "rule_prohibit": "a policy rule's action is prohibit",
     }
 }
 
 pub mod file;
+pub mod rule;
 
 /// What a route does with a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,6 +83,9 @@ pub enum RouteKind {
     Unreachable,
     /// Discard with ICMP administratively prohibited.
     Prohibit,
+    /// Not in this table (`ip route add throw`): policy routing goes on with the next
+    /// rule ([`rule`]); where no rule is left, as no route.
+    Throw,
 }
 
 /// A route as configured.
@@ -272,6 +279,17 @@ pub type Hop6 = HopOf<V6>;
 /// Set in an adjacency whose next hop is the packet's own destination (a connected
 /// route, no gateway): the output stages then key the neighbour by the destination.
 pub const ADJ_ON_LINK: u32 = 1 << 31;
+
+/// The bits of an adjacency that say which numbered table's hop it is (0: the main
+/// table's, `Host::routes`; `s`: the `s`-th of the policy's numbered tables, see
+/// [`rule::PolicyOf::hop`]). Hop indices stay below [`FIB_GROUP`], so these bits are free
+/// in an adjacency; a table's own [`RoutesOf::hop`] finds nothing for an adjacency that
+/// has them (its index is then beyond every hop), so one of another table is never
+/// taken for one of its own.
+pub const ADJ_TABLE: u32 = 0xff << ADJ_TABLE_SHIFT;
+
+/// The shift of [`ADJ_TABLE`].
+pub const ADJ_TABLE_SHIFT: u32 = 23;
 
 /// Set in a FIB value that indexes a multipath group (the rest of the value) rather than
 /// a hop: the top bit of the FIB's 24-bit values. Hop and group indices stay below it.
@@ -656,6 +674,23 @@ impl<F: Family> RoutesOf<F> {
             // Group values are above every hop index.
             None => self.adj.pick(i, hash()),
         }
+    }
+
+    /// As [`Routes::lookup_flow`], with the length of the prefix matched (for policy
+    /// routing's `suppress_prefixlength`; the FIB knows it at no extra cost, see
+    /// [`crate::fib::Fib::lookup_len`] and [`crate::fib6::Fib6::lookup_len`]).
+    #[inline]
+    pub fn lookup_flow_len(
+        &self,
+        dst: F::Bits,
+        hash: impl FnOnce() -> u32,
+    ) -> Option<(u32, HopOf<F>, u8)> {
+        let (i, len) = F::fib_lookup_len(&self.fib, dst)?;
+        let (adj, hop) = match self.adj.hops.get(i as usize) {
+            Some(h) => (Adjacencies::adj(i, h), *h),
+            None => self.adj.pick(i, hash())?,
+        };
+        Some((adj, hop, len))
     }
 
     /// The hop of adjacency `adj` (from [`Routes::lookup_adj`]).

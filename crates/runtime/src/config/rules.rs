@@ -1,0 +1,574 @@
+//! `[[rule]]` and `table` on `[[route]]`: policy routing, as `ip rule` and `ip route …
+//! table N` have it (`netbatch_stack::route::rule` says how the rules are walked).
+//!
+//! ```toml
+//! [[rule]]
+//! pref = 100                      # required: lower first, equal ones in file order
+//! from = "192.0.2.0/24"           # selectors, all optional: from, to (a prefix, an
+//! iif = "eth0"                    #   address, or "all"), iif (an interface), fwmark
+//! fwmark = "0x10/0x30"            #   ("V", "V/MASK" or a number; "0" alone matches
+//! ipproto = "tcp"                 #   all, as Linux), ipproto (tcp, udp, icmp,
+//! dport = "1000-2000"             #   ipv6-icmp, sctp, udplite, or 0-255), sport and
+//! tos = "0x10"                    #   dport (N or "LO-HI", 1 to 65534), tos, not = true
+//! table = 100                     # the action: table (lookup: 1 to 4294967295,
+//!                                 #   "main", "default", "local"), goto = PREF, or
+//!                                 #   action = "blackhole" | "unreachable" |
+//!                                 #   "prohibit" | "nop"
+//! suppress_prefixlength = 0       # with table: refuse routes this long or shorter
+//! family = "inet6"                # when neither from nor to says (default inet)
+//!
+//! [[route]]
+//! prefix = "0.0.0.0/0"
+//! via = "198.51.100.254"
+//! table = 100                     # a numbered table (default: main)
+//! ```
+//!
+//! Every key is checked on its own, and refused with its key and the reason: a value of
+//! the wrong form, a `tos` with bits the family's rules do not compare (IPv4: only 0x04
+//! to 0x1c in steps of 4; IPv6: any DSCP, no ECN bit), a port range outside 1 to 65534,
+//! `from`/`to`/`family` of different families, no action or two, `suppress_prefixlength`
+//! without a lookup or above the family's address length, a goto that does not jump
+//! forward (the kernel's rules, so that every file netbatch takes, `ip rule` takes). A
+//! `table` on a route is `main` (254, the default) or a numbered table; `local` (255) is
+//! refused (netbatch makes local routes from the interfaces' addresses) and so is 0. A
+//! prefix is routed once per table and family. A rule may look up a table no route
+//! names: it is empty, as in Linux. The rules and tables are built into each family's
+//! [`Policy`] by [`Config::policies`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use netbatch_stack::route::file::{AnyRoute, LineFamily, Resolve};
+use netbatch_stack::route::rule::{
+    Action, MAX_TABLES, Mark, Policy, Policy6, PortRange, RuleOf, RulesOf, TABLE_DEFAULT,
+    TABLE_LOCAL, TABLE_MAIN,
+};
+use netbatch_stack::route::{Family, Route, Route6, RouteError, RouteOf, RoutesOf, V4, V6};
+
+use super::ports::Names;
+use super::routes::RouteFile;
+use super::{Config, Errs};
+
+/// A number or text (marks, ports, protocols, TOS and tables may be written either way).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(untagged)]
+pub(super) enum Val {
+    Number(i64),
+    Text(String),
+}
+
+impl Val {
+    fn text(&self) -> String {
+        match self {
+            Self::Number(n) => n.to_string(),
+            Self::Text(t) => t.clone(),
+        }
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RuleFile {
+    pref: Option<i64>,
+    #[serde(default)]
+    not: bool,
+    family: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    iif: Option<String>,
+    fwmark: Option<Val>,
+    ipproto: Option<Val>,
+    sport: Option<Val>,
+    dport: Option<Val>,
+    tos: Option<Val>,
+    table: Option<Val>,
+    goto: Option<i64>,
+    action: Option<String>,
+    suppress_prefixlength: Option<i64>,
+}
+
+/// A number written in decimal or `0x` hexadecimal.
+fn number(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// `v` as a number of at most `max`, or an error naming `what`.
+fn bounded(v: &Val, max: u64, what: &str) -> Result<u64, String> {
+    let n = match v {
+        Val::Number(n) => u64::try_from(*n).ok(),
+        Val::Text(t) => number(t),
+    };
+    n.filter(|&n| n <= max)
+        .ok_or_else(|| format!("'{}' is not {what} (0 to {max})", v.text()))
+}
+
+/// A table's number: `main`, `default`, `local` or 1 to 4294967295.
+fn table_id(v: &Val) -> Result<u32, String> {
+    match v {
+        Val::Text(t) if t == "main" => Ok(TABLE_MAIN),
+        Val::Text(t) if t == "default" => Ok(TABLE_DEFAULT),
+        Val::Text(t) if t == "local" => Ok(TABLE_LOCAL),
+        _ => match bounded(v, u64::from(u32::MAX), "a table") {
+            Ok(0) => Err("table 0 is no table (1 to 4294967295, main, default, local)".into()),
+            Ok(n) => Ok(n as u32),
+            Err(_) => Err(format!(
+                "'{}' is not a table (1 to 4294967295, main, default, local)",
+                v.text()
+            )),
+        },
+    }
+}
+
+/// Whether a `[[route]]` with this `table` goes to `main` (no table, or `main`), as
+/// `routes` takes it; every other value is this module's (a numbered table, or an
+/// error).
+pub(super) fn in_main(table: Option<&Val>) -> bool {
+    table.is_none_or(|t| table_id(t) == Ok(TABLE_MAIN))
+}
+
+/// `ipproto`: a name or 0 to 255 (0 is no selector, as Linux).
+fn protocol(v: &Val) -> Result<Option<u8>, String> {
+    let named = match v {
+        Val::Text(t) => match t.as_str() {
+            "tcp" => Some(6),
+            "udp" => Some(17),
+            "icmp" => Some(1),
+            "ipv6-icmp" | "icmpv6" => Some(58),
+            "sctp" => Some(132),
+            "udplite" => Some(136),
+            _ => None,
+        },
+        Val::Number(_) => None,
+    };
+    let p = match named {
+        Some(p) => p,
+        None => bounded(
+            v,
+            255,
+            "a protocol (tcp, udp, icmp, ipv6-icmp, sctp, udplite, or a number)",
+        )? as u8,
+    };
+    Ok((p != 0).then_some(p))
+}
+
+/// `sport`/`dport`: `N` or `LO-HI`.
+fn ports(v: &Val) -> Result<PortRange, String> {
+    let text = v.text();
+    let (lo, hi) = match text.split_once('-') {
+        Some((a, b)) => (number(a), number(b)),
+        None => (number(&text), number(&text)),
+    };
+    let bad = || format!("'{text}' is not a port or a range LO-HI (ports 1 to 65534)");
+    let (lo, hi) = match (lo, hi) {
+        (Some(a), Some(b)) => (
+            u16::try_from(a).map_err(|_| bad())?,
+            u16::try_from(b).map_err(|_| bad())?,
+        ),
+        _ => return Err(bad()),
+    };
+    PortRange::new(lo, hi).map_err(|e| e.to_string())
+}
+
+/// `fwmark`: `V`, `V/MASK`, or a number.
+fn mark(v: &Val) -> Result<Mark, String> {
+    let text = v.text();
+    let bad = || format!("'{text}' is not a mark (V or V/MASK, 0 to 0xffffffff each)");
+    let word = |s: &str| {
+        number(s)
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(bad)
+    };
+    match text.split_once('/') {
+        Some((a, m)) => Ok(Mark::linux(word(a)?, Some(word(m)?))),
+        None => Ok(Mark::linux(word(&text)?, None)),
+    }
+}
+
+/// A rule's family, from `family`, `from` and `to`.
+fn family_of(r: &RuleFile, key: &str, e: &mut Errs) -> Option<bool> {
+    let said = match r.family.as_deref() {
+        None => None,
+        Some("inet" | "ipv4") => Some(false),
+        Some("inet6" | "ipv6") => Some(true),
+        Some(other) => {
+            e.add(
+                format!("{key}.family"),
+                format!("'{other}' is not a family (inet, inet6)"),
+            );
+            return None;
+        }
+    };
+    let of = |p: &Option<String>| {
+        p.as_deref()
+            .filter(|p| *p != "all")
+            .map(|p| p.contains(':'))
+    };
+    let mut v6 = said;
+    for (name, p) in [("from", of(&r.from)), ("to", of(&r.to))] {
+        match (v6, p) {
+            (Some(a), Some(b)) if a != b => {
+                e.add(
+                    format!("{key}.{name}"),
+                    format!(
+                        "an {} prefix in an {} rule (from, to and family name one family)",
+                        if b { "IPv6" } else { "IPv4" },
+                        if a { "IPv6" } else { "IPv4" }
+                    ),
+                );
+                return None;
+            }
+            (None, Some(b)) => v6 = Some(b),
+            _ => {}
+        }
+    }
+    Some(v6.unwrap_or(false))
+}
+
+/// One `[[rule]]` under `key`, of family `F`.
+fn rule_of<F: LineFamily>(
+    r: &RuleFile,
+    key: &str,
+    names: &Names,
+    e: &mut Errs,
+) -> Option<RuleOf<F>> {
+    let before = e.0.len();
+    let field = |name: &str, why: String, e: &mut Errs| e.add(format!("{key}.{name}"), why);
+    let pref = match r.pref {
+        None => {
+            field(
+                "pref",
+                "a rule needs its priority (0 to 4294967295)".into(),
+                e,
+            );
+            None
+        }
+        Some(p) => u32::try_from(p).ok().or_else(|| {
+            field(
+                "pref",
+                format!("{p} is not a priority (0 to 4294967295)"),
+                e,
+            );
+            None
+        }),
+    };
+    let prefix = |name: &str, p: &Option<String>, e: &mut Errs| -> Option<F::Prefix> {
+        let p = p.as_deref().filter(|p| *p != "all")?;
+        match F::prefix(p) {
+            Ok(x) => Some(x),
+            Err(why) => {
+                e.add(
+                    format!("{key}.{name}"),
+                    format!("'{p}' is not {}: {why}", F::PREFIX_FORM),
+                );
+                None
+            }
+        }
+    };
+    let from = prefix("from", &r.from, e);
+    let to = prefix("to", &r.to, e);
+    let iif = r.iif.as_deref().and_then(|n| {
+        names.iface(n).or_else(|| {
+            e.add(format!("{key}.iif"), format!("no interface '{n}'"));
+            None
+        })
+    });
+    let fwmark = r.fwmark.as_ref().and_then(|v| {
+        mark(v)
+            .map_err(|why| e.add(format!("{key}.fwmark"), why))
+            .ok()
+    });
+    let ipproto = r.ipproto.as_ref().and_then(|v| {
+        protocol(v)
+            .map_err(|why| e.add(format!("{key}.ipproto"), why))
+            .ok()
+            .flatten()
+    });
+    let sport = r.sport.as_ref().and_then(|v| {
+        ports(v)
+            .map_err(|why| e.add(format!("{key}.sport"), why))
+            .ok()
+    });
+    let dport = r.dport.as_ref().and_then(|v| {
+        ports(v)
+            .map_err(|why| e.add(format!("{key}.dport"), why))
+            .ok()
+    });
+    let tos = r.tos.as_ref().and_then(|v| {
+        let t = bounded(v, 255, "a TOS byte")
+            .map_err(|why| e.add(format!("{key}.tos"), why))
+            .ok()? as u8;
+        if t & !F::RULE_TOS_MASK != 0 {
+            e.add(
+                format!("{key}.tos"),
+                format!(
+                    "tos {t:#04x} sets bits {} rules do not compare (only {:#04x}: {})",
+                    F::IP,
+                    F::RULE_TOS_MASK,
+                    if F::RULE_TOS_MASK == 0x1c {
+                        "the three bits of the old TOS field, as Linux"
+                    } else {
+                        "the DSCP, never ECN"
+                    }
+                ),
+            );
+            return None;
+        }
+        // 0 is no selector.
+        (t != 0).then_some(t)
+    });
+    let actions = [r.table.is_some(), r.goto.is_some(), r.action.is_some()];
+    let action = match actions.iter().filter(|&&a| a).count() {
+        0 => {
+            e.add(
+                key,
+                "a rule needs an action: table (lookup), goto, or action = blackhole, unreachable, prohibit or nop",
+            );
+            None
+        }
+        1 => {
+            if let Some(t) = &r.table {
+                table_id(t)
+                    .map(Action::Lookup)
+                    .map_err(|why| e.add(format!("{key}.table"), why))
+                    .ok()
+            } else if let Some(g) = r.goto {
+                match u32::try_from(g) {
+                    Ok(g) => Some(Action::Goto(g)),
+                    Err(_) => {
+                        e.add(
+                            format!("{key}.goto"),
+                            format!("{g} is not a priority (0 to 4294967295)"),
+                        );
+                        None
+                    }
+                }
+            } else {
+                match r.action.as_deref().unwrap_or_default() {
+                    "blackhole" => Some(Action::Blackhole),
+                    "unreachable" => Some(Action::Unreachable),
+                    "prohibit" => Some(Action::Prohibit),
+                    "nop" => Some(Action::Nop),
+                    "lookup" | "goto" => {
+                        e.add(
+                            format!("{key}.action"),
+                            "a lookup is written table = N, a goto goto = PREF (no action key)",
+                        );
+                        None
+                    }
+                    other => {
+                        e.add(
+                            format!("{key}.action"),
+                            format!(
+                                "'{other}' is not an action (blackhole, unreachable, prohibit, nop)"
+                            ),
+                        );
+                        None
+                    }
+                }
+            }
+        }
+        _ => {
+            e.add(
+                key,
+                "a rule has one action: table, goto or action, not several",
+            );
+            None
+        }
+    };
+    let bits = if F::RULE_TOS_MASK == 0x1c { 32 } else { 128 };
+    let suppress = r.suppress_prefixlength.and_then(|n| {
+        if r.table.is_none() {
+            e.add(
+                format!("{key}.suppress_prefixlength"),
+                "suppress_prefixlength refuses the routes a lookup finds: it needs table",
+            );
+            return None;
+        }
+        match u8::try_from(n) {
+            Ok(n) if n <= bits => Some(n),
+            _ => {
+                e.add(
+                    format!("{key}.suppress_prefixlength"),
+                    format!("{n} is not a prefix length (0 to {bits})"),
+                );
+                None
+            }
+        }
+    });
+    if e.0.len() != before {
+        return None;
+    }
+    Some(RuleOf {
+        pref: pref?,
+        not: r.not,
+        from,
+        to,
+        iif,
+        fwmark,
+        ipproto,
+        sport,
+        dport,
+        tos,
+        action: action?,
+        suppress_prefixlength: suppress,
+    })
+}
+
+/// The rules of one family after Linux's defaults, each added as the kernel would
+/// (refusing what it refuses, at the rule's key).
+fn add_all<F: Family>(list: &[(usize, RuleOf<F>)], e: &mut Errs) -> Vec<RuleOf<F>> {
+    let mut set = RulesOf::<F>::new();
+    let mut out = Vec::new();
+    for (ri, r) in list {
+        let key = match r.action {
+            Action::Goto(_) => format!("rule[{ri}].goto"),
+            Action::Lookup(_) => format!("rule[{ri}].table"),
+            _ => format!("rule[{ri}]"),
+        };
+        match set.add(r.clone()) {
+            Ok(()) => out.push(r.clone()),
+            Err(why) => e.add(key, why.to_string()),
+        }
+    }
+    out
+}
+
+/// The IPv4 and IPv6 rules of `[[rule]]`, in file order.
+pub(super) fn validate(
+    raw: &[RuleFile],
+    names: &Names,
+    e: &mut Errs,
+) -> (Vec<Route4Rule>, Vec<Route6Rule>) {
+    let mut v4 = Vec::new();
+    let mut v6 = Vec::new();
+    for (ri, r) in raw.iter().enumerate() {
+        let key = format!("rule[{ri}]");
+        match family_of(r, &key, e) {
+            Some(false) => {
+                if let Some(x) = rule_of::<V4>(r, &key, names, e) {
+                    v4.push((ri, x));
+                }
+            }
+            Some(true) => {
+                if let Some(x) = rule_of::<V6>(r, &key, names, e) {
+                    v6.push((ri, x));
+                }
+            }
+            None => {}
+        }
+    }
+    (add_all(&v4, e), add_all(&v6, e))
+}
+
+/// An IPv4 rule.
+pub(super) type Route4Rule = RuleOf<V4>;
+/// An IPv6 rule.
+pub(super) type Route6Rule = RuleOf<V6>;
+
+/// The routes of `[[route]]` with a numbered `table`, by table, each family on its own.
+pub(super) type Tables = (BTreeMap<u32, Vec<Route>>, BTreeMap<u32, Vec<Route6>>);
+
+/// The `[[route]]`s with a `table` other than main: refused for `local` and invalid
+/// tables, checked as `routes` checks main's, a prefix once per table and family.
+pub(super) fn tables(raw: &[RouteFile], names: &Names, e: &mut Errs) -> Tables {
+    let mut v4: BTreeMap<u32, Vec<Route>> = BTreeMap::new();
+    let mut v6: BTreeMap<u32, Vec<Route6>> = BTreeMap::new();
+    // The first route of each (table, family, prefix), for the repeat's message.
+    let mut seen4: BTreeMap<(u32, netbatch_stack::prefix::Ipv4Prefix), usize> = BTreeMap::new();
+    let mut seen6: BTreeMap<(u32, netbatch_stack::prefix::Ipv6Prefix), usize> = BTreeMap::new();
+    for (ri, r) in raw.iter().enumerate() {
+        let Some(t) = r.table() else { continue };
+        let key = format!("route[{ri}]");
+        let id = match table_id(t) {
+            Ok(TABLE_MAIN) => continue,
+            Ok(TABLE_LOCAL) => {
+                e.add(
+                    format!("{key}.table"),
+                    "table local is netbatch's own: it makes local and broadcast routes from the interfaces' addresses",
+                );
+                continue;
+            }
+            Ok(id) => id,
+            Err(why) => {
+                e.add(format!("{key}.table"), why);
+                continue;
+            }
+        };
+        let twice = |first: usize, p: &dyn core::fmt::Display| {
+            format!(
+                "{p} is routed twice in table {id}: route[{first}] and route[{ri}] (one route per prefix and table)"
+            )
+        };
+        match super::routes::inline(r, &key, names, e) {
+            Some(AnyRoute::V4(route)) => {
+                if let Some(&first) = seen4.get(&(id, route.prefix)) {
+                    e.add(format!("{key}.prefix"), twice(first, &route.prefix));
+                    continue;
+                }
+                seen4.insert((id, route.prefix), ri);
+                v4.entry(id).or_default().push(route);
+            }
+            Some(AnyRoute::V6(route)) => {
+                if let Some(&first) = seen6.get(&(id, route.prefix)) {
+                    e.add(format!("{key}.prefix"), twice(first, &route.prefix));
+                    continue;
+                }
+                seen6.insert((id, route.prefix), ri);
+                v6.entry(id).or_default().push(route);
+            }
+            None => {}
+        }
+    }
+    for (ip, n) in [("IPv4", v4.len()), ("IPv6", v6.len())] {
+        if n > MAX_TABLES {
+            e.add(
+                "route",
+                format!("{n} numbered {ip} tables (at most {MAX_TABLES} per family)"),
+            );
+        }
+    }
+    (v4, v6)
+}
+
+/// The numbered tables of family `F`, built.
+fn built<F: Family>(
+    tables: &BTreeMap<u32, Vec<RouteOf<F>>>,
+) -> Result<BTreeMap<u32, Arc<RoutesOf<F>>>, RouteError> {
+    tables
+        .iter()
+        .map(|(&id, routes)| {
+            let mut t = RoutesOf::new();
+            t.load(routes.iter().cloned())?;
+            Ok((id, Arc::new(t)))
+        })
+        .collect()
+}
+
+/// The rules of family `F` in a set (they were checked when the file was read).
+fn set_of<F: Family>(rules: &[RuleOf<F>]) -> Result<RulesOf<F>, RouteError> {
+    let mut set = RulesOf::new();
+    for r in rules {
+        set.add(r.clone())
+            .map_err(|e| RouteError::Fib(format!("rule {}: {e}", r.pref)))?;
+    }
+    Ok(set)
+}
+
+impl Config {
+    /// Each family's policy routing: the rules over the numbered tables (`main` is the
+    /// route table the workers' hosts are given).
+    pub fn policies(&self) -> Result<(Policy, Policy6), RouteError> {
+        let refused = |e: netbatch_stack::route::rule::RuleError| RouteError::Fib(e.to_string());
+        Ok((
+            Policy::new(set_of(&self.rules)?, built(&self.tables)?).map_err(refused)?,
+            Policy6::new(set_of(&self.rules6)?, built(&self.tables6)?).map_err(refused)?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,877 @@
+//! Policy routing: rules that choose which route table routes a packet, as Linux's `ip
+//! rule` has them, and numbered tables.
+//!
+//! # Rules
+//!
+//! A rule ([`RuleOf`]) has a priority (`pref`), selectors and an action. The rules are
+//! kept in priority order (rules of equal priority in the order they were added, as Linux
+//! inserts them) and walked from the first for every packet (or once for a run of
+//! packets with the same [`KeyOf`]), as Linux's `fib_rules_lookup` walks its list:
+//!
+//! - A rule *matches* when every selector it has holds: `from`/`to` (the source and
+//!   destination lie in the prefix), `iif` (the interface the packet came in by, by its
+//!   index among netbatch's interfaces), `fwmark` (`(mark ^ value) & mask == 0`),
+//!   `ipproto`, `sport`/`dport` (inclusive ranges, 1 to 65534 as the kernel takes them),
+//!   `tos` (see below); `not` inverts the whole match.
+//! - A matching rule's action: `lookup TABLE` looks the destination up in the table; a
+//!   route found ends the walk with that route, whatever its kind (a blackhole,
+//!   unreachable or prohibit route ends it with that drop); no route, a `throw` route or a
+//!   table that does not exist continue with the next rule. `blackhole`, `unreachable`,
+//!   `prohibit` end the walk with that drop. `nop` continues. `goto PREF` continues at the
+//!   first rule whose priority is exactly `PREF`; when no rule has it (Linux's
+//!   "unresolved" goto) the walk continues with the next rule, as after a `nop`. A goto
+//!   only jumps forward (Linux refuses `PREF ≤` the rule's own), so the walk ends.
+//! - `suppress_prefixlength N` on a lookup rule refuses a found unicast, local or
+//!   broadcast route whose prefix is `N` bits or shorter: the walk continues with the next
+//!   rule (`ip rule add lookup main suppress_prefixlength 0`: everything but the default
+//!   route). It does not apply to a blackhole, unreachable or prohibit route, which ends
+//!   the walk as always (the kernel calls its suppress hook only after a successful
+//!   lookup).
+//! - When no rule decides, there is no route (Linux answers `ENETUNREACH`: ICMP network
+//!   unreachable, as for an `unreachable` rule).
+//!
+//! The default rules are Linux's: `0: lookup local`, `32766: lookup main` and, for IPv4
+//! only, `32767: lookup default` ([`Family::DEFAULT_RULES`]). With them, and no table
+//! `default`, the walk is exactly the single-table lookup netbatch does without rules, so
+//! the datapath asks the rules only when they differ ([`RulesOf::is_default`]).
+//!
+//! # Tables
+//!
+//! A table is a [`RoutesOf`], looked up with its own FIB; numbered tables are 1 to
+//! 2³²−1 except 0 (no table) and 255. netbatch keeps its local and broadcast routes (those
+//! its interfaces' addresses imply) in `main` (254), where Linux keeps them in `local`
+//! (255): table `local` is therefore a view of `main` in which only local and broadcast
+//! routes are found. This is Linux's answer as long as `0: lookup local` comes first,
+//! which is why that rule cannot be removed ([`RuleError::LocalRule`]): every destination
+//! that is one of our addresses or a directed broadcast is delivered locally before any
+//! other rule is asked, and the local and broadcast routes in `main` are never reached
+//! by a later lookup of `main`.
+//!
+//! # TOS
+//!
+//! Linux 6.x compares a rule's `tos` with the packet's DS field through
+//! [`Family::RULE_TOS_MASK`]: for IPv4 only the three bits of the old TOS field (`0x1c`,
+//! `IPTOS_RT_MASK`: a rule `tos 0x10` matches DS field 0x10, 0x11, 0x30 and 0xb0, not
+//! 0x14), for IPv6 the whole DSCP (`0xfc`: `tos 0x10` matches traffic class 0x10 to 0x13).
+//! A rule's `tos` may set no other bit (the kernel refuses ECN bits, and for IPv4 any
+//! bit above the TOS field); `tos 0` is no selector.
+//!
+//! # Not supported
+//!
+//! `oif` (it selects only routes of packets we send), `uidrange`, `tun_id`, `l3mdev`,
+//! `suppress_ifgroup`, `realms` and `nat`; rules for packets netbatch originates (`iif
+//! lo`): `ip4-local-out` and `ip6-local-out` route by `main`.
+
+use core::fmt;
+use std::collections::BTreeMap;
+
+use super::{Family, HopOf, RouteKind, RoutesOf};
+
+/// The table `lookup default` names (Linux's `RT_TABLE_DEFAULT`).
+pub const TABLE_DEFAULT: u32 = 253;
+/// The main table (Linux's `RT_TABLE_MAIN`): netbatch's route table.
+pub const TABLE_MAIN: u32 = 254;
+/// The local table (Linux's `RT_TABLE_LOCAL`): a view of `main` (see the module
+/// documentation).
+pub const TABLE_LOCAL: u32 = 255;
+
+/// The most rules a family's set may hold.
+pub const MAX_RULES: usize = 4096;
+
+/// The action of a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Look the destination up in this table.
+    Lookup(u32),
+    /// Go on at the first rule of this priority.
+    Goto(u32),
+    /// Go on with the next rule.
+    Nop,
+    /// Drop silently.
+    Blackhole,
+    /// Drop with ICMP network unreachable.
+    Unreachable,
+    /// Drop with ICMP administratively prohibited.
+    Prohibit,
+}
+
+/// A `fwmark` selector: the packet's mark matches when `(mark ^ value) & mask == 0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Mark {
+    /// The bits compared.
+    pub value: u32,
+    /// Which bits are compared.
+    pub mask: u32,
+}
+
+impl Mark {
+    /// `fwmark VALUE[/MASK]` as Linux reads it: without a mask, every bit is compared,
+    /// except for `fwmark 0`, which then compares none (matches every packet).
+    pub fn linux(value: u32, mask: Option<u32>) -> Self {
+        let mask = mask.unwrap_or(if value == 0 { 0 } else { u32::MAX });
+        Self { value, mask }
+    }
+
+    /// Whether `mark` matches.
+    #[inline(always)]
+    pub fn matches(self, mark: u32) -> bool {
+        (mark ^ self.value) & self.mask == 0
+    }
+}
+
+/// An inclusive range of ports for `sport`/`dport`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortRange {
+    lo: u16,
+    hi: u16,
+}
+
+impl PortRange {
+    /// `lo-hi`: `1 ≤ lo ≤ hi ≤ 65534`, the ranges the kernel takes (it refuses port 0
+    /// and 65535 in a range).
+    pub fn new(lo: u16, hi: u16) -> Result<Self, RuleError> {
+        if lo == 0 || hi == u16::MAX || lo > hi {
+            return Err(RuleError::Ports(lo, hi));
+        }
+        Ok(Self { lo, hi })
+    }
+
+    /// The first port.
+    pub fn lo(self) -> u16 {
+        self.lo
+    }
+
+    /// The last port.
+    pub fn hi(self) -> u16 {
+        self.hi
+    }
+
+    /// Whether `port` is in the range.
+    #[inline(always)]
+    pub fn contains(self, port: u16) -> bool {
+        (self.lo..=self.hi).contains(&port)
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.lo == self.hi {
+            write!(f, "{}", self.lo)
+        } else {
+            write!(f, "{}-{}", self.lo, self.hi)
+        }
+    }
+}
+
+/// A policy rule of family `F`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RuleOf<F: Family> {
+    /// Priority: lower first.
+    pub pref: u32,
+    /// `not`: the rule matches the packets its selectors do not.
+    pub not: bool,
+    /// `from PREFIX`: the source lies in it.
+    pub from: Option<F::Prefix>,
+    /// `to PREFIX`: the destination lies in it.
+    pub to: Option<F::Prefix>,
+    /// `iif`: the index of the interface the packet came in by.
+    pub iif: Option<u16>,
+    /// `fwmark`.
+    pub fwmark: Option<Mark>,
+    /// `ipproto`.
+    pub ipproto: Option<u8>,
+    /// `sport`.
+    pub sport: Option<PortRange>,
+    /// `dport`.
+    pub dport: Option<PortRange>,
+    /// `tos` (nonzero, within [`Family::RULE_TOS_MASK`]).
+    pub tos: Option<u8>,
+    /// What a matching rule does.
+    pub action: Action,
+    /// `suppress_prefixlength N` (lookup rules).
+    pub suppress_prefixlength: Option<u8>,
+}
+
+/// An IPv4 rule.
+pub type Rule = RuleOf<super::V4>;
+/// An IPv6 rule.
+pub type Rule6 = RuleOf<super::V6>;
+
+impl<F: Family> RuleOf<F> {
+    /// A rule with no selectors and action `action`.
+    pub fn new(pref: u32, action: Action) -> Self {
+        Self {
+            pref,
+            not: false,
+            from: None,
+            to: None,
+            iif: None,
+            fwmark: None,
+            ipproto: None,
+            sport: None,
+            dport: None,
+            tos: None,
+            action,
+            suppress_prefixlength: None,
+        }
+    }
+
+    /// Whether the rule matches `k` (its selectors, then `not`).
+    #[inline]
+    pub fn matches(&self, k: &KeyOf<F>) -> bool {
+        let hit = self.from.is_none_or(|p| F::prefix_contains(&p, k.src))
+            && self.to.is_none_or(|p| F::prefix_contains(&p, k.dst))
+            && self.iif.is_none_or(|i| i == k.iif)
+            && self.fwmark.is_none_or(|m| m.matches(k.mark))
+            && self.ipproto.is_none_or(|p| p == k.proto)
+            && self.sport.is_none_or(|r| r.contains(k.sport))
+            && self.dport.is_none_or(|r| r.contains(k.dport))
+            && self.tos.is_none_or(|t| k.tos & F::RULE_TOS_MASK == t);
+        hit != self.not
+    }
+
+    /// Checks what the kernel checks of one rule on its own.
+    fn check(&self) -> Result<(), RuleError> {
+        match self.action {
+            Action::Lookup(0) => return Err(RuleError::TableZero),
+            Action::Goto(t) if t <= self.pref => {
+                return Err(RuleError::BackwardGoto {
+                    pref: self.pref,
+                    target: t,
+                });
+            }
+            _ => {}
+        }
+        if let Some(t) = self.tos
+            && (t == 0 || t & !F::RULE_TOS_MASK != 0)
+        {
+            return Err(RuleError::Tos {
+                tos: t,
+                mask: F::RULE_TOS_MASK,
+            });
+        }
+        Ok(())
+    }
+
+    /// The rule in `ip rule` syntax (`PREF: [not] from … ACTION`), interfaces named by
+    /// `iif_name`.
+    pub fn describe(&self, iif_name: impl Fn(u16) -> String) -> String {
+        use fmt::Write as _;
+        let mut s = format!("{}:\t", self.pref);
+        if self.not {
+            s.push_str("not ");
+        }
+        match &self.from {
+            Some(p) => {
+                let _ = write!(s, "from {p}");
+            }
+            None => s.push_str("from all"),
+        }
+        if let Some(p) = &self.to {
+            let _ = write!(s, " to {p}");
+        }
+        if let Some(t) = self.tos {
+            let _ = write!(s, " tos {t:#04x}");
+        }
+        if let Some(m) = self.fwmark {
+            let _ = write!(s, " fwmark {:#x}/{:#x}", m.value, m.mask);
+        }
+        if let Some(i) = self.iif {
+            let _ = write!(s, " iif {}", iif_name(i));
+        }
+        if let Some(p) = self.ipproto {
+            let _ = write!(s, " ipproto {p}");
+        }
+        if let Some(r) = self.sport {
+            let _ = write!(s, " sport {r}");
+        }
+        if let Some(r) = self.dport {
+            let _ = write!(s, " dport {r}");
+        }
+        let _ = match self.action {
+            Action::Lookup(t) => write!(s, " lookup {}", table_name(t)),
+            Action::Goto(t) => write!(s, " goto {t}"),
+            Action::Nop => write!(s, " nop"),
+            Action::Blackhole => write!(s, " blackhole"),
+            Action::Unreachable => write!(s, " unreachable"),
+            Action::Prohibit => write!(s, " prohibit"),
+        };
+        if let Some(n) = self.suppress_prefixlength {
+            let _ = write!(s, " suppress_prefixlength {n}");
+        }
+        s
+    }
+}
+
+/// A table's name as `ip rule` writes it: `local`, `main`, `default`, or its number.
+pub fn table_name(id: u32) -> String {
+    match id {
+        TABLE_LOCAL => "local".into(),
+        TABLE_MAIN => "main".into(),
+        TABLE_DEFAULT => "default".into(),
+        n => n.to_string(),
+    }
+}
+
+/// Why a rule was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleError {
+    /// `lookup 0`: table 0 is no table.
+    TableZero,
+    /// A goto to its own priority or an earlier one (the kernel refuses these: a walk
+    /// must end).
+    BackwardGoto {
+        /// The rule's priority.
+        pref: u32,
+        /// The goto's target.
+        target: u32,
+    },
+    /// A `tos` with bits the family's rules do not compare, or 0.
+    Tos {
+        /// The value given.
+        tos: u8,
+        /// The bits allowed.
+        mask: u8,
+    },
+    /// A port range outside `1 ≤ lo ≤ hi ≤ 65534`.
+    Ports(u16, u16),
+    /// The rule `0: lookup local` cannot be removed (netbatch's local routes live in
+    /// `main`: see the module documentation).
+    LocalRule,
+    /// More than [`MAX_RULES`].
+    TooMany,
+    /// More than [`MAX_TABLES`] numbered tables with routes (this many).
+    TooManyTables(usize),
+    /// No rule is like the one to remove.
+    NotFound,
+}
+
+impl fmt::Display for RuleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::TableZero => f.write_str("table 0 is no table (1 to 4294967295)"),
+            Self::BackwardGoto { pref, target } => write!(
+                f,
+                "goto {target} from priority {pref}: a goto must jump forward (to a priority above its own)"
+            ),
+            Self::Tos { tos, mask } => write!(
+                f,
+                "tos {tos:#04x}: a rule's tos is nonzero and sets only bits of {mask:#04x}"
+            ),
+            Self::Ports(lo, hi) => write!(
+                f,
+                "port range {lo}-{hi}: ports 1 to 65534, the first not above the last"
+            ),
+            Self::LocalRule => f.write_str(
+                "the rule '0: lookup local' stays: netbatch keeps its local routes in main",
+            ),
+            Self::TooMany => write!(f, "more than {MAX_RULES} rules"),
+            Self::TooManyTables(n) => write!(
+                f,
+                "{n} numbered tables with routes (at most {MAX_TABLES} per family)"
+            ),
+            Self::NotFound => f.write_str("no such rule"),
+        }
+    }
+}
+
+impl std::error::Error for RuleError {}
+
+/// What a packet is routed by: the fields policy rules select on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyOf<F: Family> {
+    /// Source address bits.
+    pub src: F::Bits,
+    /// Destination address bits.
+    pub dst: F::Bits,
+    /// The interface the packet came in by.
+    pub iif: u16,
+    /// The packet's mark.
+    pub mark: u32,
+    /// The upper-layer protocol.
+    pub proto: u8,
+    /// Source port (0 for a protocol without ports, and for later fragments).
+    pub sport: u16,
+    /// Destination port (as `sport`).
+    pub dport: u16,
+    /// The IPv4 TOS byte or IPv6 traffic class (the DS field and ECN).
+    pub tos: u8,
+}
+
+/// An IPv4 key.
+pub type Key = KeyOf<super::V4>;
+/// An IPv6 key.
+pub type Key6 = KeyOf<super::V6>;
+
+/// How a rule's action drops a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// `blackhole`: silently (Linux: `EINVAL`).
+    Blackhole,
+    /// `unreachable`: ICMP network unreachable (Linux: `ENETUNREACH`).
+    Unreachable,
+    /// `prohibit`: ICMP administratively prohibited (Linux: `EACCES`).
+    Prohibit,
+}
+
+/// What the rules decided for a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionOf<F: Family> {
+    /// The route a lookup found: in `table`, by the rule at index `rule`; its hop's kind
+    /// says what to do (a blackhole, unreachable or prohibit route drops; never
+    /// [`RouteKind::Throw`]), `adj` is what routing writes in `Meta::adj`.
+    Route {
+        /// The table.
+        table: u32,
+        /// The index of the deciding rule ([`RulesOf::iter`]'s order).
+        rule: usize,
+        /// The adjacency.
+        adj: u32,
+        /// The hop.
+        hop: HopOf<F>,
+    },
+    /// A rule's action dropped the packet.
+    Refused {
+        /// The index of the deciding rule.
+        rule: usize,
+        /// How.
+        how: Refusal,
+    },
+    /// No rule decided: no route.
+    NoRoute,
+}
+
+/// An IPv4 decision.
+pub type Decision = DecisionOf<super::V4>;
+/// An IPv6 decision.
+pub type Decision6 = DecisionOf<super::V6>;
+
+/// The route tables rules look up, by number.
+pub trait Tables<F: Family> {
+    /// Table `id`, or `None` for a table that does not exist (which is empty). Never
+    /// asked for [`TABLE_LOCAL`], which is a view of [`TABLE_MAIN`].
+    fn table(&self, id: u32) -> Option<&RoutesOf<F>>;
+}
+
+impl<F: Family> Tables<F> for BTreeMap<u32, RoutesOf<F>> {
+    fn table(&self, id: u32) -> Option<&RoutesOf<F>> {
+        self.get(&id)
+    }
+}
+
+/// A family's rules, in priority order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RulesOf<F: Family> {
+    rules: Vec<RuleOf<F>>,
+    /// For each rule, the index its goto continues at: the first rule whose priority is
+    /// the target, or (unresolved, or no goto) the next rule.
+    next: Vec<usize>,
+}
+
+/// The IPv4 rules.
+pub type Rules = RulesOf<super::V4>;
+/// The IPv6 rules.
+pub type Rules6 = RulesOf<super::V6>;
+
+impl<F: Family> Default for RulesOf<F> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<F: Family> RulesOf<F> {
+    /// Linux's default rules for the family.
+    pub fn new() -> Self {
+        let mut r = Self {
+            rules: F::DEFAULT_RULES
+                .iter()
+                .map(|&(pref, table)| RuleOf::new(pref, Action::Lookup(table)))
+                .collect(),
+            next: Vec::new(),
+        };
+        r.resolve();
+        r
+    }
+
+    /// Whether these are exactly the default rules.
+    pub fn is_default(&self) -> bool {
+        self.rules.len() == F::DEFAULT_RULES.len()
+            && self
+                .rules
+                .iter()
+                .zip(F::DEFAULT_RULES)
+                .all(|(r, &(pref, table))| *r == RuleOf::new(pref, Action::Lookup(table)))
+    }
+
+    /// The rules, in the order they are asked.
+    pub fn iter(&self) -> impl Iterator<Item = &RuleOf<F>> {
+        self.rules.iter()
+    }
+
+    /// Number of rules.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether there are no rules (never: the local rule stays).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The tables the rules look up (each once, ascending; `local` as `main`).
+    pub fn tables(&self) -> Vec<u32> {
+        let mut t: Vec<u32> = self
+            .rules
+            .iter()
+            .filter_map(|r| match r.action {
+                Action::Lookup(TABLE_LOCAL) => Some(TABLE_MAIN),
+                Action::Lookup(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    }
+
+    /// The priority Linux gives a rule added without one: one below the second rule's,
+    /// or 0 when that is 0 or there is no second rule.
+    pub fn default_pref(&self) -> u32 {
+        self.rules.get(1).map_or(0, |r| r.pref.saturating_sub(1))
+    }
+
+    /// Adds `rule` after every rule of its priority or a lower one (Linux's order).
+    pub fn add(&mut self, rule: RuleOf<F>) -> Result<(), RuleError> {
+        rule.check()?;
+        if self.rules.len() >= MAX_RULES {
+            return Err(RuleError::TooMany);
+        }
+        let at = self.rules.partition_point(|r| r.pref <= rule.pref);
+        self.rules.insert(at, rule);
+        self.resolve();
+        Ok(())
+    }
+
+    /// Removes the first rule for which `which` holds (`ip rule del` removes the first
+    /// rule like the one it is given).
+    pub fn remove(&mut self, which: impl Fn(&RuleOf<F>) -> bool) -> Result<RuleOf<F>, RuleError> {
+        let i = self
+            .rules
+            .iter()
+            .position(which)
+            .ok_or(RuleError::NotFound)?;
+        if self.rules.get(i) == Some(&RuleOf::new(0, Action::Lookup(TABLE_LOCAL))) {
+            return Err(RuleError::LocalRule);
+        }
+        let r = self.rules.remove(i);
+        self.resolve();
+        Ok(r)
+    }
+
+    /// Where each rule's walk goes on when it is passed over or is a goto.
+    fn resolve(&mut self) {
+        let rules = &self.rules;
+        self.next = rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match r.action {
+                // The rules are sorted: the first of priority `t` is at the partition
+                // point of those below it, if it has `t`.
+                Action::Goto(t) => {
+                    let j = rules.partition_point(|x| x.pref < t);
+                    match rules.get(j) {
+                        Some(x) if x.pref == t => j,
+                        _ => i + 1,
+                    }
+                }
+                _ => i + 1,
+            })
+            .collect();
+    }
+
+    /// The decision for key `k` over `tables` (the walk the module documentation
+    /// describes). `hash` gives the packet's flow hash, asked at most once and only when
+    /// a multipath route is found.
+    pub fn decide(
+        &self,
+        tables: &impl Tables<F>,
+        k: &KeyOf<F>,
+        hash: impl FnOnce() -> u32,
+    ) -> DecisionOf<F> {
+        let mut hash = Some(hash);
+        let mut hashed = 0u32;
+        let mut flow = || {
+            if let Some(h) = hash.take() {
+                hashed = h();
+            }
+            hashed
+        };
+        let mut i = 0;
+        while let Some(r) = self.rules.get(i) {
+            let after = i + 1;
+            if !r.matches(k) {
+                i = after;
+                continue;
+            }
+            let table = match r.action {
+                Action::Lookup(t) => t,
+                Action::Goto(_) => {
+                    i = self.next.get(i).copied().unwrap_or(after);
+                    continue;
+                }
+                Action::Nop => {
+                    i = after;
+                    continue;
+                }
+                Action::Blackhole => {
+                    return DecisionOf::Refused {
+                        rule: i,
+                        how: Refusal::Blackhole,
+                    };
+                }
+                Action::Unreachable => {
+                    return DecisionOf::Refused {
+                        rule: i,
+                        how: Refusal::Unreachable,
+                    };
+                }
+                Action::Prohibit => {
+                    return DecisionOf::Refused {
+                        rule: i,
+                        how: Refusal::Prohibit,
+                    };
+                }
+            };
+            if let Some((adj, hop)) =
+                lookup(tables, table, k.dst, r.suppress_prefixlength, &mut flow)
+            {
+                return DecisionOf::Route {
+                    table,
+                    rule: i,
+                    adj,
+                    hop,
+                };
+            }
+            i = after;
+        }
+        DecisionOf::NoRoute
+    }
+}
+
+/// The key fields a rule set selects on: the others need not be read from a packet,
+/// and two packets that differ only in them get the same decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Uses {
+    /// `from`.
+    pub src: bool,
+    /// `iif`.
+    pub iif: bool,
+    /// `fwmark`.
+    pub mark: bool,
+    /// `ipproto`.
+    pub proto: bool,
+    /// `sport`.
+    pub sport: bool,
+    /// `dport`.
+    pub dport: bool,
+    /// `tos`.
+    pub tos: bool,
+}
+
+impl<F: Family> RulesOf<F> {
+    /// The key fields the rules select on (the destination always counts).
+    pub fn uses(&self) -> Uses {
+        self.rules.iter().fold(Uses::default(), |u, r| Uses {
+            src: u.src || r.from.is_some(),
+            iif: u.iif || r.iif.is_some(),
+            mark: u.mark || r.fwmark.is_some(),
+            proto: u.proto || r.ipproto.is_some(),
+            sport: u.sport || r.sport.is_some(),
+            dport: u.dport || r.dport.is_some(),
+            tos: u.tos || r.tos.is_some(),
+        })
+    }
+}
+
+/// A family's policy routing as the datapath holds it: the rules, the numbered tables
+/// (`main` is the host's route table, `local` its view), and what the routing stages
+/// need to know of them in their loops. Shared by the workers behind an `Arc`; a change
+/// makes a new one.
+///
+/// A route found in a numbered table has its adjacency tagged with the table's slot
+/// ([`super::ADJ_TABLE`]: its place among the numbered tables, from 1), so that the
+/// output stages find its hop ([`PolicyOf::hop`]) whatever the main table becomes
+/// meanwhile: hence at most [`MAX_TABLES`] numbered tables with routes per family.
+#[derive(Debug, Clone)]
+pub struct PolicyOf<F: Family> {
+    rules: RulesOf<F>,
+    tables: BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
+    /// The tables with routes in slot order (slot `s` at `s - 1`), with their numbers.
+    slots: Vec<(u32, std::sync::Arc<RoutesOf<F>>)>,
+    walks: bool,
+    uses: Uses,
+}
+
+/// The most numbered tables with routes a family's policy may have (the slots an
+/// adjacency can name).
+pub const MAX_TABLES: usize = (super::ADJ_TABLE >> super::ADJ_TABLE_SHIFT) as usize;
+
+/// IPv4 policy routing.
+pub type Policy = PolicyOf<super::V4>;
+/// IPv6 policy routing.
+pub type Policy6 = PolicyOf<super::V6>;
+
+impl<F: Family> Default for PolicyOf<F> {
+    fn default() -> Self {
+        Self {
+            rules: RulesOf::new(),
+            tables: BTreeMap::new(),
+            slots: Vec::new(),
+            walks: false,
+            uses: Uses::default(),
+        }
+    }
+}
+
+impl<F: Family> PolicyOf<F> {
+    /// `rules` over the numbered `tables` (an entry for `main` or `local` is ignored:
+    /// those are the host's; an empty table is as none). More than [`MAX_TABLES`] tables
+    /// with routes are refused.
+    pub fn new(
+        rules: RulesOf<F>,
+        mut tables: BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
+    ) -> Result<Self, RuleError> {
+        tables.retain(|&id, t| id != TABLE_MAIN && id != TABLE_LOCAL && !t.is_empty());
+        if tables.len() > MAX_TABLES {
+            return Err(RuleError::TooManyTables(tables.len()));
+        }
+        // With the default rules the walk is a lookup of main, then of table default:
+        // without a table default, exactly the lookup the stages make without rules.
+        let walks = !rules.is_default() || tables.contains_key(&TABLE_DEFAULT);
+        let uses = rules.uses();
+        let slots = tables.iter().map(|(&id, t)| (id, t.clone())).collect();
+        Ok(Self {
+            rules,
+            tables,
+            slots,
+            walks,
+            uses,
+        })
+    }
+
+    /// The hop of adjacency `adj`, `main` being the host's route table: `main`'s when
+    /// the adjacency names no numbered table, else that table's.
+    #[inline(always)]
+    pub fn hop(&self, main: &RoutesOf<F>, adj: u32) -> Option<HopOf<F>> {
+        let slot = (adj & super::ADJ_TABLE) >> super::ADJ_TABLE_SHIFT;
+        if slot == 0 {
+            return main.hop(adj);
+        }
+        self.slots
+            .get(slot as usize - 1)
+            .and_then(|(_, t)| t.hop(adj & !super::ADJ_TABLE))
+    }
+
+    /// Whether routing must walk the rules: they are not the default ones, or table
+    /// `default` has routes. When not, a lookup of `main` decides as the walk would.
+    #[inline(always)]
+    pub fn walks(&self) -> bool {
+        self.walks
+    }
+
+    /// The key fields the rules select on.
+    #[inline(always)]
+    pub fn uses(&self) -> Uses {
+        self.uses
+    }
+
+    /// The rules.
+    pub fn rules(&self) -> &RulesOf<F> {
+        &self.rules
+    }
+
+    /// The numbered tables that have routes.
+    pub fn tables(&self) -> &BTreeMap<u32, std::sync::Arc<RoutesOf<F>>> {
+        &self.tables
+    }
+
+    /// The decision for `k`, `main` being the host's route table (see
+    /// [`RulesOf::decide`]).
+    /// A route of a numbered table has its adjacency tagged with the table's slot
+    /// (see [`PolicyOf::hop`]).
+    #[inline]
+    pub fn decide(
+        &self,
+        main: &RoutesOf<F>,
+        k: &KeyOf<F>,
+        hash: impl FnOnce() -> u32,
+    ) -> DecisionOf<F> {
+        let mut d = self.rules.decide(
+            &WithMain {
+                main,
+                tables: &self.tables,
+            },
+            k,
+            hash,
+        );
+        if let DecisionOf::Route { table, adj, .. } = &mut d
+            && *table != TABLE_MAIN
+            && *table != TABLE_LOCAL
+        {
+            let slot = self.slots.partition_point(|(id, _)| id < table) + 1;
+            *adj |= (slot as u32) << super::ADJ_TABLE_SHIFT;
+        }
+        d
+    }
+}
+
+/// The host's main table and the numbered ones.
+struct WithMain<'a, F: Family> {
+    main: &'a RoutesOf<F>,
+    tables: &'a BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
+}
+
+impl<F: Family> Tables<F> for WithMain<'_, F> {
+    #[inline]
+    fn table(&self, id: u32) -> Option<&RoutesOf<F>> {
+        if id == TABLE_MAIN {
+            Some(self.main)
+        } else {
+            self.tables.get(&id).map(|t| &**t)
+        }
+    }
+}
+
+/// The route a lookup rule finds for `dst` in table `id`, or `None` when the walk goes
+/// on: no table, no route, a throw route, a route of `main` that is not local or
+/// broadcast when `local` is asked, or a found unicast, local or broadcast route of
+/// `suppress` bits or fewer.
+#[inline]
+fn lookup<F: Family>(
+    tables: &impl Tables<F>,
+    id: u32,
+    dst: F::Bits,
+    suppress: Option<u8>,
+    hash: &mut impl FnMut() -> u32,
+) -> Option<(u32, HopOf<F>)> {
+    let local = id == TABLE_LOCAL;
+    let t = tables.table(if local { TABLE_MAIN } else { id })?;
+    let (adj, hop, len) = match suppress {
+        None => t.lookup_flow(dst, hash).map(|(a, h)| (a, h, 0))?,
+        Some(_) => t.lookup_flow_len(dst, hash)?,
+    };
+    match hop.kind {
+        RouteKind::Throw => None,
+        RouteKind::Local | RouteKind::Broadcast | RouteKind::Unicast
+            if suppress.is_some_and(|n| len <= n) =>
+        {
+            None
+        }
+        RouteKind::Local | RouteKind::Broadcast => Some((adj, hop)),
+        _ if local => None,
+        _ => Some((adj, hop)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

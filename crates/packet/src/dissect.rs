@@ -655,6 +655,19 @@ pub fn ip_fields(r: &Dissected, d: &[u8]) -> Option<IpFields> {
     }
 }
 
+/// The traffic class and the fixed header's next header of an IPv6 packet dissected as
+/// `r` in `d`, whether or not the dissector located its upper layer: what a stage reads
+/// when [`ip_fields`] has none to give (a chain the dissector did not walk, which a router
+/// forwards unexamined).
+pub fn ip6_class_and_next(r: &Dissected, d: &[u8]) -> Option<(u8, u8)> {
+    if r.l3_type != L3::Ipv6 {
+        return None;
+    }
+    let h = d.get(usize::from(r.l3)..)?.first_chunk::<40>()?;
+    let ip = Ipv6Packet::new_unchecked(h);
+    Some((ip.traffic_class(), ip.next_header().0))
+}
+
 /// [`ip_fields`] of an IPv6 packet. Out of line: the IPv4 paths do not carry it.
 #[inline(never)]
 fn ip6_fields(r: &Dissected, d: &[u8]) -> Option<IpFields> {

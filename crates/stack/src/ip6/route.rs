@@ -365,37 +365,30 @@ fn policy_route(
         (0, 0)
     };
     let key = Key6 {
-        src: if uses.src { src } else { 0 },
+        src,
         dst,
-        iif: if uses.iif { v.meta.in_if } else { 0 },
-        mark: if uses.mark { v.meta.mark } else { 0 },
-        proto: if uses.proto { proto } else { 0 },
-        sport: if uses.sport { sport } else { 0 },
-        dport: if uses.dport { dport } else { 0 },
-        tos: if uses.tos { tos } else { 0 },
+        iif: v.meta.in_if,
+        mark: v.meta.mark,
+        proto,
+        sport,
+        dport,
+        tos,
     };
-    if let Some((k, was)) = last
-        && *k == key
-    {
-        return *was;
-    }
-    *walked += 1;
-    let mut hashed = false;
-    let decision = policy.decide(main, &key, || {
-        hashed = true;
-        dissect::flow_hash(v, &FLOW_KEY)
-    });
-    let p = match decision {
-        DecisionOf::Route { adj, hop, .. } => Policed::Hop(adj, hop),
-        DecisionOf::Refused { how, .. } => match how {
-            Refusal::Blackhole => Policed::Drop(crate::route::reason::RULE_BLACKHOLE),
-            Refusal::Unreachable => Policed::Error(Cause::RuleUnreachable),
-            Refusal::Prohibit => Policed::Error(Cause::RuleProhibit),
+    policy.decide_run(
+        main,
+        key,
+        (last, walked),
+        || dissect::flow_hash(v, &FLOW_KEY),
+        |decision| match decision {
+            DecisionOf::Route { adj, hop, .. } => Policed::Hop(adj, hop),
+            DecisionOf::Refused { how, .. } => match how {
+                Refusal::Blackhole => Policed::Drop(crate::route::reason::RULE_BLACKHOLE),
+                Refusal::Unreachable => Policed::Error(Cause::RuleUnreachable),
+                Refusal::Prohibit => Policed::Error(Cause::RuleProhibit),
+            },
+            DecisionOf::NoRoute => Policed::Error(Cause::NoRoute),
         },
-        DecisionOf::NoRoute => Policed::Error(Cause::NoRoute),
-    };
-    *last = (!hashed).then_some((key, p));
-    p
+    )
 }
 
 /// `ip6-route`.

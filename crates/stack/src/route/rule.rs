@@ -795,6 +795,47 @@ impl<F: Family> PolicyOf<F> {
         &self.tables
     }
 
+    /// The decision for a packet of key `k`, as `act` makes it the stage's, reusing
+    /// `last` (the previous packet's key, masked, and what `act` made of its decision)
+    /// when the key is the same: a run of one flow is walked once (counted in `walked`).
+    /// Only the fields the rules select on are kept in the key; a decision that needed
+    /// the flow hash (a multipath route) is not kept.
+    #[inline]
+    pub fn decide_run<P: Copy>(
+        &self,
+        main: &RoutesOf<F>,
+        k: KeyOf<F>,
+        (last, walked): (&mut Option<(KeyOf<F>, P)>, &mut u64),
+        hash: impl FnOnce() -> u32,
+        act: impl FnOnce(DecisionOf<F>) -> P,
+    ) -> P {
+        let u = self.uses;
+        let zero = F::Bits::default();
+        let key = KeyOf {
+            src: if u.src { k.src } else { zero },
+            dst: k.dst,
+            iif: if u.iif { k.iif } else { 0 },
+            mark: if u.mark { k.mark } else { 0 },
+            proto: if u.proto { k.proto } else { 0 },
+            sport: if u.sport { k.sport } else { 0 },
+            dport: if u.dport { k.dport } else { 0 },
+            tos: if u.tos { k.tos } else { 0 },
+        };
+        if let Some((was_key, was)) = last
+            && *was_key == key
+        {
+            return *was;
+        }
+        *walked += 1;
+        let mut hashed = false;
+        let p = act(self.decide(main, &key, || {
+            hashed = true;
+            hash()
+        }));
+        *last = (!hashed).then_some((key, p));
+        p
+    }
+
     /// The decision for `k`, `main` being the host's route table (see
     /// [`RulesOf::decide`]).
     /// A route of a numbered table has its adjacency tagged with the table's slot

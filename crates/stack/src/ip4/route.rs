@@ -145,10 +145,11 @@ fn policy_route(
 ) -> Policed {
     let uses = policy.uses();
     let d = v.data();
-    let (tos, proto) = header(d).map_or((0, 0), |ip| (ip.dscp_ecn(), ip.protocol().0));
+    let r = dissect::Dissected::load(v.meta);
+    let (tos, proto) = dissect::ip_fields(&r, d).map_or((0, 0), |f| (f.tos, f.proto));
     // A protocol without ports, or a later fragment: ports 0, as Linux's flow dissector.
     let (sport, dport) = if uses.sport || uses.dport {
-        dissect::ports(&dissect::Dissected::load(v.meta), d).unwrap_or((0, 0))
+        dissect::ports(&r, d).unwrap_or((0, 0))
     } else {
         (0, 0)
     };

@@ -350,19 +350,12 @@ fn policy_route(
 ) -> Policed {
     let uses = policy.uses();
     let d = v.data();
-    let tos = match d {
-        [a, b, ..] => (a << 4) | (b >> 4),
-        _ => 0,
-    };
-    // The upper layer the dissector found past the extension headers; the fixed
-    // header's next header when it found none.
-    let proto = if v.meta.l4 != 0 {
-        v.meta.l4_type
-    } else {
-        d.get(6).copied().unwrap_or(0)
-    };
+    let r = dissect::Dissected::load(v.meta);
+    // The traffic class, and the upper layer the dissector found past the extension
+    // headers (for a chain it could not walk, neither: 0).
+    let (tos, proto) = dissect::ip_fields(&r, d).map_or((0, 0), |f| (f.tos, f.proto));
     let (sport, dport) = if uses.sport || uses.dport {
-        dissect::ports(&dissect::Dissected::load(v.meta), d).unwrap_or((0, 0))
+        dissect::ports(&r, d).unwrap_or((0, 0))
     } else {
         (0, 0)
     };

@@ -1098,3 +1098,91 @@ fn ipv6_suppression_uses_the_matched_length() {
     assert_eq!(out("2001:db8:9:8:7::1"), (1, 2), "/80 kept");
     let _ = V4;
 }
+
+/// A route found in a numbered table has an adjacency that names the table
+/// (`ADJ_TABLE`): the policy finds its hop there, and the main table, which has its own
+/// hops at the same indices, finds nothing for it; a main route's adjacency is main's.
+#[test]
+fn a_numbered_tables_adjacency_names_its_table() {
+    use std::sync::Arc;
+
+    use crate::route::{ADJ_ON_LINK, ADJ_TABLE, ADJ_TABLE_SHIFT};
+
+    let main = tables(vec![(TABLE_MAIN, main4())])
+        .remove(&TABLE_MAIN)
+        .expect("main");
+    let numbered: BTreeMap<u32, Arc<Routes>> = tables(vec![
+        (7, vec![via("203.0.113.0/24", "198.51.100.7", 1)]),
+        (9, vec![via("203.0.113.0/24", "198.51.100.9", 1)]),
+    ])
+    .into_iter()
+    .map(|(id, t)| (id, Arc::new(t)))
+    .collect();
+    let mut r = Rules::new();
+    let mut x = rule(1, Action::Lookup(9));
+    x.iif = Some(1);
+    r.add(x).expect("rule");
+    r.add(rule(2, Action::Lookup(7))).expect("rule");
+    let policy = Policy::new(r, numbered).expect("policy");
+    assert!(policy.walks());
+    for (iif, slot, gw) in [(1u16, 2u32, "198.51.100.9"), (0, 1, "198.51.100.7")] {
+        let d = policy.decide(&main, &key("192.0.2.9", "203.0.113.5", iif), || 0);
+        let DecisionOf::Route { adj, hop, .. } = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(
+            (adj & ADJ_TABLE) >> ADJ_TABLE_SHIFT,
+            slot,
+            "slot of its table"
+        );
+        assert_eq!(policy.hop(&main, adj), Some(hop));
+        assert_eq!(hop.gateway, a4(gw));
+        assert_eq!(main.hop(adj), None, "not main's");
+    }
+    // Main's own routes keep plain adjacencies.
+    let d = policy.decide(&main, &key("203.0.113.5", "192.0.2.7", 1), || 0);
+    let DecisionOf::Route {
+        adj, hop, table, ..
+    } = d
+    else {
+        panic!("{d:?}")
+    };
+    assert_eq!((table, adj & ADJ_TABLE), (TABLE_MAIN, 0));
+    assert_ne!(adj & ADJ_ON_LINK, 0);
+    assert_eq!(policy.hop(&main, adj), Some(hop));
+    // The default rules and no table default: nothing to walk.
+    assert!(
+        !Policy::new(Rules::new(), BTreeMap::new())
+            .expect("policy")
+            .walks()
+    );
+    let default: BTreeMap<u32, Arc<Routes>> = tables(vec![(
+        TABLE_DEFAULT,
+        vec![via("0.0.0.0/0", "192.0.2.3", 0)],
+    )])
+    .into_iter()
+    .map(|(id, t)| (id, Arc::new(t)))
+    .collect();
+    assert!(Policy::new(Rules::new(), default).expect("policy").walks());
+}
+
+/// More numbered tables than an adjacency can name are refused.
+#[test]
+fn at_most_max_tables_tables() {
+    use std::sync::Arc;
+
+    let one = |i: u32| {
+        let mut t = Routes::new();
+        t.insert(via("203.0.113.0/24", "198.51.100.7", 1))
+            .expect("route");
+        (i, Arc::new(t))
+    };
+    // (Numbered from 1000: main and local would not count.)
+    let fits: BTreeMap<u32, Arc<Routes>> = (1000..1000 + MAX_TABLES as u32).map(one).collect();
+    assert!(Policy::new(Rules::new(), fits).is_ok());
+    let over: BTreeMap<u32, Arc<Routes>> = (1000..=1000 + MAX_TABLES as u32).map(one).collect();
+    assert_eq!(
+        Policy::new(Rules::new(), over).map(|_| ()),
+        Err(RuleError::TooManyTables(MAX_TABLES + 1))
+    );
+}

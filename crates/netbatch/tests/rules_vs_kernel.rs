@@ -41,11 +41,14 @@
 //! | a `prohibit` route or rule | `Permission denied` (EACCES) |
 //!
 //! The namespace is set so that `iif` queries ask what forwarding asks: forwarding on
-//! (IPv4 answers `No route to host` for every forwarded packet of an interface without
-//! it; IPv6 looks routes up as a host otherwise, preferring reachable routers), and
-//! `rp_filter` off (strict reverse-path filtering would refuse, with `Invalid cross-device
-//! link`, a source whose route back leaves by another interface, which random sources
-//! are; netbatch does not filter by reverse path). With custom rules the kernel validates
+//! (without it IPv4 answers `No route to host` for every packet to be forwarded, checked
+//! by hand; IPv6 looks routes up as a host would, preferring reachable routers), and
+//! `rp_filter` off, on `all`, `default` and each device, set before the devices are made
+//! (a new namespace copies IPv4's `all` and `default` from the host's, which
+//! distributions set to 1 or 2; with 1 the kernel refuses a source whose route back
+//! leaves by another interface, as random sources' do, with `Invalid argument`: the
+//! blackhole's answer, so the two would be confused; netbatch does not filter by
+//! reverse path). With custom rules the kernel validates
 //! every source by a reverse lookup even then, and refuses a source that is one of our
 //! addresses or a directed broadcast (netbatch refuses both in `ip4-route` before
 //! routing): sources are never those.

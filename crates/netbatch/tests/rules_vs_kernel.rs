@@ -44,8 +44,9 @@
 //! (without it IPv4 answers `No route to host` for every packet to be forwarded, checked
 //! by hand; IPv6 looks routes up as a host would, preferring reachable routers), and
 //! `rp_filter` off, on `all`, `default` and each device, set before the devices are made
-//! (a new namespace copies IPv4's `all` and `default` from the host's, which
-//! distributions set to 1 or 2; with 1 the kernel refuses a source whose route back
+//! (a new namespace takes IPv4's `all` and `default` from the host's, as the kernel's
+//! `devconf_inherit_init_net` documents, and distributions often set them to 1 or 2;
+//! with 1 the kernel refuses a source whose route back
 //! leaves by another interface, as random sources' do, with `Invalid argument`: the
 //! blackhole's answer, so the two would be confused; netbatch does not filter by
 //! reverse path). With custom rules the kernel validates

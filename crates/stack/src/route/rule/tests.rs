@@ -754,8 +754,28 @@ fn build_tables(t: &BTreeMap<u32, Vec<Route>>) -> BTreeMap<u32, Routes> {
         .collect()
 }
 
+/// The rules of `list` a rule set takes, in order (those the kernel would take for one
+/// already there left out), as it keeps them (a `/0` prefix and `fwmark 0/0` are no
+/// selector).
+fn accepted(list: &[Rule]) -> Vec<Rule> {
+    let mut set = Rules::new();
+    let mut out = Vec::new();
+    for r in list {
+        if set.add(r.clone()).is_ok() {
+            out.push(Rule {
+                from: r.from.filter(|p| p.prefix_len() != 0),
+                to: r.to.filter(|p| p.prefix_len() != 0),
+                fwmark: r.fwmark.filter(|m| *m != Mark { value: 0, mask: 0 }),
+                ..r.clone()
+            });
+        }
+    }
+    out
+}
+
+/// The rule set of the rules of `list` it takes.
 fn build_rules(list: &[Rule]) -> Rules {
-    rules(list.to_vec())
+    rules(accepted(list))
 }
 
 /// The route of `routes` for `dst` by linear scan (a later route of the same prefix
@@ -895,6 +915,7 @@ proptest! {
         t in arb_tables(),
         keys in prop::collection::vec(arb_key(), 40),
     ) {
+        let list = accepted(&list);
         let rules = build_rules(&list);
         let order = sorted(&list);
         prop_assert_eq!(rules.iter().cloned().collect::<Vec<_>>(), order.clone());
@@ -941,6 +962,7 @@ proptest! {
         t in arb_tables(),
         keys in prop::collection::vec(arb_key(), 30),
     ) {
+        let list = accepted(&list);
         let base = build_rules(&list);
         let fibs = build_tables(&t);
         let free = (extra.pref + 1..extra.pref + 100)
@@ -948,7 +970,10 @@ proptest! {
             .expect("a free priority");
         for action in [Action::Nop, Action::Goto(free)] {
             let mut with = base.clone();
-            with.add(Rule { action, suppress_prefixlength: None, ..extra.clone() }).expect("rule");
+            // (Unless the kernel would take it for a rule already there.)
+            if with.add(Rule { action, suppress_prefixlength: None, ..extra.clone() }).is_err() {
+                continue;
+            }
             for k in &keys {
                 prop_assert_eq!(
                     said_of(&with, with.decide(&fibs, k, || 0)),
@@ -972,15 +997,18 @@ proptest! {
             .into_iter()
             .filter(|r| !matches!(r.action, Action::Goto(_)))
             .collect();
+        let list = accepted(&list);
         let (p, target) = (goto.pref, goto.pref + span);
         let g = Rule { action: Action::Goto(target), suppress_prefixlength: None, ..goto };
         // A rule at the target (a nop changes nothing) so that the goto resolves.
         let mut with = list.clone();
         with.push(Rule::new(target, Action::Nop));
+        let mut with = accepted(&with);
         let plain = build_rules(&with);
         with.push(g.clone());
         let jumping = build_rules(&with);
-        let skipped: Vec<Rule> = list
+        prop_assert_eq!(jumping.len(), plain.len() + 1, "the goto taken");
+        let skipped: Vec<Rule> = with[..with.len() - 1]
             .iter()
             .filter(|r| r.pref <= p || r.pref >= target)
             .cloned()
@@ -1185,4 +1213,46 @@ fn at_most_max_tables_tables() {
         Policy::new(Rules::new(), over).map(|_| ()),
         Err(RuleError::TooManyTables(MAX_TABLES + 1))
     );
+}
+
+/// What the kernel refused as `File exists` (asked by hand of `ip rule add` on Linux
+/// 6.18), refused: the same rule, the same with `not`, a goto to another target, a rule
+/// without a destination after one with it (not the other way round), `fwmark 0` as no
+/// mark; taken: another `suppress_prefixlength`, another priority.
+#[test]
+fn a_rule_like_one_already_there_is_refused_as_linux_does() {
+    let to = |pref, action| {
+        let mut x = rule(pref, action);
+        x.to = Some(p4("192.0.2.0/24"));
+        x
+    };
+    let mut r = Rules::new();
+    r.add(to(5, Action::Lookup(7))).expect("rule");
+    let exists = |x| matches!(x, Err(RuleError::Exists { pref: 5, .. }));
+    assert!(exists(r.add(to(5, Action::Lookup(7)))));
+    assert!(exists(r.add(Rule {
+        not: true,
+        ..to(5, Action::Lookup(7))
+    })));
+    let mut suppress = to(5, Action::Lookup(7));
+    suppress.suppress_prefixlength = Some(3);
+    r.add(suppress).expect("another suppress_prefixlength");
+    r.add(to(6, Action::Lookup(7))).expect("another priority");
+    r.add(to(5, Action::Goto(9))).expect("rule");
+    assert!(exists(r.add(to(5, Action::Goto(10)))));
+    // No destination, after the same with one: the kernel compares only what is given.
+    assert!(exists(r.add(rule(5, Action::Lookup(7)))));
+    let mut mark0 = rule(5, Action::Lookup(7));
+    mark0.fwmark = Some(Mark::linux(0, None));
+    assert!(exists(r.add(mark0)));
+    // The other way round: a destination after none is taken.
+    let mut r = Rules::new();
+    r.add(rule(5, Action::Lookup(7))).expect("rule");
+    r.add(to(5, Action::Lookup(7)))
+        .expect("a destination after none");
+    // The defaults are there already.
+    assert!(matches!(
+        Rules::new().add(rule(0, Action::Lookup(TABLE_LOCAL))),
+        Err(RuleError::Exists { pref: 0, .. })
+    ));
 }

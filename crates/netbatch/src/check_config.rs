@@ -191,6 +191,53 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         kinds6[RouteKind::Prohibit as usize],
         host.routes6.fib_bytes() >> 10
     );
+    // Policy routing: each rule in `ip rule` form, and the numbered tables' sizes.
+    let names = |i: u16| {
+        host.ifaces
+            .get(usize::from(i))
+            .map_or_else(|| format!("#{i}"), |f| f.name.clone())
+    };
+    for (ip, custom, rules, tables) in [
+        (
+            "",
+            !host.policy.rules().is_default(),
+            host.policy
+                .rules()
+                .iter()
+                .map(|r| r.describe(names))
+                .collect::<Vec<_>>(),
+            host.policy
+                .tables()
+                .iter()
+                .map(|(id, t)| (*id, t.len()))
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "IPv6 ",
+            !host.policy6.rules().is_default(),
+            host.policy6
+                .rules()
+                .iter()
+                .map(|r| r.describe(names))
+                .collect(),
+            host.policy6
+                .tables()
+                .iter()
+                .map(|(id, t)| (*id, t.len()))
+                .collect(),
+        ),
+    ] {
+        // Linux's default rules alone, and no table: nothing to say.
+        if custom || !tables.is_empty() {
+            let _ = writeln!(o, "  {ip}policy rules:");
+            for r in &rules {
+                let _ = writeln!(o, "    {}", r.replace('\t', " "));
+            }
+            for (id, n) in tables {
+                let _ = writeln!(o, "  {ip}table {id}: {n} routes");
+            }
+        }
+    }
     for (hook, chain) in &cfg.graph.chains {
         let _ = writeln!(
             o,

@@ -22,6 +22,10 @@
 //! without looking it up) or on a device, `blackhole`, `unreachable`, `prohibit`,
 //! `throw`. Only documentation prefixes are used.
 //!
+//! Every rule is also given to both on its own: some are repeats of an earlier rule, as
+//! it was or a little changed, and the kernel refuses those it takes for the earlier
+//! one (`File exists`); netbatch must refuse exactly the same ones.
+//!
 //! Then for each of a few hundred random packets per round (sources and destinations
 //! drawn mostly inside the rules' and routes' prefixes, our own addresses and directed
 //! broadcasts among the destinations; marks, protocols, ports and TOS near the rules'
@@ -41,11 +45,15 @@
 //! | a `prohibit` route or rule | `Permission denied` (EACCES) |
 //!
 //! The namespace is set so that `iif` queries ask what forwarding asks: forwarding on
-//! (IPv4 answers `No route to host` for every forwarded packet of an interface without
-//! it; IPv6 looks routes up as a host otherwise, preferring reachable routers), and
-//! `rp_filter` off (strict reverse-path filtering would refuse, with `Invalid cross-device
-//! link`, a source whose route back leaves by another interface, which random sources
-//! are; netbatch does not filter by reverse path). With custom rules the kernel validates
+//! (without it IPv4 answers `No route to host` for every packet to be forwarded, checked
+//! by hand; IPv6 looks routes up as a host would, preferring reachable routers), and
+//! `rp_filter` off, on `all`, `default` and each device, set before the devices are made
+//! (a new namespace takes IPv4's `all` and `default` from the host's, as the kernel's
+//! `devconf_inherit_init_net` documents, and distributions often set them to 1 or 2;
+//! with 1 the kernel refuses a source whose route back
+//! leaves by another interface, as random sources' do, with `Invalid argument`: the
+//! blackhole's answer, so the two would be confused; netbatch does not filter by
+//! reverse path). With custom rules the kernel validates
 //! every source by a reverse lookup even then, and refuses a source that is one of our
 //! addresses or a directed broadcast (netbatch refuses both in `ip4-route` before
 //! routing): sources are never those.
@@ -64,7 +72,7 @@ use std::time::{Duration, Instant};
 use netbatch_stack::iface::{Iface, Tags};
 use netbatch_stack::prefix::{If6Addr, IfAddr, Ipv4Prefix, Ipv6Prefix};
 use netbatch_stack::route::rule::{
-    Action, DecisionOf, KeyOf, Mark, PortRange, Refusal, RuleOf, RulesOf, TABLE_DEFAULT,
+    Action, DecisionOf, KeyOf, Mark, PortRange, Refusal, RuleError, RuleOf, RulesOf, TABLE_DEFAULT,
     TABLE_LOCAL, TABLE_MAIN,
 };
 use netbatch_stack::route::{Family, RouteKind, RouteOf, RoutesOf, V4, V6};
@@ -504,6 +512,32 @@ fn generate<F: Fam>(rng: &mut Rng) -> (Vec<RuleDesc>, Vec<RouteDesc>) {
             suppress,
         });
     }
+    // Some rules again, as they were or a little changed, at their priority: the kernel
+    // takes some of them for the rule already there (`File exists`: with `not` added, a
+    // selector left out, another goto target) and not others (a selector added, another
+    // `suppress_prefixlength`); netbatch must refuse the same ones.
+    for i in 1..rules.len() {
+        if !rng.chance(10) {
+            continue;
+        }
+        let mut again = rules[rng.below(i as u64) as usize].clone();
+        match rng.below(7) {
+            0 => {}
+            1 => again.not = !again.not,
+            2 => again.to = None,
+            3 => again.tos = None,
+            4 => again.to = Some(some_prefix::<F>(rng)),
+            5 if matches!(again.action, Action::Lookup(_)) => {
+                again.suppress = Some(rng.pick(F::SUPPRESS));
+            }
+            _ => {
+                if let Action::Goto(t) = again.action {
+                    again.action = Action::Goto(t + 1);
+                }
+            }
+        }
+        rules[i] = again;
+    }
     (rules, routes)
 }
 
@@ -712,8 +746,14 @@ fn query_line<F: Fam>(q: &Query) -> String {
 // ---------------------------------------------------------------------------------------
 // netbatch's structures
 
-fn netbatch_rules<F: Fam>(rules: &[RuleDesc]) -> Result<RulesOf<F>, String> {
+/// netbatch's rules, and which of `rules` (by index) it refused, with why: only a rule
+/// the kernel would take for one already there ([`RuleError::Exists`]); anything else
+/// is the generator's mistake.
+fn netbatch_rules<F: Fam>(
+    rules: &[RuleDesc],
+) -> Result<(RulesOf<F>, BTreeMap<usize, String>), String> {
     let mut set = RulesOf::<F>::new();
+    let mut refused = BTreeMap::new();
     for (i, r) in rules.iter().enumerate() {
         let range = |x: Option<(u16, u16)>| {
             x.map(|(lo, hi)| PortRange::new(lo, hi))
@@ -734,10 +774,15 @@ fn netbatch_rules<F: Fam>(rules: &[RuleDesc]) -> Result<RulesOf<F>, String> {
             action: r.action,
             suppress_prefixlength: r.suppress,
         };
-        set.add(rule)
-            .map_err(|e| format!("netbatch refused `{}`: {e}", rule_line::<F>(r)))?;
+        match set.add(rule) {
+            Ok(()) => {}
+            Err(e @ RuleError::Exists { .. }) => {
+                refused.insert(i, e.to_string());
+            }
+            Err(e) => return Err(format!("netbatch refused `{}`: {e}", rule_line::<F>(r))),
+        }
     }
-    Ok(set)
+    Ok((set, refused))
 }
 
 fn netbatch_route<F: Fam>(r: &RouteDesc) -> RouteOf<F> {
@@ -937,20 +982,12 @@ fn batch(ns: &str, flags: &[&str], lines: &str) -> Result<String, String> {
     run("ip", &args)
 }
 
-/// Asks every query of `lines` (one `route get` each) of one `ip -json -force -batch`
-/// and returns the answers in order: a JSON line on stdout for each route found, and
-/// on stderr `RTNETLINK answers: WHY` then `Command failed FILE:LINE` for each error.
-fn ask(ns: &str, v6: bool, lines: &[String]) -> Result<Vec<Answer>, String> {
-    let file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
-    std::fs::write(file.path(), lines.join("\n") + "\n").map_err(|e| e.to_string())?;
-    let path = file.path().to_string_lossy().into_owned();
-    let family = if v6 { "-6" } else { "-4" };
-    let o = Command::new("ip")
-        .args(["-n", ns, family, "-json", "-force", "-batch", &path])
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    let mut errors: BTreeMap<usize, String> = BTreeMap::new();
+/// The lines of an `ip -force -batch` that failed, by line number (from 1), with the
+/// kernel's answer: its stderr holds `RTNETLINK answers: WHY` then `Command failed
+/// FILE:LINE` for each. Any other message (`Error: …`, iproute2's or the kernel's
+/// extended one) means a line was refused for its form: an error.
+fn failures(stderr: &str) -> Result<BTreeMap<usize, String>, String> {
+    let mut errors = BTreeMap::new();
     let mut why = None;
     for l in stderr.lines() {
         if let Some(rest) = l.strip_prefix("Command failed ") {
@@ -966,10 +1003,25 @@ fn ask(ns: &str, v6: bool, lines: &[String]) -> Result<Vec<Answer>, String> {
         } else if let Some(w) = l.strip_prefix("RTNETLINK answers: ") {
             why = Some(w.trim().to_owned());
         } else if !l.trim().is_empty() {
-            // An extended error message ("Error: …") means the query itself was refused.
             return Err(format!("ip said: {l}"));
         }
     }
+    Ok(errors)
+}
+
+/// Asks every query of `lines` (one `route get` each) of one `ip -json -force -batch`
+/// and returns the answers in order: a JSON line on stdout for each route found, and
+/// on stderr `RTNETLINK answers: WHY` then `Command failed FILE:LINE` for each error.
+fn ask(ns: &str, v6: bool, lines: &[String]) -> Result<Vec<Answer>, String> {
+    let file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+    std::fs::write(file.path(), lines.join("\n") + "\n").map_err(|e| e.to_string())?;
+    let path = file.path().to_string_lossy().into_owned();
+    let family = if v6 { "-6" } else { "-4" };
+    let o = Command::new("ip")
+        .args(["-n", ns, family, "-json", "-force", "-batch", &path])
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    let mut errors = failures(&String::from_utf8_lossy(&o.stderr))?;
     let stdout = String::from_utf8_lossy(&o.stdout);
     let mut found = stdout.lines().filter(|l| !l.trim().is_empty());
     let mut out = Vec::with_capacity(lines.len());
@@ -997,6 +1049,11 @@ fn ask(ns: &str, v6: bool, lines: &[String]) -> Result<Vec<Answer>, String> {
 
 #[derive(Default)]
 struct Tally {
+    /// Rules given, and of them refused by both (as repeats of one already there).
+    rules: usize,
+    refused: usize,
+    /// Rounds whose refused rules differed.
+    refusals_differ: usize,
     queries: usize,
     agreed: usize,
     /// Answers by kind, for the report (what the rounds exercised).
@@ -1016,17 +1073,47 @@ fn kind_of(a: &Answer) -> String {
 
 fn round<F: Fam>(rng: &mut Rng, seed: u64, index: usize, tally: &mut Tally) -> Result<(), String> {
     let (rules, routes) = generate::<F>(rng);
-    let set = netbatch_rules::<F>(&rules)?;
+    let (set, refused) = netbatch_rules::<F>(&rules)?;
     let tables = netbatch_tables::<F>(&routes);
     let ns = Netns::new(index)?;
     let family = if F::V6 { "-6" } else { "-4" };
-    let config: String = routes
-        .iter()
-        .map(route_line::<F>)
-        .chain(rules.iter().map(rule_line::<F>))
-        .map(|l| l + "\n")
+    let lines = |l: Vec<String>| -> String { l.into_iter().map(|l| l + "\n").collect() };
+    let route_lines = lines(routes.iter().map(route_line::<F>).collect());
+    batch(&ns.0, &[family], &route_lines).map_err(|e| format!("the kernel refused: {e}"))?;
+    // Every rule, each taken or refused on its own: the kernel refuses a rule it takes
+    // for one already there (`File exists`); netbatch must refuse the same ones.
+    let rule_lines = lines(rules.iter().map(rule_line::<F>).collect());
+    let config = route_lines.clone() + &rule_lines;
+    let file = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+    std::fs::write(file.path(), &rule_lines).map_err(|e| e.to_string())?;
+    let o = Command::new("ip")
+        .args(["-n", &ns.0, family, "-force", "-batch"])
+        .arg(file.path())
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    let kernel_refused: BTreeMap<usize, String> = failures(&String::from_utf8_lossy(&o.stderr))?
+        .into_iter()
+        .map(|(line, why)| (line - 1, why))
         .collect();
-    batch(&ns.0, &[family], &config).map_err(|e| format!("the kernel refused: {e}"))?;
+    tally.rules += rules.len();
+    tally.refused += kernel_refused.len();
+    if kernel_refused.keys().ne(refused.keys()) {
+        tally.refusals_differ += 1;
+        let shown = |m: &BTreeMap<usize, String>| {
+            m.iter()
+                .map(|(i, why)| format!("\n    {}: {why}", rule_line::<F>(&rules[*i])))
+                .collect::<String>()
+        };
+        tally.failures.push(format!(
+            "seed {seed}, round {index} ({}): the kernel refused{}\n  netbatch refused{}\n  \
+             the rules, in order:\n    {}",
+            F::NAME,
+            shown(&kernel_refused),
+            shown(&refused),
+            rule_lines.trim_end().replace('\n', "\n    ")
+        ));
+        return Ok(());
+    }
     let queries = packets::<F>(rng, &rules, &routes);
     let lines: Vec<String> = queries.iter().map(query_line::<F>).collect();
     let t0 = Instant::now();
@@ -1101,7 +1188,9 @@ fn policy_routing_decides_as_the_kernel() {
     let mut failures = Vec::new();
     for (name, t) in ["IPv4", "IPv6"].iter().zip(&tallies) {
         eprintln!(
-            "rules_vs_kernel: seed {seed} {name}: {} queries, {} agreed ({:.0} ms asking the kernel); answers: {:?}",
+            "rules_vs_kernel: seed {seed} {name}: {} rules ({} refused by both as repeats), {} queries, {} agreed ({:.0} ms asking the kernel); answers: {:?}",
+            t.rules,
+            t.refused,
             t.queries,
             t.agreed,
             t.asking.as_secs_f64() * 1e3,
@@ -1115,8 +1204,9 @@ fn policy_routing_decides_as_the_kernel() {
     );
     assert!(
         failures.is_empty(),
-        "{} disagreement(s) (first {} shown):\n{}",
+        "{} answer(s) disagree, {} round(s) refused other rules (the first {} shown):\n{}",
         tallies.iter().map(|t| t.queries - t.agreed).sum::<usize>(),
+        tallies.iter().map(|t| t.refusals_differ).sum::<usize>(),
         failures.len(),
         failures.join("\n\n")
     );

@@ -28,7 +28,9 @@
 //! to 0x1c in steps of 4; IPv6: any DSCP, no ECN bit), a port range outside 1 to 65534,
 //! `from`/`to`/`family` of different families, no action or two, `suppress_prefixlength`
 //! without a lookup or above the family's address length, a goto that does not jump
-//! forward (the kernel's rules, so that every file netbatch takes, `ip rule` takes). A
+//! forward, a rule the kernel takes for one before it (`File exists`: see
+//! `RulesOf::like`) (the kernel's rules, so that every file netbatch takes, `ip rule`
+//! takes). A
 //! `table` on a route is `main` (254, the default) or a numbered table; `local` (255) is
 //! refused (netbatch makes local routes from the interfaces' addresses) and so is 0. A
 //! prefix is routed once per table and family. A rule may look up a table no route
@@ -40,8 +42,8 @@ use std::sync::Arc;
 
 use netbatch_stack::route::file::{AnyRoute, LineFamily, Resolve};
 use netbatch_stack::route::rule::{
-    Action, MAX_TABLES, Mark, Policy, Policy6, PortRange, RuleOf, RulesOf, TABLE_DEFAULT,
-    TABLE_LOCAL, TABLE_MAIN,
+    Action, MAX_TABLES, Mark, Policy, Policy6, PortRange, RuleError, RuleOf, RulesOf,
+    TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN,
 };
 use netbatch_stack::route::{Family, Route, Route6, RouteError, RouteOf, RoutesOf, V4, V6};
 
@@ -424,14 +426,27 @@ fn add_all<F: Family>(list: &[(usize, RuleOf<F>)], e: &mut Errs) -> Vec<RuleOf<F
     let mut set = RulesOf::<F>::new();
     let mut out = Vec::new();
     for (ri, r) in list {
-        let key = match r.action {
-            Action::Goto(_) => format!("rule[{ri}].goto"),
-            Action::Lookup(_) => format!("rule[{ri}].table"),
-            _ => format!("rule[{ri}]"),
-        };
         match set.add(r.clone()) {
             Ok(()) => out.push(r.clone()),
-            Err(why) => e.add(key, why.to_string()),
+            Err(why) => {
+                let key = match why {
+                    RuleError::BackwardGoto { .. } => format!("rule[{ri}].goto"),
+                    RuleError::TableZero => format!("rule[{ri}].table"),
+                    RuleError::Tos { .. } => format!("rule[{ri}].tos"),
+                    _ => format!("rule[{ri}]"),
+                };
+                // Name the rule it is like, by its place in the file.
+                let like = match why {
+                    RuleError::Exists { index, .. } => set
+                        .iter()
+                        .nth(index)
+                        .and_then(|x| list.iter().find(|(_, y)| y == x))
+                        .map(|(i, _)| format!(" (rule[{i}])"))
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                };
+                e.add(key, format!("{why}{like}"));
+            }
         }
     }
     out
@@ -562,7 +577,7 @@ impl Config {
     /// Each family's policy routing: the rules over the numbered tables (`main` is the
     /// route table the workers' hosts are given).
     pub fn policies(&self) -> Result<(Policy, Policy6), RouteError> {
-        let refused = |e: netbatch_stack::route::rule::RuleError| RouteError::Fib(e.to_string());
+        let refused = |e: RuleError| RouteError::Fib(e.to_string());
         Ok((
             Policy::new(set_of(&self.rules)?, built(&self.tables)?).map_err(refused)?,
             Policy6::new(set_of(&self.rules6)?, built(&self.tables6)?).map_err(refused)?,

@@ -344,6 +344,14 @@ pub enum RuleError {
     TooManyTables(usize),
     /// No rule is like the one to remove.
     NotFound,
+    /// The kernel would take the rule for the one at `index` ([`RulesOf::like`]) and
+    /// refuse it (`File exists`).
+    Exists {
+        /// The rule's priority.
+        pref: u32,
+        /// The index of the rule like it.
+        index: usize,
+    },
 }
 
 impl fmt::Display for RuleError {
@@ -371,6 +379,11 @@ impl fmt::Display for RuleError {
                 "{n} numbered tables with routes (at most {MAX_TABLES} per family)"
             ),
             Self::NotFound => f.write_str("no such rule"),
+            Self::Exists { pref, .. } => write!(
+                f,
+                "a rule of priority {pref} like it is already there (the same action and \
+                 selectors, or more of them): Linux refuses it (File exists)"
+            ),
         }
     }
 }
@@ -540,16 +553,54 @@ impl<F: Family> RulesOf<F> {
         self.rules.get(1).map_or(0, |r| r.pref.saturating_sub(1))
     }
 
-    /// Adds `rule` after every rule of its priority or a lower one (Linux's order).
-    pub fn add(&mut self, rule: RuleOf<F>) -> Result<(), RuleError> {
+    /// Adds `rule` after every rule of its priority or a lower one (Linux's order). A
+    /// `/0` prefix and `fwmark 0/0` are stored as no selector (they match every packet).
+    /// A rule the kernel would take for one already there is refused
+    /// ([`RuleError::Exists`], see [`RulesOf::like`]).
+    pub fn add(&mut self, mut rule: RuleOf<F>) -> Result<(), RuleError> {
         rule.check()?;
         if self.rules.len() >= MAX_RULES {
             return Err(RuleError::TooMany);
+        }
+        rule.from = rule.from.filter(|p| F::prefix_len(p) != 0);
+        rule.to = rule.to.filter(|p| F::prefix_len(p) != 0);
+        rule.fwmark = rule.fwmark.filter(|m| *m != Mark { value: 0, mask: 0 });
+        if let Some(i) = self.like(&rule) {
+            return Err(RuleError::Exists {
+                pref: rule.pref,
+                index: i,
+            });
         }
         let at = self.rules.partition_point(|r| r.pref <= rule.pref);
         self.rules.insert(at, rule);
         self.resolve();
         Ok(())
+    }
+
+    /// The index of a rule the kernel would take `new` for (its `rule_exists`, which
+    /// refuses an `ip rule add` with `EEXIST`): the same priority, action (a goto's
+    /// target aside), interface, mark and mask, protocol, ports and
+    /// `suppress_prefixlength`, and the same `from`, `to` and `tos` where `new` has them;
+    /// `not` is not compared either. So a rule without a destination is refused after one
+    /// with a destination and otherwise the same, not the other way round.
+    pub fn like(&self, new: &RuleOf<F>) -> Option<usize> {
+        let same_action = |a: Action, b: Action| match (a, b) {
+            (Action::Goto(_), Action::Goto(_)) => true,
+            (a, b) => a == b,
+        };
+        self.rules.iter().position(|r| {
+            r.pref == new.pref
+                && same_action(r.action, new.action)
+                && r.iif == new.iif
+                && r.fwmark == new.fwmark
+                && r.suppress_prefixlength == new.suppress_prefixlength
+                && r.ipproto == new.ipproto
+                && r.sport == new.sport
+                && r.dport == new.dport
+                && new.from.is_none_or(|p| r.from == Some(p))
+                && new.to.is_none_or(|p| r.to == Some(p))
+                && new.tos.is_none_or(|t| r.tos == Some(t))
+        })
     }
 
     /// Removes the first rule for which `which` holds (`ip rule del` removes the first

@@ -263,6 +263,18 @@ fn every_bad_key_is_refused_with_its_reason() {
         "rule[0].weight",
         "unknown",
     );
+    // What `ip rule add` refuses as `File exists`: a rule like one before it.
+    refused(
+        "[[rule]]\npref = 5\nto = \"192.0.2.0/24\"\ntable = 7\n\
+         [[rule]]\npref = 5\nnot = true\ntable = 7\n",
+        "rule[1]",
+        "File exists) (rule[0])",
+    );
+    refused(
+        "[[rule]]\npref = 0\ntable = \"local\"\n",
+        "rule[0]",
+        "File exists",
+    );
     // Numbered tables.
     refused(
         "[[route]]\nprefix = \"0.0.0.0/0\"\nvia = \"192.0.2.254\"\ntable = \"local\"\n",

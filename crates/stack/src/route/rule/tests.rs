@@ -754,8 +754,28 @@ fn build_tables(t: &BTreeMap<u32, Vec<Route>>) -> BTreeMap<u32, Routes> {
         .collect()
 }
 
+/// The rules of `list` a rule set takes, in order (those the kernel would take for one
+/// already there left out), as it keeps them (a `/0` prefix and `fwmark 0/0` are no
+/// selector).
+fn accepted(list: &[Rule]) -> Vec<Rule> {
+    let mut set = Rules::new();
+    let mut out = Vec::new();
+    for r in list {
+        if set.add(r.clone()).is_ok() {
+            out.push(Rule {
+                from: r.from.filter(|p| p.prefix_len() != 0),
+                to: r.to.filter(|p| p.prefix_len() != 0),
+                fwmark: r.fwmark.filter(|m| *m != Mark { value: 0, mask: 0 }),
+                ..r.clone()
+            });
+        }
+    }
+    out
+}
+
+/// The rule set of the rules of `list` it takes.
 fn build_rules(list: &[Rule]) -> Rules {
-    rules(list.to_vec())
+    rules(accepted(list))
 }
 
 /// The route of `routes` for `dst` by linear scan (a later route of the same prefix
@@ -895,6 +915,7 @@ proptest! {
         t in arb_tables(),
         keys in prop::collection::vec(arb_key(), 40),
     ) {
+        let list = accepted(&list);
         let rules = build_rules(&list);
         let order = sorted(&list);
         prop_assert_eq!(rules.iter().cloned().collect::<Vec<_>>(), order.clone());
@@ -941,6 +962,7 @@ proptest! {
         t in arb_tables(),
         keys in prop::collection::vec(arb_key(), 30),
     ) {
+        let list = accepted(&list);
         let base = build_rules(&list);
         let fibs = build_tables(&t);
         let free = (extra.pref + 1..extra.pref + 100)
@@ -948,7 +970,10 @@ proptest! {
             .expect("a free priority");
         for action in [Action::Nop, Action::Goto(free)] {
             let mut with = base.clone();
-            with.add(Rule { action, suppress_prefixlength: None, ..extra.clone() }).expect("rule");
+            // (Unless the kernel would take it for a rule already there.)
+            if with.add(Rule { action, suppress_prefixlength: None, ..extra.clone() }).is_err() {
+                continue;
+            }
             for k in &keys {
                 prop_assert_eq!(
                     said_of(&with, with.decide(&fibs, k, || 0)),
@@ -972,15 +997,18 @@ proptest! {
             .into_iter()
             .filter(|r| !matches!(r.action, Action::Goto(_)))
             .collect();
+        let list = accepted(&list);
         let (p, target) = (goto.pref, goto.pref + span);
         let g = Rule { action: Action::Goto(target), suppress_prefixlength: None, ..goto };
         // A rule at the target (a nop changes nothing) so that the goto resolves.
         let mut with = list.clone();
         with.push(Rule::new(target, Action::Nop));
+        let mut with = accepted(&with);
         let plain = build_rules(&with);
         with.push(g.clone());
         let jumping = build_rules(&with);
-        let skipped: Vec<Rule> = list
+        prop_assert_eq!(jumping.len(), plain.len() + 1, "the goto taken");
+        let skipped: Vec<Rule> = with[..with.len() - 1]
             .iter()
             .filter(|r| r.pref <= p || r.pref >= target)
             .cloned()
@@ -1097,4 +1125,134 @@ fn ipv6_suppression_uses_the_matched_length() {
     assert_eq!(out("2001:db8:9:8::1"), (2, 3), "/64 suppressed");
     assert_eq!(out("2001:db8:9:8:7::1"), (1, 2), "/80 kept");
     let _ = V4;
+}
+
+/// A route found in a numbered table has an adjacency that names the table
+/// (`ADJ_TABLE`): the policy finds its hop there, and the main table, which has its own
+/// hops at the same indices, finds nothing for it; a main route's adjacency is main's.
+#[test]
+fn a_numbered_tables_adjacency_names_its_table() {
+    use std::sync::Arc;
+
+    use crate::route::{ADJ_ON_LINK, ADJ_TABLE, ADJ_TABLE_SHIFT};
+
+    let main = tables(vec![(TABLE_MAIN, main4())])
+        .remove(&TABLE_MAIN)
+        .expect("main");
+    let numbered: BTreeMap<u32, Arc<Routes>> = tables(vec![
+        (7, vec![via("203.0.113.0/24", "198.51.100.7", 1)]),
+        (9, vec![via("203.0.113.0/24", "198.51.100.9", 1)]),
+    ])
+    .into_iter()
+    .map(|(id, t)| (id, Arc::new(t)))
+    .collect();
+    let mut r = Rules::new();
+    let mut x = rule(1, Action::Lookup(9));
+    x.iif = Some(1);
+    r.add(x).expect("rule");
+    r.add(rule(2, Action::Lookup(7))).expect("rule");
+    let policy = Policy::new(r, numbered).expect("policy");
+    assert!(policy.walks());
+    for (iif, slot, gw) in [(1u16, 2u32, "198.51.100.9"), (0, 1, "198.51.100.7")] {
+        let d = policy.decide(&main, &key("192.0.2.9", "203.0.113.5", iif), || 0);
+        let DecisionOf::Route { adj, hop, .. } = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(
+            (adj & ADJ_TABLE) >> ADJ_TABLE_SHIFT,
+            slot,
+            "slot of its table"
+        );
+        assert_eq!(policy.hop(&main, adj), Some(hop));
+        assert_eq!(hop.gateway, a4(gw));
+        assert_eq!(main.hop(adj), None, "not main's");
+    }
+    // Main's own routes keep plain adjacencies.
+    let d = policy.decide(&main, &key("203.0.113.5", "192.0.2.7", 1), || 0);
+    let DecisionOf::Route {
+        adj, hop, table, ..
+    } = d
+    else {
+        panic!("{d:?}")
+    };
+    assert_eq!((table, adj & ADJ_TABLE), (TABLE_MAIN, 0));
+    assert_ne!(adj & ADJ_ON_LINK, 0);
+    assert_eq!(policy.hop(&main, adj), Some(hop));
+    // The default rules and no table default: nothing to walk.
+    assert!(
+        !Policy::new(Rules::new(), BTreeMap::new())
+            .expect("policy")
+            .walks()
+    );
+    let default: BTreeMap<u32, Arc<Routes>> = tables(vec![(
+        TABLE_DEFAULT,
+        vec![via("0.0.0.0/0", "192.0.2.3", 0)],
+    )])
+    .into_iter()
+    .map(|(id, t)| (id, Arc::new(t)))
+    .collect();
+    assert!(Policy::new(Rules::new(), default).expect("policy").walks());
+}
+
+/// More numbered tables than an adjacency can name are refused.
+#[test]
+fn at_most_max_tables_tables() {
+    use std::sync::Arc;
+
+    let one = |i: u32| {
+        let mut t = Routes::new();
+        t.insert(via("203.0.113.0/24", "198.51.100.7", 1))
+            .expect("route");
+        (i, Arc::new(t))
+    };
+    // (Numbered from 1000: main and local would not count.)
+    let fits: BTreeMap<u32, Arc<Routes>> = (1000..1000 + MAX_TABLES as u32).map(one).collect();
+    assert!(Policy::new(Rules::new(), fits).is_ok());
+    let over: BTreeMap<u32, Arc<Routes>> = (1000..=1000 + MAX_TABLES as u32).map(one).collect();
+    assert_eq!(
+        Policy::new(Rules::new(), over).map(|_| ()),
+        Err(RuleError::TooManyTables(MAX_TABLES + 1))
+    );
+}
+
+/// What the kernel refused as `File exists` (asked by hand of `ip rule add` on Linux
+/// 6.18), refused: the same rule, the same with `not`, a goto to another target, a rule
+/// without a destination after one with it (not the other way round), `fwmark 0` as no
+/// mark; taken: another `suppress_prefixlength`, another priority.
+#[test]
+fn a_rule_like_one_already_there_is_refused_as_linux_does() {
+    let to = |pref, action| {
+        let mut x = rule(pref, action);
+        x.to = Some(p4("192.0.2.0/24"));
+        x
+    };
+    let mut r = Rules::new();
+    r.add(to(5, Action::Lookup(7))).expect("rule");
+    let exists = |x| matches!(x, Err(RuleError::Exists { pref: 5, .. }));
+    assert!(exists(r.add(to(5, Action::Lookup(7)))));
+    assert!(exists(r.add(Rule {
+        not: true,
+        ..to(5, Action::Lookup(7))
+    })));
+    let mut suppress = to(5, Action::Lookup(7));
+    suppress.suppress_prefixlength = Some(3);
+    r.add(suppress).expect("another suppress_prefixlength");
+    r.add(to(6, Action::Lookup(7))).expect("another priority");
+    r.add(to(5, Action::Goto(9))).expect("rule");
+    assert!(exists(r.add(to(5, Action::Goto(10)))));
+    // No destination, after the same with one: the kernel compares only what is given.
+    assert!(exists(r.add(rule(5, Action::Lookup(7)))));
+    let mut mark0 = rule(5, Action::Lookup(7));
+    mark0.fwmark = Some(Mark::linux(0, None));
+    assert!(exists(r.add(mark0)));
+    // The other way round: a destination after none is taken.
+    let mut r = Rules::new();
+    r.add(rule(5, Action::Lookup(7))).expect("rule");
+    r.add(to(5, Action::Lookup(7)))
+        .expect("a destination after none");
+    // The defaults are there already.
+    assert!(matches!(
+        Rules::new().add(rule(0, Action::Lookup(TABLE_LOCAL))),
+        Err(RuleError::Exists { pref: 0, .. })
+    ));
 }

@@ -574,6 +574,27 @@ pub fn ports_in(ip: &Ipv4Packet<&[u8; 20]>, l4: u16, d: &[u8]) -> Option<(u16, u
     Some((get_u16(p, 0), get_u16(p, 2)))
 }
 
+/// What IPv4 policy routing selects on besides the addresses, for the packet whose
+/// header `ip` was read already (at the start of `d`, as in the stages after
+/// `ip4-input`) and whose L4 header is `l4` bytes into `d`: its TOS byte, its protocol,
+/// and, when `with_ports`, its ports ((0, 0) for a protocol without them and for a later
+/// fragment, as Linux's flow dissector hands them to the rules). One read of each field
+/// where the routing stage's loop has the header in hand.
+#[inline(always)]
+pub fn ip4_rule_fields(
+    ip: &Ipv4Packet<&[u8; 20]>,
+    l4: u16,
+    d: &[u8],
+    with_ports: bool,
+) -> (u8, u8, (u16, u16)) {
+    let ports = if with_ports {
+        ports_in(ip, l4, d).unwrap_or((0, 0))
+    } else {
+        (0, 0)
+    };
+    (ip.dscp_ecn(), ip.protocol().0, ports)
+}
+
 /// The L4 header of a packet dissected as `r` in `d`, when it is of kind `kind`, located,
 /// whole (`len` bytes in the buffer) and not in a later fragment (which has none).
 #[inline]

@@ -18,6 +18,7 @@ use netbatch_runtime::build::{self, Builder};
 use netbatch_runtime::config::{Config, PortConfig};
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_stack::prefix::Ipv4Prefix;
+use netbatch_stack::route::rule::{Action, Mark, PortRange, Rule};
 use netbatch_stack::route::{Route, RouteKind, Routes};
 use netbatch_wire::ethernet::MacAddr;
 
@@ -226,8 +227,55 @@ fn flows(routes: &[Route], count: usize) -> Vec<FlowSpec> {
         .collect()
 }
 
+/// Numbered route tables by number.
+type Tables = std::collections::BTreeMap<u32, Vec<Route>>;
+
+/// `ip4-forward-rules`' policy: `n` rules (priorities 100 on) before the default ones,
+/// none matching the benchmark's frames, each looking up a numbered table of one route
+/// (an empty table would be as none). They cycle through the selectors an edge router's
+/// rules use: a source prefix, a firewall mark, the other port as `iif`, a destination
+/// prefix, TCP to a port range and a TOS, so that the rules' key holds the frames' source,
+/// destination, ports, mark, TOS and input port, and runs of one flow are what the route
+/// stage can reuse a decision for, not the whole list.
+fn policy_rules(n: usize) -> anyhow::Result<(Vec<Rule>, Tables)> {
+    let mut rules = Vec::with_capacity(n);
+    let mut tables = std::collections::BTreeMap::new();
+    for i in 0..n {
+        let (pref, table) = (100 + i as u32, 100 + i as u32);
+        let mut r = Rule::new(pref, Action::Lookup(table));
+        let octet = (i % 250) as u8;
+        match i % 6 {
+            // TEST-NET-3: none of the frames come from it.
+            0 => r.from = Some(Ipv4Prefix::new(Ipv4Addr::new(203, 0, 113, octet), 32)?),
+            1 => r.fwmark = Some(Mark::linux(0x100 + i as u32, Some(0xffff))),
+            // gen1 only transmits.
+            2 => r.iif = Some(1),
+            // 192.0.2.0/24 is gen1's own subnet: no flow is sent to it.
+            3 => r.to = Some(Ipv4Prefix::new(Ipv4Addr::new(192, 0, 2, octet), 32)?),
+            4 => {
+                r.ipproto = Some(6);
+                r.dport = Some(PortRange::new(22, 25)?);
+            }
+            _ => r.tos = Some(0x10),
+        }
+        rules.push(r);
+        tables.insert(
+            table,
+            vec![Route {
+                prefix: Ipv4Prefix::new(Ipv4Addr::UNSPECIFIED, 0)?,
+                kind: RouteKind::Unicast,
+                out_if: Some(1),
+                gateway: Some(GATEWAYS[i % GATEWAYS.len()]),
+                multipath: None,
+            }],
+        );
+    }
+    Ok((rules, tables))
+}
+
 /// Builds an `ip4-forward` variant over the shared table built from the generated
-/// routes (which stands for the configuration's routes).
+/// routes (which stands for the configuration's routes); `ip4-forward-rules` adds
+/// `--policy-rules` rules before the main table ([`policy_rules`]).
 pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
     let Table {
         table,
@@ -244,6 +292,9 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
             mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
         })
         .collect();
+    if v.scenario == "ip4-forward-rules" {
+        (cfg.rules, cfg.tables) = policy_rules(c.policy_rules)?;
+    }
     if v.workers > 1 {
         return super::team::build_forward_team(v, c, cfg, table, flows);
     }
@@ -258,6 +309,7 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         facts: vec![
             ("routes".into(), c.routes as u64),
             ("route_load_us".into(), (load_ms * 1e3) as u64),
+            ("policy_rules".into(), cfg.rules.len() as u64),
         ],
     }))
 }
@@ -265,6 +317,37 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The benchmark's rules must select none of its frames, or the scenario would
+    /// measure other tables' routes: each of the 1024 flows' keys (as the route stage
+    /// builds them: received on gen0, mark 0, TOS 0) falls through all of them.
+    #[test]
+    fn benchmark_rules_match_none_of_the_flows() {
+        use netbatch_stack::route::rule::{Key, RulesOf};
+        let (rules, tables) = policy_rules(16).unwrap();
+        assert_eq!((rules.len(), tables.len()), (16, 16));
+        let mut set = RulesOf::new();
+        for r in &rules {
+            set.add(r.clone()).unwrap();
+        }
+        let routes = generate_routes(1000, 7);
+        for f in flows(&routes, 1024) {
+            let (core::net::IpAddr::V4(src), core::net::IpAddr::V4(dst)) = (f.src, f.dst) else {
+                panic!("IPv4 flows")
+            };
+            let k = Key {
+                src: u32::from(src),
+                dst: u32::from(dst),
+                iif: 0,
+                mark: 0,
+                proto: 17,
+                sport: f.sport,
+                dport: f.dport,
+                tos: 0,
+            };
+            assert!(rules.iter().all(|r| !r.matches(&k)), "{k:?}");
+        }
+    }
 
     #[test]
     fn generated_routes_are_distinct_and_follow_the_mix() {

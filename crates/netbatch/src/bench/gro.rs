@@ -187,6 +187,7 @@ mod tests {
             flow_order: FlowOrder::Bursty { burst: 64 },
             routes: 16,
             fwd_rules: 0,
+            policy_rules: 16,
             filters: 16,
             tx_offload: false,
             rate_pps: None,

@@ -26,6 +26,7 @@ pub(crate) const NAMES: &[&str] = &[
     "udp-local-1b-flower",
     "smoltcp-udp-1b",
     "ip4-forward",
+    "ip4-forward-rules",
     "udp-forward-1460",
     "tcp-forward-1460",
     "rps",
@@ -90,6 +91,8 @@ pub(crate) struct Common {
     pub(crate) routes: usize,
     /// FORWARD rules (none matching) in the GRO scenarios.
     pub(crate) fwd_rules: usize,
+    /// Policy rules before the main table in ip4-forward-rules.
+    pub(crate) policy_rules: usize,
     /// Classifier filters (none matching) in udp-local-1b-flower.
     pub(crate) filters: usize,
     /// The GRO scenarios' output port takes super-packets whole (TSO/USO, `tx-gso-list`).
@@ -550,7 +553,7 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
     match name {
         "null" => v.extend(ax.modes.iter().map(|&m| mk(Some(m), None))),
         "smoltcp-udp-1b" => v.push(mk(None, None)),
-        "udp-local-1b" | "ip4-forward" => {
+        "udp-local-1b" | "ip4-forward" | "ip4-forward-rules" => {
             for &w in ax.workers {
                 for &d in ax.dispatch {
                     for &m in ax.modes {
@@ -637,7 +640,7 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "udp-local-1b-nf1" => udp_local(v, c, true),
         "udp-local-1b-flower" => udp_local(v, c, false),
         "smoltcp-udp-1b" => smoltcp_udp(c),
-        "ip4-forward" => super::forward::build_forward(v, c),
+        "ip4-forward" | "ip4-forward-rules" => super::forward::build_forward(v, c),
         "udp-forward-1460" => super::gro::build_gro_forward(v, c, false, false),
         "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true, false),
         "ip6-forward" => super::forward6::build_forward6(v, c),

@@ -131,30 +131,25 @@ enum Policed {
     Error(Cause),
 }
 
-/// The rules' decision for packet `v` from `src` to `dst` (see the module
-/// documentation): the run's last when the key is the same, else walked (counted in
-/// `walked`) and kept for the next packet unless it asked for the flow hash.
-#[inline(never)]
-fn policy_route(
+/// The rules' key of packet `v` from `src` to `dst`, whose header is `ip`, masked to
+/// what the rules select on (see the module documentation): the TOS, protocol and ports
+/// as the dissector recorded them (`ip4-input` saw to it that it located the header),
+/// read only when a rule selects on them.
+#[inline(always)]
+fn policy_key(
     policy: &Policy,
-    main: &Routes,
-    last: &mut Option<(Key, Policed)>,
-    walked: &mut u64,
+    ip: &netbatch_wire::ipv4::Ipv4Packet<&[u8; 20]>,
     (src, dst): (u32, u32),
-    v: &mut netbatch_engine::PktMut<'_>,
-) -> Policed {
+    v: &netbatch_engine::PktMut<'_>,
+) -> Key {
     let uses = policy.uses();
-    let d = v.data();
-    let r = dissect::Dissected::load(v.meta);
-    // What the dissector recorded (`ip4-input` saw to it that it located the header).
-    let (tos, proto) = dissect::ip_fields(&r, d).map_or((0, 0), |f| (f.tos, f.proto));
-    // A protocol without ports, or a later fragment: ports 0, as Linux's flow dissector.
-    let (sport, dport) = if uses.sport || uses.dport {
-        dissect::ports(&r, d).unwrap_or((0, 0))
+    let (tos, proto, (sport, dport)) = if uses.tos || uses.proto || uses.sport || uses.dport {
+        let l4 = dissect::Dissected::load(v.meta).l4;
+        dissect::ip4_rule_fields(ip, l4, v.data(), uses.sport || uses.dport)
     } else {
-        (0, 0)
+        (0, 0, (0, 0))
     };
-    let key = Key {
+    policy.key(Key {
         src,
         dst,
         iif: v.meta.in_if,
@@ -163,8 +158,21 @@ fn policy_route(
         sport,
         dport,
         tos,
-    };
-    policy.decide_run(
+    })
+}
+
+/// The rules' decision for `key` (packet `v`'s, masked), which the previous packet's in
+/// the list (`last`) did not decide: walked (counted in `walked`) and kept for the next
+/// packet unless it asked for the flow hash.
+#[inline(never)]
+fn policy_walk(
+    policy: &Policy,
+    main: &Routes,
+    key: Key,
+    (last, walked): (&mut Option<(Key, Policed)>, &mut u64),
+    v: &mut netbatch_engine::PktMut<'_>,
+) -> Policed {
+    policy.walk_run(
         main,
         key,
         (last, walked),
@@ -273,29 +281,28 @@ pub const DECL: Decl = Decl {
     ..Decl::new(node::IP4_ROUTE, |_| Box::new(Ip4Route::default()))
 };
 
+/// Where `by_policy` sends a packet.
+enum Then {
+    /// Out of this arc.
+    Push(netbatch_engine::Next),
+    /// Dropped for this reason.
+    Drop(netbatch_engine::Reason),
+}
+
 impl Ip4Route {
-    /// Routes packet `p` from `src` to `dst` by the policy rules' decision (the last of
-    /// this list, `last`, when the key is the same): acted on as `process` acts on a
-    /// lookup's hop, or dropped or sent to ICMP as the rules' action says.
+    /// Acts on the policy rules' decision for packet `v` as `process` acts on a lookup's
+    /// hop, or drops it or sends it to ICMP as the rules' action says; returns where it
+    /// goes. Out of the loop: without rules, the loop pays only for testing whether there
+    /// are any.
     #[inline(never)]
-    fn by_policy(
-        walked: &mut u64,
-        host: &Host,
-        cx: &Cx<'_>,
-        mut p: Pkt,
-        (src, dst): (u32, u32),
-        last: &mut Option<(Key, Policed)>,
-        out: &mut Out,
-    ) {
+    fn by_policy(host: &Host, mut v: netbatch_engine::PktMut<'_>, decided: Policed) -> Then {
         let routes = &*host.routes;
-        let mut v = cx.pool.get_mut(&mut p);
-        let (adj, hop) = match policy_route(&host.policy, routes, last, walked, (src, dst), &mut v)
-        {
+        let (adj, hop) = match decided {
             Policed::Hop(adj, hop) => (adj, hop),
-            Policed::Drop(r) => return out.drop(p, r),
+            Policed::Drop(r) => return Then::Drop(r),
             Policed::Error(c) => {
                 Request::new(c).put(v.meta);
-                return out.push(ERROR, p);
+                return Then::Push(ERROR);
             }
         };
         // The arms of `process`'s match, for a hop the rules found: written twice, as one
@@ -307,54 +314,54 @@ impl Ip4Route {
                 match source_route(routes, &host.ifaces, v.data_mut()) {
                     SourceRoute::Deliver => {
                         v.meta.flags |= flag::LOCAL;
-                        out.push(LOCAL, p);
+                        Then::Push(LOCAL)
                     }
                     SourceRoute::Forward(adj, hop) if host.params.forwarding => {
                         v.meta.out_if = hop.out_if;
                         v.meta.adj = adj;
-                        out.push(FORWARD, p);
+                        Then::Push(FORWARD)
                     }
                     SourceRoute::Forward(..) => {
-                        out.drop(p, crate::route::reason::FORWARDING_DISABLED);
+                        Then::Drop(crate::route::reason::FORWARDING_DISABLED)
                     }
                     SourceRoute::Error(request) => {
                         request.put(v.meta);
-                        out.push(ERROR, p);
+                        Then::Push(ERROR)
                     }
                 }
             }
             RouteKind::Local => {
                 v.meta.flags |= flag::LOCAL;
-                out.push(LOCAL, p);
+                Then::Push(LOCAL)
             }
             RouteKind::Broadcast => {
                 v.meta.flags |= flag::LOCAL | flag::L3_BROADCAST;
-                out.push(LOCAL, p);
+                Then::Push(LOCAL)
             }
             RouteKind::Unicast if !host.params.forwarding => {
-                out.drop(p, crate::route::reason::FORWARDING_DISABLED);
+                Then::Drop(crate::route::reason::FORWARDING_DISABLED)
             }
             RouteKind::Unicast if v.meta.flags & flag::L2_HOST == 0 => {
-                out.drop(p, crate::route::reason::FORWARD_L2_BROADCAST);
+                Then::Drop(crate::route::reason::FORWARD_L2_BROADCAST)
             }
             RouteKind::Unicast => {
                 v.meta.out_if = hop.out_if;
                 v.meta.adj = adj;
-                out.push(FORWARD, p);
+                Then::Push(FORWARD)
             }
-            RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),
+            RouteKind::Blackhole => Then::Drop(crate::route::reason::BLACKHOLE),
             RouteKind::Unreachable => {
                 Request::new(Cause::RouteUnreachable).put(v.meta);
-                out.push(ERROR, p);
+                Then::Push(ERROR)
             }
             RouteKind::Prohibit => {
                 Request::new(Cause::RouteProhibit).put(v.meta);
-                out.push(ERROR, p);
+                Then::Push(ERROR)
             }
             // The walk never ends on a throw route.
             RouteKind::Throw => {
                 Request::new(Cause::NoRoute).put(v.meta);
-                out.push(ERROR, p);
+                Then::Push(ERROR)
             }
         }
     }
@@ -390,7 +397,7 @@ impl Stage<Host> for Ip4Route {
         // The rules' last decision in this list, and its key.
         let mut policed: Option<(Key, Policed)> = None;
         for mut p in list.drain(..) {
-            let v = cx.pool.get_mut(&mut p);
+            let mut v = cx.pool.get_mut(&mut p);
             let Some(ip) = header(v.data()) else {
                 out.drop(p, crate::ip4::input::reason::TRUNCATED);
                 continue;
@@ -422,17 +429,25 @@ impl Stage<Host> for Ip4Route {
                 continue;
             }
             if walks {
-                // The rules choose the route (out of the loop: without rules, this test
+                // The rules choose the route: the key read and compared here, the
+                // previous packet's decision reused when its key was the same, the walk
+                // and what follows out of the loop (without rules, the test of `walks`
                 // is all they cost).
-                Self::by_policy(
-                    &mut self.policy_walks,
-                    host,
-                    cx,
-                    p,
-                    (src, dst),
-                    &mut policed,
-                    out,
-                );
+                let key = policy_key(&host.policy, &ip, (src, dst), &v);
+                let decided = match policed {
+                    Some((k, d)) if k.same(&key) => d,
+                    _ => policy_walk(
+                        &host.policy,
+                        routes,
+                        key,
+                        (&mut policed, &mut self.policy_walks),
+                        &mut v,
+                    ),
+                };
+                match Self::by_policy(host, v, decided) {
+                    Then::Push(arc) => out.push(arc, p),
+                    Then::Drop(r) => out.drop(p, r),
+                }
                 continue;
             }
             if u64::from(dst) == hint_dst {

@@ -18,7 +18,16 @@ pub trait Family:
     /// An address.
     type Addr: Copy + Eq + Hash + Ord + Debug + Display + Send + Sync;
     /// An address as the FIB indexes it (0 is the unspecified address).
-    type Bits: Copy + Eq + Hash + Ord + Debug + Default + Send + Sync;
+    type Bits: Copy
+        + Eq
+        + Hash
+        + Ord
+        + Debug
+        + Default
+        + Send
+        + Sync
+        + core::ops::BitAnd<Output = Self::Bits>
+        + core::ops::Not<Output = Self::Bits>;
     /// A prefix (no host bits).
     type Prefix: Copy + Eq + Hash + Ord + Debug + Display + Send + Sync;
     /// The longest-prefix-match table, prefix → value.

@@ -411,6 +411,22 @@ pub struct KeyOf<F: Family> {
     pub tos: u8,
 }
 
+impl<F: Family> KeyOf<F> {
+    /// Whether `self` and `o` are equal, every field compared (no early exit: a run's
+    /// keys are mostly equal, and the compares are cheaper than the branches).
+    #[inline(always)]
+    pub fn same(&self, o: &Self) -> bool {
+        (self.src == o.src)
+            & (self.dst == o.dst)
+            & (self.iif == o.iif)
+            & (self.mark == o.mark)
+            & (self.proto == o.proto)
+            & (self.sport == o.sport)
+            & (self.dport == o.dport)
+            & (self.tos == o.tos)
+    }
+}
+
 /// An IPv4 key.
 pub type Key = KeyOf<super::V4>;
 /// An IPv6 key.
@@ -729,6 +745,24 @@ pub struct Uses {
     pub tos: bool,
 }
 
+impl Uses {
+    /// A key of all ones in the fields used and zeros in the others (the destination is
+    /// always used), to and keys with.
+    fn mask<F: Family>(self) -> KeyOf<F> {
+        let ones = !F::Bits::default();
+        KeyOf {
+            src: if self.src { ones } else { F::Bits::default() },
+            dst: ones,
+            iif: if self.iif { u16::MAX } else { 0 },
+            mark: if self.mark { u32::MAX } else { 0 },
+            proto: if self.proto { u8::MAX } else { 0 },
+            sport: if self.sport { u16::MAX } else { 0 },
+            dport: if self.dport { u16::MAX } else { 0 },
+            tos: if self.tos { u8::MAX } else { 0 },
+        }
+    }
+}
+
 impl<F: Family> RulesOf<F> {
     /// The key fields the rules select on (the destination always counts).
     pub fn uses(&self) -> Uses {
@@ -761,6 +795,9 @@ pub struct PolicyOf<F: Family> {
     slots: Vec<(u32, std::sync::Arc<RoutesOf<F>>)>,
     walks: bool,
     uses: Uses,
+    /// Per key field, all ones where the rules select on it, else zero (the destination
+    /// is kept whole): what [`PolicyOf::key`] ands a key with.
+    mask: KeyOf<F>,
 }
 
 /// The most numbered tables with routes a family's policy may have (the slots an
@@ -780,6 +817,7 @@ impl<F: Family> Default for PolicyOf<F> {
             slots: Vec::new(),
             walks: false,
             uses: Uses::default(),
+            mask: Uses::default().mask(),
         }
     }
 }
@@ -807,6 +845,7 @@ impl<F: Family> PolicyOf<F> {
             slots,
             walks,
             uses,
+            mask: uses.mask(),
         })
     }
 
@@ -849,8 +888,8 @@ impl<F: Family> PolicyOf<F> {
     /// The decision for a packet of key `k`, as `act` makes it the stage's, reusing
     /// `last` (the previous packet's key, masked, and what `act` made of its decision)
     /// when the key is the same: a run of one flow is walked once (counted in `walked`).
-    /// Only the fields the rules select on are kept in the key; a decision that needed
-    /// the flow hash (a multipath route) is not kept.
+    /// Only the fields the rules select on are kept in the key ([`PolicyOf::key`]); a
+    /// decision that needed the flow hash (a multipath route) is not kept.
     #[inline]
     pub fn decide_run<P: Copy>(
         &self,
@@ -860,23 +899,47 @@ impl<F: Family> PolicyOf<F> {
         hash: impl FnOnce() -> u32,
         act: impl FnOnce(DecisionOf<F>) -> P,
     ) -> P {
-        let u = self.uses;
-        let zero = F::Bits::default();
-        let key = KeyOf {
-            src: if u.src { k.src } else { zero },
-            dst: k.dst,
-            iif: if u.iif { k.iif } else { 0 },
-            mark: if u.mark { k.mark } else { 0 },
-            proto: if u.proto { k.proto } else { 0 },
-            sport: if u.sport { k.sport } else { 0 },
-            dport: if u.dport { k.dport } else { 0 },
-            tos: if u.tos { k.tos } else { 0 },
-        };
+        let key = self.key(k);
         if let Some((was_key, was)) = last
-            && *was_key == key
+            && was_key.same(&key)
         {
             return *was;
         }
+        self.walk_run(main, key, (last, walked), hash, act)
+    }
+
+    /// `k` with the fields the rules do not select on zeroed (the destination is always
+    /// kept: the lookups read it): what [`PolicyOf::decide_run`] compares from one
+    /// packet to the next, so that a stage can compare in its loop and walk out of it
+    /// ([`PolicyOf::walk_run`]).
+    #[inline(always)]
+    pub fn key(&self, k: KeyOf<F>) -> KeyOf<F> {
+        let m = &self.mask;
+        KeyOf {
+            src: k.src & m.src,
+            dst: k.dst,
+            iif: k.iif & m.iif,
+            mark: k.mark & m.mark,
+            proto: k.proto & m.proto,
+            sport: k.sport & m.sport,
+            dport: k.dport & m.dport,
+            tos: k.tos & m.tos,
+        }
+    }
+
+    /// The walk of [`PolicyOf::decide_run`] for `key` (masked by [`PolicyOf::key`]),
+    /// which the previous packet's did not decide: counted in `walked`, its decision
+    /// kept in `last` unless it needed the flow hash. Out of line: a run pays for it
+    /// once.
+    #[inline(never)]
+    pub fn walk_run<P: Copy>(
+        &self,
+        main: &RoutesOf<F>,
+        key: KeyOf<F>,
+        (last, walked): (&mut Option<(KeyOf<F>, P)>, &mut u64),
+        hash: impl FnOnce() -> u32,
+        act: impl FnOnce(DecisionOf<F>) -> P,
+    ) -> P {
         *walked += 1;
         let mut hashed = false;
         let p = act(self.decide(main, &key, || {

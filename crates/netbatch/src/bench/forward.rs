@@ -52,6 +52,9 @@ const MIX: [(u8, u32); 24] = [
     (32, 3_000),
 ];
 
+/// The seed of the generated routes (every variant and `--export-peer` route the same).
+const ROUTE_SEED: u64 = 0x6e65_7462_6174_6368;
+
 const GEN0_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 0]);
 const GEN1_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 1]);
 const SENDER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 9, 9]);
@@ -179,7 +182,7 @@ fn shared_table(n: usize) -> anyhow::Result<Table> {
         return Ok(tab.clone());
     }
     let mut cfg = Config::new(ports()?);
-    cfg.routes = generate_routes(n, 0x6e65_7462_6174_6368);
+    cfg.routes = generate_routes(n, ROUTE_SEED);
     let t0 = Instant::now();
     let table = Arc::new(build::route_table(&cfg)?);
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -225,6 +228,42 @@ fn flows(routes: &[Route], count: usize) -> Vec<FlowSpec> {
             }
         })
         .collect()
+}
+
+/// Writes what `ip4-forward` routes with `routes` routes, for a peer fed the same work:
+/// `DIR/ip4-forward.routes` (`PREFIX GATEWAY`, one route per line, all out of `gen1`) and
+/// `DIR/ip4-forward.pcap` (one frame of each of the 1024 flows, in the generator's order).
+pub(crate) fn export_peer(dir: &std::path::Path, routes: usize) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+    let table = generate_routes(routes, ROUTE_SEED);
+    let mut text = String::new();
+    for r in &table {
+        let gw = r.gateway.map_or_else(|| "-".to_string(), |g| g.to_string());
+        let _ = writeln!(text, "{} {gw}", r.prefix);
+    }
+    let path = dir.join("ip4-forward.routes");
+    std::fs::write(&path, text).with_context(|| format!("{}", path.display()))?;
+    let flows = flows(&table, 1024);
+    let gen_cfg = GenConfig {
+        sequence: false,
+        ..GenConfig::new(flows, netbatch_ports::generator::FlowOrder::Interleaved)
+    };
+    let port = GenPort::new("gen0", 0, &gen_cfg, 2048)?;
+    let frames: Vec<netbatch_ports::pcap::CapturedFrame> = (0..port.flows())
+        .filter_map(|i| port.frame_for(i, 0))
+        .map(|bytes| netbatch_ports::pcap::CapturedFrame { ts_ns: 0, bytes })
+        .collect();
+    let path = dir.join("ip4-forward.pcap");
+    netbatch_ports::pcap::write_pcap(&path, &frames)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    eprintln!(
+        "ip4-forward: {} routes and {} frames written to {}",
+        table.len(),
+        frames.len(),
+        dir.display()
+    );
+    Ok(())
 }
 
 /// Numbered route tables by number.

@@ -167,6 +167,11 @@ pub(crate) struct Args {
     /// 1,000,000): generated IPv6 prefixes.
     #[arg(long, value_delimiter = ',', default_value = "10000", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) fib6: Vec<u32>,
+    /// Writes ip4-forward's generated routes (`ip4-forward.routes`: `PREFIX GATEWAY` per
+    /// line) and one frame of each of its flows (`ip4-forward.pcap`) into this directory,
+    /// for a peer router fed the same work (bench/peers.py), and runs nothing.
+    #[arg(long, hide = true)]
+    pub(crate) export_peer: Option<PathBuf>,
     /// Policy rules in ip4-forward-rules, before the main table, none matching (each
     /// looks up a numbered table of one route).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4000))]
@@ -270,6 +275,9 @@ fn run_for(b: &mut dyn scenarios::Bench, clock: &quanta::Clock, args: &Args) -> 
 
 /// Runs `netbatch bench`.
 pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
+    if let Some(dir) = &args.export_peer {
+        return forward::export_peer(dir, args.routes as usize);
+    }
     // A bad --plot must not cost a whole run to find out.
     if let Some(path) = &args.plot {
         plot::format_of(path)?;

@@ -10,6 +10,13 @@ The router in namespace r is, in turn:
   af_packet  netbatch with two af_packet ports (worker pinned to CPU 1)
   kernel     the kernel's own IPv4 forwarding
 
+and, with --kinds naming them, DPDK 22.11's l3fwd (LPM; Debian's example built by
+bench/dpdk/build-l3fwd with a frame counter) on the same veth ends, on CPU 1, as shipped
+(it polls without pause), its routes the two subnets and the hosts' MACs its next hops:
+
+  l3fwd_af_xdp     with the af_xdp poll-mode driver (copy mode on veth, as netbatch's)
+  l3fwd_af_packet  with the af_packet poll-mode driver
+
 Where the work lands. On veth a frame's receive work runs where it is scheduled: by
 default inline on the sending CPU (veth hands it to the peer's backlog or NAPI on the
 CPU that transmitted). Here every router's receive work runs on CPU 1, the router's:
@@ -65,6 +72,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -78,7 +86,14 @@ from benchlib import Failure, sh
 
 REPO = Path(__file__).resolve().parent.parent
 BINARY = REPO / "target" / "release" / "netbatch"
-KINDS = ["af_xdp", "af_packet", "kernel"]
+# Where bench/dpdk/build-l3fwd puts DPDK's l3fwd (built when a run asks for an l3fwd kind).
+L3FWD = REPO / "target" / "dpdk-l3fwd" / "l3fwd" / "build" / "l3fwd"
+KINDS = ["af_xdp", "af_packet", "kernel", "l3fwd_af_xdp", "l3fwd_af_packet"]
+# What --kinds runs by default; the DPDK peers (bench/dpdk/build-l3fwd) on request.
+DEFAULT_KINDS = ["af_xdp", "af_packet", "kernel"]
+# netbatch's kinds (its port kinds), DPDK l3fwd's (its poll-mode driver on the same veth).
+NETBATCH_KINDS = ("af_xdp", "af_packet")
+L3FWD_PMD = {"l3fwd_af_xdp": "net_af_xdp", "l3fwd_af_packet": "net_af_packet"}
 H1_ADDR, R1_ADDR = "192.0.2.2", "192.0.2.1"
 H2_ADDR, R2_ADDR = "198.51.100.2", "198.51.100.1"
 SENDER_CPU, ROUTER_CPU = 0, 1
@@ -309,6 +324,8 @@ class Topology:
             self.ex("r", f"ip addr add {R1_ADDR}/24 dev {d['r1']}; "
                          f"ip addr add {R2_ADDR}/24 dev {d['r2']}; "
                          f"sysctl -qw net.ipv4.ip_forward=1")
+        elif self.kind in L3FWD_PMD:
+            self.start_l3fwd()
         else:
             self.start_netbatch()
         self.thread_napi("r1")
@@ -389,6 +406,60 @@ class Topology:
             time.sleep(0.02)
         raise Failure(f"netbatch ({self.kind}) did not say 'port r2 up' within 15 s:\n"
                       f"{log_path.read_text().strip()}")
+
+    def start_l3fwd(self):
+        """DPDK's l3fwd (LPM) in r on ROUTER_CPU, as shipped but for the frame counter
+        bench/dpdk/build-l3fwd adds: its poll-mode driver (af_xdp or af_packet) on r1 and
+        r2, h1's subnet out of port 0 and h2's out of port 1, the hosts' MACs as each
+        port's next hop (it resolves nothing), 4 KiB pages (`--no-huge`) as netbatch's
+        run here, `--no-pci` so that it touches no device of this machine. It polls its
+        ports without pause, as shipped."""
+        d = self.dev
+        mac = {n: self.ex(n, f"cat /sys/class/net/{d[n]}/address").strip() for n in ("h1", "h2")}
+        (self.dir / "v4.cfg").write_text(f"R{H1_ADDR.rsplit('.', 1)[0]}.0/24 0\n"
+                                         f"R{H2_ADDR.rsplit('.', 1)[0]}.0/24 1\n")
+        (self.dir / "v6.cfg").write_text("R2001:db8::/32 1\n")
+        pmd = L3FWD_PMD[self.kind]
+        cmd = ["ip", "netns", "exec", self.ns["r"], str(L3FWD), "-l", str(ROUTER_CPU), "-n", "1",
+               "--no-pci", "--no-huge", "-m", "1024", "--file-prefix", self.ns["r"],
+               "--log-level", "lib.eal:error",
+               f"--vdev={pmd}0,iface={d['r1']}", f"--vdev={pmd}1,iface={d['r2']}", "--",
+               "-p", "0x3", f"--config=(0,0,{ROUTER_CPU}),(1,0,{ROUTER_CPU})", "-P",
+               "--parse-ptype", "--lookup=lpm", f"--rule_ipv4={self.dir / 'v4.cfg'}",
+               f"--rule_ipv6={self.dir / 'v6.cfg'}",
+               f"--eth-dest=0,{mac['h1']}", f"--eth-dest=1,{mac['h2']}"]
+        log_path = self.dir / "router.log"
+        self.router_log = log_path
+        with open(log_path, "w") as log:
+            self.router = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while "entering main loop" not in log_path.read_text():
+            if self.router.poll() is not None or time.monotonic() > deadline:
+                raise Failure(f"l3fwd ({self.kind}) did not start:\n"
+                              f"{log_path.read_text().strip()[-3000:]}")
+            time.sleep(0.05)
+
+    def stop_l3fwd(self):
+        """Stops l3fwd with SIGINT; returns its counters (frames its loop received, each
+        port's counters)."""
+        p, self.router = self.router, None
+        p.send_signal(signal.SIGINT)
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            raise Failure(f"l3fwd ({self.kind}) did not stop on SIGINT")
+        text = self.router_log.read_text()
+        m = re.search(r"l3fwd-count lcore=\d+ frames=(\d+)", text)
+        ports = {int(g[0]): {"ipackets": int(g[1]), "opackets": int(g[2]), "imissed": int(g[3]),
+                             "oerrors": int(g[4])}
+                 for g in re.findall(r"l3fwd-port port=(\d+) ipackets=(\d+) opackets=(\d+) "
+                                     r"imissed=(\d+) oerrors=(\d+)", text)}
+        if not m or len(ports) != 2:
+            raise Failure(f"l3fwd ({self.kind}) printed no counters:\n{text.strip()[-3000:]}")
+        return {"frames": int(m.group(1)), "ports": ports}
 
     def stop_netbatch(self):
         """Stops netbatch with SIGTERM; returns its counters (None if it wrote none)."""
@@ -669,7 +740,9 @@ def one_run(kind, repeat, attempt, args, workdir):
         topo.build()
         topo.warm_up()
         result.update(flood(topo, args))
-        if kind != "kernel":
+        if kind in L3FWD_PMD:
+            result["l3fwd"] = topo.stop_l3fwd()
+        elif kind != "kernel":
             result["netbatch"] = netbatch_summary(topo.stop_netbatch())
             # What netbatch said: the ports' modes (native or generic XDP, copy or
             # zero-copy, ring sizes) and its counters at stop.
@@ -734,7 +807,7 @@ def summarize(runs, failures):
             "errors": [f["error"] for f in failures if f["kind"] == kind],
         }
     base = summary["kernel"]["forwarded_pps"]
-    for kind in ("af_xdp", "af_packet"):
+    for kind in [k for k in KINDS if k != "kernel"]:
         mine = summary[kind]["forwarded_pps"]
         summary[kind]["vs_kernel"] = mine / base if mine is not None and base else None
     return summary
@@ -745,7 +818,7 @@ def print_table(summary, args, busy_machine):
     print(f"IPv4 forwarding h1 -> r -> h2: {args.size}-byte frames, 64 UDP flows, "
           f"{args.seconds:g} s per run, medians of up to {args.repeat} runs, source "
           f"{args.sender} on CPU {SENDER_CPU}, router on CPU {ROUTER_CPU}")
-    head = (f"{'router':<10} {'runs':>4} {'offered':>8} {'forwarded':>9} "
+    head = (f"{'router':<15} {'runs':>4} {'offered':>8} {'forwarded':>9} "
             f"{'loss %':>6} {'vs kernel':>9} {'outran':>6} {'cpu0 %':>6} {'cpu1 %':>6} "
             f"{'napi %':>6} {'proc %':>6} {'ns/fr':>6} {'list':>5}")
     print(head)
@@ -759,7 +832,7 @@ def print_table(summary, args, busy_machine):
         ratio = "" if kind == "kernel" else ("-" if ratio is None else f"{ratio:.2f}")
         lst = "" if s["frames_per_list"] is None else f"{s['frames_per_list']:.1f}"
         outran = {True: "yes", False: "NO", None: "-"}[s["source_outran_router"]]
-        print(f"{kind:<10} {s['runs']:>4} "
+        print(f"{kind:<15} {s['runs']:>4} "
               f"{mpps(s['offered_pps']):>8} {mpps(s['forwarded_pps']):>9} {loss:>6} "
               f"{ratio:>9} {outran:>6} {pct(s['cpu0_busy_pct']):>6} "
               f"{pct(s['cpu1_busy_pct']):>6} {pct(s['r1_napi_thread_cpu_pct']):>6} "
@@ -772,17 +845,17 @@ def print_table(summary, args, busy_machine):
           "(it was the bottleneck);\n"
           "cpu0 (source) and cpu1 (router): busy %; napi: r1's NAPI thread (the router's "
           "receive: XDP and redirect\nfor af_xdp, GRO and the kernel's input for the "
-          "others), proc: netbatch's process, each in % of a CPU;\nns/fr: CPU time of the "
+          "others), proc: the router's process (netbatch or l3fwd), each in % of a CPU;\nns/fr: CPU time of the "
           "router's work (its process, r1's NAPI thread, CPU 1's ksoftirqd) per frame "
           "forwarded;\nlist: netbatch's frames per list.")
     base = summary.get("kernel", {}).get("router_ns_per_frame")
-    for kind in ("af_xdp", "af_packet"):
+    for kind in [k for k in KINDS if k != "kernel"]:
         mine = summary.get(kind, {}).get("router_ns_per_frame")
         if mine and base:
             print(f"{kind}: {mine:.0f} ns of CPU per frame against the kernel's "
                   f"{base:.0f}: {base / mine:.2f}x the kernel's rate on a core of its own")
     print()
-    for kind in ("af_xdp", "af_packet"):
+    for kind in [k for k in KINDS if k != "kernel"]:
         r = summary[kind].get("vs_kernel")
         print(f"{kind}/kernel = {'-' if r is None else f'{r:.3f}'}")
     for kind in KINDS:
@@ -829,8 +902,10 @@ def main():
                     help="the source (netbatch flood --via): af_xdp, af_packet, or xdp "
                          "(live XDP frames redirected into h1's veth by the kernel: bursts "
                          "that overflow r1's ring, see above)")
-    ap.add_argument("--kinds", default=",".join(KINDS),
-                    help="routers to measure, comma-separated (the kernel is the baseline)")
+    ap.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
+                    help="routers to measure, comma-separated, of " + ", ".join(KINDS)
+                         + " (the kernel is the baseline; the l3fwd kinds are DPDK's "
+                         "l3fwd with that poll-mode driver, built by bench/dpdk/build-l3fwd)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("live-forward: run as root (it creates network namespaces)")
@@ -846,6 +921,8 @@ def main():
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
         sys.exit(f"live-forward: --kinds takes {', '.join(KINDS)} (got {args.kinds!r})")
+    # Report the kinds run (and the kernel, the baseline, even when not run).
+    KINDS[:] = [k for k in KINDS if k in kinds or k == "kernel"]
 
     # A SIGTERM ends the run the way Ctrl-C does: through the clean-up below.
     def on_term(signum, frame):
@@ -863,6 +940,12 @@ def main():
             sys.exit("live-forward: the build failed")
     if not BINARY.exists():
         sys.exit(f"live-forward: no binary at {BINARY}")
+    if any(k in L3FWD_PMD for k in kinds) and (not args.no_build or not L3FWD.exists()):
+        print("building: bench/dpdk/build-l3fwd", flush=True)
+        b = subprocess.run([str(REPO / "bench" / "dpdk" / "build-l3fwd")], cwd=REPO,
+                           stdout=subprocess.DEVNULL)
+        if b.returncode != 0 or not L3FWD.exists():
+            sys.exit("live-forward: building l3fwd failed (scripts/setup installs DPDK)")
 
     runs, failures = [], []
     skip = set()

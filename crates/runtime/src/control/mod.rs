@@ -1690,6 +1690,13 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
     );
     differ(
         &mut v,
+        "vrf",
+        format!("{:?}{:?}", old.vrfs, old.iface_vrfs),
+        format!("{:?}{:?}", new.vrfs, new.iface_vrfs),
+        "VRFs and the interfaces' VRFs",
+    );
+    differ(
+        &mut v,
         "neighbour",
         format!("{:?}", old.host.neigh),
         format!("{:?}", new.host.neigh),

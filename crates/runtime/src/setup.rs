@@ -245,10 +245,20 @@ pub fn build_routes6_in(
     routes: &[Route6],
     of: impl Fn(u16) -> bool,
 ) -> Result<Routes6, SetupError> {
+    build_into6(Routes6::new(), ifaces, routes, of)
+}
+
+/// Fills `t` with the routes of the interfaces `i` for which `of(i)` holds, then
+/// `routes` (as [`build_routes6`]).
+pub fn build_into6(
+    mut t: Routes6,
+    ifaces: &[Iface],
+    routes: &[Route6],
+    of: impl Fn(u16) -> bool,
+) -> Result<Routes6, SetupError> {
     let (locals, implied): (Vec<Route6>, Vec<Route6>) = implied_routes6_in(ifaces, of)
         .into_iter()
         .partition(|r| r.kind == RouteKind::Local);
-    let mut t = Routes6::new();
     t.load(
         implied
             .into_iter()
@@ -270,10 +280,21 @@ pub fn build_routes_in(
     routes: &[Route],
     of: impl Fn(u16) -> bool,
 ) -> Result<Routes, SetupError> {
+    build_into(Routes::new(), ifaces, routes, of)
+}
+
+/// Fills `t` with the routes of the interfaces `i` for which `of(i)` holds, then
+/// `routes` (as [`build_routes`]): a VRF's table is a compact one
+/// ([`Routes::compact`]).
+pub fn build_into(
+    mut t: Routes,
+    ifaces: &[Iface],
+    routes: &[Route],
+    of: impl Fn(u16) -> bool,
+) -> Result<Routes, SetupError> {
     let (locals, implied): (Vec<Route>, Vec<Route>) = implied_routes_in(ifaces, of)
         .into_iter()
         .partition(|r| r.kind == RouteKind::Local);
-    let mut t = Routes::new();
     t.load(
         implied
             .into_iter()

@@ -599,7 +599,7 @@ fn built<F: Family>(
     tables
         .iter()
         .map(|(&id, routes)| {
-            let mut t = RoutesOf::new();
+            let mut t = RoutesOf::compact();
             t.load(routes.iter().cloned())?;
             Ok((id, Arc::new(t)))
         })
@@ -632,12 +632,20 @@ impl Config {
             let of = |i: u16| iif.get(usize::from(i)) == Some(&v.table);
             let none = Vec::new();
             let routes = self.tables.get(&v.table).unwrap_or(&none);
-            let t = crate::setup::build_routes_in(&ifaces, routes, of).map_err(setup)?;
+            let t = crate::setup::build_into(RoutesOf::compact(), &ifaces, routes, of)
+                .map_err(setup)?;
             t4.insert(v.table, Arc::new(t));
+            // A VRF without IPv6 gets none: the policy gives it one shared empty table.
             let none6 = Vec::new();
             let routes6 = self.tables6.get(&v.table).unwrap_or(&none6);
-            let t = crate::setup::build_routes6_in(&ifaces, routes6, of).map_err(setup)?;
-            t6.insert(v.table, Arc::new(t));
+            let has6 = (0u16..)
+                .zip(&ifaces)
+                .any(|(i, f)| of(i) && !f.addrs6.is_empty());
+            if has6 || !routes6.is_empty() {
+                let t = crate::setup::build_into6(RoutesOf::compact(), &ifaces, routes6, of)
+                    .map_err(setup)?;
+                t6.insert(v.table, Arc::new(t));
+            }
         }
         Ok((
             Policy::with_vrfs(set_of(&self.rules)?, t4, &iif).map_err(refused)?,

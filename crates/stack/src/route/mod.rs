@@ -592,6 +592,15 @@ impl<F: Family> RoutesOf<F> {
         }
     }
 
+    /// An empty table expected to stay small (a VRF's, a numbered one): its FIB is
+    /// [`Family::fib_compact`]'s, which commits memory for what its routes write only.
+    pub fn compact() -> Self {
+        Self {
+            fib: F::fib_compact(),
+            ..Self::new()
+        }
+    }
+
     /// Adds or replaces the route for `r.prefix`.
     pub fn insert(&mut self, r: RouteOf<F>) -> Result<(), RouteError> {
         let v = self.adj.value_of(&r)?;

@@ -900,8 +900,11 @@ impl<F: Family> PolicyOf<F> {
         tables.retain(|&id, t| {
             id != TABLE_MAIN && id != TABLE_LOCAL && (!t.is_empty() || vrf_tables.contains(&id))
         });
+        // A VRF without routes of the family shares one empty table (an empty IPv6
+        // tree costs its first stage, half a MiB).
+        let empty = std::sync::Arc::new(RoutesOf::compact());
         for &id in &vrf_tables {
-            tables.entry(id).or_default();
+            tables.entry(id).or_insert_with(|| empty.clone());
         }
         if tables.len() > MAX_TABLES {
             return Err(RuleError::TooManyTables(tables.len()));

@@ -395,7 +395,23 @@ impl Config {
     /// A route written on a command line (an `ip route` line, or an `ip -6 route` one),
     /// with this configuration's interface names, subnets and prefixes.
     pub fn parse_route(&self, line: &str) -> Result<netbatch_stack::route::file::AnyRoute, String> {
-        netbatch_stack::route::file::parse_line(line, &ports::Names::of(&self.ports))?
+        self.parse_route_in(line, "")
+    }
+
+    /// A route written on a command line for the VRF named `vrf` ("" for main): a
+    /// gateway without `dev` is looked for on that VRF's subnets.
+    pub fn parse_route_in(
+        &self,
+        line: &str,
+        vrf: &str,
+    ) -> Result<netbatch_stack::route::file::AnyRoute, String> {
+        let names = ports::Names::of(&self.ports).with_vrfs(
+            self.iface_vrfs
+                .iter()
+                .map(|v| (v.clone(), String::new()))
+                .collect(),
+        );
+        netbatch_stack::route::file::parse_line(line, &ports::Scoped { names: &names, vrf })?
             .ok_or_else(|| "no route given".to_string())
     }
 

@@ -31,6 +31,7 @@
 use std::collections::BTreeMap;
 
 use netbatch_stack::route::rule::{TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN, table_name};
+use netbatch_stack::route::{Routes, Routes6, RoutesOf};
 
 use super::Errs;
 use super::rules::{Val, table_id};
@@ -147,6 +148,42 @@ impl super::Config {
             .iter()
             .find(|v| v.table == table)
             .map(|v| v.name.as_str())
+    }
+
+    /// The table a command names: `vrf NAME` (the VRF's), or `table N` (`main`,
+    /// `default`, `local` or 1 to 4294967295).
+    pub fn table_named(&self, by: &str, which: &str) -> Result<u32, String> {
+        match by {
+            "vrf" => self
+                .vrf_table(which)
+                .ok_or_else(|| unknown(which, &self.vrfs)),
+            _ => table_id(&Val::Text(which.to_string())),
+        }
+    }
+
+    /// Table `id` of both families as this configuration builds it: a VRF's (its
+    /// interfaces' routes, then its configured ones) or a numbered table's (its
+    /// configured routes), compact ([`RoutesOf::compact`]).
+    pub fn table(&self, id: u32) -> Result<(Routes, Routes6), crate::setup::SetupError> {
+        let iif = self.iface_tables();
+        let setups: Vec<_> = self.ports.iter().map(|p| p.setup.clone()).collect();
+        let (_, ifaces) = crate::setup::interfaces(&setups)?;
+        let of = |i: u16| iif.get(usize::from(i)) == Some(&id);
+        let none = Vec::new();
+        let none6 = Vec::new();
+        let t = crate::setup::build_into(
+            RoutesOf::compact(),
+            &ifaces,
+            self.tables.get(&id).unwrap_or(&none),
+            of,
+        )?;
+        let t6 = crate::setup::build_into6(
+            RoutesOf::compact(),
+            &ifaces,
+            self.tables6.get(&id).unwrap_or(&none6),
+            of,
+        )?;
+        Ok((t, t6))
     }
 
     /// Each interface's VRF table ([`TABLE_MAIN`] for main), in interface order.

@@ -320,6 +320,20 @@ impl<T: Zeroable, const N: usize> ZeroedArray<T, N> {
 
     /// A zeroed array (aborts as `Box::new` does when the system has no memory for it).
     pub fn new() -> Self {
+        Self::with_huge(true)
+    }
+
+    /// A zeroed array for a table expected to stay sparse (a VRF's FIB, of which there
+    /// may be a thousand): never advised to huge pages, and advised against them (where
+    /// the system backs every mapping with them), so that a write commits one 4 KiB page
+    /// and not 2 MiB; mapped without reserving swap for the whole array, which is
+    /// mostly never written.
+    pub fn new_small() -> Self {
+        Self::with_huge(false)
+    }
+
+    /// A zeroed array, advised to huge pages when `huge` and huge tables are on.
+    fn with_huge(huge: bool) -> Self {
         let layout = std::alloc::Layout::new::<[T; N]>();
         if Self::BYTES == 0 || cfg!(miri) {
             // Miri has no mmap of this kind; a zero-sized array needs no mapping. Either
@@ -337,14 +351,22 @@ impl<T: Zeroable, const N: usize> ZeroedArray<T, N> {
                 backing: Backing::Small,
             };
         }
-        let r = Region::mmap(
-            Self::BYTES,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            Backing::Small,
-        )
-        .unwrap_or_else(|_| std::alloc::handle_alloc_error(layout));
+        let flags = if huge {
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
+        } else {
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE
+        };
+        let r = Region::mmap(Self::BYTES, flags, Backing::Small)
+            .unwrap_or_else(|_| std::alloc::handle_alloc_error(layout));
         let mut backing = Backing::Small;
-        if huge_tables() && Self::BYTES >= HUGE_PAGE {
+        if !huge && Self::BYTES >= HUGE_PAGE {
+            // SAFETY: as below: the mapping was just made and nothing refers to it;
+            // MADV_NOHUGEPAGE changes only how it is backed (a failure leaves it as the
+            // system's default would).
+            let _ =
+                unsafe { libc::madvise(r.ptr.as_ptr().cast(), Self::BYTES, libc::MADV_NOHUGEPAGE) };
+        }
+        if huge && huge_tables() && Self::BYTES >= HUGE_PAGE {
             // SAFETY: the mapping was just made, `BYTES` long, and nothing refers to it;
             // MADV_HUGEPAGE changes only how it is backed.
             if unsafe { libc::madvise(r.ptr.as_ptr().cast(), Self::BYTES, libc::MADV_HUGEPAGE) }

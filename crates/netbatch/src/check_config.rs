@@ -233,10 +233,38 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
             for r in &rules {
                 let _ = writeln!(o, "    {}", r.replace('\t', " "));
             }
-            for (id, n) in tables {
+            // A VRF's table is listed with its VRF, below.
+            for (id, n) in tables
+                .into_iter()
+                .filter(|(id, _)| cfg.vrf_name(*id).is_none())
+            {
                 let _ = writeln!(o, "  {ip}table {id}: {n} routes");
             }
         }
+    }
+    // VRFs: each with its table, interfaces and routes (the interfaces' own included).
+    for v in &cfg.vrfs {
+        let ifaces: Vec<String> = cfg
+            .iface_tables()
+            .iter()
+            .zip(0u16..)
+            .filter(|(t, _)| **t == v.table)
+            .map(|(_, i)| names(i))
+            .collect();
+        let count = |t: Option<usize>| t.map_or(0, |n| n);
+        let n4 = count(host.policy.tables().get(&v.table).map(|t| t.len()));
+        let n6 = count(host.policy6.tables().get(&v.table).map(|t| t.len()));
+        let _ = writeln!(
+            o,
+            "  vrf {} table {}: interfaces {}; {n4} IPv4 and {n6} IPv6 routes",
+            v.name,
+            v.table,
+            if ifaces.is_empty() {
+                "none".to_string()
+            } else {
+                ifaces.join(", ")
+            }
+        );
     }
     for (hook, chain) in &cfg.graph.chains {
         let _ = writeln!(

@@ -21,7 +21,8 @@ use netbatch_stack::route::{Routes, Routes6};
 use netbatch_stack::{GraphOptions, Host, build as build_graph};
 
 use crate::config::{AppKind, Config, PortConfig};
-use crate::setup::{PortSetup, build_hosts, build_routes, build_routes6, interfaces};
+use crate::setup::{PortSetup, build_hosts, build_routes_in, build_routes6_in, interfaces};
+use netbatch_stack::route::rule::TABLE_MAIN;
 
 /// Why a worker could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -59,14 +60,18 @@ pub fn datapath(
 /// The route table of `cfg`: the routes its ports' addresses imply, then its routes.
 pub fn route_table(cfg: &Config) -> Result<Routes, BuildError> {
     let (_, ifaces) = interfaces(&setups(cfg))?;
-    Ok(build_routes(&ifaces, &cfg.routes)?)
+    let vrf = cfg.iface_tables();
+    let main = |i: u16| vrf.get(usize::from(i)).is_none_or(|&t| t == TABLE_MAIN);
+    Ok(build_routes_in(&ifaces, &cfg.routes, main)?)
 }
 
 /// The IPv6 route table of `cfg`: the routes its ports' IPv6 addresses imply, then its
 /// IPv6 routes.
 pub fn route_table6(cfg: &Config) -> Result<Routes6, BuildError> {
     let (_, ifaces) = interfaces(&setups(cfg))?;
-    Ok(build_routes6(&ifaces, &cfg.routes6)?)
+    let vrf = cfg.iface_tables();
+    let main = |i: u16| vrf.get(usize::from(i)).is_none_or(|&t| t == TABLE_MAIN);
+    Ok(build_routes6_in(&ifaces, &cfg.routes6, main)?)
 }
 
 /// The host state a worker of `cfg` starts with (interfaces, routes, static neighbours),

@@ -149,13 +149,20 @@ pub(crate) fn interfaces(ports: &[PortSetup]) -> Result<(Vec<Port>, Vec<Iface>),
 /// The routes implied by interface addresses: connected subnets, our addresses (local),
 /// subnet broadcasts and the limited broadcast.
 pub fn implied_routes(ifaces: &[Iface]) -> Vec<Route> {
+    implied_routes_in(ifaces, |_| true)
+}
+
+/// [`implied_routes`] of the interfaces `i` for which `of(i)` holds (a VRF's: each VRF's
+/// table has its interfaces' routes, and the limited broadcast).
+pub fn implied_routes_in(ifaces: &[Iface], of: impl Fn(u16) -> bool) -> Vec<Route> {
     let mut r = Vec::new();
-    for (i, f) in ifaces.iter().enumerate() {
-        r.extend(subnet_routes(i as u16, &f.addrs));
+    let mine = || (0u16..).zip(ifaces).filter(|&(i, _)| of(i));
+    for (i, f) in mine() {
+        r.extend(subnet_routes(i, &f.addrs));
     }
     // Local routes last so they win over a broadcast of the same address.
-    for (i, f) in ifaces.iter().enumerate() {
-        r.extend(local_routes(i as u16, &f.addrs));
+    for (i, f) in mine() {
+        r.extend(local_routes(i, &f.addrs));
     }
     r.push(Route::new(
         Ipv4Prefix::host(Ipv4Addr::BROADCAST),
@@ -191,12 +198,18 @@ pub fn local_routes(i: u16, addrs: &[IfAddr]) -> impl Iterator<Item = Route> + '
 /// (local). Link-local addresses are not
 /// routed: `ip6-route` knows each interface's own (they are scoped to it).
 pub fn implied_routes6(ifaces: &[Iface]) -> Vec<Route6> {
+    implied_routes6_in(ifaces, |_| true)
+}
+
+/// [`implied_routes6`] of the interfaces `i` for which `of(i)` holds.
+pub fn implied_routes6_in(ifaces: &[Iface], of: impl Fn(u16) -> bool) -> Vec<Route6> {
     let mut r = Vec::new();
-    for (i, f) in ifaces.iter().enumerate() {
-        r.extend(subnet_routes6(i as u16, &f.addrs6));
+    let mine = || (0u16..).zip(ifaces).filter(|&(i, _)| of(i));
+    for (i, f) in mine() {
+        r.extend(subnet_routes6(i, &f.addrs6));
     }
-    for (i, f) in ifaces.iter().enumerate() {
-        r.extend(local_routes6(i as u16, &f.addrs6));
+    for (i, f) in mine() {
+        r.extend(local_routes6(i, &f.addrs6));
     }
     r
 }
@@ -223,10 +236,29 @@ pub fn local_routes6(i: u16, addrs: &[If6Addr]) -> impl Iterator<Item = Route6> 
 
 /// Builds the IPv6 route table as [`build_routes`] builds the IPv4 one.
 pub fn build_routes6(ifaces: &[Iface], routes: &[Route6]) -> Result<Routes6, SetupError> {
-    let (locals, implied): (Vec<Route6>, Vec<Route6>) = implied_routes6(ifaces)
+    build_routes6_in(ifaces, routes, |_| true)
+}
+
+/// [`build_routes6`] over the interfaces `i` for which `of(i)` holds (a VRF's table).
+pub fn build_routes6_in(
+    ifaces: &[Iface],
+    routes: &[Route6],
+    of: impl Fn(u16) -> bool,
+) -> Result<Routes6, SetupError> {
+    build_into6(Routes6::new(), ifaces, routes, of)
+}
+
+/// Fills `t` with the routes of the interfaces `i` for which `of(i)` holds, then
+/// `routes` (as [`build_routes6`]).
+pub fn build_into6(
+    mut t: Routes6,
+    ifaces: &[Iface],
+    routes: &[Route6],
+    of: impl Fn(u16) -> bool,
+) -> Result<Routes6, SetupError> {
+    let (locals, implied): (Vec<Route6>, Vec<Route6>) = implied_routes6_in(ifaces, of)
         .into_iter()
         .partition(|r| r.kind == RouteKind::Local);
-    let mut t = Routes6::new();
     t.load(
         implied
             .into_iter()
@@ -239,10 +271,30 @@ pub fn build_routes6(ifaces: &[Iface], routes: &[Route6]) -> Result<Routes6, Set
 /// Builds the route table: implied routes, then `routes` (a configured route for the same
 /// prefix as an implied one replaces it, except local routes, which always win).
 pub fn build_routes(ifaces: &[Iface], routes: &[Route]) -> Result<Routes, SetupError> {
-    let (locals, implied): (Vec<Route>, Vec<Route>) = implied_routes(ifaces)
+    build_routes_in(ifaces, routes, |_| true)
+}
+
+/// [`build_routes`] over the interfaces `i` for which `of(i)` holds (a VRF's table).
+pub fn build_routes_in(
+    ifaces: &[Iface],
+    routes: &[Route],
+    of: impl Fn(u16) -> bool,
+) -> Result<Routes, SetupError> {
+    build_into(Routes::new(), ifaces, routes, of)
+}
+
+/// Fills `t` with the routes of the interfaces `i` for which `of(i)` holds, then
+/// `routes` (as [`build_routes`]): a VRF's table is a compact one
+/// ([`Routes::compact`]).
+pub fn build_into(
+    mut t: Routes,
+    ifaces: &[Iface],
+    routes: &[Route],
+    of: impl Fn(u16) -> bool,
+) -> Result<Routes, SetupError> {
+    let (locals, implied): (Vec<Route>, Vec<Route>) = implied_routes_in(ifaces, of)
         .into_iter()
         .partition(|r| r.kind == RouteKind::Local);
-    let mut t = Routes::new();
     t.load(
         implied
             .into_iter()

@@ -321,6 +321,27 @@ impl Host {
         self.policy6.hop(&self.routes6, adj)
     }
 
+    /// The IPv4 route table that routes a packet we make in answer to one received on
+    /// port `in_port`, interface `in_if` (an echo reply, an ICMP error: they answer in
+    /// the VRF the packet came from), and the tag the adjacencies found there carry;
+    /// `main`'s, untagged, for what we originate ourselves (`in_port` is `u16::MAX`).
+    #[inline]
+    pub fn routes_for(&self, in_port: u16, in_if: u16) -> (&Routes, u32) {
+        if in_port == u16::MAX {
+            return (&self.routes, 0);
+        }
+        self.policy.vrf_routes(&self.routes, in_if)
+    }
+
+    /// The IPv6 route table as [`Host::routes_for`].
+    #[inline]
+    pub fn routes6_for(&self, in_port: u16, in_if: u16) -> (&Routes6, u32) {
+        if in_port == u16::MAX {
+            return (&self.routes6, 0);
+        }
+        self.policy6.vrf_routes(&self.routes6, in_if)
+    }
+
     /// Sets port `port`'s MTU, and that of every interface on it.
     pub fn set_port_mtu(&mut self, port: u16, mtu: u16) {
         if let Some(p) = self.ports.get_mut(usize::from(port)) {
@@ -437,9 +458,9 @@ impl Host {
         self.ifaces.iter().any(|i| i.has_addr(a))
     }
 
-    /// Whether `a` is one of our IPv6 addresses: a global one (any interface), or the
-    /// link-local address of interface `iface` (link-local addresses are scoped to
-    /// their interface).
+    /// Whether `a` is one of our IPv6 addresses: a global one (of an interface in the
+    /// VRF of interface `iface`), or the link-local address of interface `iface`
+    /// (link-local addresses are scoped to their interface).
     pub fn is_local6(&self, a: Ipv6Addr, iface: u16) -> bool {
         if netbatch_wire::ipv6::is_link_local(a) {
             return self
@@ -447,7 +468,10 @@ impl Host {
                 .get(usize::from(iface))
                 .is_some_and(|i| i.ll6 == a);
         }
-        self.routes6.is_local_addr(u128::from(a))
+        self.policy6
+            .vrf_routes(&self.routes6, iface)
+            .0
+            .is_local_addr(u128::from(a))
     }
 
     /// Whether `a` is one of our Subnet-Router anycast addresses (RFC 4291 2.6.1): that of

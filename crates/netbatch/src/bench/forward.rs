@@ -55,11 +55,11 @@ const MIX: [(u8, u32); 24] = [
 /// The seed of the generated routes (every variant and `--export-peer` route the same).
 const ROUTE_SEED: u64 = 0x6e65_7462_6174_6368;
 
-const GEN0_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 0]);
-const GEN1_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 1]);
-const SENDER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 9, 9]);
+pub(super) const GEN0_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 0]);
+pub(super) const GEN1_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 1, 1]);
+pub(super) const SENDER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 9, 9]);
 /// Next hops on gen1's subnet (TEST-NET-1).
-const GATEWAYS: [Ipv4Addr; 4] = [
+pub(super) const GATEWAYS: [Ipv4Addr; 4] = [
     Ipv4Addr::new(192, 0, 2, 10),
     Ipv4Addr::new(192, 0, 2, 11),
     Ipv4Addr::new(192, 0, 2, 12),

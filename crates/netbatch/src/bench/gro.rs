@@ -186,6 +186,8 @@ mod tests {
             burst: 64,
             flow_order: FlowOrder::Bursty { burst: 64 },
             routes: 16,
+            vrfs: 1,
+            vrf_routes: 2,
             fwd_rules: 0,
             policy_rules: 16,
             filters: 16,

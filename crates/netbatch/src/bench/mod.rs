@@ -21,6 +21,7 @@ mod seeds;
 mod smol;
 mod summary;
 mod team;
+mod vrf;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -56,6 +57,11 @@ cost (the null row), as a NIC's DMA and driver loop are part of the kernel's fig
   ip4-forward-rules    ip4-forward with --policy-rules rules (ip rule) before the main
                        table, none matching, over source, mark, input port, destination,
                        TCP ports and TOS; reported beside ip4-forward in cycles per packet
+  ip4-forward-vrf      ip4-forward through --vrfs VRFs (VLANs of gen0, one VRF each, the
+                       same address in all) of --vrf-routes routes each, the flows spread
+                       over every VRF; reports the resident memory a VRF costs
+  ip4-forward-vrf1     the same configuration, every flow in one VRF; ip4-forward-vrf is
+                       reported beside it in cycles per packet
   udp-forward-1460     one stream of 1460-byte UDP frames forwarded, with each --gro mode
                        (off, standard, fraglist) on the receiving port; Mpps counts frames
                        received
@@ -176,6 +182,12 @@ pub(crate) struct Args {
     /// looks up a numbered table of one route).
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4000))]
     pub(crate) policy_rules: u32,
+    /// VRFs in ip4-forward-vrf and ip4-forward-vrf1 (each a VLAN of gen0).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=2000))]
+    pub(crate) vrfs: u32,
+    /// Routes in each VRF's table in ip4-forward-vrf and ip4-forward-vrf1.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    pub(crate) vrf_routes: u32,
     /// FORWARD rules, none matching, in udp-forward-1460 and tcp-forward-1460 (a
     /// heavier per-packet path, as a firewall makes it).
     #[arg(long, default_value_t = 0)]
@@ -295,6 +307,8 @@ pub(crate) fn main(args: &Args) -> anyhow::Result<()> {
         burst: args.burst.clamp(1, netbatch_engine::LIST_MAX),
         flow_order: args.flow_order,
         routes: args.routes as usize,
+        vrfs: args.vrfs as usize,
+        vrf_routes: args.vrf_routes as usize,
         fwd_rules: args.fwd_rules,
         policy_rules: args.policy_rules as usize,
         filters: args.filters as usize,
@@ -737,6 +751,27 @@ fn table(entries: &[Entry], rows: &[Summary], tsc_hz: f64) -> String {
                 e.v.mode_name(),
                 e.v.dispatch_name(),
                 tsc(i) / tsc(k),
+            );
+        }
+    }
+    // Lookups over many VRFs against lookups in one (same mode and dispatch, the same
+    // configuration): the ratio of TSC cycles per packet the target names.
+    for (i, e) in entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.v.scenario == "ip4-forward-vrf")
+    {
+        let same = |o: &Entry| o.v.mode == e.v.mode && o.v.dispatch == e.v.dispatch;
+        if let Some(one) = entries
+            .iter()
+            .position(|o| o.v.scenario == "ip4-forward-vrf1" && same(o))
+        {
+            let _ = writeln!(
+                s,
+                "ip4-forward-vrf {} {}: every VRF / one VRF = {:.2}x cycles per packet",
+                e.v.mode_name(),
+                e.v.dispatch_name(),
+                tsc(i) / tsc(one)
             );
         }
     }

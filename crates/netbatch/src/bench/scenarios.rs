@@ -27,6 +27,8 @@ pub(crate) const NAMES: &[&str] = &[
     "smoltcp-udp-1b",
     "ip4-forward",
     "ip4-forward-rules",
+    "ip4-forward-vrf",
+    "ip4-forward-vrf1",
     "udp-forward-1460",
     "tcp-forward-1460",
     "rps",
@@ -89,6 +91,10 @@ pub(crate) struct Common {
     pub(crate) burst: usize,
     pub(crate) flow_order: FlowOrder,
     pub(crate) routes: usize,
+    /// VRFs, and routes in each, of ip4-forward-vrf and ip4-forward-vrf1.
+    pub(crate) vrfs: usize,
+    /// Routes in each VRF's table.
+    pub(crate) vrf_routes: usize,
     /// FORWARD rules (none matching) in the GRO scenarios.
     pub(crate) fwd_rules: usize,
     /// Policy rules before the main table in ip4-forward-rules.
@@ -577,7 +583,11 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
                 }
             }
         }
-        "udp-local-1b-nf1" | "udp-local-1b-flower" | "udp6-local-1b" => {
+        "udp-local-1b-nf1"
+        | "udp-local-1b-flower"
+        | "udp6-local-1b"
+        | "ip4-forward-vrf"
+        | "ip4-forward-vrf1" => {
             for &d in ax.dispatch {
                 for &m in ax.modes {
                     v.push(mk(Some(m), Some(d)));
@@ -641,6 +651,7 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "udp-local-1b-flower" => udp_local(v, c, false),
         "smoltcp-udp-1b" => smoltcp_udp(c),
         "ip4-forward" | "ip4-forward-rules" => super::forward::build_forward(v, c),
+        "ip4-forward-vrf" | "ip4-forward-vrf1" => super::vrf::build(v, c),
         "udp-forward-1460" => super::gro::build_gro_forward(v, c, false, false),
         "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true, false),
         "ip6-forward" => super::forward6::build_forward6(v, c),

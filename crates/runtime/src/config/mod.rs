@@ -50,6 +50,7 @@ mod ports;
 mod routes;
 mod rules;
 mod shape;
+mod vrf;
 
 use core::fmt;
 use std::path::Path;
@@ -67,6 +68,7 @@ pub use control::{ControlConfig, SOCKET_DIR, group_id};
 pub use linux::LinuxConfig;
 pub(crate) use ports::any_gro;
 pub use ports::{GenSpec, PortConfig, PortKind};
+pub use vrf::VrfConfig;
 
 /// What a configuration is checked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +152,8 @@ struct File {
     route_files: Vec<String>,
     #[serde(default, rename = "rule")]
     rules: Vec<rules::RuleFile>,
+    #[serde(default, rename = "vrf")]
+    vrfs: Vec<vrf::VrfFile>,
     #[serde(default)]
     filter: filter::FilterFile,
     #[serde(default)]
@@ -201,6 +205,11 @@ pub struct Config {
     pub tables: std::collections::BTreeMap<u32, Vec<Route>>,
     /// IPv6 routes of numbered tables, by table.
     pub tables6: std::collections::BTreeMap<u32, Vec<netbatch_stack::route::Route6>>,
+    /// VRFs (`[[vrf]]`).
+    pub vrfs: Vec<VrfConfig>,
+    /// Each interface's VRF name, in interface order ("" for main; interfaces beyond
+    /// the list are main's).
+    pub iface_vrfs: Vec<String>,
     /// Static neighbours.
     pub neighbours: Vec<StaticNeighbour>,
     /// Static IPv6 neighbours.
@@ -272,6 +281,8 @@ impl Config {
             rules6: Vec::new(),
             tables: Default::default(),
             tables6: Default::default(),
+            vrfs: Vec::new(),
+            iface_vrfs: Vec::new(),
             neighbours: Vec::new(),
             neighbours6: Vec::new(),
             graph,
@@ -384,7 +395,23 @@ impl Config {
     /// A route written on a command line (an `ip route` line, or an `ip -6 route` one),
     /// with this configuration's interface names, subnets and prefixes.
     pub fn parse_route(&self, line: &str) -> Result<netbatch_stack::route::file::AnyRoute, String> {
-        netbatch_stack::route::file::parse_line(line, &ports::Names::of(&self.ports))?
+        self.parse_route_in(line, "")
+    }
+
+    /// A route written on a command line for the VRF named `vrf` ("" for main): a
+    /// gateway without `dev` is looked for on that VRF's subnets.
+    pub fn parse_route_in(
+        &self,
+        line: &str,
+        vrf: &str,
+    ) -> Result<netbatch_stack::route::file::AnyRoute, String> {
+        let names = ports::Names::of(&self.ports).with_vrfs(
+            self.iface_vrfs
+                .iter()
+                .map(|v| (v.clone(), String::new()))
+                .collect(),
+        );
+        netbatch_stack::route::file::parse_line(line, &ports::Scoped { names: &names, vrf })?
             .ok_or_else(|| "no route given".to_string())
     }
 
@@ -474,8 +501,12 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let host = icmp::host(&raw.icmp, &dp, neigh);
     let (ports, names) = ports::validate(&raw.ports, dp.workers, dp.rps.is_some(), e);
     pool::fits_ports(&pool, raw.ports.iter().map(ports::kind_of).enumerate(), e);
+    let vrfs = vrf::validate(&raw.vrfs, e);
+    let iface_vrfs = ports::iface_vrfs(&raw.ports, e);
+    vrf::check_members(&iface_vrfs, &vrfs, e);
+    let names = names.with_vrfs(iface_vrfs);
     let (routes, routes6) = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
-    let (tables, tables6) = rules::tables(&raw.routes, &names, e);
+    let (tables, tables6) = rules::tables(&raw.routes, &names, &vrfs, e);
     let (rules, rules6) = rules::validate(&raw.rules, &names, e);
     let (neighbours, neighbours6) = neighbour::statics(
         &raw.neighbour,
@@ -517,6 +548,13 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         rules6,
         tables,
         tables6,
+        vrfs,
+        // Empty when every interface is main's, as `Config::new` makes it.
+        iface_vrfs: if names.vrfs().iter().all(|(v, _)| v.is_empty()) {
+            Vec::new()
+        } else {
+            names.vrfs().iter().map(|(v, _)| v.clone()).collect()
+        },
         neighbours,
         neighbours6,
         graph,
@@ -797,6 +835,7 @@ mod tests {
                 "[[route]]\nprefix = \"default\"\nnexthops = [{ __probe = 1 }]\n",
             ),
             ("`[[rule]]`", "[[rule]]\n"),
+            ("`[[vrf]]`", "[[vrf]]\n"),
             ("`[filter]`", "[filter]\n"),
             ("`[filter.HOOK]`", "[filter.forward]\n"),
             ("`[[filter.HOOK.rule]]`", "[[filter.forward.rule]]\n"),

@@ -78,6 +78,8 @@ pub(super) struct PortFile {
     rx_workers: Vec<usize>,
     /// Workers RPS spreads this port's packets over (default: all, when RPS is on).
     rps_map: Option<Vec<usize>>,
+    /// The VRF of the untagged interface (a `[[vrf]]`'s name; default: main).
+    vrf: Option<String>,
 }
 
 fn default_rx_workers() -> Vec<usize> {
@@ -98,6 +100,8 @@ struct VlanFile {
     name: Option<String>,
     #[serde(default)]
     addresses: Vec<String>,
+    /// The VLAN interface's VRF (default: main, whatever the port's).
+    vrf: Option<String>,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -244,6 +248,40 @@ pub(super) struct Names {
     subnets: Vec<Vec<IfAddr>>,
     subnets6: Vec<Vec<If6Addr>>,
     ll6: Vec<Ipv6Addr>,
+    /// Each interface's VRF name ("" for main), and the key that set it.
+    vrfs: Vec<(String, String)>,
+}
+
+/// [`Names`] seen from one VRF: every interface by name (a route's `dev` may leak into
+/// another VRF), but only the VRF's own subnets for a gateway given without `dev`.
+pub(super) struct Scoped<'a> {
+    /// The interfaces.
+    pub names: &'a Names,
+    /// The VRF's name ("" for main).
+    pub vrf: &'a str,
+}
+
+impl Resolve for Scoped<'_> {
+    fn iface(&self, name: &str) -> Option<u16> {
+        self.names.iface(name)
+    }
+    fn iface_for_gateway(&self, gw: Ipv4Addr) -> Option<u16> {
+        self.names
+            .addrs()
+            .filter(|&(i, a)| a.subnet().contains(gw) && self.names.vrf_of(i) == self.vrf)
+            .min_by_key(|&(i, a)| (core::cmp::Reverse(a.len), i))
+            .map(|(i, _)| i)
+    }
+    fn iface_for_gateway6(&self, gw: Ipv6Addr) -> Option<u16> {
+        if netbatch_wire::ipv6::is_link_local(gw) {
+            return None;
+        }
+        self.names
+            .addrs6()
+            .filter(|&(i, a)| a.subnet().contains(gw) && self.names.vrf_of(i) == self.vrf)
+            .min_by_key(|&(i, a)| (core::cmp::Reverse(a.len), i))
+            .map(|(i, _)| i)
+    }
 }
 
 impl Names {
@@ -271,6 +309,7 @@ impl Names {
     }
 
     fn push(&mut self, name: &str, addrs: &[IfAddr], addrs6: &[If6Addr], ll6: Ipv6Addr) {
+        self.vrfs.push((String::new(), String::new()));
         self.names.push(name.to_string());
         self.subnets.push(addrs.to_vec());
         self.subnets6.push(addrs6.to_vec());
@@ -294,6 +333,26 @@ impl Names {
     /// Every interface's link-local address, with the interface's index.
     pub(super) fn link_locals(&self) -> impl Iterator<Item = (u16, Ipv6Addr)> + '_ {
         self.ll6.iter().enumerate().map(|(i, &a)| (i as u16, a))
+    }
+
+    /// Sets each interface's VRF name and the key that set it (in interface order).
+    pub(super) fn with_vrfs(mut self, vrfs: Vec<(String, String)>) -> Self {
+        for (slot, v) in self.vrfs.iter_mut().zip(vrfs) {
+            *slot = v;
+        }
+        self
+    }
+
+    /// Interface `i`'s VRF name ("" for main).
+    pub(super) fn vrf_of(&self, i: u16) -> &str {
+        self.vrfs
+            .get(usize::from(i))
+            .map_or("", |(v, _)| v.as_str())
+    }
+
+    /// Each interface's VRF name ("" for main) and the key that set it ("" for none).
+    pub(super) fn vrfs(&self) -> &[(String, String)] {
+        &self.vrfs
     }
 
     /// The names, in interface order.
@@ -341,21 +400,53 @@ impl Resolve for Names {
     }
 }
 
+/// Each interface's VRF name ("" for main) and the key that sets it, in interface order
+/// (as `setup::interfaces` numbers them: a port's untagged interface when it has
+/// addresses, then its VLANs). A `vrf` on a port without an untagged interface is
+/// refused: it would set nothing.
+pub(super) fn iface_vrfs(raw: &[PortFile], e: &mut Errs) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (pi, p) in raw.iter().enumerate() {
+        let key = format!("port[{pi}].vrf");
+        match (&p.addresses, &p.vrf) {
+            (Some(_), v) => out.push((v.clone().unwrap_or_default(), key)),
+            (None, Some(v)) => e.add(
+                key,
+                format!(
+                    "VRF '{v}' for a port without addresses (no untagged interface): give the VLANs their vrf"
+                ),
+            ),
+            (None, None) => {}
+        }
+        for (vi, v) in p.vlan.iter().enumerate() {
+            out.push((
+                v.vrf.clone().unwrap_or_default(),
+                format!("port[{pi}].vlan[{vi}].vrf"),
+            ));
+        }
+    }
+    out
+}
+
 /// The interface addresses placed so far, each address and subnet with the first
 /// address's key and interface, to refuse an address on two interfaces (or twice on
 /// one) and a subnet on two interfaces as they come, naming the earlier one.
 #[derive(Default)]
 struct Placed {
-    addrs: HashMap<Ipv4Addr, (String, String)>,
-    subnets: HashMap<Ipv4Prefix, (String, String)>,
-    addrs6: HashMap<Ipv6Addr, (String, String)>,
-    subnets6: HashMap<Ipv6Prefix, (String, String)>,
+    addrs: HashMap<(String, Ipv4Addr), (String, String)>,
+    subnets: HashMap<(String, Ipv4Prefix), (String, String)>,
+    addrs6: HashMap<(String, Ipv6Addr), (String, String)>,
+    subnets6: HashMap<(String, Ipv6Prefix), (String, String)>,
+    /// The VRF of the interface being placed ("" for main): addresses and subnets may
+    /// repeat across VRFs (each has its own table), not within one.
+    vrf: String,
 }
 
 impl Placed {
     /// Places IPv6 address `addr`, at `key` on interface `iface` (the same rules).
     fn place6(&mut self, key: &str, iface: &str, addr: If6Addr, e: &mut Errs) {
-        if let Some((first, on)) = self.addrs6.get(&addr.addr) {
+        let vrf = self.vrf.clone();
+        if let Some((first, on)) = self.addrs6.get(&(vrf.clone(), addr.addr)) {
             e.add(
                 key,
                 format!(
@@ -365,10 +456,12 @@ impl Placed {
             );
             return;
         }
-        self.addrs6
-            .insert(addr.addr, (key.to_string(), iface.to_string()));
+        self.addrs6.insert(
+            (vrf.clone(), addr.addr),
+            (key.to_string(), iface.to_string()),
+        );
         let subnet = addr.subnet();
-        match self.subnets6.get(&subnet) {
+        match self.subnets6.get(&(vrf.clone(), subnet)) {
             Some((first, on)) if on != iface => e.add(
                 key,
                 format!(
@@ -379,14 +472,15 @@ impl Placed {
             Some(_) => {}
             None => {
                 self.subnets6
-                    .insert(subnet, (key.to_string(), iface.to_string()));
+                    .insert((vrf, subnet), (key.to_string(), iface.to_string()));
             }
         }
     }
 
     /// Places `addr`, at `key` on interface `iface`.
     fn place(&mut self, key: &str, iface: &str, addr: IfAddr, e: &mut Errs) {
-        if let Some((first, on)) = self.addrs.get(&addr.addr) {
+        let vrf = self.vrf.clone();
+        if let Some((first, on)) = self.addrs.get(&(vrf.clone(), addr.addr)) {
             e.add(
                 key,
                 format!(
@@ -396,10 +490,12 @@ impl Placed {
             );
             return;
         }
-        self.addrs
-            .insert(addr.addr, (key.to_string(), iface.to_string()));
+        self.addrs.insert(
+            (vrf.clone(), addr.addr),
+            (key.to_string(), iface.to_string()),
+        );
         let subnet = addr.subnet();
-        match self.subnets.get(&subnet) {
+        match self.subnets.get(&(vrf.clone(), subnet)) {
             Some((first, on)) if on != iface => e.add(
                 key,
                 format!(
@@ -410,7 +506,7 @@ impl Placed {
             Some(_) => {}
             None => {
                 self.subnets
-                    .insert(subnet, (key.to_string(), iface.to_string()));
+                    .insert((vrf, subnet), (key.to_string(), iface.to_string()));
             }
         }
     }
@@ -487,6 +583,7 @@ pub(super) fn validate(
             );
         }
         let features = features(p, &key, e);
+        placed.vrf = p.vrf.clone().unwrap_or_default();
         let (addrs, addrs6) = match p.addresses.as_ref() {
             Some(a) => {
                 let (v4, v6) = addresses(a, &format!("{key}.addresses"), &p.name, &mut placed, e);
@@ -823,6 +920,7 @@ fn vlans(p: &PortFile, key: &str, placed: &mut Placed, e: &mut Errs) -> Vec<Ifac
             Tags::QinQ(s, c) => format!("{}.{s}.{c}", p.name),
             Tags::None => p.name.clone(),
         });
+        placed.vrf = v.vrf.clone().unwrap_or_default();
         let (addrs, addrs6) =
             addresses(&v.addresses, &format!("{vkey}.addresses"), &name, placed, e);
         vlans.push(IfaceSetup {

@@ -49,12 +49,19 @@ pub(super) struct RouteFile {
     nexthops: Option<Vec<NextHopFile>>,
     /// The table (`main` when left out; the others are `rules`'s).
     table: Option<super::rules::Val>,
+    /// The VRF (its table; `rules`'s, as a numbered table's routes are).
+    vrf: Option<String>,
 }
 
 impl RouteFile {
     /// The route's `table`, if it names one.
     pub(super) fn table(&self) -> Option<&super::rules::Val> {
         self.table.as_ref()
+    }
+
+    /// The route's `vrf`, if it names one.
+    pub(super) fn vrf(&self) -> Option<&str> {
+        self.vrf.as_deref()
     }
 }
 
@@ -192,11 +199,13 @@ pub(super) fn validate(
     // route is read).
     let mut later: Vec<(Place, String, String)> = Vec::new();
     for (ri, r) in raw.iter().enumerate() {
-        // Routes of other tables are `rules`'s to check.
-        if !super::rules::in_main(r.table.as_ref()) {
+        // Routes of other tables and of VRFs are `rules`'s to check.
+        if !super::rules::in_main(r.table.as_ref()) || r.vrf.is_some() {
             continue;
         }
-        match inline(r, &format!("route[{ri}]"), names, e) {
+        // A gateway without dev is on a subnet of main's.
+        let main = super::ports::Scoped { names, vrf: "" };
+        match inline(r, &format!("route[{ri}]"), &main, e) {
             Some(AnyRoute::V4(route)) => {
                 v4.routes.push(route);
                 v4.from.inline.push(ri);
@@ -247,16 +256,20 @@ pub(super) fn validate(
         v4.from.files.push((v4.routes.len(), fi));
         v6.from.files.push((v6.routes.len(), fi));
         let line_of = |line: usize| u32::try_from(line).unwrap_or(u32::MAX);
-        let read = route_file::each_route(&text, names, |route, line| match route {
-            AnyRoute::V4(r) => {
-                v4.routes.push(r);
-                v4.from.lines.push(line_of(line));
-            }
-            AnyRoute::V6(r) => {
-                v6.routes.push(r);
-                v6.from.lines.push(line_of(line));
-            }
-        });
+        let read = route_file::each_route(
+            &text,
+            &super::ports::Scoped { names, vrf: "" },
+            |route, line| match route {
+                AnyRoute::V4(r) => {
+                    v4.routes.push(r);
+                    v4.from.lines.push(line_of(line));
+                }
+                AnyRoute::V6(r) => {
+                    v6.routes.push(r);
+                    v6.from.lines.push(line_of(line));
+                }
+            },
+        );
         if let Err(le) = read {
             later.push(((fi + 1, le.line), key, format!("{}: {le}", path.display())));
         }
@@ -363,7 +376,12 @@ const PLACE_BITS: u32 = 24;
 
 /// One `[[route]]` under `key`, of the family its prefix (or for `default`, its first
 /// gateway) says.
-pub(super) fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> Option<AnyRoute> {
+pub(super) fn inline(
+    r: &RouteFile,
+    key: &str,
+    names: &dyn route_file::Resolve,
+    e: &mut Errs,
+) -> Option<AnyRoute> {
     let v6 = if r.prefix == "default" {
         let first_via = r
             .via
@@ -384,7 +402,7 @@ pub(super) fn inline(r: &RouteFile, key: &str, names: &Names, e: &mut Errs) -> O
 fn inline_of<F: LineFamily>(
     r: &RouteFile,
     key: &str,
-    names: &Names,
+    names: &dyn route_file::Resolve,
     e: &mut Errs,
 ) -> Option<RouteOf<F>> {
     let pkey = format!("{key}.prefix");
@@ -448,7 +466,7 @@ fn next_hop<F: LineFamily>(
     via: Option<&str>,
     dev: Option<&str>,
     key: &str,
-    names: &Names,
+    names: &dyn route_file::Resolve,
     e: &mut Errs,
 ) -> Option<(u16, Option<F::Addr>)> {
     let vkey = format!("{key}.via");
@@ -500,7 +518,7 @@ fn multipath<F: LineFamily>(
     prefix: F::Prefix,
     nexthops: &[NextHopFile],
     key: &str,
-    names: &Names,
+    names: &dyn route_file::Resolve,
     e: &mut Errs,
 ) -> Option<RouteOf<F>> {
     if nexthops.is_empty() || nexthops.len() > MAX_NEXT_HOPS {

@@ -109,7 +109,7 @@ fn bounded(v: &Val, max: u64, what: &str) -> Result<u64, String> {
 }
 
 /// A table's number: `main`, `default`, `local` or 1 to 4294967295.
-fn table_id(v: &Val) -> Result<u32, String> {
+pub(super) fn table_id(v: &Val) -> Result<u32, String> {
     match v {
         Val::Text(t) if t == "main" => Ok(TABLE_MAIN),
         Val::Text(t) if t == "default" => Ok(TABLE_DEFAULT),
@@ -489,16 +489,59 @@ pub(super) type Tables = (BTreeMap<u32, Vec<Route>>, BTreeMap<u32, Vec<Route6>>)
 
 /// The `[[route]]`s with a `table` other than main: refused for `local` and invalid
 /// tables, checked as `routes` checks main's, a prefix once per table and family.
-pub(super) fn tables(raw: &[RouteFile], names: &Names, e: &mut Errs) -> Tables {
+/// A route with `vrf` goes to the VRF's table (a `table` beside it must be that one),
+/// its gateway looked for on the VRF's subnets.
+pub(super) fn tables(
+    raw: &[RouteFile],
+    names: &Names,
+    vrfs: &[super::vrf::VrfConfig],
+    e: &mut Errs,
+) -> Tables {
     let mut v4: BTreeMap<u32, Vec<Route>> = BTreeMap::new();
     let mut v6: BTreeMap<u32, Vec<Route6>> = BTreeMap::new();
     // The first route of each (table, family, prefix), for the repeat's message.
     let mut seen4: BTreeMap<(u32, netbatch_stack::prefix::Ipv4Prefix), usize> = BTreeMap::new();
     let mut seen6: BTreeMap<(u32, netbatch_stack::prefix::Ipv6Prefix), usize> = BTreeMap::new();
     for (ri, r) in raw.iter().enumerate() {
-        let Some(t) = r.table() else { continue };
         let key = format!("route[{ri}]");
-        let id = match table_id(t) {
+        // The VRF's name and table, when the route names one.
+        let vrf = match r.vrf() {
+            Some(v) => match vrfs.iter().find(|x| x.name == v) {
+                Some(x) => Some((x.name.as_str(), x.table)),
+                None => {
+                    e.add(format!("{key}.vrf"), super::vrf::unknown(v, vrfs));
+                    continue;
+                }
+            },
+            None => None,
+        };
+        let table = match (r.table(), vrf) {
+            (Some(t), Some((name, vt))) => {
+                if table_id(t) != Ok(vt) {
+                    e.add(
+                        format!("{key}.table"),
+                        format!(
+                            "table {} is not VRF '{name}''s table ({vt}): give vrf or table",
+                            t.text()
+                        ),
+                    );
+                    continue;
+                }
+                Ok(vt)
+            }
+            (_, Some((_, vt))) => Ok(vt),
+            (Some(t), None) => table_id(t),
+            (None, None) => continue,
+        };
+        // The gateway of a route of a VRF's table is on the VRF's subnets.
+        let scope = super::ports::Scoped {
+            names,
+            vrf: vrfs
+                .iter()
+                .find(|x| table == Ok(x.table))
+                .map_or("", |x| x.name.as_str()),
+        };
+        let id = match table {
             Ok(TABLE_MAIN) => continue,
             Ok(TABLE_LOCAL) => {
                 e.add(
@@ -518,7 +561,7 @@ pub(super) fn tables(raw: &[RouteFile], names: &Names, e: &mut Errs) -> Tables {
                 "{p} is routed twice in table {id}: route[{first}] and route[{ri}] (one route per prefix and table)"
             )
         };
-        match super::routes::inline(r, &key, names, e) {
+        match super::routes::inline(r, &key, &scope, e) {
             Some(AnyRoute::V4(route)) => {
                 if let Some(&first) = seen4.get(&(id, route.prefix)) {
                     e.add(format!("{key}.prefix"), twice(first, &route.prefix));
@@ -556,7 +599,7 @@ fn built<F: Family>(
     tables
         .iter()
         .map(|(&id, routes)| {
-            let mut t = RoutesOf::new();
+            let mut t = RoutesOf::compact();
             t.load(routes.iter().cloned())?;
             Ok((id, Arc::new(t)))
         })
@@ -575,12 +618,38 @@ fn set_of<F: Family>(rules: &[RuleOf<F>]) -> Result<RulesOf<F>, RouteError> {
 
 impl Config {
     /// Each family's policy routing: the rules over the numbered tables (`main` is the
-    /// route table the workers' hosts are given).
+    /// route table the workers' hosts are given), with the VRFs: each VRF's table holds
+    /// the routes its interfaces' addresses imply, then its configured ones.
     pub fn policies(&self) -> Result<(Policy, Policy6), RouteError> {
         let refused = |e: RuleError| RouteError::Fib(e.to_string());
+        let setup = |e: crate::setup::SetupError| RouteError::Fib(e.to_string());
+        let iif = self.iface_tables();
+        let setups: Vec<_> = self.ports.iter().map(|p| p.setup.clone()).collect();
+        let (_, ifaces) = crate::setup::interfaces(&setups).map_err(setup)?;
+        let mut t4 = built(&self.tables)?;
+        let mut t6 = built(&self.tables6)?;
+        for v in &self.vrfs {
+            let of = |i: u16| iif.get(usize::from(i)) == Some(&v.table);
+            let none = Vec::new();
+            let routes = self.tables.get(&v.table).unwrap_or(&none);
+            let t = crate::setup::build_into(RoutesOf::compact(), &ifaces, routes, of)
+                .map_err(setup)?;
+            t4.insert(v.table, Arc::new(t));
+            // A VRF without IPv6 gets none: the policy gives it one shared empty table.
+            let none6 = Vec::new();
+            let routes6 = self.tables6.get(&v.table).unwrap_or(&none6);
+            let has6 = (0u16..)
+                .zip(&ifaces)
+                .any(|(i, f)| of(i) && !f.addrs6.is_empty());
+            if has6 || !routes6.is_empty() {
+                let t = crate::setup::build_into6(RoutesOf::compact(), &ifaces, routes6, of)
+                    .map_err(setup)?;
+                t6.insert(v.table, Arc::new(t));
+            }
+        }
         Ok((
-            Policy::new(set_of(&self.rules)?, built(&self.tables)?).map_err(refused)?,
-            Policy6::new(set_of(&self.rules6)?, built(&self.tables6)?).map_err(refused)?,
+            Policy::with_vrfs(set_of(&self.rules)?, t4, &iif).map_err(refused)?,
+            Policy6::with_vrfs(set_of(&self.rules6)?, t6, &iif).map_err(refused)?,
         ))
     }
 }

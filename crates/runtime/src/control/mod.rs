@@ -29,6 +29,7 @@
 
 pub mod server;
 pub mod show;
+mod vrf;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -318,8 +319,10 @@ pub mod trace;
 /// The commands, for `help` and for errors.
 pub const USAGE: &str = "\
 show runtime|errors|ports|routes|neigh|rules|sockets|softnet|counters|linux|links
+show routes vrf NAME|table N
 clear counters
 route add|replace|del ROUTE            (an `ip route` or `ip -6 route` line: PREFIX via GW [dev IF] | PREFIX dev IF | blackhole|unreachable|prohibit PREFIX)
+route add|replace|del ROUTE vrf NAME|table N   (in a VRF's or a numbered table)
 neigh add|replace ADDRESS lladdr MAC dev IF   (ADDRESS IPv4 or IPv6)
 neigh del ADDRESS dev IF
 rule add HOOK [index N] KEY VALUE...   (keys of [[filter.HOOK.rule]]: proto src dst sport dport in out mark action)
@@ -515,9 +518,15 @@ impl Control {
     pub fn handle(&self, argv: &[String]) -> Reply {
         let words: Vec<&str> = argv.iter().map(String::as_str).collect();
         match words.as_slice() {
+            ["show", "routes", by @ ("vrf" | "table"), which] => self.show_table(by, which),
             ["show", what] => self.show(what),
             ["show"] => Reply::err(format!("show what?\n{USAGE}")),
             ["clear", "counters"] => self.clear(),
+            [
+                "route",
+                op @ ("add" | "replace" | "del" | "delete"),
+                rest @ ..,
+            ] if vrf::names_a_table(rest) => self.route_in_table(op, rest),
             [
                 "route",
                 op @ ("add" | "replace" | "del" | "delete"),
@@ -1687,6 +1696,13 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
             new.rules, new.rules6, new.tables, new.tables6
         ),
         "policy rules and the routes of numbered tables",
+    );
+    differ(
+        &mut v,
+        "vrf",
+        format!("{:?}{:?}", old.vrfs, old.iface_vrfs),
+        format!("{:?}{:?}", new.vrfs, new.iface_vrfs),
+        "VRFs and the interfaces' VRFs",
     );
     differ(
         &mut v,

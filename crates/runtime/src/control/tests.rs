@@ -1374,3 +1374,82 @@ fn memory_levels_off_under_churn() {
         grown * 1024 / 160
     );
 }
+
+/// `route add|del … vrf NAME|table N` change the table of every worker's policy (read
+/// back by routing a key from the VRF's interface), gateways are looked for on the VRF's
+/// own subnets, and `show routes vrf NAME|table N` lists the table with its connected
+/// routes.
+#[test]
+fn routes_of_a_vrf_change_on_every_worker() {
+    use netbatch_stack::route::rule::{DecisionOf, Key};
+    let file = FILE.replace(
+        r#"addresses = ["198.51.100.1/24"]"#,
+        "addresses = [\"198.51.100.1/24\"]\nvrf = \"red\"",
+    );
+    let r = Running::with(&file, "", "\n[[vrf]]\nname = \"red\"\ntable = 10\n");
+    // The gateway each worker routes 203.0.113.5 by when it comes in by eth1 (red's).
+    let via_red = |r: &Running| -> Vec<Option<u32>> {
+        r.control
+            .remote
+            .on_each(|_, w| {
+                let k = Key {
+                    src: ip("198.51.100.9"),
+                    dst: ip("203.0.113.5"),
+                    iif: 1,
+                    mark: 0,
+                    proto: 17,
+                    sport: 1,
+                    dport: 2,
+                    tos: 0,
+                };
+                match w.host.policy.decide(&w.host.routes, &k, || 0) {
+                    DecisionOf::Route { hop, .. } => Some(hop.gateway),
+                    _ => None,
+                }
+            })
+            .expect("answers")
+    };
+    assert_eq!(via_red(&r), vec![None, None]);
+    r.ok("route add 203.0.113.0/24 via 198.51.100.2 vrf red");
+    assert_eq!(via_red(&r), vec![Some(ip("198.51.100.2")); 2]);
+    assert_eq!(r.lookups("203.0.113.5"), vec![None, None], "not in main");
+    for (line, why) in [
+        (
+            "route add 203.0.113.0/24 via 198.51.100.3 vrf red",
+            "exists",
+        ),
+        (
+            "route add 198.18.0.0/15 via 192.0.2.7 vrf red",
+            "not on a connected subnet",
+        ),
+        (
+            "route add 198.18.0.0/15 via 198.51.100.3 vrf blue",
+            "no VRF named 'blue'",
+        ),
+        ("route del 198.18.0.0/15 vrf red", "no route for"),
+    ] {
+        let reply = r.cmd(line);
+        assert!(
+            !reply.ok && reply.text.contains(why),
+            "{line}: {}",
+            reply.text
+        );
+    }
+    assert_eq!(via_red(&r), vec![Some(ip("198.51.100.2")); 2]);
+    let shown = r.ok("show routes vrf red");
+    assert!(
+        shown.contains("203.0.113.0/24 via 198.51.100.2 dev eth1")
+            && shown.contains("198.51.100.0/24 dev eth1"),
+        "{shown}"
+    );
+    assert!(!r.ok("show routes").contains("198.51.100.0/24"), "main");
+    r.ok("route del 203.0.113.0/24 vrf red");
+    assert_eq!(via_red(&r), vec![None, None]);
+    // A numbered table that is no VRF's: its gateways are main's.
+    r.ok("route add 198.18.0.0/15 via 192.0.2.7 table 100");
+    assert!(
+        r.ok("show routes table 100")
+            .contains("198.18.0.0/15 via 192.0.2.7 dev eth0")
+    );
+    assert!(!r.cmd("show routes vrf blue").ok);
+}

@@ -22,6 +22,20 @@
 //! * Each live group is referenced by exactly one tbl24 entry and has at least one
 //!   entry of depth `> 24`; groups on the free list are unreferenced.
 //! * `tbl8.len() == 256 * groups` with `groups <= max_groups <= MAX_GROUPS_LIMIT`.
+//!
+//! # Compact tables
+//!
+//! A table made by [`Fib::compact`] (a VRF's, of which there may be a thousand) keeps
+//! its routes of [`SHORT_MAX`] bits or fewer out of tbl24, in `short`, one entry per /8
+//! (the longest such route covering it), and its tbl24 on 4 KiB pages never advised to
+//! huge ones: a default route or a /8 would otherwise write 64 MiB or 256 KiB of tbl24
+//! and commit it, and a huge page would commit 2 MiB at its first write. So such a
+//! table commits what its routes longer than /8 write: a page of tbl24 for each /14
+//! they touch, and 1 KiB a tbl8 group. An entry of tbl24 (or of a group) that no route
+//! longer than /8 owns stays empty, and a lookup that finds an empty entry answers
+//! from `short`. A table made by [`Fib::new`] expands every route into tbl24 as
+//! before, its `short` always empty: its lookups pay for `short` only when they find
+//! no route.
 
 use std::fmt;
 
@@ -36,6 +50,9 @@ pub const DEFAULT_MAX_GROUPS: u32 = 65_536;
 pub const MAX_GROUPS_LIMIT: u32 = 1 << 24;
 /// Largest route value a FIB can store (24 bits).
 pub const MAX_VALUE: u32 = (1 << 24) - 1;
+
+/// The longest routes a compact table keeps out of tbl24 (see the module documentation).
+pub const SHORT_MAX: u8 = 8;
 
 const TBL24_LEN: usize = 1 << 24;
 const GROUP_LEN: usize = 256;
@@ -85,6 +102,11 @@ const fn tbl24_span(prefix: u32, len: u8) -> (usize, usize) {
     ((prefix >> 8) as usize, 1 << (24 - len))
 }
 
+/// `short` index range `(start, count)` of a prefix with `len <= 8`.
+const fn short_span(prefix: u32, len: u8) -> (usize, usize) {
+    ((prefix >> 24) as usize, 1 << (8 - len))
+}
+
 /// In-group range `(start, count)` of a prefix with `24 < len <= 32`.
 const fn tbl8_span(prefix: u32, len: u8) -> (usize, usize) {
     ((prefix & 0xFF) as usize, 1 << (32 - len))
@@ -101,6 +123,10 @@ pub struct Fib {
     tbl8: Vec<u32>,
     free_groups: Vec<u32>,
     max_groups: u32,
+    /// A compact table's routes of [`SHORT_MAX`] bits or fewer, one entry per /8 (all
+    /// empty in a table that is not compact).
+    short: Box<[u32; 256]>,
+    compact: bool,
 }
 
 /// tbl24 entries a clone checks at once: one 4 KiB page of them.
@@ -113,7 +139,11 @@ impl Clone for Fib {
     /// that hold an entry are copied, so a table of a few routes costs a few pages of
     /// resident memory, not 64 MiB (a copy of every page writes every page).
     fn clone(&self) -> Self {
-        let mut tbl24 = ZeroedArray::<u32, TBL24_LEN>::new();
+        let mut tbl24 = if self.compact {
+            ZeroedArray::<u32, TBL24_LEN>::new_small()
+        } else {
+            ZeroedArray::<u32, TBL24_LEN>::new()
+        };
         for (to, from) in tbl24
             .chunks_exact_mut(PAGE_ENTRIES)
             .zip(self.tbl24.chunks_exact(PAGE_ENTRIES))
@@ -127,6 +157,8 @@ impl Clone for Fib {
             tbl8: self.tbl8.clone(),
             free_groups: self.free_groups.clone(),
             max_groups: self.max_groups,
+            short: self.short.clone(),
+            compact: self.compact,
         }
     }
 }
@@ -164,7 +196,41 @@ impl Fib {
             tbl8: Vec::new(),
             free_groups: Vec::new(),
             max_groups: max_groups.min(MAX_GROUPS_LIMIT),
+            short: Box::new([EMPTY; 256]),
+            compact: false,
         }
+    }
+
+    /// An empty compact FIB (see the module documentation) with at most `max_groups`
+    /// tbl8 groups.
+    pub fn compact(max_groups: u32) -> Self {
+        Self {
+            tbl24: ZeroedArray::<u32, TBL24_LEN>::new_small(),
+            compact: true,
+            ..Self::with_max_groups(max_groups)
+        }
+    }
+
+    /// Whether the table is compact.
+    pub fn is_compact(&self) -> bool {
+        self.compact
+    }
+
+    /// An empty FIB like this one (compact or not, the same group limit).
+    fn empty_like(&self) -> Self {
+        if self.compact {
+            Self::compact(self.max_groups)
+        } else {
+            Self::with_max_groups(self.max_groups)
+        }
+    }
+
+    /// The value of the route in `short` for `addr` (a compact table's routes of
+    /// [`SHORT_MAX`] bits or fewer): what a lookup that found an empty entry answers.
+    #[inline(always)]
+    #[expect(clippy::indexing_slicing, reason = "`addr >> 24` < 256")]
+    fn short_entry(&self, addr: u32) -> u32 {
+        self.short[(addr >> 24) as usize]
     }
 
     /// Builds a FIB from `(prefix, len, value)` routes in one pass per prefix length
@@ -197,13 +263,14 @@ impl Fib {
     /// group limit. On error (value over [`MAX_VALUE`], groups exhausted) `self` is
     /// unchanged.
     pub fn rebuild(&mut self, rib: &Rib) -> Result<(), FibError> {
-        *self = Self::build_from_rib(self.max_groups, rib)?;
+        *self = self.build_from_rib(rib)?;
         Ok(())
     }
 
-    /// Bulk build from a RIB (whose iterator yields routes by increasing length).
-    pub(super) fn build_from_rib(max_groups: u32, rib: &Rib) -> Result<Self, FibError> {
-        let mut fib = Self::with_max_groups(max_groups);
+    /// Bulk build from a RIB (whose iterator yields routes by increasing length), of a
+    /// FIB like this one.
+    pub(super) fn build_from_rib(&self, rib: &Rib) -> Result<Self, FibError> {
+        let mut fib = self.empty_like();
         for (prefix, len, value) in rib.iter() {
             check_value(value)?;
             fib.fill_route(prefix, len, value)?;
@@ -224,7 +291,10 @@ impl Fib {
         } else {
             entry
         };
-        decode(entry)
+        if entry & VALID != 0 {
+            return Some(entry & PAYLOAD);
+        }
+        decode(self.short_entry(addr))
     }
 
     /// Value and length of the longest prefix containing `addr` (policy routing's
@@ -245,6 +315,11 @@ impl Fib {
         } else {
             entry
         };
+        let entry = if entry & VALID != 0 {
+            entry
+        } else {
+            self.short_entry(addr)
+        };
         decode(entry).map(|v| (v, depth(entry)))
     }
 
@@ -259,10 +334,15 @@ impl Fib {
         let first = addrs.map(|addr| self.tbl24[(addr >> 8) as usize]);
         let entries: [u32; 4] = std::array::from_fn(|i| {
             let entry = first[i];
-            if entry & EXT != 0 {
+            let entry = if entry & EXT != 0 {
                 self.tbl8[group_base(entry) | (addrs[i] & 0xFF) as usize]
             } else {
                 entry
+            };
+            if entry & VALID != 0 {
+                entry
+            } else {
+                self.short_entry(addrs[i])
             }
         });
         entries.map(decode)
@@ -322,6 +402,11 @@ impl Fib {
     )]
     fn fill_route(&mut self, prefix: u32, len: u8, value: u32) -> Result<(), FibError> {
         let entry = route_entry(len, value);
+        if self.compact && len <= SHORT_MAX {
+            let (start, count) = short_span(prefix, len);
+            self.short[start..start + count].fill(entry);
+            return Ok(());
+        }
         if len <= 24 {
             let (start, count) = tbl24_span(prefix, len);
             let range = &mut self.tbl24[start..start + count];
@@ -352,6 +437,15 @@ impl Fib {
         value: u32,
     ) -> Result<(), FibError> {
         let new = route_entry(len, value);
+        if self.compact && len <= SHORT_MAX {
+            let (start, count) = short_span(prefix, len);
+            for e in &mut self.short[start..start + count] {
+                if depth(*e) <= len {
+                    *e = new;
+                }
+            }
+            return Ok(());
+        }
         if len <= 24 {
             let (start, count) = tbl24_span(prefix, len);
             for slot in &mut self.tbl24[start..start + count] {
@@ -390,6 +484,20 @@ impl Fib {
     pub(super) fn remove_route(&mut self, prefix: u32, len: u8, cover: Option<(u8, u32)>) {
         debug_assert!(cover.is_none_or(|(cover_len, _)| cover_len < len));
         let tag = owned_tag(len);
+        if self.compact && len <= SHORT_MAX {
+            // Its cover is shorter still: in `short` too.
+            let replacement =
+                cover.map_or(EMPTY, |(cover_len, value)| route_entry(cover_len, value));
+            let (start, count) = short_span(prefix, len);
+            for e in &mut self.short[start..start + count] {
+                if *e & !PAYLOAD == tag {
+                    *e = replacement;
+                }
+            }
+            return;
+        }
+        // A compact table's short routes are in `short`: an entry they cover is empty.
+        let cover = cover.filter(|&(cover_len, _)| !self.compact || cover_len > SHORT_MAX);
         let replacement = cover.map_or(EMPTY, |(cover_len, value)| route_entry(cover_len, value));
         if len <= 24 {
             // Groups always keep their > /24 entries here, so none can collapse.

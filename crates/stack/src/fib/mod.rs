@@ -28,7 +28,7 @@ mod error;
 mod rib;
 mod table;
 
-pub use dir24::{DEFAULT_MAX_GROUPS, Fib, MAX_GROUPS_LIMIT, MAX_VALUE};
+pub use dir24::{DEFAULT_MAX_GROUPS, Fib, MAX_GROUPS_LIMIT, MAX_VALUE, SHORT_MAX};
 pub use error::FibError;
 pub use rib::Rib;
 pub use table::Table;

@@ -46,6 +46,15 @@ impl Table {
         }
     }
 
+    /// An empty compact table (a VRF's: see [`Fib::compact`]), with at most
+    /// [`DEFAULT_MAX_GROUPS`] tbl8 groups.
+    pub fn compact() -> Self {
+        Self {
+            rib: Rib::new(),
+            fib: Fib::compact(DEFAULT_MAX_GROUPS),
+        }
+    }
+
     /// Adds or replaces a route; returns the previous value of exactly this prefix.
     ///
     /// Errors (table unchanged): `len > 32`, host bits set, `value` over
@@ -119,7 +128,7 @@ impl Table {
             check_route(prefix, len, value)?;
             rib.insert_checked(prefix, len, value);
         }
-        let fib = Fib::build_from_rib(self.fib.max_groups(), &rib)?;
+        let fib = self.fib.build_from_rib(&rib)?;
         self.rib = rib;
         self.fib = fib;
         Ok(())
@@ -520,16 +529,19 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
+        /// Both kinds of table, plain and compact (its short routes kept apart).
         #[test]
         fn matches_linear_scan(
             routes in prop::collection::vec(arb_route(), 0..300),
             picks in prop::collection::vec((any::<usize>(), any::<u32>()), 150),
             extra in prop::collection::vec(arb_addr(), 150),
             deletes in prop::collection::vec(any::<bool>(), 300),
+            compact in any::<bool>(),
         ) {
             let addrs = probes(&routes, &picks, &extra);
             let mut model = BTreeMap::new();
-            let mut t = Table::new();
+            let new = || if compact { Table::compact() } else { Table::new() };
+            let mut t = new();
             for &(prefix, len, value) in &routes {
                 let prev = t.insert(prefix, len, value).unwrap();
                 prop_assert_eq!(prev, model.insert((prefix, len), value));
@@ -538,8 +550,9 @@ mod tests {
             t.fib.check_invariants();
 
             // Bulk load of the same list (duplicates: last wins) gives the same answers.
-            let mut bulk = Table::new();
+            let mut bulk = new();
             bulk.bulk_load(routes.iter().copied()).unwrap();
+            prop_assert_eq!(bulk.fib.is_compact(), compact);
             assert_matches(&bulk, &model, &addrs);
             bulk.fib.check_invariants();
             let from_routes = Fib::from_routes(routes.iter().copied()).unwrap();
@@ -563,6 +576,9 @@ mod tests {
             }
             prop_assert_eq!(t.fib.groups_in_use(), 0);
             assert_matches(&t, &model, &addrs);
+            // A copy answers as the original (a compact one stays compact).
+            let copy = t.fib.clone();
+            prop_assert_eq!(copy.is_compact(), compact);
         }
     }
 }

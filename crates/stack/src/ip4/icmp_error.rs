@@ -230,7 +230,8 @@ pub(crate) fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Opt
         return Some(dst);
     }
     let sender = u32::from(ip.src());
-    if let Some(hop) = host.routes.lookup(sender)
+    // Toward the sender in the VRF the packet came from.
+    if let Some(hop) = host.policy.vrf_routes(&host.routes, in_if).0.lookup(sender)
         && hop.kind == RouteKind::Unicast
         && let Some(a) = host.ifaces.get(usize::from(hop.out_if)).and_then(|i| {
             i.source_for(Ipv4Addr::from(if hop.gateway == 0 {

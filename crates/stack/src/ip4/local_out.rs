@@ -5,6 +5,11 @@
 //! output interface, RFC 1122 3.3.4.2 style source selection) and the header checksum
 //! unset (computed here). A destination that is ours loops back to `ip4-local`. No ICMP
 //! error is generated about our own packets: failures are drops.
+//!
+//! A packet made in answer to a received one (an echo reply, an ICMP error: it still
+//! has the port it came in by) is routed in the VRF of the interface that one came in
+//! by (`Host::routes_for`); what netbatch originates itself (application sends) is
+//! routed in `main`.
 
 use netbatch_engine::{Cx, Out, PktList, Stage};
 use netbatch_wire::ipv4::Ipv4Packet;
@@ -57,7 +62,9 @@ impl Stage<Host> for Ip4LocalOut {
                 out.drop(p, crate::ip4::input::reason::TRUNCATED);
                 continue;
             };
-            let Some((adj, hop)) = host.routes.lookup_adj(u32::from(dst)) else {
+            // An answer to a packet of a VRF is routed in that VRF.
+            let (routes, tag) = host.routes_for(v.meta.in_port, v.meta.in_if);
+            let Some((adj, hop)) = routes.lookup_adj(u32::from(dst)) else {
                 out.drop(p, crate::route::reason::NO_ROUTE);
                 continue;
             };
@@ -96,7 +103,7 @@ impl Stage<Host> for Ip4LocalOut {
                     }
                     ip.fill_checksum();
                     v.meta.out_if = hop.out_if;
-                    v.meta.adj = adj;
+                    v.meta.adj = adj | tag;
                     out.push(OK, p);
                 }
                 RouteKind::Blackhole => out.drop(p, crate::route::reason::BLACKHOLE),

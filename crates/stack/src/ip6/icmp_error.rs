@@ -102,7 +102,12 @@ fn error_source(host: &Host, d: &[u8], flags: u32, in_if: u16) -> Option<Ipv6Add
     if wire6::is_link_local(sender) {
         return arrived.map(|i| i.ll6);
     }
-    if let Some(hop) = host.routes6.lookup(u128::from(sender))
+    // Toward the sender in the VRF the packet came from.
+    if let Some(hop) = host
+        .policy6
+        .vrf_routes(&host.routes6, in_if)
+        .0
+        .lookup(u128::from(sender))
         && hop.kind == RouteKind::Unicast
         && let Some(i) = host.ifaces.get(usize::from(hop.out_if))
     {

@@ -129,12 +129,14 @@ impl Stage<Host> for Ip6LocalOut {
                 }
                 (v.meta.out_if, ADJ_ON_LINK)
             } else {
-                let Some((adj, hop)) = host.routes6.lookup_adj(u128::from(dst)) else {
+                // An answer to a packet of a VRF is routed in that VRF.
+                let (routes, tag) = host.routes6_for(v.meta.in_port, v.meta.in_if);
+                let Some((adj, hop)) = routes.lookup_adj(u128::from(dst)) else {
                     out.drop(p, crate::route::reason::NO_ROUTE);
                     continue;
                 };
                 match hop.kind {
-                    RouteKind::Unicast => (hop.out_if, adj),
+                    RouteKind::Unicast => (hop.out_if, adj | tag),
                     RouteKind::Local | RouteKind::Broadcast => {
                         if src.is_unspecified() {
                             let (l4, proto) = (dissect::ihl(v.meta), v.meta.l4_type);

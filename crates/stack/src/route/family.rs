@@ -59,6 +59,9 @@ pub trait Family:
     fn spread(b: Self::Bits) -> u32;
     /// An empty FIB.
     fn fib_new() -> Self::Fib;
+    /// An empty FIB for a table expected to stay small (a VRF's or a numbered one):
+    /// IPv4's compact DIR-24-8 ([`crate::fib::Fib::compact`]); IPv6's tree as any.
+    fn fib_compact() -> Self::Fib;
     /// Inserts or replaces `p` → `v`.
     fn fib_insert(f: &mut Self::Fib, p: &Self::Prefix, v: u32) -> Result<(), String>;
     /// Removes exactly `p`.
@@ -120,6 +123,9 @@ impl Family for V4 {
     }
     fn fib_new() -> Table {
         Table::new()
+    }
+    fn fib_compact() -> Table {
+        Table::compact()
     }
     fn fib_insert(f: &mut Table, p: &Ipv4Prefix, v: u32) -> Result<(), String> {
         f.insert(p.bits(), p.prefix_len(), v)
@@ -193,6 +199,9 @@ impl Family for V6 {
         (b as u32) ^ ((b >> 32) as u32) ^ ((b >> 64) as u32) ^ ((b >> 96) as u32)
     }
     fn fib_new() -> Fib6 {
+        Fib6::new()
+    }
+    fn fib_compact() -> Fib6 {
         Fib6::new()
     }
     fn fib_insert(f: &mut Fib6, p: &Ipv6Prefix, v: u32) -> Result<(), String> {

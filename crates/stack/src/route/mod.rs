@@ -39,8 +39,8 @@
 //!
 //! Hops and groups are only appended for the life of a [`Routes`] value (and its copies:
 //! the control plane changes a copy and publishes it), so an adjacency a packet carries
-//! (in a neighbour queue, say) stays valid. Hop indices and group indices are below
-//! [`FIB_GROUP`]; a group has at least two slots and its slots are adjacencies of hops.
+//! (in a neighbour queue, say) stays valid. Hop indices are below [`MAX_HOPS`], group
+//! indices below [`FIB_GROUP`]; a group has at least two slots and its slots are adjacencies of hops.
 
 use core::fmt;
 
@@ -281,15 +281,20 @@ pub type Hop6 = HopOf<V6>;
 pub const ADJ_ON_LINK: u32 = 1 << 31;
 
 /// The bits of an adjacency that say which numbered table's hop it is (0: the main
-/// table's, `Host::routes`; `s`: the `s`-th of the policy's numbered tables, see
-/// [`rule::PolicyOf::hop`]). Hop indices stay below [`FIB_GROUP`], so these bits are free
-/// in an adjacency; a table's own [`RoutesOf::hop`] finds nothing for an adjacency that
-/// has them (its index is then beyond every hop), so one of another table is never
-/// taken for one of its own.
-pub const ADJ_TABLE: u32 = 0xff << ADJ_TABLE_SHIFT;
+/// table's, `Host::routes`; `s`: the table in the policy's slot `s`, a VRF's or a
+/// numbered one, see [`rule::PolicyOf::hop`]). Eleven bits, so that 2,047 tables (a
+/// thousand VRFs of both kinds of use, and numbered tables besides) each have a slot;
+/// hop indices stay below [`MAX_HOPS`], under these bits, so a table's own
+/// [`RoutesOf::hop`] finds nothing for an adjacency that has them (its index is then
+/// beyond every hop), and one of another table is never taken for one of its own.
+pub const ADJ_TABLE: u32 = 0x7ff << ADJ_TABLE_SHIFT;
 
 /// The shift of [`ADJ_TABLE`].
-pub const ADJ_TABLE_SHIFT: u32 = 23;
+pub const ADJ_TABLE_SHIFT: u32 = 20;
+
+/// The most distinct hops a table may hold (their indices stay below [`ADJ_TABLE`]'s
+/// bits): 1,048,576, far more than the next hops of a full Internet table.
+pub const MAX_HOPS: u32 = 1 << ADJ_TABLE_SHIFT;
 
 /// Set in a FIB value that indexes a multipath group (the rest of the value) rather than
 /// a hop: the top bit of the FIB's 24-bit values. Hop and group indices stay below it.
@@ -321,7 +326,7 @@ impl fmt::Display for RouteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Fib(e) => write!(f, "forwarding table: {e}"),
-            Self::TooManyHops => f.write_str("more than 8 million distinct next hops"),
+            Self::TooManyHops => write!(f, "more than {MAX_HOPS} distinct next hops"),
             Self::TooManyGroups => f.write_str("more than 8 million distinct multipath groups"),
             Self::MultipathKind(k) => write!(f, "a {k:?} route cannot have next hops"),
         }
@@ -386,8 +391,9 @@ impl<F: Family> Adjacencies<F> {
             return Ok(i);
         }
         let i = u32::try_from(self.hops.len()).map_err(|_| RouteError::TooManyHops)?;
-        // Below the group flag, so that a group's value is never a hop's index.
-        if i >= FIB_GROUP {
+        // Below the table tag (and so below the group flag, so that a group's value is
+        // never a hop's index).
+        if i >= MAX_HOPS {
             return Err(RouteError::TooManyHops);
         }
         self.hops.push(hop);
@@ -583,6 +589,15 @@ impl<F: Family> RoutesOf<F> {
             adj: Adjacencies::default(),
             routes: hashbrown::HashMap::default(),
             local: LocalAddrs::default(),
+        }
+    }
+
+    /// An empty table expected to stay small (a VRF's, a numbered one): its FIB is
+    /// [`Family::fib_compact`]'s, which commits memory for what its routes write only.
+    pub fn compact() -> Self {
+        Self {
+            fib: F::fib_compact(),
+            ..Self::new()
         }
     }
 

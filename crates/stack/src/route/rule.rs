@@ -480,6 +480,12 @@ pub trait Tables<F: Family> {
     /// Table `id`, or `None` for a table that does not exist (which is empty). Never
     /// asked for [`TABLE_LOCAL`], which is a view of [`TABLE_MAIN`].
     fn table(&self, id: u32) -> Option<&RoutesOf<F>>;
+
+    /// The table `lookup local` is a view of: [`TABLE_MAIN`]'s, or a VRF's for its
+    /// packets ([`PolicyOf`]).
+    fn local(&self) -> Option<&RoutesOf<F>> {
+        self.table(TABLE_MAIN)
+    }
 }
 
 impl<F: Family> Tables<F> for BTreeMap<u32, RoutesOf<F>> {
@@ -665,6 +671,20 @@ impl<F: Family> RulesOf<F> {
         k: &KeyOf<F>,
         hash: impl FnOnce() -> u32,
     ) -> DecisionOf<F> {
+        self.decide_in(tables, k, hash, None)
+    }
+
+    /// As [`RulesOf::decide`] for a packet of the VRF whose table is `l3mdev` (none:
+    /// `main`'s): the walk stops at the first rule of priority [`L3MDEV_PREF`] or more
+    /// with the lookup of that table, as Linux's `l3mdev` rule there does, and no route
+    /// in it is no route (see [`PolicyOf`]).
+    pub fn decide_in(
+        &self,
+        tables: &impl Tables<F>,
+        k: &KeyOf<F>,
+        hash: impl FnOnce() -> u32,
+        l3mdev: Option<u32>,
+    ) -> DecisionOf<F> {
         let mut hash = Some(hash);
         let mut hashed = 0u32;
         let mut flow = || {
@@ -676,6 +696,11 @@ impl<F: Family> RulesOf<F> {
         let mut i = 0;
         while let Some(r) = self.rules.get(i) {
             let after = i + 1;
+            if let Some(t) = l3mdev
+                && r.pref >= L3MDEV_PREF
+            {
+                return l3mdev_lookup(tables, t, k.dst, &mut flow);
+            }
             if !r.matches(k) {
                 i = after;
                 continue;
@@ -721,7 +746,29 @@ impl<F: Family> RulesOf<F> {
             }
             i = after;
         }
-        DecisionOf::NoRoute
+        match l3mdev {
+            Some(t) => l3mdev_lookup(tables, t, k.dst, &mut flow),
+            None => DecisionOf::NoRoute,
+        }
+    }
+}
+
+/// The decision of the `l3mdev` rule for a packet of the VRF of table `t`: its route in
+/// that table, or no route.
+fn l3mdev_lookup<F: Family>(
+    tables: &impl Tables<F>,
+    t: u32,
+    dst: F::Bits,
+    flow: &mut impl FnMut() -> u32,
+) -> DecisionOf<F> {
+    match lookup(tables, t, dst, None, flow) {
+        Some((adj, hop)) => DecisionOf::Route {
+            table: t,
+            rule: L3MDEV_RULE,
+            adj,
+            hop,
+        },
+        None => DecisionOf::NoRoute,
     }
 }
 
@@ -779,29 +826,65 @@ impl<F: Family> RulesOf<F> {
 }
 
 /// A family's policy routing as the datapath holds it: the rules, the numbered tables
-/// (`main` is the host's route table, `local` its view), and what the routing stages
-/// need to know of them in their loops. Shared by the workers behind an `Arc`; a change
-/// makes a new one.
+/// (`main` is the host's route table, `local` its view), the VRFs (which interface's
+/// packets are routed in which table), and what the routing stages need to know of them
+/// in their loops. Shared by the workers behind an `Arc`; a change makes a new one.
 ///
-/// A route found in a numbered table has its adjacency tagged with the table's slot
-/// ([`super::ADJ_TABLE`]: its place among the numbered tables, from 1), so that the
+/// A route found in a numbered table (a VRF's or not) has its adjacency tagged with the
+/// table's slot ([`super::ADJ_TABLE`]: its place among the tables, from 1), so that the
 /// output stages find its hop ([`PolicyOf::hop`]) whatever the main table becomes
-/// meanwhile: hence at most [`MAX_TABLES`] numbered tables with routes per family.
+/// meanwhile: hence at most [`MAX_TABLES`] numbered tables per family. A table keeps its
+/// slot for the life of the policy and of the policies made from it by
+/// [`PolicyOf::with_table`] (a new table takes a new slot), so that an adjacency a packet
+/// holds in a neighbour queue still names its table after a route change.
+///
+/// # VRFs
+///
+/// A VRF is a numbered table (its `table`, as Linux's VRF device has one) and the
+/// interfaces enslaved to it. A packet received on one of them is routed in that table,
+/// as Linux's `l3mdev` rule (priority [`L3MDEV_PREF`]) does: the rules before that
+/// priority are walked as for any packet, except that `lookup local` finds the VRF's own
+/// local and broadcast routes (netbatch keeps them in the VRF's table, as Linux does);
+/// at [`L3MDEV_PREF`] the VRF's table is looked up, and the walk ends there: a route
+/// found decides, and no route is no route. That is Linux's walk with the route the
+/// kernel's VRF documentation asks every VRF table to have, `unreachable default metric
+/// 4278198272`, so that nothing falls through to `main`; and with `local` looked up
+/// after the l3mdev rule, as that documentation also advises, so that a VRF's packet is
+/// never delivered to an address of another VRF. A route of a VRF's table may go out of
+/// an interface of another VRF or of `main` (route leaking: `dev` names it).
+/// Packets of interfaces in `main` are routed as without VRFs.
 #[derive(Debug, Clone)]
 pub struct PolicyOf<F: Family> {
     rules: RulesOf<F>,
     tables: BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
-    /// The tables with routes in slot order (slot `s` at `s - 1`), with their numbers.
+    /// The tables in slot order (slot `s` at `s - 1`), with their numbers.
     slots: Vec<(u32, std::sync::Arc<RoutesOf<F>>)>,
+    /// The slot of each table, by number.
+    slot_of: BTreeMap<u32, u32>,
+    /// For each interface, the slot of its VRF's table (0: `main`).
+    iif_slot: Vec<u32>,
+    /// The VRFs' tables (ascending).
+    vrf_tables: Vec<u32>,
     walks: bool,
+    /// The rules are the default ones and there is no table `default`: a packet's route
+    /// is one lookup of its VRF's table (or of `main`).
+    plain: bool,
     uses: Uses,
     /// Per key field, all ones where the rules select on it, else zero (the destination
     /// is kept whole): what [`PolicyOf::key`] ands a key with.
     mask: KeyOf<F>,
 }
 
-/// The most numbered tables with routes a family's policy may have (the slots an
-/// adjacency can name).
+/// The priority of Linux's `l3mdev` rule, the one that routes a VRF's packets in its
+/// table (`ip rule add pref 1000 l3mdev`, which the kernel adds with the first VRF).
+pub const L3MDEV_PREF: u32 = 1000;
+
+/// The rule index a decision of the `l3mdev` rule names (it is implied by the VRFs and
+/// is not in [`RulesOf::iter`]).
+pub const L3MDEV_RULE: usize = usize::MAX;
+
+/// The most numbered tables a family's policy may have (the slots an adjacency can
+/// name), VRFs' tables included.
 pub const MAX_TABLES: usize = (super::ADJ_TABLE >> super::ADJ_TABLE_SHIFT) as usize;
 
 /// IPv4 policy routing.
@@ -815,7 +898,11 @@ impl<F: Family> Default for PolicyOf<F> {
             rules: RulesOf::new(),
             tables: BTreeMap::new(),
             slots: Vec::new(),
+            slot_of: BTreeMap::new(),
+            iif_slot: Vec::new(),
+            vrf_tables: Vec::new(),
             walks: false,
+            plain: true,
             uses: Uses::default(),
             mask: Uses::default().mask(),
         }
@@ -828,25 +915,110 @@ impl<F: Family> PolicyOf<F> {
     /// with routes are refused.
     pub fn new(
         rules: RulesOf<F>,
-        mut tables: BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
+        tables: BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
     ) -> Result<Self, RuleError> {
-        tables.retain(|&id, t| id != TABLE_MAIN && id != TABLE_LOCAL && !t.is_empty());
+        Self::with_vrfs(rules, tables, &[])
+    }
+
+    /// As [`PolicyOf::new`], with VRFs: `iif_tables[i]` is the table of interface `i`'s
+    /// VRF ([`TABLE_MAIN`] for an interface of `main`; interfaces beyond the list are
+    /// `main`'s). A VRF's table has a slot even while it is empty.
+    pub fn with_vrfs(
+        rules: RulesOf<F>,
+        mut tables: BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
+        iif_tables: &[u32],
+    ) -> Result<Self, RuleError> {
+        let mut vrf_tables: Vec<u32> = iif_tables
+            .iter()
+            .copied()
+            .filter(|&t| t != TABLE_MAIN)
+            .collect();
+        vrf_tables.sort_unstable();
+        vrf_tables.dedup();
+        tables.retain(|&id, t| {
+            id != TABLE_MAIN && id != TABLE_LOCAL && (!t.is_empty() || vrf_tables.contains(&id))
+        });
+        // A VRF without routes of the family shares one empty table (an empty IPv6
+        // tree costs its first stage, half a MiB).
+        let empty = std::sync::Arc::new(RoutesOf::compact());
+        for &id in &vrf_tables {
+            tables.entry(id).or_insert_with(|| empty.clone());
+        }
         if tables.len() > MAX_TABLES {
             return Err(RuleError::TooManyTables(tables.len()));
         }
-        // With the default rules the walk is a lookup of main, then of table default:
-        // without a table default, exactly the lookup the stages make without rules.
-        let walks = !rules.is_default() || tables.contains_key(&TABLE_DEFAULT);
-        let uses = rules.uses();
-        let slots = tables.iter().map(|(&id, t)| (id, t.clone())).collect();
-        Ok(Self {
+        let slots: Vec<_> = tables.iter().map(|(&id, t)| (id, t.clone())).collect();
+        let slot_of = slots
+            .iter()
+            .zip(1u32..)
+            .map(|((id, _), s)| (*id, s))
+            .collect::<BTreeMap<_, _>>();
+        let iif_slot = iif_tables
+            .iter()
+            .map(|t| slot_of.get(t).copied().unwrap_or(0))
+            .collect();
+        let mut p = Self {
             rules,
             tables,
             slots,
-            walks,
-            uses,
-            mask: uses.mask(),
-        })
+            slot_of,
+            iif_slot,
+            vrf_tables,
+            walks: false,
+            plain: true,
+            uses: Uses::default(),
+            mask: Uses::default().mask(),
+        };
+        p.settle();
+        Ok(p)
+    }
+
+    /// Works out what the stages ask in their loops.
+    fn settle(&mut self) {
+        // With the default rules the walk is a lookup of main, then of table default:
+        // without a table default, exactly the lookup the stages make without rules.
+        let has_default = self
+            .tables
+            .get(&TABLE_DEFAULT)
+            .is_some_and(|t| !t.is_empty());
+        self.plain = self.rules.is_default() && !has_default;
+        let vrfs = !self.vrf_tables.is_empty();
+        self.walks = !self.plain || vrfs;
+        self.uses = self.rules.uses();
+        // A VRF's packets are told apart by the interface they came in by.
+        self.uses.iif |= vrfs;
+        self.mask = self.uses.mask();
+    }
+
+    /// This policy with table `id` replaced by `table` (`ip route add … table N` or
+    /// `vrf NAME`): the tables keep their slots, a new table takes the next one. `main`
+    /// and `local` are not the policy's ([`RuleError::TableZero`] is never returned).
+    pub fn with_table(
+        &self,
+        id: u32,
+        table: std::sync::Arc<RoutesOf<F>>,
+    ) -> Result<Self, RuleError> {
+        let mut p = self.clone();
+        if id == TABLE_MAIN || id == TABLE_LOCAL {
+            return Ok(p);
+        }
+        match p.slot_of.get(&id) {
+            Some(&s) => {
+                if let Some(slot) = p.slots.get_mut(s as usize - 1) {
+                    slot.1 = table.clone();
+                }
+            }
+            None => {
+                if p.slots.len() >= MAX_TABLES {
+                    return Err(RuleError::TooManyTables(p.slots.len() + 1));
+                }
+                p.slots.push((id, table.clone()));
+                p.slot_of.insert(id, p.slots.len() as u32);
+            }
+        }
+        p.tables.insert(id, table);
+        p.settle();
+        Ok(p)
     }
 
     /// The hop of adjacency `adj`, `main` being the host's route table: `main`'s when
@@ -862,11 +1034,49 @@ impl<F: Family> PolicyOf<F> {
             .and_then(|(_, t)| t.hop(adj & !super::ADJ_TABLE))
     }
 
-    /// Whether routing must walk the rules: they are not the default ones, or table
-    /// `default` has routes. When not, a lookup of `main` decides as the walk would.
+    /// Whether routing must walk the rules: they are not the default ones, table
+    /// `default` has routes, or there are VRFs. When not, a lookup of `main` decides as
+    /// the walk would.
     #[inline(always)]
     pub fn walks(&self) -> bool {
         self.walks
+    }
+
+    /// Whether some interface is in a VRF.
+    #[inline(always)]
+    pub fn has_vrfs(&self) -> bool {
+        !self.vrf_tables.is_empty()
+    }
+
+    /// The VRFs' tables, ascending.
+    pub fn vrf_tables(&self) -> &[u32] {
+        &self.vrf_tables
+    }
+
+    /// The table of interface `iif`'s VRF ([`TABLE_MAIN`] for `main`).
+    pub fn vrf_of(&self, iif: u16) -> u32 {
+        match self.iif_slot.get(usize::from(iif)) {
+            Some(&s) if s != 0 => self
+                .slots
+                .get(s as usize - 1)
+                .map_or(TABLE_MAIN, |(id, _)| *id),
+            _ => TABLE_MAIN,
+        }
+    }
+
+    /// The route table of interface `iif`'s VRF, and the tag its adjacencies carry
+    /// ([`super::ADJ_TABLE`]): `main` and 0 for an interface of `main`. What routes
+    /// the packets we send in answer to one received on `iif` (echo replies, ICMP
+    /// errors).
+    #[inline]
+    pub fn vrf_routes<'a>(&'a self, main: &'a RoutesOf<F>, iif: u16) -> (&'a RoutesOf<F>, u32) {
+        match self.iif_slot.get(usize::from(iif)) {
+            Some(&s) if s != 0 => match self.slots.get(s as usize - 1) {
+                Some((_, t)) => (&**t, s << super::ADJ_TABLE_SHIFT),
+                None => (main, 0),
+            },
+            _ => (main, 0),
+        }
     }
 
     /// The key fields the rules select on.
@@ -880,7 +1090,7 @@ impl<F: Family> PolicyOf<F> {
         &self.rules
     }
 
-    /// The numbered tables that have routes.
+    /// The numbered tables (those with routes, and the VRFs').
     pub fn tables(&self) -> &BTreeMap<u32, std::sync::Arc<RoutesOf<F>>> {
         &self.tables
     }
@@ -951,9 +1161,8 @@ impl<F: Family> PolicyOf<F> {
     }
 
     /// The decision for `k`, `main` being the host's route table (see
-    /// [`RulesOf::decide`]).
-    /// A route of a numbered table has its adjacency tagged with the table's slot
-    /// (see [`PolicyOf::hop`]).
+    /// [`RulesOf::decide`], and the VRFs above). A route of a numbered table has its
+    /// adjacency tagged with the table's slot (see [`PolicyOf::hop`]).
     #[inline]
     pub fn decide(
         &self,
@@ -961,28 +1170,60 @@ impl<F: Family> PolicyOf<F> {
         k: &KeyOf<F>,
         hash: impl FnOnce() -> u32,
     ) -> DecisionOf<F> {
-        let mut d = self.rules.decide(
-            &WithMain {
-                main,
-                tables: &self.tables,
-            },
-            k,
-            hash,
-        );
-        if let DecisionOf::Route { table, adj, .. } = &mut d
-            && *table != TABLE_MAIN
-            && *table != TABLE_LOCAL
-        {
-            let slot = self.slots.partition_point(|(id, _)| id < table) + 1;
-            *adj |= (slot as u32) << super::ADJ_TABLE_SHIFT;
+        let vrf = self.vrf_of(k.iif);
+        let local = match vrf {
+            TABLE_MAIN => main,
+            t => self.tables.get(&t).map_or(main, |t| &**t),
+        };
+        let tables = WithMain {
+            main,
+            local,
+            tables: &self.tables,
+        };
+        let l3mdev = (vrf != TABLE_MAIN).then_some(vrf);
+        let mut d = if self.plain {
+            // `0: lookup local`, then (a VRF's) l3mdev or `32766: lookup main`, all in
+            // one table: one lookup answers for them.
+            let mut flow = Some(hash);
+            let mut h = || flow.take().map_or(0, |f| f());
+            match lookup(&tables, vrf, k.dst, None, &mut h) {
+                Some((adj, hop)) => DecisionOf::Route {
+                    table: vrf,
+                    rule: match (hop.kind, l3mdev) {
+                        (RouteKind::Local | RouteKind::Broadcast, _) => 0,
+                        (_, Some(_)) => L3MDEV_RULE,
+                        // The default rules: `32766: lookup main` is the second.
+                        (_, None) => 1,
+                    },
+                    adj,
+                    hop,
+                },
+                None => DecisionOf::NoRoute,
+            }
+        } else {
+            self.rules.decide_in(&tables, k, hash, l3mdev)
+        };
+        if let DecisionOf::Route { table, adj, .. } = &mut d {
+            // A VRF's `lookup local` found its route in the VRF's table.
+            if *table == TABLE_LOCAL && vrf != TABLE_MAIN {
+                *table = vrf;
+            }
+            if *table != TABLE_MAIN
+                && *table != TABLE_LOCAL
+                && let Some(&slot) = self.slot_of.get(table)
+            {
+                *adj |= slot << super::ADJ_TABLE_SHIFT;
+            }
         }
         d
     }
 }
 
-/// The host's main table and the numbered ones.
+/// The host's main table and the numbered ones, with the table `local` is a view of (a
+/// packet's VRF's, or `main`).
 struct WithMain<'a, F: Family> {
     main: &'a RoutesOf<F>,
+    local: &'a RoutesOf<F>,
     tables: &'a BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
 }
 
@@ -994,6 +1235,11 @@ impl<F: Family> Tables<F> for WithMain<'_, F> {
         } else {
             self.tables.get(&id).map(|t| &**t)
         }
+    }
+
+    #[inline]
+    fn local(&self) -> Option<&RoutesOf<F>> {
+        Some(self.local)
     }
 }
 
@@ -1010,7 +1256,11 @@ fn lookup<F: Family>(
     hash: &mut impl FnMut() -> u32,
 ) -> Option<(u32, HopOf<F>)> {
     let local = id == TABLE_LOCAL;
-    let t = tables.table(if local { TABLE_MAIN } else { id })?;
+    let t = if local {
+        tables.local()?
+    } else {
+        tables.table(id)?
+    };
     let (adj, hop, len) = match suppress {
         None => t.lookup_flow(dst, hash).map(|(a, h)| (a, h, 0))?,
         Some(_) => t.lookup_flow_len(dst, hash)?,

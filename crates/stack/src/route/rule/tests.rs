@@ -1256,3 +1256,126 @@ fn a_rule_like_one_already_there_is_refused_as_linux_does() {
         Err(RuleError::Exists { pref: 0, .. })
     ));
 }
+
+/// VRFs (`PolicyOf::with_vrfs`): interface 2 is in VRF 10, interface 3 in VRF 20, both
+/// with 10.0.0.1/24 on them (overlapping) and 203.0.113.0/24 to gateways of their own;
+/// main has its own 203.0.113.0/24. A packet is routed in its interface's VRF, its
+/// addresses local only there, no route there is no route (never main's), a rule before
+/// priority 1000 still applies to it and one after does not, and each decision's
+/// adjacency names the VRF's table.
+#[test]
+fn a_vrfs_packets_route_in_its_table_as_linux_l3mdev() {
+    use std::sync::Arc;
+
+    use crate::route::{ADJ_TABLE, ADJ_TABLE_SHIFT};
+
+    let mut main_routes = main4();
+    main_routes.push(via("203.0.113.0/24", "192.0.2.9", 0));
+    let main = tables(vec![(TABLE_MAIN, main_routes)])
+        .remove(&TABLE_MAIN)
+        .expect("main");
+    let vrf = |iif: u16, gw: &str| {
+        vec![
+            Route::new(p4("10.0.0.0/24"), RouteKind::Unicast, Some(iif), None),
+            Route::new(p4("10.0.0.1/32"), RouteKind::Local, Some(iif), None),
+            Route::new(p4("10.0.0.255/32"), RouteKind::Broadcast, Some(iif), None),
+            via("203.0.113.0/24", gw, iif),
+        ]
+    };
+    let numbered: BTreeMap<u32, Arc<Routes>> = tables(vec![
+        (10, vrf(2, "10.0.0.10")),
+        (20, vrf(3, "10.0.0.20")),
+        (100, vec![via("198.18.0.0/15", "192.0.2.7", 0)]),
+    ])
+    .into_iter()
+    .map(|(id, t)| (id, Arc::new(t)))
+    .collect();
+    let iif = [TABLE_MAIN, TABLE_MAIN, 10, 20];
+    let policy = Policy::with_vrfs(Rules::new(), numbered.clone(), &iif).expect("policy");
+    assert!(policy.walks() && policy.has_vrfs() && policy.uses().iif);
+    assert_eq!(policy.vrf_tables(), &[10, 20]);
+    let said_in = |p: &Policy, src: &str, dst: &str, iif: u16| {
+        said(p.decide(&main, &key(src, dst, iif), || 0))
+    };
+    for p in [
+        policy.clone(),
+        // The same with a rule that does not match: the walk, not the one lookup.
+        Policy::with_vrfs(
+            rules(vec![{
+                let mut r = rule(500, Action::Blackhole);
+                r.fwmark = Some(Mark::linux(9, None));
+                r
+            }]),
+            numbered.clone(),
+            &iif,
+        )
+        .expect("policy"),
+    ] {
+        assert_eq!(
+            said_in(&p, "10.0.0.5", "203.0.113.1", 2),
+            "10 via 10.0.0.10"
+        );
+        assert_eq!(
+            said_in(&p, "10.0.0.5", "203.0.113.1", 3),
+            "20 via 10.0.0.20"
+        );
+        assert_eq!(
+            said_in(&p, "198.51.100.5", "203.0.113.1", 1),
+            "main via 192.0.2.9"
+        );
+        // Its own address is local in each VRF; main's is nothing there.
+        assert_eq!(said_in(&p, "10.0.0.5", "10.0.0.1", 3), "20 Local");
+        assert_eq!(said_in(&p, "10.0.0.5", "192.0.2.1", 2), "no route");
+        // And a VRF's address is not main's.
+        assert_eq!(said_in(&p, "198.51.100.5", "10.0.0.1", 1), "no route");
+    }
+    // A rule before 1000 applies to a VRF's packets; one after it does not.
+    let mut early = rule(100, Action::Lookup(100));
+    early.iif = Some(2);
+    let late = rule(2000, Action::Prohibit);
+    let p = Policy::with_vrfs(rules(vec![early, late]), numbered.clone(), &iif).expect("policy");
+    assert_eq!(
+        said_in(&p, "10.0.0.5", "198.18.0.1", 2),
+        "100 via 192.0.2.7"
+    );
+    assert_eq!(
+        said_in(&p, "10.0.0.5", "203.0.113.1", 2),
+        "10 via 10.0.0.10"
+    );
+    assert_eq!(said_in(&p, "10.0.0.5", "198.18.0.1", 3), "no route");
+    assert_eq!(
+        said_in(&p, "198.51.100.5", "198.18.0.1", 1),
+        "rule Prohibit"
+    );
+    // The adjacency names the VRF's table: its hop is found there, not in main.
+    let d = policy.decide(&main, &key("10.0.0.5", "203.0.113.1", 3), || 0);
+    let DecisionOf::Route { adj, hop, rule, .. } = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(rule, L3MDEV_RULE);
+    assert_ne!((adj & ADJ_TABLE) >> ADJ_TABLE_SHIFT, 0);
+    assert_eq!(policy.hop(&main, adj), Some(hop));
+    assert_eq!(main.hop(adj), None);
+    assert_eq!(policy.vrf_routes(&main, 3).1, adj & ADJ_TABLE);
+    assert_eq!(policy.vrf_routes(&main, 1).1, 0);
+    // A table replaced keeps its slot (an adjacency held still names it), a new table
+    // takes the next one.
+    let mut changed = (*numbered[&20]).clone();
+    changed
+        .insert(via("203.0.113.0/24", "10.0.0.21", 3))
+        .expect("route");
+    let next = policy.with_table(20, Arc::new(changed)).expect("policy");
+    assert_eq!(next.hop(&main, adj), Some(hop), "the held adjacency's hop");
+    assert_eq!(
+        said_in(&next, "10.0.0.5", "203.0.113.1", 3),
+        "20 via 10.0.0.21"
+    );
+    let added = next
+        .with_table(
+            7,
+            Arc::new(tables(vec![(7, main4())]).remove(&7).expect("7")),
+        )
+        .expect("policy");
+    assert_eq!(added.hop(&main, adj), Some(hop));
+    assert_eq!(added.tables().len(), 4);
+}

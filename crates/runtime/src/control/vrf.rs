@@ -1,0 +1,231 @@
+//! The control socket's commands on VRFs' and numbered tables: `route add|replace|del
+//! ROUTE vrf NAME|table N` and `show routes vrf NAME|table N`.
+//!
+//! A change is made on the configuration's routes of the table, the table is built
+//! again from them (a VRF's interfaces' routes, then its routes: a table of a VRF or a
+//! numbered one is small), and the workers' policy is replaced by one with that table in
+//! the same slot ([`netbatch_stack::route::rule::PolicyOf::with_table`]), so that an
+//! adjacency a packet holds still names its table. A route for a table that has none yet
+//! takes a new slot. `main` (`table main`, or no `vrf`/`table`) is the route commands'
+//! own.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use netbatch_stack::route::file::AnyRoute;
+use netbatch_stack::route::rule::{PolicyOf, TABLE_LOCAL, TABLE_MAIN};
+use netbatch_stack::route::{Family, RouteOf, RoutesOf, V4, V6};
+use serde_json::json;
+
+use super::{Control, Reply, show};
+use crate::config::Config;
+
+/// Whether the words of a route command name a table other than `main` (`vrf NAME`, or
+/// `table N` with N not main).
+pub(super) fn names_a_table(words: &[&str]) -> bool {
+    selector(words).is_some_and(|(by, which, _)| by == "vrf" || which != "main")
+}
+
+/// The `vrf NAME` or `table N` of a route command's words, and the words without it.
+fn selector<'a>(words: &[&'a str]) -> Option<(&'a str, &'a str, Vec<String>)> {
+    let at = words.iter().position(|&w| w == "vrf" || w == "table")?;
+    let (by, which) = (*words.get(at)?, *words.get(at + 1)?);
+    let rest = words
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != at && i != at + 1)
+        .map(|(_, w)| (*w).to_string())
+        .collect();
+    Some((by, which, rest))
+}
+
+/// Where each family's numbered tables are: the configuration's routes of a table, the
+/// workers' policy.
+trait Tabled: Family {
+    /// The configured routes of each numbered table.
+    fn tables(cfg: &mut Config) -> &mut BTreeMap<u32, Vec<RouteOf<Self>>>;
+    /// Worker `w`'s policy.
+    fn policy(w: &netbatch_datapath::worker::Worker) -> Arc<PolicyOf<Self>>;
+    /// Makes worker `w` route by `p`.
+    fn install(w: &mut netbatch_datapath::worker::Worker, p: &Arc<PolicyOf<Self>>);
+    /// The family's half of what [`Config::table`] builds.
+    fn pick(
+        t: (
+            netbatch_stack::route::Routes,
+            netbatch_stack::route::Routes6,
+        ),
+    ) -> RoutesOf<Self>;
+}
+
+impl Tabled for V4 {
+    fn tables(cfg: &mut Config) -> &mut BTreeMap<u32, Vec<RouteOf<Self>>> {
+        &mut cfg.tables
+    }
+    fn policy(w: &netbatch_datapath::worker::Worker) -> Arc<PolicyOf<Self>> {
+        w.host.policy.clone()
+    }
+    fn install(w: &mut netbatch_datapath::worker::Worker, p: &Arc<PolicyOf<Self>>) {
+        w.host.policy = p.clone();
+    }
+    fn pick(
+        t: (
+            netbatch_stack::route::Routes,
+            netbatch_stack::route::Routes6,
+        ),
+    ) -> RoutesOf<Self> {
+        t.0
+    }
+}
+
+impl Tabled for V6 {
+    fn tables(cfg: &mut Config) -> &mut BTreeMap<u32, Vec<RouteOf<Self>>> {
+        &mut cfg.tables6
+    }
+    fn policy(w: &netbatch_datapath::worker::Worker) -> Arc<PolicyOf<Self>> {
+        w.host.policy6.clone()
+    }
+    fn install(w: &mut netbatch_datapath::worker::Worker, p: &Arc<PolicyOf<Self>>) {
+        w.host.policy6 = p.clone();
+    }
+    fn pick(
+        t: (
+            netbatch_stack::route::Routes,
+            netbatch_stack::route::Routes6,
+        ),
+    ) -> RoutesOf<Self> {
+        t.1
+    }
+}
+
+impl Control {
+    /// `show routes vrf NAME|table N`.
+    pub(super) fn show_table(&self, by: &str, which: &str) -> Reply {
+        let st = self.state();
+        let id = match st.cfg.table_named(by, which) {
+            Ok(TABLE_MAIN) => return show::routes(&st.routes, &st.routes6, &st.cfg.iface_names()),
+            Ok(id) => id,
+            Err(e) => return Reply::err(format!("show routes {by} {which}: {e}")),
+        };
+        match st.cfg.table(id) {
+            Ok((t, t6)) => show::routes(&t, &t6, &st.cfg.iface_names()),
+            Err(e) => Reply::err(format!("show routes {by} {which}: {e}")),
+        }
+    }
+
+    /// `route add|replace|del ROUTE vrf NAME|table N`.
+    pub(super) fn route_in_table(&self, op: &str, words: &[&str]) -> Reply {
+        let Some((by, which, rest)) = selector(words) else {
+            return Reply::err(format!("route {op}: which table?"));
+        };
+        let line = rest.join(" ");
+        let mut st = self.state();
+        let id = match st.cfg.table_named(by, which) {
+            Ok(TABLE_LOCAL) => {
+                return Reply::err(format!(
+                    "route {op} {line} table local: netbatch makes the local routes from the addresses"
+                ));
+            }
+            Ok(id) => id,
+            Err(e) => return Reply::err(format!("route {op} {line}: {e}")),
+        };
+        // A gateway without dev is on one of the VRF's subnets (main's for a numbered
+        // table that is no VRF's).
+        let vrf = st.cfg.vrf_name(id).unwrap_or("").to_string();
+        let alone = matches!(op, "del" | "delete") && rest.len() == 1;
+        let parsed = if alone {
+            st.cfg.parse_route_in(&format!("blackhole {line}"), &vrf)
+        } else {
+            st.cfg.parse_route_in(&line, &vrf)
+        };
+        let what = format!("{by} {which}");
+        match parsed {
+            Ok(AnyRoute::V4(r)) => self.table_route::<V4>(&mut st.cfg, op, &line, &what, id, r),
+            Ok(AnyRoute::V6(r)) => self.table_route::<V6>(&mut st.cfg, op, &line, &what, id, r),
+            Err(e) => Reply::err(format!("route {op} {line} {what}: {e}")),
+        }
+    }
+
+    /// `route add|replace|del` of `r` in table `id` of its family.
+    fn table_route<F: Tabled>(
+        &self,
+        cfg: &mut Config,
+        op: &str,
+        line: &str,
+        which: &str,
+        id: u32,
+        r: RouteOf<F>,
+    ) -> Reply {
+        let routes = F::tables(cfg).entry(id).or_default();
+        let at = routes.iter().position(|x| x.prefix == r.prefix);
+        let done = match (op, at) {
+            ("add", Some(_)) => {
+                return Reply::err(format!(
+                    "route add {line} {which}: a route for {} exists (use route replace)",
+                    r.prefix
+                ));
+            }
+            ("del" | "delete", None) => {
+                return Reply::err(format!(
+                    "route del {line} {which}: no route for {}",
+                    r.prefix
+                ));
+            }
+            ("del" | "delete", Some(i)) => {
+                routes.remove(i);
+                "deleted"
+            }
+            (_, Some(i)) => {
+                routes[i] = r.clone();
+                "replaced"
+            }
+            (_, None) => {
+                routes.push(r.clone());
+                "added"
+            }
+        };
+        let before = cfg.clone();
+        let undo = |cfg: &mut Config| *cfg = before.clone();
+        let table = match cfg.table(id) {
+            Ok(t) => Arc::new(F::pick(t)),
+            Err(e) => {
+                undo(cfg);
+                return Reply::err(format!("route {op} {line} {which}: {e}"));
+            }
+        };
+        // The workers' policy with the table in its slot.
+        let current: Arc<Mutex<Option<Arc<PolicyOf<F>>>>> = Arc::default();
+        let got = current.clone();
+        if let Err(e) = self.remote.on_each(move |i, w| {
+            if i == 0 {
+                *got.lock().unwrap_or_else(|e| e.into_inner()) = Some(F::policy(w));
+            }
+        }) {
+            undo(cfg);
+            return Reply::err(e.to_string());
+        }
+        let Some(policy) = current.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            undo(cfg);
+            return Reply::err("no worker to change");
+        };
+        let next = match policy.with_table(id, table) {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                undo(cfg);
+                return Reply::err(format!("route {op} {line} {which}: {e}"));
+            }
+        };
+        if let Err(e) = self.remote.on_each(move |_, w| F::install(w, &next)) {
+            undo(cfg);
+            return Reply::err(e.to_string());
+        }
+        let text = format!(
+            "{done}: {} {which}",
+            show::route_line(&r, &cfg.iface_names())
+        );
+        tracing::info!(target: "netbatch::control", "route {text}");
+        Reply::ok(
+            text,
+            json!({ "route": done, "family": F::NAME, "prefix": r.prefix.to_string(), "table": id }),
+        )
+    }
+}

@@ -76,8 +76,8 @@ pub const PREROUTING: Decl = Decl {
 /// `hook-input`, before local delivery.
 pub const INPUT: Decl = Decl {
     arcs: &[
-        ("accept", To::Node(node::IP4_LOCAL)),
-        ("accept6", To::Node(node::IP6_LOCAL)),
+        ("accept", To::Via(node::CT_CONFIRM_LOCAL, "accept")),
+        ("accept6", To::Via(node::CT_CONFIRM_LOCAL, "accept6")),
     ],
     reasons: &[&[reason::INPUT]],
     decode: Decode::Ip,
@@ -115,8 +115,8 @@ pub const OUTPUT: Decl = Decl {
 /// `hook-postrouting`, before the neighbour stages, for everything leaving.
 pub const POSTROUTING: Decl = Decl {
     arcs: &[
-        ("accept", To::Node(node::NEIGHBOUR)),
-        ("accept6", To::Node(node::IP6_NEIGHBOUR)),
+        ("accept", To::Via(node::CT_CONFIRM, "accept")),
+        ("accept6", To::Via(node::CT_CONFIRM, "accept6")),
     ],
     reasons: &[&[reason::POSTROUTING]],
     decode: Decode::Ip,

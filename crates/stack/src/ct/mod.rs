@@ -558,3 +558,35 @@ struct Reopen;
 
 #[cfg(test)]
 mod tests;
+
+/// A rule's `ct` match in the words of the configuration (`ct_state established,related
+/// ct_status assured ct_mark 0x1/0xff `), as `show rules` prints it.
+pub fn describe_match(c: &crate::filter::CtMatch) -> String {
+    let mut s = String::new();
+    if c.state != 0 {
+        let names: Vec<&str> = state_bit::NAMES
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| c.state & (1 << i) != 0)
+            .map(|(_, n)| *n)
+            .collect();
+        s += &format!("ct_state {} ", names.join(","));
+    }
+    if c.status != 0 {
+        let names: Vec<&str> = [
+            (status::SRC_NAT, "snat"),
+            (status::DST_NAT, "dnat"),
+            (status::ASSURED, "assured"),
+            (status::SEEN_REPLY, "seen-reply"),
+        ]
+        .iter()
+        .filter(|(b, _)| c.status & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+        s += &format!("ct_status {} ", names.join(","));
+    }
+    if let Some((v, m)) = c.mark {
+        s += &format!("ct_mark {v:#x}/{m:#x} ");
+    }
+    s
+}

@@ -290,7 +290,7 @@ fn reads_a_syn_from_its_bytes() {
     let mut m = netbatch_engine::Meta::new(0);
     m.len = p.len() as u16;
     m.total_len = m.len.into();
-    m.l3_type = crate::dissect::L3::Ipv4 as u8;
+    m.l3_type = dissect::L3::Ipv4 as u8;
     m.l3 = 0;
     m.l4 = 20;
     m.l4_type = 6;

@@ -497,6 +497,11 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     if graph.conntrack.is_none() && graph.chains.iter().any(|(_, c)| c.uses_ct()) {
         graph.conntrack = conntrack::validate(Some(&Default::default()), dp.workers, e);
     }
+    let mut dp = dp;
+    if let Some(r) = dp.rps.as_mut() {
+        // Per-worker tables: both directions of a connection must reach one worker.
+        r.symmetric = graph.conntrack.is_some();
+    }
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, &names, e);
     let control = control::validate(&raw.control, &raw.metrics, e);
     let linux = linux::validate(raw.linux.as_ref(), e);

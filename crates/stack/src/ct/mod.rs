@@ -590,3 +590,37 @@ pub fn describe_match(c: &crate::filter::CtMatch) -> String {
     }
     s
 }
+
+/// The steering hash of packet `v` (dissected here if it was not) under connection
+/// tracking: the Toeplitz hash of its connection's endpoints in sorted order, so that
+/// both directions give one hash (an ICMP query by its addresses and identifier, an
+/// ICMP error by the packet it quotes, a fragment by its addresses); 0 for a packet
+/// without an IP flow. The device's hash is not used: it tells the directions apart.
+pub fn steer_hash(
+    v: &mut netbatch_engine::PktMut<'_>,
+    t: &netbatch_wire::toeplitz::Toeplitz,
+) -> u32 {
+    dissect::frame(v);
+    let s = Seen::read(v.meta, v.data());
+    if matches!(s.kind, Kind::Invalid(Invalid::Truncated)) || s.tuple.proto == 0 && s.tuple.src == 0
+    {
+        return 0;
+    }
+    let mut k = match s.kind {
+        Kind::IcmpError(Some(q)) => q,
+        _ => s.tuple,
+    };
+    if matches!(L4::of(k.proto), L4::Icmp | L4::Icmpv6) {
+        // A query and its answer differ in type: steer by the identifier alone.
+        k.dport = k.sport;
+    }
+    let (a, b) = ((k.src, k.sport), (k.dst, k.dport));
+    let ((lo, lp), (hi, hp)) = if a <= b { (a, b) } else { (b, a) };
+    let ports = (lp != 0 || hp != 0).then_some((lp, hp));
+    let h = if k.v6 {
+        t.ipv6(lo.to_be_bytes(), hi.to_be_bytes(), ports)
+    } else {
+        t.ipv4((lo as u32).to_be_bytes(), (hi as u32).to_be_bytes(), ports)
+    };
+    h.max(1)
+}

@@ -573,9 +573,12 @@ impl TcpConn {
         } else {
             s.ack
         };
-        if seq == end && (!rst || (seq == 0 && old == TcpState::SynSent)) {
-            // No data: only the ACK says anything (RST is checked by its SEQ unless it
-            // answers a SYN with sequence 0).
+        if rst && seq == 0 && seq == end && old == TcpState::SynSent {
+            // A RST answering a SYN with sequence 0 is checked by its ACK alone. Every
+            // other segment is checked by its SEQ, data or not: older kernels let a
+            // segment without data through on its ACK alone, the kernel this project's
+            // differential runs against (conntrack_vs_kernel) marks a bare ACK half the
+            // sequence space away invalid.
             seq = sender.end;
             end = sender.end;
         }
@@ -760,6 +763,16 @@ mod tests {
                 &cfg
             ),
             Verdict::Invalid(Invalid::SeqUnder)
+        );
+        let mut c = base;
+        assert_eq!(
+            c.packet(
+                1,
+                &seg(ACK, 5001u32.wrapping_add(0x8000_0000), 1001, 509, 0),
+                &cfg
+            ),
+            Verdict::Invalid(Invalid::SeqOver),
+            "a bare ACK half the sequence space away (the kernel: conntrack_vs_kernel)"
         );
         let mut c = base;
         assert_eq!(

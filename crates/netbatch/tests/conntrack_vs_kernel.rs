@@ -107,6 +107,7 @@ impl Topo {
     }
 
     fn new(which: &str) -> Self {
+        // Names stay within IFNAMSIZ: `c` + tag + `r1`.
         let tag = format!("{which}{}", std::process::id() % 100_000);
         let tmp = tempfile::Builder::new()
             .prefix(&format!("netbatch-ct-{tag}-"))
@@ -171,11 +172,18 @@ impl Topo {
         self.must("r", &format!("nft -f {}", f.display()));
     }
 
-    /// netbatch as the router, with the ruleset.
-    fn netbatch(&mut self, rs: &Ruleset) {
+    /// netbatch as the router, with the ruleset, on `workers` workers (with two, worker 0
+    /// receives both ports and RPS steers: both directions of a connection must reach
+    /// the worker whose table holds it).
+    fn netbatch(&mut self, rs: &Ruleset, workers: usize) {
         let s = &self.tag;
+        let rps = if workers > 1 {
+            "rps = \"deferred\"\n"
+        } else {
+            ""
+        };
         let cfg = format!(
-            "[datapath]\nmode = \"list\"\nidle_spin_us = 50\n\n\
+            "[datapath]\nmode = \"list\"\nidle_spin_us = 50\nworkers = {workers}\n{rps}\n\
              [[port]]\nname = \"r1\"\nkind = \"af_packet\"\ninterface = \"c{s}r1\"\naddresses = [\"192.0.2.1/24\"]\n\n\
              [[port]]\nname = \"r2\"\nkind = \"af_packet\"\ninterface = \"c{s}r2\"\naddresses = [\"198.51.100.1/24\"]\n\n\
              [control]\nsocket = \"{}\"\n\n{}",
@@ -426,30 +434,35 @@ fn stateful_firewall_agrees_with_nftables() {
         t.kernel(&rs);
         cases(&t)
     };
-    let (ours, shown, stats) = {
-        let mut t = Topo::new("n");
-        t.netbatch(&rs);
-        let c = cases(&t);
-        let shown = t.ctl("show", "conntrack proto tcp dport 5001");
-        let stats = t.ctl("show", "--json counters");
-        (c, shown, stats)
-    };
-    // The kernel is the expectation; the ruleset's intent is checked too, so that a
-    // kernel that let everything through would not pass both.
+    // netbatch with one worker, then with two under RPS (symmetric steering).
     let intent = [true, false, true, false, true, false, false, true, false];
-    for (((name, k), (_, n)), want) in kernel.iter().zip(&ours).zip(intent) {
-        assert_eq!(k, n, "{name}: kernel {k}, netbatch {n}");
-        assert_eq!(
-            *k, want,
-            "{name}: the kernel did not do what the ruleset says"
+    for workers in [1, 2] {
+        let (ours, shown, stats) = {
+            let mut t = Topo::new(&format!("n{workers}"));
+            t.netbatch(&rs, workers);
+            let c = cases(&t);
+            let shown = t.ctl("show", "conntrack proto tcp dport 5001");
+            let stats = t.ctl("show", "--json counters");
+            (c, shown, stats)
+        };
+        // The kernel is the expectation; the ruleset's intent is checked too, so that a
+        // kernel that let everything through would not pass both.
+        for (((name, k), (_, n)), want) in kernel.iter().zip(&ours).zip(intent) {
+            assert_eq!(k, n, "{name}: kernel {k}, netbatch ({workers} workers) {n}");
+            assert_eq!(
+                *k, want,
+                "{name}: the kernel did not do what the ruleset says"
+            );
+        }
+        assert!(
+            ["ESTABLISHED", "TIME_WAIT", "CLOSE"]
+                .iter()
+                .any(|s| shown.contains(s)),
+            "show conntrack:\n{shown}"
+        );
+        assert!(
+            stats.contains("conntrack"),
+            "counters carry the table: {stats}"
         );
     }
-    assert!(
-        shown.contains("ESTABLISHED") || shown.contains("TIME_WAIT") || shown.contains("CLOSE"),
-        "show conntrack:\n{shown}"
-    );
-    assert!(
-        stats.contains("conntrack"),
-        "counters carry the table: {stats}"
-    );
 }

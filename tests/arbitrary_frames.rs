@@ -108,6 +108,12 @@ fn spec() -> LabSpec {
             gro: true,
             classifier: None,
             host_pairs: false,
+            // Tracking on, with a table small enough that the frames fill it: arbitrary
+            // frames through the conntrack stages, early drop and refusal included.
+            conntrack: Some(netbatch_stack::ct::Config {
+                max: 16,
+                ..Default::default()
+            }),
         },
     }
 }

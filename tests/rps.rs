@@ -121,6 +121,7 @@ fn stepped(policy: RpsPolicy, mode: Mode, seed: u64) {
         max_backlog: 4096,
         flow_log: 6, // few flow slots: flows share them, as they do in a busy kernel
         rfs_log: 10,
+        symmetric: false,
     };
     let mut team = Team::new(
         &spec(),

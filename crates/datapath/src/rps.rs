@@ -30,6 +30,10 @@
 //! RFS asks for it) only once that worker's head has passed the flow's last tail: every
 //! packet it sent before has been processed. This is the kernel's RFS rule, applied to map
 //! changes too (the kernel reorders when `rps_cpus` changes).
+//!
+//! With connection tracking (`RpsParams::symmetric`) the hash is symmetric: both
+//! directions of a connection, and the ICMP errors about it, reach the worker whose
+//! table holds it.
 
 use core::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -71,6 +75,11 @@ pub struct RpsParams {
     pub flow_log: u8,
     /// RFS socket-flow table entries, log2 (`rps_sock_flow_entries`); 0 turns RFS off.
     pub rfs_log: u8,
+    /// Steer both directions of a connection to one worker (connection tracking's
+    /// tables are per worker): the hash of the flow's endpoints in sorted order, an
+    /// ICMP error by the connection it quotes, never the device's hash
+    /// (`netbatch_stack::ct::steer_hash`).
+    pub symmetric: bool,
 }
 
 impl Default for RpsParams {
@@ -80,6 +89,7 @@ impl Default for RpsParams {
             max_backlog: 1000,
             flow_log: 12,
             rfs_log: 15,
+            symmetric: false,
         }
     }
 }
@@ -483,7 +493,11 @@ impl Steer {
                 let mut v = pool.get_mut(&mut p);
                 let wire = v.meta.wire_packets();
                 if steered {
-                    let h = flow_hash(&mut v, &self.toeplitz);
+                    let h = if self.params.symmetric {
+                        netbatch_stack::ct::steer_hash(&mut v, &self.toeplitz)
+                    } else {
+                        flow_hash(&mut v, &self.toeplitz)
+                    };
                     (h, self.target(port, h), wire)
                 } else {
                     (0, self.me, wire)
@@ -754,5 +768,118 @@ mod tests {
         c.free_all(&mut drops);
         drop(c);
         assert_eq!(pool.free_in_pool(), 16);
+    }
+
+    /// An IPv4 frame of protocol `proto` with 8 bytes of L4 header `l4`, written by hand.
+    fn ip_frame(src: [u8; 4], dst: [u8; 4], proto: u8, l4: [u8; 8], tail: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&((28 + tail.len()) as u16).to_be_bytes());
+        f[22] = 64;
+        f[23] = proto;
+        f[26..30].copy_from_slice(&src);
+        f[30..34].copy_from_slice(&dst);
+        f.extend_from_slice(&l4);
+        f.extend_from_slice(tail);
+        f
+    }
+
+    fn ports(sp: u16, dp: u16) -> [u8; 8] {
+        let mut l4 = [0u8; 8];
+        l4[0..2].copy_from_slice(&sp.to_be_bytes());
+        l4[2..4].copy_from_slice(&dp.to_be_bytes());
+        l4
+    }
+
+    /// The worker `s` steers frame `f` to (received on port 0), with a device hash when
+    /// `device` is given.
+    fn worker_of(s: &mut Steer, pool: &Pool, f: &[u8], device: Option<u32>) -> usize {
+        let mut c = pool.cache();
+        let mut p = c.alloc().unwrap();
+        let h = {
+            let mut v = pool.get_mut(&mut p);
+            assert!(v.set_data(64, f));
+            if let Some(d) = device {
+                v.meta.hash = d;
+                v.meta.flags |= netbatch_engine::meta::flag::HASH_VALID;
+            }
+            if s.params.symmetric {
+                netbatch_stack::ct::steer_hash(&mut v, &s.toeplitz)
+            } else {
+                flow_hash(&mut v, &s.toeplitz)
+            }
+        };
+        c.free(p);
+        s.target(0, h)
+    }
+
+    /// With conntrack's symmetric steering, both directions of each of 64 chosen flows
+    /// (TCP, UDP, ICMP echo), and an ICMP error a router on the way sends about the
+    /// first direction, reach one worker of four, whatever hash the device gave; with
+    /// the plain RSS hash some flows' directions part (what the symmetric hash is for).
+    #[test]
+    fn symmetric_steering_keeps_a_connection_on_one_worker() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 16,
+            cache_size: 4,
+            ..Default::default()
+        })
+        .unwrap();
+        let map = vec![vec![0, 1, 2, 3]];
+        let plain = RpsParams {
+            policy: RpsPolicy::Direct,
+            rfs_log: 0,
+            ..RpsParams::default()
+        };
+        let sym = RpsParams {
+            symmetric: true,
+            ..plain.clone()
+        };
+        let (_f, mut plain_s) = fabric(4, &plain, map.clone(), 1);
+        let (_g, mut sym_s) = fabric(4, &sym, map, 1);
+        let (ps, ss) = (&mut plain_s[0], &mut sym_s[0]);
+        let mut parted = 0;
+        let mut seen = [false; 4];
+        for n in 0..64u8 {
+            let a = [198, 51, 100, 1 + n];
+            let b = [203, 0, 113, 200 - n];
+            let sp = 30000 + u16::from(n) * 7;
+            let (fwd, rev) = match n % 3 {
+                0 => {
+                    // The rest of a 20-byte TCP header: data offset 5, ACK.
+                    let rest = [0, 0, 0, 0, 0x50, 0x10, 1, 0, 0, 0, 0, 0];
+                    (
+                        ip_frame(a, b, 6, ports(sp, 443), &rest),
+                        ip_frame(b, a, 6, ports(443, sp), &rest),
+                    )
+                }
+                1 => (
+                    ip_frame(a, b, 17, ports(sp, 53), &[]),
+                    ip_frame(b, a, 17, ports(53, sp), &[]),
+                ),
+                _ => {
+                    let echo = |t: u8| [t, 0, 0, 0, 0x12, n, 0, 1];
+                    (
+                        ip_frame(a, b, 1, echo(8), &[]),
+                        ip_frame(b, a, 1, echo(0), &[]),
+                    )
+                }
+            };
+            // Time exceeded from a router 192.0.2.9 back to `a`, quoting `fwd`.
+            let err = ip_frame([192, 0, 2, 9], a, 1, [11, 0, 0, 0, 0, 0, 0, 0], &fwd[14..]);
+            let w = worker_of(ss, &pool, &fwd, Some(0x1234_5678));
+            seen[w] = true;
+            assert_eq!(worker_of(ss, &pool, &rev, Some(0x9abc_def0)), w, "flow {n}");
+            assert_eq!(worker_of(ss, &pool, &err, None), w, "error about flow {n}");
+            if n % 3 != 2 && worker_of(ps, &pool, &fwd, None) != worker_of(ps, &pool, &rev, None) {
+                parted += 1;
+            }
+        }
+        assert!(
+            parted > 10,
+            "the plain hash parted {parted} flows' directions"
+        );
+        assert_eq!(seen, [true; 4], "the flows spread over every worker");
     }
 }

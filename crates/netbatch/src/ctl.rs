@@ -1,5 +1,5 @@
 //! The operator's commands to a running `netbatch run`, through its control socket:
-//! `show`, `clear`, `route`, `neigh`, `rule`, `reload`, `timing`, `trace`.
+//! `show`, `clear`, `route`, `neigh`, `rule`, `reload`, `timing`, `trace`, `conntrack`.
 //!
 //! The words after the command go to the datapath as typed; it answers with text for a
 //! person (printed on stdout) and data for a program (`--json`). A refused command exits

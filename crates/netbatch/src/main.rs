@@ -59,8 +59,12 @@ enum Cmd {
     /// routers).
     Flood(flood::Args),
     /// Show a running datapath's tables: runtime, errors, ports, routes, neigh, rules,
-    /// sockets, softnet, counters.
+    /// sockets, softnet, counters, conntrack (`show conntrack [proto P] [src A] [dst A]
+    /// [sport N] [dport N] [state S] [mark V[/M]]`, as `conntrack -L` lists).
     Show(ctl::Words),
+    /// The connection tables: `conntrack flush [FILTER...]` (the filters of
+    /// `show conntrack`) deletes the entries it selects, as `conntrack -F`/`-D`.
+    Conntrack(ctl::Words),
     /// Clear a running datapath's counters (`clear counters`; `show` counts from then).
     Clear(ctl::Words),
     /// Change a running datapath's routes: `route add|replace|del` and an `ip route` line
@@ -142,6 +146,7 @@ fn main() -> std::process::ExitCode {
         Cmd::CheckConfig(a) => check_config::main(&a),
         Cmd::Flood(a) => flood::main(&a),
         Cmd::Show(a) => ctl::main("show", &a),
+        Cmd::Conntrack(a) => ctl::main("conntrack", &a),
         Cmd::Clear(a) => ctl::main("clear", &a),
         Cmd::Route(a) => ctl::main("route", &a),
         Cmd::Neigh(a) => ctl::main("neigh", &a),

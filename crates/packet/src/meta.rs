@@ -51,6 +51,19 @@ pub mod flag {
     /// in front of its data (at its `l3`), so GSO gives each segment its own headers
     /// back instead of building them.
     pub const GRO_CHAIN: u32 = 1 << 15;
+    /// Connection tracking saw the packet (`ct-in` or `ct-out`): [`CT_STATE`] and
+    /// [`CT_REPLY`] say what it found. Without it the packet is untracked.
+    pub const CT_TRACKED: u32 = 1 << 23;
+    /// The packet travels in its connection's reply direction.
+    pub const CT_REPLY: u32 = 1 << 22;
+    /// Two bits: the packet's connection state (`stack::ct::CtState`: new, established,
+    /// related, invalid) as `(flags & CT_STATE) >> CT_STATE_SHIFT`.
+    pub const CT_STATE: u32 = (1 << 21) | (1 << 20);
+    /// Where [`CT_STATE`] starts.
+    pub const CT_STATE_SHIFT: u32 = 20;
+    /// The packet's connection is new and not confirmed yet: its entry is allocated but
+    /// in no hash chain until `ct-confirm` sees the packet leave its last hook.
+    pub const CT_UNCONFIRMED: u32 = 1 << 19;
 
     /// Every stack bit, for the check that none is the engine's.
     const ALL: u32 = L2_HOST
@@ -68,7 +81,11 @@ pub mod flag {
         | L3_MULTICAST
         | EXT_UNWALKED
         | PAYLOAD_SUM
-        | GRO_CHAIN;
+        | GRO_CHAIN
+        | CT_TRACKED
+        | CT_REPLY
+        | CT_STATE
+        | CT_UNCONFIRMED;
     const _: () = assert!(ALL & RESERVED == 0, "a stack flag uses an engine bit");
 }
 
@@ -140,11 +157,14 @@ pub enum Field {
     Gso,
     /// `hash` and [`flag::HASH_VALID`]: the flow hash.
     Hash,
+    /// Connection tracking's verdict: [`flag::CT_TRACKED`], [`flag::CT_REPLY`],
+    /// [`flag::CT_STATE`], [`flag::CT_UNCONFIRMED`] (untracked when reset).
+    Ct,
 }
 
 impl Field {
     /// Every field, in bit order.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::InPort,
         Self::InIf,
         Self::L2Class,
@@ -159,6 +179,7 @@ impl Field {
         Self::Mark,
         Self::Gso,
         Self::Hash,
+        Self::Ct,
     ];
 
     /// Its name in messages.
@@ -178,6 +199,7 @@ impl Field {
             Self::Mark => "mark",
             Self::Gso => "gso",
             Self::Hash => "hash",
+            Self::Ct => "conntrack state",
         }
     }
 }
@@ -234,5 +256,6 @@ impl core::fmt::Debug for Fields {
 pub const RECEIVE: Fields = Fields::of(&[Field::InPort, Field::Hash, Field::Csum, Field::Gso]);
 
 /// The fields whose reset value (every buffer's on allocation) is an answer a stage may
-/// read without any stage having written it: unmarked, received, a plain packet.
-pub const TEMPLATE: Fields = Fields::of(&[Field::Mark, Field::Origin, Field::Gso]);
+/// read without any stage having written it: unmarked, received, a plain packet,
+/// untracked.
+pub const TEMPLATE: Fields = Fields::of(&[Field::Mark, Field::Origin, Field::Gso, Field::Ct]);

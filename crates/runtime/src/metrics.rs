@@ -24,6 +24,7 @@
 //! | `app_<counter>_total` | counter | app, worker | `apps[].counters` |
 //! | `neighbours`, `neighbours6` | gauge | worker | `neighbours`, `neighbours6` (the ARP and NDP tables) |
 //! | `routes`, `routes6` | gauge | worker | `routes`, `routes6` (the table the worker forwards by: every worker holds the same one once a change has reached it) |
+//! | `conntrack_<field>_total`, `conntrack_<field>_len` | counter, gauge | worker | `conntrack` (a worker's connection table: entries, bound, refusals, evictions, packets by state and invalid ones by reason) |
 //! | `workers` | gauge | | number of per-worker documents |
 //! | `link_up`, `link_changes_total`, `link_kernel_tx_dropped_total` | gauge, counter | port | `links[]` (the link watch) |
 //! | [`TableGauge::name`] | gauge | | the caller's table sizes |
@@ -533,7 +534,34 @@ fn worker(out: &mut Families, id: &str, w: &Map<String, Value>) {
     if let Some(s) = w.get("worker").and_then(Value::as_object) {
         fields(out, "softnet", "A worker's softnet", s, &wl(), SOFTNET_HELP);
     }
+    if let Some(c) = w.get("conntrack").and_then(Value::as_object) {
+        fields(
+            out,
+            "conntrack",
+            "Connection tracking's",
+            c,
+            &wl(),
+            CONNTRACK_HELP,
+        );
+    }
 }
+
+/// HELP of the main connection-tracking series.
+const CONNTRACK_HELP: &[(&str, &str)] = &[
+    (
+        "entries_len",
+        "Connections in a worker's table (confirmed).",
+    ),
+    ("max_len", "Connections a worker's table can hold."),
+    (
+        "early_drop",
+        "Unassured connections evicted to make room for new ones.",
+    ),
+    (
+        "refused_full",
+        "New connections refused: the table was full of assured ones.",
+    ),
+];
 
 /// The objects of an array field (others skipped).
 fn objects(v: Option<&Value>) -> impl Iterator<Item = &Map<String, Value>> {

@@ -279,6 +279,7 @@ pub fn stats(w: &Worker) -> Value {
         "routes6": w.host.routes6.len(),
         "apps": apps,
         "worker": softnet(w),
+        "conntrack": w.host.ct.as_deref().map(crate::control::conntrack::counters),
     })
 }
 

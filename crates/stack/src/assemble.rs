@@ -15,7 +15,7 @@ use crate::declare::{self, Decl, Family, Make, To};
 use crate::filter::{Chain, HookPoint};
 use crate::host::{Entry, Host};
 use crate::meta::Fields;
-use crate::{arp, cls, filter, gro, gso, hostif, icmp, icmp6, ip4, ip6, l2, nd, neigh, tcp};
+use crate::{arp, cls, ct, filter, gro, gso, hostif, icmp, icmp6, ip4, ip6, l2, nd, neigh, tcp};
 use crate::{tx, udp};
 
 /// The stack's stages, in pipeline order: the graph is assembled from these
@@ -28,10 +28,12 @@ pub const STAGES: &[Decl] = &[
     arp::input::DECL,
     ip4::input::DECL,
     ip6::input::DECL,
+    ct::stage::IN,
     filter::hook::PREROUTING,
     ip4::route::DECL,
     ip6::route::DECL,
     filter::hook::INPUT,
+    ct::stage::CONFIRM_LOCAL,
     ip4::local::DECL,
     ip6::local::DECL,
     udp::input::DECL,
@@ -47,8 +49,10 @@ pub const STAGES: &[Decl] = &[
     ip6::icmp_error::DECL,
     ip4::local_out::DECL,
     ip6::local_out::DECL,
+    ct::stage::OUT,
     filter::hook::OUTPUT,
     filter::hook::POSTROUTING,
+    ct::stage::CONFIRM,
     ip4::fragment::DECL,
     neigh::resolve::DECL,
     nd::resolve::DECL,
@@ -101,6 +105,14 @@ pub mod node {
     pub const HOOK_OUTPUT: &str = crate::filter::HookPoint::Output.node();
     /// The POSTROUTING hook.
     pub const HOOK_POSTROUTING: &str = crate::filter::HookPoint::Postrouting.node();
+    /// Connection tracking of received packets (before PREROUTING), when configured.
+    pub const CT_IN: &str = "ct-in";
+    /// Connection tracking of packets this host makes (before OUTPUT).
+    pub const CT_OUT: &str = "ct-out";
+    /// Where a new connection's entry is confirmed: after POSTROUTING.
+    pub const CT_CONFIRM: &str = "ct-confirm";
+    /// Where a new connection's entry is confirmed: after INPUT.
+    pub const CT_CONFIRM_LOCAL: &str = "ct-confirm-local";
     /// Routing decision.
     pub const IP4_ROUTE: &str = "ip4-route";
     /// Local protocol demux.
@@ -188,6 +200,9 @@ pub struct GraphOptions {
     /// `host-inject` stages are in the graph, and what netbatch does not consume on a
     /// paired port goes to its tap (local TCP among it, whatever `tcp_to` says).
     pub host_pairs: bool,
+    /// Connection tracking (the `[conntrack]` section, or a rule that asks about
+    /// state): the `ct-*` stages are in the graph. `None` leaves them out.
+    pub conntrack: Option<ct::Config>,
 }
 
 impl GraphOptions {
@@ -482,6 +497,7 @@ mod tests {
             gro: true,
             classifier: Some(Arc::new(cls)),
             host_pairs: true,
+            conntrack: Some(ct::Config::default()),
         }
     }
 
@@ -552,11 +568,11 @@ mod tests {
         let all = nodes(&everything());
         assert_eq!(
             all.len(),
-            names.len() + 9,
-            "gro, cls, 5 hooks, punt, inject"
+            names.len() + 13,
+            "gro, cls, 5 hooks, 4 conntrack stages, punt, inject"
         );
         assert_eq!((all[0].name, all[1].name), ("gro", "cls-ingress"));
-        assert_eq!(all[6].name, "hook-prerouting");
+        assert_eq!((all[6].name, all[7].name), ("ct-in", "hook-prerouting"));
     }
 
     /// An arc to a hook that is left out goes where the hook would send that family:
@@ -587,7 +603,24 @@ mod tests {
         assert_eq!(target(&all, "gro", "l2"), "cls-ingress");
         assert_eq!(target(&all, "ip6-forward", "ok"), "hook-forward");
         assert_eq!(target(&all, "hook-forward", "accept6"), "hook-postrouting");
-        assert_eq!(target(&all, "hook-input", "accept"), "ip4-local");
+        assert_eq!(target(&all, "hook-input", "accept"), "ct-confirm-local");
+        assert_eq!(target(&all, "ct-confirm-local", "accept"), "ip4-local");
+        assert_eq!(target(&all, "ip4-input", "ok"), "ct-in");
+        assert_eq!(target(&all, "ct-in", "accept6"), "hook-prerouting");
+        assert_eq!(target(&all, "ip6-local-out", "ok"), "ct-out");
+        assert_eq!(target(&all, "ct-out", "accept"), "hook-output");
+        assert_eq!(target(&all, "hook-postrouting", "accept6"), "ct-confirm");
+        assert_eq!(target(&all, "ct-confirm", "accept6"), "ip6-neighbour");
+        // Tracking without rules: the stages sit where the hooks would.
+        let ct_only = nodes(&GraphOptions {
+            conntrack: Some(ct::Config::default()),
+            ..GraphOptions::default()
+        });
+        assert_eq!(target(&ct_only, "ip4-input", "ok"), "ct-in");
+        assert_eq!(target(&ct_only, "ct-in", "accept"), "ip4-route");
+        assert_eq!(target(&ct_only, "ip4-route", "local"), "ct-confirm-local");
+        assert_eq!(target(&ct_only, "ip4-forward", "ok"), "ct-confirm");
+        assert_eq!(target(&ct_only, "ct-out", "accept6"), "ct-confirm");
     }
 
     /// What the options pick: `host` arcs to `host-punt` with pairs, else a drop; local

@@ -305,6 +305,8 @@ pub struct Host {
     /// Added to the worker's clock, nanoseconds since the Unix epoch (for IP timestamps):
     /// 0 where that clock already is UTC (replay runs on the capture's timestamps).
     pub clock_to_utc_ns: u64,
+    /// Connection tracking (`ct-in` makes it on first use when the graph tracks).
+    pub ct: Option<Box<crate::ct::ConnTrack>>,
 }
 
 impl Host {
@@ -389,6 +391,7 @@ impl Host {
             neigh6_seen: 0,
             learned6: Vec::new(),
             clock_to_utc_ns: 0,
+            ct: None,
         }
     }
 

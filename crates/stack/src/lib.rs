@@ -37,6 +37,7 @@ pub mod arp;
 pub mod ask;
 pub mod assemble;
 pub mod cls;
+pub mod ct;
 pub mod declare;
 pub mod fib;
 pub mod fib6;

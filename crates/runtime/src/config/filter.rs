@@ -1,8 +1,12 @@
 //! `[filter.<hook>]`: a rule chain per hook (prerouting, input, forward, output,
 //! postrouting), each with its policy and its rules' matches, interfaces named as the
-//! ports define them.
+//! ports define them. Connection tracking in nftables' terms: `ct_state =
+//! "established,related"` (new, established, related, invalid, untracked),
+//! `ct_status = "assured"` (snat, dnat, assured, seen-reply: any of them),
+//! `ct_mark = "V"` or `"V/MASK"`, `ct_mark_set = "V"` or `"mark"` (the packet's mark,
+//! as the classifier set it), and `action = "continue"` for a rule that only sets.
 
-use netbatch_stack::filter::{Chain, HookPoint, PortRange, Rule, Verdict};
+use netbatch_stack::filter::{Chain, CtMatch, HookPoint, MarkSet, PortRange, Rule, Verdict};
 use netbatch_stack::route::file::Resolve;
 
 use super::Errs;
@@ -59,7 +63,91 @@ struct RuleFile {
     out_if: Option<String>,
     /// Packet mark, `V` or `V/MASK`.
     mark: Option<String>,
+    /// `ct state`: states, comma-separated.
+    ct_state: Option<String>,
+    /// `ct status`: status bits, comma-separated (any of them).
+    ct_status: Option<String>,
+    /// `ct mark`, `V` or `V/MASK`.
+    ct_mark: Option<String>,
+    /// `ct mark set`: `V` or `mark`.
+    ct_mark_set: Option<String>,
     action: String,
+}
+
+/// A number, decimal or `0x` hexadecimal.
+fn num(t: &str) -> Option<u32> {
+    match t.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16).ok(),
+        None => t.parse().ok(),
+    }
+}
+
+/// `V` or `V/MASK`.
+fn value_mask(m: &str) -> Option<(u32, u32)> {
+    let (v, mask) = m.split_once('/').unwrap_or((m, "0xffffffff"));
+    Some((num(v.trim())?, num(mask.trim())?))
+}
+
+/// The `ct_*` keys of rule `r` under `rkey`.
+fn ct_keys(r: &RuleFile, rule: &mut Rule, rkey: &str, e: &mut Errs) {
+    use netbatch_stack::ct::{state_bit, status};
+    let mut c = CtMatch::default();
+    if let Some(s) = &r.ct_state {
+        for w in s.split(',').map(str::trim) {
+            match state_bit::NAMES.iter().position(|n| *n == w) {
+                Some(i) => c.state |= 1 << i,
+                None => e.add(
+                    format!("{rkey}.ct_state"),
+                    format!("unknown state '{w}' ({})", state_bit::NAMES.join(", ")),
+                ),
+            }
+        }
+    }
+    if let Some(s) = &r.ct_status {
+        for w in s.split(',').map(str::trim) {
+            c.status |= match w {
+                "snat" => status::SRC_NAT,
+                "dnat" => status::DST_NAT,
+                "assured" => status::ASSURED,
+                "seen-reply" => status::SEEN_REPLY,
+                other => {
+                    e.add(
+                        format!("{rkey}.ct_status"),
+                        format!("unknown status '{other}' (snat, dnat, assured, seen-reply)"),
+                    );
+                    0
+                }
+            };
+        }
+    }
+    if let Some(m) = &r.ct_mark {
+        match value_mask(m) {
+            Some(vm) => c.mark = Some(vm),
+            None => e.add(
+                format!("{rkey}.ct_mark"),
+                format!("'{m}' is not a mark (V or V/MASK)"),
+            ),
+        }
+    }
+    if c != CtMatch::default() {
+        rule.ct = Some(c);
+    }
+    if let Some(m) = &r.ct_mark_set {
+        match (m.trim(), num(m.trim())) {
+            ("mark", _) => rule.ct_mark_set = Some(MarkSet::Packet),
+            (_, Some(v)) => rule.ct_mark_set = Some(MarkSet::Value(v)),
+            _ => e.add(
+                format!("{rkey}.ct_mark_set"),
+                format!("'{m}' is neither a mark value nor 'mark' (the packet's)"),
+            ),
+        }
+    }
+    if rule.verdict == Verdict::Continue && rule.ct_mark_set.is_none() {
+        e.add(
+            format!("{rkey}.action"),
+            "'continue' does nothing without ct_mark_set",
+        );
+    }
 }
 
 /// Validates `[filter]`, hook by hook; `names` are the interfaces the ports define.
@@ -75,7 +163,11 @@ pub(super) fn validate(raw: &FilterFile, names: &Names, e: &mut Errs) -> Vec<(Ho
     for (hook, chain) in hooks {
         let Some(c) = chain else { continue };
         let key = format!("filter.{}", hook.name());
-        let policy = verdict(&c.policy, &format!("{key}.policy"), e).unwrap_or(Verdict::Accept);
+        let mut policy = verdict(&c.policy, &format!("{key}.policy"), e).unwrap_or(Verdict::Accept);
+        if policy == Verdict::Continue {
+            e.add(format!("{key}.policy"), "a policy is accept or drop");
+            policy = Verdict::Accept;
+        }
         let rules = c
             .rules
             .iter()
@@ -172,19 +264,15 @@ fn rule(r: &RuleFile, hook: HookPoint, rkey: &str, names: &Names, e: &mut Errs) 
         .as_ref()
         .and_then(|p| port_range(p, &format!("{rkey}.dport"), e));
     if let Some(m) = &r.mark {
-        let num = |t: &str| match t.strip_prefix("0x") {
-            Some(h) => u32::from_str_radix(h, 16).ok(),
-            None => t.parse().ok(),
-        };
-        let (v, mask) = m.split_once('/').unwrap_or((m, "0xffffffff"));
-        match (num(v), num(mask)) {
-            (Some(v), Some(mask)) => rule.mark = Some((v, mask)),
-            _ => e.add(
+        match value_mask(m) {
+            Some(vm) => rule.mark = Some(vm),
+            None => e.add(
                 format!("{rkey}.mark"),
                 format!("'{m}' is not a mark (V or V/MASK)"),
             ),
         }
     }
+    ct_keys(r, &mut rule, rkey, e);
     if (rule.sport.is_some() || rule.dport.is_some()) && !matches!(rule.proto, Some(6) | Some(17)) {
         e.add(rkey, "port matches need proto = \"tcp\" or \"udp\"");
     }
@@ -215,8 +303,12 @@ fn verdict(s: &str, key: &str, e: &mut Errs) -> Option<Verdict> {
     match s {
         "accept" => Some(Verdict::Accept),
         "drop" => Some(Verdict::Drop),
+        "continue" => Some(Verdict::Continue),
         other => {
-            e.add(key, format!("unknown verdict '{other}' (accept or drop)"));
+            e.add(
+                key,
+                format!("unknown verdict '{other}' (accept, drop or continue)"),
+            );
             None
         }
     }

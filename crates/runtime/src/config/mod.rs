@@ -38,6 +38,7 @@
 
 mod apps;
 mod classifier;
+mod conntrack;
 mod control;
 mod datapath;
 mod filter;
@@ -156,6 +157,7 @@ struct File {
     vrfs: Vec<vrf::VrfFile>,
     #[serde(default)]
     filter: filter::FilterFile,
+    conntrack: Option<conntrack::ConntrackFile>,
     #[serde(default)]
     classifier: classifier::ClassifierFile,
     #[serde(default, rename = "app")]
@@ -519,8 +521,18 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let graph = GraphOptions {
         chains: filter::validate(&raw.filter, &names, e),
         classifier: classifier::validate(&raw.classifier, &port_names, e),
+        conntrack: conntrack::validate(raw.conntrack.as_ref(), dp.workers, e),
         ..GraphOptions::default()
     };
+    let mut graph = graph;
+    if graph.conntrack.is_none() && graph.chains.iter().any(|(_, c)| c.uses_ct()) {
+        graph.conntrack = conntrack::validate(Some(&Default::default()), dp.workers, e);
+    }
+    let mut dp = dp;
+    if let Some(r) = dp.rps.as_mut() {
+        // Per-worker tables: both directions of a connection must reach one worker.
+        r.symmetric = graph.conntrack.is_some();
+    }
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, &names, e);
     let control = control::validate(&raw.control, &raw.metrics, e);
     let linux = linux::validate(raw.linux.as_ref(), e);

@@ -27,6 +27,7 @@
 //!   `rx + originated = tx + delivered + dropped + held`, and Prometheus counters must
 //!   not go back): it records them as a baseline that `show` subtracts.
 
+pub mod conntrack;
 pub mod server;
 pub mod show;
 mod vrf;
@@ -320,6 +321,8 @@ pub mod trace;
 pub const USAGE: &str = "\
 show runtime|errors|ports|routes|neigh|rules|sockets|softnet|counters|linux|links
 show routes vrf NAME|table N
+show conntrack [proto P] [src A] [dst A] [sport N] [dport N] [state S] [mark V[/M]]
+conntrack flush [FILTER...]               (the filters of show conntrack)
 clear counters
 route add|replace|del ROUTE            (an `ip route` or `ip -6 route` line: PREFIX via GW [dev IF] | PREFIX dev IF | blackhole|unreachable|prohibit PREFIX)
 route add|replace|del ROUTE vrf NAME|table N   (in a VRF's or a numbered table)
@@ -519,6 +522,8 @@ impl Control {
         let words: Vec<&str> = argv.iter().map(String::as_str).collect();
         match words.as_slice() {
             ["show", "routes", by @ ("vrf" | "table"), which] => self.show_table(by, which),
+            ["show", "conntrack", filters @ ..] => self.conntrack(filters, false),
+            ["conntrack", "flush" | "-F", filters @ ..] => self.conntrack(filters, true),
             ["show", what] => self.show(what),
             ["show"] => Reply::err(format!("show what?\n{USAGE}")),
             ["clear", "counters"] => self.clear(),
@@ -550,6 +555,44 @@ impl Control {
             ["trace", rest @ ..] => self.trace_cmd(rest),
             ["help"] => Reply::ok(USAGE, json!({ "usage": USAGE })),
             _ => Reply::err(format!("unknown command '{}'\n{USAGE}", argv.join(" "))),
+        }
+    }
+
+    /// `show conntrack` (or, with `flush`, `conntrack flush`) over every worker's table.
+    fn conntrack(&self, words: &[&str], flush: bool) -> Reply {
+        let f = match conntrack::Filter::parse(words) {
+            Ok(f) => f,
+            Err(e) => return Reply::err(format!("conntrack: {e}")),
+        };
+        let now = netbatch_engine::time::mono_ns();
+        if flush {
+            return match self.remote.on_each(move |_, w| {
+                w.host
+                    .ct
+                    .as_deref_mut()
+                    .map_or(0, |ct| ct.table.flush(|e| f.matches(e)))
+            }) {
+                Ok(n) => {
+                    let n: usize = n.into_iter().sum();
+                    Reply::ok(
+                        format!("conntrack: {n} flow entries have been deleted."),
+                        json!({ "deleted": n }),
+                    )
+                }
+                Err(e) => Reply::err(e.to_string()),
+            };
+        }
+        match self.remote.on_each(move |i, w| {
+            w.host.ct.as_deref().map_or_else(Vec::new, |ct| {
+                ct.table
+                    .iter(now)
+                    .filter(|(_, e)| f.matches(e))
+                    .map(|(_, e)| (conntrack::line(e, now, i), conntrack::data(e, now, i)))
+                    .collect()
+            })
+        }) {
+            Ok(per) => conntrack::show(per),
+            Err(e) => Reply::err(e.to_string()),
         }
     }
 

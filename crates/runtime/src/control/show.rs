@@ -540,6 +540,18 @@ pub fn rule_text(r: &Rule, names: &[String]) -> String {
     if let Some((v, m)) = r.mark {
         let _ = write!(s, "mark {v:#x}/{m:#x} ");
     }
+    if let Some(c) = r.ct {
+        let _ = write!(s, "{}", netbatch_stack::ct::describe_match(&c));
+    }
+    match r.ct_mark_set {
+        Some(netbatch_stack::filter::MarkSet::Value(v)) => {
+            let _ = write!(s, "ct_mark_set {v:#x} ");
+        }
+        Some(netbatch_stack::filter::MarkSet::Packet) => {
+            let _ = write!(s, "ct_mark_set mark ");
+        }
+        None => {}
+    }
     let _ = write!(s, "action {}", verdict(r.verdict));
     s
 }
@@ -548,6 +560,7 @@ fn verdict(v: Verdict) -> &'static str {
     match v {
         Verdict::Accept => "accept",
         Verdict::Drop => "drop",
+        Verdict::Continue => "continue",
     }
 }
 

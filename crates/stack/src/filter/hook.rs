@@ -1,6 +1,11 @@
 //! `hook-*`: one stage per hook point, evaluating its chain over the list, for IPv4 and
 //! IPv6 packets alike (one chain per hook, nftables' `inet`); an accepted packet leaves by
 //! its family's arc (`accept`, `accept6`).
+//!
+//! `ct state` reads the state `ct-in`/`ct-out` left in the packet's flags. A chain that
+//! reads a connection's status or mark, or sets its mark, finds the entry through the
+//! worker's table of which entry each buffer belongs to (`Host::ct`), and writes a mark
+//! a rule set back to the entry (a new connection's entry keeps it when confirmed).
 
 use netbatch_engine::{Cx, Out, PktList, PktRef, Reason, Stage};
 
@@ -58,6 +63,7 @@ const READS: Fields = Fields::of(&[
     Field::OutIf,
     Field::Mark,
     Field::Gso,
+    Field::Ct,
 ]);
 
 /// `hook-prerouting`, before routing.
@@ -76,8 +82,8 @@ pub const PREROUTING: Decl = Decl {
 /// `hook-input`, before local delivery.
 pub const INPUT: Decl = Decl {
     arcs: &[
-        ("accept", To::Node(node::IP4_LOCAL)),
-        ("accept6", To::Node(node::IP6_LOCAL)),
+        ("accept", To::Via(node::CT_CONFIRM_LOCAL, "accept")),
+        ("accept6", To::Via(node::CT_CONFIRM_LOCAL, "accept6")),
     ],
     reasons: &[&[reason::INPUT]],
     decode: Decode::Ip,
@@ -115,8 +121,8 @@ pub const OUTPUT: Decl = Decl {
 /// `hook-postrouting`, before the neighbour stages, for everything leaving.
 pub const POSTROUTING: Decl = Decl {
     arcs: &[
-        ("accept", To::Node(node::NEIGHBOUR)),
-        ("accept6", To::Node(node::IP6_NEIGHBOUR)),
+        ("accept", To::Via(node::CT_CONFIRM, "accept")),
+        ("accept6", To::Via(node::CT_CONFIRM, "accept6")),
     ],
     reasons: &[&[reason::POSTROUTING]],
     decode: Decode::Ip,
@@ -137,6 +143,8 @@ pub struct HookStage {
     reason: &'static [Reason; 1],
     /// Wire packets matched per rule (policy hits in the last slot).
     pub hits: Vec<u64>,
+    /// A rule reads or writes the connection's entry (status, mark).
+    entry: bool,
 }
 
 impl HookStage {
@@ -151,6 +159,7 @@ impl HookStage {
         };
         let hits = vec![0; chain.rules.len() + 1];
         Self {
+            entry: chain.reads_entry(),
             hook,
             chain4: chain.compile(),
             chain6: chain.compile(),
@@ -174,6 +183,9 @@ pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
         in_if,
         out_if,
         mark: v.meta.mark,
+        ct_state: crate::ct::state_of(v.meta.flags),
+        ct_status: 0,
+        ct_mark: 0,
     }
 }
 
@@ -192,15 +204,78 @@ pub fn key6_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key6 {
         in_if,
         out_if,
         mark: v.meta.mark,
+        ct_state: crate::ct::state_of(v.meta.flags),
+        ct_status: 0,
+        ct_mark: 0,
     }
+}
+
+/// The entry of the connection the packet in buffer `buf` with `flags` belongs to, if
+/// it has one.
+fn entry_of(st: &Host, buf: u32, flags: u32) -> Option<u32> {
+    let s = crate::ct::state_of(flags);
+    if s & (crate::ct::state_bit::INVALID | crate::ct::state_bit::UNTRACKED) != 0 {
+        return None;
+    }
+    st.ct.as_deref()?.attached(buf)
 }
 
 impl HookStage {
     /// An IPv6 packet's verdict (out of the IPv4 loop).
     #[inline(never)]
-    fn eval6(&self, v: &PktRef<'_>, in_if: u16, out_if: u16) -> (Verdict, Option<usize>) {
-        self.chain6.eval(&key6_of(v, in_if, out_if))
+    fn eval6(
+        &self,
+        st: &mut Host,
+        buf: u32,
+        v: &PktRef<'_>,
+        in_if: u16,
+        out_if: u16,
+    ) -> (Verdict, Option<usize>) {
+        let mut k = key6_of(v, in_if, out_if);
+        if self.entry {
+            with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain6.eval(k))
+        } else {
+            self.chain6.eval(&mut k)
+        }
     }
+
+    /// An IPv4 packet's verdict by a chain that reads or writes its connection's entry.
+    #[inline(never)]
+    fn eval4_entry(
+        &self,
+        st: &mut Host,
+        buf: u32,
+        v: &PktRef<'_>,
+        in_if: u16,
+        out_if: u16,
+    ) -> (Verdict, Option<usize>) {
+        let mut k = key_of(v, in_if, out_if);
+        with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain4.eval(k))
+    }
+}
+
+/// Evaluates `eval` over key `k` with its connection's status and mark filled in, and
+/// writes back a mark a rule set.
+fn with_entry<B>(
+    st: &mut Host,
+    buf: u32,
+    flags: u32,
+    k: &mut super::KeyOf<B>,
+    eval: impl FnOnce(&mut super::KeyOf<B>) -> (Verdict, Option<usize>),
+) -> (Verdict, Option<usize>) {
+    let idx = entry_of(st, buf, flags);
+    if let Some(e) = idx.and_then(|i| st.ct.as_deref()?.table.get(i)) {
+        k.ct_status = e.status;
+        k.ct_mark = e.mark;
+    }
+    let before = k.ct_mark;
+    let r = eval(k);
+    if k.ct_mark != before
+        && let Some(e) = idx.and_then(|i| st.ct.as_deref_mut()?.table.get_mut(i))
+    {
+        e.mark = k.ct_mark;
+    }
+    r
 }
 
 impl Stage<Host> for HookStage {
@@ -236,7 +311,7 @@ impl Stage<Host> for HookStage {
         v
     }
 
-    fn process(&mut self, _: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+    fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let in_ok = self.hook.has_in_if();
         let out_ok = self.hook.has_out_if();
         let policy_slot = self.chain.rules.len();
@@ -248,9 +323,11 @@ impl Stage<Host> for HookStage {
             );
             let six = v.meta.l3_type == L3::Ipv6 as u8;
             let (verdict, rule) = if six {
-                self.eval6(&v, in_if, out_if)
+                self.eval6(st, p.index(), &v, in_if, out_if)
+            } else if self.entry {
+                self.eval4_entry(st, p.index(), &v, in_if, out_if)
             } else {
-                self.chain4.eval(&key_of(&v, in_if, out_if))
+                self.chain4.eval(&mut key_of(&v, in_if, out_if))
             };
             // In wire packets, like the drop counters: a GRO super-packet is a hit for
             // each datagram it stands for.
@@ -258,8 +335,8 @@ impl Stage<Host> for HookStage {
                 *hits += v.meta.wire_packets();
             }
             match verdict {
-                Verdict::Accept if six => out.push(ACCEPT6, p),
-                Verdict::Accept => out.push(ACCEPT, p),
+                Verdict::Accept | Verdict::Continue if six => out.push(ACCEPT6, p),
+                Verdict::Accept | Verdict::Continue => out.push(ACCEPT, p),
                 Verdict::Drop => out.drop(p, self.reason[0]),
             }
         }

@@ -19,6 +19,13 @@
 //! ([`Chain::compile`]): the rules that can match the family, in order, with their
 //! positions in the chain (hits are counted by position) and prefixes of that family, so
 //! that an IPv4 packet is matched over 32-bit addresses as if IPv6 did not exist.
+//!
+//! Connection tracking's matches and statement, in nftables' terms ([`CtMatch`],
+//! [`MarkSet`]): `ct state` (a set: new, established, related, invalid, untracked),
+//! `ct status` (any of snat, dnat, assured, seen-reply), `ct mark V/M`, and
+//! `ct mark set` (a value, or the packet's mark: what the classifier set). A rule whose
+//! verdict is [`Verdict::Continue`] applies its statement and lets the chain go on, as
+//! an nftables rule without a verdict.
 
 use core::fmt;
 
@@ -97,6 +104,29 @@ pub enum Verdict {
     Accept,
     /// Drop it (counted with the hook's drop reason).
     Drop,
+    /// Apply the rule's statement (`ct mark set`) and go on to the next rule (an
+    /// nftables rule without a verdict). Never a chain's policy.
+    Continue,
+}
+
+/// What a rule asks of the packet's connection (nftables' `ct` expressions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct CtMatch {
+    /// `ct state`: any of these bits (`crate::ct::state_bit`); 0: not asked.
+    pub state: u8,
+    /// `ct status`: any of these status bits (`crate::ct::status`); 0: not asked.
+    pub status: u16,
+    /// `ct mark` (value, mask).
+    pub mark: Option<(u32, u32)>,
+}
+
+/// `ct mark set`: what a matching rule writes in its connection's mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MarkSet {
+    /// This value.
+    Value(u32),
+    /// The packet's mark (`ct mark set meta mark`: the classifier's `skbedit mark`).
+    Packet,
 }
 
 /// An inclusive port range.
@@ -154,6 +184,8 @@ impl Rule {
             in_if: None,
             out_if: None,
             mark: None,
+            ct: None,
+            ct_mark_set: None,
             verdict,
         }
     }
@@ -215,6 +247,12 @@ pub struct KeyOf<B> {
     pub out_if: u16,
     /// Packet mark.
     pub mark: u32,
+    /// `ct state` bit of the packet (`crate::ct::state_bit`).
+    pub ct_state: u8,
+    /// Its connection's status bits (0 without one, or when no rule asks).
+    pub ct_status: u16,
+    /// Its connection's mark (0 without one, or when no rule asks).
+    pub ct_mark: u32,
 }
 
 /// An IPv4 packet's key.
@@ -244,6 +282,10 @@ pub struct RuleOf<P> {
     /// Packet mark (value, mask): what the ingress classifier's `skbedit mark` set
     /// (iptables' `-m mark --mark V/M`).
     pub mark: Option<(u32, u32)>,
+    /// Connection tracking matches.
+    pub ct: Option<CtMatch>,
+    /// `ct mark set`, done when the rule matches.
+    pub ct_mark_set: Option<MarkSet>,
     /// What to do on a match.
     pub verdict: Verdict,
 }
@@ -283,7 +325,22 @@ impl<P: FamilyPrefix> RuleOf<P> {
         if self.mark.is_some_and(|(v, m)| k.mark & m != v & m) {
             return false;
         }
+        if let Some(c) = &self.ct
+            && !c.matches(k)
+        {
+            return false;
+        }
         true
+    }
+}
+
+impl CtMatch {
+    /// Whether the packet whose key is `k` has what the match asks.
+    #[inline]
+    fn matches<B>(&self, k: &KeyOf<B>) -> bool {
+        (self.state == 0 || self.state & k.ct_state != 0)
+            && (self.status == 0 || self.status & k.ct_status != 0)
+            && self.mark.is_none_or(|(v, m)| k.ct_mark & m == v & m)
     }
 }
 
@@ -297,12 +354,21 @@ pub struct Compiled<P> {
 
 impl<P: FamilyPrefix> Compiled<P> {
     /// The verdict for `k` and the position in the chain of the rule that decided (None:
-    /// the policy).
+    /// the policy). A matching rule's `ct mark set` writes `k.ct_mark` (later rules see
+    /// it); a `continue` rule lets the next ones decide.
     #[inline]
-    pub fn eval(&self, k: &KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
+    pub fn eval(&self, k: &mut KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
         for (i, r) in &self.rules {
             if r.matches(k) {
-                return (r.verdict, Some(*i));
+                if let Some(set) = r.ct_mark_set {
+                    k.ct_mark = match set {
+                        MarkSet::Value(v) => v,
+                        MarkSet::Packet => k.mark,
+                    };
+                }
+                if r.verdict != Verdict::Continue {
+                    return (r.verdict, Some(*i));
+                }
             }
         }
         (self.policy, None)
@@ -330,7 +396,25 @@ impl Default for Chain {
 impl Chain {
     /// Whether the hook would accept everything (so the stage can be left out).
     pub fn is_noop(&self) -> bool {
-        self.policy == Verdict::Accept && self.rules.iter().all(|r| r.verdict == Verdict::Accept)
+        self.policy == Verdict::Accept
+            && self.rules.iter().all(|r| {
+                matches!(r.verdict, Verdict::Accept | Verdict::Continue) && r.ct_mark_set.is_none()
+            })
+    }
+
+    /// Whether a rule asks about connection tracking (the graph then tracks).
+    pub fn uses_ct(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.ct.is_some() || r.ct_mark_set.is_some())
+    }
+
+    /// Whether a rule reads or writes the connection's entry (its status or mark), not
+    /// only the state the packet carries.
+    pub fn reads_entry(&self) -> bool {
+        self.rules.iter().any(|r| {
+            r.ct_mark_set.is_some() || r.ct.is_some_and(|c| c.status != 0 || c.mark.is_some())
+        })
     }
 
     /// The chain for the family of prefixes `P`: the rules without a prefix of the other
@@ -353,6 +437,8 @@ impl Chain {
                     in_if: r.in_if,
                     out_if: r.out_if,
                     mark: r.mark,
+                    ct: r.ct,
+                    ct_mark_set: r.ct_mark_set,
                     verdict: r.verdict,
                 },
             ));
@@ -377,17 +463,28 @@ mod tests {
             in_if: 0,
             out_if: 1,
             mark: 0,
+            ct_state: crate::ct::state_bit::UNTRACKED,
+            ct_status: 0,
+            ct_mark: 0,
         }
     }
 
     /// Whether `r` alone matches IPv4 key `k` (compiled for IPv4).
     fn hit4(r: &Rule, k: &Key) -> bool {
-        one(r).compile::<Ipv4Prefix>().eval(k).1.is_some()
+        one(r)
+            .compile::<Ipv4Prefix>()
+            .eval(&mut k.clone())
+            .1
+            .is_some()
     }
 
     /// Whether `r` alone matches IPv6 key `k` (compiled for IPv6).
     fn hit6(r: &Rule, k: &Key6) -> bool {
-        one(r).compile::<Ipv6Prefix>().eval(k).1.is_some()
+        one(r)
+            .compile::<Ipv6Prefix>()
+            .eval(&mut k.clone())
+            .1
+            .is_some()
     }
 
     fn one(r: &Rule) -> Chain {
@@ -422,24 +519,24 @@ mod tests {
         };
         let c = chain.compile::<Ipv4Prefix>();
         assert_eq!(
-            c.eval(&key(17, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
+            c.eval(&mut key(17, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Drop, Some(1))
         );
         assert_eq!(
-            c.eval(&key(17, "192.0.2.7", "10.0.0.1", Some((1, 9050)))),
+            c.eval(&mut key(17, "192.0.2.7", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Accept, Some(0))
         );
         assert_eq!(
-            c.eval(&key(17, "198.51.100.1", "10.0.0.1", Some((1, 8999)))),
+            c.eval(&mut key(17, "198.51.100.1", "10.0.0.1", Some((1, 8999)))),
             (Verdict::Accept, None)
         );
         assert_eq!(
-            c.eval(&key(6, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
+            c.eval(&mut key(6, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Accept, None)
         );
         // Unknown ports (a non-first fragment) never match a port rule.
         assert_eq!(
-            c.eval(&key(17, "198.51.100.1", "10.0.0.1", None)),
+            c.eval(&mut key(17, "198.51.100.1", "10.0.0.1", None)),
             (Verdict::Accept, None)
         );
         assert!(!chain.is_noop());
@@ -458,6 +555,9 @@ mod tests {
             in_if: 0,
             out_if: 1,
             mark: 0,
+            ct_state: 0,
+            ct_status: 0,
+            ct_mark: 0,
         };
         let mut r6 = Rule::any(Verdict::Drop);
         r6.dst = Some("2001:db8:1::/48".parse().unwrap());
@@ -482,13 +582,13 @@ mod tests {
         assert_eq!(
             chain
                 .compile::<Ipv4Prefix>()
-                .eval(&key(17, "10.0.0.1", "10.0.0.2", None)),
+                .eval(&mut key(17, "10.0.0.1", "10.0.0.2", None)),
             (Verdict::Drop, Some(1))
         );
         assert_eq!(
             chain
                 .compile::<Ipv6Prefix>()
-                .eval(&six("2001:db8::1", "2001:db8:1::9")),
+                .eval(&mut six("2001:db8::1", "2001:db8:1::9")),
             (Verdict::Drop, Some(0))
         );
     }

@@ -125,7 +125,7 @@ fn check_sane(
 /// `ip4-input`.
 pub const DECL: Decl = Decl {
     arcs: &[
-        ("ok", To::Via(node::HOOK_PREROUTING, "accept")),
+        ("ok", To::Via(node::CT_IN, "accept")),
         ("error", To::Node(node::IP4_ICMP_ERROR)),
     ],
     reasons: &[reason::ALL],

@@ -36,7 +36,7 @@ pub struct Ip4LocalOut;
 /// `ip4-local-out`: where packets this host makes enter.
 pub const DECL: Decl = Decl {
     arcs: &[
-        ("ok", To::Via(node::HOOK_OUTPUT, "accept")),
+        ("ok", To::Via(node::CT_OUT, "accept")),
         ("local", To::Node(node::IP4_LOCAL)),
     ],
     reasons: &[crate::route::reason::ALL, super::input::reason::ALL],

@@ -81,7 +81,7 @@ fn fill_source(d: &mut [u8], src: Ipv6Addr, l4: Option<usize>, proto: u8) {
 /// `ip6-local-out`: where IPv6 packets this host makes enter.
 pub const DECL: Decl = Decl {
     arcs: &[
-        ("ok", To::Via(node::HOOK_OUTPUT, "accept6")),
+        ("ok", To::Via(node::CT_OUT, "accept6")),
         ("local", To::Node(node::IP6_LOCAL)),
     ],
     reasons: &[

@@ -1,0 +1,228 @@
+//! The conntrack stages: `ct-in` (received packets, before PREROUTING), `ct-out`
+//! (packets this host makes, before OUTPUT), `ct-confirm` (after POSTROUTING) and
+//! `ct-confirm-local` (after INPUT). See the module above for where and why.
+//!
+//! Per list: the table's collector passes a bounded number of slots, the previous
+//! call's unconfirmed entries whose packets never reached a confirm stage (dropped, or
+//! answered with an ICMP error in their buffer) are given back, and a run of packets of
+//! one flow reuses the first one's lookup. A super-packet is tracked once, as the one
+//! segment of its whole length it stands for, and counted in the wire packets it
+//! carries.
+
+use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
+
+use super::{Config, ConnTrack, CtState, Found, Seen};
+use crate::assemble::{GraphOptions, node};
+use crate::declare::{Decl, Decode, To};
+use crate::dissect::L3;
+use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
+
+netbatch_engine::reasons! {
+    /// Why connection tracking drops a packet.
+    pub mod reason {
+        TABLE_FULL = "ct_table_full": "new connection refused: the connection table is full of assured connections",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// IPv4 packets, tracked.
+    pub ACCEPT = "accept";
+    /// IPv6 packets, tracked.
+    pub ACCEPT6 = "accept6";
+}
+
+/// Slots of the table the collector looks at per call.
+const GC_BUDGET: usize = 64;
+
+/// The flag bits the stages write.
+const CT_FLAGS: u32 = flag::CT_TRACKED | flag::CT_REPLY | flag::CT_STATE | flag::CT_UNCONFIRMED;
+
+/// Whether the graph tracks connections.
+fn present(o: &GraphOptions) -> bool {
+    o.conntrack.is_some()
+}
+
+fn make_track(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
+    Box::new(CtStage::new(m.opts.conntrack.clone().unwrap_or_default()))
+}
+
+fn make_confirm(_: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
+    Box::new(Confirm)
+}
+
+const TRACK_READS: Fields = Fields::of(&[Field::L3, Field::L4, Field::Gso]);
+
+/// `ct-in`: received packets, after the IP input checks, before PREROUTING.
+pub const IN: Decl = Decl {
+    arcs: &[
+        ("accept", To::Via(node::HOOK_PREROUTING, "accept")),
+        ("accept6", To::Via(node::HOOK_PREROUTING, "accept6")),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Ip,
+    reads: TRACK_READS,
+    writes: Fields::of(&[Field::Ct]),
+    present,
+    ..Decl::new(node::CT_IN, make_track)
+};
+
+/// `ct-out`: packets this host makes, after routing them, before OUTPUT.
+pub const OUT: Decl = Decl {
+    arcs: &[
+        ("accept", To::Via(node::HOOK_OUTPUT, "accept")),
+        ("accept6", To::Via(node::HOOK_OUTPUT, "accept6")),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Ip,
+    reads: TRACK_READS,
+    writes: Fields::of(&[Field::Ct]),
+    present,
+    ..Decl::new(node::CT_OUT, make_track)
+};
+
+/// `ct-confirm`: after POSTROUTING, before the neighbour stages.
+pub const CONFIRM: Decl = Decl {
+    arcs: &[
+        ("accept", To::Node(node::NEIGHBOUR)),
+        ("accept6", To::Node(node::IP6_NEIGHBOUR)),
+    ],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::Ct]),
+    writes: Fields::of(&[Field::Ct]),
+    present,
+    ..Decl::new(node::CT_CONFIRM, make_confirm)
+};
+
+/// `ct-confirm-local`: after INPUT, before local delivery.
+pub const CONFIRM_LOCAL: Decl = Decl {
+    arcs: &[
+        ("accept", To::Node(node::IP4_LOCAL)),
+        ("accept6", To::Node(node::IP6_LOCAL)),
+    ],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::Ct]),
+    writes: Fields::of(&[Field::Ct]),
+    present,
+    ..Decl::new(node::CT_CONFIRM_LOCAL, make_confirm)
+};
+
+/// `ct-in` or `ct-out`.
+#[derive(Debug)]
+pub struct CtStage {
+    cfg: Config,
+    /// The new entries this stage allocated in its last call, with their generations.
+    pending: Vec<(u32, u32)>,
+}
+
+impl CtStage {
+    /// The stage, making the worker's table with `cfg` if it has none.
+    pub fn new(cfg: Config) -> Self {
+        Self {
+            cfg,
+            pending: Vec::with_capacity(netbatch_engine::LIST_MAX),
+        }
+    }
+}
+
+/// The worker's tracking, made on first use for a pool of `buffers` buffers.
+fn tracking<'a>(st: &'a mut Host, cfg: &Config, buffers: usize) -> &'a mut ConnTrack {
+    st.ct
+        .get_or_insert_with(|| Box::new(ConnTrack::new(cfg, buffers)))
+}
+
+impl Stage<Host> for CtStage {
+    fn arcs(&self) -> &[&'static str] {
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        reason::ALL
+    }
+
+    fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        let now = cx.now_ns;
+        let ct = tracking(st, &self.cfg, cx.pool.config().buffers as usize);
+        // Every packet of the previous call has left the graph (the dispatch runs a
+        // stage's output to its end before the stage runs again): an entry still
+        // unconfirmed belonged to a packet that never reached a confirm stage.
+        for (idx, generation) in self.pending.drain(..) {
+            ct.discard(idx, generation);
+        }
+        ct.table.collect(now, GC_BUDGET);
+        ct.begin_list();
+        for mut p in list.drain(..) {
+            let buf = p.index();
+            let mut v = cx.pool.get_mut(&mut p);
+            let six = v.meta.l3_type == L3::Ipv6 as u8;
+            let found = {
+                let (m, d) = v.split();
+                ct.track(&Seen::read(m, d), now)
+            };
+            let mut f = v.meta.flags & !CT_FLAGS;
+            let state = |s: CtState| flag::CT_TRACKED | (s as u32) << flag::CT_STATE_SHIFT;
+            match found {
+                Found::New(idx) => {
+                    f |= state(CtState::New) | flag::CT_UNCONFIRMED;
+                    ct.attach(buf, idx);
+                    let generation = ct.table.get(idx).map_or(0, |e| e.generation);
+                    self.pending.push((idx, generation));
+                }
+                Found::Known { idx, dir, replied } => {
+                    let s = if dir == 1 || replied {
+                        CtState::Established
+                    } else {
+                        CtState::New
+                    };
+                    f |= state(s) | if dir == 1 { flag::CT_REPLY } else { 0 };
+                    ct.attach(buf, idx);
+                }
+                Found::Related { idx, dir } => {
+                    f |= state(CtState::Related) | if dir == 1 { flag::CT_REPLY } else { 0 };
+                    ct.attach(buf, idx);
+                }
+                Found::Invalid(_) => f |= state(CtState::Invalid),
+                Found::Untracked => {}
+                Found::Refused(_) => {
+                    v.meta.flags = f;
+                    out.drop(p, reason::TABLE_FULL);
+                    continue;
+                }
+            }
+            v.meta.flags = f;
+            out.push(if six { ACCEPT6 } else { ACCEPT }, p);
+        }
+    }
+}
+
+/// `ct-confirm` and `ct-confirm-local`: links a new connection's entry when its packet
+/// gets here.
+#[derive(Debug)]
+pub struct Confirm;
+
+impl Stage<Host> for Confirm {
+    fn arcs(&self) -> &[&'static str] {
+        ARCS
+    }
+
+    fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        let now = cx.now_ns;
+        for mut p in list.drain(..) {
+            let buf = p.index();
+            let v = cx.pool.get_mut(&mut p);
+            if v.meta.flags & flag::CT_UNCONFIRMED != 0 {
+                v.meta.flags &= !flag::CT_UNCONFIRMED;
+                if let Some(ct) = st.ct.as_deref_mut()
+                    && let Some(idx) = ct.attached(buf)
+                {
+                    let kept = ct.confirm(idx, now);
+                    if kept != idx {
+                        ct.attach(buf, kept);
+                    }
+                }
+            }
+            let six = v.meta.l3_type == L3::Ipv6 as u8;
+            out.push(if six { ACCEPT6 } else { ACCEPT }, p);
+        }
+    }
+}

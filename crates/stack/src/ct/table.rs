@@ -1,0 +1,439 @@
+//! The connection table: `max` entries allocated once, each in two hash chains (its
+//! original tuple's and its reply tuple's, as Linux's `tuplehash[2]`), a free list, and
+//! nothing allocated per packet.
+//!
+//! An entry is taken from the free list when a connection's first packet is tracked and
+//! linked into the chains only when that packet is confirmed (it left its last hook
+//! undropped: Linux's `nf_conntrack_confirm`); until then no other packet finds it.
+//! When the free list is empty, the first entry that is not assured (or has expired)
+//! among the chains of the eight buckets from the new tuple's is evicted (Linux's
+//! `early_drop`, `NF_CT_EVICTION_RANGE`); when there is none the new connection is
+//! refused. Expired entries go when a lookup meets them or the collector passes
+//! (a bounded number of slots per call, as Linux's `gc_worker` scans a share of the table
+//! per run). The hash has a fixed seed, so a table's layout is the same on every run.
+
+use super::tcp::TcpConn;
+use super::tuple::Tuple;
+
+/// Status bits (Linux's `ip_conntrack_status` bit numbers).
+pub mod status {
+    /// A packet of the reply direction was seen.
+    pub const SEEN_REPLY: u16 = 1 << 1;
+    /// Worth keeping: not evicted to make room (a TCP handshake completed, a replied UDP
+    /// flow).
+    pub const ASSURED: u16 = 1 << 2;
+    /// In the hash chains.
+    pub const CONFIRMED: u16 = 1 << 3;
+    /// Source NAT rewrites the reply tuple (set by NAT).
+    pub const SRC_NAT: u16 = 1 << 4;
+    /// Destination NAT rewrites the reply tuple (set by NAT).
+    pub const DST_NAT: u16 = 1 << 5;
+}
+
+/// One connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Entry {
+    /// The original direction's tuple and the reply direction's (which NAT may rewrite:
+    /// the reply tuple is what a reply carries on the wire).
+    pub tuple: [Tuple; 2],
+    /// TCP's tracking state (unused for other protocols).
+    pub tcp: TcpConn,
+    /// [`status`] bits.
+    pub status: u16,
+    /// The connection's mark (`ct mark`).
+    pub mark: u32,
+    /// When it expires (monotonic ns).
+    pub expires: u64,
+    /// Wire packets per direction.
+    pub packets: [u64; 2],
+    /// Bytes per direction.
+    pub bytes: [u64; 2],
+    /// Allocation generation: a packet's reference to the entry holds it, so that a
+    /// reference to a slot reused since is told apart.
+    pub generation: u32,
+}
+
+impl Entry {
+    /// Whether status bit `b` is set.
+    pub fn has(&self, b: u16) -> bool {
+        self.status & b != 0
+    }
+}
+
+/// Why a new connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The table is full of assured connections (none could be evicted).
+    Full,
+}
+
+/// Table event counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableStats {
+    /// Entries linked (confirmed).
+    pub inserted: u64,
+    /// Unassured entries evicted to make room (`early_drop`).
+    pub early_drop: u64,
+    /// New connections refused: full of assured entries.
+    pub refused_full: u64,
+    /// Entries that timed out.
+    pub expired: u64,
+    /// Confirmations that found the connection confirmed already (a second packet of
+    /// a new connection tracked before the first was confirmed): they join it.
+    pub clash: u64,
+    /// Entries allocated for a packet that was dropped before it was confirmed.
+    pub unconfirmed_discarded: u64,
+    /// Entries deleted by request (`conntrack flush`) or replaced (a TCP reopen).
+    pub deleted: u64,
+}
+
+const NIL: u32 = u32::MAX;
+/// Buckets searched for an entry to evict (Linux's `NF_CT_EVICTION_RANGE`).
+const EVICTION_RANGE: usize = 8;
+
+/// The table.
+#[derive(Debug, Clone)]
+pub struct Table {
+    entries: Vec<Entry>,
+    /// The next node of each node's chain; node `2i + d` is entry `i`'s tuple `d`.
+    next: Vec<u32>,
+    buckets: Vec<u32>,
+    free: Vec<u32>,
+    seed: u64,
+    count: usize,
+    gc_at: usize,
+    /// Counters.
+    pub stats: TableStats,
+}
+
+impl Table {
+    /// A table of `max` entries (at least 1) over a power of two of buckets at least
+    /// `max`, hashing with `seed`.
+    pub fn new(max: usize, seed: u64) -> Self {
+        let max = max.clamp(1, (NIL >> 1) as usize);
+        let nb = max.next_power_of_two();
+        Self {
+            entries: vec![Entry::default(); max],
+            next: vec![NIL; 2 * max],
+            buckets: vec![NIL; nb],
+            free: (0..max as u32).rev().collect(),
+            seed,
+            count: 0,
+            gc_at: 0,
+            stats: TableStats::default(),
+        }
+    }
+
+    /// Entries the table can hold.
+    pub fn max(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Confirmed entries.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether no entry is confirmed.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Entry `i`.
+    pub fn get(&self, i: u32) -> Option<&Entry> {
+        self.entries.get(i as usize)
+    }
+
+    /// Entry `i`, to change.
+    pub fn get_mut(&mut self, i: u32) -> Option<&mut Entry> {
+        self.entries.get_mut(i as usize)
+    }
+
+    fn bucket(&self, t: &Tuple) -> usize {
+        (t.hash(self.seed) >> 20) as usize & (self.buckets.len() - 1)
+    }
+
+    /// The confirmed entry with tuple `t` in either direction, and that direction; an
+    /// expired one met on the way is removed.
+    pub fn lookup(&mut self, t: &Tuple, now: u64) -> Option<(u32, usize)> {
+        let b = self.bucket(t);
+        let mut n = self.buckets.get(b).copied().unwrap_or(NIL);
+        while n != NIL {
+            let (i, d) = (n >> 1, (n & 1) as usize);
+            let e = self.entries.get(i as usize)?;
+            if e.tuple.get(d) == Some(t) {
+                if e.expires <= now {
+                    self.remove(i);
+                    self.stats.expired += 1;
+                    return None;
+                }
+                return Some((i, d));
+            }
+            n = self.next.get(n as usize).copied().unwrap_or(NIL);
+        }
+        None
+    }
+
+    /// A free entry for a new connection whose tuple is `t` (not linked: see
+    /// [`Table::link`]), evicting an unassured one if the table is full.
+    pub fn alloc(&mut self, t: &Tuple, now: u64) -> Result<u32, Refusal> {
+        if let Some(i) = self.free.pop() {
+            return Ok(i);
+        }
+        let start = self.bucket(t);
+        let nb = self.buckets.len();
+        for k in 0..EVICTION_RANGE.min(nb) {
+            let mut n = self
+                .buckets
+                .get((start + k) & (nb - 1))
+                .copied()
+                .unwrap_or(NIL);
+            while n != NIL {
+                let i = n >> 1;
+                if let Some(e) = self.entries.get(i as usize)
+                    && (!e.has(status::ASSURED) || e.expires <= now)
+                {
+                    if e.expires <= now {
+                        self.stats.expired += 1;
+                    } else {
+                        self.stats.early_drop += 1;
+                    }
+                    self.remove(i);
+                    return self.free.pop().ok_or(Refusal::Full);
+                }
+                n = self.next.get(n as usize).copied().unwrap_or(NIL);
+            }
+        }
+        self.stats.refused_full += 1;
+        Err(Refusal::Full)
+    }
+
+    /// Gives back entry `i`, allocated and never linked.
+    pub fn discard(&mut self, i: u32) {
+        if let Some(e) = self.entries.get_mut(i as usize)
+            && !e.has(status::CONFIRMED)
+        {
+            e.generation = e.generation.wrapping_add(1);
+            e.status = 0;
+            self.free.push(i);
+            self.stats.unconfirmed_discarded += 1;
+        }
+    }
+
+    /// Links entry `i` (allocated, filled in) into both chains; when a confirmed entry
+    /// has either of its tuples already, `i` is given back and that entry returned.
+    pub fn link(&mut self, i: u32, now: u64) -> Result<(), u32> {
+        let Some(e) = self.entries.get(i as usize).copied() else {
+            return Err(i);
+        };
+        for t in &e.tuple {
+            if let Some((j, _)) = self.lookup(t, now) {
+                self.stats.clash += 1;
+                self.discard(i);
+                self.stats.unconfirmed_discarded -= 1;
+                return Err(j);
+            }
+        }
+        for (d, t) in e.tuple.iter().enumerate() {
+            let b = self.bucket(t);
+            let node = (i << 1) | d as u32;
+            if let (Some(head), Some(next)) = (
+                self.buckets.get(b).copied(),
+                self.next.get_mut(node as usize),
+            ) {
+                *next = head;
+            }
+            if let Some(head) = self.buckets.get_mut(b) {
+                *head = node;
+            }
+        }
+        if let Some(e) = self.entries.get_mut(i as usize) {
+            e.status |= status::CONFIRMED;
+        }
+        self.count += 1;
+        self.stats.inserted += 1;
+        Ok(())
+    }
+
+    /// Unlinks confirmed entry `i` and frees it.
+    pub fn remove(&mut self, i: u32) {
+        let Some(e) = self.entries.get(i as usize).copied() else {
+            return;
+        };
+        if !e.has(status::CONFIRMED) {
+            return;
+        }
+        for (d, t) in e.tuple.iter().enumerate() {
+            let node = (i << 1) | d as u32;
+            let b = self.bucket(t);
+            let after = self.next.get(node as usize).copied().unwrap_or(NIL);
+            let mut n = self.buckets.get(b).copied().unwrap_or(NIL);
+            if n == node {
+                if let Some(h) = self.buckets.get_mut(b) {
+                    *h = after;
+                }
+            } else {
+                while n != NIL {
+                    let nn = self.next.get(n as usize).copied().unwrap_or(NIL);
+                    if nn == node {
+                        if let Some(x) = self.next.get_mut(n as usize) {
+                            *x = after;
+                        }
+                        break;
+                    }
+                    n = nn;
+                }
+            }
+            if let Some(x) = self.next.get_mut(node as usize) {
+                *x = NIL;
+            }
+        }
+        if let Some(e) = self.entries.get_mut(i as usize) {
+            e.status = 0;
+            e.generation = e.generation.wrapping_add(1);
+        }
+        self.count -= 1;
+        self.free.push(i);
+    }
+
+    /// Looks at `budget` slots from where the last call stopped and removes the
+    /// expired entries among them; returns how many it removed.
+    pub fn collect(&mut self, now: u64, budget: usize) -> usize {
+        let mut gone = 0;
+        let len = self.entries.len();
+        for _ in 0..budget.min(len) {
+            let i = self.gc_at;
+            self.gc_at = (self.gc_at + 1) % len;
+            if let Some(e) = self.entries.get(i)
+                && e.has(status::CONFIRMED)
+                && e.expires <= now
+            {
+                self.remove(i as u32);
+                self.stats.expired += 1;
+                gone += 1;
+            }
+        }
+        gone
+    }
+
+    /// Removes every confirmed entry (`conntrack flush`) matching `keep_if_false`;
+    /// returns how many.
+    pub fn flush(&mut self, mut matches: impl FnMut(&Entry) -> bool) -> usize {
+        let mut gone = 0;
+        for i in 0..self.entries.len() {
+            if let Some(e) = self.entries.get(i)
+                && e.has(status::CONFIRMED)
+                && matches(e)
+            {
+                self.remove(i as u32);
+                gone += 1;
+            }
+        }
+        self.stats.deleted += gone as u64;
+        gone
+    }
+
+    /// The confirmed entries that have not expired by `now`.
+    pub fn iter(&self, now: u64) -> impl Iterator<Item = (u32, &Entry)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(move |(_, e)| e.has(status::CONFIRMED) && e.expires > now)
+            .map(|(i, e)| (i as u32, e))
+    }
+
+    /// Entries neither free nor confirmed (allocated for packets not confirmed yet).
+    pub fn unconfirmed(&self) -> usize {
+        self.entries.len() - self.count - self.free.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(n: u32) -> Tuple {
+        Tuple::v4(
+            core::net::Ipv4Addr::from(0xc000_0200 + n),
+            "198.51.100.1".parse().unwrap(),
+            17,
+            1000 + n as u16,
+            53,
+        )
+    }
+
+    fn add(tb: &mut Table, x: Tuple, assured: bool) -> Result<u32, Refusal> {
+        let i = tb.alloc(&x, 0)?;
+        let e = tb.get_mut(i).unwrap();
+        e.tuple = [x, x.invert()];
+        e.expires = 1_000;
+        e.status = if assured { status::ASSURED } else { 0 };
+        tb.link(i, 0).unwrap();
+        Ok(i)
+    }
+
+    /// Both directions find the entry; the reply tuple names direction 1.
+    #[test]
+    fn both_tuples_find_the_entry() {
+        let mut tb = Table::new(4, 7);
+        let i = add(&mut tb, t(1), false).unwrap();
+        assert_eq!(tb.lookup(&t(1), 10), Some((i, 0)));
+        assert_eq!(tb.lookup(&t(1).invert(), 10), Some((i, 1)));
+        assert_eq!(tb.lookup(&t(2), 10), None);
+        // Expired: removed when met.
+        assert_eq!(tb.lookup(&t(1), 1_000), None);
+        assert_eq!((tb.len(), tb.stats.expired), (0, 1));
+    }
+
+    /// Full of unassured entries: the new one evicts one (early drop); full of
+    /// assured ones: refused and counted (Linux's early_drop then "table full").
+    #[test]
+    fn full_table_early_drops_then_refuses() {
+        let mut tb = Table::new(8, 7);
+        for n in 0..8 {
+            add(&mut tb, t(n), false).unwrap();
+        }
+        assert!(add(&mut tb, t(100), false).is_ok());
+        assert_eq!(tb.stats.early_drop, 1);
+        assert_eq!(tb.len(), 8);
+        let mut tb = Table::new(8, 7);
+        for n in 0..8 {
+            add(&mut tb, t(n), true).unwrap();
+        }
+        assert_eq!(add(&mut tb, t(100), false), Err(Refusal::Full));
+        assert_eq!(tb.stats.refused_full, 1);
+        assert_eq!(tb.len(), 8);
+    }
+
+    /// Linking a second entry for a tuple already confirmed joins the first (clash).
+    #[test]
+    fn clash_joins_the_confirmed_entry() {
+        let mut tb = Table::new(4, 7);
+        let i = add(&mut tb, t(1), false).unwrap();
+        let j = tb.alloc(&t(1), 0).unwrap();
+        let e = tb.get_mut(j).unwrap();
+        e.tuple = [t(1), t(1).invert()];
+        e.expires = 1_000;
+        assert_eq!(tb.link(j, 0), Err(i));
+        assert_eq!((tb.len(), tb.unconfirmed(), tb.stats.clash), (1, 0, 1));
+    }
+
+    /// Removing entries from the middle of chains keeps the others findable: a
+    /// one-bucket table chains everything.
+    #[test]
+    fn removal_keeps_chains_whole() {
+        let tb = Table::new(1, 7);
+        assert_eq!(tb.buckets.len(), 1);
+        let mut tb = Table::new(6, 7);
+        let ids: Vec<u32> = (0..6).map(|n| add(&mut tb, t(n), true).unwrap()).collect();
+        tb.remove(ids[2]);
+        tb.remove(ids[4]);
+        for n in [0, 1, 3, 5] {
+            assert!(tb.lookup(&t(n), 0).is_some(), "{n}");
+            assert!(tb.lookup(&t(n).invert(), 0).is_some(), "{n}");
+        }
+        assert_eq!(tb.lookup(&t(2), 0), None);
+        assert_eq!(tb.collect(2_000, 6), 4);
+        assert!(tb.is_empty());
+    }
+}

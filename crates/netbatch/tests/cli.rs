@@ -742,3 +742,57 @@ fn replay_receives_on_its_port_whatever_rx_workers_says() {
     let (_, s) = replay_within(&config, &input, dir.path(), 20);
     assert_eq!(s["rx_packets"], 5, "{s}");
 }
+
+/// `check-config` lists each VRF with its table, its interfaces and its routes (the
+/// interfaces' connected, local and broadcast routes and the configured ones).
+#[test]
+fn check_config_lists_the_vrfs() {
+    let dir = scratch("vrf");
+    let file = dir.path().join("vrf.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[vrf]]
+name = "red"
+table = 10
+
+[[port]]
+name = "eth0"
+mac = "02:00:5e:00:53:01"
+addresses = ["198.51.100.1/24"]
+vrf = "red"
+
+[[port.vlan]]
+id = 7
+addresses = ["192.0.2.1/24"]
+
+[[port]]
+name = "eth1"
+mac = "02:00:5e:00:53:02"
+addresses = ["198.51.100.1/24"]
+
+[[route]]
+prefix = "203.0.113.0/24"
+via = "198.51.100.2"
+vrf = "red"
+"#,
+    )
+    .expect("config");
+    let out = netbatch()
+        .args(["check-config", "--for", "replay"])
+        .arg(&file)
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // 198.51.100.0/24, .1, .255, 255.255.255.255 and the route: 5 IPv4 routes; eth0's
+    // VLAN is main's (a VLAN takes its own vrf).
+    assert!(
+        text.contains("vrf red table 10: interfaces eth0; 5 IPv4 and 0 IPv6 routes"),
+        "{text}"
+    );
+}

@@ -141,6 +141,8 @@ pub(crate) fn interfaces(ports: &[PortSetup]) -> Result<(Vec<Port>, Vec<Iface>),
             f.addrs6 = v.addrs6.clone();
             ifaces.push(f);
         }
+        // Sorted by tags, as `Port::iface_for` searches them.
+        port.vlans.sort_unstable();
         out_ports.push(port);
     }
     Ok((out_ports, ifaces))

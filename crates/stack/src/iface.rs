@@ -14,7 +14,7 @@ use crate::offload::Features;
 use crate::prefix::{If6Addr, IfAddr};
 
 /// A VLAN tag stack on an interface: none, one 802.1Q tag, or 802.1ad + 802.1Q.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub enum Tags {
     /// Untagged.
     #[default]
@@ -52,7 +52,8 @@ pub struct Port {
     pub mtu: u16,
     /// Interface for untagged frames.
     pub native_if: Option<u16>,
-    /// Sub-interfaces by tag stack.
+    /// Sub-interfaces by tag stack, sorted by their tags (so that a port with a
+    /// thousand VLANs finds one in ten steps, not five hundred).
     pub vlans: Vec<(Tags, u16)>,
     /// Offloads.
     pub features: Features,
@@ -81,7 +82,12 @@ impl Port {
     pub fn iface_for(&self, tags: Tags) -> Option<u16> {
         match tags {
             Tags::None => self.native_if,
-            t => self.vlans.iter().find(|(k, _)| *k == t).map(|(_, i)| *i),
+            t => self
+                .vlans
+                .binary_search_by(|(k, _)| k.cmp(&t))
+                .ok()
+                .and_then(|i| self.vlans.get(i))
+                .map(|(_, i)| *i),
         }
     }
 }

@@ -165,6 +165,14 @@ impl super::Config {
     /// interfaces' routes, then its configured ones) or a numbered table's (its
     /// configured routes), compact ([`RoutesOf::compact`]).
     pub fn table(&self, id: u32) -> Result<(Routes, Routes6), crate::setup::SetupError> {
+        if self.vrf_name(id).is_none() {
+            // A numbered table: its routes alone, as `Config::policies` builds it.
+            let mut t = RoutesOf::compact();
+            t.load(self.tables.get(&id).into_iter().flatten().cloned())?;
+            let mut t6 = RoutesOf::compact();
+            t6.load(self.tables6.get(&id).into_iter().flatten().cloned())?;
+            return Ok((t, t6));
+        }
         let iif = self.iface_tables();
         let setups: Vec<_> = self.ports.iter().map(|p| p.setup.clone()).collect();
         let (_, ifaces) = crate::setup::interfaces(&setups)?;

@@ -1170,14 +1170,20 @@ impl<F: Family> PolicyOf<F> {
         k: &KeyOf<F>,
         hash: impl FnOnce() -> u32,
     ) -> DecisionOf<F> {
-        let vrf = self.vrf_of(k.iif);
-        let local = match vrf {
-            TABLE_MAIN => main,
-            t => self.tables.get(&t).map_or(main, |t| &**t),
+        // The VRF's slot, number and table, found by index (no map is searched for a
+        // VRF's packet).
+        let vslot = self.iif_slot.get(usize::from(k.iif)).copied().unwrap_or(0);
+        let (vrf, local) = match vslot
+            .checked_sub(1)
+            .and_then(|s| self.slots.get(s as usize))
+        {
+            Some((id, t)) => (*id, &**t),
+            None => (TABLE_MAIN, main),
         };
         let tables = WithMain {
             main,
             local,
+            vrf,
             tables: &self.tables,
         };
         let l3mdev = (vrf != TABLE_MAIN).then_some(vrf);
@@ -1208,7 +1214,9 @@ impl<F: Family> PolicyOf<F> {
             if *table == TABLE_LOCAL && vrf != TABLE_MAIN {
                 *table = vrf;
             }
-            if *table != TABLE_MAIN
+            if *table == vrf && vslot != 0 {
+                *adj |= vslot << super::ADJ_TABLE_SHIFT;
+            } else if *table != TABLE_MAIN
                 && *table != TABLE_LOCAL
                 && let Some(&slot) = self.slot_of.get(table)
             {
@@ -1224,6 +1232,8 @@ impl<F: Family> PolicyOf<F> {
 struct WithMain<'a, F: Family> {
     main: &'a RoutesOf<F>,
     local: &'a RoutesOf<F>,
+    /// The packet's VRF's table number ([`TABLE_MAIN`] for main), whose table is `local`.
+    vrf: u32,
     tables: &'a BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
 }
 
@@ -1232,6 +1242,8 @@ impl<F: Family> Tables<F> for WithMain<'_, F> {
     fn table(&self, id: u32) -> Option<&RoutesOf<F>> {
         if id == TABLE_MAIN {
             Some(self.main)
+        } else if id == self.vrf {
+            Some(self.local)
         } else {
             self.tables.get(&id).map(|t| &**t)
         }

@@ -26,6 +26,7 @@ pub(crate) const NAMES: &[&str] = &[
     "udp-local-1b-flower",
     "smoltcp-udp-1b",
     "ip4-forward",
+    "ct-forward",
     "udp-forward-1460",
     "tcp-forward-1460",
     "rps",
@@ -574,7 +575,7 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
                 }
             }
         }
-        "udp-local-1b-nf1" | "udp-local-1b-flower" | "udp6-local-1b" => {
+        "udp-local-1b-nf1" | "udp-local-1b-flower" | "udp6-local-1b" | "ct-forward" => {
             for &d in ax.dispatch {
                 for &m in ax.modes {
                     v.push(mk(Some(m), Some(d)));
@@ -638,6 +639,7 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "udp-local-1b-flower" => udp_local(v, c, false),
         "smoltcp-udp-1b" => smoltcp_udp(c),
         "ip4-forward" => super::forward::build_forward(v, c),
+        "ct-forward" => super::forward::build_ct_forward(v, c),
         "udp-forward-1460" => super::gro::build_gro_forward(v, c, false, false),
         "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true, false),
         "ip6-forward" => super::forward6::build_forward6(v, c),

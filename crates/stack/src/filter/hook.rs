@@ -145,6 +145,8 @@ pub struct HookStage {
     pub hits: Vec<u64>,
     /// A rule reads or writes the connection's entry (status, mark).
     entry: bool,
+    /// A rule asks about connection tracking (`ct state` is read).
+    ct: bool,
 }
 
 impl HookStage {
@@ -160,6 +162,7 @@ impl HookStage {
         let hits = vec![0; chain.rules.len() + 1];
         Self {
             entry: chain.reads_entry(),
+            ct: chain.uses_ct(),
             hook,
             chain4: chain.compile(),
             chain6: chain.compile(),
@@ -183,7 +186,7 @@ pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
         in_if,
         out_if,
         mark: v.meta.mark,
-        ct_state: crate::ct::state_of(v.meta.flags),
+        ct_state: 0,
         ct_status: 0,
         ct_mark: 0,
     }
@@ -233,9 +236,9 @@ impl HookStage {
     ) -> (Verdict, Option<usize>) {
         let mut k = key6_of(v, in_if, out_if);
         if self.entry {
-            with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain6.eval(k))
+            with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain6.eval_mut(k))
         } else {
-            self.chain6.eval(&mut k)
+            self.chain6.eval(&k)
         }
     }
 
@@ -250,7 +253,8 @@ impl HookStage {
         out_if: u16,
     ) -> (Verdict, Option<usize>) {
         let mut k = key_of(v, in_if, out_if);
-        with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain4.eval(k))
+        k.ct_state = crate::ct::state_of(v.meta.flags);
+        with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain4.eval_mut(k))
     }
 }
 
@@ -326,8 +330,12 @@ impl Stage<Host> for HookStage {
                 self.eval6(st, p.index(), &v, in_if, out_if)
             } else if self.entry {
                 self.eval4_entry(st, p.index(), &v, in_if, out_if)
+            } else if self.ct {
+                let mut k = key_of(&v, in_if, out_if);
+                k.ct_state = crate::ct::state_of(v.meta.flags);
+                self.chain4.eval(&k)
             } else {
-                self.chain4.eval(&mut key_of(&v, in_if, out_if))
+                self.chain4.eval(&key_of(&v, in_if, out_if))
             };
             // In wire packets, like the drop counters: a GRO super-packet is a hit for
             // each datagram it stands for.

@@ -354,10 +354,22 @@ pub struct Compiled<P> {
 
 impl<P: FamilyPrefix> Compiled<P> {
     /// The verdict for `k` and the position in the chain of the rule that decided (None:
-    /// the policy). A matching rule's `ct mark set` writes `k.ct_mark` (later rules see
-    /// it); a `continue` rule lets the next ones decide.
+    /// the policy), for a chain without statements (`ct mark set`): a `continue` rule
+    /// decides nothing.
     #[inline]
-    pub fn eval(&self, k: &mut KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
+    pub fn eval(&self, k: &KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
+        for (i, r) in &self.rules {
+            if r.matches(k) && r.verdict != Verdict::Continue {
+                return (r.verdict, Some(*i));
+            }
+        }
+        (self.policy, None)
+    }
+
+    /// [`Compiled::eval`] with the rules' statements: a matching rule's `ct mark set`
+    /// writes `k.ct_mark` (later rules see it); a `continue` rule lets the next ones
+    /// decide.
+    pub fn eval_mut(&self, k: &mut KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
         for (i, r) in &self.rules {
             if r.matches(k) {
                 if let Some(set) = r.ct_mark_set {
@@ -473,7 +485,7 @@ mod tests {
     fn hit4(r: &Rule, k: &Key) -> bool {
         one(r)
             .compile::<Ipv4Prefix>()
-            .eval(&mut k.clone())
+            .eval(k)
             .1
             .is_some()
     }
@@ -482,7 +494,7 @@ mod tests {
     fn hit6(r: &Rule, k: &Key6) -> bool {
         one(r)
             .compile::<Ipv6Prefix>()
-            .eval(&mut k.clone())
+            .eval(k)
             .1
             .is_some()
     }
@@ -519,24 +531,24 @@ mod tests {
         };
         let c = chain.compile::<Ipv4Prefix>();
         assert_eq!(
-            c.eval(&mut key(17, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
+            c.eval(&key(17, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Drop, Some(1))
         );
         assert_eq!(
-            c.eval(&mut key(17, "192.0.2.7", "10.0.0.1", Some((1, 9050)))),
+            c.eval(&key(17, "192.0.2.7", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Accept, Some(0))
         );
         assert_eq!(
-            c.eval(&mut key(17, "198.51.100.1", "10.0.0.1", Some((1, 8999)))),
+            c.eval(&key(17, "198.51.100.1", "10.0.0.1", Some((1, 8999)))),
             (Verdict::Accept, None)
         );
         assert_eq!(
-            c.eval(&mut key(6, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
+            c.eval(&key(6, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Accept, None)
         );
         // Unknown ports (a non-first fragment) never match a port rule.
         assert_eq!(
-            c.eval(&mut key(17, "198.51.100.1", "10.0.0.1", None)),
+            c.eval(&key(17, "198.51.100.1", "10.0.0.1", None)),
             (Verdict::Accept, None)
         );
         assert!(!chain.is_noop());
@@ -582,13 +594,13 @@ mod tests {
         assert_eq!(
             chain
                 .compile::<Ipv4Prefix>()
-                .eval(&mut key(17, "10.0.0.1", "10.0.0.2", None)),
+                .eval(&key(17, "10.0.0.1", "10.0.0.2", None)),
             (Verdict::Drop, Some(1))
         );
         assert_eq!(
             chain
                 .compile::<Ipv6Prefix>()
-                .eval(&mut six("2001:db8::1", "2001:db8:1::9")),
+                .eval(&six("2001:db8::1", "2001:db8:1::9")),
             (Verdict::Drop, Some(0))
         );
     }

@@ -483,20 +483,12 @@ mod tests {
 
     /// Whether `r` alone matches IPv4 key `k` (compiled for IPv4).
     fn hit4(r: &Rule, k: &Key) -> bool {
-        one(r)
-            .compile::<Ipv4Prefix>()
-            .eval(k)
-            .1
-            .is_some()
+        one(r).compile::<Ipv4Prefix>().eval(k).1.is_some()
     }
 
     /// Whether `r` alone matches IPv6 key `k` (compiled for IPv6).
     fn hit6(r: &Rule, k: &Key6) -> bool {
-        one(r)
-            .compile::<Ipv6Prefix>()
-            .eval(k)
-            .1
-            .is_some()
+        one(r).compile::<Ipv6Prefix>().eval(k).1.is_some()
     }
 
     fn one(r: &Rule) -> Chain {

@@ -27,6 +27,7 @@ pub(crate) const NAMES: &[&str] = &[
     "smoltcp-udp-1b",
     "ip4-forward",
     "ct-forward",
+    "ct-setup",
     "udp-forward-1460",
     "tcp-forward-1460",
     "rps",
@@ -575,7 +576,11 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
                 }
             }
         }
-        "udp-local-1b-nf1" | "udp-local-1b-flower" | "udp6-local-1b" | "ct-forward" => {
+        "udp-local-1b-nf1"
+        | "udp-local-1b-flower"
+        | "udp6-local-1b"
+        | "ct-forward"
+        | "ct-setup" => {
             for &d in ax.dispatch {
                 for &m in ax.modes {
                     v.push(mk(Some(m), Some(d)));
@@ -640,6 +645,7 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "smoltcp-udp-1b" => smoltcp_udp(c),
         "ip4-forward" => super::forward::build_forward(v, c),
         "ct-forward" => super::forward::build_ct_forward(v, c),
+        "ct-setup" => super::forward::build_ct_setup(v, c),
         "udp-forward-1460" => super::gro::build_gro_forward(v, c, false, false),
         "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true, false),
         "ip6-forward" => super::forward6::build_forward6(v, c),

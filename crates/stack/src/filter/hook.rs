@@ -316,6 +316,25 @@ impl Stage<Host> for HookStage {
     }
 
     fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        if self.ct || self.entry {
+            self.run::<true>(st, cx, list, out);
+        } else {
+            self.run::<false>(st, cx, list, out);
+        }
+    }
+}
+
+impl HookStage {
+    /// The chain over `list`; `CT`: some rule asks about connection tracking (without,
+    /// the loop is the stateless one: no state read, no per-rule `ct` check).
+    #[inline(always)]
+    fn run<const CT: bool>(
+        &mut self,
+        st: &mut Host,
+        cx: &mut Cx<'_>,
+        list: &mut PktList,
+        out: &mut Out,
+    ) {
         let in_ok = self.hook.has_in_if();
         let out_ok = self.hook.has_out_if();
         let policy_slot = self.chain.rules.len();
@@ -328,14 +347,14 @@ impl Stage<Host> for HookStage {
             let six = v.meta.l3_type == L3::Ipv6 as u8;
             let (verdict, rule) = if six {
                 self.eval6(st, p.index(), &v, in_if, out_if)
+            } else if !CT {
+                self.chain4.first::<false>(&key_of(&v, in_if, out_if))
             } else if self.entry {
                 self.eval4_entry(st, p.index(), &v, in_if, out_if)
-            } else if self.ct {
+            } else {
                 let mut k = key_of(&v, in_if, out_if);
                 k.ct_state = crate::ct::state_of(v.meta.flags);
-                self.chain4.eval(&k)
-            } else {
-                self.chain4.eval(&key_of(&v, in_if, out_if))
+                self.chain4.first::<true>(&k)
             };
             // In wire packets, like the drop counters: a GRO super-packet is a hit for
             // each datagram it stands for.

@@ -294,6 +294,12 @@ impl<P: FamilyPrefix> RuleOf<P> {
     /// Whether the rule matches `k`.
     #[inline]
     pub fn matches(&self, k: &KeyOf<P::Bits>) -> bool {
+        self.matches_ct::<true>(k)
+    }
+
+    /// [`RuleOf::matches`]; `CT` false skips the `ct` matches (a chain with none).
+    #[inline(always)]
+    pub fn matches_ct<const CT: bool>(&self, k: &KeyOf<P::Bits>) -> bool {
         if let Some(p) = self.proto
             && p != k.proto
         {
@@ -325,7 +331,8 @@ impl<P: FamilyPrefix> RuleOf<P> {
         if self.mark.is_some_and(|(v, m)| k.mark & m != v & m) {
             return false;
         }
-        if let Some(c) = &self.ct
+        if CT
+            && let Some(c) = &self.ct
             && !c.matches(k)
         {
             return false;
@@ -358,8 +365,15 @@ impl<P: FamilyPrefix> Compiled<P> {
     /// decides nothing.
     #[inline]
     pub fn eval(&self, k: &KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
+        self.first::<true>(k)
+    }
+
+    /// [`Compiled::eval`]; `CT` false for a chain whose rules ask nothing of
+    /// connection tracking (their `ct` matches are not looked at).
+    #[inline(always)]
+    pub fn first<const CT: bool>(&self, k: &KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
         for (i, r) in &self.rules {
-            if r.matches(k) && r.verdict != Verdict::Continue {
+            if r.matches_ct::<CT>(k) && (!CT || r.verdict != Verdict::Continue) {
                 return (r.verdict, Some(*i));
             }
         }
@@ -418,7 +432,7 @@ impl Chain {
     pub fn uses_ct(&self) -> bool {
         self.rules
             .iter()
-            .any(|r| r.ct.is_some() || r.ct_mark_set.is_some())
+            .any(|r| r.ct.is_some() || r.ct_mark_set.is_some() || r.verdict == Verdict::Continue)
     }
 
     /// Whether a rule reads or writes the connection's entry (its status or mark), not

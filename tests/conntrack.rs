@@ -230,3 +230,94 @@ fn stateful_forwarding_in_every_variant() {
         lab.stop_and_check_pool();
     }
 }
+
+/// A SYN flood from spoofed inside sources (1M SYNs, 2^20, each from its own address and
+/// port) through the stateful router with a 1024-entry table: the table stays at its
+/// bound (SYN_SENT entries are evicted for newer ones: Linux's early_drop), every SYN is
+/// either forwarded or refused and counted (`ct_table_full`), and a connection
+/// established before the flood keeps working during and after it.
+#[test]
+fn syn_flood_keeps_the_table_bounded_and_the_established_working() {
+    let mut spec = support::router(Gro::Off);
+    spec.neighbours.push(StaticNeighbour {
+        iface: 0,
+        ip: ip(INSIDE),
+        mac: PEER,
+    });
+    spec.graph.chains = vec![(HookPoint::Forward, stateful_forward())];
+    spec.graph.conntrack = Some(ct::Config {
+        max: 1024,
+        ..ct::Config::default()
+    });
+    let mut lab = Lab::new(&spec, Mode::List, netbatch_engine::Dispatch::Buckets);
+    // The established connection.
+    lab.feed(0, [tcp(true, 41000, 80, true, None, 1000, b"")]);
+    lab.run();
+    lab.feed(1, [tcp(false, 80, 41000, true, Some(1001), 5000, b"")]);
+    lab.run();
+    lab.feed(0, [tcp(true, 41000, 80, false, Some(5001), 1001, b"")]);
+    lab.run();
+    assert_eq!((lab.tx(1).len(), lab.tx(0).len()), (2, 1));
+    // The template SYN from 10.0.0.0/8-like spoofed sources: 198.18.0.0/15 (RFC 2544's
+    // benchmarking range), patched per frame with its IPv4 checksum recomputed.
+    let template = {
+        let b = PacketBuilder::ethernet2(PEER.0, US.0)
+            .ipv4([198, 18, 0, 0], ip(FAR).octets(), 64)
+            .tcp(1, 80, 7, 64240)
+            .syn();
+        let mut v = Vec::new();
+        b.write(&mut v, b"").unwrap();
+        v
+    };
+    const N: u32 = 1 << 20;
+    const BATCH: u32 = 8192;
+    let mut forwarded = 0;
+    let mut sent = 0;
+    while sent < N {
+        let frames: Vec<Vec<u8>> = (sent..sent + BATCH)
+            .map(|n| {
+                let mut f = template.clone();
+                let src = [198, 18 + (n >> 16 & 1) as u8, (n >> 8) as u8, n as u8];
+                f[26..30].copy_from_slice(&src);
+                f[34..36].copy_from_slice(&(1024 + (n >> 17) as u16).to_be_bytes());
+                f[24..26].copy_from_slice(&[0, 0]);
+                let c = netbatch_wire::checksum::checksum(&f[14..34]);
+                f[24..26].copy_from_slice(&c.to_be_bytes());
+                f
+            })
+            .collect();
+        lab.feed(0, frames);
+        lab.run();
+        sent += BATCH;
+        forwarded += lab.tx(1).len() as u64;
+        if sent % (1 << 18) == 0 {
+            // The established connection keeps working during the flood.
+            lab.feed(1, [tcp(false, 80, 41000, false, Some(1001), 5001, b"x")]);
+            lab.run();
+            assert_eq!(lab.tx(0).len(), 1, "after {sent} SYNs");
+        }
+        assert_eq!(lab.w.host.ct.as_ref().unwrap().table.len(), 1024);
+    }
+    let refused = lab.dropped(ct::stage::reason::TABLE_FULL);
+    let t = lab.w.host.ct.as_ref().unwrap().table.stats;
+    assert_eq!(
+        forwarded + refused,
+        u64::from(N),
+        "every SYN forwarded or refused and counted"
+    );
+    assert_eq!(t.refused_full, refused);
+    assert_eq!(
+        t.early_drop + 1023,
+        forwarded,
+        "each forwarded SYN past the first 1023 (the free slots) evicted one"
+    );
+    assert!(
+        forwarded > u64::from(N) / 2,
+        "early drop makes room for most: {forwarded}"
+    );
+    lab.feed(1, [tcp(false, 80, 41000, false, Some(1001), 5002, b"y")]);
+    lab.run();
+    assert_eq!(lab.tx(0).len(), 1, "the established connection still works");
+    lab.assert_conserved();
+    lab.stop_and_check_pool();
+}

@@ -353,6 +353,141 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
     }))
 }
 
+/// `ct-forward`: `ip4-forward`'s 1024 flows of 64-byte UDP through a FORWARD chain that
+/// accepts only `ct state established` (policy drop), with conntrack on. Each flow's
+/// connection is established before the run (its first datagram and a reply tracked, as
+/// after a first exchange), so every packet is a lookup, a state update and the rule.
+pub(crate) fn build_ct_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    use netbatch_stack::ct::{self, ConnTrack, Found, Kind, Seen, Tuple};
+    use netbatch_stack::filter::{Chain, CtMatch, HookPoint, Rule, Verdict};
+    let Table {
+        table,
+        flows,
+        load_ms,
+    } = shared_table(c.routes)?;
+    let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
+    cfg.neighbours = GATEWAYS
+        .iter()
+        .enumerate()
+        .map(|(i, &ip)| StaticNeighbour {
+            iface: 1,
+            ip,
+            mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
+        })
+        .collect();
+    let ct_cfg = ct::Config {
+        max: 65_536,
+        ..ct::Config::default()
+    };
+    cfg.graph.conntrack = Some(ct_cfg.clone());
+    let mut est = Rule::any(Verdict::Accept);
+    est.ct = Some(CtMatch {
+        state: ct::state_bit::ESTABLISHED,
+        ..CtMatch::default()
+    });
+    cfg.graph.chains.push((
+        HookPoint::Forward,
+        Chain {
+            rules: vec![est],
+            policy: Verdict::Drop,
+        },
+    ));
+    cfg.pool.buffers = 8192;
+    let pool = Pool::new(cfg.pool).context("pool")?;
+    let room = pool.config().room();
+    let buffers = pool.config().buffers as usize;
+    let mut tracked = ConnTrack::new(&ct_cfg, buffers);
+    let now = netbatch_engine::time::mono_ns();
+    for f in &flows {
+        let (core::net::IpAddr::V4(s), core::net::IpAddr::V4(d)) = (f.src, f.dst) else {
+            continue;
+        };
+        let first = Seen {
+            tuple: Tuple::v4(s, d, 17, f.sport, f.dport),
+            kind: Kind::Datagram,
+            wire: 1,
+            bytes: 60,
+        };
+        if let Found::New(i) = tracked.track(&first, now) {
+            tracked.confirm(i, now);
+        }
+        let reply = Seen {
+            tuple: first.tuple.invert(),
+            ..first
+        };
+        tracked.track(&reply, now);
+    }
+    let established = tracked.table.len() as u64;
+    let ports = gen_ports(flows, c, room)?;
+    let mut w = Builder::new(&cfg).routes(table).worker(ports, pool)?;
+    w.host.ct = Some(Box::new(tracked));
+    Ok(Box::new(WorkerBench {
+        w,
+        expect: Expect::Forwarded,
+        facts: vec![
+            ("routes".into(), c.routes as u64),
+            ("route_load_us".into(), (load_ms * 1e3) as u64),
+            ("established_flows".into(), established),
+        ],
+    }))
+}
+
+/// `ct-setup`: new connections per second. 65,536 UDP flows of 64-byte datagrams (each
+/// its own source address and port) through conntrack with a 4,096-entry table and a
+/// FORWARD chain accepting `ct state new`: a flow comes round only after 65,535 others,
+/// long after its unreplied entry was evicted, so nearly every packet is a new
+/// connection: tracked, allocated (evicting an unassured entry: Linux's early_drop),
+/// confirmed. The `ct_inserted` fact says how many were.
+pub(crate) fn build_ct_setup(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    use netbatch_stack::ct;
+    use netbatch_stack::filter::{Chain, CtMatch, HookPoint, Rule, Verdict};
+    let Table { table, flows, .. } = shared_table(c.routes)?;
+    let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
+    cfg.neighbours = GATEWAYS
+        .iter()
+        .enumerate()
+        .map(|(i, &ip)| StaticNeighbour {
+            iface: 1,
+            ip,
+            mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
+        })
+        .collect();
+    cfg.graph.conntrack = Some(ct::Config {
+        max: 4096,
+        ..ct::Config::default()
+    });
+    let mut new = Rule::any(Verdict::Accept);
+    new.ct = Some(CtMatch {
+        state: ct::state_bit::NEW,
+        ..CtMatch::default()
+    });
+    cfg.graph.chains.push((
+        HookPoint::Forward,
+        Chain {
+            rules: vec![new],
+            policy: Verdict::Drop,
+        },
+    ));
+    let many: Vec<FlowSpec> = (0..65_536u32)
+        .map(|i| FlowSpec {
+            src: Ipv4Addr::new(198, 51, 100, 2 + (i % 200) as u8).into(),
+            sport: 1024 + (i / 200) as u16,
+            dst: flows[i as usize % flows.len()].dst,
+            ..flows[0].clone()
+        })
+        .collect();
+    cfg.pool.buffers = 8192;
+    let pool = Pool::new(cfg.pool).context("pool")?;
+    let room = pool.config().room();
+    let ports = gen_ports(many, c, room)?;
+    let w = Builder::new(&cfg).routes(table).worker(ports, pool)?;
+    Ok(Box::new(WorkerBench {
+        w,
+        expect: Expect::Forwarded,
+        facts: vec![("flows".into(), 65_536), ("ct_max".into(), 4096)],
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,6 +47,10 @@ cost (the null row), as a NIC's DMA and driver loop are part of the kernel's fig
                        in batches by a sink application (the seeds' listified-receive
                        experiment); --workers N: N threads, each its own receive queue
   udp-local-1b-nf1     udp-local-1b with one PREROUTING rule (UDP ports 9000-9100, drop)
+  ct-forward           ip4-forward's 1024 flows through a FORWARD chain accepting only
+                       ct state established (policy drop), the flows established first
+  ct-setup             new connections: 65,536 UDP flows through a 4,096-entry table and a
+                       FORWARD chain accepting ct state new (each packet a new connection)
                        that matches none of the streams: the cost of a hook and a rule
   udp-local-1b-flower  udp-local-1b behind an ingress classifier of --filters tc-flower
                        filters over 8 masks, none matching

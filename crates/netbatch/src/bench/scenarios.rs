@@ -29,6 +29,8 @@ pub(crate) const NAMES: &[&str] = &[
     "ip4-forward-rules",
     "ip4-forward-vrf",
     "ip4-forward-vrf1",
+    "ct-forward",
+    "ct-setup",
     "udp-forward-1460",
     "tcp-forward-1460",
     "rps",
@@ -587,7 +589,9 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
         | "udp-local-1b-flower"
         | "udp6-local-1b"
         | "ip4-forward-vrf"
-        | "ip4-forward-vrf1" => {
+        | "ip4-forward-vrf1"
+        | "ct-forward"
+        | "ct-setup" => {
             for &d in ax.dispatch {
                 for &m in ax.modes {
                     v.push(mk(Some(m), Some(d)));
@@ -652,6 +656,8 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "smoltcp-udp-1b" => smoltcp_udp(c),
         "ip4-forward" | "ip4-forward-rules" => super::forward::build_forward(v, c),
         "ip4-forward-vrf" | "ip4-forward-vrf1" => super::vrf::build(v, c),
+        "ct-forward" => super::forward::build_ct_forward(v, c),
+        "ct-setup" => super::forward::build_ct_setup(v, c),
         "udp-forward-1460" => super::gro::build_gro_forward(v, c, false, false),
         "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true, false),
         "ip6-forward" => super::forward6::build_forward6(v, c),

@@ -79,3 +79,56 @@ pub(super) fn validate(
     c.timeouts = t;
     Some(c)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_test as parse;
+
+    const PORT: &str = "[[port]]\nname = \"eth0\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"192.0.2.1/24\"]\n[datapath]\nworkers = 2\nrps = \"deferred\"\n";
+
+    /// Every mistake of the section and of the rules' `ct_*` keys, each at its key.
+    #[test]
+    fn mistakes_are_refused_with_their_keys() {
+        let bad = format!(
+            "{PORT}[conntrack]\nmax = 0\ntcp_max_retrans = 300\n[conntrack.timeouts]\ntcp_listen = 5\nudp = 0\n\
+             [filter.forward]\npolicy = \"continue\"\n[[filter.forward.rule]]\nct_state = \"new,bogus\"\nct_status = \"confirmed\"\nct_mark = \"x\"\naction = \"continue\"\n"
+        );
+        let e = parse(&bad).unwrap_err();
+        let keys: Vec<&str> = e.errors.iter().map(|x| x.key.as_str()).collect();
+        for k in [
+            "conntrack.max",
+            "conntrack.tcp_max_retrans",
+            "conntrack.timeouts.tcp_listen",
+            "conntrack.timeouts.udp",
+            "filter.forward.policy",
+            "filter.forward.rule[0].ct_state",
+            "filter.forward.rule[0].ct_status",
+            "filter.forward.rule[0].ct_mark",
+            "filter.forward.rule[0].action",
+        ] {
+            assert!(keys.contains(&k), "{k} missing from {keys:?}");
+        }
+    }
+
+    /// The section's values, `max` shared over the workers, symmetric steering; a
+    /// `ct_*` rule alone turns tracking on with the defaults.
+    #[test]
+    fn values_and_defaults() {
+        let good = format!(
+            "{PORT}[conntrack]\nmax = 1001\ntcp_be_liberal = true\n[conntrack.timeouts]\nudp_stream = 180\n"
+        );
+        let c = parse(&good).unwrap();
+        let ct = c.graph.conntrack.as_ref().unwrap();
+        assert_eq!(ct.max, 501, "1001 over two workers, rounded up");
+        assert!(ct.tcp.be_liberal && ct.tcp.loose);
+        assert_eq!((ct.timeouts.udp_stream, ct.timeouts.udp), (180, 30));
+        assert!(c.rps.as_ref().unwrap().symmetric);
+        let rule = format!(
+            "{PORT}[filter.input]\n[[filter.input.rule]]\nct_state = \"invalid\"\naction = \"drop\"\n"
+        );
+        let c = parse(&rule).unwrap();
+        assert_eq!(c.graph.conntrack.as_ref().unwrap().max, 32_768);
+        let none = parse(PORT).unwrap();
+        assert!(none.graph.conntrack.is_none() && !none.rps.unwrap().symmetric);
+    }
+}

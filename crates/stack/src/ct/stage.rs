@@ -2,7 +2,7 @@
 //! (packets this host makes, before OUTPUT), `ct-confirm` (after POSTROUTING) and
 //! `ct-confirm-local` (after INPUT). See the module above for where and why.
 //!
-//! Per list: the table's collector passes a bounded number of slots, the previous
+//! Per list: the table's collector passes two slots per packet, the previous
 //! call's unconfirmed entries whose packets never reached a confirm stage (dropped, or
 //! answered with an ICMP error in their buffer) are given back, and a run of packets of
 //! one flow reuses the first one's lookup. A super-packet is tracked once, as the one
@@ -32,8 +32,9 @@ netbatch_engine::arcs! {
     pub ACCEPT6 = "accept6";
 }
 
-/// Slots of the table the collector looks at per call.
-const GC_BUDGET: usize = 64;
+/// Slots of the table the collector looks at per packet of a call (so that its work
+/// follows the traffic in list and per-packet mode alike).
+const GC_PER_PACKET: usize = 2;
 
 /// The flag bits the stages write.
 const CT_FLAGS: u32 = flag::CT_TRACKED | flag::CT_REPLY | flag::CT_STATE | flag::CT_UNCONFIRMED;
@@ -149,7 +150,7 @@ impl Stage<Host> for CtStage {
         for (idx, generation) in self.pending.drain(..) {
             ct.discard(idx, generation);
         }
-        ct.table.collect(now, GC_BUDGET);
+        ct.table.collect(now, GC_PER_PACKET * list.len());
         ct.begin_list();
         for mut p in list.drain(..) {
             let buf = p.index();

@@ -145,6 +145,8 @@ pub struct HookStage {
     pub hits: Vec<u64>,
     /// A rule reads or writes the connection's entry (status, mark).
     entry: bool,
+    /// A rule asks about connection tracking (`ct state` is read).
+    ct: bool,
 }
 
 impl HookStage {
@@ -160,6 +162,7 @@ impl HookStage {
         let hits = vec![0; chain.rules.len() + 1];
         Self {
             entry: chain.reads_entry(),
+            ct: chain.uses_ct(),
             hook,
             chain4: chain.compile(),
             chain6: chain.compile(),
@@ -183,7 +186,7 @@ pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
         in_if,
         out_if,
         mark: v.meta.mark,
-        ct_state: crate::ct::state_of(v.meta.flags),
+        ct_state: 0,
         ct_status: 0,
         ct_mark: 0,
     }
@@ -233,9 +236,9 @@ impl HookStage {
     ) -> (Verdict, Option<usize>) {
         let mut k = key6_of(v, in_if, out_if);
         if self.entry {
-            with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain6.eval(k))
+            with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain6.eval_mut(k))
         } else {
-            self.chain6.eval(&mut k)
+            self.chain6.eval(&k)
         }
     }
 
@@ -250,7 +253,8 @@ impl HookStage {
         out_if: u16,
     ) -> (Verdict, Option<usize>) {
         let mut k = key_of(v, in_if, out_if);
-        with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain4.eval(k))
+        k.ct_state = crate::ct::state_of(v.meta.flags);
+        with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain4.eval_mut(k))
     }
 }
 
@@ -312,6 +316,25 @@ impl Stage<Host> for HookStage {
     }
 
     fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        if self.ct || self.entry {
+            self.run::<true>(st, cx, list, out);
+        } else {
+            self.run::<false>(st, cx, list, out);
+        }
+    }
+}
+
+impl HookStage {
+    /// The chain over `list`; `CT`: some rule asks about connection tracking (without,
+    /// the loop is the stateless one: no state read, no per-rule `ct` check).
+    #[inline(always)]
+    fn run<const CT: bool>(
+        &mut self,
+        st: &mut Host,
+        cx: &mut Cx<'_>,
+        list: &mut PktList,
+        out: &mut Out,
+    ) {
         let in_ok = self.hook.has_in_if();
         let out_ok = self.hook.has_out_if();
         let policy_slot = self.chain.rules.len();
@@ -324,10 +347,14 @@ impl Stage<Host> for HookStage {
             let six = v.meta.l3_type == L3::Ipv6 as u8;
             let (verdict, rule) = if six {
                 self.eval6(st, p.index(), &v, in_if, out_if)
+            } else if !CT {
+                self.chain4.first::<false>(&key_of(&v, in_if, out_if))
             } else if self.entry {
                 self.eval4_entry(st, p.index(), &v, in_if, out_if)
             } else {
-                self.chain4.eval(&mut key_of(&v, in_if, out_if))
+                let mut k = key_of(&v, in_if, out_if);
+                k.ct_state = crate::ct::state_of(v.meta.flags);
+                self.chain4.first::<true>(&k)
             };
             // In wire packets, like the drop counters: a GRO super-packet is a hit for
             // each datagram it stands for.

@@ -294,6 +294,12 @@ impl<P: FamilyPrefix> RuleOf<P> {
     /// Whether the rule matches `k`.
     #[inline]
     pub fn matches(&self, k: &KeyOf<P::Bits>) -> bool {
+        self.matches_ct::<true>(k)
+    }
+
+    /// [`RuleOf::matches`]; `CT` false skips the `ct` matches (a chain with none).
+    #[inline(always)]
+    pub fn matches_ct<const CT: bool>(&self, k: &KeyOf<P::Bits>) -> bool {
         if let Some(p) = self.proto
             && p != k.proto
         {
@@ -325,7 +331,8 @@ impl<P: FamilyPrefix> RuleOf<P> {
         if self.mark.is_some_and(|(v, m)| k.mark & m != v & m) {
             return false;
         }
-        if let Some(c) = &self.ct
+        if CT
+            && let Some(c) = &self.ct
             && !c.matches(k)
         {
             return false;
@@ -354,10 +361,29 @@ pub struct Compiled<P> {
 
 impl<P: FamilyPrefix> Compiled<P> {
     /// The verdict for `k` and the position in the chain of the rule that decided (None:
-    /// the policy). A matching rule's `ct mark set` writes `k.ct_mark` (later rules see
-    /// it); a `continue` rule lets the next ones decide.
+    /// the policy), for a chain without statements (`ct mark set`): a `continue` rule
+    /// decides nothing.
     #[inline]
-    pub fn eval(&self, k: &mut KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
+    pub fn eval(&self, k: &KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
+        self.first::<true>(k)
+    }
+
+    /// [`Compiled::eval`]; `CT` false for a chain whose rules ask nothing of
+    /// connection tracking (their `ct` matches are not looked at).
+    #[inline(always)]
+    pub fn first<const CT: bool>(&self, k: &KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
+        for (i, r) in &self.rules {
+            if r.matches_ct::<CT>(k) && (!CT || r.verdict != Verdict::Continue) {
+                return (r.verdict, Some(*i));
+            }
+        }
+        (self.policy, None)
+    }
+
+    /// [`Compiled::eval`] with the rules' statements: a matching rule's `ct mark set`
+    /// writes `k.ct_mark` (later rules see it); a `continue` rule lets the next ones
+    /// decide.
+    pub fn eval_mut(&self, k: &mut KeyOf<P::Bits>) -> (Verdict, Option<usize>) {
         for (i, r) in &self.rules {
             if r.matches(k) {
                 if let Some(set) = r.ct_mark_set {
@@ -406,7 +432,7 @@ impl Chain {
     pub fn uses_ct(&self) -> bool {
         self.rules
             .iter()
-            .any(|r| r.ct.is_some() || r.ct_mark_set.is_some())
+            .any(|r| r.ct.is_some() || r.ct_mark_set.is_some() || r.verdict == Verdict::Continue)
     }
 
     /// Whether a rule reads or writes the connection's entry (its status or mark), not
@@ -471,20 +497,12 @@ mod tests {
 
     /// Whether `r` alone matches IPv4 key `k` (compiled for IPv4).
     fn hit4(r: &Rule, k: &Key) -> bool {
-        one(r)
-            .compile::<Ipv4Prefix>()
-            .eval(&mut k.clone())
-            .1
-            .is_some()
+        one(r).compile::<Ipv4Prefix>().eval(k).1.is_some()
     }
 
     /// Whether `r` alone matches IPv6 key `k` (compiled for IPv6).
     fn hit6(r: &Rule, k: &Key6) -> bool {
-        one(r)
-            .compile::<Ipv6Prefix>()
-            .eval(&mut k.clone())
-            .1
-            .is_some()
+        one(r).compile::<Ipv6Prefix>().eval(k).1.is_some()
     }
 
     fn one(r: &Rule) -> Chain {
@@ -519,24 +537,24 @@ mod tests {
         };
         let c = chain.compile::<Ipv4Prefix>();
         assert_eq!(
-            c.eval(&mut key(17, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
+            c.eval(&key(17, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Drop, Some(1))
         );
         assert_eq!(
-            c.eval(&mut key(17, "192.0.2.7", "10.0.0.1", Some((1, 9050)))),
+            c.eval(&key(17, "192.0.2.7", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Accept, Some(0))
         );
         assert_eq!(
-            c.eval(&mut key(17, "198.51.100.1", "10.0.0.1", Some((1, 8999)))),
+            c.eval(&key(17, "198.51.100.1", "10.0.0.1", Some((1, 8999)))),
             (Verdict::Accept, None)
         );
         assert_eq!(
-            c.eval(&mut key(6, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
+            c.eval(&key(6, "198.51.100.1", "10.0.0.1", Some((1, 9050)))),
             (Verdict::Accept, None)
         );
         // Unknown ports (a non-first fragment) never match a port rule.
         assert_eq!(
-            c.eval(&mut key(17, "198.51.100.1", "10.0.0.1", None)),
+            c.eval(&key(17, "198.51.100.1", "10.0.0.1", None)),
             (Verdict::Accept, None)
         );
         assert!(!chain.is_noop());
@@ -582,13 +600,13 @@ mod tests {
         assert_eq!(
             chain
                 .compile::<Ipv4Prefix>()
-                .eval(&mut key(17, "10.0.0.1", "10.0.0.2", None)),
+                .eval(&key(17, "10.0.0.1", "10.0.0.2", None)),
             (Verdict::Drop, Some(1))
         );
         assert_eq!(
             chain
                 .compile::<Ipv6Prefix>()
-                .eval(&mut six("2001:db8::1", "2001:db8:1::9")),
+                .eval(&six("2001:db8::1", "2001:db8:1::9")),
             (Verdict::Drop, Some(0))
         );
     }

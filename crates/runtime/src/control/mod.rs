@@ -1722,6 +1722,13 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
     );
     differ(
         &mut v,
+        "conntrack",
+        format!("{:?}", old.graph.conntrack),
+        format!("{:?}", new.graph.conntrack),
+        "connection tracking (the [conntrack] section, or tracking turned on or off by ct_* rules)",
+    );
+    differ(
+        &mut v,
         "pool",
         format!("{:?}", old.pool),
         format!("{:?}", new.pool),

@@ -266,6 +266,20 @@ pub(crate) fn export_peer(dir: &std::path::Path, routes: usize) -> anyhow::Resul
     Ok(())
 }
 
+/// The four gateways as static neighbours on interface `iface` (each its own MAC), so
+/// that no forwarding scenario resolves a neighbour while it is measured.
+pub(super) fn gateway_neighbours(iface: u16) -> Vec<StaticNeighbour> {
+    GATEWAYS
+        .iter()
+        .enumerate()
+        .map(|(i, &ip)| StaticNeighbour {
+            iface,
+            ip,
+            mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
+        })
+        .collect()
+}
+
 /// Numbered route tables by number.
 type Tables = std::collections::BTreeMap<u32, Vec<Route>>;
 
@@ -322,15 +336,7 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         load_ms,
     } = shared_table(c.routes)?;
     let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
-    cfg.neighbours = GATEWAYS
-        .iter()
-        .enumerate()
-        .map(|(i, &ip)| StaticNeighbour {
-            iface: 1,
-            ip,
-            mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
-        })
-        .collect();
+    cfg.neighbours = gateway_neighbours(1);
     if v.scenario == "ip4-forward-rules" {
         (cfg.rules, cfg.tables) = policy_rules(c.policy_rules)?;
     }
@@ -366,15 +372,7 @@ pub(crate) fn build_ct_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dy
         load_ms,
     } = shared_table(c.routes)?;
     let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
-    cfg.neighbours = GATEWAYS
-        .iter()
-        .enumerate()
-        .map(|(i, &ip)| StaticNeighbour {
-            iface: 1,
-            ip,
-            mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
-        })
-        .collect();
+    cfg.neighbours = gateway_neighbours(1);
     let ct_cfg = ct::Config {
         max: 65_536,
         ..ct::Config::default()
@@ -443,15 +441,7 @@ pub(crate) fn build_ct_setup(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn 
     use netbatch_stack::filter::{Chain, CtMatch, HookPoint, Rule, Verdict};
     let Table { table, flows, .. } = shared_table(c.routes)?;
     let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
-    cfg.neighbours = GATEWAYS
-        .iter()
-        .enumerate()
-        .map(|(i, &ip)| StaticNeighbour {
-            iface: 1,
-            ip,
-            mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
-        })
-        .collect();
+    cfg.neighbours = gateway_neighbours(1);
     cfg.graph.conntrack = Some(ct::Config {
         max: 4096,
         ..ct::Config::default()

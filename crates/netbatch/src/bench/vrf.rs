@@ -23,12 +23,11 @@ use netbatch_engine::{Dispatch, Pool};
 use netbatch_ports::generator::{FlowSpec, L4};
 use netbatch_runtime::build::Builder;
 use netbatch_runtime::config::{Config, PortConfig, VrfConfig};
-use netbatch_runtime::setup::{IfaceSetup, StaticNeighbour};
+use netbatch_runtime::setup::IfaceSetup;
 use netbatch_stack::iface::Tags;
 use netbatch_stack::prefix::{Ipv4Prefix, mask};
 use netbatch_stack::route::rule::{Policy, Policy6};
 use netbatch_stack::route::{Route, RouteKind, Routes};
-use netbatch_wire::ethernet::MacAddr;
 
 use super::forward::{GATEWAYS, GEN0_MAC, GEN1_MAC, Rng, SENDER_MAC, gen_ports};
 use super::scenarios::{Bench, Common, Expect, Variant, WorkerBench, config, port};
@@ -139,15 +138,7 @@ fn shared(c: &Common) -> anyhow::Result<Shared> {
         .enumerate()
         .map(|(i, r)| (table_of(i), r.clone()))
         .collect::<BTreeMap<_, _>>();
-    cfg.neighbours = GATEWAYS
-        .iter()
-        .enumerate()
-        .map(|(i, &ip)| StaticNeighbour {
-            iface: gen1_if(n),
-            ip,
-            mac: MacAddr([0x02, 0, 0, 0, 2, i as u8]),
-        })
-        .collect();
+    cfg.neighbours = super::forward::gateway_neighbours(gen1_if(n));
     // What the VRFs' tables cost: built alone, before and after.
     let before = rss();
     let t0 = Instant::now();

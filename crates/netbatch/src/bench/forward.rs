@@ -280,6 +280,14 @@ pub(super) fn gateway_neighbours(iface: u16) -> Vec<StaticNeighbour> {
         .collect()
 }
 
+/// A forwarding variant's configuration: `gen0` receiving, `gen1` sending to the four
+/// gateways, which are static neighbours.
+fn forward_config(v: &Variant, c: &Common) -> anyhow::Result<Config> {
+    let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
+    cfg.neighbours = gateway_neighbours(1);
+    Ok(cfg)
+}
+
 /// Numbered route tables by number.
 type Tables = std::collections::BTreeMap<u32, Vec<Route>>;
 
@@ -335,8 +343,7 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         flows,
         load_ms,
     } = shared_table(c.routes)?;
-    let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
-    cfg.neighbours = gateway_neighbours(1);
+    let mut cfg = forward_config(v, c)?;
     if v.scenario == "ip4-forward-rules" {
         (cfg.rules, cfg.tables) = policy_rules(c.policy_rules)?;
     }
@@ -371,8 +378,7 @@ pub(crate) fn build_ct_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dy
         flows,
         load_ms,
     } = shared_table(c.routes)?;
-    let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
-    cfg.neighbours = gateway_neighbours(1);
+    let mut cfg = forward_config(v, c)?;
     let ct_cfg = ct::Config {
         max: 65_536,
         ..ct::Config::default()
@@ -440,8 +446,7 @@ pub(crate) fn build_ct_setup(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn 
     use netbatch_stack::ct;
     use netbatch_stack::filter::{Chain, CtMatch, HookPoint, Rule, Verdict};
     let Table { table, flows, .. } = shared_table(c.routes)?;
-    let mut cfg = config(v, c, ports()?, Dispatch::Buckets);
-    cfg.neighbours = gateway_neighbours(1);
+    let mut cfg = forward_config(v, c)?;
     cfg.graph.conntrack = Some(ct::Config {
         max: 4096,
         ..ct::Config::default()

@@ -401,6 +401,12 @@ impl Stage<Host> for Ip4IcmpError {
     }
 }
 
+impl crate::route::rule::WalkCauses for Cause {
+    const NO_ROUTE: Self = Self::NoRoute;
+    const RULE_UNREACHABLE: Self = Self::RuleUnreachable;
+    const RULE_PROHIBIT: Self = Self::RuleProhibit;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,7 +62,7 @@ use crate::dissect;
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};
 use crate::prefix::class;
-use crate::route::rule::{DecisionOf, Key, Policy, Refusal};
+use crate::route::rule::{Key, Policy};
 use crate::route::{Hop, RouteKind, Routes};
 
 netbatch_engine::arcs! {
@@ -121,15 +121,7 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, dst: u32, mut p: Pkt, out: &mut O
 }
 
 /// What policy routing decided for a packet, as the stage acts on it.
-#[derive(Debug, Clone, Copy)]
-enum Policed {
-    /// A route's hop and adjacency, acted on as a lookup's.
-    Hop(u32, Hop),
-    /// Dropped without an error.
-    Drop(netbatch_engine::Reason),
-    /// Sent to ICMP with this cause.
-    Error(Cause),
-}
+type Policed = crate::route::rule::Policed<crate::route::V4, Cause>;
 
 /// The rules' key of packet `v` from `src` to `dst`, whose header is `ip`, masked to
 /// what the rules select on (see the module documentation): the TOS, protocol and ports
@@ -177,15 +169,7 @@ fn policy_walk(
         key,
         (last, walked),
         || dissect::flow_hash(v, &FLOW_KEY),
-        |decision| match decision {
-            DecisionOf::Route { adj, hop, .. } => Policed::Hop(adj, hop),
-            DecisionOf::Refused { how, .. } => match how {
-                Refusal::Blackhole => Policed::Drop(crate::route::reason::RULE_BLACKHOLE),
-                Refusal::Unreachable => Policed::Error(Cause::RuleUnreachable),
-                Refusal::Prohibit => Policed::Error(Cause::RuleProhibit),
-            },
-            DecisionOf::NoRoute => Policed::Error(Cause::NoRoute),
-        },
+        Policed::of,
     )
 }
 

@@ -234,6 +234,12 @@ impl crate::ask::Cause for Cause {
     }
 }
 
+impl crate::route::rule::WalkCauses for Cause {
+    const NO_ROUTE: Self = Self::NoRoute;
+    const RULE_UNREACHABLE: Self = Self::RuleUnreachable;
+    const RULE_PROHIBIT: Self = Self::RuleProhibit;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

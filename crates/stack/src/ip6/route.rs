@@ -67,7 +67,7 @@ use crate::dissect;
 use crate::host::Host;
 use crate::iface::Iface;
 use crate::meta::{Field, Fields, flag};
-use crate::route::rule::{DecisionOf, Key6, Policy6, Refusal};
+use crate::route::rule::{Key6, Policy6};
 use crate::route::{Hop6, RouteKind, Routes6};
 
 netbatch_engine::reasons! {
@@ -328,15 +328,7 @@ fn multipath_or_none(host: &Host, cx: &Cx<'_>, src: u128, dst: u128, mut p: Pkt,
 }
 
 /// What policy routing decided for a packet, as the stage acts on it.
-#[derive(Debug, Clone, Copy)]
-enum Policed {
-    /// A route's hop and adjacency, acted on as a lookup's.
-    Hop(u32, Hop6),
-    /// Dropped without an error.
-    Drop(Reason),
-    /// Sent to ICMPv6 with this cause.
-    Error(Cause),
-}
+type Policed = crate::route::rule::Policed<crate::route::V6, Cause>;
 
 /// The rules' decision for packet `v` from `src` to `dst`: the run's last when the key
 /// is the same, else walked (counted in `walked`) and kept for the next packet unless it
@@ -379,15 +371,7 @@ fn policy_route(
         key,
         (last, walked),
         || dissect::flow_hash(v, &FLOW_KEY),
-        |decision| match decision {
-            DecisionOf::Route { adj, hop, .. } => Policed::Hop(adj, hop),
-            DecisionOf::Refused { how, .. } => match how {
-                Refusal::Blackhole => Policed::Drop(crate::route::reason::RULE_BLACKHOLE),
-                Refusal::Unreachable => Policed::Error(Cause::RuleUnreachable),
-                Refusal::Prohibit => Policed::Error(Cause::RuleProhibit),
-            },
-            DecisionOf::NoRoute => Policed::Error(Cause::NoRoute),
-        },
+        Policed::of,
     )
 }
 

@@ -470,6 +470,44 @@ pub enum DecisionOf<F: Family> {
     NoRoute,
 }
 
+/// The ICMP causes of a family a rule walk can end in (`ip4::Cause`, `ip6::Cause`).
+pub trait WalkCauses: Copy {
+    /// No rule decided: no route.
+    const NO_ROUTE: Self;
+    /// An `unreachable` rule.
+    const RULE_UNREACHABLE: Self;
+    /// A `prohibit` rule.
+    const RULE_PROHIBIT: Self;
+}
+
+/// A decision as a routing stage acts on it: a hop acted on as a lookup's, a silent drop
+/// (`blackhole`), or an ICMP error of the family's cause `C`.
+#[derive(Debug, Clone, Copy)]
+pub enum Policed<F: Family, C> {
+    /// A route's adjacency and hop.
+    Hop(u32, HopOf<F>),
+    /// Dropped without an error.
+    Drop(netbatch_engine::Reason),
+    /// Sent to ICMP with this cause.
+    Error(C),
+}
+
+impl<F: Family, C: WalkCauses> Policed<F, C> {
+    /// What the stage does with decision `d`.
+    #[inline]
+    pub fn of(d: DecisionOf<F>) -> Self {
+        match d {
+            DecisionOf::Route { adj, hop, .. } => Self::Hop(adj, hop),
+            DecisionOf::Refused { how, .. } => match how {
+                Refusal::Blackhole => Self::Drop(super::reason::RULE_BLACKHOLE),
+                Refusal::Unreachable => Self::Error(C::RULE_UNREACHABLE),
+                Refusal::Prohibit => Self::Error(C::RULE_PROHIBIT),
+            },
+            DecisionOf::NoRoute => Self::Error(C::NO_ROUTE),
+        }
+    }
+}
+
 /// An IPv4 decision.
 pub type Decision = DecisionOf<super::V4>;
 /// An IPv6 decision.

@@ -74,7 +74,10 @@ enum Cmd {
     /// `neigh del ADDR dev IF` (ADDR IPv4 or IPv6).
     Neigh(ctl::Words),
     /// Change a running datapath's filter rules: `rule add HOOK [index N] KEY VALUE...`
-    /// (the keys of `[[filter.HOOK.rule]]`), `rule del HOOK N`.
+    /// (the keys of `[[filter.HOOK.rule]]`), `rule del HOOK N`; or its policy routing
+    /// rules, as `ip rule` writes them: `rule add|del [-6] [pref N] [from P] [to P]
+    /// [iif DEV] [fwmark V/M] [ipproto P] [sport R] [dport R] [tos T] lookup T|goto N|
+    /// blackhole|unreachable|prohibit|nop [suppress_prefixlength N]`.
     Rule(ctl::Words),
     /// Make a running datapath re-read its configuration file (as SIGHUP does): what can
     /// change live is applied, or the whole reload is refused with the keys and reasons.

@@ -193,7 +193,7 @@ pub(super) fn rule_from_words(
         .into_iter()
         .find(|h| h.name() == hook_name)
         .ok_or_else(|| {
-            format!("'{hook_name}' is not a hook (prerouting, input, forward, output, postrouting)")
+            format!("'{hook_name}' is not a hook (prerouting, input, forward, output, postrouting), nor a policy rule's selector (from, to, iif, fwmark, pref, …)")
         })?;
     if !pairs.len().is_multiple_of(2) {
         return Err(format!(

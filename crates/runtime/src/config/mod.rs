@@ -69,6 +69,7 @@ pub use control::{ControlConfig, SOCKET_DIR, group_id};
 pub use linux::LinuxConfig;
 pub(crate) use ports::any_gro;
 pub use ports::{GenSpec, PortConfig, PortKind};
+pub use rules::{AnyRule, RuleWords, starts_policy_rule};
 pub use vrf::VrfConfig;
 
 /// What a configuration is checked for.

@@ -616,7 +616,173 @@ fn set_of<F: Family>(rules: &[RuleOf<F>]) -> Result<RulesOf<F>, RouteError> {
     Ok(set)
 }
 
+/// A policy rule of either family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnyRule {
+    /// An IPv4 rule.
+    V4(RuleOf<V4>),
+    /// An IPv6 rule.
+    V6(RuleOf<V6>),
+}
+
+/// A rule written as `ip rule add|del` takes one (`netbatch rule add|del …`): the rule,
+/// and which of its fields the words gave (`ip rule del` removes the first rule that
+/// agrees on those).
+#[derive(Debug, Clone)]
+pub struct RuleWords {
+    /// The rule (for a deletion, a field the words did not give is a placeholder).
+    pub rule: AnyRule,
+    /// The `[[rule]]` keys the words gave.
+    pub given: Vec<&'static str>,
+}
+
+impl RuleWords {
+    /// Whether `r` agrees with these words on every field they gave (`ip rule del`).
+    pub fn selects<F: Family>(&self, want: &RuleOf<F>, r: &RuleOf<F>) -> bool {
+        self.given.iter().all(|&k| match k {
+            "pref" => r.pref == want.pref,
+            "not" => r.not == want.not,
+            "from" => r.from == want.from,
+            "to" => r.to == want.to,
+            "iif" => r.iif == want.iif,
+            "fwmark" => r.fwmark == want.fwmark,
+            "ipproto" => r.ipproto == want.ipproto,
+            "sport" => r.sport == want.sport,
+            "dport" => r.dport == want.dport,
+            "tos" => r.tos == want.tos,
+            "table" | "goto" | "action" => r.action == want.action,
+            "suppress_prefixlength" => r.suppress_prefixlength == want.suppress_prefixlength,
+            _ => true,
+        })
+    }
+}
+
+/// What each `ip rule` word is in `[[rule]]` terms: its key, and whether a value follows.
+fn rule_word(w: &str) -> Option<(&'static str, bool)> {
+    Some(match w {
+        "from" => ("from", true),
+        "to" => ("to", true),
+        "tos" | "dsfield" => ("tos", true),
+        "fwmark" => ("fwmark", true),
+        "iif" | "dev" => ("iif", true),
+        "ipproto" => ("ipproto", true),
+        "sport" => ("sport", true),
+        "dport" => ("dport", true),
+        "pref" | "priority" | "preference" | "order" => ("pref", true),
+        "table" | "lookup" => ("table", true),
+        "goto" => ("goto", true),
+        "suppress_prefixlength" | "sup_pl" => ("suppress_prefixlength", true),
+        "type" => ("action", true),
+        "blackhole" | "unreachable" | "prohibit" | "nop" => ("action", false),
+        "not" => ("not", false),
+        _ => return None,
+    })
+}
+
+/// Whether `w` may begin a policy rule's words (a selector, an action, a family).
+pub fn starts_policy_rule(w: &str) -> bool {
+    rule_word(w).is_some() || matches!(w, "-4" | "-6" | "inet" | "inet6")
+}
+
 impl Config {
+    /// A policy rule written on a command line as `ip rule` takes one (`[-6] [not]
+    /// [pref N] [from P] [to P] [iif DEV] [fwmark V[/M]] [ipproto P] [sport R] [dport R]
+    /// [tos T] (lookup T | goto N | blackhole | unreachable | prohibit | nop)
+    /// [suppress_prefixlength N]`), checked as a `[[rule]]` is, at `rule.KEY`. A rule
+    /// added without a priority gets `pref(v6)` (Linux's: one below the second rule's).
+    /// For a deletion (`del`), a missing priority or action is no selector.
+    pub fn parse_policy_rule(
+        &self,
+        words: &[&str],
+        del: bool,
+        pref: impl Fn(bool) -> u32,
+    ) -> Result<RuleWords, String> {
+        let mut t = toml::Table::new();
+        let mut given: Vec<&'static str> = Vec::new();
+        let mut it = words.iter();
+        while let Some(&w) = it.next() {
+            match w {
+                "-4" | "inet" => {
+                    t.insert("family".into(), "inet".into());
+                    continue;
+                }
+                "-6" | "inet6" => {
+                    t.insert("family".into(), "inet6".into());
+                    continue;
+                }
+                _ => {}
+            }
+            let Some((key, takes)) = rule_word(w) else {
+                return Err(format!(
+                    "'{w}' is not a rule selector or action netbatch has (from, to, tos, fwmark, iif, ipproto, sport, dport, pref, lookup, goto, blackhole, unreachable, prohibit, nop, suppress_prefixlength)"
+                ));
+            };
+            if given.contains(&key) {
+                return Err(format!("'{w}' is given twice"));
+            }
+            given.push(key);
+            let value = if takes {
+                let Some(&v) = it.next() else {
+                    return Err(format!("'{w}' needs a value"));
+                };
+                v
+            } else {
+                w
+            };
+            let v: toml::Value = match key {
+                "not" => true.into(),
+                "pref" | "goto" | "suppress_prefixlength" => match number(value) {
+                    Some(n) => i64::try_from(n).unwrap_or(i64::MAX).into(),
+                    None => return Err(format!("rule.{key}: '{value}' is not a number")),
+                },
+                _ => value.into(),
+            };
+            t.insert(key.into(), v);
+        }
+        let placeholder = |t: &mut toml::Table, given: &[&str]| {
+            if !given.contains(&"table") && !given.contains(&"goto") && !given.contains(&"action") {
+                t.insert("action".into(), "nop".into());
+            }
+        };
+        if del {
+            placeholder(&mut t, &given);
+        }
+        let raw: RuleFile = toml::Value::Table(t.clone())
+            .try_into()
+            .map_err(|e| format!("rule: {e}"))?;
+        let mut e = Errs(Vec::new());
+        let v6 = family_of(&raw, "rule", &mut e);
+        let mut raw = raw;
+        if raw.pref.is_none() {
+            raw.pref = Some(if del {
+                0
+            } else {
+                i64::from(pref(v6 == Some(true)))
+            });
+        }
+        let names = Names::of(&self.ports);
+        let rule = match v6 {
+            Some(false) => rule_of::<V4>(&raw, "rule", &names, &mut e).map(AnyRule::V4),
+            Some(true) => rule_of::<V6>(&raw, "rule", &names, &mut e).map(AnyRule::V6),
+            None => None,
+        };
+        match rule {
+            Some(rule) if e.0.is_empty() => Ok(RuleWords { rule, given }),
+            _ => Err(e
+                .0
+                .iter()
+                .map(|c| format!("{}: {}", c.key, c.reason))
+                .collect::<Vec<_>>()
+                .join("; ")),
+        }
+    }
+
+    /// The policy rules of family `F` (the configured ones, after Linux's defaults) as
+    /// a set: `Err` names the rule the kernel would refuse.
+    pub fn rule_set<F: Family>(rules: &[RuleOf<F>]) -> Result<RulesOf<F>, RouteError> {
+        set_of(rules)
+    }
+
     /// Each family's policy routing: the rules over the numbered tables (`main` is the
     /// route table the workers' hosts are given), with the VRFs: each VRF's table holds
     /// the routes its interfaces' addresses imply, then its configured ones.

@@ -28,6 +28,7 @@
 //!   not go back): it records them as a baseline that `show` subtracts.
 
 pub mod conntrack;
+mod policy;
 pub mod server;
 pub mod show;
 mod vrf;
@@ -330,6 +331,8 @@ neigh add|replace ADDRESS lladdr MAC dev IF   (ADDRESS IPv4 or IPv6)
 neigh del ADDRESS dev IF
 rule add HOOK [index N] KEY VALUE...   (keys of [[filter.HOOK.rule]]: proto src dst sport dport in out mark action)
 rule del HOOK N
+rule add|del [-6] [pref N] SELECTOR... ACTION  (a policy rule, as ip rule: from to iif fwmark ipproto sport dport tos;
+                                       lookup T | goto N | blackhole | unreachable | prohibit | nop; suppress_prefixlength N)
 reload                                 (re-read the configuration file)
 linux resync                           (dump the mirrored kernel table again, apply the difference)
 timing on|off                          (per-stage TSC cycles in show runtime)
@@ -547,6 +550,12 @@ impl Control {
                 dev,
             ] => self.neigh_set(op, ip, mac, dev),
             ["neigh", "del" | "delete", ip, "dev", dev] => self.neigh_del(ip, dev),
+            ["rule", "add", first, ..] if policy::is_policy(first) => {
+                self.policy_rule_add(&words[2..])
+            }
+            ["rule", "del" | "delete", first, ..] if policy::is_policy(first) => {
+                self.policy_rule_del(&words[2..])
+            }
             ["rule", "add", rest @ ..] => self.rule_add(rest),
             ["rule", "del" | "delete", hook, n] => self.rule_del(hook, n),
             ["reload"] => self.reload(),
@@ -660,11 +669,18 @@ impl Control {
                 Some(l) => show::linux(l),
                 None => Reply::err("show linux: no kernel table is mirrored (no [linux] section)"),
             },
-            "rules" => show::rules(
-                &st.cfg.graph.chains,
-                c.as_ref().unwrap_or(&Value::Null),
-                &names,
-            ),
+            "rules" => {
+                let mut r = show::rules(
+                    &st.cfg.graph.chains,
+                    c.as_ref().unwrap_or(&Value::Null),
+                    &names,
+                );
+                drop(st);
+                let (text, data) = self.policy_rules(&names);
+                r.text += &text;
+                r.data["policy"] = data;
+                r
+            }
             "neigh" => {
                 drop(st);
                 match self
@@ -1346,7 +1362,7 @@ impl Control {
         // The file first, then what needs a restart, then the machine: a change that
         // needs a restart (more workers) is refused as that, not for what the machine
         // would lack if it were applied (the queues more workers would need).
-        let new = match Config::load(&self.path) {
+        let mut new = match Config::load(&self.path) {
             Ok(c) => c,
             Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
         };
@@ -1408,6 +1424,17 @@ impl Control {
                 }
             }
         }
+        // Policy rules and numbered tables: each family's next policy, built here.
+        let policy = self.reload_policy::<V4>(&mut st.cfg, &mut new);
+        let policy6 = self.reload_policy::<V6>(&mut st.cfg, &mut new);
+        let (policy, policy6) = match (policy, policy6) {
+            (Ok(p), Ok(p6)) => (p, p6),
+            (Err(e), _) | (_, Err(e)) => {
+                Self::give_back::<V4>(&mut st, next);
+                Self::give_back::<V6>(&mut st, next6);
+                return refuse(format!("reload refused, nothing changed: {e}"));
+            }
+        };
         // Apply.
         let mut done = Vec::new();
         let failed = |done: &[String], e: String| {
@@ -1480,6 +1507,20 @@ impl Control {
             }
             done.push("ICMP and forwarding settings".into());
             st.cfg.host = new.host;
+        }
+        let policy_changed = policy.is_some() || policy6.is_some();
+        if let Some(p) = policy
+            && let Err(e) = self.install_policy::<V4>(p)
+        {
+            return failed(&done, e);
+        }
+        if let Some(p) = policy6
+            && let Err(e) = self.install_policy::<V6>(p)
+        {
+            return failed(&done, e);
+        }
+        if policy_changed {
+            done.push("policy rules and numbered tables".into());
         }
         if graph_changed {
             if let Err(e) = self.swap_graphs(&mut st, new.clone()) {
@@ -1733,19 +1774,6 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
         format!("{:?}", old.pool),
         format!("{:?}", new.pool),
         "the buffer pool",
-    );
-    differ(
-        &mut v,
-        "rule",
-        format!(
-            "{:?}{:?}{:?}{:?}",
-            old.rules, old.rules6, old.tables, old.tables6
-        ),
-        format!(
-            "{:?}{:?}{:?}{:?}",
-            new.rules, new.rules6, new.tables, new.tables6
-        ),
-        "policy rules and the routes of numbered tables",
     );
     differ(
         &mut v,

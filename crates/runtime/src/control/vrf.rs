@@ -10,10 +10,10 @@
 //! own.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use netbatch_stack::route::file::AnyRoute;
-use netbatch_stack::route::rule::{PolicyOf, TABLE_LOCAL, TABLE_MAIN};
+use netbatch_stack::route::rule::{PolicyOf, RuleOf, TABLE_LOCAL, TABLE_MAIN};
 use netbatch_stack::route::{Family, RouteOf, RoutesOf, V4, V6};
 use serde_json::json;
 
@@ -39,11 +39,13 @@ fn selector<'a>(words: &[&'a str]) -> Option<(&'a str, &'a str, Vec<String>)> {
     Some((by, which, rest))
 }
 
-/// Where each family's numbered tables are: the configuration's routes of a table, the
-/// workers' policy.
-trait Tabled: Family {
+/// Where each family's numbered tables and rules are: the configuration's routes of a
+/// table and its rules, the workers' policy.
+pub(super) trait Tabled: Family {
     /// The configured routes of each numbered table.
     fn tables(cfg: &mut Config) -> &mut BTreeMap<u32, Vec<RouteOf<Self>>>;
+    /// The configured policy rules (after Linux's defaults).
+    fn rules(cfg: &mut Config) -> &mut Vec<RuleOf<Self>>;
     /// Worker `w`'s policy.
     fn policy(w: &netbatch_datapath::worker::Worker) -> Arc<PolicyOf<Self>>;
     /// Makes worker `w` route by `p`.
@@ -60,6 +62,9 @@ trait Tabled: Family {
 impl Tabled for V4 {
     fn tables(cfg: &mut Config) -> &mut BTreeMap<u32, Vec<RouteOf<Self>>> {
         &mut cfg.tables
+    }
+    fn rules(cfg: &mut Config) -> &mut Vec<RuleOf<Self>> {
+        &mut cfg.rules
     }
     fn policy(w: &netbatch_datapath::worker::Worker) -> Arc<PolicyOf<Self>> {
         w.host.policy.clone()
@@ -80,6 +85,9 @@ impl Tabled for V4 {
 impl Tabled for V6 {
     fn tables(cfg: &mut Config) -> &mut BTreeMap<u32, Vec<RouteOf<Self>>> {
         &mut cfg.tables6
+    }
+    fn rules(cfg: &mut Config) -> &mut Vec<RuleOf<Self>> {
+        &mut cfg.rules6
     }
     fn policy(w: &netbatch_datapath::worker::Worker) -> Arc<PolicyOf<Self>> {
         w.host.policy6.clone()
@@ -193,30 +201,11 @@ impl Control {
             }
         };
         // The workers' policy with the table in its slot.
-        let current: Arc<Mutex<Option<Arc<PolicyOf<F>>>>> = Arc::default();
-        let got = current.clone();
-        if let Err(e) = self.remote.on_each(move |i, w| {
-            if i == 0 {
-                *got.lock().unwrap_or_else(|e| e.into_inner()) = Some(F::policy(w));
-            }
-        }) {
+        if let Err(e) =
+            self.change_policy::<F>(|p| p.with_table(id, table).map_err(|e| e.to_string()))
+        {
             undo(cfg);
-            return Reply::err(e.to_string());
-        }
-        let Some(policy) = current.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            undo(cfg);
-            return Reply::err("no worker to change");
-        };
-        let next = match policy.with_table(id, table) {
-            Ok(p) => Arc::new(p),
-            Err(e) => {
-                undo(cfg);
-                return Reply::err(format!("route {op} {line} {which}: {e}"));
-            }
-        };
-        if let Err(e) = self.remote.on_each(move |_, w| F::install(w, &next)) {
-            undo(cfg);
-            return Reply::err(e.to_string());
+            return Reply::err(format!("route {op} {line} {which}: {e}"));
         }
         let text = format!(
             "{done}: {} {which}",
@@ -227,5 +216,33 @@ impl Control {
             text,
             json!({ "route": done, "family": F::NAME, "prefix": r.prefix.to_string(), "table": id }),
         )
+    }
+}
+
+impl Control {
+    /// Replaces every worker's policy of family `F` by `change` of the one they route
+    /// by now (worker 0's: they all hold the same), between two of their rounds.
+    pub(super) fn change_policy<F: Tabled>(
+        &self,
+        change: impl FnOnce(&PolicyOf<F>) -> Result<PolicyOf<F>, String>,
+    ) -> Result<(), String> {
+        let policy = self.live_policy::<F>()?;
+        let next = Arc::new(change(&policy)?);
+        self.remote
+            .on_each(move |_, w| F::install(w, &next))
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The policy of family `F` the workers route by (worker 0's).
+    pub(super) fn live_policy<F: Tabled>(&self) -> Result<Arc<PolicyOf<F>>, String> {
+        let v = self
+            .remote
+            .on_each(|i, w| (i == 0).then(|| F::policy(w)))
+            .map_err(|e| e.to_string())?;
+        v.into_iter()
+            .flatten()
+            .next()
+            .ok_or_else(|| "no worker".to_string())
     }
 }

@@ -1059,6 +1059,16 @@ impl<F: Family> PolicyOf<F> {
         Ok(p)
     }
 
+    /// This policy with `rules` instead of its own (`ip rule add|del`, a reload): the
+    /// tables and their slots are kept, so an adjacency a packet holds still names its
+    /// table; a table only the new rules name is empty until a route is added to it.
+    pub fn with_rules(&self, rules: RulesOf<F>) -> Self {
+        let mut p = self.clone();
+        p.rules = rules;
+        p.settle();
+        p
+    }
+
     /// The hop of adjacency `adj`, `main` being the host's route table: `main`'s when
     /// the adjacency names no numbered table, else that table's.
     #[inline(always)]

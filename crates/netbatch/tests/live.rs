@@ -339,7 +339,7 @@ bind = "192.0.2.1:7"
     }
 
     fn remove(&self) {
-        for n in ["h1", "h2", "h3", "r", "cp"] {
+        for n in ["h1", "h2", "h3", "h4", "r", "cp"] {
             let _ = sh(&format!("ip netns del {} 2>/dev/null", self.ns(n)));
         }
     }
@@ -2469,4 +2469,166 @@ fn ospf_through_the_pairs() {
     let stats = t.stop();
     assert_conserved(&stats);
     assert!(port(&stats, "host-r1", "tx_packets") > 0 && port(&stats, "host-r1", "rx_packets") > 0);
+}
+
+/// Frames received by host `h`'s end of its veth (its `/sys` counter).
+fn host_rx(t: &Topo, h: &str, end: char) -> u64 {
+    let s = &t.tag;
+    t.must(
+        h,
+        &format!("cat /sys/class/net/nb{s}{end}/statistics/rx_packets"),
+    )
+    .trim()
+    .parse()
+    .expect("a counter")
+}
+
+/// BIRD drives two VRFs through netbatch: VRF red (ports r1, r2; table 10) and VRF blue
+/// (r3, r4; table 20) have the same subnets (hosts h1 and h3 are both 192.0.2.2, h2 and
+/// h4 both 198.51.100.2) and BIRD in the control namespace puts the same prefix,
+/// 198.18.0.0/24, in each VRF's kernel table (its `kernel table 10|20` protocols, one
+/// BIRD table per VRF) with a next hop on that VRF's port. netbatch mirrors kernel
+/// tables 10 and 20 into its VRFs' tables (`[linux] tables`). h1's pings reach h2 and
+/// nothing of them reaches h4; h3's reach h4 and not h2; when red's route is withdrawn,
+/// h1 gets netbatch's "net unreachable" from red's own table (no fall-through to blue or
+/// main) while blue still works. The control namespace has interfaces named as
+/// netbatch's ports (veth pairs: this kernel has neither dummy nor VRF devices) with the
+/// VRF's subnet, for BIRD's next hops.
+#[test]
+fn bird_drives_two_vrfs() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        return;
+    }
+    need_tools();
+    Bird::need();
+    let mut t = Topo::hosts("v", &["h1", "h2", "h3", "h4"]);
+    let s = t.tag.clone();
+    let dir = t.dir.clone();
+    for (h, end, addr, gw) in [
+        ("h1", 'a', "192.0.2.2/24", "192.0.2.1"),
+        ("h2", 'b', "198.51.100.2/24", "198.51.100.1"),
+        ("h3", 'c', "192.0.2.2/24", "192.0.2.1"),
+        ("h4", 'd', "198.51.100.2/24", "198.51.100.1"),
+    ] {
+        t.must(
+            h,
+            &format!("ip addr add {addr} dev nb{s}{end}; ip route add default via {gw}"),
+        );
+    }
+    for h in ["h2", "h4"] {
+        t.must(h, "ip addr add 198.18.0.1/32 dev lo");
+    }
+    assert!(sh(&format!("ip netns add {}", t.ns("cp"))).status.success());
+    t.must(
+        "cp",
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1; sysctl -qw net.ipv6.conf.default.disable_ipv6=1; ip link set lo up; \
+         for i in r2 r4; do ip link add $i type veth peer name $i-p; ip addr add 198.51.100.1/24 dev $i; ip link set $i-p up; ip link set $i up; done",
+    );
+    let sock = dir.join("ctl.sock");
+    let ports: String = [
+        ("r1", "192.0.2.1/24", "red"),
+        ("r2", "198.51.100.1/24", "red"),
+        ("r3", "192.0.2.1/24", "blue"),
+        ("r4", "198.51.100.1/24", "blue"),
+    ]
+    .iter()
+    .map(|(n, a, v)| {
+        format!("\n[[port]]\nname = \"{n}\"\nkind = \"af_packet\"\ninterface = \"nb{s}{n}\"\naddresses = [\"{a}\"]\nvrf = \"{v}\"\n")
+    })
+    .collect();
+    std::fs::write(
+        dir.join("router.toml"),
+        format!(
+            "[datapath]\nmode = \"list\"\nidle_spin_us = 50\n{ports}\n\
+             [[vrf]]\nname = \"red\"\ntable = 10\n\n[[vrf]]\nname = \"blue\"\ntable = 20\n\n\
+             [linux]\nnamespace = \"{}\"\ntables = [10, 20]\n\n[control]\nsocket = \"{}\"\n",
+            t.ns("cp"),
+            sock.display()
+        ),
+    )
+    .expect("config");
+    t.start();
+    let c = Ctl(sock.clone());
+    let cp = Bird::start(
+        &t,
+        "cp",
+        "router id 192.0.2.1;\n\
+         ipv4 table red4;\n\
+         ipv4 table blue4;\n\
+         protocol device { scan time 1; }\n\
+         protocol static sred { ipv4 { table red4; }; route 198.18.0.0/24 via 198.51.100.2%r2; }\n\
+         protocol static sblue { ipv4 { table blue4; }; route 198.18.0.0/24 via 198.51.100.2%r4; }\n\
+         protocol kernel kred { ipv4 { table red4; import none; export all; }; kernel table 10; }\n\
+         protocol kernel kblue { ipv4 { table blue4; import none; export all; }; kernel table 20; }\n",
+    );
+    // Waits (30 s at most) until netbatch's route for the prefix in VRF `vrf` satisfies
+    // `ok`.
+    let wait_route = |what: &str, vrf: &str, ok: &dyn Fn(&str) -> bool| {
+        let start = Instant::now();
+        loop {
+            let block = route_block(&c.ok(&format!("show routes vrf {vrf}")), "198.18.0.0/24");
+            if ok(&block) {
+                return;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                let (_, kernel) = t.exec("cp", "ip route show table all");
+                panic!(
+                    "{what}: not within 30 s; netbatch's route:\n{block}\n--- cp's kernel ---\n{kernel}\n{}\n--- show linux ---\n{}\n--- netbatch ---\n{}",
+                    cp.logs(),
+                    c.ok("show linux"),
+                    t.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_route("red's route", "red", &|r| {
+        r.starts_with("198.18.0.0/24 via 198.51.100.2 dev r2")
+    });
+    wait_route("blue's route", "blue", &|r| {
+        r.starts_with("198.18.0.0/24 via 198.51.100.2 dev r4")
+    });
+    assert_eq!(
+        route_block(&c.ok("show routes"), "198.18.0.0/24"),
+        "",
+        "nothing in main"
+    );
+    // Each client reaches its own VRF's host only.
+    let ping = |from: &str| t.exec(from, "ping -c 3 -i 0.2 -W 2 198.18.0.1");
+    let (h2_0, h4_0) = (host_rx(&t, "h2", 'b'), host_rx(&t, "h4", 'd'));
+    let (ok, out) = ping("h1");
+    assert!(ok && out.contains("3 received"), "h1 through red:\n{out}");
+    let (h2_1, h4_1) = (host_rx(&t, "h2", 'b'), host_rx(&t, "h4", 'd'));
+    assert!(h2_1 - h2_0 >= 3, "h1's pings reached h2 ({h2_0} -> {h2_1})");
+    // h4 may see its own ARP traffic only if netbatch resolved it: never an echo.
+    let (ok, out) = ping("h3");
+    assert!(ok && out.contains("3 received"), "h3 through blue:\n{out}");
+    let (h2_2, h4_2) = (host_rx(&t, "h2", 'b'), host_rx(&t, "h4", 'd'));
+    assert!(h4_2 - h4_1 >= 3, "h3's pings reached h4 ({h4_1} -> {h4_2})");
+    assert!(
+        h2_2 - h2_1 <= 1 && h4_1 - h4_0 <= 1,
+        "no VRF's pings reach the other's host (beyond one ARP): h2 {h2_1} -> {h2_2}, h4 {h4_0} -> {h4_1}"
+    );
+    // Red's route withdrawn: red has none (no fall-through to blue or main), blue keeps
+    // its own.
+    cp.must("disable sred");
+    wait_route("red's withdrawal", "red", &|r| r.is_empty());
+    let (_, out) = t.exec("h1", "ping -c 1 -W 2 198.18.0.1");
+    assert!(
+        out.contains("From 192.0.2.1") && out.contains("Destination Net Unreachable"),
+        "h1 after red's withdrawal:\n{out}"
+    );
+    let (ok, out) = ping("h3");
+    assert!(ok && out.contains("3 received"), "blue unchanged:\n{out}");
+    let linux = c.json("show linux");
+    assert!(
+        linux["routes_added"].as_u64() >= Some(2)
+            && linux["routes_deleted"].as_u64() >= Some(1)
+            && linux["errors"] == 0,
+        "{linux:#}"
+    );
+    drop(cp);
+    let stats = t.stop();
+    assert_conserved(&stats);
 }

@@ -3,6 +3,9 @@
 //! `namespace = "NAME"` names the control network namespace (`/run/netns/NAME`, as
 //! `ip netns add NAME` makes it) whose routes, neighbours and links are mirrored;
 //! `table` (default 254, `main`) is the kernel table whose routes become netbatch's.
+//! `tables = [10, 20]` mirrors more kernel tables, each into netbatch's table of the
+//! same number: a VRF's (as a Linux VRF device's `table`), or a numbered table the
+//! rules look up; a routing daemon exporting per VRF (`kernel table N`) drives them.
 //! Without the section nothing is mirrored.
 //!
 //! `pairs = true` pairs every port that has an untagged interface with a tap in the
@@ -36,6 +39,7 @@ pub(crate) const TABLE_MAIN: u32 = 254;
 pub(super) struct LinuxFile {
     namespace: Option<String>,
     table: Option<i64>,
+    tables: Option<Vec<i64>>,
     pairs: Option<bool>,
 }
 
@@ -44,8 +48,11 @@ pub(super) struct LinuxFile {
 pub struct LinuxConfig {
     /// The control namespace's name.
     pub namespace: String,
-    /// The kernel routing table mirrored.
+    /// The kernel routing table mirrored (into `main`).
     pub table: u32,
+    /// Kernel tables mirrored each into netbatch's table of the same number (a VRF's,
+    /// as a Linux VRF device's table, or a numbered table of the rules).
+    pub tables: Vec<u32>,
     /// Ports are paired with taps in the namespace.
     pub pairs: bool,
 }
@@ -56,6 +63,7 @@ impl LinuxConfig {
         Self {
             namespace: namespace.into(),
             table: TABLE_MAIN,
+            tables: Vec::new(),
             pairs: false,
         }
     }
@@ -129,9 +137,39 @@ pub(super) fn validate(f: Option<&LinuxFile>, e: &mut Errs) -> Option<LinuxConfi
             }
         },
     };
+    let mut tables = Vec::new();
+    for (i, &t) in f.tables.iter().flatten().enumerate() {
+        let key = format!("linux.tables[{i}]");
+        match u32::try_from(t) {
+            Ok(x) if x == table => {
+                e.add(
+                    key,
+                    format!("table {t} is already mirrored into main (`linux.table`)"),
+                );
+                ok = false;
+            }
+            Ok(0 | 253..=255) => {
+                e.add(key, format!("{t} is not a table a VRF or a rule can have here (unspec, default, main and local are not; main is `table`)"));
+                ok = false;
+            }
+            Ok(x) if tables.contains(&x) => {
+                e.add(key, format!("table {t} is listed twice"));
+                ok = false;
+            }
+            Ok(x) => tables.push(x),
+            Err(_) => {
+                e.add(
+                    key,
+                    format!("{t} is not a routing table id (1 to {})", u32::MAX),
+                );
+                ok = false;
+            }
+        }
+    }
     ok.then_some(LinuxConfig {
         namespace,
         table,
+        tables,
         pairs: f.pairs.unwrap_or(false),
     })
 }
@@ -240,6 +278,32 @@ mod tests {
             .expect("valid")
             .expect("on");
         assert_eq!(t.table, 100_000);
+        let t = check("[linux]\nnamespace = \"cp\"\ntables = [10, 20]")
+            .expect("valid")
+            .expect("on");
+        assert_eq!((t.table, t.tables), (254, vec![10, 20]));
+    }
+
+    /// `tables` names kernel tables mirrored into netbatch's of the same number: main
+    /// (already `table`), local, default, unspec, a repeat and a number beyond 32 bits
+    /// are refused at the entry's key.
+    #[test]
+    fn more_tables_are_checked_one_by_one() {
+        for (tables, why) in [
+            ("[254]", "already mirrored into main"),
+            ("[10, 255]", "not a table"),
+            ("[0]", "not a table"),
+            ("[10, 10]", "listed twice"),
+            ("[4294967296]", "not a routing table id"),
+        ] {
+            let e = check(&format!("[linux]\nnamespace = \"cp\"\ntables = {tables}"))
+                .expect_err(tables);
+            assert!(
+                e.iter()
+                    .any(|x| x.starts_with("linux.tables[") && x.contains(why)),
+                "{tables}: {e:?}"
+            );
+        }
     }
 
     /// `pairs = true` adds, after the file's ports, one tap per port with an untagged

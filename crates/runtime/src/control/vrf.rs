@@ -114,10 +114,15 @@ impl Control {
             Ok(id) => id,
             Err(e) => return Reply::err(format!("show routes {by} {which}: {e}")),
         };
-        match st.cfg.table(id) {
-            Ok((t, t6)) => show::routes(&t, &t6, &st.cfg.iface_names()),
-            Err(e) => Reply::err(format!("show routes {by} {which}: {e}")),
-        }
+        // The table the workers route by: the configuration's routes of it, and what
+        // the Linux mirror put in it.
+        let names = st.cfg.iface_names();
+        drop(st);
+        show::routes(
+            &self.live_table::<V4>(id),
+            &self.live_table::<V6>(id),
+            &names,
+        )
     }
 
     /// `route add|replace|del ROUTE vrf NAME|table N`.
@@ -244,5 +249,79 @@ impl Control {
             .flatten()
             .next()
             .ok_or_else(|| "no worker".to_string())
+    }
+}
+
+impl Control {
+    /// Numbered table `id` of family `F` as the workers route by it (empty when the
+    /// policy has none).
+    fn live_table<F: Tabled>(&self, id: u32) -> Arc<RoutesOf<F>> {
+        self.live_policy::<F>()
+            .ok()
+            .and_then(|p| p.tables().get(&id).cloned())
+            .unwrap_or_else(|| Arc::new(RoutesOf::compact()))
+    }
+
+    /// Applies `changes` to numbered table `id` of family `F` (a VRF's or another) as
+    /// one change of the workers' policy, the table in its slot: what the Linux mirror
+    /// does for a kernel table other than the one it mirrors into `main`.
+    fn apply_to_table<F: Tabled>(
+        &self,
+        id: u32,
+        changes: &[crate::control::RouteChangeOf<F>],
+    ) -> Result<(usize, usize), String> {
+        use crate::control::RouteChangeOf;
+        if changes.is_empty() {
+            return Ok((0, 0));
+        }
+        let _st = self.state();
+        let mut next = (*self.live_table::<F>(id)).clone();
+        let (mut set, mut deleted) = (0, 0);
+        for c in changes {
+            match c {
+                RouteChangeOf::Replace(r) => {
+                    next.insert(r.clone())
+                        .map_err(|e| format!("route {}: {e}", r.prefix))?;
+                    set += 1;
+                }
+                RouteChangeOf::Delete(p) => {
+                    if next.remove(*p).is_some() {
+                        deleted += 1;
+                    }
+                }
+            }
+        }
+        let next = Arc::new(next);
+        self.change_policy::<F>(|p| p.with_table(id, next).map_err(|e| e.to_string()))?;
+        Ok((set, deleted))
+    }
+
+    /// Numbered table `id` (IPv4) as the workers route by it.
+    pub fn table_routes(&self, id: u32) -> Arc<RoutesOf<V4>> {
+        self.live_table::<V4>(id)
+    }
+
+    /// Numbered table `id` (IPv6) as the workers route by it.
+    pub fn table_routes6(&self, id: u32) -> Arc<RoutesOf<V6>> {
+        self.live_table::<V6>(id)
+    }
+
+    /// Applies `changes` to numbered IPv4 table `id` (see [`Control::apply_routes`]
+    /// for `main`).
+    pub fn apply_table_routes(
+        &self,
+        id: u32,
+        changes: &[crate::control::RouteChange],
+    ) -> Result<(usize, usize), String> {
+        self.apply_to_table::<V4>(id, changes)
+    }
+
+    /// Applies `changes` to numbered IPv6 table `id`.
+    pub fn apply_table_routes6(
+        &self,
+        id: u32,
+        changes: &[crate::control::RouteChange6],
+    ) -> Result<(usize, usize), String> {
+        self.apply_to_table::<V6>(id, changes)
     }
 }

@@ -40,6 +40,7 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use super::MirrorStats;
 use super::convert::{self, KernelFamily, KernelRouteOf, NeighChange, Skip};
 use crate::control::{Control, RouteChangeOf};
+use netbatch_stack::route::rule::TABLE_MAIN;
 
 /// What netbatch makes of one kernel route (a route, or why none).
 type Cand<F> = Result<RouteOf<F>, Skip>;
@@ -215,10 +216,15 @@ pub(crate) trait Mirrored: KernelFamily {
     fn side(s: &mut Sides) -> &mut Side<Self>;
     /// What a change of prefix `p` touched.
     fn touched(p: Self::Prefix) -> Touched;
-    /// The table netbatch's workers hold.
-    fn live(c: &Control) -> Arc<RoutesOf<Self>>;
-    /// Applies `changes` to netbatch's table in one publication.
-    fn publish(c: &Control, changes: &[RouteChangeOf<Self>]) -> Result<(usize, usize), String>;
+    /// The table netbatch's workers hold as table `into` (`main`, 254, is the host's
+    /// route table; another is a numbered table of the policy: a VRF's or not).
+    fn live(c: &Control, into: u32) -> Arc<RoutesOf<Self>>;
+    /// Applies `changes` to netbatch's table `into` in one publication.
+    fn publish(
+        c: &Control,
+        into: u32,
+        changes: &[RouteChangeOf<Self>],
+    ) -> Result<(usize, usize), String>;
 }
 
 impl Mirrored for V4 {
@@ -231,11 +237,23 @@ impl Mirrored for V4 {
     fn touched(p: Ipv4Prefix) -> Touched {
         Touched::Route(p)
     }
-    fn live(c: &Control) -> Arc<RoutesOf<Self>> {
-        c.routes()
+    fn live(c: &Control, into: u32) -> Arc<RoutesOf<Self>> {
+        if into == TABLE_MAIN {
+            c.routes()
+        } else {
+            c.table_routes(into)
+        }
     }
-    fn publish(c: &Control, changes: &[RouteChangeOf<Self>]) -> Result<(usize, usize), String> {
-        c.apply_routes(changes)
+    fn publish(
+        c: &Control,
+        into: u32,
+        changes: &[RouteChangeOf<Self>],
+    ) -> Result<(usize, usize), String> {
+        if into == TABLE_MAIN {
+            c.apply_routes(changes)
+        } else {
+            c.apply_table_routes(into, changes)
+        }
     }
 }
 
@@ -249,11 +267,23 @@ impl Mirrored for V6 {
     fn touched(p: Ipv6Prefix) -> Touched {
         Touched::Route6(p)
     }
-    fn live(c: &Control) -> Arc<RoutesOf<Self>> {
-        c.routes6()
+    fn live(c: &Control, into: u32) -> Arc<RoutesOf<Self>> {
+        if into == TABLE_MAIN {
+            c.routes6()
+        } else {
+            c.table_routes6(into)
+        }
     }
-    fn publish(c: &Control, changes: &[RouteChangeOf<Self>]) -> Result<(usize, usize), String> {
-        c.apply_routes6(changes)
+    fn publish(
+        c: &Control,
+        into: u32,
+        changes: &[RouteChangeOf<Self>],
+    ) -> Result<(usize, usize), String> {
+        if into == TABLE_MAIN {
+            c.apply_routes6(changes)
+        } else {
+            c.apply_table_routes6(into, changes)
+        }
     }
 }
 

@@ -62,6 +62,7 @@ use crate::config::LinuxConfig;
 use crate::control::{Control, RouteChangeOf};
 use convert::{NeighChange, Skip};
 use mirror::{Mirrored, State};
+use netbatch_stack::route::rule::TABLE_MAIN;
 use netbatch_stack::route::{V4, V6};
 use netlink::{DumpError, RecvError, Rtnl};
 
@@ -137,6 +138,28 @@ pub struct MirrorStats {
 }
 
 impl MirrorStats {
+    /// Adds another table's thread's counters (the routes of every mirrored table
+    /// together; the last batch and error are the latest of either).
+    fn add(&mut self, o: &Self) {
+        self.messages += o.messages;
+        self.notifications += o.notifications;
+        self.routes_added += o.routes_added;
+        self.routes_replaced += o.routes_replaced;
+        self.routes_deleted += o.routes_deleted;
+        for (k, v) in &o.skipped {
+            *self.skipped.entry(k).or_default() += v;
+        }
+        self.batches += o.batches;
+        self.resyncs += o.resyncs;
+        self.overruns += o.overruns;
+        self.errors += o.errors;
+        if o.last_error.is_some() {
+            self.last_error.clone_from(&o.last_error);
+        }
+        self.routes += o.routes;
+        self.routes6 += o.routes6;
+    }
+
     fn skip(&mut self, s: Skip) {
         *self.skipped.entry(s.name()).or_default() += 1;
     }
@@ -219,6 +242,8 @@ pub struct Mirror {
     requests: mpsc::Sender<Request>,
     stats: Arc<Mutex<MirrorStats>>,
     cfg: LinuxConfig,
+    /// The mirrors of `[linux] tables`, one thread each.
+    extra: Vec<Self>,
 }
 
 impl core::fmt::Debug for Mirror {
@@ -250,12 +275,31 @@ pub fn start(control: Arc<Control>, cfg: &LinuxConfig) -> Result<Mirror, String>
     start_tuned(control, cfg, Tuning::default())
 }
 
-/// [`start`] with `tuning`.
+/// [`start`] with `tuning`. The table mirrored into `main` has its own thread, and so
+/// has each of `[linux] tables` (routes only: the first thread follows the neighbours
+/// and interfaces).
 pub fn start_tuned(
     control: Arc<Control>,
     cfg: &LinuxConfig,
     tuning: Tuning,
 ) -> Result<Mirror, String> {
+    let mut main = spawn(control.clone(), cfg, tuning, cfg.table, TABLE_MAIN)?;
+    for &t in &cfg.tables {
+        main.extra.push(spawn(control.clone(), cfg, tuning, t, t)?);
+    }
+    Ok(main)
+}
+
+/// One mirror thread: kernel table `table` into netbatch's table `into` (`main`: with
+/// the neighbours, interfaces and pairs; another: its routes only).
+fn spawn(
+    control: Arc<Control>,
+    cfg: &LinuxConfig,
+    tuning: Tuning,
+    table: u32,
+    into: u32,
+) -> Result<Mirror, String> {
+    let routes_only = into != TABLE_MAIN;
     let path = cfg.netns_path();
     let what = format!("linux: namespace {}", cfg.namespace);
     let wake = Arc::new(EventFd::new().map_err(|e| format!("{what}: eventfd: {e}"))?);
@@ -263,8 +307,8 @@ pub fn start_tuned(
     let stats = Arc::new(Mutex::new(MirrorStats::default()));
     let (req_tx, req_rx) = mpsc::channel();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<Resynced, String>>();
-    let (t_wake, t_stop, t_stats, table) = (wake.clone(), stop.clone(), stats.clone(), cfg.table);
-    let pairs = cfg.pairs;
+    let (t_wake, t_stop, t_stats) = (wake.clone(), stop.clone(), stats.clone());
+    let pairs = cfg.pairs && !routes_only;
     let t_what = what.clone();
     let thread = std::thread::Builder::new()
         .name("netbatch-linux".into())
@@ -293,7 +337,7 @@ pub fn start_tuned(
                     return;
                 }
             };
-            if let Err(e) = pairs::assign(&mut dumper, &control.host_pairs()) {
+            if !routes_only && let Err(e) = pairs::assign(&mut dumper, &control.host_pairs()) {
                 let _ = ready_tx.send(Err(format!("{t_what}: host interface pairs: {e}")));
                 return;
             }
@@ -306,6 +350,8 @@ pub fn start_tuned(
                 shared: t_stats,
                 last_publish: Duration::ZERO,
                 pairs,
+                into,
+                routes_only,
             };
             let first = t.resync("start");
             t.publish();
@@ -323,13 +369,14 @@ pub fn start_tuned(
         requests: req_tx,
         stats,
         cfg: cfg.clone(),
+        extra: Vec::new(),
     };
     match ready_rx.recv() {
         Ok(Ok(r)) => {
             tracing::info!(
                 target: "netbatch::linux",
-                "{what}: mirroring table {} ({} route and {} neighbour changes applied in {:?})",
-                cfg.table,
+                "{what}: mirroring table {table} into {} ({} route and {} neighbour changes applied in {:?})",
+                netbatch_stack::route::rule::table_name(into),
                 r.route_changes,
                 r.neighbour_changes,
                 r.took
@@ -344,12 +391,17 @@ pub fn start_tuned(
 }
 
 impl Mirror {
-    /// The counters now.
+    /// The counters now (of every table's thread: routes added to any table count).
     pub fn stats(&self) -> MirrorStats {
-        self.stats
+        let mut s = self
+            .stats
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+            .clone();
+        for m in &self.extra {
+            s.add(&m.stats());
+        }
+        s
     }
 
     /// The mirror's configuration.
@@ -357,8 +409,20 @@ impl Mirror {
         &self.cfg
     }
 
-    /// Dumps the kernel's state now and applies the difference (what an overrun does).
+    /// Dumps the kernel's state now and applies the difference (what an overrun does),
+    /// for every mirrored table.
     pub fn resync(&self) -> Result<Resynced, String> {
+        let mut r = self.resync_one()?;
+        for m in &self.extra {
+            let x = m.resync_one()?;
+            r.route_changes += x.route_changes;
+            r.dumped += x.dumped;
+            r.took += x.took;
+        }
+        Ok(r)
+    }
+
+    fn resync_one(&self) -> Result<Resynced, String> {
         let (tx, rx) = mpsc::channel();
         self.requests
             .send(Request::Resync(tx))
@@ -389,6 +453,11 @@ struct Thread {
     last_publish: Duration,
     /// Host interface pairs: addresses are dumped and followed.
     pairs: bool,
+    /// netbatch's table the kernel table's routes go to (`main`, or a numbered one).
+    into: u32,
+    /// Routes only: the neighbours and interfaces are another mirror's (the one of the
+    /// table mirrored into `main`).
+    routes_only: bool,
 }
 
 impl Thread {
@@ -466,6 +535,11 @@ impl Thread {
     fn flush(&mut self) -> (u64, u64) {
         // Interfaces first: a new address's connected subnet is what later routes'
         // gateways are on.
+        if self.routes_only {
+            let _ = self.state.iface_changes();
+            let _ = self.state.neighbour_changes();
+            return (self.flush_routes::<V4>() + self.flush_routes::<V6>(), 0);
+        }
         for c in self.state.iface_changes() {
             let (changed, refused) =
                 match self.control.set_iface(c.iface, &c.addrs, &c.addrs6, c.mtu) {
@@ -503,7 +577,7 @@ impl Thread {
 
     /// Applies the pending route changes of family `F` as one publication; how many.
     fn flush_routes<F: Mirrored>(&mut self) -> u64 {
-        let table = F::live(&self.control);
+        let table = F::live(&self.control, self.into);
         let plan = self.state.route_changes::<F>(&table);
         drop(table);
         if plan.changes.is_empty() {
@@ -533,7 +607,7 @@ impl Thread {
         existed: &[bool],
         budget: &mut u32,
     ) -> u64 {
-        match F::publish(&self.control, changes) {
+        match F::publish(&self.control, self.into, changes) {
             Ok(_) => {
                 self.state.stats.batches += 1;
                 self.state.routes_applied(changes, existed);

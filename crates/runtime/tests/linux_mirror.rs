@@ -810,3 +810,86 @@ fn pairs_give_and_follow_ipv6_addresses() {
     let s = r.mirror().stats();
     assert_eq!(s.errors, 0, "{s:?}");
 }
+
+/// The policy rules the workers walk, as `show rules` lists them (`ip rule show`'s
+/// lines), IPv4 then IPv6.
+fn shown_rules(r: &Running) -> (Vec<String>, Vec<String>) {
+    let reply = r.control.handle(&["show".to_string(), "rules".to_string()]);
+    assert!(reply.ok, "{}", reply.text);
+    let of = |f: &str| -> Vec<String> {
+        reply.data["policy"][f]
+            .as_array()
+            .expect("policy rules")
+            .iter()
+            .filter_map(|l| l.as_str().map(str::to_string))
+            .collect()
+    };
+    (of("inet"), of("inet6"))
+}
+
+/// `ip rule add|del` in the control namespace change the rules netbatch's workers walk
+/// (Linux's default rules are netbatch's own already), and `ip route … table 100` the
+/// numbered table a rule looks up (`[linux] tables = [100]`); a rule netbatch cannot
+/// follow (`oif`) is skipped and counted; a resync changes nothing.
+#[test]
+fn ip_rule_and_numbered_tables_drive_the_policy() {
+    if !can_run() {
+        return;
+    }
+    let ns = control_namespace("rule");
+    let r = Running::start_with(&ns, Tuning::default(), "tables = [100]\n");
+    ns.ip("route add 203.0.113.0/24 via 198.51.100.2 table 100");
+    ns.ip("rule add pref 100 from 192.0.2.0/25 lookup 100");
+    ns.ip("rule add pref 50 fwmark 0x10/0x30 blackhole");
+    ns.ip("rule add pref 60 not iif r1 ipproto udp dport 53 lookup 100 suppress_prefixlength 0");
+    ns.ip("-6 rule add pref 10 from 2001:db8::/32 prohibit");
+    ns.ip("rule add pref 70 oif r2 lookup 100");
+    let want4 = [
+        "0:\tfrom all lookup local",
+        "50:\tfrom all fwmark 0x10/0x30 blackhole",
+        "60:\tnot from all iif r1 ipproto 17 dport 53 lookup 100 suppress_prefixlength 0",
+        "100:\tfrom 192.0.2.0/25 lookup 100",
+        "32766:\tfrom all lookup main",
+        "32767:\tfrom all lookup default",
+    ];
+    wait_for(
+        "the kernel's rules in netbatch",
+        WAIT,
+        || shown_rules(&r),
+        |(v4, v6)| v4 == &want4 && v6.iter().any(|l| l == "10:\tfrom 2001:db8::/32 prohibit"),
+    );
+    let table = |r: &Running| {
+        let t = r.control.table_routes(100);
+        t.get(&pfx("203.0.113.0/24")).cloned()
+    };
+    wait_for(
+        "table 100's route",
+        WAIT,
+        || table(&r),
+        |t| *t == Some(via("203.0.113.0/24", "198.51.100.2", 1)),
+    );
+    assert_eq!(r.route("203.0.113.0/24"), None, "not in main");
+    let linux = r.mirror().stats();
+    assert_eq!(linux.rules, 4, "{linux:?}");
+    assert!(
+        linux.skipped.get("rule_unsupported") >= Some(&1),
+        "the oif rule: {linux:?}"
+    );
+    // Deleted in the kernel: gone from netbatch.
+    ns.ip("rule del pref 100");
+    ns.ip("-6 rule del pref 10");
+    wait_for(
+        "the deletions",
+        WAIT,
+        || shown_rules(&r),
+        |(v4, v6)| {
+            !v4.iter().any(|l| l.starts_with("100:")) && !v6.iter().any(|l| l.starts_with("10:"))
+        },
+    );
+    ns.ip("route del 203.0.113.0/24 table 100");
+    wait_for("table 100 emptied", WAIT, || table(&r), Option::is_none);
+    let before = shown_rules(&r);
+    let re = r.mirror().resync().expect("resync");
+    assert_eq!(re.route_changes, 0);
+    assert_eq!(shown_rules(&r), before);
+}

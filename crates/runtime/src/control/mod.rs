@@ -106,6 +106,10 @@ struct State {
     /// The IPv6 table the last publication retired.
     spare6: Option<Spare<V6>>,
     baseline: Option<Value>,
+    /// The control namespace's kernel rules the Linux mirror follows (IPv4, IPv6), walked
+    /// with the configured ones.
+    mirrored_rules: Vec<netbatch_stack::route::rule::RuleOf<V4>>,
+    mirrored_rules6: Vec<netbatch_stack::route::rule::RuleOf<V6>>,
 }
 
 /// A table a publication retired, and the changes that made the table that replaced
@@ -372,6 +376,8 @@ impl Control {
                 spare: None,
                 spare6: None,
                 baseline: None,
+                mirrored_rules: Vec::new(),
+                mirrored_rules6: Vec::new(),
             }),
             trace: Mutex::new(trace::Collected::default()),
             mirror: Mutex::new(None),
@@ -1425,8 +1431,8 @@ impl Control {
             }
         }
         // Policy rules and numbered tables: each family's next policy, built here.
-        let policy = self.reload_policy::<V4>(&mut st.cfg, &mut new);
-        let policy6 = self.reload_policy::<V6>(&mut st.cfg, &mut new);
+        let policy = self.reload_policy::<V4>(&mut st, &mut new);
+        let policy6 = self.reload_policy::<V6>(&mut st, &mut new);
         let (policy, policy6) = match (policy, policy6) {
             (Ok(p), Ok(p6)) => (p, p6),
             (Err(e), _) | (_, Err(e)) => {

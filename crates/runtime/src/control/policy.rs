@@ -22,7 +22,7 @@ use netbatch_stack::route::{V4, V6};
 use serde_json::{Value, json};
 
 use super::vrf::Tabled;
-use super::{Control, Reply};
+use super::{Control, Reply, State};
 use crate::config::{AnyRule, Config, RuleWords};
 
 /// Whether the words after `rule add|del` are a policy rule's: they begin with a
@@ -50,11 +50,11 @@ impl Control {
             Err(e) => return Reply::err(format!("rule add {line}: {e}")),
         };
         let done = match r {
-            AnyRule::V4(r) => self.rules_change::<V4>(&mut st.cfg, |v| {
+            AnyRule::V4(r) => self.rules_change::<V4>(&mut st, |v| {
                 v.push(r.clone());
                 Ok(r)
             }),
-            AnyRule::V6(r) => self.rules_change::<V6>(&mut st.cfg, |v| {
+            AnyRule::V6(r) => self.rules_change::<V6>(&mut st, |v| {
                 v.push(r.clone());
                 Ok(r)
             }),
@@ -80,8 +80,8 @@ impl Control {
             Err(e) => return Reply::err(format!("rule del {line}: {e}")),
         };
         let done = match &w.rule {
-            AnyRule::V4(want) => self.rules_change::<V4>(&mut st.cfg, |v| take(v, &w, want)),
-            AnyRule::V6(want) => self.rules_change::<V6>(&mut st.cfg, |v| take(v, &w, want)),
+            AnyRule::V4(want) => self.rules_change::<V4>(&mut st, |v| take(v, &w, want)),
+            AnyRule::V6(want) => self.rules_change::<V6>(&mut st, |v| take(v, &w, want)),
         };
         match done {
             Ok(text) => {
@@ -100,21 +100,44 @@ impl Control {
     /// workers a policy with the new rules; on a refusal nothing changes.
     fn rules_change<F: Tabled>(
         &self,
-        cfg: &mut Config,
+        st: &mut State,
         edit: impl FnOnce(&mut Vec<RuleOf<F>>) -> Result<RuleOf<F>, String>,
     ) -> Result<String, String> {
-        let mut rules = F::rules(cfg).clone();
+        let mut rules = F::rules(&mut st.cfg).clone();
         let r = edit(&mut rules)?;
-        let set: RulesOf<F> = Config::rule_set(&rules).map_err(|e| e.to_string())?;
+        let set = with_mirrored(&rules, F::mirrored(st))?;
         self.change_policy::<F>(|p| Ok(p.with_rules(set)))?;
-        *F::rules(cfg) = rules;
-        let names = cfg.iface_names();
+        *F::rules(&mut st.cfg) = rules;
+        let names = st.cfg.iface_names();
         Ok(r.describe(|i| {
             names
                 .get(usize::from(i))
                 .cloned()
                 .unwrap_or_else(|| i.to_string())
         }))
+    }
+
+    /// The Linux mirror's rules of the control namespace (Linux's defaults left out):
+    /// the workers walk the configured rules and these. A kernel rule like a configured
+    /// one (`File exists` between them) is the configured one.
+    pub fn set_mirrored_rules(
+        &self,
+        v4: Vec<RuleOf<V4>>,
+        v6: Vec<RuleOf<V6>>,
+    ) -> Result<(), String> {
+        let mut st = self.state();
+        self.mirror_rules_of::<V4>(&mut st, v4)?;
+        self.mirror_rules_of::<V6>(&mut st, v6)
+    }
+
+    fn mirror_rules_of<F: Tabled>(&self, st: &mut State, v: Vec<RuleOf<F>>) -> Result<(), String> {
+        if *F::mirrored(st) == v {
+            return Ok(());
+        }
+        let set = with_mirrored(F::rules(&mut st.cfg), &v)?;
+        self.change_policy::<F>(|p| Ok(p.with_rules(set)))?;
+        *F::mirrored(st) = v;
+        Ok(())
     }
 
     /// The policy rules of both families as `ip rule show` lists them, from the policy
@@ -161,6 +184,19 @@ impl Control {
     }
 }
 
+/// The configured rules `cfg` (checked as the kernel would) and then the mirrored ones
+/// `kernel`, each of those the kernel would take for one already there left out.
+pub(super) fn with_mirrored<F: Tabled>(
+    cfg: &[RuleOf<F>],
+    kernel: &[RuleOf<F>],
+) -> Result<RulesOf<F>, String> {
+    let mut set = Config::rule_set(cfg).map_err(|e| e.to_string())?;
+    for r in kernel {
+        let _ = set.add(r.clone());
+    }
+    Ok(set)
+}
+
 /// Removes from `v` the first configured rule that `w` selects.
 fn take<F: Tabled>(
     v: &mut Vec<RuleOf<F>>,
@@ -183,9 +219,10 @@ impl Control {
     /// nothing.
     pub(super) fn reload_policy<F: Tabled>(
         &self,
-        old: &mut Config,
+        st: &mut State,
         new: &mut Config,
     ) -> Result<Option<PolicyOf<F>>, String> {
+        let old = &mut st.cfg;
         let (old_rules, new_rules) = (F::rules(old).clone(), F::rules(new).clone());
         let (old_tables, new_tables) = (F::tables(old).clone(), F::tables(new).clone());
         if old_rules == new_rules && old_tables == new_tables {
@@ -206,7 +243,7 @@ impl Control {
                 .with_table(id, std::sync::Arc::new(F::pick(t)))
                 .map_err(|e| format!("table {id}: {e}"))?;
         }
-        let set = Config::rule_set(&new_rules).map_err(|e| e.to_string())?;
+        let set = with_mirrored(&new_rules, F::mirrored(st))?;
         Ok(Some(next.with_rules(set)))
     }
 

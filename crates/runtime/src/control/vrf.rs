@@ -46,6 +46,8 @@ pub(super) trait Tabled: Family {
     fn tables(cfg: &mut Config) -> &mut BTreeMap<u32, Vec<RouteOf<Self>>>;
     /// The configured policy rules (after Linux's defaults).
     fn rules(cfg: &mut Config) -> &mut Vec<RuleOf<Self>>;
+    /// The kernel's rules the Linux mirror follows.
+    fn mirrored(st: &mut super::State) -> &mut Vec<RuleOf<Self>>;
     /// Worker `w`'s policy.
     fn policy(w: &netbatch_datapath::worker::Worker) -> Arc<PolicyOf<Self>>;
     /// Makes worker `w` route by `p`.
@@ -65,6 +67,9 @@ impl Tabled for V4 {
     }
     fn rules(cfg: &mut Config) -> &mut Vec<RuleOf<Self>> {
         &mut cfg.rules
+    }
+    fn mirrored(st: &mut super::State) -> &mut Vec<RuleOf<Self>> {
+        &mut st.mirrored_rules
     }
     fn policy(w: &netbatch_datapath::worker::Worker) -> Arc<PolicyOf<Self>> {
         w.host.policy.clone()
@@ -88,6 +93,9 @@ impl Tabled for V6 {
     }
     fn rules(cfg: &mut Config) -> &mut Vec<RuleOf<Self>> {
         &mut cfg.rules6
+    }
+    fn mirrored(st: &mut super::State) -> &mut Vec<RuleOf<Self>> {
+        &mut st.mirrored_rules6
     }
     fn policy(w: &netbatch_datapath::worker::Worker) -> Arc<PolicyOf<Self>> {
         w.host.policy6.clone()

@@ -99,6 +99,10 @@ skips! {
     BadLladdr = "bad_lladdr": "link-layer address is not 6 bytes",
     /// Required fields missing or inconsistent.
     Malformed = "malformed": "message lacks a field it needs, or a field is inconsistent",
+    /// A policy rule with a selector or action netbatch has not.
+    RuleUnsupported = "rule_unsupported": "policy rule with a selector or action netbatch has not (oif, uidrange, l3mdev, tun_id, realms, suppress_ifgroup)",
+    /// A policy rule whose `iif` is no netbatch interface.
+    RuleInterface = "rule_interface": "policy rule whose iif has no netbatch interface of its name",
 }
 
 /// What the mirror does for a kernel neighbour message (IPv4 or IPv6).
@@ -158,6 +162,8 @@ pub trait KernelFamily: Family {
     const SIBLINGS: bool;
     /// An address of the family, if `a` is one.
     fn route_addr(a: &RouteAddress) -> Option<Self::Addr>;
+    /// An address of the family, if `a` is one (a rule's selector).
+    fn ip_addr(a: &IpAddr) -> Option<Self::Addr>;
     /// The prefix `dst/len` (`dst` absent: the default route), if one.
     fn prefix(dst: Option<Self::Addr>, len: u8) -> Option<Self::Prefix>;
     /// Why a route for `p` is the kernel's own business, if it is (see the module
@@ -172,6 +178,12 @@ impl KernelFamily for V4 {
         match a {
             RouteAddress::Inet(a) => Some(*a),
             _ => None,
+        }
+    }
+    fn ip_addr(a: &IpAddr) -> Option<Ipv4Addr> {
+        match a {
+            IpAddr::V4(a) => Some(*a),
+            IpAddr::V6(_) => None,
         }
     }
     fn prefix(dst: Option<Ipv4Addr>, len: u8) -> Option<Ipv4Prefix> {
@@ -189,6 +201,12 @@ impl KernelFamily for V6 {
         match a {
             RouteAddress::Inet6(a) => Some(*a),
             _ => None,
+        }
+    }
+    fn ip_addr(a: &IpAddr) -> Option<Ipv6Addr> {
+        match a {
+            IpAddr::V6(a) => Some(*a),
+            IpAddr::V4(_) => None,
         }
     }
     fn prefix(dst: Option<Ipv6Addr>, len: u8) -> Option<Ipv6Prefix> {
@@ -503,3 +521,101 @@ pub fn address6_of(msg: &AddressMessage) -> Result<(u32, If6Addr), Skip> {
 
 #[cfg(test)]
 mod tests;
+
+/// `FRA_SPORT_MASK` (`linux/fib_rules.h`).
+const FRA_SPORT_MASK: u16 = 28;
+/// `FRA_DPORT_MASK`.
+const FRA_DPORT_MASK: u16 = 29;
+
+/// Whether a port mask attribute is all ones.
+fn full_mask(n: &netlink_packet_core::DefaultNla) -> bool {
+    use netlink_packet_core::Nla;
+    let mut v = vec![0u8; n.value_len()];
+    n.emit_value(&mut v);
+    v == [0xff, 0xff]
+}
+
+/// The kernel's rule `msg` as a netbatch rule of family `F`: `Ok(None)` for one of
+/// Linux's default rules (`0: lookup local`, `32766: lookup main`, `32767: lookup
+/// default`: netbatch has its own), `Err` with why for one it cannot follow. `iface`
+/// gives the netbatch interface of a kernel interface's name. The kernel leaves out an
+/// attribute at its default (`fib_nl_fill_rule`): a mark's mask is all ones unless
+/// given, no `suppress_prefixlength` is -1.
+pub fn rule_of<F: KernelFamily>(
+    msg: &netlink_packet_route::rule::RuleMessage,
+    iface: impl Fn(&str) -> Option<u16>,
+) -> Result<Option<netbatch_stack::route::rule::RuleOf<F>>, Skip> {
+    use netbatch_stack::route::rule::{
+        Action, Mark, PortRange, RuleOf, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN,
+    };
+    use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleFlags};
+    let h = &msg.header;
+    if h.family != F::AF {
+        return Err(Skip::OtherFamily);
+    }
+    let mut r = RuleOf::<F>::new(0, Action::Nop);
+    r.not = h.flags.contains(RuleFlags::Invert);
+    r.tos = (h.tos != 0).then_some(h.tos);
+    let mut table = u32::from(h.table);
+    let (mut mark, mut mask, mut goto) = (None, None, None);
+    let (mut src, mut dst) = (None, None);
+    for a in &msg.attributes {
+        match a {
+            RuleAttribute::Priority(p) => r.pref = *p,
+            RuleAttribute::Source(ip) => src = Some(F::ip_addr(ip).ok_or(Skip::Malformed)?),
+            RuleAttribute::Destination(ip) => dst = Some(F::ip_addr(ip).ok_or(Skip::Malformed)?),
+            RuleAttribute::Iifname(n) => r.iif = Some(iface(n).ok_or(Skip::RuleInterface)?),
+            RuleAttribute::FwMark(m) => mark = Some(*m),
+            RuleAttribute::FwMask(m) => mask = Some(*m),
+            RuleAttribute::Table(t) => table = *t,
+            RuleAttribute::Goto(t) => goto = Some(*t),
+            RuleAttribute::SuppressPrefixLen(n) if *n != u32::MAX => {
+                r.suppress_prefixlength = Some(u8::try_from(*n).map_err(|_| Skip::Malformed)?);
+            }
+            RuleAttribute::SuppressPrefixLen(_) | RuleAttribute::Protocol(_) => {}
+            RuleAttribute::IpProtocol(p) => r.ipproto = Some(u8::from(*p)).filter(|&p| p != 0),
+            RuleAttribute::SourcePortRange(p) => {
+                r.sport = Some(PortRange::new(p.start, p.end).map_err(|_| Skip::Malformed)?);
+            }
+            RuleAttribute::DestinationPortRange(p) => {
+                r.dport = Some(PortRange::new(p.start, p.end).map_err(|_| Skip::Malformed)?);
+            }
+            RuleAttribute::L3MDev(false) => {}
+            RuleAttribute::SuppressIfGroup(g) if *g == u32::MAX => {}
+            // A port range's mask (`FRA_SPORT_MASK`, `FRA_DPORT_MASK`, newer kernels)
+            // of all ones is the range alone.
+            RuleAttribute::Other(n)
+                if matches!(
+                    netlink_packet_core::Nla::kind(n),
+                    FRA_SPORT_MASK | FRA_DPORT_MASK
+                ) && full_mask(n) => {}
+            _ => return Err(Skip::RuleUnsupported),
+        }
+    }
+    if src.is_some() || h.src_len != 0 {
+        r.from = Some(F::prefix(src, h.src_len).ok_or(Skip::Malformed)?);
+    }
+    if dst.is_some() || h.dst_len != 0 {
+        r.to = Some(F::prefix(dst, h.dst_len).ok_or(Skip::Malformed)?);
+    }
+    if mark.is_some() || mask.is_some() {
+        r.fwmark = Some(Mark::linux(mark.unwrap_or(0), mask));
+    }
+    r.action = match h.action {
+        RuleAction::ToTable => Action::Lookup(table),
+        RuleAction::Goto => Action::Goto(goto.ok_or(Skip::Malformed)?),
+        RuleAction::Nop => Action::Nop,
+        RuleAction::Blackhole => Action::Blackhole,
+        RuleAction::Unreachable => Action::Unreachable,
+        RuleAction::Prohibit => Action::Prohibit,
+        _ => return Err(Skip::RuleUnsupported),
+    };
+    let default = [
+        (0, TABLE_LOCAL),
+        (32766, TABLE_MAIN),
+        (32767, TABLE_DEFAULT),
+    ]
+    .iter()
+    .any(|&(p, t)| r == RuleOf::new(p, Action::Lookup(t)));
+    Ok((!default).then_some(r))
+}

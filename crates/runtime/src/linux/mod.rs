@@ -135,6 +135,8 @@ pub struct MirrorStats {
     pub routes6: u64,
     /// Static neighbours (of both families) that are the mirror's now.
     pub neighbours: u64,
+    /// Kernel policy rules (both families, Linux's defaults aside) netbatch follows.
+    pub rules: u64,
 }
 
 impl MirrorStats {
@@ -213,6 +215,7 @@ impl MirrorStats {
             "routes": self.routes,
             "routes6": self.routes6,
             "neighbours": self.neighbours,
+            "rules": self.rules,
         })
     }
 }
@@ -323,6 +326,8 @@ fn spawn(
                     netlink::RTNLGRP_IPV4_ROUTE,
                     netlink::RTNLGRP_IPV6_IFADDR,
                     netlink::RTNLGRP_IPV6_ROUTE,
+                    netlink::RTNLGRP_IPV4_RULE,
+                    netlink::RTNLGRP_IPV6_RULE,
                 ];
                 let listen = Rtnl::open(&groups, tuning.rcvbuf)
                     .map_err(|e| format!("{t_what}: rtnetlink socket: {e}"))?;
@@ -352,6 +357,7 @@ fn spawn(
                 pairs,
                 into,
                 routes_only,
+                rules_dirty: !routes_only,
             };
             let first = t.resync("start");
             t.publish();
@@ -455,9 +461,12 @@ struct Thread {
     pairs: bool,
     /// netbatch's table the kernel table's routes go to (`main`, or a numbered one).
     into: u32,
-    /// Routes only: the neighbours and interfaces are another mirror's (the one of the
-    /// table mirrored into `main`).
+    /// Routes only: the neighbours, interfaces and rules are another mirror's (the one
+    /// of the table mirrored into `main`).
     routes_only: bool,
+    /// A rule changed (or a resync began): the rules are dumped and handed over whole
+    /// at the next flush (a namespace has a few rules, not a table's worth).
+    rules_dirty: bool,
 }
 
 impl Thread {
@@ -500,7 +509,15 @@ impl Thread {
                                 if let netlink_packet_core::NetlinkPayload::InnerMessage(inner) =
                                     &m.payload
                                 {
-                                    self.state.notified(inner, m.header.flags);
+                                    if matches!(
+                                        inner,
+                                        RouteNetlinkMessage::NewRule(_)
+                                            | RouteNetlinkMessage::DelRule(_)
+                                    ) {
+                                        self.rules_dirty |= !self.routes_only;
+                                    } else {
+                                        self.state.notified(inner, m.header.flags);
+                                    }
                                 }
                             }
                             Err(e) => {
@@ -551,6 +568,11 @@ impl Thread {
                 self.state.stats.error(format!("interface: {e}"));
             }
         }
+        // Rules before routes: a route for a table a new rule looks up lands in it.
+        if self.rules_dirty {
+            self.rules_dirty = false;
+            self.flush_rules();
+        }
         let routes = self.flush_routes::<V4>() + self.flush_routes::<V6>();
         let mut neighbours = 0;
         for c in self.state.neighbour_changes() {
@@ -573,6 +595,50 @@ impl Thread {
             }
         }
         (routes, neighbours)
+    }
+
+    /// Dumps the namespace's rules and hands those netbatch can follow to the control
+    /// plane (the rest counted by reason); a failed dump asks for a resync.
+    fn flush_rules(&mut self) {
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        let names = self.control.clone();
+        let iface = |n: &str| names.iface_index(n);
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut m = netlink_packet_route::rule::RuleMessage::default();
+            m.header.family = family;
+            let stats = &mut self.state.stats;
+            let r = self
+                .dumper
+                .dump(RouteNetlinkMessage::GetRule(m), DUMP_TIMEOUT, |msg, _| {
+                    let RouteNetlinkMessage::NewRule(m) = msg else {
+                        return;
+                    };
+                    let got = match m.header.family {
+                        AddressFamily::Inet6 => {
+                            convert::rule_of::<V6>(m, &iface).map(|r| r.map(|r| v6.push(r)))
+                        }
+                        _ => convert::rule_of::<V4>(m, &iface).map(|r| r.map(|r| v4.push(r))),
+                    };
+                    if let Err(s) = got {
+                        stats.skip(s);
+                    }
+                });
+            if let Err(e) = r {
+                let e = match e {
+                    DumpError::Interrupted => "interrupted".to_string(),
+                    DumpError::Failed(e) => e,
+                };
+                self.state.stats.error(format!("rule dump: {e}"));
+                self.rules_dirty = true;
+                return;
+            }
+        }
+        let n = (v4.len() + v6.len()) as u64;
+        match self.control.set_mirrored_rules(v4, v6) {
+            Ok(()) => self.state.stats.rules = n,
+            Err(e) => self.state.stats.error(format!("rules: {e}")),
+        }
     }
 
     /// Applies the pending route changes of family `F` as one publication; how many.
@@ -665,6 +731,7 @@ impl Thread {
             return Err(e);
         }
         self.state.end_resync();
+        self.rules_dirty |= !self.routes_only;
         self.state.stats.messages += dumped;
         // One publication per family, whatever its size.
         let (route_changes, neighbour_changes) = self.flush();

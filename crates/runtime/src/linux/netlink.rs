@@ -34,6 +34,10 @@ pub(crate) const RTNLGRP_IPV4_ROUTE: u32 = 7;
 pub(crate) const RTNLGRP_IPV6_IFADDR: u32 = 9;
 /// `RTNLGRP_IPV6_ROUTE`: IPv6 route changes.
 pub(crate) const RTNLGRP_IPV6_ROUTE: u32 = 11;
+/// `RTNLGRP_IPV4_RULE`: IPv4 policy rule changes.
+pub(crate) const RTNLGRP_IPV4_RULE: u32 = 8;
+/// `RTNLGRP_IPV6_RULE`: IPv6 policy rule changes.
+pub(crate) const RTNLGRP_IPV6_RULE: u32 = 19;
 
 /// The largest datagram read (the kernel's dump replies are at most 32 KiB).
 const DATAGRAM: usize = 64 * 1024;

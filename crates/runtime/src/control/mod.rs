@@ -773,23 +773,12 @@ impl Control {
         }
         let mut st = self.state();
         let mut next = Self::draft::<F>(&mut st);
-        let (mut set, mut deleted) = (0, 0);
-        for c in changes {
-            match c {
-                RouteChangeOf::Replace(r) => {
-                    next.insert(r.clone())
-                        .map_err(|e| format!("route {}: {e}", r.prefix))?;
-                    set += 1;
-                }
-                RouteChangeOf::Delete(p) => {
-                    if next.remove(*p).is_some() {
-                        deleted += 1;
-                    }
-                }
-            }
-        }
+        let done = applied(changes, |c| match c {
+            RouteChangeOf::Replace(r) => next.insert(r.clone()).map(|()| true),
+            RouteChangeOf::Delete(p) => Ok(next.remove(*p).is_some()),
+        })?;
         self.publish_routes::<F>(&mut st, next)?;
-        Ok((set, deleted))
+        Ok(done)
     }
 
     /// The route table the workers hold now.
@@ -1701,6 +1690,26 @@ fn chain_mut(chains: &mut Vec<(HookPoint, Chain)>, h: HookPoint) -> &mut Chain {
 }
 
 /// The settings that differ and need a restart, with their keys.
+/// Makes each of `changes` with `one` (which says whether a deletion found its route),
+/// stopping at a refused route; how many routes were set and deleted.
+pub(super) fn applied<F: Family>(
+    changes: &[RouteChangeOf<F>],
+    mut one: impl FnMut(&RouteChangeOf<F>) -> Result<bool, netbatch_stack::route::RouteError>,
+) -> Result<(usize, usize), String> {
+    let (mut set, mut deleted) = (0, 0);
+    for c in changes {
+        let found = one(c).map_err(|e| match c {
+            RouteChangeOf::Replace(r) => format!("route {}: {e}", r.prefix),
+            RouteChangeOf::Delete(p) => format!("route {p}: {e}"),
+        })?;
+        match c {
+            RouteChangeOf::Replace(_) => set += 1,
+            RouteChangeOf::Delete(_) => deleted += usize::from(found),
+        }
+    }
+    Ok((set, deleted))
+}
+
 fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
     let mut v = Vec::new();
     let differ = |v: &mut Vec<(String, String)>, key: &str, a: String, b: String, what: &str| {

@@ -25,6 +25,20 @@ use super::vrf::Tabled;
 use super::{Control, Reply, State};
 use crate::config::{AnyRule, Config, RuleWords};
 
+/// The reply to `rule OP LINE` that did `done` (the rule's `ip rule show` line).
+fn reply(op: &str, verb: &str, line: &str, done: Result<String, String>) -> Reply {
+    match done {
+        Ok(text) => {
+            tracing::info!(target: "netbatch::control", "policy rule {verb}: {text}");
+            Reply::ok(
+                format!("{verb} {text}"),
+                json!({ "rule": verb, "policy": text }),
+            )
+        }
+        Err(e) => Reply::err(format!("rule {op} {line}: {e}")),
+    }
+}
+
 /// Whether the words after `rule add|del` are a policy rule's: they begin with a
 /// selector, an action or a family, not with a filter hook's name (what begins with
 /// neither is the filter commands' to refuse, naming the hooks).
@@ -59,16 +73,7 @@ impl Control {
                 Ok(r)
             }),
         };
-        match done {
-            Ok(text) => {
-                tracing::info!(target: "netbatch::control", "policy rule added: {text}");
-                Reply::ok(
-                    format!("added {text}"),
-                    json!({ "rule": "added", "policy": text }),
-                )
-            }
-            Err(e) => Reply::err(format!("rule add {line}: {e}")),
-        }
+        reply("add", "added", &line, done)
     }
 
     /// `rule del SELECTORS [ACTION]`: the first rule that agrees on what the words give.
@@ -83,16 +88,7 @@ impl Control {
             AnyRule::V4(want) => self.rules_change::<V4>(&mut st, |v| take(v, &w, want)),
             AnyRule::V6(want) => self.rules_change::<V6>(&mut st, |v| take(v, &w, want)),
         };
-        match done {
-            Ok(text) => {
-                tracing::info!(target: "netbatch::control", "policy rule deleted: {text}");
-                Reply::ok(
-                    format!("deleted {text}"),
-                    json!({ "rule": "deleted", "policy": text }),
-                )
-            }
-            Err(e) => Reply::err(format!("rule del {line}: {e}")),
-        }
+        reply("del", "deleted", &line, done)
     }
 
     /// Changes the configured rules of family `F` by `edit` (which returns the rule it

@@ -284,24 +284,13 @@ impl Control {
         }
         let _st = self.state();
         let mut next = (*self.live_table::<F>(id)).clone();
-        let (mut set, mut deleted) = (0, 0);
-        for c in changes {
-            match c {
-                RouteChangeOf::Replace(r) => {
-                    next.insert(r.clone())
-                        .map_err(|e| format!("route {}: {e}", r.prefix))?;
-                    set += 1;
-                }
-                RouteChangeOf::Delete(p) => {
-                    if next.remove(*p).is_some() {
-                        deleted += 1;
-                    }
-                }
-            }
-        }
+        let done = super::applied(changes, |c| match c {
+            RouteChangeOf::Replace(r) => next.insert(r.clone()).map(|()| true),
+            RouteChangeOf::Delete(p) => Ok(next.remove(*p).is_some()),
+        })?;
         let next = Arc::new(next);
         self.change_policy::<F>(|p| p.with_table(id, next).map_err(|e| e.to_string()))?;
-        Ok((set, deleted))
+        Ok(done)
     }
 
     /// Numbered table `id` (IPv4) as the workers route by it.

@@ -881,14 +881,18 @@ impl<F: Family> RulesOf<F> {
 /// A VRF is a numbered table (its `table`, as Linux's VRF device has one) and the
 /// interfaces enslaved to it. A packet received on one of them is routed in that table,
 /// as Linux's `l3mdev` rule (priority [`L3MDEV_PREF`]) does: the rules before that
-/// priority are walked as for any packet, except that `lookup local` finds the VRF's own
-/// local and broadcast routes (netbatch keeps them in the VRF's table, as Linux does);
-/// at [`L3MDEV_PREF`] the VRF's table is looked up, and the walk ends there: a route
-/// found decides, and no route is no route. That is Linux's walk with the route the
-/// kernel's VRF documentation asks every VRF table to have, `unreachable default metric
-/// 4278198272`, so that nothing falls through to `main`; and with `local` looked up
-/// after the l3mdev rule, as that documentation also advises, so that a VRF's packet is
-/// never delivered to an address of another VRF. A route of a VRF's table may go out of
+/// priority are walked as for any packet, except that `lookup local` finds nothing: the
+/// VRF's own local and broadcast routes are in the VRF's table (as Linux keeps them),
+/// and `main`'s addresses are never local to a VRF's packet; at [`L3MDEV_PREF`] the
+/// VRF's table is looked up, and the walk ends there: a route found decides, and no
+/// route is no route. That is Linux's walk with the route the kernel's VRF
+/// documentation asks every VRF table to have, `unreachable default metric
+/// 4278198272`, so that nothing falls through to `main`. Linux's local table holds the
+/// addresses of `main`'s interfaces only, and its rule 0 delivers a VRF's packet to one
+/// of them; that documentation advises moving the rule after l3mdev to stop it, which is
+/// what netbatch does for a VRF's packets (so with no address in `main`, the two walk
+/// alike: `rules_vs_kernel`'s VRF differential). A VRF's packet is never delivered to an
+/// address of another VRF or of `main`. A route of a VRF's table may go out of
 /// an interface of another VRF or of `main` (route leaking: `dev` names it).
 /// Packets of interfaces in `main` are routed as without VRFs.
 #[derive(Debug, Clone)]
@@ -912,6 +916,12 @@ pub struct PolicyOf<F: Family> {
     /// is kept whole): what [`PolicyOf::key`] ands a key with.
     mask: KeyOf<F>,
 }
+
+/// The first of the interface numbers a rule's `iif` gives a VRF: Linux matches a
+/// packet received on a VRF's interface by the VRF device (`iif blue`), never by the
+/// interface itself, and so does netbatch: for such a packet the rules see `VRF_IIF`
+/// plus the VRF's place among the VRFs' tables (ascending) as its `iif`.
+pub const VRF_IIF: u16 = 0xf000;
 
 /// The priority of Linux's `l3mdev` rule, the one that routes a VRF's packets in its
 /// table (`ip rule add pref 1000 l3mdev`, which the kernel adds with the first VRF).
@@ -1235,6 +1245,18 @@ impl<F: Family> PolicyOf<F> {
             tables: &self.tables,
         };
         let l3mdev = (vrf != TABLE_MAIN).then_some(vrf);
+        // A VRF's packet is matched by its VRF, not by the interface it came in by.
+        let as_vrf;
+        let k = match self.vrf_tables.iter().position(|&t| t == vrf) {
+            Some(p) if l3mdev.is_some() => {
+                as_vrf = KeyOf {
+                    iif: VRF_IIF + p as u16,
+                    ..*k
+                };
+                &as_vrf
+            }
+            _ => k,
+        };
         let mut d = if self.plain {
             // `0: lookup local`, then (a VRF's) l3mdev or `32766: lookup main`, all in
             // one table: one lookup answers for them.
@@ -1244,8 +1266,9 @@ impl<F: Family> PolicyOf<F> {
                 Some((adj, hop)) => DecisionOf::Route {
                     table: vrf,
                     rule: match (hop.kind, l3mdev) {
-                        (RouteKind::Local | RouteKind::Broadcast, _) => 0,
+                        // A VRF's `lookup local` finds nothing: its l3mdev rule found it.
                         (_, Some(_)) => L3MDEV_RULE,
+                        (RouteKind::Local | RouteKind::Broadcast, None) => 0,
                         // The default rules: `32766: lookup main` is the second.
                         (_, None) => 1,
                     },
@@ -1258,10 +1281,6 @@ impl<F: Family> PolicyOf<F> {
             self.rules.decide_in(&tables, k, hash, l3mdev)
         };
         if let DecisionOf::Route { table, adj, .. } = &mut d {
-            // A VRF's `lookup local` found its route in the VRF's table.
-            if *table == TABLE_LOCAL && vrf != TABLE_MAIN {
-                *table = vrf;
-            }
             if *table == vrf && vslot != 0 {
                 *adj |= vslot << super::ADJ_TABLE_SHIFT;
             } else if *table != TABLE_MAIN
@@ -1297,9 +1316,10 @@ impl<F: Family> Tables<F> for WithMain<'_, F> {
         }
     }
 
+    /// `main`'s for a packet of `main`; none for a VRF's (see [`PolicyOf`]).
     #[inline]
     fn local(&self) -> Option<&RoutesOf<F>> {
-        Some(self.local)
+        (self.vrf == TABLE_MAIN).then_some(self.local)
     }
 }
 

@@ -289,6 +289,13 @@ impl VhostUserBackendMut for NetBackend {
 /// Binds a server socket (a stale socket file is replaced); refuses a path whose
 /// directory does not exist.
 pub(crate) fn listen(shared: &Shared) -> std::io::Result<Option<Listener>> {
+    if shared.mode == Mode::Server && UnixStream::connect(&shared.socket).is_ok() {
+        // Binding would unlink a socket another process serves.
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            "another process is listening on it",
+        ));
+    }
     match shared.mode {
         Mode::Client => Ok(None),
         Mode::Server => Listener::new(&shared.socket, true)

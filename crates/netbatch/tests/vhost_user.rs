@@ -1,0 +1,285 @@
+//! netbatch between two DPDK `testpmd` peers over vhost-user (`net_virtio_user`: DPDK's
+//! virtio *driver*, so netbatch is the device on both sockets). One testpmd sends 64-byte
+//! UDP frames from 192.0.2.2 to 198.18.0.2 (`txonly`) into port `a`; netbatch routes
+//! 198.18.0.0/24 via 198.51.100.2 out of port `b`, where a second testpmd (`rxonly`,
+//! with that neighbour's MAC) receives them. A second sender then connects to the same
+//! socket after the first has gone: a server socket that serves its peers one after the
+//! other.
+//!
+//! What is checked, each side against the other's own counters:
+//! - every frame the two senders put on their rings (testpmd's `TX-packets`) is received
+//!   by netbatch on `a` (`rx_packets`), none refused as malformed;
+//! - every frame netbatch sent on `b` (`tx_packets`) is one the receiver counted
+//!   (testpmd's `RX-packets`), and some were;
+//! - what did not leave (the receiver's ring full: two cores for three pollers) is
+//!   counted by reason, `rx + originated = tx + delivered + dropped + held`.
+//!
+//! The pollers are placed so that none starves the others for long: the receiver on
+//! CPU 1, the senders on CPU 0, netbatch unpinned with a short idle spin (it sleeps on
+//! its rings' kick eventfds when idle).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A scratch directory named after this process, removed on drop (also on a panic).
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child killed on drop.
+struct Proc(Option<Child>);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// testpmd on one `net_virtio_user` port at `sock`, driven through its prompt: `script`
+/// is what it is told, line by line, each line after the pause before it (seconds).
+fn testpmd(
+    dir: &Path,
+    tag: &str,
+    lcores: &str,
+    sock: &Path,
+    mac: &str,
+    extra: &[&str],
+    script: &[(f64, &str)],
+) -> Proc {
+    let mut c = Command::new("dpdk-testpmd")
+        .arg(format!("--lcores={lcores}"))
+        .args([
+            "--no-pci",
+            "--no-huge",
+            "-m",
+            "512",
+            "--log-level=lib.eal:error",
+        ])
+        .arg(format!("--file-prefix=nbvh{}{tag}", std::process::id()))
+        .arg(format!(
+            "--vdev=net_virtio_user0,path={},queues=1,mac={mac}",
+            sock.display()
+        ))
+        .args(["--", "-i", "--nb-cores=1", "--total-num-mbufs=16384"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(std::fs::File::create(dir.join(format!("{tag}.out"))).expect("log file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dpdk-testpmd starts");
+    let mut stdin = c.stdin.take().expect("stdin piped");
+    let lines: Vec<(f64, String)> = script.iter().map(|(t, l)| (*t, l.to_string())).collect();
+    std::thread::spawn(move || {
+        for (pause, line) in lines {
+            std::thread::sleep(Duration::from_secs_f64(pause));
+            if writeln!(stdin, "{line}").is_err() {
+                return;
+            }
+        }
+    });
+    Proc(Some(c))
+}
+
+/// Waits (up to `secs`) for a child to exit.
+fn wait(p: &mut Proc, secs: u64) {
+    let c = p.0.as_mut().expect("running");
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("a child did not exit within {secs} s");
+}
+
+/// The last `KEY: N` testpmd printed (`show port stats all` comes last).
+fn last_count(out: &str, key: &str) -> u64 {
+    out.match_indices(key)
+        .filter_map(|(i, _)| {
+            out[i + key.len()..]
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+        })
+        .last()
+        .unwrap_or_else(|| panic!("no {key} in testpmd's output:\n{out}"))
+}
+
+fn port(stats: &serde_json::Value, name: &str, key: &str) -> u64 {
+    stats["totals"]["ports"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["name"] == name))
+        .and_then(|p| p[key].as_u64())
+        .unwrap_or_else(|| panic!("no {key} of port {name}: {stats:#}"))
+}
+
+fn total(stats: &serde_json::Value, key: &str) -> u64 {
+    stats["totals"][key].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn testpmd_frames_are_routed_between_two_vhost_user_ports_and_counted_on_both_sides() {
+    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
+        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk")])
+    {
+        return;
+    }
+    let dir = Dir(std::env::temp_dir().join(format!("nbvh{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("scratch directory");
+    let d = &dir.0;
+    let (a, b) = (d.join("a.sock"), d.join("b.sock"));
+    let cfg = format!(
+        r#"
+[datapath]
+mode = "list"
+idle_spin_us = 20
+workers = 1
+
+[control]
+socket = "{ctl}"
+
+[[port]]
+name = "a"
+kind = "vhost_user"
+socket = "{a}"
+mac = "02:00:00:00:00:0a"
+addresses = ["192.0.2.1/24"]
+
+[[port]]
+name = "b"
+kind = "vhost_user"
+socket = "{b}"
+mode = "server"
+queues = 1
+mac = "02:00:00:00:00:0b"
+addresses = ["198.51.100.1/24"]
+
+[[neighbour.static]]
+ip = "198.51.100.2"
+mac = "02:00:00:00:02:02"
+dev = "b"
+
+[[route]]
+prefix = "198.18.0.0/24"
+via = "198.51.100.2"
+"#,
+        ctl = d.join("ctl.sock").display(),
+        a = a.display(),
+        b = b.display(),
+    );
+    std::fs::write(d.join("r.toml"), cfg).expect("config");
+    let stats_path = d.join("stats.json");
+    let mut nb = Proc(Some(
+        Command::new(env!("CARGO_BIN_EXE_netbatch"))
+            .arg("run")
+            .arg(d.join("r.toml"))
+            .arg("--stats-json")
+            .arg(&stats_path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(d.join("nb.err")).expect("log"))
+            .spawn()
+            .expect("netbatch starts"),
+    ));
+    let end = Instant::now() + Duration::from_secs(20);
+    while !(a.exists() && b.exists()) {
+        assert!(
+            Instant::now() < end,
+            "netbatch did not open its sockets:\n{}",
+            std::fs::read_to_string(d.join("nb.err")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The receiver lives through both senders; it prints its counters once they are done.
+    let mut rx = testpmd(
+        d,
+        "rx",
+        "0@1,1@1",
+        &b,
+        "02:00:00:00:02:02",
+        &[],
+        &[
+            (0.0, "set fwd rxonly"),
+            (0.0, "start"),
+            (30.0, "stop"),
+            (0.5, "show port stats all"),
+            (0.5, "quit"),
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let mut sent = 0;
+    for round in ["tx1", "tx2"] {
+        // Sends for 3 s, prints its counters, and stays connected for 3 s more so that
+        // netbatch takes what is still on its ring before the peer goes.
+        let mut tx = testpmd(
+            d,
+            round,
+            "0@0,1@0",
+            &a,
+            "02:00:00:00:01:01",
+            &["--tx-ip=192.0.2.2,198.18.0.2"],
+            &[
+                (0.0, "set fwd txonly"),
+                (0.0, "set eth-peer 0 02:00:00:00:00:0a"),
+                (0.0, "start"),
+                (3.0, "stop"),
+                (0.5, "show port stats all"),
+                (3.0, "quit"),
+            ],
+        );
+        wait(&mut tx, 40);
+        let out = std::fs::read_to_string(d.join(format!("{round}.out"))).expect("log");
+        let n = last_count(&out, "TX-packets:");
+        assert!(n > 0, "{round} sent nothing:\n{out}");
+        sent += n;
+    }
+    wait(&mut rx, 60);
+    let rx_out = std::fs::read_to_string(d.join("rx.out")).expect("log");
+    let received = last_count(&rx_out, "RX-packets:");
+
+    let pid = nb.0.as_ref().expect("running").id();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    wait(&mut nb, 20);
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats_path).expect("stats written"))
+            .expect("stats are JSON");
+    let log = std::fs::read_to_string(d.join("nb.err")).unwrap_or_default();
+
+    assert_eq!(
+        port(&stats, "a", "rx_packets"),
+        sent,
+        "every frame the senders put on the ring, received: {stats:#}\n{log}"
+    );
+    assert_eq!(port(&stats, "a", "rx_dropped"), 0, "no malformed chain");
+    assert_eq!(
+        port(&stats, "b", "tx_packets"),
+        received,
+        "every frame sent on b reached the receiver: {stats:#}\n{rx_out}"
+    );
+    assert!(received > 0, "some frames were routed through: {stats:#}");
+    assert_eq!(
+        total(&stats, "rx_packets") + total(&stats, "originated_packets"),
+        total(&stats, "tx_packets")
+            + total(&stats, "delivered_packets")
+            + total(&stats, "dropped_packets")
+            + total(&stats, "held_packets"),
+        "{stats:#}"
+    );
+    assert_eq!(
+        total(&stats, "rx_packets"),
+        sent,
+        "nothing else arrived: {stats:#}"
+    );
+}

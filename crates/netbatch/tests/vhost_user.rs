@@ -20,7 +20,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A scratch directory named after this process, removed on drop (also on a panic).
@@ -55,6 +55,20 @@ fn testpmd(
     extra: &[&str],
     script: &[(f64, &str)],
 ) -> Proc {
+    let (p, stdin) = testpmd_prompt(dir, tag, lcores, sock, mac, extra);
+    say(stdin, script);
+    p
+}
+
+/// testpmd as [`testpmd`] starts it, and its prompt.
+fn testpmd_prompt(
+    dir: &Path,
+    tag: &str,
+    lcores: &str,
+    sock: &Path,
+    mac: &str,
+    extra: &[&str],
+) -> (Proc, ChildStdin) {
     let mut c = Command::new("dpdk-testpmd")
         .arg(format!("--lcores={lcores}"))
         .args([
@@ -76,7 +90,12 @@ fn testpmd(
         .stderr(Stdio::null())
         .spawn()
         .expect("dpdk-testpmd starts");
-    let mut stdin = c.stdin.take().expect("stdin piped");
+    let stdin = c.stdin.take().expect("stdin piped");
+    (Proc(Some(c)), stdin)
+}
+
+/// Tells a prompt `script`'s lines, each after its pause (seconds), from a thread.
+fn say(mut stdin: ChildStdin, script: &[(f64, &str)]) {
     let lines: Vec<(f64, String)> = script.iter().map(|(t, l)| (*t, l.to_string())).collect();
     std::thread::spawn(move || {
         for (pause, line) in lines {
@@ -86,7 +105,6 @@ fn testpmd(
             }
         }
     });
-    Proc(Some(c))
 }
 
 /// Waits (up to `secs`) for a child to exit.
@@ -127,6 +145,52 @@ fn total(stats: &serde_json::Value, key: &str) -> u64 {
     stats["totals"][key].as_u64().unwrap_or(0)
 }
 
+/// Starts `netbatch run` on configuration `cfg` (in `d`) and waits until its `sockets`
+/// exist.
+fn netbatch(d: &Path, cfg: &str, sockets: &[&Path]) -> Proc {
+    std::fs::write(d.join("r.toml"), cfg).expect("config");
+    let nb = Proc(Some(
+        Command::new(env!("CARGO_BIN_EXE_netbatch"))
+            .arg("run")
+            .arg(d.join("r.toml"))
+            .arg("--stats-json")
+            .arg(d.join("stats.json"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(d.join("nb.err")).expect("log"))
+            .spawn()
+            .expect("netbatch starts"),
+    ));
+    let end = Instant::now() + Duration::from_secs(20);
+    while !sockets.iter().all(|s| s.exists()) {
+        assert!(
+            Instant::now() < end,
+            "netbatch did not open its sockets:\n{}",
+            std::fs::read_to_string(d.join("nb.err")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nb
+}
+
+/// Stops netbatch with SIGTERM: its counters and its log.
+fn stop(nb: &mut Proc, d: &Path) -> (serde_json::Value, String) {
+    let pid = nb.0.as_ref().expect("running").id();
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    wait(nb, 20);
+    let stats = std::fs::read_to_string(d.join("stats.json")).expect("stats written");
+    let log = std::fs::read_to_string(d.join("nb.err")).unwrap_or_default();
+    (serde_json::from_str(&stats).expect("stats are JSON"), log)
+}
+
+/// A scratch directory of this process for test `tag`.
+fn scratch(tag: &str) -> Dir {
+    let d = Dir(std::env::temp_dir().join(format!("nbvh{}{tag}", std::process::id())));
+    std::fs::create_dir_all(&d.0).expect("scratch directory");
+    d
+}
+
 #[test]
 fn testpmd_frames_are_routed_between_two_vhost_user_ports_and_counted_on_both_sides() {
     if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
@@ -134,8 +198,7 @@ fn testpmd_frames_are_routed_between_two_vhost_user_ports_and_counted_on_both_si
     {
         return;
     }
-    let dir = Dir(std::env::temp_dir().join(format!("nbvh{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).expect("scratch directory");
+    let dir = scratch("pmd");
     let d = &dir.0;
     let (a, b) = (d.join("a.sock"), d.join("b.sock"));
     let cfg = format!(
@@ -177,28 +240,7 @@ via = "198.51.100.2"
         a = a.display(),
         b = b.display(),
     );
-    std::fs::write(d.join("r.toml"), cfg).expect("config");
-    let stats_path = d.join("stats.json");
-    let mut nb = Proc(Some(
-        Command::new(env!("CARGO_BIN_EXE_netbatch"))
-            .arg("run")
-            .arg(d.join("r.toml"))
-            .arg("--stats-json")
-            .arg(&stats_path)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(d.join("nb.err")).expect("log"))
-            .spawn()
-            .expect("netbatch starts"),
-    ));
-    let end = Instant::now() + Duration::from_secs(20);
-    while !(a.exists() && b.exists()) {
-        assert!(
-            Instant::now() < end,
-            "netbatch did not open its sockets:\n{}",
-            std::fs::read_to_string(d.join("nb.err")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut nb = netbatch(d, &cfg, &[&a, &b]);
 
     // The receiver lives through both senders; it prints its counters once they are done.
     let mut rx = testpmd(
@@ -247,15 +289,7 @@ via = "198.51.100.2"
     let rx_out = std::fs::read_to_string(d.join("rx.out")).expect("log");
     let received = last_count(&rx_out, "RX-packets:");
 
-    let pid = nb.0.as_ref().expect("running").id();
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    wait(&mut nb, 20);
-    let stats: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&stats_path).expect("stats written"))
-            .expect("stats are JSON");
-    let log = std::fs::read_to_string(d.join("nb.err")).unwrap_or_default();
+    let (stats, log) = stop(&mut nb, d);
 
     assert_eq!(
         port(&stats, "a", "rx_packets"),
@@ -282,4 +316,113 @@ via = "198.51.100.2"
         sent,
         "nothing else arrived: {stats:#}"
     );
+}
+
+/// A virtual machine in the kernel lab (QEMU, Debian's kernel, its virtio-net driver)
+/// with a vhost-user NIC on netbatch's port `vm` pings 198.51.100.2 through netbatch:
+/// netbatch answers the guest's ARP for its gateway 192.0.2.1, routes the echo requests
+/// out of port `b`, where testpmd (`icmpecho`: it answers any echo request it is given)
+/// is the peer, and routes the answers back. The guest's ping reporting its three
+/// answers is the check; both sides' counters say the three went through port `b` and
+/// back (testpmd's own counters against netbatch's).
+#[test]
+fn a_lab_guest_with_a_vhost_user_nic_pings_through_netbatch() {
+    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
+        || !netbatch_testkit::tools(&[
+            ("dpdk-testpmd", "dpdk"),
+            (
+                "qemu-system-x86_64",
+                "qemu-system-x86 (scripts/setup --kernel-lab)",
+            ),
+        ])
+    {
+        return;
+    }
+    let dir = scratch("lab");
+    let d = &dir.0;
+    let (vm, b) = (d.join("vm.sock"), d.join("b.sock"));
+    let cfg = format!(
+        r#"
+[datapath]
+idle_spin_us = 20
+workers = 1
+
+[control]
+socket = "{ctl}"
+
+[[port]]
+name = "vm"
+kind = "vhost_user"
+socket = "{vm}"
+mac = "02:00:00:00:00:0a"
+addresses = ["192.0.2.1/24"]
+
+[[port]]
+name = "b"
+kind = "vhost_user"
+socket = "{b}"
+mac = "02:00:00:00:00:0b"
+addresses = ["198.51.100.1/24"]
+
+[[neighbour.static]]
+ip = "198.51.100.2"
+mac = "02:00:00:00:02:02"
+dev = "b"
+"#,
+        ctl = d.join("ctl.sock").display(),
+        vm = vm.display(),
+        b = b.display(),
+    );
+    let mut nb = netbatch(d, &cfg, &[&vm, &b]);
+    let (mut echo, prompt) = testpmd_prompt(d, "echo", "0@1,1@1", &b, "02:00:00:00:02:02", &[]);
+    let mut prompt = Some(prompt);
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if let Some(p) = prompt.as_mut() {
+        writeln!(p, "set fwd icmpecho\nstart").expect("testpmd's prompt");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let lab = Command::new(repo.join("scripts/kernel-lab"))
+        .args(["--cpus", "1", "-t", "300", "--nic"])
+        .arg(format!("vhost-user:{}", vm.display()))
+        .args([
+            "--",
+            "bash",
+            "-c",
+            "ip link set eth0 up && ip addr add 192.0.2.2/24 dev eth0 && \
+             ip route add default via 192.0.2.1 && ping -c 3 -W 5 198.51.100.2",
+        ])
+        .output()
+        .expect("scripts/kernel-lab runs");
+    let guest = format!(
+        "{}{}",
+        String::from_utf8_lossy(&lab.stdout),
+        String::from_utf8_lossy(&lab.stderr)
+    );
+    if let Some(mut p) = prompt.take() {
+        let _ = writeln!(p, "stop\nshow port stats all\nquit");
+    }
+    wait(&mut echo, 30);
+    let (stats, log) = stop(&mut nb, d);
+    assert!(
+        lab.status.success()
+            && (guest.contains("3 packets transmitted, 3 received")
+                || guest.contains("3 packets transmitted, 3 packets received")),
+        "the guest's ping:\n{guest}\nnetbatch:\n{log}\n{stats:#}"
+    );
+    let out = std::fs::read_to_string(d.join("echo.out")).expect("log");
+    assert_eq!(
+        (
+            last_count(&out, "RX-packets:"),
+            last_count(&out, "TX-packets:")
+        ),
+        (3, 3),
+        "testpmd saw the three requests and answered them:\n{out}"
+    );
+    assert_eq!(port(&stats, "b", "tx_packets"), 3, "{stats:#}");
+    assert_eq!(port(&stats, "b", "rx_packets"), 3, "{stats:#}");
+    assert!(
+        port(&stats, "vm", "tx_packets") >= 4,
+        "an ARP answer and three echo answers"
+    );
+    assert_eq!(port(&stats, "vm", "rx_dropped"), 0, "no malformed chain");
 }

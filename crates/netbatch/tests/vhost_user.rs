@@ -12,7 +12,9 @@
 //! - every frame netbatch sent on `b` (`tx_packets`) is one the receiver counted
 //!   (testpmd's `RX-packets`), and some were;
 //! - what did not leave (the receiver's ring full: two cores for three pollers) is
-//!   counted by reason, `rx + originated = tx + delivered + dropped + held`.
+//!   counted by reason, `rx + originated = tx + delivered + dropped + held`;
+//! - each peer's connection and departure is counted as a link change of its port (the
+//!   second sender is a reconnection the first one's departure made room for).
 //!
 //! The pollers are placed so that none starves the others for long: the receiver on
 //! CPU 1, the senders on CPU 0, netbatch unpinned with a short idle spin (it sleeps on
@@ -316,6 +318,18 @@ via = "198.51.100.2"
         sent,
         "nothing else arrived: {stats:#}"
     );
+    // Each connection takes the port's link up and its end takes it down: port a saw two
+    // peers come and go (4 changes after the first, down at start), b one.
+    let link = |name: &str| {
+        stats["links"]
+            .as_array()
+            .and_then(|a| a.iter().find(|l| l["port"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no link of port {name}: {stats:#}"))
+    };
+    assert_eq!(link("a")["changes"], 5, "{stats:#}");
+    assert_eq!(link("b")["changes"], 3, "{stats:#}");
+    assert_eq!(link("a")["up"], false, "no peer at the end");
 }
 
 /// A virtual machine in the kernel lab (QEMU, Debian's kernel, its virtio-net driver)

@@ -57,7 +57,7 @@ fn testpmd(
     extra: &[&str],
     script: &[(f64, &str)],
 ) -> Proc {
-    let (p, stdin) = testpmd_prompt(dir, tag, lcores, sock, mac, extra);
+    let (p, stdin) = testpmd_prompt(dir, tag, lcores, sock, mac, extra, false);
     say(stdin, script);
     p
 }
@@ -70,6 +70,7 @@ fn testpmd_prompt(
     sock: &Path,
     mac: &str,
     extra: &[&str],
+    server: bool,
 ) -> (Proc, ChildStdin) {
     let mut c = Command::new("dpdk-testpmd")
         .arg(format!("--lcores={lcores}"))
@@ -82,8 +83,9 @@ fn testpmd_prompt(
         ])
         .arg(format!("--file-prefix=nbvh{}{tag}", std::process::id()))
         .arg(format!(
-            "--vdev=net_virtio_user0,path={},queues=1,mac={mac}",
-            sock.display()
+            "--vdev=net_virtio_user0,path={},queues=1,mac={mac}{}",
+            sock.display(),
+            if server { ",server=1" } else { "" }
         ))
         .args(["--", "-i", "--nb-cores=1", "--total-num-mbufs=16384"])
         .args(extra)
@@ -388,7 +390,8 @@ dev = "b"
         b = b.display(),
     );
     let mut nb = netbatch(d, &cfg, &[&vm, &b]);
-    let (mut echo, prompt) = testpmd_prompt(d, "echo", "0@1,1@1", &b, "02:00:00:00:02:02", &[]);
+    let (mut echo, prompt) =
+        testpmd_prompt(d, "echo", "0@1,1@1", &b, "02:00:00:00:02:02", &[], false);
     let mut prompt = Some(prompt);
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     if let Some(p) = prompt.as_mut() {
@@ -439,4 +442,87 @@ dev = "b"
         "an ARP answer and three echo answers"
     );
     assert_eq!(port(&stats, "vm", "rx_dropped"), 0, "no malformed chain");
+}
+
+/// netbatch as the vhost-user *client*: testpmd's `net_virtio_user` listens
+/// (`server=1`), netbatch's port connects, and when that testpmd quits and another takes
+/// its socket, netbatch connects again by itself (it retries with a bounded backoff).
+/// Every frame both senders put on their rings is received and counted, and the two
+/// connections are two rounds of link changes.
+#[test]
+fn a_client_port_reconnects_to_a_peer_that_comes_back() {
+    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
+        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk")])
+    {
+        return;
+    }
+    let dir = scratch("cli");
+    let d = &dir.0;
+    let a = d.join("a.sock");
+    let cfg = format!(
+        r#"
+[datapath]
+idle_spin_us = 20
+workers = 1
+
+[control]
+socket = "{ctl}"
+
+[[port]]
+name = "a"
+kind = "vhost_user"
+socket = "{a}"
+mode = "client"
+queue_size = 256
+mac = "02:00:00:00:00:0a"
+addresses = ["192.0.2.1/24"]
+"#,
+        ctl = d.join("ctl.sock").display(),
+        a = a.display(),
+    );
+    // No socket to wait for: netbatch is the one connecting.
+    let mut nb = netbatch(d, &cfg, &[]);
+    let mut sent = 0;
+    for round in ["c1", "c2"] {
+        let (mut tx, stdin) = testpmd_prompt(
+            d,
+            round,
+            "0@0,1@0",
+            &a,
+            "02:00:00:00:01:01",
+            &["--tx-ip=192.0.2.2,192.0.2.1"],
+            true,
+        );
+        // netbatch retries at least once a second: connected well within 3 s.
+        say(
+            stdin,
+            &[
+                (3.0, "set fwd txonly"),
+                (0.0, "set eth-peer 0 02:00:00:00:00:0a"),
+                (0.0, "start"),
+                (1.0, "stop"),
+                (0.5, "show port stats all"),
+                (2.0, "quit"),
+            ],
+        );
+        wait(&mut tx, 40);
+        let out = std::fs::read_to_string(d.join(format!("{round}.out"))).expect("log");
+        let n = last_count(&out, "TX-packets:");
+        assert!(
+            n > 0,
+            "{round} sent nothing (was netbatch connected?):\n{out}"
+        );
+        sent += n;
+    }
+    let (stats, log) = stop(&mut nb, d);
+    assert_eq!(
+        port(&stats, "a", "rx_packets"),
+        sent,
+        "every frame of both sessions received: {stats:#}\n{log}"
+    );
+    let changes = stats["links"][0]["changes"].as_u64().unwrap_or(0);
+    assert_eq!(
+        changes, 5,
+        "down at start, then up and down twice: {stats:#}"
+    );
 }

@@ -57,12 +57,13 @@ fn testpmd(
     extra: &[&str],
     script: &[(f64, &str)],
 ) -> Proc {
-    let (p, stdin) = testpmd_prompt(dir, tag, lcores, sock, mac, extra, false);
+    let (p, stdin) = testpmd_prompt(dir, tag, lcores, sock, mac, extra, "");
     say(stdin, script);
     p
 }
 
-/// testpmd as [`testpmd`] starts it, and its prompt.
+/// testpmd as [`testpmd`] starts it (`devargs`: more of the port's, after a comma), and
+/// its prompt.
 fn testpmd_prompt(
     dir: &Path,
     tag: &str,
@@ -70,7 +71,7 @@ fn testpmd_prompt(
     sock: &Path,
     mac: &str,
     extra: &[&str],
-    server: bool,
+    devargs: &str,
 ) -> (Proc, ChildStdin) {
     let mut c = Command::new("dpdk-testpmd")
         .arg(format!("--lcores={lcores}"))
@@ -83,9 +84,8 @@ fn testpmd_prompt(
         ])
         .arg(format!("--file-prefix=nbvh{}{tag}", std::process::id()))
         .arg(format!(
-            "--vdev=net_virtio_user0,path={},queues=1,mac={mac}{}",
+            "--vdev=net_virtio_user0,path={},mac={mac}{devargs}",
             sock.display(),
-            if server { ",server=1" } else { "" }
         ))
         .args(["--", "-i", "--nb-cores=1", "--total-num-mbufs=16384"])
         .args(extra)
@@ -390,8 +390,7 @@ dev = "b"
         b = b.display(),
     );
     let mut nb = netbatch(d, &cfg, &[&vm, &b]);
-    let (mut echo, prompt) =
-        testpmd_prompt(d, "echo", "0@1,1@1", &b, "02:00:00:00:02:02", &[], false);
+    let (mut echo, prompt) = testpmd_prompt(d, "echo", "0@1,1@1", &b, "02:00:00:00:02:02", &[], "");
     let mut prompt = Some(prompt);
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     if let Some(p) = prompt.as_mut() {
@@ -491,7 +490,7 @@ addresses = ["192.0.2.1/24"]
             &a,
             "02:00:00:00:01:01",
             &["--tx-ip=192.0.2.2,192.0.2.1"],
-            true,
+            ",server=1",
         );
         // netbatch retries at least once a second: connected well within 3 s.
         say(
@@ -524,5 +523,134 @@ addresses = ["192.0.2.1/24"]
     assert_eq!(
         changes, 5,
         "down at start, then up and down twice: {stats:#}"
+    );
+}
+
+/// Two workers, a queue pair each: a testpmd sender with two queue pairs (`queues=2`,
+/// one forwarding core per queue) spreads its frames over both of port a's transmit
+/// queues, and each of netbatch's workers receives from its own and sends on its own
+/// pair of port b. Every frame sent is received, and each worker took a share.
+#[test]
+fn two_workers_serve_a_queue_pair_each() {
+    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
+        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk")])
+    {
+        return;
+    }
+    let dir = scratch("mq");
+    let d = &dir.0;
+    let (a, b) = (d.join("a.sock"), d.join("b.sock"));
+    let cfg = format!(
+        r#"
+[datapath]
+idle_spin_us = 20
+workers = 2
+
+[control]
+socket = "{ctl}"
+
+[[port]]
+name = "a"
+kind = "vhost_user"
+socket = "{a}"
+queues = 2
+rx_workers = [0, 1]
+mac = "02:00:00:00:00:0a"
+addresses = ["192.0.2.1/24"]
+
+[[port]]
+name = "b"
+kind = "vhost_user"
+socket = "{b}"
+rx_workers = [0, 1]
+mac = "02:00:00:00:00:0b"
+addresses = ["198.51.100.1/24"]
+
+[[neighbour.static]]
+ip = "198.51.100.2"
+mac = "02:00:00:00:02:02"
+dev = "b"
+
+[[route]]
+prefix = "198.18.0.0/24"
+via = "198.51.100.2"
+"#,
+        ctl = d.join("ctl.sock").display(),
+        a = a.display(),
+        b = b.display(),
+    );
+    let mut nb = netbatch(d, &cfg, &[&a, &b]);
+    let two = ["--nb-cores=2", "--rxq=2", "--txq=2"];
+    let (mut rx, rx_in) = testpmd_prompt(
+        d,
+        "mqrx",
+        "0@1,1@1,2@1",
+        &b,
+        "02:00:00:00:02:02",
+        &two,
+        ",queues=2",
+    );
+    say(
+        rx_in,
+        &[
+            (0.0, "set fwd rxonly"),
+            (0.0, "start"),
+            (14.0, "stop"),
+            (0.5, "show port stats all"),
+            (0.5, "quit"),
+        ],
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let mut tx_args = two.to_vec();
+    tx_args.push("--tx-ip=192.0.2.2,198.18.0.2");
+    let (mut tx, tx_in) = testpmd_prompt(
+        d,
+        "mqtx",
+        "0@0,1@0,2@0",
+        &a,
+        "02:00:00:00:01:01",
+        &tx_args,
+        ",queues=2",
+    );
+    say(
+        tx_in,
+        &[
+            (0.0, "set fwd txonly"),
+            (0.0, "set eth-peer 0 02:00:00:00:00:0a"),
+            (0.0, "start"),
+            (3.0, "stop"),
+            (0.5, "show port stats all"),
+            (3.0, "quit"),
+        ],
+    );
+    wait(&mut tx, 40);
+    wait(&mut rx, 60);
+    let sent = last_count(
+        &std::fs::read_to_string(d.join("mqtx.out")).expect("log"),
+        "TX-packets:",
+    );
+    let received = last_count(
+        &std::fs::read_to_string(d.join("mqrx.out")).expect("log"),
+        "RX-packets:",
+    );
+    let (stats, log) = stop(&mut nb, d);
+    assert_eq!(port(&stats, "a", "rx_packets"), sent, "{stats:#}\n{log}");
+    assert_eq!(port(&stats, "b", "tx_packets"), received, "{stats:#}");
+    let per_worker: Vec<u64> = stats["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| {
+            w["ports"]
+                .as_array()
+                .and_then(|p| p.iter().find(|p| p["name"] == "a"))
+                .and_then(|p| p["rx_packets"].as_u64())
+                .unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(per_worker.len(), 2, "{stats:#}");
+    assert!(
+        per_worker.iter().all(|&n| n > 0),
+        "each worker received from its own queue: {per_worker:?}"
     );
 }

@@ -344,14 +344,15 @@ via = "198.51.100.2"
 #[test]
 fn a_lab_guest_with_a_vhost_user_nic_pings_through_netbatch() {
     if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[
-            ("dpdk-testpmd", "dpdk"),
-            (
-                "qemu-system-x86_64",
-                "qemu-system-x86 (scripts/setup --kernel-lab)",
-            ),
-        ])
+        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk")])
     {
+        return;
+    }
+    // scripts/kernel-lab sets itself up on first use (QEMU from apt, a kernel into its
+    // cache); where that is not asked for (CI sets NETBATCH_REQUIRE_ALL), a machine
+    // without QEMU skips.
+    if !netbatch_testkit::has_command("qemu-system-x86_64") && !netbatch_testkit::required() {
+        netbatch_testkit::skip("no QEMU for the kernel lab (scripts/setup --kernel-lab)");
         return;
     }
     let dir = scratch("lab");

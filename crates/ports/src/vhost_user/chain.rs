@@ -15,10 +15,11 @@
 //!   chain);
 //! - any failure names its reason ([`Malformed`]), for the caller to count.
 
-use std::ops::Deref;
-
 use virtio_queue::DescriptorChain;
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Permissions};
+use vm_memory::{
+    Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend, GuestMemoryMmap,
+    GuestMemoryRegion, Permissions,
+};
 
 /// Descriptors a chain may have (Linux's virtio-net uses at most 19 for a 64 KiB
 /// super-frame: a header and 17 pages, or a header and one linear buffer for small ones).
@@ -109,16 +110,12 @@ impl Segments {
 
     /// Walks `chain` (of the queue whose memory is `mem`) into `self`; `writable`: the
     /// device writes into it (the guest's receive queue).
-    pub fn walk<M>(
+    pub fn walk(
         &mut self,
-        chain: DescriptorChain<M>,
-        mem: &M::Target,
+        chain: DescriptorChain<&GuestMemoryMmap>,
+        mem: &GuestMemoryMmap,
         writable: bool,
-    ) -> Result<(), Malformed>
-    where
-        M: Deref,
-        M::Target: GuestMemory,
-    {
+    ) -> Result<(), Malformed> {
         self.n = 0;
         self.total = 0;
         let mut last_next = false;
@@ -135,7 +132,7 @@ impl Segments {
             } else {
                 Permissions::Read
             };
-            if !mem.check_range(d.addr(), len as usize, access) {
+            if !mapped(mem, d.addr(), len as usize, access) {
                 return Err(Malformed::Memory);
             }
             self.seg[self.n] = (d.addr().0, len);
@@ -155,7 +152,7 @@ impl Segments {
     /// Copies the chain's bytes from offset `at` into `out` (as many as fit and exist);
     /// returns how many. The ranges were checked by [`Segments::walk`], so a failure here
     /// means the memory table changed under the copy: `None`.
-    pub fn read<G: GuestMemory>(&self, mem: &G, mut at: usize, out: &mut [u8]) -> Option<usize> {
+    pub fn read(&self, mem: &GuestMemoryMmap, mut at: usize, out: &mut [u8]) -> Option<usize> {
         let mut o = 0;
         for (addr, len) in self.iter() {
             if o == out.len() {
@@ -166,13 +163,30 @@ impl Segments {
                 continue;
             }
             let k = (len - at).min(out.len() - o);
-            mem.read_slice(&mut out[o..o + k], addr.checked_add(at as u64)?)
-                .ok()?;
+            let from = addr.checked_add(at as u64)?;
+            let to = &mut out[o..o + k];
+            // One region (the common case) in one copy; across regions, piece by piece.
+            match GuestMemoryBackend::get_slice(mem, from, k) {
+                Ok(v) if v.copy_to(to) == k => {}
+                _ => mem.read_slice(to, from).ok()?,
+            }
             o += k;
             at = 0;
         }
         Some(o)
     }
+}
+
+/// Whether `[addr, addr + len)` is the peer's memory: inside the region holding `addr`
+/// (one lookup, the common case), or else mapped piece by piece across regions.
+fn mapped(mem: &GuestMemoryMmap, addr: GuestAddress, len: usize, access: Permissions) -> bool {
+    if let Some(r) = GuestMemoryBackend::find_region(mem, addr) {
+        let off = u128::from(addr.0 - r.start_addr().0);
+        if off + len as u128 <= u128::from(r.len()) {
+            return true;
+        }
+    }
+    GuestMemory::check_range(mem, addr, len, access)
 }
 
 /// A cursor writing into a receive chain's buffers in order.
@@ -223,7 +237,7 @@ impl<'a> Writer<'a> {
 
     /// Writes as much of `b` as fits; returns how much (`None`: the memory table changed
     /// under the copy).
-    pub fn write<G: GuestMemory>(&mut self, mem: &G, mut b: &[u8]) -> Option<usize> {
+    pub fn write(&mut self, mem: &GuestMemoryMmap, mut b: &[u8]) -> Option<usize> {
         let mut n = 0;
         while !b.is_empty() && self.i < self.segs.n {
             let (addr, len) = self.segs.seg[self.i];
@@ -234,8 +248,11 @@ impl<'a> Writer<'a> {
                 continue;
             }
             let k = (len - self.off).min(b.len());
-            mem.write_slice(&b[..k], GuestAddress(addr).checked_add(self.off as u64)?)
-                .ok()?;
+            let to = GuestAddress(addr).checked_add(self.off as u64)?;
+            match GuestMemoryBackend::get_slice(mem, to, k) {
+                Ok(v) => v.copy_from(&b[..k]),
+                Err(_) => mem.write_slice(&b[..k], to).ok()?,
+            }
             self.off += k;
             self.written += k;
             n += k;

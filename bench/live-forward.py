@@ -17,6 +17,17 @@ bench/dpdk/build-l3fwd with a frame counter) on the same veth ends, on CPU 1, as
   l3fwd_af_xdp     with the af_xdp poll-mode driver (copy mode on veth, as netbatch's)
   l3fwd_af_packet  with the af_packet poll-mode driver
 
+and, between two vhost-user sockets instead of veth (no namespace, no kernel in the
+path), with DPDK testpmd's net_virtio_user ports as source (txonly, 64 B UDP from
+192.0.2.2 to 198.18.0.2) and sink (rxonly), both on CPU 0, the router the sockets'
+server on CPU 1:
+
+  vhost_user   netbatch with two vhost_user ports (its worker pinned to CPU 1)
+  l3fwd_vhost  l3fwd with two net_vhost ports on the same sockets, CPU 1
+
+There offered is the source's TX-packets, forwarded the sink's RX-packets, each over
+--seconds, and ns/fr the router process's CPU time per frame forwarded.
+
 Where the work lands. On veth a frame's receive work runs where it is scheduled: by
 default inline on the sending CPU (veth hands it to the peer's backlog or NAPI on the
 CPU that transmitted). Here every router's receive work runs on CPU 1, the router's:
@@ -88,12 +99,23 @@ REPO = Path(__file__).resolve().parent.parent
 BINARY = REPO / "target" / "release" / "netbatch"
 # Where bench/dpdk/build-l3fwd puts DPDK's l3fwd (built when a run asks for an l3fwd kind).
 L3FWD = REPO / "target" / "dpdk-l3fwd" / "l3fwd" / "build" / "l3fwd"
-KINDS = ["af_xdp", "af_packet", "kernel", "l3fwd_af_xdp", "l3fwd_af_packet"]
+KINDS = ["af_xdp", "af_packet", "kernel", "l3fwd_af_xdp", "l3fwd_af_packet", "vhost_user",
+         "l3fwd_vhost"]
 # What --kinds runs by default; the DPDK peers (bench/dpdk/build-l3fwd) on request.
 DEFAULT_KINDS = ["af_xdp", "af_packet", "kernel"]
 # netbatch's kinds (its port kinds), DPDK l3fwd's (its poll-mode driver on the same veth).
 NETBATCH_KINDS = ("af_xdp", "af_packet")
 L3FWD_PMD = {"l3fwd_af_xdp": "net_af_xdp", "l3fwd_af_packet": "net_af_packet"}
+# Routers between two vhost-user sockets (no veth, no namespace): netbatch's vhost_user
+# ports, or l3fwd's net_vhost ports, with DPDK testpmd (net_virtio_user) as source and sink.
+VHOST_KINDS = ("vhost_user", "l3fwd_vhost")
+# The vhost-user peers' MACs: the sink's is the route's next hop; the source sends to the
+# router's port (l3fwd takes any: it runs promiscuous).
+VHOST_SINK_MAC, VHOST_SOURCE_MAC, VHOST_ROUTER_MAC = (
+    "02:00:00:00:02:02", "02:00:00:00:01:01", "02:00:00:00:00:0a")
+# The source's flow: testpmd txonly's UDP, from h1's subnet to a benchmark address
+# (RFC 2544's 198.18.0.0/15) routed out of the sink's port.
+VHOST_DST = "198.18.0.2"
 H1_ADDR, R1_ADDR = "192.0.2.2", "192.0.2.1"
 H2_ADDR, R2_ADDR = "198.51.100.2", "198.51.100.1"
 SENDER_CPU, ROUTER_CPU = 0, 1
@@ -729,13 +751,187 @@ def netbatch_summary(stats):
     }
 
 
+class TestPmd:
+    """DPDK testpmd on one net_virtio_user port (the vhost-user driver side), told what
+    to do line by line through its prompt; its output goes to `tag`.out."""
+
+    def __init__(self, run_dir, tag, sock, mac, cpu, extra=()):
+        self.out = run_dir / f"{tag}.out"
+        with open(self.out, "w") as log:
+            self.p = subprocess.Popen(
+                ["dpdk-testpmd", f"--lcores=0@{cpu},1@{cpu}", "--no-pci", "--no-huge",
+                 "-m", "512", f"--file-prefix=nbvhb{os.getpid()}{tag}",
+                 "--log-level=lib.eal:error",
+                 f"--vdev=net_virtio_user0,path={sock},queues=1,queue_size=1024,mac={mac}",
+                 "--", "-i", "--nb-cores=1", "--total-num-mbufs=16384", "--rxd=1024",
+                 "--txd=1024", *extra],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 30
+        while "testpmd>" not in self.out.read_text():
+            if self.p.poll() is not None or time.monotonic() > deadline:
+                raise Failure(f"testpmd {tag} did not start:\n{self.out.read_text()[-2000:]}")
+            time.sleep(0.05)
+
+    def say(self, *lines):
+        for line in lines:
+            self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+
+    def quit(self):
+        """Prints the port's counters, quits; returns (rx packets, tx packets)."""
+        self.say("stop", "show port stats all", "quit")
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        text = self.out.read_text()
+        rx = re.findall(r"RX-packets:\s+(\d+)", text)
+        tx = re.findall(r"TX-packets:\s+(\d+)", text)
+        if not rx or not tx:
+            raise Failure(f"testpmd printed no counters:\n{text[-2000:]}")
+        return int(rx[-1]), int(tx[-1])
+
+    def close(self):
+        stop_process(self.p, grace=5)
+
+
+def vhost_run(kind, tag, run_dir, args):
+    """One run of a router between two vhost-user sockets: the sink's testpmd (rxonly) on
+    socket b, the router (netbatch's two vhost_user ports, or l3fwd's two net_vhost ports,
+    the socket servers, on ROUTER_CPU), the source's testpmd (txonly, 64 B UDP to
+    198.18.0.2) on socket a. Source and sink share SENDER_CPU. Measured over the source's
+    --seconds: offered (the source's TX-packets), forwarded (the sink's RX-packets), the
+    router's CPU seconds (its process) per frame forwarded."""
+    a, b = run_dir / "a.sock", run_dir / "b.sock"
+    router = log_path = stats_path = None
+    peers = []
+    try:
+        log_path = run_dir / "router.log"
+        if kind == "vhost_user":
+            cfg = run_dir / "router.toml"
+            cfg.write_text(
+                '[datapath]\nmode = "list"\nworkers = 1\n'
+                f"cores = [{ROUTER_CPU}]\nidle_spin_us = {args.idle_spin_us}\n"
+                f'[control]\nsocket = "{run_dir / "ctl.sock"}"\n'
+                f'[[port]]\nname = "r1"\nkind = "vhost_user"\nsocket = "{a}"\n'
+                f'mac = "{VHOST_ROUTER_MAC}"\naddresses = ["{R1_ADDR}/24"]\n'
+                f'[[port]]\nname = "r2"\nkind = "vhost_user"\nsocket = "{b}"\n'
+                f'mac = "02:00:00:00:00:0b"\naddresses = ["{R2_ADDR}/24"]\n'
+                f'[[neighbour.static]]\nip = "{H2_ADDR}"\nmac = "{VHOST_SINK_MAC}"\n'
+                f'dev = "r2"\n'
+                f'[[route]]\nprefix = "198.18.0.0/15"\nvia = "{H2_ADDR}"\n')
+            stats_path = run_dir / "stats.json"
+            with open(log_path, "w") as log:
+                router = subprocess.Popen(
+                    [str(BINARY), "run", str(cfg), "--stats-json", str(stats_path)],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
+            ready = lambda: "port r2 up" in log_path.read_text()
+        else:
+            (run_dir / "v4.cfg").write_text("R192.0.2.0/24 0\nR198.18.0.0/15 1\n")
+            (run_dir / "v6.cfg").write_text("R2001:db8::/32 1\n")
+            cmd = [str(L3FWD), "-l", str(ROUTER_CPU), "-n", "1", "--no-pci", "--no-huge",
+                   "-m", "1024", "--file-prefix", f"nbvhl{os.getpid()}{tag}",
+                   "--log-level", "lib.eal:error",
+                   f"--vdev=net_vhost0,iface={a},queues=1",
+                   f"--vdev=net_vhost1,iface={b},queues=1", "--",
+                   "-p", "0x3", f"--config=(0,0,{ROUTER_CPU}),(1,0,{ROUTER_CPU})", "-P",
+                   "--parse-ptype", "--lookup=lpm", f"--rule_ipv4={run_dir / 'v4.cfg'}",
+                   f"--rule_ipv6={run_dir / 'v6.cfg'}", f"--eth-dest=1,{VHOST_SINK_MAC}"]
+            with open(log_path, "w") as log:
+                router = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT)
+            ready = lambda: "entering main loop" in log_path.read_text()
+        deadline = time.monotonic() + 30
+        while not (ready() and a.exists() and b.exists()):
+            if router.poll() is not None or time.monotonic() > deadline:
+                raise Failure(f"{kind}: the router did not start (exited):\n"
+                              f"{log_path.read_text().strip()[-3000:]}")
+            time.sleep(0.05)
+        sink = TestPmd(run_dir, "sink", b, VHOST_SINK_MAC, SENDER_CPU)
+        peers.append(sink)
+        sink.say("set fwd rxonly", "start")
+        source = TestPmd(run_dir, "source", a, VHOST_SOURCE_MAC, SENDER_CPU,
+                         [f"--tx-ip={H1_ADDR},{VHOST_DST}"])
+        peers.append(source)
+        source.say("set fwd txonly", f"set eth-peer 0 {VHOST_ROUTER_MAC}",
+                   f"set txpkts {max(args.size - 4, 60)}")
+        time.sleep(1.0)
+        ours = {os.getpid(), router.pid, sink.p.pid, source.p.pid}
+        procs0, cpu0 = all_cpu_seconds(), cpu_times()
+        r0, s0 = process_cpu_seconds(router.pid), process_cpu_seconds(source.p.pid)
+        t0 = time.monotonic()
+        source.say("start")
+        time.sleep(args.seconds)
+        source.say("stop")
+        elapsed = time.monotonic() - t0
+        r1, s1 = process_cpu_seconds(router.pid), process_cpu_seconds(source.p.pid)
+        cpu1 = cpu_times()
+        foreign, foreign_top = foreign_cpu(procs0, all_cpu_seconds(), ours)
+        # What is still in the rings drains into the counters before they are read.
+        time.sleep(1.0)
+        _, offered = source.quit()
+        time.sleep(0.5)
+        forwarded, _ = sink.quit()
+        if kind == "vhost_user":
+            stop_process(router)
+            stats = json.loads(stats_path.read_text())
+            detail = {"netbatch": netbatch_summary(stats)}
+        else:
+            router.send_signal(signal.SIGINT)
+            router.wait(timeout=20)
+            text = log_path.read_text()
+            ports = {int(g[0]): {"ipackets": int(g[1]), "opackets": int(g[2]),
+                                 "imissed": int(g[3]), "oerrors": int(g[4])}
+                     for g in re.findall(r"l3fwd-port port=(\d+) ipackets=(\d+) "
+                                         r"opackets=(\d+) imissed=(\d+) oerrors=(\d+)",
+                                         text)}
+            detail = {"l3fwd": {"ports": ports}}
+        router_s = (r1["user"] + r1["system"] - r0["user"] - r0["system"]) if r0 and r1 else 0
+        source_s = (s1["user"] + s1["system"] - s0["user"] - s0["system"]) if s0 and s1 else 0
+        share = lambda sec: round(100.0 * sec / elapsed, 1)
+        use = cpu_use(cpu0, cpu1)
+        secs = args.seconds
+        return {
+            **detail,
+            "offered": offered,
+            "forwarded": forwarded,
+            "offered_pps": offered / secs,
+            "refused_pps": 0.0,
+            "input_dropped_pps": 0.0,
+            "forwarded_pps": forwarded / secs,
+            "forwarded_pps_steady": None,
+            "loss_pct": 100.0 * (1 - forwarded / offered) if offered else None,
+            "outran": offered >= OUTRUN_MARGIN * forwarded,
+            "cpu": use,
+            "cores": {cpu: {"busy": round(100.0 - c["idle"], 1), "user": c["user"],
+                            "system": c["system"], "softirq": c["softirq"]}
+                      for cpu, c in use.items()},
+            "threads_pct_of_a_cpu": {"source": share(source_s),
+                                     "router_process": share(router_s),
+                                     "r1_napi_thread": None},
+            "router_cpu_seconds_all": round(router_s, 3),
+            "router_ns_per_frame": 1e9 * router_s / forwarded if forwarded else None,
+            "source_ns_per_frame": 1e9 * source_s / offered if offered else None,
+            "foreign_cpu_seconds": foreign,
+            "foreign_top": foreign_top,
+        }
+    finally:
+        for peer in peers:
+            peer.close()
+        stop_process(router, grace=5)
+
+
 def one_run(kind, repeat, attempt, args, workdir):
     tag = f"{os.getpid() % 100000}{repeat}{KINDS.index(kind)}{attempt}"
     run_dir = workdir / f"{kind}-{repeat}-{attempt}"
     run_dir.mkdir()
+    result = {"kind": kind, "repeat": repeat, "attempt": attempt}
+    if kind in VHOST_KINDS:
+        result.update(vhost_run(kind, tag, run_dir, args))
+        return result
     topo = Topology(kind, tag, run_dir, napi_nice=args.napi_nice,
                     idle_spin_us=args.idle_spin_us)
-    result = {"kind": kind, "repeat": repeat, "attempt": attempt}
     try:
         topo.build()
         topo.warm_up()
@@ -940,7 +1136,9 @@ def main():
             sys.exit("live-forward: the build failed")
     if not BINARY.exists():
         sys.exit(f"live-forward: no binary at {BINARY}")
-    if any(k in L3FWD_PMD for k in kinds) and (not args.no_build or not L3FWD.exists()):
+    if any(k in VHOST_KINDS for k in kinds) and shutil.which("dpdk-testpmd") is None:
+        sys.exit("live-forward: the vhost-user kinds need dpdk-testpmd (scripts/setup)")
+    if any(k in L3FWD_PMD or k == "l3fwd_vhost" for k in kinds) and (not args.no_build or not L3FWD.exists()):
         print("building: bench/dpdk/build-l3fwd", flush=True)
         b = subprocess.run([str(REPO / "bench" / "dpdk" / "build-l3fwd")], cwd=REPO,
                            stdout=subprocess.DEVNULL)

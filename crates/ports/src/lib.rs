@@ -16,6 +16,7 @@ pub mod sys;
 pub mod tap;
 #[cfg(test)]
 mod testnet;
+pub mod vhost_user;
 pub mod vnet;
 
 use netbatch_engine::{BufCache, PktList, Pool};
@@ -218,6 +219,7 @@ pub fn carries(kind: &str) -> Option<Carries> {
         "tap" => Some(tap::CARRIES),
         "gen" => Some(generator::CARRIES),
         "pcap" => Some(pcap::CARRIES),
+        "vhost_user" => Some(vhost_user::CARRIES),
         _ => None,
     }
 }

@@ -92,7 +92,12 @@ pub fn open_ports(cfg: &Config, pool: &Pool) -> Result<Vec<Vec<Box<dyn Port>>>, 
     let mut all = Vec::with_capacity(cfg.ports.len());
     for (pi, p) in cfg.ports.iter().enumerate() {
         let name = &p.setup.name;
-        let Some(iface) = p.kind.interface() else {
+        let vhost = match &p.kind {
+            PortKind::VhostUser(ep) => Some(ep),
+            _ => None,
+        };
+        let endpoint = vhost.map(|ep| ep.socket.display().to_string());
+        let Some(iface) = p.kind.interface().or(endpoint.as_deref()) else {
             let (kind, cmd) = match p.kind {
                 PortKind::Pcap => ("pcap", "replay"),
                 _ => ("gen", "bench"),
@@ -123,6 +128,7 @@ pub fn open_ports(cfg: &Config, pool: &Pool) -> Result<Vec<Vec<Box<dyn Port>>>, 
                 },
             )?,
             PortKind::AfXdp(_) => netbatch_ports::af_xdp::open(&specs, pool)?,
+            PortKind::VhostUser(ep) => netbatch_ports::vhost_user::open(&specs, ep)?,
             PortKind::Pcap | PortKind::Gen(_) => unreachable!("refused above"),
         };
         all.push(queues);

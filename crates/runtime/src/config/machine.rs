@@ -240,7 +240,7 @@ pub(super) fn check(cfg: &Config, m: &dyn Machine) -> Vec<ConfigError> {
                     );
                 }
             }
-            (PortKind::Pcap | PortKind::Gen(_), _) => {}
+            (PortKind::Pcap | PortKind::Gen(_) | PortKind::VhostUser(_), _) => {}
         }
     }
     if let Some(l) = &cfg.linux

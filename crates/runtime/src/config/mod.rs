@@ -334,7 +334,7 @@ impl Config {
                     reason: format!(
                         "kind {kind} is not a live interface: `netbatch run` cannot serve \
                          port '{}' (the file is for `netbatch {cmd}`; a live port is \
-                         af_packet, af_xdp or tap with `interface = \"NAME\"`)",
+                         af_packet, af_xdp or tap with `interface = \"NAME\"`, or vhost_user with `socket = \"PATH\"`)",
                         p.setup.name
                     ),
                 });

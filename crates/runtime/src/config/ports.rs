@@ -73,6 +73,14 @@ pub(super) struct PortFile {
     interface: Option<String>,
     /// Generator settings (kind = "gen").
     generator: Option<GenFile>,
+    /// vhost_user: the Unix socket's path.
+    socket: Option<String>,
+    /// vhost_user: "server" (netbatch listens; default) or "client" (it connects).
+    mode: Option<String>,
+    /// vhost_user: queue pairs offered (one per worker: `datapath.workers`).
+    queues: Option<usize>,
+    /// vhost_user: the largest ring the peer may set up (power of two, 64 to 1024).
+    queue_size: Option<u16>,
     /// Workers that receive from this port (one queue each).
     #[serde(default = "default_rx_workers")]
     rx_workers: Vec<usize>,
@@ -150,6 +158,8 @@ pub enum PortKind {
     AfXdp(String),
     /// A TAP device exchanging frames with the host kernel.
     Tap(String),
+    /// A vhost-user socket: a virtual machine's or DPDK `virtio_user` peer's virtio rings.
+    VhostUser(netbatch_ports::vhost_user::Endpoint),
     /// The tap of a host interface pair (`[linux] pairs`): made in the control namespace
     /// with its wire port's name, MAC and MTU. Never written in a file: derived.
     HostTap {
@@ -166,7 +176,7 @@ impl PortKind {
         match self {
             Self::AfPacket(i) | Self::AfXdp(i) | Self::Tap(i) => Some(i),
             Self::HostTap { interface, .. } => Some(interface),
-            Self::Pcap | Self::Gen(_) => None,
+            Self::Pcap | Self::Gen(_) | Self::VhostUser(_) => None,
         }
     }
 }
@@ -179,6 +189,15 @@ impl std::fmt::Display for PortKind {
             Self::AfPacket(i) => write!(f, "af_packet on {i}"),
             Self::AfXdp(i) => write!(f, "af_xdp on {i}"),
             Self::Tap(i) => write!(f, "tap {i}"),
+            Self::VhostUser(v) => write!(
+                f,
+                "vhost_user {} {}",
+                match v.mode {
+                    netbatch_ports::vhost_user::Mode::Server => "server",
+                    netbatch_ports::vhost_user::Mode::Client => "client",
+                },
+                v.socket.display()
+            ),
             Self::HostTap { interface, netns } => {
                 write!(f, "tap {interface} in {}", netns.display())
             }
@@ -599,8 +618,8 @@ pub(super) fn validate(
             .chain(vlans.iter().flat_map(|v| &v.addrs))
             .copied()
             .collect();
-        let kind = kind(p, &key, &own, e);
-        if p.interface.is_some() && matches!(p.kind.as_str(), "pcap" | "gen") {
+        let kind = kind(p, &key, &own, workers, e);
+        if p.interface.is_some() && matches!(p.kind.as_str(), "pcap" | "gen" | "vhost_user") {
             e.add(
                 format!("{key}.interface"),
                 format!("a {} port has no kernel interface", p.kind),
@@ -935,8 +954,24 @@ fn vlans(p: &PortFile, key: &str, placed: &mut Placed, e: &mut Errs) -> Vec<Ifac
 
 /// The backend, with its kernel interface or generator settings (`own`: the port's
 /// addresses, for the generator's destination).
-fn kind(p: &PortFile, key: &str, own: &[IfAddr], e: &mut Errs) -> Option<PortKind> {
+fn kind(p: &PortFile, key: &str, own: &[IfAddr], workers: usize, e: &mut Errs) -> Option<PortKind> {
+    if p.kind != "vhost_user" {
+        for (k, given) in [
+            ("socket", p.socket.is_some()),
+            ("mode", p.mode.is_some()),
+            ("queues", p.queues.is_some()),
+            ("queue_size", p.queue_size.is_some()),
+        ] {
+            if given {
+                e.add(
+                    format!("{key}.{k}"),
+                    format!("only a vhost_user port has `{k}` (this one is {})", p.kind),
+                );
+            }
+        }
+    }
     match p.kind.as_str() {
+        "vhost_user" => vhost_user(p, key, workers, e).map(PortKind::VhostUser),
         "pcap" => Some(PortKind::Pcap),
         "gen" => gen_spec(p, key, own, e).map(PortKind::Gen),
         "af_packet" | "af_xdp" | "tap" => match &p.interface {
@@ -963,11 +998,117 @@ fn kind(p: &PortFile, key: &str, own: &[IfAddr], e: &mut Errs) -> Option<PortKin
         other => {
             e.add(
                 format!("{key}.kind"),
-                format!("unknown port kind '{other}' (known: pcap, gen, af_packet, af_xdp, tap)"),
+                format!(
+                    "unknown port kind '{other}' (known: pcap, gen, af_packet, af_xdp, tap, \
+                     vhost_user)"
+                ),
             );
             None
         }
     }
+}
+
+/// The socket, mode and rings of a `vhost_user` port: the socket's directory must exist
+/// and its path fit a Unix socket address; one queue pair per worker, every worker
+/// receiving (the peer picks the queue each flow arrives on).
+fn vhost_user(
+    p: &PortFile,
+    key: &str,
+    workers: usize,
+    e: &mut Errs,
+) -> Option<netbatch_ports::vhost_user::Endpoint> {
+    use netbatch_ports::vhost_user::{Endpoint, Mode};
+    let mut ok = true;
+    let socket = match &p.socket {
+        None => {
+            e.add(
+                format!("{key}.socket"),
+                "a vhost_user port needs the path of its Unix socket",
+            );
+            None
+        }
+        Some(s) => {
+            let path = std::path::PathBuf::from(s);
+            let dir = match path.parent() {
+                Some(d) if d.as_os_str().is_empty() => std::path::Path::new("."),
+                Some(d) => d,
+                None => std::path::Path::new("/"),
+            };
+            if s.is_empty() || s.ends_with('/') {
+                e.add(format!("{key}.socket"), format!("'{s}' names no file"));
+                None
+            } else if s.len() > 107 {
+                e.add(
+                    format!("{key}.socket"),
+                    format!(
+                        "'{s}' is {} bytes long: a Unix socket's path has at most 107",
+                        s.len()
+                    ),
+                );
+                None
+            } else if !dir.is_dir() {
+                e.add(
+                    format!("{key}.socket"),
+                    format!("directory '{}' does not exist", dir.display()),
+                );
+                None
+            } else {
+                Some(path)
+            }
+        }
+    };
+    let mode = match p.mode.as_deref() {
+        None | Some("server") => Mode::Server,
+        Some("client") => Mode::Client,
+        Some(m) => {
+            e.add(
+                format!("{key}.mode"),
+                format!("'{m}' is not a mode: server (netbatch listens) or client (it connects)"),
+            );
+            ok = false;
+            Mode::Server
+        }
+    };
+    let queue_size = p.queue_size.unwrap_or(1024);
+    if !(64..=1024).contains(&queue_size) || !queue_size.is_power_of_two() {
+        e.add(
+            format!("{key}.queue_size"),
+            format!("{queue_size} is not a power of two from 64 to 1024"),
+        );
+        ok = false;
+    }
+    if let Some(q) = p.queues
+        && q != workers
+    {
+        e.add(
+            format!("{key}.queues"),
+            format!(
+                "{q} queue pairs, but there is one per worker (datapath.workers = {workers}): \
+                 each worker polls its own pair"
+            ),
+        );
+        ok = false;
+    }
+    let all: Vec<usize> = (0..workers).collect();
+    let mut rx = p.rx_workers.clone();
+    rx.sort_unstable();
+    rx.dedup();
+    if rx != all {
+        e.add(
+            format!("{key}.rx_workers"),
+            format!(
+                "a vhost_user port receives on every worker ({all:?}): the peer picks the \
+                 queue pair each flow arrives on"
+            ),
+        );
+        ok = false;
+    }
+    let socket = socket?;
+    ok.then_some(Endpoint {
+        socket,
+        mode,
+        queue_size,
+    })
 }
 
 /// The `kind` a port's table names (for checks in other sections).
@@ -1172,6 +1313,82 @@ mod tests {
         if let Err(e) = parse(ok) {
             panic!("refused: {e}");
         }
+    }
+
+    /// A vhost_user port names its socket (in a directory that exists), a mode, a ring
+    /// size the virtio rings allow, and one queue pair per worker, every worker
+    /// receiving; no other kind takes those keys, and it takes no kernel interface.
+    #[test]
+    fn vhost_user_ports_are_refused_key_by_key() {
+        let text = r#"
+            [datapath]
+            workers = 2
+            [[port]]
+            name = "v1"
+            kind = "vhost_user"
+            mac = "02:00:00:00:00:01"
+            mode = "both"
+            queue_size = 100
+            queues = 3
+            [[port]]
+            name = "v2"
+            kind = "vhost_user"
+            mac = "02:00:00:00:00:02"
+            socket = "/nonexistent-dir/v2.sock"
+            interface = "eth0"
+            rx_workers = [0, 1]
+            features = ["tx-udp-segmentation"]
+            [[port]]
+            name = "t"
+            kind = "tap"
+            interface = "tap0"
+            mac = "02:00:00:00:00:03"
+            socket = "/tmp/t.sock"
+            rx_workers = [0, 1]
+            [[port]]
+            name = "ok"
+            kind = "vhost_user"
+            mac = "02:00:00:00:00:04"
+            socket = "/tmp/ok.sock"
+            mode = "client"
+            queue_size = 256
+            queues = 2
+            rx_workers = [1, 0]
+            features = ["tx-checksum", "tx-tcp-segmentation"]
+        "#;
+        assert_errors(
+            &errors(text),
+            &[
+                ("port[0].socket", "needs the path of its Unix socket"),
+                ("port[0].mode", "'both' is not a mode"),
+                (
+                    "port[0].queue_size",
+                    "100 is not a power of two from 64 to 1024",
+                ),
+                ("port[0].queues", "one per worker (datapath.workers = 2)"),
+                ("port[0].rx_workers", "receives on every worker ([0, 1])"),
+                (
+                    "port[1].socket",
+                    "directory '/nonexistent-dir' does not exist",
+                ),
+                (
+                    "port[1].interface",
+                    "a vhost_user port has no kernel interface",
+                ),
+                ("port[1].features[0]", "cannot send 'tx-udp-segmentation'"),
+                ("port[2].socket", "only a vhost_user port has `socket`"),
+            ],
+        );
+        let ok = text.split("[[port]]").last().unwrap();
+        let cfg = parse(&format!("[datapath]\nworkers = 2\n[[port]]{ok}")).unwrap();
+        assert_eq!(
+            cfg.ports[0].kind,
+            super::PortKind::VhostUser(netbatch_ports::vhost_user::Endpoint {
+                socket: "/tmp/ok.sock".into(),
+                mode: netbatch_ports::vhost_user::Mode::Client,
+                queue_size: 256,
+            })
+        );
     }
 
     /// The errors of `text`, as (key, reason).

@@ -1,0 +1,684 @@
+//! `vhost_user`: frames exchanged with a virtual machine (QEMU) or a DPDK `virtio_user`
+//! peer over shared-memory virtio rings; netbatch is the vhost-user *backend* (the
+//! device), the peer the driver. The protocol is the rust-vmm crates' (`vhost`,
+//! `vhost-user-backend`), the rings `virtio-queue`'s, the peer's memory `vm-memory`'s
+//! (bounds-checked volatile copies): this module has no `unsafe`.
+//!
+//! Invariants:
+//! - queue pair N (receiveq 2N, transmitq 2N + 1) belongs to worker N: a port offers
+//!   one pair per worker and every worker receives (the driver picks the transmit queue,
+//!   a queue nobody read would strand its flows); a worker whose pair the driver did not
+//!   enable transmits on pair 0, under the vring's lock;
+//! - a worker pops, checks and returns every chain of a burst under the vring's write
+//!   lock ([`chain`]): a malformed chain (empty, broken, wrong direction, outside the
+//!   peer's memory, too many descriptors, too short or long) is returned to the driver
+//!   (`add_used` with length 0), counted by reason and as `rx_dropped`; nothing of it is
+//!   read; a frame with no free buffer stays in the ring (`rx_nobuf`);
+//! - the driver's virtio-net header (10 bytes, 12 with VERSION_1 or MRG_RXBUF) maps to
+//!   netbatch's offloads as for tap ([`crate::vnet`]): partial checksums completed and
+//!   marked verified, TCP super-frames (HOST_TSO4/6) imported as GSO super-packets; on
+//!   transmit a partial checksum goes as `NEEDS_CSUM` when the driver acked GUEST_CSUM
+//!   and is completed here otherwise; a super-packet goes whole only when the driver
+//!   acked GUEST_TSO4/6 (offered only with `tx-tcp-segmentation`), else it is counted
+//!   unsendable;
+//! - notifications (virtio 1.2 §2.7.7, §2.7.10): while a burst finds work the driver's
+//!   kicks are off (`VRING_USED_F_NO_NOTIFY`, or the EVENT_IDX avail event); an empty
+//!   poll turns them back on; the driver is signalled after a burst only when it asked
+//!   (EVENT_IDX's used event, or no `VRING_AVAIL_F_NO_INTERRUPT` without EVENT_IDX);
+//! - a peer that goes away takes the link down (frames given to `tx` are freed and
+//!   counted `link_down`); the next connection (a server socket accepts again, a client
+//!   socket reconnects with backoff) brings it back, counted in `connections`.
+//!
+//! Where bytes are copied, and why:
+//! - guest → netbatch: once, from the driver's buffers into a pool buffer, for a frame
+//!   without offload that fits one buffer (the common case); a frame with a partial
+//!   checksum or a super-frame is first gathered into the queue's scratch buffer and then
+//!   imported by [`crate::vnet::import`] (two copies), which reads its headers from that
+//!   private copy. The frame cannot stay in guest memory: netbatch's packets are pool
+//!   buffers that outlive the burst, the driver reuses a buffer once it is returned, and
+//!   holding descriptors until a frame leaves would tie the guest's ring to netbatch's
+//!   queues and break the per-burst rule a stop relies on. Only the virtio-net header
+//!   is read in place (once);
+//! - netbatch → guest: once, from the pool buffers into the driver's receive buffers
+//!   (which the guest owns). This is what DPDK's vhost library does by default too.
+#![deny(unsafe_code)]
+
+mod backend;
+pub mod chain;
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use netbatch_engine::{Pkt, PktList};
+use netbatch_packet::meta::gso;
+use vhost_user_backend::{VringState, VringT};
+use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::bindings::virtio_net::{
+    VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
+    VIRTIO_NET_F_MRG_RXBUF,
+};
+use virtio_queue::{QueueOwnedT, QueueT};
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryMmap};
+
+pub use backend::Mode;
+use backend::{Conn, Shared};
+use chain::{Malformed, Segments, Writer};
+
+use crate::sys::PortError;
+use crate::vnet::{self, ImportError, RxInfo, VnetHdr};
+use crate::{Carries, Port, PortCx, PortStats, QueueSpec, TxDrops};
+
+/// What a vhost-user port carries: TCP super-packets go whole with their virtio-net
+/// header (when the driver takes them), fraglist chains have no such header form.
+pub const CARRIES: Carries = Carries {
+    tx_offloads_refused: &["tx-gso-list", "tx-udp-segmentation"],
+    max_frame: None,
+    min_buf_size: None,
+};
+
+/// The longest frame taken from a driver: a 64 KiB super-frame with its link header and
+/// a VLAN tag (as tap reads).
+const FRAME_MAX: usize = 65_535 + 22;
+/// Chains one frame may fill on the guest's receive queue (MRG_RXBUF).
+const MAX_BUFFERS: usize = 32;
+/// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks not to be signalled.
+const AVAIL_F_NO_INTERRUPT: u16 = 1;
+
+/// Where and how a port's socket is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The Unix socket's path.
+    pub socket: PathBuf,
+    /// Whether netbatch listens or connects.
+    pub mode: Mode,
+    /// The largest ring the driver may set up (a power of two, 64 to 1024).
+    pub queue_size: u16,
+}
+
+/// Counters of a port (every queue's and the socket's), for `show` and tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    /// Connections made.
+    pub connections: u64,
+    /// Connections that ended.
+    pub disconnects: u64,
+    /// Virtio features the current driver acked (0 when none is connected).
+    pub acked: u64,
+    /// Chains refused, by reason ([`Malformed::name`], [`Malformed::ALL`] order).
+    pub malformed: Vec<(&'static str, u64)>,
+}
+
+/// Stops the socket thread when the last queue of the port goes.
+struct Owner(Arc<Shared>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+/// One worker's queue pair of a `vhost_user` port.
+pub struct VhostQueue {
+    spec: QueueSpec,
+    shared: Arc<Shared>,
+    _owner: Arc<Owner>,
+    generation: u64,
+    conn: Option<Arc<Conn>>,
+    acked: u64,
+    hdr_len: usize,
+    segs: Segments,
+    first: Segments,
+    used: Vec<(u16, u32)>,
+    scratch: Vec<u8>,
+    stats: PortStats,
+    link_down: u64,
+    unsendable: u64,
+}
+
+/// Opens every worker's queue pair of one vhost-user port (`specs`: one per worker) and
+/// starts its socket thread (a server socket is bound before this returns).
+pub fn open(specs: &[QueueSpec], ep: &Endpoint) -> Result<Vec<Box<dyn Port>>, PortError> {
+    let Some(first) = specs.first() else {
+        return Ok(Vec::new());
+    };
+    let port = first.name.as_str();
+    if let Some(s) = specs.iter().find(|s| s.rx_member.is_none()) {
+        return Err(PortError::Unsupported {
+            port: port.into(),
+            what: format!(
+                "a vhost_user port must receive on every worker (worker {} does not): the \
+                 driver picks the queue each flow goes to",
+                s.worker
+            ),
+        });
+    }
+    if !(64..=1024).contains(&ep.queue_size) || !ep.queue_size.is_power_of_two() {
+        return Err(PortError::Unsupported {
+            port: port.into(),
+            what: format!(
+                "queue_size {} must be a power of two from 64 to 1024",
+                ep.queue_size
+            ),
+        });
+    }
+    let pairs = specs.len();
+    let offered = backend::offered_features(pairs, first.features.tx_tcp_segmentation);
+    let shared = Shared::new(
+        port,
+        ep.socket.clone(),
+        ep.mode,
+        pairs,
+        ep.queue_size,
+        offered,
+    )
+    .map_err(|e| PortError::sys(port, "making its event descriptors", e))?;
+    let shared = Arc::new(shared);
+    let listener = backend::listen(&shared)
+        .map_err(|e| PortError::sys(port, format!("listening on {}", ep.socket.display()), e))?;
+    let s2 = shared.clone();
+    std::thread::Builder::new()
+        .name(format!("vhost-{port}"))
+        .spawn(move || backend::serve(s2, listener))
+        .map_err(|e| PortError::sys(port, "starting its socket thread", e))?;
+    let owner = Arc::new(Owner(shared.clone()));
+    Ok(specs
+        .iter()
+        .map(|s| Box::new(VhostQueue::new(s, &shared, &owner)) as Box<dyn Port>)
+        .collect())
+}
+
+impl VhostQueue {
+    fn new(spec: &QueueSpec, shared: &Arc<Shared>, owner: &Arc<Owner>) -> Self {
+        Self {
+            spec: spec.clone(),
+            shared: shared.clone(),
+            _owner: owner.clone(),
+            generation: u64::MAX,
+            conn: None,
+            acked: 0,
+            hdr_len: vnet::LEN,
+            segs: Segments::default(),
+            first: Segments::default(),
+            used: Vec::with_capacity(MAX_BUFFERS),
+            scratch: vec![0; FRAME_MAX],
+            stats: PortStats::default(),
+            link_down: 0,
+            unsendable: 0,
+        }
+    }
+
+    /// Follows the connection: one relaxed load unless it changed.
+    #[inline]
+    fn refresh(&mut self) {
+        let g = self.shared.generation.load(Ordering::Acquire);
+        if g == self.generation {
+            return;
+        }
+        self.generation = g;
+        self.conn = self
+            .shared
+            .slot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.acked = self.shared.acked.load(Ordering::Relaxed);
+        let modern = 1u64 << VIRTIO_F_VERSION_1 | 1u64 << VIRTIO_NET_F_MRG_RXBUF;
+        self.hdr_len = if self.acked & modern != 0 {
+            vnet::LEN + 2
+        } else {
+            vnet::LEN
+        };
+    }
+
+    fn acked(&self, bit: u32) -> bool {
+        self.acked & (1u64 << bit) != 0
+    }
+
+    fn count(&mut self, why: Malformed) {
+        self.shared.malformed[why.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The port's counters.
+    pub fn status(&self) -> Status {
+        Status {
+            connections: self.shared.connections.load(Ordering::Relaxed),
+            disconnects: self.shared.disconnects.load(Ordering::Relaxed),
+            acked: self.shared.acked.load(Ordering::Relaxed),
+            malformed: Malformed::ALL
+                .iter()
+                .map(|m| {
+                    (
+                        m.name(),
+                        self.shared.malformed[m.index()].load(Ordering::Relaxed),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Clears the wake-up the epoll thread posted (one relaxed load when there is none).
+    #[inline]
+    fn clear_wake(&self) {
+        if let Some(w) = self.shared.wake.get(self.spec.worker)
+            && w.woken.load(Ordering::Relaxed)
+            && w.woken.swap(false, Ordering::Relaxed)
+        {
+            let _ = w.consumer.consume();
+        }
+    }
+
+    /// Takes the checked transmit chain in `self.segs` into a packet.
+    fn take(&mut self, cx: &mut PortCx<'_>, m: &GuestMemoryMmap) -> Took {
+        let (hl, total) = (self.hdr_len, self.segs.total());
+        if total < hl + netbatch_wire::ethernet::HEADER_LEN {
+            return Took::Bad(Malformed::Short);
+        }
+        let flen = total - hl;
+        if flen > FRAME_MAX {
+            return Took::Bad(Malformed::Long);
+        }
+        let mut h = [0u8; vnet::LEN + 2];
+        if self.segs.read(m, 0, &mut h[..hl]) != Some(hl) {
+            return Took::Bad(Malformed::Memory);
+        }
+        let Some(h10) = h.first_chunk::<{ vnet::LEN }>() else {
+            unreachable!("the header array is longer")
+        };
+        let hdr = VnetHdr::parse(h10);
+        let room = self.spec.room;
+        if hdr.flags & vnet::F_NEEDS_CSUM == 0 && hdr.gso_type == vnet::GSO_NONE && flen <= room {
+            // One copy, straight into the pool buffer.
+            let Some(mut p) = cx.cache.alloc() else {
+                return Took::NoBuffer;
+            };
+            let mut v = cx.pool.get_mut(&mut p);
+            let Some(b) = v.append(flen) else {
+                unreachable!("room is the buffer's data room")
+            };
+            if self.segs.read(m, hl, b) != Some(flen) {
+                cx.cache.free(p);
+                return Took::Bad(Malformed::Memory);
+            }
+            v.meta.in_port = self.spec.index;
+            v.meta.total_len = flen as u32;
+            if hdr.flags & vnet::F_DATA_VALID != 0 {
+                v.meta.flags |= netbatch_packet::meta::flag::L4_CSUM_OK;
+            }
+            return Took::Frame(p, 1, flen);
+        }
+        // Offloads: gathered, then imported from the private copy.
+        if self.segs.read(m, hl, &mut self.scratch[..flen]) != Some(flen) {
+            return Took::Bad(Malformed::Memory);
+        }
+        let rx = RxInfo {
+            in_port: self.spec.index,
+            room,
+            tag: None,
+            hash: 0,
+        };
+        match vnet::import(cx, &self.scratch[..flen], &hdr, &rx) {
+            Ok((p, wire)) => Took::Frame(p, wire, flen),
+            Err(ImportError::NoBuffer) => Took::NoBuffer,
+            Err(ImportError::Refused) => Took::Refused,
+        }
+    }
+}
+
+/// What became of a transmit chain.
+enum Took {
+    /// A packet, the wire packets it stands for, its bytes.
+    Frame(Pkt, u16, usize),
+    /// No free buffer: the chain goes back to the ring.
+    NoBuffer,
+    /// A malformed chain.
+    Bad(Malformed),
+    /// Offloads netbatch does not take (UFO, a GSO kind not the frame's family, offsets
+    /// outside the frame), as for tap.
+    Refused,
+}
+
+/// Signals the driver after a burst when it asked to be (`q`: the vring's state).
+fn signal(st: &mut VringState, m: &GuestMemoryMmap) {
+    let q = st.get_queue_mut();
+    let wanted = if q.event_idx_enabled() {
+        q.needs_notification(m).unwrap_or(true)
+    } else {
+        // The crate does not read the avail flags (virtio 1.2 §2.7.7.2).
+        m.read_obj::<u16>(GuestAddress(q.avail_ring()))
+            .map_or(true, |f| u16::from_le(f) & AVAIL_F_NO_INTERRUPT == 0)
+    };
+    if wanted {
+        let _ = st.signal_used_queue();
+    }
+}
+
+impl Port for VhostQueue {
+    fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn rx(&mut self, cx: &mut PortCx<'_>, out: &mut PktList, max: usize) -> u64 {
+        self.clear_wake();
+        self.refresh();
+        let Some(conn) = self.conn.take() else {
+            return 0;
+        };
+        let got = self.rx_from(cx, &conn, out, max);
+        self.conn = Some(conn);
+        got
+    }
+
+    fn tx(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) -> u64 {
+        if pkts.is_empty() {
+            return 0;
+        }
+        self.refresh();
+        let Some(conn) = self.conn.take() else {
+            self.drop_all(cx, pkts);
+            return 0;
+        };
+        let wire = self.tx_to(cx, &conn, pkts);
+        self.conn = Some(conn);
+        wire
+    }
+
+    fn take_unsendable(&mut self) -> u64 {
+        std::mem::take(&mut self.unsendable)
+    }
+
+    fn tx_drops(&mut self, _cx: &mut PortCx<'_>) -> TxDrops {
+        TxDrops {
+            link_down: std::mem::take(&mut self.link_down),
+            ..TxDrops::default()
+        }
+    }
+
+    fn link(&self) -> Option<Arc<crate::link::Link>> {
+        Some(self.shared.link.clone())
+    }
+
+    fn stats(&self) -> PortStats {
+        self.stats
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "vhost-user {} {}, queue pair {} of {}, rings up to {}",
+            match self.shared.mode {
+                Mode::Server => "server",
+                Mode::Client => "client",
+            },
+            self.shared.socket.display(),
+            self.spec.worker,
+            self.shared.pairs,
+            self.shared.queue_size
+        )
+    }
+
+    fn rx_fd(&self) -> Option<RawFd> {
+        self.shared
+            .wake
+            .get(self.spec.worker)
+            .map(|w| w.consumer.as_raw_fd())
+    }
+}
+
+impl VhostQueue {
+    fn drop_all(&mut self, cx: &mut PortCx<'_>, pkts: &mut PktList) {
+        for p in pkts.drain(..) {
+            let w = cx.pool.get(&p).meta.wire_packets();
+            self.link_down += w;
+            self.stats.tx_link_down += w;
+            cx.cache.free(p);
+        }
+    }
+
+    fn rx_from(&mut self, cx: &mut PortCx<'_>, conn: &Conn, out: &mut PktList, max: usize) -> u64 {
+        let qi = 2 * self.spec.worker + 1;
+        let Some(vring) = conn.vrings.get(qi) else {
+            return 0;
+        };
+        let guard = conn.mem.memory();
+        let m: &GuestMemoryMmap = &guard;
+        let mut st = vring.get_mut();
+        if !(st.get_queue().ready() && st.is_enabled()) {
+            return 0;
+        }
+        let (mut n, mut got, mut returned) = (0, 0u64, 0usize);
+        while n < max {
+            let Some(chain) = st.get_queue_mut().pop_descriptor_chain(m) else {
+                break;
+            };
+            let head = chain.head_index();
+            let took = match self.segs.walk(chain, m, false) {
+                Ok(()) => self.take(cx, m),
+                Err(why) => Took::Bad(why),
+            };
+            match took {
+                Took::Frame(p, wire, bytes) => {
+                    self.stats.rx_packets += u64::from(wire);
+                    self.stats.rx_bytes += bytes as u64;
+                    got += u64::from(wire);
+                    out.push(p);
+                    n += 1;
+                }
+                Took::NoBuffer => {
+                    // The frame waits in the ring for a buffer.
+                    st.get_queue_mut().go_to_previous_position();
+                    self.stats.rx_nobuf += 1;
+                    break;
+                }
+                Took::Bad(why) => {
+                    self.count(why);
+                    self.stats.rx_dropped += 1;
+                }
+                Took::Refused => self.stats.rx_dropped += 1,
+            }
+            // A head past the table has nothing to return (the crate refuses it).
+            let _ = st.get_queue_mut().add_used(m, head, 0);
+            returned += 1;
+        }
+        if returned > 0 {
+            let _ = st.get_queue_mut().disable_notification(m);
+            signal(&mut st, m);
+        } else {
+            // Idle: ask for kicks again (the worker may sleep on them).
+            let _ = st.get_queue_mut().enable_notification(m);
+        }
+        got
+    }
+
+    fn tx_to(&mut self, cx: &mut PortCx<'_>, conn: &Conn, pkts: &mut PktList) -> u64 {
+        let own = 2 * self.spec.worker;
+        let usable = |i: usize| {
+            conn.vrings.get(i).is_some_and(|v| {
+                let s = v.get_ref();
+                s.get_queue().ready() && s.is_enabled()
+            })
+        };
+        let qi = if usable(own) {
+            own
+        } else if usable(0) {
+            0
+        } else {
+            self.drop_all(cx, pkts);
+            return 0;
+        };
+        let guard = conn.mem.memory();
+        let m: &GuestMemoryMmap = &guard;
+        let mut st = conn.vrings[qi].get_mut();
+        let mrg = self.acked(VIRTIO_NET_F_MRG_RXBUF);
+        let csum = self.acked(VIRTIO_NET_F_GUEST_CSUM);
+        let (tso4, tso6) = (
+            self.acked(VIRTIO_NET_F_GUEST_TSO4),
+            self.acked(VIRTIO_NET_F_GUEST_TSO6),
+        );
+        let hl = self.hdr_len;
+        // Frames before `taken` were sent or dropped (counted): freed at the end.
+        let (mut taken, mut wire, mut any) = (0, 0u64, false);
+        'frames: while taken < pkts.len() {
+            let segs = cx.pool.get(&pkts[taken]).meta.wire_packets();
+            // What the driver cannot take is dropped here, counted.
+            let (kind, super_packet) = {
+                let v = cx.pool.get(&pkts[taken]);
+                (v.meta.gso_type & gso::KIND, v.meta.segs > 1)
+            };
+            let tso_ok = match kind {
+                gso::TCPV4 => tso4,
+                gso::TCPV6 => tso6,
+                _ => false,
+            };
+            if super_packet && !tso_ok {
+                self.unsendable += segs;
+                taken += 1;
+                continue;
+            }
+            let mut hdr = {
+                let mut v = cx.pool.get_mut(&mut pkts[taken]);
+                if !csum {
+                    let (at, n) = (usize::from(v.meta.data), usize::from(v.meta.len));
+                    if let Some(f) = v.buf.get_mut(at..at + n) {
+                        crate::complete_partial(v.meta, f);
+                    }
+                }
+                let (meta, data) = v.split();
+                VnetHdr::for_tx(meta, data)
+            };
+            if !csum {
+                hdr.flags = 0;
+            }
+            let mut hb = [0u8; vnet::LEN + 2];
+            hb[..vnet::LEN].copy_from_slice(&hdr.bytes());
+            hb[vnet::LEN..].copy_from_slice(&1u16.to_le_bytes());
+            // The frame's pieces: the header, then each buffer of the chain.
+            let flen = {
+                let mut len = 0;
+                let mut cur = Some(&pkts[taken]);
+                while let Some(q) = cur {
+                    let v = cx.pool.get(q);
+                    len += v.data().len();
+                    cur = v.meta.chain.as_ref();
+                }
+                len
+            };
+            let need = hl + flen;
+            self.used.clear();
+            let mut piece: usize = 0; // bytes of the frame (header included) written
+            while piece < need {
+                if self.used.len() == MAX_BUFFERS || (!mrg && !self.used.is_empty()) {
+                    // The driver's buffers are too small for this frame.
+                    for _ in 0..self.used.len() {
+                        st.get_queue_mut().go_to_previous_position();
+                    }
+                    self.unsendable += segs;
+                    taken += 1;
+                    continue 'frames;
+                }
+                let Some(chain) = st.get_queue_mut().pop_descriptor_chain(m) else {
+                    // Ring full: what was popped goes back, the frame stays with the caller.
+                    for _ in 0..self.used.len() {
+                        st.get_queue_mut().go_to_previous_position();
+                    }
+                    break 'frames;
+                };
+                let head = chain.head_index();
+                if self.used.len() == 1 {
+                    self.first = self.segs.clone();
+                }
+                if let Err(why) = self.segs.walk(chain, m, true) {
+                    // Returned unused with every buffer popped for this frame, which
+                    // stays with the caller.
+                    self.count(why);
+                    let _ = st.get_queue_mut().add_used(m, head, 0);
+                    for &(h, _) in &self.used {
+                        let _ = st.get_queue_mut().add_used(m, h, 0);
+                    }
+                    any = true;
+                    break 'frames;
+                }
+                let mut w = Writer::new(&self.segs);
+                let start = piece;
+                let ok = write_frame(&mut w, m, &hb[..hl], cx.pool, &pkts[taken], piece);
+                piece += w.written();
+                let Some(()) = ok else {
+                    // The memory table changed under the copy.
+                    self.count(Malformed::Memory);
+                    let _ = st.get_queue_mut().add_used(m, head, 0);
+                    for &(h, _) in &self.used {
+                        let _ = st.get_queue_mut().add_used(m, h, 0);
+                    }
+                    any = true;
+                    break 'frames;
+                };
+                self.used.push((head, (piece - start) as u32));
+            }
+            if self.used.len() > 1 {
+                let n = (self.used.len() as u16).to_le_bytes();
+                let mut w = Writer::new(&self.first);
+                let _ = w.skip(vnet::LEN).and_then(|()| w.write(m, &n));
+            }
+            for &(h, len) in &self.used {
+                let _ = st.get_queue_mut().add_used(m, h, len);
+            }
+            any = true;
+            self.stats.tx_packets += segs;
+            self.stats.tx_bytes += flen as u64;
+            wire += segs;
+            taken += 1;
+        }
+        for p in pkts.drain(..taken) {
+            cx.cache.free(p);
+        }
+        if any {
+            signal(&mut st, m);
+        }
+        self.stats.tx_refused += pkts.len() as u64;
+        wire
+    }
+}
+
+/// Writes the frame `p` (after its virtio-net header `hdr`) from byte `at` of the two on,
+/// as far as the writer's buffers reach (`None`: the memory table changed under the copy).
+fn write_frame(
+    w: &mut Writer<'_>,
+    m: &GuestMemoryMmap,
+    hdr: &[u8],
+    pool: &netbatch_engine::Pool,
+    p: &Pkt,
+    at: usize,
+) -> Option<()> {
+    let mut off = if at < hdr.len() {
+        let k = w.write(m, &hdr[at..])?;
+        if at + k < hdr.len() {
+            return Some(());
+        }
+        0
+    } else {
+        at - hdr.len()
+    };
+    let mut cur = Some(p);
+    while let Some(q) = cur {
+        if w.room() == 0 {
+            break;
+        }
+        let v = pool.get(q);
+        let d = v.data();
+        if off >= d.len() {
+            off -= d.len();
+        } else {
+            w.write(m, &d[off..])?;
+            off = 0;
+        }
+        cur = v.meta.chain.as_ref();
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -20,7 +20,7 @@ use super::{Action, CompiledChain, NatStats, Refusal};
 use crate::assemble::{GraphOptions, node};
 use crate::ct::{self, ConnTrack, Tuple, state_bit, status};
 use crate::declare::{Decl, Decode, To};
-use crate::dissect::{self, Dissected, L3, L4};
+use crate::dissect::{L3, L4};
 use crate::filter::hook::key_of;
 use crate::host::Host;
 use crate::meta::{Field, Fields, flag};
@@ -363,15 +363,17 @@ impl Stage<Host> for NatStage {
             let related = state == state_bit::RELATED;
             let rw = rewrite_for(&e.tuple, dir, self.manip, related);
             let wire = v.meta.wire_packets();
+            // The protocol is the connection's (no second parse of the headers the
+            // tracker read); the offsets are the dissector's.
+            let proto = L4::of(e.tuple[0].proto);
             let (lay, l3) = {
                 let m = &*v.meta;
-                let d = v.data();
-                let r = Dissected::load(m);
-                let proto = dissect::ip_fields(&r, d).map_or(L4::Other, |x| L4::of(x.proto));
                 let l3 = usize::from(m.l3.wrapping_sub(m.data));
                 let l4 = usize::from(m.l4.wrapping_sub(m.l3));
                 let icmp_query = proto == L4::Icmp
-                    && d.get(l3 + l4)
+                    && !related
+                    && v.data()
+                        .get(l3 + l4)
                         .is_some_and(|&t| ct::icmp::class(false, t) == ct::icmp::Class::Query);
                 let lay = Layout {
                     l4,

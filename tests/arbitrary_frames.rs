@@ -114,6 +114,27 @@ fn spec() -> LabSpec {
                 max: 16,
                 ..Default::default()
             }),
+            // NAT on both hooks: arbitrary frames through the translation (masquerade
+            // out of every port, a port forward to the peer), ICMP errors included.
+            nat: Some(netbatch_stack::nat::Config {
+                prerouting: netbatch_stack::nat::NatChain {
+                    rules: vec![netbatch_stack::nat::NatRule {
+                        matches: Rule::any(Verdict::Accept),
+                        action: netbatch_stack::nat::Action::Dnat {
+                            addr: u32::from(ip("198.51.100.7")),
+                            port: Some(80),
+                        },
+                    }],
+                },
+                postrouting: netbatch_stack::nat::NatChain {
+                    rules: vec![netbatch_stack::nat::NatRule {
+                        matches: Rule::any(Verdict::Accept),
+                        action: netbatch_stack::nat::Action::Masquerade {
+                            ports: Some("1024-1031".parse().unwrap()),
+                        },
+                    }],
+                },
+            }),
         },
     }
 }

@@ -15,7 +15,9 @@ use crate::declare::{self, Decl, Family, Make, To};
 use crate::filter::{Chain, HookPoint};
 use crate::host::{Entry, Host};
 use crate::meta::Fields;
-use crate::{arp, cls, ct, filter, gro, gso, hostif, icmp, icmp6, ip4, ip6, l2, nd, neigh, tcp};
+use crate::{
+    arp, cls, ct, filter, gro, gso, hostif, icmp, icmp6, ip4, ip6, l2, nat, nd, neigh, tcp,
+};
 use crate::{tx, udp};
 
 /// The stack's stages, in pipeline order: the graph is assembled from these
@@ -29,6 +31,7 @@ pub const STAGES: &[Decl] = &[
     ip4::input::DECL,
     ip6::input::DECL,
     ct::stage::IN,
+    nat::stage::PREROUTING,
     filter::hook::PREROUTING,
     ip4::route::DECL,
     ip6::route::DECL,
@@ -52,6 +55,7 @@ pub const STAGES: &[Decl] = &[
     ct::stage::OUT,
     filter::hook::OUTPUT,
     filter::hook::POSTROUTING,
+    nat::stage::POSTROUTING,
     ct::stage::CONFIRM,
     ip4::fragment::DECL,
     neigh::resolve::DECL,
@@ -109,6 +113,10 @@ pub mod node {
     pub const CT_IN: &str = "ct-in";
     /// Connection tracking of packets this host makes (before OUTPUT).
     pub const CT_OUT: &str = "ct-out";
+    /// Destination NAT (after `ct-in`), when NAT is configured.
+    pub const NAT_PREROUTING: &str = "nat-prerouting";
+    /// Source NAT (after the POSTROUTING hook), when NAT is configured.
+    pub const NAT_POSTROUTING: &str = "nat-postrouting";
     /// Where a new connection's entry is confirmed: after POSTROUTING.
     pub const CT_CONFIRM: &str = "ct-confirm";
     /// Where a new connection's entry is confirmed: after INPUT.
@@ -203,6 +211,9 @@ pub struct GraphOptions {
     /// Connection tracking (the `[conntrack]` section, or a rule that asks about
     /// state): the `ct-*` stages are in the graph. `None` leaves them out.
     pub conntrack: Option<ct::Config>,
+    /// NAT's chains (the `[nat]` section): the `nat-*` stages are in the graph (with
+    /// connection tracking). `None` leaves them out.
+    pub nat: Option<nat::Config>,
 }
 
 impl GraphOptions {
@@ -498,6 +509,15 @@ mod tests {
             classifier: Some(Arc::new(cls)),
             host_pairs: true,
             conntrack: Some(ct::Config::default()),
+            nat: Some(nat::Config {
+                postrouting: nat::NatChain {
+                    rules: vec![nat::NatRule {
+                        matches: filter::Rule::any(Verdict::Accept),
+                        action: nat::Action::Masquerade { ports: None },
+                    }],
+                },
+                ..Default::default()
+            }),
         }
     }
 
@@ -568,11 +588,19 @@ mod tests {
         let all = nodes(&everything());
         assert_eq!(
             all.len(),
-            names.len() + 13,
-            "gro, cls, 5 hooks, 4 conntrack stages, punt, inject"
+            names.len() + 15,
+            "gro, cls, 5 hooks, 4 conntrack stages, 2 NAT stages, punt, inject"
         );
         assert_eq!((all[0].name, all[1].name), ("gro", "cls-ingress"));
-        assert_eq!((all[6].name, all[7].name), ("ct-in", "hook-prerouting"));
+        assert_eq!(
+            (all[6].name, all[7].name, all[8].name),
+            ("ct-in", "nat-prerouting", "hook-prerouting")
+        );
+        assert_eq!(
+            target(&all, "hook-postrouting", "accept"),
+            "nat-postrouting"
+        );
+        assert_eq!(target(&all, "nat-postrouting", "accept"), "ct-confirm");
     }
 
     /// An arc to a hook that is left out goes where the hook would send that family:
@@ -606,10 +634,15 @@ mod tests {
         assert_eq!(target(&all, "hook-input", "accept"), "ct-confirm-local");
         assert_eq!(target(&all, "ct-confirm-local", "accept"), "ip4-local");
         assert_eq!(target(&all, "ip4-input", "ok"), "ct-in");
-        assert_eq!(target(&all, "ct-in", "accept6"), "hook-prerouting");
+        assert_eq!(target(&all, "ct-in", "accept6"), "nat-prerouting");
+        assert_eq!(target(&all, "nat-prerouting", "accept6"), "hook-prerouting");
         assert_eq!(target(&all, "ip6-local-out", "ok"), "ct-out");
         assert_eq!(target(&all, "ct-out", "accept"), "hook-output");
-        assert_eq!(target(&all, "hook-postrouting", "accept6"), "ct-confirm");
+        assert_eq!(
+            target(&all, "hook-postrouting", "accept6"),
+            "nat-postrouting"
+        );
+        assert_eq!(target(&all, "nat-postrouting", "accept6"), "ct-confirm");
         assert_eq!(target(&all, "ct-confirm", "accept6"), "ip6-neighbour");
         // Tracking without rules: the stages sit where the hooks would.
         let ct_only = nodes(&GraphOptions {

@@ -52,6 +52,7 @@ pub mod iface;
 pub mod ip4;
 pub mod ip6;
 pub mod l2;
+pub mod nat;
 pub mod nd;
 pub mod neigh;
 pub mod prefix;

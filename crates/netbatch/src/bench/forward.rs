@@ -371,8 +371,22 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
 /// connection is established before the run (its first datagram and a reply tracked, as
 /// after a first exchange), so every packet is a lookup, a state update and the rule.
 pub(crate) fn build_ct_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    build_tracked_forward(v, c, false)
+}
+
+/// `nat44-forward`: `ct-forward` with source NAT: a POSTROUTING NAT chain `snat to
+/// 198.18.0.1` (RFC 2544's benchmarking range) over every flow, each flow's translation
+/// made as its first packet would make it (port preservation where free, the search
+/// else) before the run, so every packet is the lookup, the rule and the rewrite of its
+/// source address and port with their checksums.
+pub(crate) fn build_nat44_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    build_tracked_forward(v, c, true)
+}
+
+fn build_tracked_forward(v: &Variant, c: &Common, snat: bool) -> anyhow::Result<Box<dyn Bench>> {
     use netbatch_stack::ct::{self, ConnTrack, Found, Kind, Seen, Tuple};
     use netbatch_stack::filter::{Chain, CtMatch, HookPoint, Rule, Verdict};
+    use netbatch_stack::nat;
     let Table {
         table,
         flows,
@@ -396,6 +410,21 @@ pub(crate) fn build_ct_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dy
             policy: Verdict::Drop,
         },
     ));
+    let nat_addr = u32::from(Ipv4Addr::new(198, 18, 0, 1));
+    if snat {
+        cfg.graph.nat = Some(nat::Config {
+            postrouting: nat::NatChain {
+                rules: vec![nat::NatRule {
+                    matches: Rule::any(Verdict::Accept),
+                    action: nat::Action::Snat {
+                        addrs: (nat_addr, nat_addr),
+                        ports: None,
+                    },
+                }],
+            },
+            ..nat::Config::default()
+        });
+    }
     cfg.pool.buffers = 8192;
     let pool = Pool::new(cfg.pool).context("pool")?;
     let room = pool.config().room();
@@ -412,11 +441,28 @@ pub(crate) fn build_ct_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dy
             wire: 1,
             bytes: 60,
         };
+        let mut reply_tuple = first.tuple.invert();
         if let Found::New(i) = tracked.track(&first, now) {
+            if snat && let Some(e) = tracked.table.get(i).copied() {
+                let ConnTrack { table, nat, .. } = &mut tracked;
+                if let Ok(r) = nat::pick_source(
+                    &e.tuple,
+                    (nat_addr, nat_addr),
+                    None,
+                    ct_cfg.seed,
+                    |t| table.lookup(t, now).is_some(),
+                    nat,
+                ) && let Some(e) = table.get_mut(i)
+                {
+                    e.tuple[1] = r;
+                    e.status |= ct::status::SRC_NAT;
+                    reply_tuple = r;
+                }
+            }
             tracked.confirm(i, now);
         }
         let reply = Seen {
-            tuple: first.tuple.invert(),
+            tuple: reply_tuple,
             ..first
         };
         tracked.track(&reply, now);

@@ -49,6 +49,8 @@ cost (the null row), as a NIC's DMA and driver loop are part of the kernel's fig
   udp-local-1b-nf1     udp-local-1b with one PREROUTING rule (UDP ports 9000-9100, drop)
   ct-forward           ip4-forward's 1024 flows through a FORWARD chain accepting only
                        ct state established (policy drop), the flows established first
+  nat44-forward        ct-forward with source NAT (snat to 198.18.0.1) on every flow, each
+                       flow's translation made before the run
   ct-setup             new connections: 65,536 UDP flows through a 4,096-entry table and a
                        FORWARD chain accepting ct state new (each packet a new connection)
                        that matches none of the streams: the cost of a hook and a rule

@@ -31,6 +31,7 @@ pub(crate) const NAMES: &[&str] = &[
     "ip4-forward-vrf1",
     "ct-forward",
     "ct-setup",
+    "nat44-forward",
     "udp-forward-1460",
     "tcp-forward-1460",
     "rps",
@@ -591,7 +592,8 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
         | "ip4-forward-vrf"
         | "ip4-forward-vrf1"
         | "ct-forward"
-        | "ct-setup" => {
+        | "ct-setup"
+        | "nat44-forward" => {
             for &d in ax.dispatch {
                 for &m in ax.modes {
                     v.push(mk(Some(m), Some(d)));
@@ -658,6 +660,7 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "ip4-forward-vrf" | "ip4-forward-vrf1" => super::vrf::build(v, c),
         "ct-forward" => super::forward::build_ct_forward(v, c),
         "ct-setup" => super::forward::build_ct_setup(v, c),
+        "nat44-forward" => super::forward::build_nat44_forward(v, c),
         "udp-forward-1460" => super::gro::build_gro_forward(v, c, false, false),
         "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true, false),
         "ip6-forward" => super::forward6::build_forward6(v, c),

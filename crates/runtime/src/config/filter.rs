@@ -24,11 +24,11 @@ pub(super) struct FilterFile {
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ChainFile {
+pub(super) struct ChainFile {
     #[serde(default = "default_policy")]
-    policy: String,
+    pub(super) policy: String,
     #[serde(default, rename = "rule")]
-    rules: Vec<RuleFile>,
+    pub(super) rules: Vec<RuleFile>,
 }
 
 fn default_policy() -> String {
@@ -51,7 +51,7 @@ enum ProtoSpec {
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RuleFile {
+pub(super) struct RuleFile {
     proto: Option<ProtoSpec>,
     src: Option<String>,
     dst: Option<String>,
@@ -71,7 +71,9 @@ struct RuleFile {
     ct_mark: Option<String>,
     /// `ct mark set`: `V` or `mark`.
     ct_mark_set: Option<String>,
-    action: String,
+    pub(super) action: String,
+    /// A NAT rule's target (`[nat.*]` only): `ADDR[-ADDR][:PORT[-PORT]]`.
+    pub(super) to: Option<String>,
 }
 
 /// A number, decimal or `0x` hexadecimal.
@@ -229,8 +231,27 @@ pub(super) fn rule_from_words(
 
 /// One rule of the chain at `hook`, under `rkey`.
 fn rule(r: &RuleFile, hook: HookPoint, rkey: &str, names: &Names, e: &mut Errs) -> Rule {
-    let mut rule =
-        Rule::any(verdict(&r.action, &format!("{rkey}.action"), e).unwrap_or(Verdict::Accept));
+    if r.to.is_some() {
+        e.add(
+            format!("{rkey}.to"),
+            "'to' is for NAT rules ([nat.prerouting], [nat.postrouting])",
+        );
+    }
+    let v = verdict(&r.action, &format!("{rkey}.action"), e).unwrap_or(Verdict::Accept);
+    matches_of(r, v, hook, rkey, names, e)
+}
+
+/// The matches of rule `r` at `hook` under `rkey`, with verdict `v` (a NAT rule's
+/// matches are a filter rule's).
+pub(super) fn matches_of(
+    r: &RuleFile,
+    v: Verdict,
+    hook: HookPoint,
+    rkey: &str,
+    names: &Names,
+    e: &mut Errs,
+) -> Rule {
+    let mut rule = Rule::any(v);
     rule.proto = match &r.proto {
         None => None,
         Some(ProtoSpec::Number(n)) => Some(*n),

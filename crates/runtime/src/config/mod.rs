@@ -45,6 +45,7 @@ mod filter;
 mod icmp;
 mod linux;
 mod machine;
+mod nat;
 mod neighbour;
 mod pool;
 mod ports;
@@ -159,6 +160,7 @@ struct File {
     #[serde(default)]
     filter: filter::FilterFile,
     conntrack: Option<conntrack::ConntrackFile>,
+    nat: Option<nat::NatFile>,
     #[serde(default)]
     classifier: classifier::ClassifierFile,
     #[serde(default, rename = "app")]
@@ -523,10 +525,19 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         chains: filter::validate(&raw.filter, &names, e),
         classifier: classifier::validate(&raw.classifier, &port_names, e),
         conntrack: conntrack::validate(raw.conntrack.as_ref(), dp.workers, e),
+        nat: nat::validate(raw.nat.as_ref(), &names, e),
         ..GraphOptions::default()
     };
     let mut graph = graph;
-    if graph.conntrack.is_none() && graph.chains.iter().any(|(_, c)| c.uses_ct()) {
+    if graph.nat.is_some() && dp.workers > 1 {
+        e.add(
+            "nat",
+            "NAT needs one worker for now: the tables are per worker and steering does not              yet bring a translated connection's replies to the worker that owns it",
+        );
+    }
+    if graph.conntrack.is_none()
+        && (graph.nat.is_some() || graph.chains.iter().any(|(_, c)| c.uses_ct()))
+    {
         graph.conntrack = conntrack::validate(Some(&Default::default()), dp.workers, e);
     }
     let mut dp = dp;
@@ -852,6 +863,12 @@ mod tests {
             ("`[filter]`", "[filter]\n"),
             ("`[filter.HOOK]`", "[filter.forward]\n"),
             ("`[[filter.HOOK.rule]]`", "[[filter.forward.rule]]\n"),
+            ("`[nat]`", "[nat]\n"),
+            ("`[nat.HOOK]`", "[nat.postrouting]\n"),
+            (
+                "`[[nat.HOOK.rule]]`",
+                "[[nat.postrouting.rule]]\naction = \"accept\"\n",
+            ),
             ("`[classifier]`", "[classifier]\n"),
             ("`[[classifier.filter]]`", "[[classifier.filter]]\n"),
             ("`[[app]]`", "[[app]]\n"),

@@ -139,6 +139,8 @@ pub fn data(e: &Entry, now: u64, worker: usize) -> Value {
         "reply": dir(1),
         "seen_reply": e.has(status::SEEN_REPLY),
         "assured": e.has(status::ASSURED),
+        "snat": e.has(status::SRC_NAT),
+        "dnat": e.has(status::DST_NAT),
         "mark": e.mark,
         "worker": worker,
     })
@@ -189,6 +191,10 @@ pub fn counters(ct: &netbatch_stack::ct::ConnTrack) -> Value {
     }
     for (name, n) in netbatch_stack::ct::Invalid::NAMES.iter().zip(s.invalid) {
         m.insert(format!("invalid_{name}"), json!(n));
+    }
+    // NAT's: translations made, ports kept or searched, refusals by reason.
+    for (name, n) in ct.nat.named() {
+        m.insert(format!("nat_{name}"), json!(n));
     }
     Value::Object(m)
 }

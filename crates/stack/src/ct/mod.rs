@@ -339,6 +339,8 @@ pub struct ConnTrack {
     hint: Option<(Tuple, u32, usize)>,
     /// Counters.
     pub stats: CtStats,
+    /// NAT's counters ([`crate::nat`]: its stages work on this table).
+    pub nat: crate::nat::NatStats,
 }
 
 impl ConnTrack {
@@ -350,6 +352,7 @@ impl ConnTrack {
             attached: vec![0; buffers],
             hint: None,
             stats: CtStats::default(),
+            nat: crate::nat::NatStats::default(),
         }
     }
 
@@ -405,9 +408,12 @@ impl ConnTrack {
             Kind::Untracked => return Found::Untracked,
             Kind::Invalid(why) => return Found::Invalid(why),
             Kind::IcmpError(q) => {
-                return match q.and_then(|t| self.table.lookup(&t, now)) {
-                    // The error travels against the quoted packet's direction.
-                    Some((idx, d)) => Found::Related { idx, dir: d ^ 1 },
+                // The error travels against the quoted packet, whose inverse is the
+                // tuple the error's own direction has on the wire (with NAT, the
+                // quote is the translated packet: its inverse is the rewritten reply
+                // tuple, as Linux's `icmp_error_message` looks it up).
+                return match q.and_then(|t| self.table.lookup(&t.invert(), now)) {
+                    Some((idx, dir)) => Found::Related { idx, dir },
                     None => Found::Invalid(Invalid::IcmpOrphan),
                 };
             }

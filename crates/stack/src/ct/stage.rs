@@ -57,8 +57,8 @@ const TRACK_READS: Fields = Fields::of(&[Field::L3, Field::L4, Field::Gso]);
 /// `ct-in`: received packets, after the IP input checks, before PREROUTING.
 pub const IN: Decl = Decl {
     arcs: &[
-        ("accept", To::Via(node::HOOK_PREROUTING, "accept")),
-        ("accept6", To::Via(node::HOOK_PREROUTING, "accept6")),
+        ("accept", To::Via(node::NAT_PREROUTING, "accept")),
+        ("accept6", To::Via(node::NAT_PREROUTING, "accept6")),
     ],
     reasons: &[reason::ALL],
     decode: Decode::Ip,

@@ -121,8 +121,8 @@ pub const OUTPUT: Decl = Decl {
 /// `hook-postrouting`, before the neighbour stages, for everything leaving.
 pub const POSTROUTING: Decl = Decl {
     arcs: &[
-        ("accept", To::Via(node::CT_CONFIRM, "accept")),
-        ("accept6", To::Via(node::CT_CONFIRM, "accept6")),
+        ("accept", To::Via(node::NAT_POSTROUTING, "accept")),
+        ("accept6", To::Via(node::NAT_POSTROUTING, "accept6")),
     ],
     reasons: &[&[reason::POSTROUTING]],
     decode: Decode::Ip,

@@ -1,0 +1,272 @@
+//! `[nat.prerouting]` and `[nat.postrouting]`: NAT44 chains in nftables' terms (a
+//! `type nat` chain per hook), looked at for a connection's first packet only. A rule
+//! has a filter rule's matches (`proto`, `src`, `dst`, ports, `in`/`out`, `mark`,
+//! `ct_*`) and an `action`: in prerouting `dnat` with `to = "ADDR"` or `"ADDR:PORT"`
+//! (nft's `dnat to ADDR:PORT`; a port needs `proto` tcp or udp); in postrouting `snat`
+//! with `to = "ADDR"`, `"ADDR-ADDR"`, each optionally `":PORT"` or `":PORT-PORT"` (nft's
+//! `snat to 203.0.113.1-203.0.113.4:1024-2048`) and `masquerade` (the egress interface's
+//! address; `to = ":PORT-PORT"` optional); `accept` anywhere: no translation, no later
+//! rule. A chain's policy is accept (a NAT chain decides translations, not fates).
+//! NAT turns connection tracking on.
+
+use core::net::Ipv4Addr;
+
+use netbatch_stack::filter::{HookPoint, PortRange, Verdict};
+use netbatch_stack::nat::{Action, Config, NatChain, NatRule};
+
+use super::Errs;
+use super::filter::{ChainFile, matches_of};
+use super::ports::Names;
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NatFile {
+    prerouting: Option<ChainFile>,
+    postrouting: Option<ChainFile>,
+}
+
+/// `ADDR` or `ADDR-ADDR`.
+fn addrs(s: &str) -> Option<(u32, u32)> {
+    let (a, b) = s.split_once('-').unwrap_or((s, s));
+    let (a, b) = (
+        a.trim().parse::<Ipv4Addr>().ok()?,
+        b.trim().parse::<Ipv4Addr>().ok()?,
+    );
+    let (a, b) = (u32::from(a), u32::from(b));
+    (a <= b).then_some((a, b))
+}
+
+/// `ADDR[-ADDR][:PORTS]` split at the port's colon.
+fn split_port(s: &str) -> (&str, Option<&str>) {
+    match s.split_once(':') {
+        Some((a, p)) => (a, Some(p)),
+        None => (s, None),
+    }
+}
+
+/// The action of rule `r` (`action`, `to`) in the chain of `hook`, under `rkey`.
+fn action(
+    act: &str,
+    to: Option<&str>,
+    proto: Option<u8>,
+    hook: HookPoint,
+    rkey: &str,
+    e: &mut Errs,
+) -> Option<Action> {
+    let tkey = format!("{rkey}.to");
+    let ports = |p: Option<&str>, e: &mut Errs| -> Option<Option<PortRange>> {
+        match p {
+            None => Some(None),
+            Some(p) => match p.parse::<PortRange>() {
+                Ok(r) if !matches!(proto, Some(6) | Some(17)) => {
+                    e.add(
+                        tkey.clone(),
+                        "a port needs proto = \"tcp\" or \"udp\" (nft: a port needs an l4 protocol)",
+                    );
+                    let _ = r;
+                    None
+                }
+                Ok(r) => Some(Some(r)),
+                Err(m) => {
+                    e.add(tkey.clone(), m);
+                    None
+                }
+            },
+        }
+    };
+    let wrong = |want: &str, e: &mut Errs| {
+        e.add(
+            format!("{rkey}.action"),
+            format!("'{act}' belongs in [nat.{want}]"),
+        );
+        None
+    };
+    match act {
+        "accept" => {
+            if to.is_some() {
+                e.add(tkey, "'accept' translates nothing: no 'to'");
+                return None;
+            }
+            Some(Action::Accept)
+        }
+        "dnat" if hook != HookPoint::Prerouting => wrong("prerouting", e),
+        "snat" | "masquerade" if hook != HookPoint::Postrouting => wrong("postrouting", e),
+        "dnat" => {
+            let Some(t) = to else {
+                e.add(tkey, "dnat needs 'to' (ADDR or ADDR:PORT)");
+                return None;
+            };
+            let (a, p) = split_port(t);
+            let Ok(addr) = a.trim().parse::<Ipv4Addr>() else {
+                e.add(
+                    tkey,
+                    format!("'{t}' is not ADDR or ADDR:PORT (an IPv4 address)"),
+                );
+                return None;
+            };
+            let r = ports(p, e)?;
+            if r.is_some_and(|r| r.lo != r.hi) {
+                e.add(tkey, "dnat takes one port");
+                return None;
+            }
+            Some(Action::Dnat {
+                addr: u32::from(addr),
+                port: r.map(|r| r.lo),
+            })
+        }
+        "snat" => {
+            let Some(t) = to else {
+                e.add(
+                    tkey,
+                    "snat needs 'to' (ADDR, ADDR-ADDR, optionally :PORT or :PORT-PORT)",
+                );
+                return None;
+            };
+            let (a, p) = split_port(t);
+            let Some(addrs) = addrs(a) else {
+                e.add(
+                    tkey,
+                    format!("'{a}' is not an IPv4 address or an ascending range ADDR-ADDR"),
+                );
+                return None;
+            };
+            Some(Action::Snat {
+                addrs,
+                ports: ports(p, e)?,
+            })
+        }
+        "masquerade" => {
+            let p = match to {
+                None => None,
+                Some(t) => match t.strip_prefix(':') {
+                    Some(p) => Some(p),
+                    None => {
+                        e.add(
+                            tkey,
+                            "masquerade's 'to' is :PORT-PORT (the address is the interface's)",
+                        );
+                        return None;
+                    }
+                },
+            };
+            Some(Action::Masquerade {
+                ports: ports(p, e)?,
+            })
+        }
+        other => {
+            e.add(
+                format!("{rkey}.action"),
+                format!("unknown NAT action '{other}' (dnat, snat, masquerade, accept)"),
+            );
+            None
+        }
+    }
+}
+
+/// Validates `[nat]`; `None` when there is none.
+pub(super) fn validate(raw: Option<&NatFile>, names: &Names, e: &mut Errs) -> Option<Config> {
+    let raw = raw?;
+    let mut cfg = Config::default();
+    for (hook, chain, slot) in [
+        (HookPoint::Prerouting, &raw.prerouting, &mut cfg.prerouting),
+        (
+            HookPoint::Postrouting,
+            &raw.postrouting,
+            &mut cfg.postrouting,
+        ),
+    ] {
+        let Some(c) = chain else { continue };
+        let key = format!("nat.{}", hook.name());
+        if c.policy != "accept" {
+            e.add(
+                format!("{key}.policy"),
+                "a NAT chain's policy is accept (it decides translations, not fates)",
+            );
+        }
+        let mut rules = Vec::new();
+        for (ri, r) in c.rules.iter().enumerate() {
+            let rkey = format!("{key}.rule[{ri}]");
+            let m = matches_of(r, Verdict::Accept, hook, &rkey, names, e);
+            if m.ct_mark_set.is_some() {
+                e.add(
+                    format!("{rkey}.ct_mark_set"),
+                    "a NAT rule translates; set marks in a [filter] chain",
+                );
+            }
+            if let Some(a) = action(&r.action, r.to.as_deref(), m.proto, hook, &rkey, e) {
+                rules.push(NatRule {
+                    matches: m,
+                    action: a,
+                });
+            }
+        }
+        *slot = NatChain { rules };
+    }
+    Some(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_test as parse;
+    use netbatch_stack::nat::Action;
+
+    const PORTS: &str = "[[port]]\nname = \"inside\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"192.0.2.1/24\"]\n\
+        [[port]]\nname = \"outside\"\nmac = \"02:00:00:00:00:02\"\naddresses = [\"203.0.113.1/24\"]\n";
+
+    /// The statements as nft writes them, and tracking turned on by them.
+    #[test]
+    fn statements_parse_as_nft_writes_them() {
+        let text = format!(
+            "{PORTS}[[nat.prerouting.rule]]\nin = \"outside\"\nproto = \"tcp\"\ndport = 8080\naction = \"dnat\"\nto = \"192.0.2.10:80\"\n\
+             [[nat.postrouting.rule]]\nout = \"outside\"\nsrc = \"192.0.2.0/24\"\nproto = \"udp\"\naction = \"snat\"\nto = \"203.0.113.5-203.0.113.6:1024-2047\"\n\
+             [[nat.postrouting.rule]]\nsrc = \"192.0.2.99/32\"\naction = \"accept\"\n\
+             [[nat.postrouting.rule]]\nout = \"outside\"\naction = \"masquerade\"\n"
+        );
+        let c = parse(&text).unwrap();
+        let n = c.graph.nat.as_ref().unwrap();
+        let d: Vec<String> = n
+            .prerouting
+            .rules
+            .iter()
+            .chain(&n.postrouting.rules)
+            .map(|r| r.action.describe())
+            .collect();
+        assert_eq!(
+            d,
+            [
+                "dnat to 192.0.2.10:80",
+                "snat to 203.0.113.5-203.0.113.6:1024-2047",
+                "accept",
+                "masquerade"
+            ]
+        );
+        assert!(c.graph.conntrack.is_some(), "NAT needs tracking");
+        assert!(matches!(n.postrouting.rules[1].action, Action::Accept));
+    }
+
+    /// Every mistake refused at its key.
+    #[test]
+    fn mistakes_are_refused_with_their_keys() {
+        let text = format!(
+            "{PORTS}[nat.prerouting]\npolicy = \"drop\"\n[[nat.prerouting.rule]]\naction = \"snat\"\nto = \"203.0.113.1\"\n\
+             [[nat.prerouting.rule]]\naction = \"dnat\"\nto = \"192.0.2.10:80\"\n\
+             [[nat.postrouting.rule]]\naction = \"snat\"\nto = \"203.0.113.9-203.0.113.1\"\n\
+             [[nat.postrouting.rule]]\naction = \"masquerade\"\nto = \"203.0.113.1\"\n\
+             [[nat.postrouting.rule]]\naction = \"redirect\"\n\
+             [[filter.forward.rule]]\naction = \"accept\"\nto = \"1.2.3.4\"\n"
+        );
+        let e = parse(&text).unwrap_err();
+        let keys: Vec<&str> = e.errors.iter().map(|x| x.key.as_str()).collect();
+        for k in [
+            "nat.prerouting.policy",
+            "nat.prerouting.rule[0].action",
+            "nat.prerouting.rule[1].to",
+            "nat.postrouting.rule[0].to",
+            "nat.postrouting.rule[1].to",
+            "nat.postrouting.rule[2].action",
+            "filter.forward.rule[0].to",
+        ] {
+            assert!(keys.contains(&k), "{k} missing from {keys:?}");
+        }
+    }
+}

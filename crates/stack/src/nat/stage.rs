@@ -1,0 +1,462 @@
+//! The NAT stages: `nat-prerouting` (after `ct-in`, before the PREROUTING filter hook:
+//! Linux's NAT at `NF_IP_PRI_NAT_DST`, -100, before filter's 0) changes destinations;
+//! `nat-postrouting` (after the POSTROUTING filter hook, before `ct-confirm`: Linux's
+//! `NF_IP_PRI_NAT_SRC`, 100) changes sources. See the module above for what each does to
+//! which packet.
+//!
+//! Per packet: an IPv4 packet whose connection is tracked (new, established or related,
+//! attached to its entry) and whose entry has the translation this hook applies in its
+//! direction is rewritten; a new connection's first packet (unconfirmed, original
+//! direction) first has its translation decided by the hook's NAT chain. Everything
+//! else passes untouched: IPv6, untracked and invalid packets, connections without
+//! NAT. A super-packet is rewritten once, on its head: GSO gives every segment the
+//! head's addresses and ports (and fraglist members have them copied with their
+//! checksums updated, `gso`), so every segment carries the translation.
+
+use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
+
+use super::rewrite::{self, Layout, Manip};
+use super::{Action, CompiledChain, NatStats, Refusal};
+use crate::assemble::{GraphOptions, node};
+use crate::ct::{self, ConnTrack, Tuple, state_bit, status};
+use crate::declare::{Decl, Decode, To};
+use crate::dissect::{L3, L4};
+use crate::filter::hook::key_of;
+use crate::host::Host;
+use crate::meta::{Field, Fields, flag};
+
+netbatch_engine::reasons! {
+    /// Why NAT drops a packet.
+    pub mod reason {
+        NO_PORT = "nat_no_port": "source NAT found no free port in its range (bounded search)",
+        NO_ADDRESS = "nat_no_address": "masquerade on an interface without an IPv4 address",
+        TRUNCATED = "nat_truncated": "packet too short for the NAT rewrite",
+    }
+}
+
+netbatch_engine::arcs! {
+    /// IPv4 packets.
+    pub ACCEPT = "accept";
+    /// IPv6 packets (untouched).
+    pub ACCEPT6 = "accept6";
+}
+
+/// Whether NAT is configured.
+fn present(o: &GraphOptions) -> bool {
+    o.nat.as_ref().is_some_and(|n| !n.is_empty()) && o.conntrack.is_some()
+}
+
+fn make_pre(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
+    let cfg = m.opts.nat.clone().unwrap_or_default();
+    let seed = m.opts.conntrack.as_ref().map_or(0, |c| c.seed);
+    Box::new(NatStage::new(Manip::Dst, &cfg.prerouting, seed))
+}
+
+fn make_post(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
+    let cfg = m.opts.nat.clone().unwrap_or_default();
+    let seed = m.opts.conntrack.as_ref().map_or(0, |c| c.seed);
+    Box::new(NatStage::new(Manip::Src, &cfg.postrouting, seed))
+}
+
+const READS: Fields = Fields::of(&[
+    Field::L3,
+    Field::L4,
+    Field::InIf,
+    Field::OutIf,
+    Field::Mark,
+    Field::Gso,
+    Field::Ct,
+]);
+
+/// `nat-prerouting`: destination NAT, after `ct-in`.
+pub const PREROUTING: Decl = Decl {
+    arcs: &[
+        ("accept", To::Via(node::HOOK_PREROUTING, "accept")),
+        ("accept6", To::Via(node::HOOK_PREROUTING, "accept6")),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Ip,
+    reads: READS,
+    present,
+    ..Decl::new(node::NAT_PREROUTING, make_pre)
+};
+
+/// `nat-postrouting`: source NAT, after the POSTROUTING hook.
+pub const POSTROUTING: Decl = Decl {
+    arcs: &[
+        ("accept", To::Via(node::CT_CONFIRM, "accept")),
+        ("accept6", To::Via(node::CT_CONFIRM, "accept6")),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Ip,
+    reads: READS,
+    present,
+    ..Decl::new(node::NAT_POSTROUTING, make_post)
+};
+
+/// A NAT stage: the end it changes and its chain.
+#[derive(Debug)]
+pub struct NatStage {
+    manip: Manip,
+    chain: CompiledChain,
+    seed: u64,
+    /// The translations decided in this call (original tuple, reply tuple, status
+    /// bits): their entries are not in the table's chains until confirmed, so the port
+    /// search and a second new entry of one connection look here.
+    decided: Vec<(Tuple, Tuple, u16)>,
+    /// Rule hits by position.
+    hits: Vec<u64>,
+}
+
+impl NatStage {
+    /// The stage changing `manip` with `chain`, hashing with `seed`.
+    pub fn new(manip: Manip, chain: &super::NatChain, seed: u64) -> Self {
+        Self {
+            manip,
+            chain: CompiledChain::new(chain),
+            seed,
+            decided: Vec::with_capacity(netbatch_engine::LIST_MAX),
+            hits: vec![0; chain.rules.len()],
+        }
+    }
+
+    /// The status bit of the translation this hook makes for a new connection.
+    fn own_bit(&self) -> u16 {
+        match self.manip {
+            Manip::Dst => status::DST_NAT,
+            Manip::Src => status::SRC_NAT,
+        }
+    }
+
+    /// Whether this hook rewrites a packet in direction `dir` of a connection with
+    /// status `s` (Linux's `nf_nat_packet`: the original direction gets its own
+    /// translation, the reply direction the inverse of the other hook's).
+    fn applies(&self, s: u16, dir: usize) -> bool {
+        let bit = if dir == 0 {
+            self.own_bit()
+        } else {
+            self.own_bit() ^ (status::SRC_NAT | status::DST_NAT)
+        };
+        s & bit != 0
+    }
+
+    /// Decides the translation of new connection `idx` whose first packet has match
+    /// key `k`; the entry's reply tuple and status are rewritten.
+    fn decide(
+        &mut self,
+        ct: &mut ConnTrack,
+        idx: u32,
+        k: &crate::filter::Key,
+        masq: Option<u32>,
+        now: u64,
+    ) -> Result<(), Refusal> {
+        let Some(e) = ct.table.get(idx) else {
+            return Ok(());
+        };
+        let (tuple, st) = (e.tuple, e.status);
+        // A second new entry of a connection decided in this call takes the first's
+        // translation (the confirm stage joins it to the first's entry).
+        if let Some(&(_, reply, bits)) = self.decided.iter().find(|(o, _, _)| *o == tuple[0]) {
+            if let Some(e) = ct.table.get_mut(idx) {
+                e.tuple[1] = reply;
+                e.status |= bits;
+            }
+            return Ok(());
+        }
+        let mut k = *k;
+        k.ct_status = st;
+        let Some((i, action)) = self.chain.eval(&k) else {
+            return Ok(());
+        };
+        if let Some(h) = self.hits.get_mut(i) {
+            *h += 1;
+        }
+        let ConnTrack { table, nat, .. } = ct;
+        let decided = &self.decided;
+        let mut used =
+            |r: &Tuple| decided.iter().any(|(_, d, _)| d == r) || table.lookup(r, now).is_some();
+        let (reply, bit) = match (self.manip, action) {
+            (Manip::Dst, Action::Dnat { addr, port }) => {
+                nat.dnat += 1;
+                (super::dest(&tuple, addr, port), status::DST_NAT)
+            }
+            (Manip::Src, Action::Snat { addrs, ports }) => (
+                pick(&tuple, addrs, ports, self.seed, &mut used, nat)?,
+                status::SRC_NAT,
+            ),
+            (Manip::Src, Action::Masquerade { ports }) => {
+                let Some(a) = masq else {
+                    nat.no_address += 1;
+                    return Err(Refusal::NoAddress);
+                };
+                (
+                    pick(&tuple, (a, a), ports, self.seed, &mut used, nat)?,
+                    status::SRC_NAT,
+                )
+            }
+            // `accept`, or an action of the other hook (the configuration refuses it).
+            _ => return Ok(()),
+        };
+        if let Some(e) = table.get_mut(idx) {
+            e.tuple[1] = reply;
+            e.status |= bit;
+        }
+        self.decided.push((tuple[0], reply, bit));
+        Ok(())
+    }
+}
+
+/// Source NAT's pick, counted.
+fn pick(
+    t: &[Tuple; 2],
+    addrs: (u32, u32),
+    ports: Option<crate::filter::PortRange>,
+    seed: u64,
+    used: &mut impl FnMut(&Tuple) -> bool,
+    nat: &mut NatStats,
+) -> Result<Tuple, Refusal> {
+    match super::pick_source(t, addrs, ports, seed, used, nat) {
+        Ok(r) => {
+            nat.snat += 1;
+            Ok(r)
+        }
+        Err(r) => {
+            nat.no_port += 1;
+            Err(r)
+        }
+    }
+}
+
+/// What a packet's rewrite is: the address and port its changed end gets, and for an
+/// ICMP error its quoted packet's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rewrite {
+    /// The address.
+    pub addr: u32,
+    /// The port (ICMP query: identifier).
+    pub port: u16,
+    /// An ICMP error's quoted packet: its other end's address and port.
+    pub inner: Option<(u32, u16)>,
+}
+
+/// The rewrite at a hook changing `m` of a packet in direction `dir` of a connection
+/// whose tuples are `t` (`related`: an ICMP error about it). The packet leaves looking
+/// like `invert(t[dir ^ 1])`; an error's quote like `t[dir ^ 1]`.
+pub fn rewrite_for(t: &[Tuple; 2], dir: usize, m: Manip, related: bool) -> Rewrite {
+    let other = t.get(dir ^ 1).copied().unwrap_or_default();
+    let target = other.invert();
+    let icmp = L4::of(other.proto) == L4::Icmp;
+    let (addr, port) = match m {
+        Manip::Src => (target.src as u32, target.sport),
+        Manip::Dst => (
+            target.dst as u32,
+            if icmp { target.sport } else { target.dport },
+        ),
+    };
+    let inner = related.then_some(match m {
+        // The quote travelled the other way: the hook changing destinations changes
+        // its source.
+        Manip::Dst => (other.src as u32, other.sport),
+        Manip::Src => (
+            other.dst as u32,
+            if icmp { other.sport } else { other.dport },
+        ),
+    });
+    Rewrite { addr, port, inner }
+}
+
+impl Stage<Host> for NatStage {
+    fn arcs(&self) -> &[&'static str] {
+        ARCS
+    }
+
+    fn reasons(&self) -> &'static [Reason] {
+        reason::ALL
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        const NAMES: [&str; 8] = [
+            "rule_0", "rule_1", "rule_2", "rule_3", "rule_4", "rule_5", "rule_6", "rule_7",
+        ];
+        let mut v: Vec<(&'static str, u64)> = NAMES
+            .iter()
+            .zip(&self.hits)
+            .map(|(&n, &h)| (n, h))
+            .collect();
+        if self.hits.len() > NAMES.len() {
+            v.push((
+                "rules_8_and_above",
+                self.hits.iter().skip(NAMES.len()).sum(),
+            ));
+        }
+        v
+    }
+
+    fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
+        let now = cx.now_ns;
+        self.decided.clear();
+        let Host { ct, ifaces, .. } = st;
+        let Some(ct) = ct.as_deref_mut() else {
+            for p in list.drain(..) {
+                let six = cx.pool.get(&p).meta.l3_type == L3::Ipv6 as u8;
+                out.push(if six { ACCEPT6 } else { ACCEPT }, p);
+            }
+            return;
+        };
+        for mut p in list.drain(..) {
+            let buf = p.index();
+            let mut v = cx.pool.get_mut(&mut p);
+            let f = v.meta.flags;
+            if v.meta.l3_type != L3::Ipv4 as u8 {
+                out.push(ACCEPT6, p);
+                continue;
+            }
+            let state = ct::state_of(f);
+            if state & (state_bit::NEW | state_bit::ESTABLISHED | state_bit::RELATED) == 0 {
+                out.push(ACCEPT, p);
+                continue;
+            }
+            let Some(idx) = ct.attached(buf) else {
+                out.push(ACCEPT, p);
+                continue;
+            };
+            let dir = usize::from(f & flag::CT_REPLY != 0);
+            if f & flag::CT_UNCONFIRMED != 0 && dir == 0 && state == state_bit::NEW {
+                let (k, masq) = {
+                    let r = netbatch_engine::PktRef {
+                        meta: &*v.meta,
+                        buf: &*v.buf,
+                    };
+                    match self.manip {
+                        Manip::Dst => (key_of(&r, r.meta.in_if, u16::MAX), None),
+                        Manip::Src => {
+                            let o = r.meta.out_if;
+                            let a = ifaces
+                                .get(usize::from(o))
+                                .and_then(|i| i.primary())
+                                .map(u32::from);
+                            (key_of(&r, u16::MAX, o), a)
+                        }
+                    }
+                };
+                let mut k = k;
+                k.ct_state = state;
+                if let Err(why) = self.decide(ct, idx, &k, masq, now) {
+                    out.drop(
+                        p,
+                        match why {
+                            Refusal::NoPort => reason::NO_PORT,
+                            Refusal::NoAddress => reason::NO_ADDRESS,
+                        },
+                    );
+                    continue;
+                }
+            }
+            let Some(e) = ct.table.get(idx) else {
+                out.push(ACCEPT, p);
+                continue;
+            };
+            if !self.applies(e.status, dir) {
+                out.push(ACCEPT, p);
+                continue;
+            }
+            let related = state == state_bit::RELATED;
+            let rw = rewrite_for(&e.tuple, dir, self.manip, related);
+            let wire = v.meta.wire_packets();
+            // The protocol is the connection's (no second parse of the headers the
+            // tracker read); the offsets are the dissector's.
+            let proto = L4::of(e.tuple[0].proto);
+            let (lay, l3) = {
+                let m = &*v.meta;
+                let l3 = usize::from(m.l3.wrapping_sub(m.data));
+                let l4 = usize::from(m.l4.wrapping_sub(m.l3));
+                let icmp_query = proto == L4::Icmp
+                    && !related
+                    && v.data()
+                        .get(l3 + l4)
+                        .is_some_and(|&t| ct::icmp::class(false, t) == ct::icmp::Class::Query);
+                let lay = Layout {
+                    l4,
+                    proto,
+                    icmp_query,
+                    partial: m.flags & flag::L4_CSUM_PARTIAL != 0,
+                };
+                (lay, l3)
+            };
+            let done = match v.data_mut().get_mut(l3..) {
+                None => Err(rewrite::Short),
+                Some(ip) => match rw.inner {
+                    Some((ia, ipt)) => {
+                        rewrite::icmp_error(ip, lay.l4, self.manip, rw.addr, ia, ipt).map(|()| true)
+                    }
+                    None => rewrite::packet(ip, lay, self.manip, rw.addr, rw.port).map(|()| false),
+                },
+            };
+            match done {
+                Ok(error) => {
+                    ct.nat.translated += wire;
+                    if error {
+                        ct.nat.icmp_errors += wire;
+                    }
+                    out.push(ACCEPT, p);
+                }
+                Err(rewrite::Short) => {
+                    ct.nat.truncated += wire;
+                    out.drop(p, reason::TRUNCATED);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> u32 {
+        u32::from(s.parse::<core::net::Ipv4Addr>().unwrap())
+    }
+
+    /// A source-NATed UDP connection: the original direction leaves with the outside
+    /// address and port (postrouting), the reply comes back to the inside host
+    /// (prerouting), an ICMP error about the original direction goes back to the inside
+    /// host quoting the packet as it sent it.
+    #[test]
+    fn rewrites_follow_the_tuples() {
+        let o = Tuple::v4(
+            "192.0.2.10".parse().unwrap(),
+            "198.51.100.7".parse().unwrap(),
+            17,
+            5000,
+            53,
+        );
+        let mut r = o.invert();
+        r.dst = u128::from(ip("203.0.113.1"));
+        r.dport = 1024;
+        let t = [o, r];
+        assert_eq!(
+            rewrite_for(&t, 0, Manip::Src, false),
+            Rewrite {
+                addr: ip("203.0.113.1"),
+                port: 1024,
+                inner: None
+            }
+        );
+        assert_eq!(
+            rewrite_for(&t, 1, Manip::Dst, false),
+            Rewrite {
+                addr: ip("192.0.2.10"),
+                port: 5000,
+                inner: None
+            }
+        );
+        assert_eq!(
+            rewrite_for(&t, 1, Manip::Dst, true),
+            Rewrite {
+                addr: ip("192.0.2.10"),
+                port: 5000,
+                inner: Some((ip("192.0.2.10"), 5000))
+            }
+        );
+    }
+}

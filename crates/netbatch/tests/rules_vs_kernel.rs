@@ -767,27 +767,10 @@ fn query_line<F: Fam>(q: &Query) -> String {
     s
 }
 
-/// The `iif` number netbatch's rules give the VRF of interface `i`
-/// ([`netbatch_stack::route::rule::VRF_IIF`] plus the VRF's place among the VRFs'
-/// tables, ascending).
-fn vrf_iif(i: usize) -> u16 {
-    let mut tables: Vec<u32> = VRFS.iter().map(|v| v.1).collect();
-    tables.sort_unstable();
-    let p = tables
-        .iter()
-        .position(|&t| t == VRFS[i].1)
-        .expect("a VRF's table");
-    netbatch_stack::route::rule::VRF_IIF + p as u16
-}
-
-/// The name of `iif` number `i`: an interface's, or a VRF device's.
+/// The name of interface `i`.
 fn iif_name(i: u16) -> String {
-    match DEVS.get(usize::from(i)) {
-        Some(d) => (*d).to_string(),
-        None => (0..VRFS.len())
-            .find(|&v| vrf_iif(v) == i)
-            .map_or_else(|| format!("#{i}"), |v| VRFS[v].0.to_string()),
-    }
+    DEVS.get(usize::from(i))
+        .map_or_else(|| format!("#{i}"), |d| (*d).to_string())
 }
 
 /// Makes a round's tables 5 and 6 the VRFs' (blue's 11 and red's 10): the rules look the
@@ -796,16 +779,9 @@ fn iif_name(i: u16) -> String {
 /// itself) and throw routes (a throw at the kernel's l3mdev rule would walk on to the
 /// rules after it, which a VRF's table ends with `unreachable default` to prevent;
 /// netbatch ends the walk there).
-fn into_vrf<F: Fam>(rng: &mut Rng, rules: &mut [RuleDesc], routes: &mut Vec<RouteDesc>) {
+fn into_vrf<F: Fam>(rules: &mut [RuleDesc], routes: &mut Vec<RouteDesc>) {
     let vrf_of = |t: u32| VRFS.iter().position(|&(_, _, from)| from == t);
     for r in rules.iter_mut() {
-        // An `iif` names the VRF device half the time (what matches a VRF's packet in
-        // Linux), the interface itself otherwise (what never does).
-        if let Some(i) = r.iif
-            && rng.chance(50)
-        {
-            r.iif = Some(vrf_iif(usize::from(i)));
-        }
         if let Action::Lookup(t) = r.action
             && let Some(i) = vrf_of(t)
         {
@@ -1209,7 +1185,7 @@ fn round<F: Fam>(
 ) -> Result<(), String> {
     let (mut rules, mut routes) = generate::<F>(rng);
     if vrf {
-        into_vrf::<F>(rng, &mut rules, &mut routes);
+        into_vrf::<F>(&mut rules, &mut routes);
     }
     let (set, refused) = netbatch_rules::<F>(&rules)?;
     let tables = netbatch_tables::<F>(&routes, vrf);

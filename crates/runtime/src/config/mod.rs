@@ -512,7 +512,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let names = names.with_vrfs(iface_vrfs);
     let (routes, routes6) = routes::validate(&raw.routes, &raw.route_files, dir, &names, e);
     let (tables, tables6) = rules::tables(&raw.routes, &names, &vrfs, e);
-    let (rules, rules6) = rules::validate(&raw.rules, &names, &vrfs, e);
+    let (rules, rules6) = rules::validate(&raw.rules, &names, e);
     let (neighbours, neighbours6) = neighbour::statics(
         &raw.neighbour,
         &names,

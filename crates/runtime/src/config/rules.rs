@@ -5,7 +5,7 @@
 //! [[rule]]
 //! pref = 100                      # required: lower first, equal ones in file order
 //! from = "192.0.2.0/24"           # selectors, all optional: from, to (a prefix, an
-//! iif = "eth0"                    #   address, or "all"), iif (an interface or a VRF), fwmark
+//! iif = "eth0"                    #   address, or "all"), iif (an interface), fwmark
 //! fwmark = "0x10/0x30"            #   ("V", "V/MASK" or a number; "0" alone matches
 //! ipproto = "tcp"                 #   all, as Linux), ipproto (tcp, udp, icmp,
 //! dport = "1000-2000"             #   ipv6-icmp, sctp, udplite, or 0-255), sport and
@@ -230,36 +230,11 @@ fn family_of(r: &RuleFile, key: &str, e: &mut Errs) -> Option<bool> {
     Some(v6.unwrap_or(false))
 }
 
-/// The interface number a rule's `iif` names: an interface's, or a VRF's
-/// ([`netbatch_stack::route::rule::VRF_IIF`] plus its place among the tables of the
-/// VRFs that have interfaces; a VRF without one receives nothing: `u16::MAX`).
-fn rule_iif(names: &Names, vrfs: &[super::vrf::VrfConfig], n: &str) -> Option<u16> {
-    names.iface(n).or_else(|| {
-        let v = vrfs.iter().find(|v| v.name == n)?;
-        let mut tables: Vec<u32> = names
-            .vrfs()
-            .iter()
-            .filter_map(|(x, _)| vrfs.iter().find(|v| &v.name == x).map(|v| v.table))
-            .collect();
-        tables.sort_unstable();
-        tables.dedup();
-        Some(
-            tables
-                .iter()
-                .position(|&t| t == v.table)
-                .map_or(u16::MAX, |p| {
-                    netbatch_stack::route::rule::VRF_IIF + p as u16
-                }),
-        )
-    })
-}
-
 /// One `[[rule]]` under `key`, of family `F`.
 fn rule_of<F: LineFamily>(
     r: &RuleFile,
     key: &str,
     names: &Names,
-    vrfs: &[super::vrf::VrfConfig],
     e: &mut Errs,
 ) -> Option<RuleOf<F>> {
     let before = e.0.len();
@@ -298,8 +273,8 @@ fn rule_of<F: LineFamily>(
     let from = prefix("from", &r.from, e);
     let to = prefix("to", &r.to, e);
     let iif = r.iif.as_deref().and_then(|n| {
-        rule_iif(names, vrfs, n).or_else(|| {
-            e.add(format!("{key}.iif"), format!("no interface or VRF '{n}'"));
+        names.iface(n).or_else(|| {
+            e.add(format!("{key}.iif"), format!("no interface '{n}'"));
             None
         })
     });
@@ -481,7 +456,6 @@ fn add_all<F: Family>(list: &[(usize, RuleOf<F>)], e: &mut Errs) -> Vec<RuleOf<F
 pub(super) fn validate(
     raw: &[RuleFile],
     names: &Names,
-    vrfs: &[super::vrf::VrfConfig],
     e: &mut Errs,
 ) -> (Vec<Route4Rule>, Vec<Route6Rule>) {
     let mut v4 = Vec::new();
@@ -490,12 +464,12 @@ pub(super) fn validate(
         let key = format!("rule[{ri}]");
         match family_of(r, &key, e) {
             Some(false) => {
-                if let Some(x) = rule_of::<V4>(r, &key, names, vrfs, e) {
+                if let Some(x) = rule_of::<V4>(r, &key, names, e) {
                     v4.push((ri, x));
                 }
             }
             Some(true) => {
-                if let Some(x) = rule_of::<V6>(r, &key, names, vrfs, e) {
+                if let Some(x) = rule_of::<V6>(r, &key, names, e) {
                     v6.push((ri, x));
                 }
             }
@@ -793,8 +767,8 @@ impl Config {
                 .collect(),
         );
         let rule = match v6 {
-            Some(false) => rule_of::<V4>(&raw, "rule", &names, &self.vrfs, &mut e).map(AnyRule::V4),
-            Some(true) => rule_of::<V6>(&raw, "rule", &names, &self.vrfs, &mut e).map(AnyRule::V6),
+            Some(false) => rule_of::<V4>(&raw, "rule", &names, &mut e).map(AnyRule::V4),
+            Some(true) => rule_of::<V6>(&raw, "rule", &names, &mut e).map(AnyRule::V6),
             None => None,
         };
         match rule {

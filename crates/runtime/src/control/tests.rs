@@ -1515,10 +1515,7 @@ fn policy_rules_change_on_every_worker() {
         ("rule add pref 7 oif eth1 lookup 100", "not a rule selector"),
         ("rule add oif eth1 lookup 100", "nor a policy rule"),
         ("rule add pref 7 from 192.0.2.0/24", "needs an action"),
-        (
-            "rule add pref 7 iif eth9 lookup 100",
-            "no interface or VRF 'eth9'",
-        ),
+        ("rule add pref 7 iif eth9 lookup 100", "no interface 'eth9'"),
         ("rule del pref 99", "no such rule"),
         ("rule del pref 32766", "default rules"),
     ] {

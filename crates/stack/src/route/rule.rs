@@ -917,12 +917,6 @@ pub struct PolicyOf<F: Family> {
     mask: KeyOf<F>,
 }
 
-/// The first of the interface numbers a rule's `iif` gives a VRF: Linux matches a
-/// packet received on a VRF's interface by the VRF device (`iif blue`), never by the
-/// interface itself, and so does netbatch: for such a packet the rules see `VRF_IIF`
-/// plus the VRF's place among the VRFs' tables (ascending) as its `iif`.
-pub const VRF_IIF: u16 = 0xf000;
-
 /// The priority of Linux's `l3mdev` rule, the one that routes a VRF's packets in its
 /// table (`ip rule add pref 1000 l3mdev`, which the kernel adds with the first VRF).
 pub const L3MDEV_PREF: u32 = 1000;
@@ -1245,18 +1239,6 @@ impl<F: Family> PolicyOf<F> {
             tables: &self.tables,
         };
         let l3mdev = (vrf != TABLE_MAIN).then_some(vrf);
-        // A VRF's packet is matched by its VRF, not by the interface it came in by.
-        let as_vrf;
-        let k = match self.vrf_tables.iter().position(|&t| t == vrf) {
-            Some(p) if l3mdev.is_some() => {
-                as_vrf = KeyOf {
-                    iif: VRF_IIF + p as u16,
-                    ..*k
-                };
-                &as_vrf
-            }
-            _ => k,
-        };
         let mut d = if self.plain {
             // `0: lookup local`, then (a VRF's) l3mdev or `32766: lookup main`, all in
             // one table: one lookup answers for them.

@@ -202,7 +202,7 @@ fn every_bad_key_is_refused_with_its_reason() {
     refused(
         "[[rule]]\npref = 1\niif = \"eth9\"\ntable = 5\n",
         "rule[0].iif",
-        "no interface or VRF 'eth9'",
+        "no interface 'eth9'",
     );
     refused(
         "[[rule]]\npref = 1\nfwmark = \"0x1/x\"\ntable = 5\n",
@@ -306,39 +306,4 @@ fn every_bad_key_is_refused_with_its_reason() {
         )
         .is_empty()
     );
-}
-
-/// A rule's `iif` may name a VRF, as Linux's names the VRF device: it then matches the
-/// VRF's packets (which an `iif` of the VRF's interface never does, in Linux as here);
-/// a VRF's number is `VRF_IIF` plus its place among the VRFs' tables.
-#[test]
-fn iif_names_a_vrf_as_linux_names_its_device() {
-    let text = PORTS.replace(
-        "addresses = [\"198.51.100.1/24\", \"2001:db8:2::1/64\"]",
-        "addresses = [\"198.51.100.1/24\", \"2001:db8:2::1/64\"]\nvrf = \"red\"",
-    ) + "\n[[vrf]]\nname = \"red\"\ntable = 10\n\n[[rule]]\npref = 100\niif = \"red\"\naction = \"blackhole\"\n\n[[rule]]\npref = 101\niif = \"eth1\"\naction = \"prohibit\"\n";
-    let cfg = parse(&text).expect("valid");
-    assert_eq!(cfg.rules[0].iif, Some(netbatch_stack::route::rule::VRF_IIF));
-    let (policy, _) = cfg.policies().expect("policies");
-    let routes = crate::build::route_table(&cfg).expect("main");
-    let key = |iif| Key {
-        src: 0xc633_6409,
-        dst: 0xcb00_7105,
-        iif,
-        mark: 0,
-        proto: 17,
-        sport: 1,
-        dport: 2,
-        tos: 0,
-    };
-    // A packet of eth1 (red's): the VRF rule matches, the interface's rule never would.
-    assert!(matches!(
-        policy.decide(&routes, &key(1), || 0),
-        DecisionOf::Refused { rule: 1, .. }
-    ));
-    // A packet of eth0 (main's): neither.
-    assert!(matches!(
-        policy.decide(&routes, &key(0), || 0),
-        DecisionOf::NoRoute
-    ));
 }

@@ -1332,18 +1332,10 @@ fn a_vrfs_packets_route_in_its_table_as_linux_l3mdev() {
         assert_eq!(said_in(&p, "198.51.100.5", "10.0.0.1", 1), "no route");
     }
     // A rule before 1000 applies to a VRF's packets; one after it does not. Its `iif`
-    // names the VRF (VRF_IIF plus the VRF's place among the VRFs' tables: 10 is first),
-    // as Linux's names the VRF device; the VRF's interface itself never matches.
-    let mut slave = rule(100, Action::Lookup(100));
-    slave.iif = Some(2);
-    let p = Policy::with_vrfs(rules(vec![slave]), numbered.clone(), &iif).expect("policy");
-    assert_eq!(
-        said_in(&p, "10.0.0.5", "198.18.0.1", 2),
-        "no route",
-        "iif of a VRF's interface"
-    );
+    // is the VRF's interface, as Linux matches it (its VRF device never does: checked in
+    // the kernel lab under Debian's 6.1).
     let mut early = rule(100, Action::Lookup(100));
-    early.iif = Some(VRF_IIF);
+    early.iif = Some(2);
     let late = rule(2000, Action::Prohibit);
     let p = Policy::with_vrfs(rules(vec![early, late]), numbered.clone(), &iif).expect("policy");
     assert_eq!(

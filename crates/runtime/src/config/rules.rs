@@ -760,12 +760,7 @@ impl Config {
                 i64::from(pref(v6 == Some(true)))
             });
         }
-        let names = Names::of(&self.ports).with_vrfs(
-            self.iface_vrfs
-                .iter()
-                .map(|v| (v.clone(), String::new()))
-                .collect(),
-        );
+        let names = Names::of(&self.ports);
         let rule = match v6 {
             Some(false) => rule_of::<V4>(&raw, "rule", &names, &mut e).map(AnyRule::V4),
             Some(true) => rule_of::<V6>(&raw, "rule", &names, &mut e).map(AnyRule::V6),

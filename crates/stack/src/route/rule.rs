@@ -1225,7 +1225,7 @@ impl<F: Family> PolicyOf<F> {
         // The VRF's slot, number and table, found by index (no map is searched for a
         // VRF's packet).
         let vslot = self.iif_slot.get(usize::from(k.iif)).copied().unwrap_or(0);
-        let (vrf, local) = match vslot
+        let (vrf, vrf_table) = match vslot
             .checked_sub(1)
             .and_then(|s| self.slots.get(s as usize))
         {
@@ -1234,7 +1234,7 @@ impl<F: Family> PolicyOf<F> {
         };
         let tables = WithMain {
             main,
-            local,
+            vrf_table,
             vrf,
             tables: &self.tables,
         };
@@ -1276,12 +1276,13 @@ impl<F: Family> PolicyOf<F> {
     }
 }
 
-/// The host's main table and the numbered ones, with the table `local` is a view of (a
-/// packet's VRF's, or `main`).
+/// The host's main table and the numbered ones, with the packet's VRF's table found
+/// without a map search.
 struct WithMain<'a, F: Family> {
     main: &'a RoutesOf<F>,
-    local: &'a RoutesOf<F>,
-    /// The packet's VRF's table number ([`TABLE_MAIN`] for main), whose table is `local`.
+    /// Table `vrf` (`main` itself for a packet of main).
+    vrf_table: &'a RoutesOf<F>,
+    /// The packet's VRF's table number ([`TABLE_MAIN`] for main).
     vrf: u32,
     tables: &'a BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
 }
@@ -1292,7 +1293,7 @@ impl<F: Family> Tables<F> for WithMain<'_, F> {
         if id == TABLE_MAIN {
             Some(self.main)
         } else if id == self.vrf {
-            Some(self.local)
+            Some(self.vrf_table)
         } else {
             self.tables.get(&id).map(|t| &**t)
         }
@@ -1301,7 +1302,7 @@ impl<F: Family> Tables<F> for WithMain<'_, F> {
     /// `main`'s for a packet of `main`; none for a VRF's (see [`PolicyOf`]).
     #[inline]
     fn local(&self) -> Option<&RoutesOf<F>> {
-        (self.vrf == TABLE_MAIN).then_some(self.local)
+        (self.vrf == TABLE_MAIN).then_some(self.main)
     }
 }
 

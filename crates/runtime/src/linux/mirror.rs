@@ -216,15 +216,41 @@ pub(crate) trait Mirrored: KernelFamily {
     fn side(s: &mut Sides) -> &mut Side<Self>;
     /// What a change of prefix `p` touched.
     fn touched(p: Self::Prefix) -> Touched;
-    /// The table netbatch's workers hold as table `into` (`main`, 254, is the host's
-    /// route table; another is a numbered table of the policy: a VRF's or not).
-    fn live(c: &Control, into: u32) -> Arc<RoutesOf<Self>>;
+    /// The host's route table (`main`) the workers hold.
+    fn live_main(c: &Control) -> Arc<RoutesOf<Self>>;
+    /// Numbered table `id` of the workers' policy (a VRF's or not).
+    fn live_table(c: &Control, id: u32) -> Arc<RoutesOf<Self>>;
+    /// Applies `changes` to `main` in one publication.
+    fn publish_main(c: &Control, changes: &[RouteChangeOf<Self>])
+    -> Result<(usize, usize), String>;
+    /// Applies `changes` to numbered table `id` in one policy change.
+    fn publish_table(
+        c: &Control,
+        id: u32,
+        changes: &[RouteChangeOf<Self>],
+    ) -> Result<(usize, usize), String>;
+
+    /// The table netbatch's workers hold as table `into` (`main`, 254, or a numbered one).
+    fn live(c: &Control, into: u32) -> Arc<RoutesOf<Self>> {
+        if into == TABLE_MAIN {
+            Self::live_main(c)
+        } else {
+            Self::live_table(c, into)
+        }
+    }
+
     /// Applies `changes` to netbatch's table `into` in one publication.
     fn publish(
         c: &Control,
         into: u32,
         changes: &[RouteChangeOf<Self>],
-    ) -> Result<(usize, usize), String>;
+    ) -> Result<(usize, usize), String> {
+        if into == TABLE_MAIN {
+            Self::publish_main(c, changes)
+        } else {
+            Self::publish_table(c, into, changes)
+        }
+    }
 }
 
 impl Mirrored for V4 {
@@ -237,23 +263,24 @@ impl Mirrored for V4 {
     fn touched(p: Ipv4Prefix) -> Touched {
         Touched::Route(p)
     }
-    fn live(c: &Control, into: u32) -> Arc<RoutesOf<Self>> {
-        if into == TABLE_MAIN {
-            c.routes()
-        } else {
-            c.table_routes(into)
-        }
+    fn live_main(c: &Control) -> Arc<RoutesOf<Self>> {
+        c.routes()
     }
-    fn publish(
+    fn live_table(c: &Control, id: u32) -> Arc<RoutesOf<Self>> {
+        c.table_routes(id)
+    }
+    fn publish_main(
         c: &Control,
-        into: u32,
         changes: &[RouteChangeOf<Self>],
     ) -> Result<(usize, usize), String> {
-        if into == TABLE_MAIN {
-            c.apply_routes(changes)
-        } else {
-            c.apply_table_routes(into, changes)
-        }
+        c.apply_routes(changes)
+    }
+    fn publish_table(
+        c: &Control,
+        id: u32,
+        changes: &[RouteChangeOf<Self>],
+    ) -> Result<(usize, usize), String> {
+        c.apply_table_routes(id, changes)
     }
 }
 
@@ -267,23 +294,24 @@ impl Mirrored for V6 {
     fn touched(p: Ipv6Prefix) -> Touched {
         Touched::Route6(p)
     }
-    fn live(c: &Control, into: u32) -> Arc<RoutesOf<Self>> {
-        if into == TABLE_MAIN {
-            c.routes6()
-        } else {
-            c.table_routes6(into)
-        }
+    fn live_main(c: &Control) -> Arc<RoutesOf<Self>> {
+        c.routes6()
     }
-    fn publish(
+    fn live_table(c: &Control, id: u32) -> Arc<RoutesOf<Self>> {
+        c.table_routes6(id)
+    }
+    fn publish_main(
         c: &Control,
-        into: u32,
         changes: &[RouteChangeOf<Self>],
     ) -> Result<(usize, usize), String> {
-        if into == TABLE_MAIN {
-            c.apply_routes6(changes)
-        } else {
-            c.apply_table_routes6(into, changes)
-        }
+        c.apply_routes6(changes)
+    }
+    fn publish_table(
+        c: &Control,
+        id: u32,
+        changes: &[RouteChangeOf<Self>],
+    ) -> Result<(usize, usize), String> {
+        c.apply_table_routes6(id, changes)
     }
 }
 

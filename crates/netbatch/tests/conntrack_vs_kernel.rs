@@ -106,6 +106,15 @@ impl Topo {
         t
     }
 
+    /// Waits (bounded) until a server in `n` listens on `port`: a fixed sleep is outlasted
+    /// by a busy machine, and a request sent before the server binds is lost.
+    fn listening(&self, n: &str, proto: &str, port: u16) {
+        assert!(
+            netbatch_testkit::wait_listening(&self.ns(n), proto, port, Duration::from_secs(10)),
+            "no {proto} server on port {port} in {n} after 10 s"
+        );
+    }
+
     fn new(which: &str) -> Self {
         // Names stay within IFNAMSIZ: `c` + tag + `r1`.
         let tag = format!("{which}{}", std::process::id() % 100_000);
@@ -331,7 +340,7 @@ fn cases(t: &Topo) -> Vec<(&'static str, bool)> {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        t.listening(srv, "tcp", 5001);
         let sent = t
             .exec(
                 cli,
@@ -363,10 +372,10 @@ fn cases(t: &Topo) -> Vec<(&'static str, bool)> {
             ])
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        t.listening(srv, "udp", 5002);
         let (_, text) = t.exec(
             cli,
-            &format!("echo hello | timeout 3 socat -T 2 - UDP:{addr}:5002"),
+            &format!("echo hello | timeout 6 socat -T 4 - UDP:{addr}:5002"),
         );
         let _ = server.kill();
         let _ = server.wait();
@@ -389,7 +398,7 @@ fn cases(t: &Topo) -> Vec<(&'static str, bool)> {
         ])
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    t.listening("h2", "tcp", 5000);
     let mut client = Command::new("ip")
         .args([
             "netns", "exec", &t.ns("h1"), "sh", "-c",

@@ -582,7 +582,10 @@ fn scenario(
     t.start();
     let (ok, _) = t.exec("h2", "iperf3 -s -1 -D -B 198.51.100.2 --logfile /dev/null");
     assert!(ok, "iperf3 server");
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        netbatch_testkit::wait_listening(&t.ns("h2"), "tcp", 5201, Duration::from_secs(10)),
+        "iperf3 server listening"
+    );
     let before = t.must("h2", "cat /proc/net/snmp | grep '^Udp:' | tail -1");
     let rep = t.must("h1", "iperf3 -u -c 198.51.100.2 -b 20M -l 1000 -t 2 --json");
     let after = t.must("h2", "cat /proc/net/snmp | grep '^Udp:' | tail -1");
@@ -2284,7 +2287,10 @@ fn host_pairs_follow_the_control_namespace() {
         .spawn()
         .expect("listener");
     let mut listener = ChildGuard(listener);
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        netbatch_testkit::wait_listening(&t.ns("cp"), "tcp", 179, Duration::from_secs(10)),
+        "the kernel's listener on 179"
+    );
     let got = t.must(
         "h1",
         "python3 -c \"import socket; s = socket.create_connection(('192.0.2.1', 179), timeout=5); s.sendall(b'bgp'); print(s.recv(100).decode())\"",

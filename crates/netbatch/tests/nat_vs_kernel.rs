@@ -111,6 +111,15 @@ impl Topo {
             .expect("spawns")
     }
 
+    /// Waits (bounded) until a server in `n` listens on `port`: a fixed sleep is outlasted
+    /// by a busy machine, and a request sent before the server binds is lost.
+    fn listening(&self, n: &str, proto: &str, port: u16) {
+        assert!(
+            netbatch_testkit::wait_listening(&self.ns(n), proto, port, Duration::from_secs(10)),
+            "no {proto} server on port {port} in {n} after 10 s"
+        );
+    }
+
     fn new(which: &str) -> Self {
         // Names stay within IFNAMSIZ: `n` + tag + two letters.
         let tag = format!("{which}{}", std::process::id() % 100_000);
@@ -303,7 +312,7 @@ fn cases(t: &Topo) -> Vec<(&'static str, String)> {
         "h2",
         "socat -u TCP-LISTEN:5001,reuseaddr SYSTEM:'echo $SOCAT_PEERADDR; wc -c'",
     );
-    std::thread::sleep(Duration::from_millis(300));
+    t.listening("h2", "tcp", 5001);
     let sent = t
         .exec(
             "h1",
@@ -325,10 +334,10 @@ fn cases(t: &Topo) -> Vec<(&'static str, String)> {
         "h2",
         "socat UDP-RECVFROM:5002,fork SYSTEM:'echo $SOCAT_PEERADDR'",
     );
-    std::thread::sleep(Duration::from_millis(300));
+    t.listening("h2", "udp", 5002);
     let (_, text) = t.exec(
         "h1",
-        "echo hello | timeout 3 socat -T 2 - UDP:203.0.113.2:5002",
+        "echo hello | timeout 6 socat -T 4 - UDP:203.0.113.2:5002",
     );
     finish(server);
     out.push(("udp request/response out; peer h2 saw", text.trim().into()));
@@ -338,7 +347,7 @@ fn cases(t: &Topo) -> Vec<(&'static str, String)> {
         "h1",
         "socat TCP-LISTEN:5003,reuseaddr SYSTEM:'echo $SOCAT_PEERADDR'",
     );
-    std::thread::sleep(Duration::from_millis(300));
+    t.listening("h1", "tcp", 5003);
     let (_, text) = t.exec(
         "h2",
         "timeout 3 socat -u TCP:198.51.100.1:8080,connect-timeout=2 -",
@@ -351,7 +360,8 @@ fn cases(t: &Topo) -> Vec<(&'static str, String)> {
     // listeners on h1 on the same ports see nothing.
     let tcp_l = t.spawn("h1", "socat -u TCP-LISTEN:5001,reuseaddr -");
     let udp_l = t.spawn("h1", "socat -u UDP-RECV:5002 -");
-    std::thread::sleep(Duration::from_millis(300));
+    t.listening("h1", "tcp", 5001);
+    t.listening("h1", "udp", 5002);
     let _ = t.exec(
         "h2",
         "echo in | timeout 2 socat -u - TCP:198.51.100.1:5001,connect-timeout=1",
@@ -376,7 +386,7 @@ fn cases(t: &Topo) -> Vec<(&'static str, String)> {
 /// retransmissions and the receiver's bits per second, with `during` run midway.
 fn iperf(t: &Topo, secs: u32, during: impl FnOnce() -> String) -> (u64, f64, String) {
     let server = t.spawn("h2", "iperf3 -s -1 -p 5201");
-    std::thread::sleep(Duration::from_millis(500));
+    t.listening("h2", "tcp", 5201);
     let client = t.spawn("h1", &format!("iperf3 -c 203.0.113.2 -p 5201 -t {secs} -J"));
     std::thread::sleep(Duration::from_secs(u64::from(secs) / 2));
     let seen = during();
@@ -403,7 +413,7 @@ fn iperf(t: &Topo, secs: u32, during: impl FnOnce() -> String) -> (u64, f64, Str
 /// connection's entry keeps its translation.
 fn reload_keeps_the_connection(t: &Topo) {
     let server = t.spawn("h2", "socat -u TCP-LISTEN:5005,reuseaddr SYSTEM:'wc -c'");
-    std::thread::sleep(Duration::from_millis(300));
+    t.listening("h2", "tcp", 5005);
     let client = t.spawn(
         "h1",
         "sh -c 'for i in $(seq 30); do echo x; sleep 0.1; done | socat -u - TCP:203.0.113.2:5005'",
@@ -436,6 +446,14 @@ fn reload_keeps_the_connection(t: &Topo) {
     assert!(rules.contains("9"), "the reload took: {rules}");
 }
 
+/// The two tests of this file take turns: iperf3 at full rate through one router starves
+/// the other's clients of the machine's two cores, and their timeouts are real-time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn my_turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn nat44_agrees_with_nftables() {
     if !netbatch_testkit::root("the differential creates namespaces and veth pairs") {
@@ -449,6 +467,7 @@ fn nat44_agrees_with_nftables() {
     ]) {
         return;
     }
+    let _turn = my_turn();
     let kernel = {
         let t = Topo::new("k");
         t.kernel();
@@ -506,6 +525,7 @@ fn iperf3_through_nat() {
     ]) {
         return;
     }
+    let _turn = my_turn();
     let (k_retrans, k_bps, _) = {
         let t = Topo::new("i");
         t.kernel();

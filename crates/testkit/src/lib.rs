@@ -148,6 +148,37 @@ pub fn kernel_feature(present: bool, feature: &str, why: impl Display) -> bool {
     false
 }
 
+/// Waits until a socket in network namespace `netns` listens on `port` (`proto` is
+/// `"tcp"` or `"udp"`), as `ss` lists it, polling for at most `within`; `true` once it
+/// does. A test that starts a server and then its client waits here rather than sleeping a
+/// fixed time, which a busy machine outlasts.
+pub fn wait_listening(netns: &str, proto: &str, port: u16, within: std::time::Duration) -> bool {
+    let flag = if proto == "udp" { "-Hlun" } else { "-Hltn" };
+    let until = std::time::Instant::now() + within;
+    loop {
+        let listed = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                netns,
+                "ss",
+                flag,
+                "sport",
+                "=",
+                &format!(":{port}"),
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success() && !o.stdout.trim_ascii().is_empty());
+        if listed {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,6 +145,13 @@ pub trait Port: Send {
     /// Counters.
     fn stats(&self) -> PortStats;
 
+    /// Frames this queue dropped at receive, by reason: `(reason, description, frames)`,
+    /// every reason the backend keeps (zeros too), each frame also in
+    /// [`PortStats::rx_dropped`]. A backend that keeps no reasons gives none.
+    fn rx_drop_reasons(&self) -> Vec<(&'static str, &'static str, u64)> {
+        Vec::new()
+    }
+
     /// The concrete port, for tools and tests that need its own API (captured frames of
     /// a `mem` port, for instance).
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any;

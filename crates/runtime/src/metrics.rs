@@ -19,6 +19,7 @@
 //! | `drop_reason_info` | info | reason, description | `drop_reasons` |
 //! | `stage_events_total` | counter | stage, event, worker | `stages[].events` |
 //! | `port_<field>_total` | counter | port, worker | `ports[]` |
+//! | `port_rx_drops_total` | counter | port, worker, reason | `ports[].rx_drop_reasons` (a backend's own receive drops) |
 //! | `softnet_<field>_total`, `softnet_backlog_len` | counter, gauge | worker | `worker` |
 //! | `host_<event>_total` | counter | worker | `host` |
 //! | `app_<counter>_total` | counter | app, worker | `apps[].counters` |
@@ -489,6 +490,27 @@ fn worker(out: &mut Families, id: &str, w: &Map<String, Value>) {
         };
         let labels = vec![("port", port.to_string()), ("worker", id.to_string())];
         fields(out, "port", "A port queue's", p, &labels, PORT_HELP);
+        for r in p
+            .get("rx_drop_reasons")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (Some(reason), Some(n)) = (r["reason"].as_str(), r["count"].as_u64()) else {
+                continue;
+            };
+            out.add(
+                "port_rx_drops",
+                "Frames a port queue dropped at receive itself, by reason (part of port_rx_dropped).",
+                Kind::Counter,
+                vec![
+                    ("port", port.to_string()),
+                    ("worker", id.to_string()),
+                    ("reason", reason.to_string()),
+                ],
+                n,
+            );
+        }
     }
     if let Some(h) = w.get("host").and_then(Value::as_object) {
         fields(out, "host", "The host stack's", h, &wl(), HOST_HELP);
@@ -963,7 +985,9 @@ mod tests {
                     "ports": [
                         {"name": "eth\"0\\", "rx_packets": 10, "rx_bytes": 1500, "rx_nobuf": 1,
                          "rx_dropped": 0, "tx_packets": 6, "tx_bytes": 900, "tx_refused": 0,
-                         "rx_missed": 4, "link": true, "driver": "af_packet"}
+                         "rx_missed": 4, "link": true, "driver": "af_packet",
+                         "rx_drop_reasons": [{"reason": "vhost_chain_broken",
+                             "description": "broken", "count": 2}]}
                     ],
                     "host": {"arp_requests_out": 1, "icmp_errors_out": 2},
                     "neighbours": 5,
@@ -1130,6 +1154,15 @@ mod tests {
             ("netbatch_port_tx_bytes_total", port.to_vec(), 900.0),
             ("netbatch_port_tx_refused_total", port.to_vec(), 0.0),
             ("netbatch_port_rx_missed_total", port.to_vec(), 4.0),
+            (
+                "netbatch_port_rx_drops_total",
+                vec![
+                    ("port", "eth\"0\\"),
+                    ("worker", "0"),
+                    ("reason", "vhost_chain_broken"),
+                ],
+                2.0,
+            ),
             ("netbatch_port_link", port.to_vec(), 1.0),
             ("netbatch_host_arp_requests_out_total", w0.to_vec(), 1.0),
             ("netbatch_host_icmp_errors_out_total", w0.to_vec(), 2.0),

@@ -247,6 +247,14 @@ pub fn stats(w: &Worker) -> Value {
                 "tx_packets": p.tx_packets, "tx_bytes": p.tx_bytes, "tx_refused": p.tx_refused,
                 "tx_link_down": p.tx_link_down, "tx_kernel_dropped": p.tx_kernel_dropped,
             });
+            // Its own receive drops by reason, where the backend keeps them.
+            let reasons = port.rx_drop_reasons();
+            if !reasons.is_empty() {
+                j["rx_drop_reasons"] = reasons
+                    .into_iter()
+                    .map(|(r, d, n)| json!({"reason": r, "description": d, "count": n}))
+                    .collect();
+            }
             // How the queue works, in the backend's words (AF_XDP: zero-copy or copy mode).
             let mode = port.describe();
             if !mode.is_empty() {

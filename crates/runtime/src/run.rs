@@ -441,6 +441,19 @@ pub(crate) fn summed(per: Vec<Value>) -> Value {
                         acc.insert(k.clone(), json!(a + b));
                     }
                 }
+                // Receive drops by reason: counts summed reason by reason.
+                let theirs = add.get("rx_drop_reasons").and_then(Value::as_array);
+                if let Some(mine) = acc.get_mut("rx_drop_reasons").and_then(Value::as_array_mut) {
+                    for r in mine.iter_mut() {
+                        let more = theirs
+                            .into_iter()
+                            .flatten()
+                            .filter(|t| t["reason"] == r["reason"])
+                            .filter_map(|t| t["count"].as_u64())
+                            .sum::<u64>();
+                        r["count"] = json!(r["count"].as_u64().unwrap_or(0) + more);
+                    }
+                }
             }
         }
     }

@@ -71,6 +71,23 @@ impl Malformed {
         }
     }
 
+    /// What it means, for `show errors` and the metrics' help.
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::Empty => {
+                "vhost-user chain with no descriptor (head past the table, bad indirect table)"
+            }
+            Self::Broken => "vhost-user chain broken (bad next index, loop, nested indirect table)",
+            Self::Direction => {
+                "vhost-user descriptor of the wrong direction (write-only where read, or the reverse)"
+            }
+            Self::Memory => "vhost-user buffer outside the peer's memory",
+            Self::TooMany => "vhost-user chain of more descriptors than a frame may take",
+            Self::Short => "vhost-user frame shorter than its virtio-net and Ethernet headers",
+            Self::Long => "vhost-user frame longer than the largest super-frame",
+        }
+    }
+
     /// Its index in [`Malformed::ALL`].
     pub fn index(self) -> usize {
         self as usize

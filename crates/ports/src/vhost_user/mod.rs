@@ -133,9 +133,20 @@ pub struct VhostQueue {
     used: Vec<(u16, u32)>,
     scratch: Vec<u8>,
     stats: PortStats,
+    /// Frames of the driver's transmit ring dropped here, by reason: [`Malformed::ALL`]'s,
+    /// then offloads refused. They add up to `stats.rx_dropped`.
+    rx_bad: [u64; RX_REASONS],
     link_down: u64,
     unsendable: u64,
 }
+
+/// Receive drop reasons of a queue: each [`Malformed`], and a refused offload.
+const RX_REASONS: usize = Malformed::ALL.len() + 1;
+/// The refused offload's reason: its name and description.
+const OFFLOAD_REFUSED: (&str, &str) = (
+    "vhost_offload_refused",
+    "vhost-user frame with an offload netbatch does not take (UFO, a GSO kind not the frame's family, offsets outside the frame)",
+);
 
 /// Opens every worker's queue pair of one vhost-user port (`specs`: one per worker) and
 /// starts its socket thread (a server socket is bound before this returns).
@@ -204,6 +215,7 @@ impl VhostQueue {
             used: Vec::with_capacity(MAX_BUFFERS),
             scratch: vec![0; FRAME_MAX],
             stats: PortStats::default(),
+            rx_bad: [0; RX_REASONS],
             link_down: 0,
             unsendable: 0,
         }
@@ -403,6 +415,16 @@ impl Port for VhostQueue {
         self.stats
     }
 
+    fn rx_drop_reasons(&self) -> Vec<(&'static str, &'static str, u64)> {
+        Malformed::ALL
+            .iter()
+            .map(|m| (m.name(), m.description()))
+            .chain([OFFLOAD_REFUSED])
+            .zip(self.rx_bad)
+            .map(|((name, description), n)| (name, description, n))
+            .collect()
+    }
+
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
@@ -476,9 +498,13 @@ impl VhostQueue {
                 }
                 Took::Bad(why) => {
                     self.count(why);
+                    self.rx_bad[why.index()] += 1;
                     self.stats.rx_dropped += 1;
                 }
-                Took::Refused => self.stats.rx_dropped += 1,
+                Took::Refused => {
+                    self.rx_bad[Malformed::ALL.len()] += 1;
+                    self.stats.rx_dropped += 1;
+                }
             }
             // A head past the table has nothing to return (the crate refuses it).
             let _ = st.get_queue_mut().add_used(m, head, 0);

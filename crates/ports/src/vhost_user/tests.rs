@@ -157,6 +157,25 @@ fn malformed_transmit_chains_are_returned_counted_and_never_read() {
     assert_eq!(by("vhost_frame_short"), 1);
     assert_eq!(by("vhost_frame_long"), 1);
     assert_eq!(by("vhost_chain_empty"), 1, "head 40 is past the table");
+    // The queue's own receive reasons: the same six, adding up to its rx_dropped.
+    let reasons = q.rx_drop_reasons();
+    assert_eq!(reasons.iter().map(|r| r.2).sum::<u64>(), s.rx_dropped);
+    let one = [
+        "vhost_chain_empty",
+        "vhost_chain_broken",
+        "vhost_chain_direction",
+        "vhost_chain_memory",
+        "vhost_frame_short",
+        "vhost_frame_long",
+    ];
+    for (name, description, n) in &reasons {
+        assert_eq!(*n, u64::from(one.contains(name)), "{name}: {description}");
+    }
+    assert_eq!(
+        reasons.len(),
+        8,
+        "seven kinds of chain and a refused offload"
+    );
     // Every chain but the one past the table went back to the driver, unused (length 0);
     // the crate refuses to return a head past the table.
     assert_eq!(

@@ -247,6 +247,23 @@ pub fn errors(c: &Value) -> Reply {
             }
         }
     }
+    // A port's own receive drops (before any stage), on the port's line as `port NAME`.
+    let mut port_descriptions: Vec<(String, String)> = Vec::new();
+    for w in workers(c) {
+        for p in w["ports"].as_array().into_iter().flatten() {
+            let node = format!("port {}", p["name"].as_str().unwrap_or("?"));
+            for r in p["rx_drop_reasons"].as_array().into_iter().flatten() {
+                let (reason, n) = (r["reason"].as_str().unwrap_or("?"), r["count"].as_u64());
+                match sums.iter_mut().find(|(s, x, _)| *s == node && x == reason) {
+                    Some(e) => e.2 += n.unwrap_or(0),
+                    None => sums.push((node.clone(), reason.to_string(), n.unwrap_or(0))),
+                }
+                if let Some(d) = r["description"].as_str() {
+                    port_descriptions.push((reason.to_string(), d.to_string()));
+                }
+            }
+        }
+    }
     sums.retain(|e| e.2 > 0);
     sums.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
     let mut t = Table::new(&["Count", "Node", "Reason", "Description"]);
@@ -258,6 +275,12 @@ pub fn errors(c: &Value) -> Reply {
             .find(|r| r["name"] == name)
             .and_then(|r| r["description"].as_str())
             .map(str::to_string)
+            .or_else(|| {
+                port_descriptions
+                    .iter()
+                    .find(|(r, _)| r == name)
+                    .map(|(_, d)| d.clone())
+            })
     };
     for (stage, r, n) in &sums {
         let d = carried(r).unwrap_or_else(|| describe(r).to_string());
@@ -806,6 +829,34 @@ mod tests {
         let row = e.text.lines().nth(1).expect("one error row");
         assert!(row.ends_with("a made-up description"), "{row}");
         assert_eq!(e.data["errors"][0]["description"], "a made-up description");
+    }
+
+    /// A port's own receive drops are rows of `show errors`, node `port NAME`, summed over
+    /// the workers' queues, with the backend's description; zero counts are no rows.
+    #[test]
+    fn errors_list_a_ports_own_drops_by_reason() {
+        let mut c = doc(10, 0, 0);
+        let reasons = |n: u64| {
+            json!([
+                {"reason": "vhost_chain_memory", "description": "outside memory", "count": n},
+                {"reason": "vhost_frame_long", "description": "too long", "count": 0}
+            ])
+        };
+        c["workers"][0]["ports"][0]["rx_drop_reasons"] = reasons(2);
+        let mut w1 = c["workers"][0].clone();
+        w1["stages"] = json!([]);
+        w1["ports"][0]["rx_drop_reasons"] = reasons(3);
+        c["workers"].as_array_mut().unwrap().push(w1);
+        let e = errors(&c);
+        let rows: Vec<&Value> = e.data["errors"].as_array().unwrap().iter().collect();
+        let port = rows
+            .iter()
+            .find(|r| r["node"] == "port p0")
+            .expect("the port's row");
+        assert_eq!(port["count"], 5);
+        assert_eq!(port["reason"], "vhost_chain_memory");
+        assert_eq!(port["description"], "outside memory");
+        assert!(!rows.iter().any(|r| r["reason"] == "vhost_frame_long"));
     }
 
     /// `show ports` names each worker once on its queue's line (the backend's words do

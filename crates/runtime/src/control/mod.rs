@@ -1517,6 +1517,9 @@ impl Control {
         if policy_changed {
             done.push("policy rules and numbered tables".into());
         }
+        if new.vrfs != st.cfg.vrfs || new.iface_vrfs != st.cfg.iface_vrfs {
+            done.push("VRFs".into());
+        }
         if graph_changed {
             if let Err(e) = self.swap_graphs(&mut st, new.clone()) {
                 return failed(&done, e);
@@ -1789,13 +1792,6 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
         format!("{:?}", old.pool),
         format!("{:?}", new.pool),
         "the buffer pool",
-    );
-    differ(
-        &mut v,
-        "vrf",
-        format!("{:?}{:?}", old.vrfs, old.iface_vrfs),
-        format!("{:?}{:?}", new.vrfs, new.iface_vrfs),
-        "VRFs and the interfaces' VRFs",
     );
     differ(
         &mut v,

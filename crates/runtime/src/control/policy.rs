@@ -221,23 +221,39 @@ impl Control {
         let old = &mut st.cfg;
         let (old_rules, new_rules) = (F::rules(old).clone(), F::rules(new).clone());
         let (old_tables, new_tables) = (F::tables(old).clone(), F::tables(new).clone());
-        if old_rules == new_rules && old_tables == new_tables {
+        // VRFs or the interfaces' VRFs changed: every VRF's table, old and new, is built
+        // again (an interface's connected and local routes move with it), and the
+        // interfaces' map is replaced. `main`'s share of the move (the connected routes
+        // an interface takes into or out of it) is the route diff's.
+        let vrfs_changed = old.vrfs != new.vrfs || old.iface_vrfs != new.iface_vrfs;
+        if old_rules == new_rules && old_tables == new_tables && !vrfs_changed {
             return Ok(None);
         }
         let mut next = (*self.live_policy::<F>()?).clone();
+        let vrf_ids: std::collections::BTreeSet<u32> = if vrfs_changed {
+            old.vrfs.iter().chain(&new.vrfs).map(|v| v.table).collect()
+        } else {
+            Default::default()
+        };
         let ids: std::collections::BTreeSet<u32> = old_tables
             .keys()
             .chain(new_tables.keys())
+            .chain(&vrf_ids)
             .copied()
             .collect();
         for id in ids {
-            if old_tables.get(&id) == new_tables.get(&id) {
+            if !vrf_ids.contains(&id) && old_tables.get(&id) == new_tables.get(&id) {
                 continue;
             }
             let t = new.table(id).map_err(|e| format!("table {id}: {e}"))?;
             next = next
                 .with_table(id, std::sync::Arc::new(F::pick(t)))
                 .map_err(|e| format!("table {id}: {e}"))?;
+        }
+        if vrfs_changed {
+            next = next
+                .with_iif_tables(&new.iface_tables())
+                .map_err(|e| format!("vrf: {e}"))?;
         }
         let set = with_mirrored(&new_rules, F::mirrored(st))?;
         Ok(Some(next.with_rules(set)))

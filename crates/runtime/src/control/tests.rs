@@ -1608,3 +1608,71 @@ fn reload_applies_policy_rules_and_tables() {
         ["198.51.100.2"; 2]
     );
 }
+
+/// `reload` moves an interface into a VRF and out again, live on every worker: its
+/// packets are routed in the VRF's table (with the VRF's routes from the file, and its
+/// connected subnet there and no longer in `main`), then in `main` again; a VRF naming
+/// a table another VRF has is refused and changes nothing.
+#[test]
+fn reload_moves_an_interface_between_vrfs() {
+    use netbatch_stack::route::rule::{DecisionOf, Key};
+    // No routes of main's: one via eth1's subnet would not survive eth1 leaving main.
+    let r = Running::with(FILE, "", "");
+    let cfg_path = r.dir.path().join("dp.toml");
+    // How each worker routes a packet to `dst` that came in by `iif`.
+    let route = |r: &Running, dst: &str, iif: u16| -> Vec<String> {
+        let d = ip(dst);
+        r.control
+            .remote
+            .on_each(move |_, w| {
+                let k = Key {
+                    src: ip("198.51.100.9"),
+                    dst: d,
+                    iif,
+                    mark: 0,
+                    proto: 17,
+                    sport: 1,
+                    dport: 2,
+                    tos: 0,
+                };
+                match w.host.policy.decide(&w.host.routes, &k, || 0) {
+                    DecisionOf::Route { table, hop, .. } => format!(
+                        "{table} {} {}",
+                        hop.out_if,
+                        core::net::Ipv4Addr::from(hop.gateway)
+                    ),
+                    other => format!("{other:?}"),
+                }
+            })
+            .expect("answers")
+    };
+    assert_eq!(route(&r, "198.51.100.7", 0), ["254 1 0.0.0.0"; 2]);
+    let red = FILE.replace(
+        r#"addresses = ["198.51.100.1/24"]"#,
+        "addresses = [\"198.51.100.1/24\"]\nvrf = \"red\"",
+    ) + "\n[[vrf]]\nname = \"red\"\ntable = 10\n\n[[route]]\nprefix = \"203.0.113.0/24\"\nvia = \"198.51.100.2\"\nvrf = \"red\"\n";
+    std::fs::write(&cfg_path, &red).expect("config");
+    let text = r.ok("reload");
+    assert!(text.contains("VRFs"), "{text}");
+    // eth1's packets: red's table, its route and its connected subnet.
+    assert_eq!(route(&r, "203.0.113.5", 1), ["10 1 198.51.100.2"; 2]);
+    assert_eq!(route(&r, "198.51.100.7", 1), ["10 1 0.0.0.0"; 2]);
+    // eth0's (main's): red's subnet is no longer in main, nor red's route.
+    assert_eq!(route(&r, "198.51.100.7", 0), ["NoRoute"; 2]);
+    assert_eq!(route(&r, "203.0.113.5", 0), ["NoRoute"; 2]);
+    // A second VRF on red's table: refused, nothing changes.
+    std::fs::write(
+        &cfg_path,
+        format!("{red}\n[[vrf]]\nname = \"blue\"\ntable = 10\n"),
+    )
+    .expect("config");
+    let reply = r.cmd("reload");
+    assert!(!reply.ok && reply.text.contains("vrf"), "{}", reply.text);
+    assert_eq!(route(&r, "203.0.113.5", 1), ["10 1 198.51.100.2"; 2]);
+    // Back out of the VRF: main again, for both interfaces.
+    std::fs::write(&cfg_path, FILE).expect("config");
+    r.ok("reload");
+    assert_eq!(route(&r, "198.51.100.7", 0), ["254 1 0.0.0.0"; 2]);
+    assert_eq!(route(&r, "198.51.100.7", 1), ["254 1 0.0.0.0"; 2]);
+    assert_eq!(route(&r, "203.0.113.5", 1), ["NoRoute"; 2]);
+}

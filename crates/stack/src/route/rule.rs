@@ -1063,6 +1063,35 @@ impl<F: Family> PolicyOf<F> {
         Ok(p)
     }
 
+    /// This policy with the interfaces' VRFs given by `iif_tables` (as in
+    /// [`PolicyOf::with_vrfs`]; a reload that moves interfaces between VRFs): every table
+    /// keeps its slot, so an adjacency a packet holds still names its table; a VRF's table
+    /// the policy has no slot for yet gets the next one, empty until given routes
+    /// ([`PolicyOf::with_table`]). A table whose VRF has no interface left stays, as a
+    /// numbered table.
+    pub fn with_iif_tables(&self, iif_tables: &[u32]) -> Result<Self, RuleError> {
+        let mut p = self.clone();
+        let mut vrf_tables: Vec<u32> = iif_tables
+            .iter()
+            .copied()
+            .filter(|&t| t != TABLE_MAIN)
+            .collect();
+        vrf_tables.sort_unstable();
+        vrf_tables.dedup();
+        for &id in &vrf_tables {
+            if !p.slot_of.contains_key(&id) {
+                p = p.with_table(id, std::sync::Arc::new(RoutesOf::compact()))?;
+            }
+        }
+        p.iif_slot = iif_tables
+            .iter()
+            .map(|t| p.slot_of.get(t).copied().unwrap_or(0))
+            .collect();
+        p.vrf_tables = vrf_tables;
+        p.settle();
+        Ok(p)
+    }
+
     /// This policy with `rules` instead of its own (`ip rule add|del`, a reload): the
     /// tables and their slots are kept, so an adjacency a packet holds still names its
     /// table; a table only the new rules name is empty until a route is added to it.

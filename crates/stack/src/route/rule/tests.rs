@@ -1382,4 +1382,37 @@ fn a_vrfs_packets_route_in_its_table_as_linux_l3mdev() {
         .expect("policy");
     assert_eq!(added.hop(&main, adj), Some(hop));
     assert_eq!(added.tables().len(), 4);
+    // Interfaces moved between VRFs (a reload): interface 3 to main, interface 1 into
+    // VRF 10, a new VRF 30 (no routes yet) on interface 0. Every decision is the one a
+    // policy built afresh with that membership makes, and the held adjacency of table 20
+    // still finds its hop (its slot is kept though no interface is in VRF 20 now).
+    let moved = [30, 10, 10, TABLE_MAIN];
+    let live = policy.with_iif_tables(&moved).expect("policy");
+    let fresh = Policy::with_vrfs(Rules::new(), numbered.clone(), &moved).expect("policy");
+    assert_eq!(live.vrf_tables(), &[10, 30]);
+    assert_eq!(live.vrf_tables(), fresh.vrf_tables());
+    for iif in 0..4 {
+        for (src, dst) in [
+            ("10.0.0.5", "203.0.113.1"),
+            ("10.0.0.5", "10.0.0.1"),
+            ("198.51.100.5", "198.18.0.1"),
+            ("198.51.100.5", "192.0.2.1"),
+        ] {
+            assert_eq!(
+                said_in(&live, src, dst, iif),
+                said_in(&fresh, src, dst, iif),
+                "{src} -> {dst} in by {iif}"
+            );
+        }
+    }
+    assert_eq!(
+        said_in(&live, "10.0.0.5", "203.0.113.1", 1),
+        "10 via 10.0.0.10"
+    );
+    assert_eq!(said_in(&live, "10.0.0.5", "203.0.113.1", 0), "no route");
+    assert_eq!(
+        said_in(&live, "10.0.0.5", "203.0.113.1", 3),
+        "main via 192.0.2.9"
+    );
+    assert_eq!(live.hop(&main, adj), Some(hop), "the held adjacency's hop");
 }

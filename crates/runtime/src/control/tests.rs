@@ -1375,13 +1375,27 @@ fn memory_levels_off_under_churn() {
     );
 }
 
+/// A UDP routing key from `src` to `dst` in by interface `iif`.
+fn key_in(src: &str, dst: &str, iif: u16) -> netbatch_stack::route::rule::Key {
+    netbatch_stack::route::rule::Key {
+        src: ip(src),
+        dst: ip(dst),
+        iif,
+        mark: 0,
+        proto: 17,
+        sport: 1,
+        dport: 2,
+        tos: 0,
+    }
+}
+
 /// `route add|del … vrf NAME|table N` change the table of every worker's policy (read
 /// back by routing a key from the VRF's interface), gateways are looked for on the VRF's
 /// own subnets, and `show routes vrf NAME|table N` lists the table with its connected
 /// routes.
 #[test]
 fn routes_of_a_vrf_change_on_every_worker() {
-    use netbatch_stack::route::rule::{DecisionOf, Key};
+    use netbatch_stack::route::rule::DecisionOf;
     let file = FILE.replace(
         r#"addresses = ["198.51.100.1/24"]"#,
         "addresses = [\"198.51.100.1/24\"]\nvrf = \"red\"",
@@ -1392,16 +1406,7 @@ fn routes_of_a_vrf_change_on_every_worker() {
         r.control
             .remote
             .on_each(|_, w| {
-                let k = Key {
-                    src: ip("198.51.100.9"),
-                    dst: ip("203.0.113.5"),
-                    iif: 1,
-                    mark: 0,
-                    proto: 17,
-                    sport: 1,
-                    dport: 2,
-                    tos: 0,
-                };
+                let k = key_in("198.51.100.9", "203.0.113.5", 1);
                 match w.host.policy.decide(&w.host.routes, &k, || 0) {
                     DecisionOf::Route { hop, .. } => Some(hop.gateway),
                     _ => None,
@@ -1615,35 +1620,25 @@ fn reload_applies_policy_rules_and_tables() {
 /// a table another VRF has is refused and changes nothing.
 #[test]
 fn reload_moves_an_interface_between_vrfs() {
-    use netbatch_stack::route::rule::{DecisionOf, Key};
+    use netbatch_stack::route::rule::DecisionOf;
     // No routes of main's: one via eth1's subnet would not survive eth1 leaving main.
     let r = Running::with(FILE, "", "");
     let cfg_path = r.dir.path().join("dp.toml");
     // How each worker routes a packet to `dst` that came in by `iif`.
     let route = |r: &Running, dst: &str, iif: u16| -> Vec<String> {
-        let d = ip(dst);
+        let k = key_in("198.51.100.9", dst, iif);
         r.control
             .remote
-            .on_each(move |_, w| {
-                let k = Key {
-                    src: ip("198.51.100.9"),
-                    dst: d,
-                    iif,
-                    mark: 0,
-                    proto: 17,
-                    sport: 1,
-                    dport: 2,
-                    tos: 0,
-                };
-                match w.host.policy.decide(&w.host.routes, &k, || 0) {
+            .on_each(
+                move |_, w| match w.host.policy.decide(&w.host.routes, &k, || 0) {
                     DecisionOf::Route { table, hop, .. } => format!(
                         "{table} {} {}",
                         hop.out_if,
                         core::net::Ipv4Addr::from(hop.gateway)
                     ),
                     other => format!("{other:?}"),
-                }
-            })
+                },
+            )
             .expect("answers")
     };
     assert_eq!(route(&r, "198.51.100.7", 0), ["254 1 0.0.0.0"; 2]);

@@ -917,6 +917,19 @@ pub struct PolicyOf<F: Family> {
     mask: KeyOf<F>,
 }
 
+/// The VRFs' tables of `iif_tables` (each interface's VRF table, [`TABLE_MAIN`] for
+/// `main`'s), ascending, each once.
+fn vrfs_of(iif_tables: &[u32]) -> Vec<u32> {
+    let mut v: Vec<u32> = iif_tables
+        .iter()
+        .copied()
+        .filter(|&t| t != TABLE_MAIN)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// The priority of Linux's `l3mdev` rule, the one that routes a VRF's packets in its
 /// table (`ip rule add pref 1000 l3mdev`, which the kernel adds with the first VRF).
 pub const L3MDEV_PREF: u32 = 1000;
@@ -970,13 +983,7 @@ impl<F: Family> PolicyOf<F> {
         mut tables: BTreeMap<u32, std::sync::Arc<RoutesOf<F>>>,
         iif_tables: &[u32],
     ) -> Result<Self, RuleError> {
-        let mut vrf_tables: Vec<u32> = iif_tables
-            .iter()
-            .copied()
-            .filter(|&t| t != TABLE_MAIN)
-            .collect();
-        vrf_tables.sort_unstable();
-        vrf_tables.dedup();
+        let vrf_tables = vrfs_of(iif_tables);
         tables.retain(|&id, t| {
             id != TABLE_MAIN && id != TABLE_LOCAL && (!t.is_empty() || vrf_tables.contains(&id))
         });
@@ -1071,13 +1078,7 @@ impl<F: Family> PolicyOf<F> {
     /// numbered table.
     pub fn with_iif_tables(&self, iif_tables: &[u32]) -> Result<Self, RuleError> {
         let mut p = self.clone();
-        let mut vrf_tables: Vec<u32> = iif_tables
-            .iter()
-            .copied()
-            .filter(|&t| t != TABLE_MAIN)
-            .collect();
-        vrf_tables.sort_unstable();
-        vrf_tables.dedup();
+        let vrf_tables = vrfs_of(iif_tables);
         for &id in &vrf_tables {
             if !p.slot_of.contains_key(&id) {
                 p = p.with_table(id, std::sync::Arc::new(RoutesOf::compact()))?;

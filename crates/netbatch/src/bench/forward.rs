@@ -451,6 +451,7 @@ fn build_tracked_forward(v: &Variant, c: &Common, snat: bool) -> anyhow::Result<
                     None,
                     ct_cfg.seed,
                     |t| table.lookup(t, now).is_some(),
+                    None,
                     nat,
                 ) && let Some(e) = table.get_mut(i)
                 {

@@ -18,7 +18,9 @@
 //!   most `SEARCH × workers` ports looked at in all. None: the connection is refused,
 //!   `nat_no_port` (some port steered home, all taken) or `nat_not_home` (none did).
 //!   ICMP echo identifiers are chosen the same way. Hairpinning is the same case: its
-//!   source NAT (after its destination NAT) picks the port.
+//!   source NAT (after its destination NAT) picks the port. The rule also keeps the
+//!   workers from clashing without sharing anything: a reply tuple steers to one worker
+//!   only, so two workers can never both take it (each checks its own table alone).
 //! - **Destination NAT is foreseen by the steering** ([`Forward`]): the reply of a
 //!   `dnat` connection (from the inside host) has nothing NAT may choose, so instead
 //!   the steering hashes every packet's endpoints after mapping each endpoint a `dnat`

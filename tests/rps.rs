@@ -122,6 +122,7 @@ fn stepped(policy: RpsPolicy, mode: Mode, seed: u64) {
         flow_log: 6, // few flow slots: flows share them, as they do in a busy kernel
         rfs_log: 10,
         symmetric: false,
+        forwards: Vec::new(),
     };
     let mut team = Team::new(
         &spec(),

@@ -78,8 +78,15 @@ pub struct RpsParams {
     /// Steer both directions of a connection to one worker (connection tracking's
     /// tables are per worker): the hash of the flow's endpoints in sorted order, an
     /// ICMP error by the connection it quotes, never the device's hash
-    /// (`netbatch_stack::ct::steer_hash`).
+    /// (`netbatch_stack::ct::steer_hash`). The map is then taken as it is: no RFS and
+    /// no holding of a flow on its previous worker (its hash slot may be another
+    /// connection's), so a connection's packets always go to the one worker its hash
+    /// picks, in order.
     pub symmetric: bool,
+    /// With NAT (and `symmetric`): the `dnat` rules' forwards, each endpoint they would
+    /// rewrite hashed as its target, so a port-forwarded connection's two directions
+    /// reach one worker (`netbatch_stack::nat::steer`).
+    pub forwards: Vec<netbatch_stack::nat::steer::Forward>,
 }
 
 impl Default for RpsParams {
@@ -90,6 +97,7 @@ impl Default for RpsParams {
             flow_log: 12,
             rfs_log: 15,
             symmetric: false,
+            forwards: Vec::new(),
         }
     }
 }
@@ -457,6 +465,12 @@ impl Steer {
         if hash == 0 || map.is_empty() {
             return self.me;
         }
+        if self.params.symmetric {
+            // Per-worker tables: the map alone decides (what `nat::steer::Home`
+            // computes for a reply tuple).
+            let i = ((u64::from(hash) * map.len() as u64) >> 32) as usize;
+            return usize::from(map[i]).min(self.fabric.n - 1);
+        }
         let want = self.fabric.rfs_worker(hash).unwrap_or_else(|| {
             let i = ((u64::from(hash) * map.len() as u64) >> 32) as usize;
             usize::from(map[i]).min(self.fabric.n - 1)
@@ -494,7 +508,11 @@ impl Steer {
                 let wire = v.meta.wire_packets();
                 if steered {
                     let h = if self.params.symmetric {
-                        netbatch_stack::ct::steer_hash(&mut v, &self.toeplitz)
+                        netbatch_stack::ct::steer_hash_with(
+                            &mut v,
+                            &self.toeplitz,
+                            &self.params.forwards,
+                        )
                     } else {
                         flow_hash(&mut v, &self.toeplitz)
                     };
@@ -698,6 +716,25 @@ impl Steer {
         cache.free_all(&mut self.deferred);
     }
 
+    /// What NAT needs to know of this steering to pick ports whose replies come back to
+    /// this worker (`netbatch_stack::nat::steer::Home`): the map of `port` (NAT's
+    /// configuration makes every port's the same), the hasher and the forwards; `None`
+    /// when the steering is not symmetric or `port` is not steered.
+    pub fn nat_home(&self, port: usize) -> Option<netbatch_stack::nat::steer::Home> {
+        let map = self.maps.get(port).filter(|m| !m.is_empty())?;
+        self.params
+            .symmetric
+            .then(|| netbatch_stack::nat::steer::Home {
+                me: self.me as u16,
+                map: map
+                    .iter()
+                    .map(|&w| w.min(self.fabric.n as u16 - 1))
+                    .collect(),
+                toeplitz: self.toeplitz.clone(),
+                forwards: self.params.forwards.iter().copied().collect(),
+            })
+    }
+
     /// The flow hash of an IPv4 4-tuple with this worker's hasher (for tests and tools).
     pub fn hash_of(&self, src: Ipv4Addr, dst: Ipv4Addr, ports: Option<(u16, u16)>) -> u32 {
         self.toeplitz.ipv4(src.octets(), dst.octets(), ports)
@@ -805,7 +842,7 @@ mod tests {
                 v.meta.flags |= netbatch_engine::meta::flag::HASH_VALID;
             }
             if s.params.symmetric {
-                netbatch_stack::ct::steer_hash(&mut v, &s.toeplitz)
+                netbatch_stack::ct::steer_hash_with(&mut v, &s.toeplitz, &s.params.forwards)
             } else {
                 flow_hash(&mut v, &s.toeplitz)
             }

@@ -197,13 +197,31 @@ impl Topo {
         self.must("r", &format!("nft -f {}", f.display()));
     }
 
-    /// netbatch as the router, one worker.
-    fn netbatch(&mut self) {
+    /// netbatch as the router with `workers` workers. With two, both receive from both
+    /// ports (one `af_packet` fanout group per port: the kernel spreads flows over
+    /// their sockets by its own hash, so a translated connection's two directions often
+    /// arrive at different workers) and RPS brings each packet to the worker owning its
+    /// connection.
+    fn netbatch(&mut self, workers: usize) {
         let s = &self.tag;
+        let (dp, rx) = if workers > 1 {
+            (
+                format!("workers = {workers}\nrps = \"deferred\"\n"),
+                format!(
+                    "rx_workers = [{}]\n",
+                    (0..workers)
+                        .map(|w| w.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        } else {
+            ("workers = 1\n".to_string(), String::new())
+        };
         let cfg = format!(
-            "[datapath]\nmode = \"list\"\nidle_spin_us = 50\nworkers = 1\n\n\
-             [[port]]\nname = \"r1\"\nkind = \"af_packet\"\ninterface = \"n{s}r1\"\naddresses = [\"192.0.2.1/24\"]\n\n\
-             [[port]]\nname = \"r2\"\nkind = \"af_packet\"\ninterface = \"n{s}r2\"\naddresses = [\"198.51.100.1/24\"]\n\n\
+            "[datapath]\nmode = \"list\"\nidle_spin_us = 50\n{dp}\n\
+             [[port]]\nname = \"r1\"\nkind = \"af_packet\"\ninterface = \"n{s}r1\"\naddresses = [\"192.0.2.1/24\"]\n{rx}\n\
+             [[port]]\nname = \"r2\"\nkind = \"af_packet\"\ninterface = \"n{s}r2\"\naddresses = [\"198.51.100.1/24\"]\n{rx}\n\
              [[route]]\nprefix = \"203.0.113.0/24\"\nvia = \"198.51.100.2\"\n\n\
              [control]\nsocket = \"{}\"\n\n{TOML_RULESET}",
             self.dir.join("ctl.sock").display(),
@@ -482,32 +500,41 @@ fn nat44_agrees_with_nftables() {
         "",
         "192.0.2.1 198.51.100.2 203.0.113.2",
     ];
-    let (ours, shown) = {
-        let mut t = Topo::new("n");
-        t.netbatch();
-        let c = cases(&t);
-        let shown = t.ctl("show", "conntrack proto udp");
-        reload_keeps_the_connection(&t);
-        (c, shown)
-    };
-    for (((name, k), (_, n)), want) in kernel.iter().zip(&ours).zip(intent) {
-        assert_eq!(k, n, "{name}: kernel '{k}', netbatch '{n}'");
-        assert_eq!(
-            k, want,
-            "{name}: the kernel did not do what the ruleset says"
+    // netbatch with one worker, then with two (both receiving both ports, RPS
+    // bringing each packet to the worker owning its connection): the same outcomes.
+    for (workers, name) in [(1, "n"), (2, "w")] {
+        let (ours, shown) = {
+            let mut t = Topo::new(name);
+            t.netbatch(workers);
+            let c = cases(&t);
+            let shown = t.ctl("show", "conntrack proto udp");
+            reload_keeps_the_connection(&t);
+            (c, shown)
+        };
+        for (((case, k), (_, n)), want) in kernel.iter().zip(&ours).zip(intent) {
+            assert_eq!(
+                k, n,
+                "{case}: kernel '{k}', netbatch ({workers} workers) '{n}'"
+            );
+            assert_eq!(
+                k, want,
+                "{case}: the kernel did not do what the ruleset says"
+            );
+        }
+        // The translation as conntrack -L shows it: the reply tuple to the outside
+        // address.
+        assert!(
+            shown.contains("src=192.0.2.2 dst=203.0.113.2")
+                && shown.contains("src=203.0.113.2 dst=198.51.100.1"),
+            "show conntrack ({workers} workers):\n{shown}"
         );
     }
-    // The translation as conntrack -L shows it: the reply tuple to the outside address.
-    assert!(
-        shown.contains("src=192.0.2.2 dst=203.0.113.2")
-            && shown.contains("src=203.0.113.2 dst=198.51.100.1"),
-        "show conntrack:\n{shown}"
-    );
 }
 
 /// iperf3 TCP from h1 to h2 through masquerade for 10 s, through the kernel and then
-/// through netbatch (one worker: NAT with more is refused for now), with `show
-/// conntrack` listing the flow and its translation midway. "No retransmission caused by
+/// through netbatch with two workers (both receiving both ports through a fanout group,
+/// RPS bringing each packet to the worker owning its connection: `nat::steer`), with
+/// `show conntrack` listing the flow and its translation midway. "No retransmission caused by
 /// the router" is checked where the router can cause one: netbatch's `show errors`
 /// counts no drop during the transfer; and the sender's retransmissions through
 /// netbatch are no more than through the kernel's router on the same veths (the sender
@@ -532,7 +559,17 @@ fn iperf3_through_nat() {
         iperf(&t, 10, String::new)
     };
     let mut t = Topo::new("j");
-    t.netbatch();
+    t.netbatch(2);
+    let handed = |t: &Topo| -> u64 {
+        let v: serde_json::Value =
+            serde_json::from_str(&t.ctl("show", "--json softnet")).expect("json");
+        v["softnet"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w["handed_off"].as_u64())
+            .sum()
+    };
     let dropped = |t: &Topo| -> u64 {
         let e: serde_json::Value =
             serde_json::from_str(&t.ctl("show", "--json errors")).expect("json");
@@ -552,9 +589,11 @@ fn iperf3_through_nat() {
     let (retrans, bps, shown) = iperf(&t, 10, || t.ctl("show", "conntrack proto tcp dport 5201"));
     eprintln!(
         "iperf3 through NAT, 10 s: kernel {k_retrans} retransmissions, {:.2} Gbit/s; \
-         netbatch {retrans} retransmissions, {:.2} Gbit/s",
+         netbatch (2 workers) {retrans} retransmissions, {:.2} Gbit/s, {} packets handed \
+         between workers",
         k_bps / 1e9,
-        bps / 1e9
+        bps / 1e9,
+        handed(&t)
     );
     assert!(bps > 0.0, "no throughput through netbatch");
     assert!(
@@ -572,5 +611,15 @@ fn iperf3_through_nat() {
             && shown.contains("dst=198.51.100.1")
             && shown.contains("ESTABLISHED"),
         "show conntrack during the transfer:\n{shown}"
+    );
+    // One entry for the transfer's connection (its control connection is another),
+    // in the table of one worker.
+    let data: Vec<&str> = shown
+        .lines()
+        .filter(|l| l.contains("dport=5201") && l.contains("ESTABLISHED"))
+        .collect();
+    assert!(
+        !data.is_empty() && data.len() <= 2,
+        "the transfer's connections, each listed once:\n{shown}"
     );
 }

@@ -177,6 +177,10 @@ impl<'a> Builder<'a> {
                 p.rx_workers.contains(&(i as u16))
             })?;
             if cfg.rps.is_some() {
+                if n > 1 && cfg.graph.nat.is_some() {
+                    // NAT picks ports whose replies this steering brings back here.
+                    w.host.nat_home = steer.nat_home(0);
+                }
                 w.steer = Some(steer);
             }
             workers.push(w);

@@ -307,6 +307,9 @@ pub struct Host {
     pub clock_to_utc_ns: u64,
     /// Connection tracking (`ct-in` makes it on first use when the graph tracks).
     pub ct: Option<Box<crate::ct::ConnTrack>>,
+    /// With NAT and two or more workers: which translated connections' replies steer
+    /// to this worker ([`crate::nat::steer`]); `None` with one worker.
+    pub nat_home: Option<crate::nat::steer::Home>,
 }
 
 impl Host {
@@ -392,6 +395,7 @@ impl Host {
             learned6: Vec::new(),
             clock_to_utc_ns: 0,
             ct: None,
+            nat_home: None,
         }
     }
 

@@ -348,7 +348,7 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         (cfg.rules, cfg.tables) = policy_rules(c.policy_rules)?;
     }
     if v.workers > 1 {
-        return super::team::build_forward_team(v, c, cfg, table, flows);
+        return super::team::build_forward_team(v, c, cfg, table, flows, None);
     }
     cfg.pool.buffers = 8192;
     let pool = Pool::new(cfg.pool).context("pool")?;
@@ -425,48 +425,63 @@ fn build_tracked_forward(v: &Variant, c: &Common, snat: bool) -> anyhow::Result<
             ..nat::Config::default()
         });
     }
+    // Each flow established as after a first exchange (its translation made as its
+    // first packet would make it), in the table of the worker that receives it.
+    let establish = |flows: &[FlowSpec], buffers: usize| -> ConnTrack {
+        let mut tracked = ConnTrack::new(&ct_cfg, buffers);
+        let now = netbatch_engine::time::mono_ns();
+        for f in flows {
+            let (core::net::IpAddr::V4(s), core::net::IpAddr::V4(d)) = (f.src, f.dst) else {
+                continue;
+            };
+            let first = Seen {
+                tuple: Tuple::v4(s, d, 17, f.sport, f.dport),
+                kind: Kind::Datagram,
+                wire: 1,
+                bytes: 60,
+            };
+            let mut reply_tuple = first.tuple.invert();
+            if let Found::New(i) = tracked.track(&first, now) {
+                if snat && let Some(e) = tracked.table.get(i).copied() {
+                    let ConnTrack { table, nat, .. } = &mut tracked;
+                    if let Ok(r) = nat::pick_source(
+                        &e.tuple,
+                        (nat_addr, nat_addr),
+                        None,
+                        ct_cfg.seed,
+                        |t| table.lookup(t, now).is_some(),
+                        None,
+                        nat,
+                    ) && let Some(e) = table.get_mut(i)
+                    {
+                        e.tuple[1] = r;
+                        e.status |= ct::status::SRC_NAT;
+                        reply_tuple = r;
+                    }
+                }
+                tracked.confirm(i, now);
+            }
+            let reply = Seen {
+                tuple: reply_tuple,
+                ..first
+            };
+            tracked.track(&reply, now);
+        }
+        tracked
+    };
+    if v.workers > 1 {
+        // Several workers, each its own receive queue of its share of the flows (as
+        // RSS spreads them), each share established in its worker's own table.
+        let init = |mine: &[FlowSpec], h: &mut netbatch_stack::host::Host, buffers: usize| {
+            h.ct = Some(Box::new(establish(mine, buffers)));
+        };
+        return super::team::build_forward_team(v, c, cfg, table, flows, Some(&init));
+    }
     cfg.pool.buffers = 8192;
     let pool = Pool::new(cfg.pool).context("pool")?;
     let room = pool.config().room();
     let buffers = pool.config().buffers as usize;
-    let mut tracked = ConnTrack::new(&ct_cfg, buffers);
-    let now = netbatch_engine::time::mono_ns();
-    for f in &flows {
-        let (core::net::IpAddr::V4(s), core::net::IpAddr::V4(d)) = (f.src, f.dst) else {
-            continue;
-        };
-        let first = Seen {
-            tuple: Tuple::v4(s, d, 17, f.sport, f.dport),
-            kind: Kind::Datagram,
-            wire: 1,
-            bytes: 60,
-        };
-        let mut reply_tuple = first.tuple.invert();
-        if let Found::New(i) = tracked.track(&first, now) {
-            if snat && let Some(e) = tracked.table.get(i).copied() {
-                let ConnTrack { table, nat, .. } = &mut tracked;
-                if let Ok(r) = nat::pick_source(
-                    &e.tuple,
-                    (nat_addr, nat_addr),
-                    None,
-                    ct_cfg.seed,
-                    |t| table.lookup(t, now).is_some(),
-                    nat,
-                ) && let Some(e) = table.get_mut(i)
-                {
-                    e.tuple[1] = r;
-                    e.status |= ct::status::SRC_NAT;
-                    reply_tuple = r;
-                }
-            }
-            tracked.confirm(i, now);
-        }
-        let reply = Seen {
-            tuple: reply_tuple,
-            ..first
-        };
-        tracked.track(&reply, now);
-    }
+    let tracked = establish(&flows, buffers);
     let established = tracked.table.len() as u64;
     let ports = gen_ports(flows, c, room)?;
     let mut w = Builder::new(&cfg).routes(table).worker(ports, pool)?;

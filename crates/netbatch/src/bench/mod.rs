@@ -50,7 +50,9 @@ cost (the null row), as a NIC's DMA and driver loop are part of the kernel's fig
   ct-forward           ip4-forward's 1024 flows through a FORWARD chain accepting only
                        ct state established (policy drop), the flows established first
   nat44-forward        ct-forward with source NAT (snat to 198.18.0.1) on every flow, each
-                       flow's translation made before the run
+                       flow's translation made before the run; ct-forward and
+                       nat44-forward take --workers N: N threads, each its own receive
+                       queue of its share of the flows, established in its own table
   ct-setup             new connections: 65,536 UDP flows through a 4,096-entry table and a
                        FORWARD chain accepting ct state new (each packet a new connection)
                        that matches none of the streams: the cost of a hook and a rule

@@ -562,7 +562,7 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
     match name {
         "null" => v.extend(ax.modes.iter().map(|&m| mk(Some(m), None))),
         "smoltcp-udp-1b" => v.push(mk(None, None)),
-        "udp-local-1b" | "ip4-forward" | "ip4-forward-rules" => {
+        "udp-local-1b" | "ip4-forward" | "ip4-forward-rules" | "ct-forward" | "nat44-forward" => {
             for &w in ax.workers {
                 for &d in ax.dispatch {
                     for &m in ax.modes {
@@ -591,9 +591,7 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
         | "udp6-local-1b"
         | "ip4-forward-vrf"
         | "ip4-forward-vrf1"
-        | "ct-forward"
-        | "ct-setup"
-        | "nat44-forward" => {
+        | "ct-setup" => {
             for &d in ax.dispatch {
                 for &m in ax.modes {
                     v.push(mk(Some(m), Some(d)));

@@ -449,14 +449,21 @@ pub(crate) fn build_local(
     }))
 }
 
+/// Prepares a team worker's state for its share of the flows (`ct-forward`,
+/// `nat44-forward`: the share's connections established in its table), given the
+/// pool's buffer count.
+pub(crate) type InitWorker<'a> = dyn Fn(&[FlowSpec], &mut netbatch_stack::host::Host, usize) + 'a;
+
 /// `ip4-forward` on `v.workers` workers (`cfg`, its route table `table`), each with its
-/// own receive queue and its share of the 1024 `flows`, all forwarding through one FIB.
+/// own receive queue and its share of the 1024 `flows`, all forwarding through one FIB
+/// (`init`: each worker's state for its share, before the run).
 pub(crate) fn build_forward_team(
     v: &Variant,
     c: &Common,
     mut cfg: Config,
     table: Arc<Routes>,
     flows: Vec<FlowSpec>,
+    init: Option<&InitWorker<'_>>,
 ) -> anyhow::Result<Box<dyn Bench>> {
     let workers = v.workers;
     cfg.ports[0].rx_workers = (0..workers as u16).collect();
@@ -483,6 +490,19 @@ pub(crate) fn build_forward_team(
     })?;
     if let Some(e) = err {
         return Err(e);
+    }
+    let mut workers_v = workers_v;
+    if let Some(init) = init {
+        // Each worker's state for the flows its queue receives (`i % workers == w`).
+        for (w, wk) in workers_v.iter_mut().enumerate() {
+            let mine: Vec<FlowSpec> = flows
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % workers == w)
+                .map(|(_, f)| f.clone())
+                .collect();
+            init(&mine, &mut wk.host, pool.config().buffers as usize);
+        }
     }
     Ok(Box::new(TeamBench {
         workers: workers_v,

@@ -497,6 +497,48 @@ impl Config {
 
 /// Validates the sections in file order, each reporting its own errors, and passes on
 /// what later ones need: the worker count and RPS settings, the pool size, the
+/// NAT with two or more workers ([`netbatch_stack::nat::steer`]): RPS on (it steers a
+/// connection's replies to the worker owning it), every port spread over the same
+/// workers (a reply may come in on another port than its connection's first packet),
+/// and every `dnat` rule one steering can foresee; its forwards.
+fn nat_workers(
+    n: &netbatch_stack::nat::Config,
+    dp: &datapath::Datapath,
+    ports: &[PortConfig],
+    e: &mut Errs,
+) -> Vec<netbatch_stack::nat::steer::Forward> {
+    if dp.rps.is_none() {
+        e.add(
+            "datapath.rps",
+            format!(
+                "NAT with {} workers needs RPS: its symmetric steering brings a translated \
+                 connection's replies to the worker whose table holds it",
+                dp.workers
+            ),
+        );
+    }
+    if let Some(first) = ports.first() {
+        for (i, p) in ports.iter().enumerate().skip(1) {
+            if p.rps_map != first.rps_map {
+                e.add(
+                    format!("port[{i}].rps_map"),
+                    format!(
+                        "{:?} differs from port[0]'s {:?}: with NAT and two or more workers \
+                         every port spreads over the same workers (a reply may come in on \
+                         another port than its connection's first packet)",
+                        p.rps_map, first.rps_map
+                    ),
+                );
+            }
+        }
+    }
+    let (fw, bad) = netbatch_stack::nat::steer::forwards(n);
+    for (i, why) in bad {
+        e.add(format!("nat.prerouting.rule[{i}]"), why);
+    }
+    fw
+}
+
 /// interface names and addresses the ports define, the routes (whose gateways static
 /// neighbours may be).
 fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
@@ -529,12 +571,12 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         ..GraphOptions::default()
     };
     let mut graph = graph;
-    if graph.nat.is_some() && dp.workers > 1 {
-        e.add(
-            "nat",
-            "NAT needs one worker for now: the tables are per worker and steering does not              yet bring a translated connection's replies to the worker that owns it",
-        );
-    }
+    // NAT with two or more workers: replies are steered home (`nat::steer`): by RPS,
+    // over one map, with the dnat rules foreseen.
+    let forwards = match &graph.nat {
+        Some(n) if dp.workers > 1 => nat_workers(n, &dp, &ports, e),
+        _ => Vec::new(),
+    };
     if graph.conntrack.is_none()
         && (graph.nat.is_some() || graph.chains.iter().any(|(_, c)| c.uses_ct()))
     {
@@ -544,6 +586,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     if let Some(r) = dp.rps.as_mut() {
         // Per-worker tables: both directions of a connection must reach one worker.
         r.symmetric = graph.conntrack.is_some();
+        r.forwards = forwards;
     }
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, &names, e);
     let control = control::validate(&raw.control, &raw.metrics, e);

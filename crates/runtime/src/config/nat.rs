@@ -269,4 +269,51 @@ mod tests {
             assert!(keys.contains(&k), "{k} missing from {keys:?}");
         }
     }
+
+    /// Two workers: accepted with RPS over one map and dnat rules steering can foresee
+    /// (their forwards handed to RPS); refused without RPS, with ports spread over
+    /// different workers, with a dnat rule that has neither `dst` nor `dport`, and with
+    /// a dnat target another dnat rule would rewrite again, each at its key.
+    #[test]
+    fn two_workers_need_steering_that_brings_replies_home() {
+        let two = "[datapath]\nworkers = 2\nrps = \"deferred\"\n";
+        let good = format!(
+            "{PORTS}{two}[[nat.prerouting.rule]]\nin = \"outside\"\nproto = \"tcp\"\ndport = 8080\naction = \"dnat\"\nto = \"192.0.2.10:80\"\n\
+             [[nat.postrouting.rule]]\nout = \"outside\"\naction = \"masquerade\"\n"
+        );
+        let c = parse(&good).unwrap();
+        let rps = c.rps.as_ref().unwrap();
+        assert!(rps.symmetric);
+        assert_eq!(rps.forwards.len(), 1);
+        assert_eq!(rps.forwards[0].to_port, Some(80));
+        let off = good.replace("rps = \"deferred\"", "rps = \"off\"");
+        let e = parse(&off).unwrap_err();
+        assert!(e.errors.iter().any(|x| x.key == "datapath.rps"), "{e:?}");
+        let maps = good.replace(
+            "addresses = [\"203.0.113.1/24\"]\n",
+            "addresses = [\"203.0.113.1/24\"]\nrps_map = [1]\n",
+        );
+        let e = parse(&maps).unwrap_err();
+        assert!(e.errors.iter().any(|x| x.key == "port[1].rps_map"), "{e:?}");
+        let blind = format!(
+            "{PORTS}{two}[[nat.prerouting.rule]]\nin = \"outside\"\naction = \"dnat\"\nto = \"192.0.2.10\"\n"
+        );
+        let e = parse(&blind).unwrap_err();
+        assert!(
+            e.errors.iter().any(|x| x.key == "nat.prerouting.rule[0]"),
+            "{e:?}"
+        );
+        let chained = format!(
+            "{PORTS}{two}[[nat.prerouting.rule]]\nproto = \"tcp\"\ndport = 80\naction = \"dnat\"\nto = \"192.0.2.10:8080\"\n\
+             [[nat.prerouting.rule]]\nproto = \"tcp\"\ndport = 8080\naction = \"dnat\"\nto = \"192.0.2.11:80\"\n"
+        );
+        let e = parse(&chained).unwrap_err();
+        let keys: Vec<&str> = e.errors.iter().map(|x| x.key.as_str()).collect();
+        assert!(
+            keys.contains(&"nat.prerouting.rule[0]") && keys.contains(&"nat.prerouting.rule[1]"),
+            "{keys:?}"
+        );
+        // The same ruleset with one worker: nothing to steer, accepted.
+        assert!(parse(&chained.replace("workers = 2", "workers = 1")).is_ok());
+    }
 }

@@ -1772,12 +1772,34 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
         format!("{:?}", new.run),
         "core pinning and idle polling",
     );
+    // The dnat rules' forwards ride in the RPS settings (two or more workers with NAT):
+    // told apart, under the key that changed.
+    let forwards = |c: &Config| {
+        c.rps
+            .as_ref()
+            .map(|r| r.forwards.clone())
+            .unwrap_or_default()
+    };
+    let plain = |c: &Config| {
+        c.rps.clone().map(|mut r| {
+            r.forwards.clear();
+            r
+        })
+    };
     differ(
         &mut v,
         "datapath.rps",
-        format!("{:?}", old.rps),
-        format!("{:?}", new.rps),
+        format!("{:?}", plain(old)),
+        format!("{:?}", plain(new)),
         "RPS",
+    );
+    differ(
+        &mut v,
+        "nat.prerouting",
+        format!("{:?}", forwards(old)),
+        format!("{:?}", forwards(new)),
+        "with two or more workers, the dnat rules' destinations and targets (what RPS \
+         steers by, so that a forwarded connection's replies reach its worker)",
     );
     differ(
         &mut v,

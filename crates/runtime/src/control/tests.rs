@@ -1671,3 +1671,33 @@ fn reload_moves_an_interface_between_vrfs() {
     assert_eq!(route(&r, "198.51.100.7", 1), ["254 1 0.0.0.0"; 2]);
     assert_eq!(route(&r, "203.0.113.5", 1), ["NoRoute"; 2]);
 }
+
+/// With NAT and two workers, a reload changing a dnat rule's port (what RPS steers by)
+/// needs a restart, named under `nat.prerouting` and not as an RPS change; a reload
+/// changing only the postrouting rules does not.
+#[test]
+fn reload_of_dnat_rules_with_two_workers_needs_a_restart() {
+    let base = "[datapath]\nworkers = 2\nrps = \"deferred\"\n\
+        [[port]]\nname = \"eth0\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"192.0.2.1/24\"]\n\
+        [[port]]\nname = \"eth1\"\nmac = \"02:00:00:00:00:02\"\naddresses = [\"203.0.113.1/24\"]\n\
+        [[nat.prerouting.rule]]\nin = \"eth1\"\nproto = \"tcp\"\ndport = 8080\naction = \"dnat\"\nto = \"192.0.2.10:80\"\n\
+        [[nat.postrouting.rule]]\nout = \"eth1\"\naction = \"masquerade\"\n";
+    let dir = std::path::Path::new(".");
+    let old = Config::parse(base, dir, "old.toml").expect("valid");
+    let moved = Config::parse(&base.replace("8080", "8081"), dir, "new.toml").expect("valid");
+    let keys: Vec<String> = super::needs_restart(&old, &moved)
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(keys, ["nat.prerouting"]);
+    let post = Config::parse(
+        &base.replace(
+            "action = \"masquerade\"",
+            "action = \"snat\"\nto = \"203.0.113.5\"",
+        ),
+        dir,
+        "new.toml",
+    )
+    .expect("valid");
+    assert!(super::needs_restart(&old, &post).is_empty());
+}

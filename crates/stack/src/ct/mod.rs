@@ -606,27 +606,26 @@ pub fn steer_hash(
     v: &mut netbatch_engine::PktMut<'_>,
     t: &netbatch_wire::toeplitz::Toeplitz,
 ) -> u32 {
+    steer_hash_with(v, t, &[])
+}
+
+/// [`steer_hash`] with NAT's forwards: each endpoint a `dnat` rule would rewrite is
+/// hashed as its target ([`crate::nat::steer`]), so a port-forwarded connection's two
+/// directions give one hash too.
+pub fn steer_hash_with(
+    v: &mut netbatch_engine::PktMut<'_>,
+    t: &netbatch_wire::toeplitz::Toeplitz,
+    fw: &[crate::nat::steer::Forward],
+) -> u32 {
     dissect::frame(v);
     let s = Seen::read(v.meta, v.data());
     if matches!(s.kind, Kind::Invalid(Invalid::Truncated)) || s.tuple.proto == 0 && s.tuple.src == 0
     {
         return 0;
     }
-    let mut k = match s.kind {
+    let k = match s.kind {
         Kind::IcmpError(Some(q)) => q,
         _ => s.tuple,
     };
-    if matches!(L4::of(k.proto), L4::Icmp | L4::Icmpv6) {
-        // A query and its answer differ in type: steer by the identifier alone.
-        k.dport = k.sport;
-    }
-    let (a, b) = ((k.src, k.sport), (k.dst, k.dport));
-    let ((lo, lp), (hi, hp)) = if a <= b { (a, b) } else { (b, a) };
-    let ports = (lp != 0 || hp != 0).then_some((lp, hp));
-    let h = if k.v6 {
-        t.ipv6(lo.to_be_bytes(), hi.to_be_bytes(), ports)
-    } else {
-        t.ipv4((lo as u32).to_be_bytes(), (hi as u32).to_be_bytes(), ports)
-    };
-    h.max(1)
+    crate::nat::steer::tuple_hash(&k, t, fw)
 }

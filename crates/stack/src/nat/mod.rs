@@ -24,11 +24,16 @@
 //! Without a port range: ports below 1024 map into 1-1023, the others into
 //! 1024-65535, ICMP identifiers into the whole 0-65535 (as Linux).
 //!
+//! With two or more workers, a translated port is taken only when its reply steers to
+//! the worker deciding it, and destination NAT is foreseen by the steering: see
+//! [`steer`].
+//!
 //! Only IPv4 is translated; IPv6 packets pass the stages untouched. The stages are in
 //! the graph only when NAT is configured.
 
 pub mod rewrite;
 pub mod stage;
+pub mod steer;
 
 use crate::ct::Tuple;
 use crate::dissect::L4;
@@ -167,6 +172,10 @@ pub enum Refusal {
     NoPort,
     /// Masquerade on an interface without an IPv4 address.
     NoAddress,
+    /// Two or more workers: no port of the bounded search makes a reply tuple that
+    /// steers to this worker, or a translation the steering did not foresee (a `dnat`
+    /// whose reply would reach another worker): [`steer`].
+    NotHome,
 }
 
 /// Counters of NAT (per worker, in wire packets or connections as named).
@@ -184,6 +193,10 @@ pub struct NatStats {
     pub no_port: u64,
     /// Connections refused: masquerade without an address.
     pub no_address: u64,
+    /// Connections refused: their reply would steer to another worker ([`steer`]).
+    pub not_home: u64,
+    /// Ports the search passed over because their replies steer to another worker.
+    pub port_not_home: u64,
     /// Packets (wire) whose headers were rewritten.
     pub translated: u64,
     /// ICMP errors (wire) translated with their quoted headers.
@@ -194,7 +207,7 @@ pub struct NatStats {
 
 impl NatStats {
     /// Counters by name, for `show` and `/metrics`.
-    pub fn named(&self) -> [(&'static str, u64); 9] {
+    pub fn named(&self) -> [(&'static str, u64); 11] {
         [
             ("snat", self.snat),
             ("dnat", self.dnat),
@@ -202,6 +215,8 @@ impl NatStats {
             ("port_searched", self.port_searched),
             ("refused_no_port", self.no_port),
             ("refused_no_address", self.no_address),
+            ("refused_not_home", self.not_home),
+            ("port_not_home", self.port_not_home),
             ("translated", self.translated),
             ("icmp_errors_translated", self.icmp_errors),
             ("truncated", self.truncated),
@@ -253,15 +268,21 @@ fn mix(seed: u64, x: u64) -> u64 {
 
 /// Picks the source translation of a new connection whose tuples are `t` (the reply
 /// tuple with any destination NAT already in it) to `addrs` and `ports`: the reply
-/// tuple rewritten, or the refusal. `used` says whether a reply tuple is taken.
+/// tuple rewritten, or the refusal. `used` says whether a reply tuple is taken; `home`
+/// (two or more workers) which reply tuples steer to this worker, and over how many
+/// workers the steering spreads, which widens the search: at most [`SEARCH`] looks at
+/// `used` among the ports that steer home, `SEARCH × workers` ports in all.
 pub fn pick_source(
     t: &[Tuple; 2],
     addrs: (u32, u32),
     ports: Option<PortRange>,
     seed: u64,
     mut used: impl FnMut(&Tuple) -> bool,
+    home: Option<&steer::Home>,
     stats: &mut NatStats,
 ) -> Result<Tuple, Refusal> {
+    let is_home = |r: &Tuple| home.is_none_or(|h| h.is_home(r));
+    let spread = home.map_or(1, steer::Home::spread);
     let orig = t[0];
     let (lo, hi) = (addrs.0.min(addrs.1), addrs.0.max(addrs.1));
     let n = u64::from(hi - lo) + 1;
@@ -270,7 +291,9 @@ pub fn pick_source(
     let mut reply = t[1];
     reply.dst = u128::from(addr);
     if !has_ids(orig.proto) {
-        return if used(&reply) {
+        return if !is_home(&reply) {
+            Err(Refusal::NotHome)
+        } else if used(&reply) {
             Err(Refusal::NoPort)
         } else {
             Ok(reply)
@@ -278,9 +301,13 @@ pub fn pick_source(
     }
     let range = port_range(&orig, ports);
     let own = nat_id(&t[1]);
-    if range.contains(own) && !used(&reply) {
-        stats.port_preserved += 1;
-        return Ok(reply);
+    if range.contains(own) {
+        if !is_home(&reply) {
+            stats.port_not_home += 1;
+        } else if !used(&reply) {
+            stats.port_preserved += 1;
+            return Ok(reply);
+        }
     }
     stats.port_searched += 1;
     let size = u32::from(range.hi - range.lo) + 1;
@@ -289,14 +316,28 @@ pub fn pick_source(
         orig.hash(seed) ^ u64::from(addr) << 16 ^ u64::from(orig.sport),
     );
     let start = (h % u64::from(size)) as u32;
-    for i in 0..SEARCH.min(size) {
+    let (mut looks, mut homed) = (0, false);
+    for i in 0..SEARCH.saturating_mul(spread).min(size) {
         let p = range.lo as u32 + (start + i) % size;
         with_nat_id(&mut reply, p as u16);
+        if !is_home(&reply) {
+            stats.port_not_home += 1;
+            continue;
+        }
+        homed = true;
         if !used(&reply) {
             return Ok(reply);
         }
+        looks += 1;
+        if looks == SEARCH {
+            break;
+        }
     }
-    Err(Refusal::NoPort)
+    Err(if homed {
+        Refusal::NoPort
+    } else {
+        Refusal::NotHome
+    })
 }
 
 /// The reply tuple of a new connection `t` after destination NAT to `addr` and `port`.
@@ -338,7 +379,7 @@ mod tests {
     fn ports_preserved_then_searched_then_refused() {
         let nat = ip("203.0.113.1");
         let mut st = NatStats::default();
-        let r = pick_source(&conn(40000), (nat, nat), None, 1, |_| false, &mut st).unwrap();
+        let r = pick_source(&conn(40000), (nat, nat), None, 1, |_| false, None, &mut st).unwrap();
         assert_eq!((r.dst as u32, r.dport), (nat, 40000));
         assert_eq!(r.src, conn(40000)[1].src);
         assert_eq!(st.port_preserved, 1);
@@ -349,16 +390,26 @@ mod tests {
             None,
             1,
             |t| t.dport == 40000,
+            None,
             &mut st,
         )
         .unwrap();
         assert!(r.dport >= 1024 && r.dport != 40000, "{}", r.dport);
         // A port below 1024 stays below (Linux's classes).
-        let r = pick_source(&conn(53), (nat, nat), None, 1, |t| t.dport == 53, &mut st).unwrap();
+        let r = pick_source(
+            &conn(53),
+            (nat, nat),
+            None,
+            1,
+            |t| t.dport == 53,
+            None,
+            &mut st,
+        )
+        .unwrap();
         assert!((1..1024).contains(&r.dport) && r.dport != 53);
         // Outside the configured range: moved into it.
         let range = Some(PortRange { lo: 2000, hi: 2003 });
-        let r = pick_source(&conn(40000), (nat, nat), range, 1, |_| false, &mut st).unwrap();
+        let r = pick_source(&conn(40000), (nat, nat), range, 1, |_| false, None, &mut st).unwrap();
         assert!((2000..=2003).contains(&r.dport));
         let mut looks = 0;
         assert_eq!(
@@ -371,6 +422,7 @@ mod tests {
                     looks += 1;
                     true
                 },
+                None,
                 &mut st
             ),
             Err(Refusal::NoPort)
@@ -386,6 +438,7 @@ mod tests {
                 looks += 1;
                 true
             },
+            None,
             &mut st,
         );
         assert_eq!(looks, 1 + SEARCH, "bounded search");
@@ -397,9 +450,9 @@ mod tests {
     fn address_from_range_is_per_host() {
         let (a, b) = (ip("203.0.113.1"), ip("203.0.113.4"));
         let mut st = NatStats::default();
-        let first = pick_source(&conn(1), (a, b), None, 9, |_| false, &mut st).unwrap();
+        let first = pick_source(&conn(1), (a, b), None, 9, |_| false, None, &mut st).unwrap();
         for p in 2..50 {
-            let r = pick_source(&conn(p), (a, b), None, 9, |_| false, &mut st).unwrap();
+            let r = pick_source(&conn(p), (a, b), None, 9, |_| false, None, &mut st).unwrap();
             assert_eq!(r.dst, first.dst);
         }
         assert!((a..=b).contains(&(first.dst as u32)));
@@ -423,6 +476,7 @@ mod tests {
             None,
             1,
             |x| x.sport == 77,
+            None,
             &mut st,
         )
         .unwrap();

@@ -31,6 +31,7 @@ netbatch_engine::reasons! {
         NO_PORT = "nat_no_port": "source NAT found no free port in its range (bounded search)",
         NO_ADDRESS = "nat_no_address": "masquerade on an interface without an IPv4 address",
         TRUNCATED = "nat_truncated": "packet too short for the NAT rewrite",
+        NOT_HOME = "nat_not_home": "two or more workers: the translated connection's replies would steer to another worker (no port of the search steers home, or a dnat the steering did not foresee)",
     }
 }
 
@@ -148,6 +149,7 @@ impl NatStage {
         idx: u32,
         k: &crate::filter::Key,
         masq: Option<u32>,
+        home: Option<&super::steer::Home>,
         now: u64,
     ) -> Result<(), Refusal> {
         let Some(e) = ct.table.get(idx) else {
@@ -181,7 +183,7 @@ impl NatStage {
                 (super::dest(&tuple, addr, port), status::DST_NAT)
             }
             (Manip::Src, Action::Snat { addrs, ports }) => (
-                pick(&tuple, addrs, ports, self.seed, &mut used, nat)?,
+                pick(&tuple, addrs, ports, self.seed, &mut used, home, nat)?,
                 status::SRC_NAT,
             ),
             (Manip::Src, Action::Masquerade { ports }) => {
@@ -190,7 +192,7 @@ impl NatStage {
                     return Err(Refusal::NoAddress);
                 };
                 (
-                    pick(&tuple, (a, a), ports, self.seed, &mut used, nat)?,
+                    pick(&tuple, (a, a), ports, self.seed, &mut used, home, nat)?,
                     status::SRC_NAT,
                 )
             }
@@ -213,15 +215,20 @@ fn pick(
     ports: Option<crate::filter::PortRange>,
     seed: u64,
     used: &mut impl FnMut(&Tuple) -> bool,
+    home: Option<&super::steer::Home>,
     nat: &mut NatStats,
 ) -> Result<Tuple, Refusal> {
-    match super::pick_source(t, addrs, ports, seed, used, nat) {
+    match super::pick_source(t, addrs, ports, seed, used, home, nat) {
         Ok(r) => {
             nat.snat += 1;
             Ok(r)
         }
         Err(r) => {
-            nat.no_port += 1;
+            if r == Refusal::NotHome {
+                nat.not_home += 1;
+            } else {
+                nat.no_port += 1;
+            }
             Err(r)
         }
     }
@@ -295,7 +302,13 @@ impl Stage<Host> for NatStage {
     fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let now = cx.now_ns;
         self.decided.clear();
-        let Host { ct, ifaces, .. } = st;
+        let Host {
+            ct,
+            ifaces,
+            nat_home,
+            ..
+        } = st;
+        let home = nat_home.as_ref();
         let Some(ct) = ct.as_deref_mut() else {
             for p in list.drain(..) {
                 let six = cx.pool.get(&p).meta.l3_type == L3::Ipv6 as u8;
@@ -341,12 +354,25 @@ impl Stage<Host> for NatStage {
                 };
                 let mut k = k;
                 k.ct_state = state;
-                if let Err(why) = self.decide(ct, idx, &k, masq, now) {
+                let mut done = self.decide(ct, idx, &k, masq, home, now);
+                // The last NAT hook of a new forwarded connection: whatever was decided
+                // (a `dnat` at prerouting, this hook's own pick) must bring its replies
+                // to this worker (two or more workers: `steer`).
+                if let (Ok(()), Manip::Src, Some(h)) = (done, self.manip, home)
+                    && let Some(e) = ct.table.get(idx)
+                    && e.status & (status::SRC_NAT | status::DST_NAT) != 0
+                    && !h.is_home(&e.tuple[1])
+                {
+                    ct.nat.not_home += 1;
+                    done = Err(Refusal::NotHome);
+                }
+                if let Err(why) = done {
                     out.drop(
                         p,
                         match why {
                             Refusal::NoPort => reason::NO_PORT,
                             Refusal::NoAddress => reason::NO_ADDRESS,
+                            Refusal::NotHome => reason::NOT_HOME,
                         },
                     );
                     continue;

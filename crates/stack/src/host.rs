@@ -307,6 +307,11 @@ pub struct Host {
     pub clock_to_utc_ns: u64,
     /// Connection tracking (`ct-in` makes it on first use when the graph tracks).
     pub ct: Option<Box<crate::ct::ConnTrack>>,
+    /// The IPv4 fragments held before tracking (`ip4-defrag` makes the store on first
+    /// use; the host keeps it, so that a graph rebuilt on reload finds what it held).
+    pub defrag4: Option<Box<crate::defrag::Store>>,
+    /// The IPv6 fragments held before tracking (`ip6-defrag`).
+    pub defrag6: Option<Box<crate::defrag::Store>>,
 }
 
 impl Host {
@@ -392,6 +397,8 @@ impl Host {
             learned6: Vec::new(),
             clock_to_utc_ns: 0,
             ct: None,
+            defrag4: None,
+            defrag6: None,
         }
     }
 
@@ -508,6 +515,11 @@ impl Host {
             + self.neigh6.held()
             + self.tx.iter().map(list).sum::<u64>()
             + self.injected.held(pool)
+            + [&self.defrag4, &self.defrag6]
+                .iter()
+                .filter_map(|s| s.as_deref())
+                .map(|s| s.held() as u64)
+                .sum::<u64>()
     }
 
     /// Frees everything the host holds (at shutdown).
@@ -519,6 +531,11 @@ impl Host {
             cache.free_all(q);
         }
         self.injected.drain_all(cache);
+        let mut frags = Vec::new();
+        for s in [&mut self.defrag4, &mut self.defrag6].into_iter().flatten() {
+            s.drain(&mut frags);
+            cache.free_all(&mut frags);
+        }
     }
 
     /// The next IPv4 identification value.

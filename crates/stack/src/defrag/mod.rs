@@ -263,10 +263,12 @@ impl Store {
         {
             return Added::Refused(p, reason::DUPLICATE);
         }
-        let why = if !pc.more && slot.end.is_some_and(|e| e != end)
-            || !pc.more && slot.frags.last().is_some_and(|h| h.end > end)
-            || pc.more && slot.end.is_some_and(|e| end > e)
-        {
+        let past_end = if pc.more {
+            slot.end.is_some_and(|e| end > e)
+        } else {
+            slot.end.is_some_and(|e| e != end) || slot.frags.last().is_some_and(|h| h.end > end)
+        };
+        let why = if past_end {
             // Two ends, or data past the end (RFC 791's total length, RFC 8200's
             // payload length of the last fragment, disagree).
             Some(reason::INCONSISTENT)

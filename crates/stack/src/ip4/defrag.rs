@@ -56,7 +56,7 @@ impl Family for V4 {
         let ihl = ip.header_len() as u32;
         let len = (d.len() as u32).saturating_sub(ihl);
         let (off, more) = (u32::from(ip.frag_offset()), ip.more_frags());
-        if len == 0 || more && len % 8 != 0 {
+        if len == 0 || more && !len.is_multiple_of(8) {
             return Err(reason::BAD_LENGTH);
         }
         if ihl + off + len > 65_535 {

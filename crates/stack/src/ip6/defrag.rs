@@ -66,7 +66,7 @@ fn read6(m: &Meta, d: &[u8]) -> Result<Option<(Piece, u32)>, Reason> {
     let data_at = f.at as u32 + 8;
     let len = (d.len() as u32).saturating_sub(data_at);
     let (off, more) = (u32::from(f.offset), f.more);
-    if len == 0 || more && len % 8 != 0 {
+    if len == 0 || more && !len.is_multiple_of(8) {
         return Err(reason::BAD_LENGTH);
     }
     // The reassembled payload: the headers before the Fragment header, then the data.

@@ -496,6 +496,12 @@ fn fragment_flood_leaves_the_store_at_its_bound() {
         lab.run();
         assert_eq!(sent(&mut lab, 1).len(), 2, "{v}");
         lab.assert_conserved();
+        // Held at shutdown: the host frees the store's buffers.
+        let p = udp4(INSIDE, 5000, FAR, 53, 0x78, &payload);
+        lab.feed(0, [eth(PEER.0, US.0, &fragment4(&p, &[1480, 0])[0])]);
+        lab.run();
+        assert_eq!(lab.w.held(), 1, "{v}");
+        lab.assert_conserved();
         lab.stop_and_check_pool();
     }
 }

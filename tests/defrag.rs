@@ -568,3 +568,40 @@ fn timeouts_answer_as_linux_does() {
         lab.stop_and_check_pool();
     }
 }
+
+/// Fragments kept at their size that do not fit the egress MTU (eth1 at 1000 bytes) are
+/// fragmented again by `ip4-fragment` (Linux refragments to the egress MTU where the
+/// kept `frag_max_size` does not fit): 1500-byte fragments leave as 996 + 524, the last
+/// as it came; every piece translated, and the far end reassembles the datagram sent,
+/// its UDP checksum right.
+#[test]
+fn kept_fragments_too_large_for_the_egress_mtu_are_fragmented_again() {
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 3) as u8).collect();
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let mut s = spec(defrag::Config::default());
+        s.ports[1].mtu = 1000;
+        let mut lab = Lab::new(&s, mode, dispatch);
+        let out = udp4(INSIDE, 40000, FAR, 53, 0x5151, &payload);
+        let frags = fragment4(&out, &[1480, 1480, 0]);
+        lab.feed(0, frags.iter().map(|f| eth(PEER.0, US.0, f)));
+        lab.run();
+        let got = sent(&mut lab, 1);
+        // In any order: the buckets dispatch sends the small last fragment on before
+        // the pieces `ip4-fragment` made (fragments need no order).
+        let mut sizes: Vec<usize> = got.iter().map(Vec::len).collect();
+        sizes.sort_unstable();
+        assert_eq!(
+            sizes,
+            [68, 524, 524, 996, 996],
+            "{v}: 976 data bytes a piece"
+        );
+        assert!(got.iter().all(|g| addr4(g, 12) == OUTSIDE), "{v}");
+        let d = reassemble4(&got);
+        assert_eq!(port_at(&d, 20), 40000, "{v}");
+        assert!(udp4_sum_ok(&d), "{v}: UDP checksum");
+        assert_eq!(&d[28..], &payload[..], "{v}");
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}

@@ -402,7 +402,8 @@ pub fn split(pool: &Pool, mut p: Pkt, out: &mut Vec<Pkt>) {
     }
     v.meta.flags &= !flag::DEFRAG_CHAIN;
     v.meta.segs = 1;
-    v.meta.total_len = 0;
+    // A plain packet's total is its buffer's (what `truncate` and the ports expect).
+    v.meta.total_len = u32::from(v.meta.len);
     let mut next = v.meta.chain.take();
     let keep = flag::VLAN | flag::QINQ | flag::FRAG6 | flag::FRAG6_LATER | flag::RESERVED;
     let m = &*v.meta;

@@ -469,6 +469,11 @@ fn split_gives_every_fragment_the_heads_header() {
         assert_eq!(&d[2..8], &expect[2..8], "own length, id and offset of {i}");
         assert_eq!(&d[20..], &expect[20..], "own data of {i}");
         assert_eq!((v.meta.segs, v.meta.out_if), (1, 1));
+        assert_eq!(
+            v.meta.total_len,
+            u32::from(v.meta.len),
+            "a plain packet's total"
+        );
         assert!(v.meta.chain.is_none() && v.meta.flags & flag::DEFRAG_CHAIN == 0);
     }
     r.cache.free_all(&mut out);

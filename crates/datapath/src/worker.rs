@@ -354,6 +354,9 @@ impl Worker {
         if now_ns >= self.next_timer_ns {
             self.next_timer_ns = now_ns + 1_000_000;
             netbatch_stack::timers::run(&mut self.host, &self.pool, &mut self.cache, now_ns);
+            // Stages that keep packets across polls (defragmentation's timeouts) look at
+            // them even when nothing is received.
+            self.end_of_poll(now_ns);
         }
         self.run_injected(now_ns);
         self.flush_tx(now_ns);

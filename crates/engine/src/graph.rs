@@ -617,7 +617,7 @@ impl<S> Graph<S> {
     pub fn flush_held(&mut self, st: &mut S, cx: &mut Cx<'_>, one_by_one: bool) {
         for k in 0..self.holders.len() {
             let id = self.holders[k];
-            if self.nodes[usize::from(id)].stage.held() > 0 {
+            if self.nodes[usize::from(id)].stage.wants_flush() {
                 if self.trace.armed() {
                     self.flush::<true>(st, cx, NodeId(id), one_by_one);
                 } else {

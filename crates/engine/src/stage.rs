@@ -368,6 +368,13 @@ pub trait Stage<S>: Send {
     fn held(&self) -> u64 {
         0
     }
+
+    /// For a stage that holds packets across calls: whether [`Stage::flush`] has work
+    /// at the end of this poll (by default: it holds something). A stage whose packets
+    /// the shared state keeps (and counts) says so here.
+    fn wants_flush(&self) -> bool {
+        self.held() > 0
+    }
 }
 
 /// A stage that only knows single packets. Wrap it in [`PerPacket`] to put it in a graph:

@@ -29,7 +29,11 @@
 //! inside; `traceroute` (UDP probes) from h1 to h2: the hops it prints, which needs the
 //! time-exceeded from `x` and the port unreachable from h2 translated back to h1 with
 //! their quoted headers (traceroute matches a reply to its probe by the quote's
-//! addresses and ports: a quote left translated shows as `*`).
+//! addresses and ports: a quote left translated shows as `*`); a 3000-byte UDP datagram
+//! out and a 3000-byte answer back, both fragmented by the hosts' kernels for their
+//! 1500-byte links: the peer the server saw and the bytes the client got (netbatch
+//! defragments before tracking, translates the datagram as one and sends it on as its
+//! fragments).
 //!
 //! Namespaces and veths carry the process id; root and `nft`, `socat`, `ping`,
 //! `traceroute` are needed (scripts/setup installs them), skipped through the testkit
@@ -397,6 +401,27 @@ fn cases(t: &Topo) -> Vec<(&'static str, String)> {
         .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
         .collect();
     out.push(("traceroute hops", hops.join(" ")));
+
+    // A UDP datagram of 3000 bytes out (h1's kernel fragments it for the 1500-byte
+    // link: the router gets fragments), the server answering with the peer it saw and
+    // 3000 bytes (h2's kernel fragments that too): what h1 gets back, the peer's text and
+    // the byte count. Through netbatch the datagram is defragmented before tracking,
+    // translated as one and sent on as the fragments it came as.
+    let server = t.spawn(
+        "h2",
+        "socat UDP-RECVFROM:5006,fork SYSTEM:'echo $SOCAT_PEERADDR; head -c 3000 /dev/zero'",
+    );
+    t.listening("h2", "udp", 5006);
+    let (_, text) = t.exec(
+        "h1",
+        "f=/tmp/nbfrag$$; head -c 3000 /dev/zero | timeout 8 socat -T 3 -b 8192 - \
+         UDP:203.0.113.2:5006 > $f; tr -d '\\000' < $f; wc -c < $f; rm -f $f",
+    );
+    finish(server);
+    out.push((
+        "fragmented udp out and back; peer h2 saw, bytes h1 got",
+        text.split_whitespace().collect::<Vec<_>>().join(" "),
+    ));
     out
 }
 
@@ -499,6 +524,7 @@ fn nat44_agrees_with_nftables() {
         "203.0.113.2",
         "",
         "192.0.2.1 198.51.100.2 203.0.113.2",
+        "198.51.100.1 3013",
     ];
     // netbatch with one worker, then with two (both receiving both ports, RPS
     // bringing each packet to the worker owning its connection): the same outcomes.

@@ -51,6 +51,11 @@ pub mod flag {
     /// in front of its data (at its `l3`), so GSO gives each segment its own headers
     /// back instead of building them.
     pub const GRO_CHAIN: u32 = 1 << 15;
+    /// A datagram gathered from its fragments before connection tracking (the stack's
+    /// `defrag`): this buffer is its first fragment, its later fragments are chained
+    /// behind it in offset order, each with its own IP header; `segs` counts them all,
+    /// `total_len` is the datagram's length. The confirm stages split it again.
+    pub const DEFRAG_CHAIN: u32 = 1 << 16;
     /// Connection tracking saw the packet (`ct-in` or `ct-out`): [`CT_STATE`] and
     /// [`CT_REPLY`] say what it found. Without it the packet is untracked.
     pub const CT_TRACKED: u32 = 1 << 23;
@@ -82,6 +87,7 @@ pub mod flag {
         | EXT_UNWALKED
         | PAYLOAD_SUM
         | GRO_CHAIN
+        | DEFRAG_CHAIN
         | CT_TRACKED
         | CT_REPLY
         | CT_STATE
@@ -153,7 +159,7 @@ pub enum Field {
     /// `mark`: the firewall mark.
     Mark,
     /// A super-packet's shape: `gso_size`, `gso_type`, `segs`, `chain`,
-    /// [`flag::GRO_CHAIN`].
+    /// [`flag::GRO_CHAIN`], [`flag::DEFRAG_CHAIN`].
     Gso,
     /// `hash` and [`flag::HASH_VALID`]: the flow hash.
     Hash,

@@ -30,6 +30,8 @@ pub const STAGES: &[Decl] = &[
     arp::input::DECL,
     ip4::input::DECL,
     ip6::input::DECL,
+    ip4::defrag::DECL,
+    ip6::defrag::DECL,
     ct::stage::IN,
     nat::stage::PREROUTING,
     filter::hook::PREROUTING,
@@ -109,6 +111,10 @@ pub mod node {
     pub const HOOK_OUTPUT: &str = crate::filter::HookPoint::Output.node();
     /// The POSTROUTING hook.
     pub const HOOK_POSTROUTING: &str = crate::filter::HookPoint::Postrouting.node();
+    /// IPv4 defragmentation before tracking, when tracking is configured.
+    pub const IP4_DEFRAG: &str = "ip4-defrag";
+    /// IPv6 defragmentation before tracking, when tracking is configured.
+    pub const IP6_DEFRAG: &str = "ip6-defrag";
     /// Connection tracking of received packets (before PREROUTING), when configured.
     pub const CT_IN: &str = "ct-in";
     /// Connection tracking of packets this host makes (before OUTPUT).
@@ -588,13 +594,13 @@ mod tests {
         let all = nodes(&everything());
         assert_eq!(
             all.len(),
-            names.len() + 15,
-            "gro, cls, 5 hooks, 4 conntrack stages, 2 NAT stages, punt, inject"
+            names.len() + 17,
+            "gro, cls, 5 hooks, 2 defrag stages, 4 conntrack stages, 2 NAT stages, punt, inject"
         );
         assert_eq!((all[0].name, all[1].name), ("gro", "cls-ingress"));
         assert_eq!(
-            (all[6].name, all[7].name, all[8].name),
-            ("ct-in", "nat-prerouting", "hook-prerouting")
+            (all[6].name, all[7].name, all[8].name, all[9].name),
+            ("ip4-defrag", "ip6-defrag", "ct-in", "nat-prerouting")
         );
         assert_eq!(
             target(&all, "hook-postrouting", "accept"),
@@ -633,7 +639,12 @@ mod tests {
         assert_eq!(target(&all, "hook-forward", "accept6"), "hook-postrouting");
         assert_eq!(target(&all, "hook-input", "accept"), "ct-confirm-local");
         assert_eq!(target(&all, "ct-confirm-local", "accept"), "ip4-local");
-        assert_eq!(target(&all, "ip4-input", "ok"), "ct-in");
+        assert_eq!(target(&all, "ip4-input", "ok"), "ip4-defrag");
+        assert_eq!(target(&all, "ip6-input", "ok"), "ip6-defrag");
+        assert_eq!(target(&all, "ip4-defrag", "ok"), "ct-in");
+        assert_eq!(target(&all, "ip6-defrag", "ok"), "ct-in");
+        assert_eq!(target(&all, "ip4-defrag", "error"), "ip4-icmp-error");
+        assert_eq!(target(&all, "ip6-defrag", "error"), "ip6-icmp-error");
         assert_eq!(target(&all, "ct-in", "accept6"), "nat-prerouting");
         assert_eq!(target(&all, "nat-prerouting", "accept6"), "hook-prerouting");
         assert_eq!(target(&all, "ip6-local-out", "ok"), "ct-out");
@@ -649,7 +660,8 @@ mod tests {
             conntrack: Some(ct::Config::default()),
             ..GraphOptions::default()
         });
-        assert_eq!(target(&ct_only, "ip4-input", "ok"), "ct-in");
+        assert_eq!(target(&ct_only, "ip4-input", "ok"), "ip4-defrag");
+        assert_eq!(target(&ct_only, "ip4-defrag", "ok"), "ct-in");
         assert_eq!(target(&ct_only, "ct-in", "accept"), "ip4-route");
         assert_eq!(target(&ct_only, "ip4-route", "local"), "ct-confirm-local");
         assert_eq!(target(&ct_only, "ip4-forward", "ok"), "ct-confirm");

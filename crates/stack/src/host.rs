@@ -310,6 +310,11 @@ pub struct Host {
     /// With NAT and two or more workers: which translated connections' replies steer
     /// to this worker ([`crate::nat::steer`]); `None` with one worker.
     pub nat_home: Option<crate::nat::steer::Home>,
+    /// The IPv4 fragments held before tracking (`ip4-defrag` makes the store on first
+    /// use; the host keeps it, so that a graph rebuilt on reload finds what it held).
+    pub defrag4: Option<Box<crate::defrag::Store>>,
+    /// The IPv6 fragments held before tracking (`ip6-defrag`).
+    pub defrag6: Option<Box<crate::defrag::Store>>,
 }
 
 impl Host {
@@ -396,6 +401,8 @@ impl Host {
             clock_to_utc_ns: 0,
             ct: None,
             nat_home: None,
+            defrag4: None,
+            defrag6: None,
         }
     }
 
@@ -512,6 +519,11 @@ impl Host {
             + self.neigh6.held()
             + self.tx.iter().map(list).sum::<u64>()
             + self.injected.held(pool)
+            + [&self.defrag4, &self.defrag6]
+                .iter()
+                .filter_map(|s| s.as_deref())
+                .map(|s| s.held() as u64)
+                .sum::<u64>()
     }
 
     /// Frees everything the host holds (at shutdown).
@@ -523,6 +535,11 @@ impl Host {
             cache.free_all(q);
         }
         self.injected.drain_all(cache);
+        let mut frags = Vec::new();
+        for s in [&mut self.defrag4, &mut self.defrag6].into_iter().flatten() {
+            s.drain(&mut frags);
+            cache.free_all(&mut frags);
+        }
     }
 
     /// The next IPv4 identification value.

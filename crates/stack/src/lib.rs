@@ -39,6 +39,7 @@ pub mod assemble;
 pub mod cls;
 pub mod ct;
 pub mod declare;
+pub mod defrag;
 pub mod fib;
 pub mod fib6;
 pub mod filter;

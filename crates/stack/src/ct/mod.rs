@@ -93,7 +93,8 @@ pub enum Invalid {
     /// An ICMP message that can start nothing (an answer without its request, a type
     /// Linux does not track).
     IcmpNew,
-    /// A fragment (not reassembled before tracking yet).
+    /// A fragment not made whole before tracking (only where defragmentation is not in
+    /// front: `ct-out`, or a fragment of a datagram this host sends).
     Fragment,
     /// Headers cut short.
     Truncated,
@@ -144,6 +145,8 @@ pub struct Config {
     pub tcp: TcpConfig,
     /// Hash seed (fixed: tables are laid out the same on every run).
     pub seed: u64,
+    /// Defragmentation before tracking (`[conntrack.defrag]`).
+    pub defrag: crate::defrag::Config,
 }
 
 impl Default for Config {
@@ -153,6 +156,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             tcp: TcpConfig::default(),
             seed: 0x6e62_6374_2d73_6565,
+            defrag: crate::defrag::Config::default(),
         }
     }
 }
@@ -218,7 +222,9 @@ impl Seen {
             proto: ip.proto,
             v6,
         };
-        if ip.fragment {
+        // A datagram `ip4-defrag`/`ip6-defrag` made whole is tracked on its first
+        // fragment, which holds its L4 header; any other fragment cannot be.
+        if ip.fragment && m.flags & flag::DEFRAG_CHAIN == 0 {
             seen.kind = Kind::Invalid(Invalid::Fragment);
             return seen;
         }

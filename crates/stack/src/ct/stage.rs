@@ -49,7 +49,7 @@ fn make_track(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
 }
 
 fn make_confirm(_: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
-    Box::new(Confirm)
+    Box::new(Confirm::default())
 }
 
 const TRACK_READS: Fields = Fields::of(&[Field::L3, Field::L4, Field::Gso]);
@@ -89,8 +89,8 @@ pub const CONFIRM: Decl = Decl {
         ("accept6", To::Node(node::IP6_NEIGHBOUR)),
     ],
     decode: Decode::Ip,
-    reads: Fields::of(&[Field::Ct]),
-    writes: Fields::of(&[Field::Ct]),
+    reads: Fields::of(&[Field::Ct, Field::Gso]),
+    writes: Fields::of(&[Field::Ct, Field::Gso]),
     present,
     ..Decl::new(node::CT_CONFIRM, make_confirm)
 };
@@ -102,8 +102,8 @@ pub const CONFIRM_LOCAL: Decl = Decl {
         ("accept6", To::Node(node::IP6_LOCAL)),
     ],
     decode: Decode::Ip,
-    reads: Fields::of(&[Field::Ct]),
-    writes: Fields::of(&[Field::Ct]),
+    reads: Fields::of(&[Field::Ct, Field::Gso]),
+    writes: Fields::of(&[Field::Ct, Field::Gso]),
     present,
     ..Decl::new(node::CT_CONFIRM_LOCAL, make_confirm)
 };
@@ -197,9 +197,14 @@ impl Stage<Host> for CtStage {
 }
 
 /// `ct-confirm` and `ct-confirm-local`: links a new connection's entry when its packet
-/// gets here.
-#[derive(Debug)]
-pub struct Confirm;
+/// gets here, and splits a datagram `ip4-defrag`/`ip6-defrag` made whole back into the
+/// fragments it came as ([`crate::defrag::split`]), the last stage of the tracked path
+/// before the neighbour stages (which fragment again what does not fit the egress MTU)
+/// and local delivery.
+#[derive(Debug, Default)]
+pub struct Confirm {
+    frags: Vec<netbatch_engine::Pkt>,
+}
 
 impl Stage<Host> for Confirm {
     fn arcs(&self) -> &[&'static str] {
@@ -223,7 +228,15 @@ impl Stage<Host> for Confirm {
                 }
             }
             let six = v.meta.l3_type == L3::Ipv6 as u8;
-            out.push(if six { ACCEPT6 } else { ACCEPT }, p);
+            let arc = if six { ACCEPT6 } else { ACCEPT };
+            if v.meta.flags & flag::DEFRAG_CHAIN != 0 {
+                crate::defrag::split(cx.pool, p, &mut self.frags);
+                for q in self.frags.drain(..) {
+                    out.push(arc, q);
+                }
+            } else {
+                out.push(arc, p);
+            }
         }
     }
 }

@@ -83,11 +83,15 @@ pub enum Cause {
     RuleUnreachable,
     /// A policy rule `prohibit`: communication administratively prohibited.
     RuleProhibit,
+    /// A datagram for this host not whole within the reassembly timeout, its first
+    /// fragment received: time exceeded, fragment reassembly time exceeded (RFC 792
+    /// code 1; Linux's `ip_expire`).
+    ReassemblyTimeout,
 }
 
 impl Cause {
     /// Every cause, in counter order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::TtlExpired,
         Self::NoRoute,
         Self::RouteUnreachable,
@@ -100,6 +104,7 @@ impl Cause {
         Self::SourceRouteFailed,
         Self::RuleUnreachable,
         Self::RuleProhibit,
+        Self::ReassemblyTimeout,
     ];
 
     /// The ICMP (type, code) it causes.
@@ -114,6 +119,7 @@ impl Cause {
             Self::RouteProhibit | Self::RuleProhibit => (3, 13),
             Self::ParamProblem => (12, 0),
             Self::SourceRouteFailed => (3, 5),
+            Self::ReassemblyTimeout => (11, 1),
         }
     }
 
@@ -132,6 +138,7 @@ impl Cause {
             Self::SourceRouteFailed => crate::ip4::input::reason::SOURCE_ROUTE_FAILED,
             Self::RuleUnreachable => crate::route::reason::RULE_UNREACHABLE,
             Self::RuleProhibit => crate::route::reason::RULE_PROHIBIT,
+            Self::ReassemblyTimeout => crate::defrag::reason::TIMEOUT,
         }
     }
 
@@ -150,6 +157,7 @@ impl Cause {
             Self::SourceRouteFailed => "sent_ip4_source_route_failed",
             Self::RuleUnreachable => "sent_rule_unreachable",
             Self::RuleProhibit => "sent_rule_prohibit",
+            Self::ReassemblyTimeout => "sent_defrag_timeout",
         }
     }
 }
@@ -278,6 +286,7 @@ pub const DECL: Decl = Decl {
         crate::ip4::forward::reason::ALL,
         crate::ip4::fragment::reason::ALL,
         crate::neigh::reason::ALL,
+        crate::defrag::reason::ALL,
     ],
     decode: Decode::Ip,
     reads: Fields::of(&[
@@ -574,6 +583,7 @@ mod tests {
             (Cause::SourceRouteFailed, "ip4_source_route_failed"),
             (Cause::RuleUnreachable, "rule_unreachable"),
             (Cause::RuleProhibit, "rule_prohibit"),
+            (Cause::ReassemblyTimeout, "defrag_timeout"),
         ];
         assert_eq!(want.len(), Cause::ALL.len());
         for (c, name) in want {

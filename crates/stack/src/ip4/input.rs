@@ -125,7 +125,7 @@ fn check_sane(
 /// `ip4-input`.
 pub const DECL: Decl = Decl {
     arcs: &[
-        ("ok", To::Via(node::CT_IN, "accept")),
+        ("ok", To::Via(node::IP4_DEFRAG, "ok")),
         ("error", To::Node(node::IP4_ICMP_ERROR)),
     ],
     reasons: &[reason::ALL],

@@ -11,6 +11,7 @@
 //! (`Meta::data == Meta::l3`), its length equals the header's total length, the header
 //! checksum has been verified, and `Meta::l4` points past the header.
 
+pub mod defrag;
 pub mod forward;
 pub mod fragment;
 pub mod icmp_error;

@@ -130,6 +130,7 @@ pub const DECL: Decl = Decl {
         crate::ip6::forward::reason::ALL,
         crate::nd::resolve::reason::ALL,
         crate::neigh::reason::ALL,
+        crate::defrag::reason::ALL,
     ],
     decode: Decode::Ip,
     reads: Fields::of(&[

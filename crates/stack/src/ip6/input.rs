@@ -200,7 +200,7 @@ fn addresses(src: u128, dst: u128) -> Result<(), Reason> {
 /// `ip6-input`.
 pub const DECL: Decl = Decl {
     arcs: &[
-        ("ok", To::Via(node::CT_IN, "accept6")),
+        ("ok", To::Via(node::IP6_DEFRAG, "ok")),
         ("error", To::Node(node::IP6_ICMP_ERROR)),
     ],
     reasons: &[reason::ALL],

@@ -26,6 +26,7 @@
 //! (addresses: unspecified §2.5.2, loopback §2.5.3, link-local §2.5.6, multicast §2.7),
 //! 4443 (ICMPv6 errors, [`Cause`]), 4861 (neighbour discovery, `crate::nd`).
 
+pub mod defrag;
 pub mod forward;
 pub mod icmp_error;
 pub mod input;
@@ -111,11 +112,15 @@ pub enum Cause {
     /// A policy rule `prohibit`: Destination Unreachable, code 1 (administratively
     /// prohibited).
     RuleProhibit,
+    /// A datagram not whole within the reassembly timeout, its first fragment received:
+    /// Time Exceeded, code 1 (fragment reassembly time exceeded, RFC 8200 4.5; Linux's
+    /// `ip6frag_expire_frag_queue`).
+    ReassemblyTimeout,
 }
 
 impl Cause {
     /// Every cause, in counter order.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::HopByHopNotFirst,
         Self::UnrecognizedNextHeader,
         Self::HopLimitExceeded,
@@ -132,6 +137,7 @@ impl Cause {
         Self::UnknownOption,
         Self::RuleUnreachable,
         Self::RuleProhibit,
+        Self::ReassemblyTimeout,
     ];
 
     /// The ICMPv6 (type, code) it causes (RFC 4443 §3).
@@ -141,6 +147,7 @@ impl Cause {
                 (4, 1)
             }
             Self::HopLimitExceeded => (3, 0),
+            Self::ReassemblyTimeout => (3, 1),
             Self::NoRoute | Self::RouteUnreachable | Self::RuleUnreachable => (1, 0),
             Self::RouteProhibit | Self::RuleProhibit => (1, 1),
             Self::BeyondScope => (1, 2),
@@ -178,6 +185,7 @@ impl Cause {
             Self::UnknownOption => local::reason::UNKNOWN_OPTION,
             Self::RuleUnreachable => crate::route::reason::RULE_UNREACHABLE,
             Self::RuleProhibit => crate::route::reason::RULE_PROHIBIT,
+            Self::ReassemblyTimeout => crate::defrag::reason::TIMEOUT,
         }
     }
 
@@ -200,6 +208,7 @@ impl Cause {
             Self::UnknownOption => "sent_ip6_unknown_option",
             Self::RuleUnreachable => "sent_rule_unreachable",
             Self::RuleProhibit => "sent_rule_prohibit",
+            Self::ReassemblyTimeout => "sent_defrag_timeout",
         }
     }
 }
@@ -216,6 +225,7 @@ impl crate::ask::Cause for Cause {
         match self {
             Self::PacketTooBig => Some("mtu"),
             Self::HopLimitExceeded
+            | Self::ReassemblyTimeout
             | Self::NoRoute
             | Self::RouteUnreachable
             | Self::RouteProhibit
@@ -245,7 +255,7 @@ mod tests {
     use super::*;
 
     /// The types and codes are RFC 4443's: Destination Unreachable (1) codes 0–4, Packet
-    /// Too Big (2), Time Exceeded (3) code 0, Parameter Problem (4) codes 0–2; only Packet
+    /// Too Big (2), Time Exceeded (3) codes 0 and 1, Parameter Problem (4) codes 0–2; only Packet
     /// Too Big and Parameter Problem code 2 may answer multicast (§2.4 (e.3)).
     #[test]
     fn causes_map_to_rfc4443_types() {
@@ -260,6 +270,7 @@ mod tests {
             (NoSocket, (1, 4)),
             (PacketTooBig, (2, 0)),
             (HopLimitExceeded, (3, 0)),
+            (ReassemblyTimeout, (3, 1)),
             (BadHeader, (4, 0)),
             (BadOptions, (4, 0)),
             (UnknownNextHeader, (4, 1)),

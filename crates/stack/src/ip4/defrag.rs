@@ -1,0 +1,121 @@
+//! `ip4-defrag`: IPv4 fragments gathered before connection tracking
+//! ([`crate::defrag`]), after `ip4-input` and before `ct-in`; in the graph only with
+//! tracking. A datagram is told by its source, destination, protocol and identification
+//! (RFC 791 3.2). Refused as they come, each counted: a fragment with no data, one not
+//! the last whose data is not a multiple of 8 bytes (RFC 791: offsets count 8-byte
+//! units), one reaching past 65,535 bytes, and a first fragment without the whole
+//! transport header (RFC 1858: the ports and TCP's flags must be in the first
+//! fragment). A datagram for this host that times out with its first fragment received
+//! is answered with time exceeded, code 1 (RFC 792); a forwarded one is dropped silently,
+//! as Linux's conntrack defragmentation does (`frag_expire_skip_icmp`).
+
+use netbatch_engine::{Meta, Reason, Stage};
+
+use super::header;
+use super::icmp_error::{Cause, Request};
+use crate::assemble::{GraphOptions, node};
+use crate::declare::{Decl, Decode, To};
+use crate::defrag::stage::{Defrag, Family};
+use crate::defrag::{Config, Key, Piece, Store, reason};
+use crate::dissect::L4;
+use crate::host::Host;
+use crate::meta::{Field, Fields};
+
+/// The IPv4 side of [`Defrag`].
+#[derive(Debug)]
+pub struct V4;
+
+/// Bytes of the transport header the first fragment must hold for protocol `l4`: what
+/// tracking and the rules read of it.
+pub(crate) fn first_needs(l4: L4) -> u32 {
+    match l4 {
+        L4::Tcp => 20,
+        L4::Sctp => 12,
+        L4::Udp | L4::UdpLite | L4::Icmp | L4::Icmpv6 => 8,
+        L4::Other => 0,
+    }
+}
+
+impl Family for V4 {
+    fn timeout(cfg: &Config) -> u32 {
+        cfg.timeout4
+    }
+
+    fn store(host: &mut Host) -> &mut Option<Box<Store>> {
+        &mut host.defrag4
+    }
+
+    #[inline(always)]
+    fn read(m: &Meta, d: &[u8]) -> Result<Option<(Piece, u32)>, Reason> {
+        let Some(ip) = header(d) else {
+            return Ok(None);
+        };
+        if !ip.is_fragment() {
+            return Ok(None);
+        }
+        let ihl = ip.header_len() as u32;
+        let len = (d.len() as u32).saturating_sub(ihl);
+        let (off, more) = (u32::from(ip.frag_offset()), ip.more_frags());
+        if len == 0 || more && !len.is_multiple_of(8) {
+            return Err(reason::BAD_LENGTH);
+        }
+        if ihl + off + len > 65_535 {
+            return Err(reason::OVERSIZE);
+        }
+        if off == 0 && len < first_needs(L4::of(m.l4_type)) {
+            return Err(reason::TINY_FIRST);
+        }
+        let key = Key {
+            src: u128::from(u32::from(ip.src())),
+            dst: u128::from(u32::from(ip.dst())),
+            id: u32::from(ip.ident()),
+            proto: m.l4_type,
+        };
+        Ok(Some((
+            Piece {
+                key,
+                off,
+                len,
+                more,
+            },
+            ihl,
+        )))
+    }
+
+    fn answer_timeout(host: &Host, m: &mut Meta, d: &[u8]) -> bool {
+        let local = header(d).is_some_and(|ip| host.is_local(ip.dst()));
+        if local {
+            Request::new(Cause::ReassemblyTimeout).put(m);
+        }
+        local
+    }
+}
+
+/// Whether the graph defragments: with connection tracking.
+pub(crate) fn present(o: &GraphOptions) -> bool {
+    o.conntrack.is_some()
+}
+
+fn make(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
+    let cfg = m
+        .opts
+        .conntrack
+        .as_ref()
+        .map(|c| c.defrag)
+        .unwrap_or_default();
+    Box::new(Defrag::<V4>::new(cfg))
+}
+
+/// `ip4-defrag`: after `ip4-input`, before `ct-in`.
+pub const DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Via(node::CT_IN, "accept")),
+        ("error", To::Node(node::IP4_ICMP_ERROR)),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::L3, Field::L4]),
+    writes: Fields::of(&[Field::Gso, Field::Ask]),
+    present,
+    ..Decl::new(node::IP4_DEFRAG, make)
+};

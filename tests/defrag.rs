@@ -1,0 +1,607 @@
+//! Defragmentation before connection tracking through the whole graph, in all four
+//! variants: fragmented UDP through the stateful router (`ct state established,related
+//! accept; ct state new iif eth0 accept; drop`) and, for IPv4, masquerade on eth1. Each
+//! datagram is cut into fragments here, by hand (RFC 791 / RFC 8200 4.5), and what
+//! leaves is checked against independent expectations: the fragments as they came
+//! (sizes, offsets, identification), the translated addresses, and the datagram the far
+//! end reassembles from them with its UDP checksum recomputed in full. Then the bounds:
+//! a flood of partial datagrams from spoofed sources leaves the store at its bound, an
+//! established connection keeps working, every fragment is dropped or held (counted),
+//! and timeouts drop the rest, answering with time exceeded as Linux does.
+
+use netbatch_runtime::setup::StaticNeighbour;
+use netbatch_scenarios::{self as support, GW_MAC, Gro, Lab, LabSpec, PEER, US, US2, VARIANTS, ip};
+use netbatch_stack::ct::{self, state_bit};
+use netbatch_stack::defrag;
+use netbatch_stack::filter::{Chain, CtMatch, HookPoint, Rule, Verdict};
+use netbatch_stack::nat::{self, Action, NatChain, NatRule};
+use netbatch_wire::checksum::reference::ones_complement_sum;
+
+const INSIDE: &str = "198.51.100.2";
+const OUTSIDE: &str = "192.0.2.1";
+const FAR: &str = "203.0.113.7";
+const INSIDE6: &str = "2001:db8:100::2";
+const FAR6: &str = "2001:db8:300::7";
+const S: u64 = 1_000_000_000;
+
+fn stateful_forward() -> Chain {
+    let mut est = Rule::any(Verdict::Accept);
+    est.ct = Some(CtMatch {
+        state: state_bit::ESTABLISHED | state_bit::RELATED,
+        ..CtMatch::default()
+    });
+    let mut new_inside = Rule::any(Verdict::Accept);
+    new_inside.ct = Some(CtMatch {
+        state: state_bit::NEW,
+        ..CtMatch::default()
+    });
+    new_inside.in_if = Some(0);
+    Chain {
+        rules: vec![est, new_inside],
+        policy: Verdict::Drop,
+    }
+}
+
+fn spec(d: defrag::Config) -> LabSpec {
+    let mut spec = support::router6(Gro::Off);
+    spec.neighbours.push(StaticNeighbour {
+        iface: 0,
+        ip: ip(INSIDE),
+        mac: PEER,
+    });
+    spec.graph.chains = vec![(HookPoint::Forward, stateful_forward())];
+    spec.graph.conntrack = Some(ct::Config {
+        max: 64,
+        defrag: d,
+        ..ct::Config::default()
+    });
+    let mut out = Rule::any(Verdict::Accept);
+    out.out_if = Some(1);
+    spec.graph.nat = Some(nat::Config {
+        prerouting: NatChain::default(),
+        postrouting: NatChain {
+            rules: vec![NatRule {
+                matches: out,
+                action: Action::Masquerade { ports: None },
+            }],
+        },
+    });
+    spec
+}
+
+/// A UDP datagram (IPv4 header, no options, DF clear, identification `id`) with a valid
+/// checksum: `payload` from `s:sp` to `d:dp`.
+fn udp4(s: &str, sp: u16, d: &str, dp: u16, id: u16, payload: &[u8]) -> Vec<u8> {
+    let total = 28 + payload.len();
+    let mut p = vec![0x45, 0, (total >> 8) as u8, total as u8];
+    p.extend_from_slice(&id.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 64, 17, 0, 0]);
+    p.extend_from_slice(&ip(s).octets());
+    p.extend_from_slice(&ip(d).octets());
+    let c = !ones_complement_sum(&p[..20]);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    let ulen = (8 + payload.len()) as u16;
+    let mut u = Vec::new();
+    u.extend_from_slice(&sp.to_be_bytes());
+    u.extend_from_slice(&dp.to_be_bytes());
+    u.extend_from_slice(&ulen.to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    let mut ph = p[12..20].to_vec();
+    ph.extend_from_slice(&[0, 17]);
+    ph.extend_from_slice(&ulen.to_be_bytes());
+    ph.extend_from_slice(&u);
+    let c = !ones_complement_sum(&ph);
+    u[6..8].copy_from_slice(&(if c == 0 { 0xffff } else { c }).to_be_bytes());
+    p.extend_from_slice(&u);
+    p
+}
+
+/// IPv4 packet `p` (20-byte header) cut into fragments of `sizes` data bytes (each but
+/// the last a multiple of 8), as RFC 791 3.2 says: same header, total length, MF on all
+/// but the last, offset in 8-byte units, checksum.
+fn fragment4(p: &[u8], sizes: &[usize]) -> Vec<Vec<u8>> {
+    let data = &p[20..];
+    let mut off = 0;
+    let mut out = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let last = i + 1 == sizes.len();
+        let n = if last { data.len() - off } else { n };
+        let mut h = p[..20].to_vec();
+        h[2..4].copy_from_slice(&((20 + n) as u16).to_be_bytes());
+        let word = (off / 8) as u16 | if last { 0 } else { 0x2000 };
+        h[6..8].copy_from_slice(&word.to_be_bytes());
+        h[10] = 0;
+        h[11] = 0;
+        let c = !ones_complement_sum(&h);
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        h.extend_from_slice(&data[off..off + n]);
+        out.push(h);
+        off += n;
+    }
+    out
+}
+
+/// An Ethernet frame of `ip` from `src` to `dst` (type by the IP version).
+fn eth(src: [u8; 6], dst: [u8; 6], ip: &[u8]) -> Vec<u8> {
+    let mut f = dst.to_vec();
+    f.extend_from_slice(&src);
+    f.extend_from_slice(if ip[0] >> 4 == 6 {
+        &[0x86, 0xdd]
+    } else {
+        &[0x08, 0x00]
+    });
+    f.extend_from_slice(ip);
+    f
+}
+
+/// What a receiver reassembles from IPv4 fragments `frags` (their IP packets): the
+/// first one's header with the whole length and no MF, the data in offset order
+/// (contiguous, checked); with every fragment's header checksum checked.
+fn reassemble4(frags: &[Vec<u8>]) -> Vec<u8> {
+    let mut pieces: Vec<(usize, &[u8])> = frags
+        .iter()
+        .map(|f| {
+            assert_eq!(ones_complement_sum(&f[..20]), 0xffff, "fragment checksum");
+            let w = u16::from_be_bytes([f[6], f[7]]);
+            (usize::from(w & 0x1fff) * 8, &f[20..])
+        })
+        .collect();
+    pieces.sort_by_key(|p| p.0);
+    let first = frags
+        .iter()
+        .find(|f| f[6] & 0x1f == 0 && f[7] == 0)
+        .expect("a first fragment");
+    let mut p = first[..20].to_vec();
+    for (off, d) in pieces {
+        assert_eq!(off, p.len() - 20, "contiguous");
+        p.extend_from_slice(d);
+    }
+    let total = p.len() as u16;
+    p[2..4].copy_from_slice(&total.to_be_bytes());
+    p[6] = 0;
+    p[7] = 0;
+    p
+}
+
+/// Whether the UDP checksum of IPv4 datagram `p` is right (a full recomputation).
+fn udp4_sum_ok(p: &[u8]) -> bool {
+    let mut ph = p[12..20].to_vec();
+    ph.extend_from_slice(&[0, 17]);
+    ph.extend_from_slice(&((p.len() - 20) as u16).to_be_bytes());
+    ph.extend_from_slice(&p[20..]);
+    ones_complement_sum(&ph) == 0xffff
+}
+
+fn addr4(p: &[u8], at: usize) -> String {
+    std::net::Ipv4Addr::from(<[u8; 4]>::try_from(&p[at..at + 4]).unwrap()).to_string()
+}
+
+fn port_at(p: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([p[at], p[at + 1]])
+}
+
+/// The IP packets of frames sent on port `i`.
+fn sent(lab: &mut Lab, i: usize) -> Vec<Vec<u8>> {
+    lab.tx(i)
+        .into_iter()
+        .map(|f| f.bytes[14..].to_vec())
+        .collect()
+}
+
+/// A fragmented UDP datagram from the inside host out through masquerade, fed in
+/// reverse order, and its fragmented answer back: each leaves as the fragments it came
+/// as (sizes, offsets), tracked and translated as one datagram (source 192.0.2.1 on
+/// every fragment, the port in the first, the UDP checksum right over the whole); an
+/// unsolicited fragmented datagram from outside is dropped whole by the stateful chain
+/// (before defragmentation each fragment was `invalid`, and the chain dropped them all,
+/// the wanted ones too).
+#[test]
+fn fragmented_udp_through_masquerade_both_ways() {
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let mut lab = Lab::new(&spec(defrag::Config::default()), mode, dispatch);
+        let out = udp4(INSIDE, 40000, FAR, 53, 0x4242, &payload);
+        let frags = fragment4(&out, &[1480, 1480, 0]);
+        lab.feed(0, frags.iter().rev().map(|f| eth(PEER.0, US.0, f)));
+        lab.run();
+        let got = sent(&mut lab, 1);
+        assert_eq!(got.len(), 3, "{v}: three fragments out");
+        for (g, f) in got.iter().zip(&frags) {
+            assert_eq!(g.len(), f.len(), "{v}: the size it came with");
+            assert_eq!(&g[4..8], &f[4..8], "{v}: identification and offset kept");
+            assert_eq!(addr4(g, 12), OUTSIDE, "{v}: every fragment translated");
+            assert_eq!(g[8], 63, "{v}: TTL decremented on every fragment");
+        }
+        let d = reassemble4(&got);
+        assert_eq!(
+            (port_at(&d, 20), addr4(&d, 16), port_at(&d, 22)),
+            (40000, FAR.into(), 53),
+            "{v}: port kept"
+        );
+        assert!(
+            udp4_sum_ok(&d),
+            "{v}: UDP checksum over the translated datagram"
+        );
+        assert_eq!(&d[28..], &payload[..], "{v}: the payload");
+
+        // The answer, fragmented in two, in order.
+        let back = udp4(FAR, 53, OUTSIDE, 40000, 0x0909, &payload[..2000]);
+        let frags = fragment4(&back, &[1480, 0]);
+        lab.feed(1, frags.iter().map(|f| eth(GW_MAC.0, US2.0, f)));
+        lab.run();
+        let got = sent(&mut lab, 0);
+        assert_eq!(got.len(), 2, "{v}: two fragments in");
+        let d = reassemble4(&got);
+        assert_eq!(
+            (addr4(&d, 12), addr4(&d, 16), port_at(&d, 22)),
+            (FAR.into(), INSIDE.into(), 40000),
+            "{v}: back to the inside host"
+        );
+        assert!(udp4_sum_ok(&d), "{v}: UDP checksum of the answer");
+        assert!(got.iter().all(|g| addr4(g, 16) == INSIDE), "{v}");
+
+        // Unsolicited, fragmented, to the inside host: dropped whole by the chain's
+        // policy.
+        let x = udp4(FAR, 53, INSIDE, 40001, 0x0a0a, &payload[..2000]);
+        lab.feed(
+            1,
+            fragment4(&x, &[1480, 0])
+                .iter()
+                .map(|f| eth(GW_MAC.0, US2.0, f)),
+        );
+        lab.run();
+        assert!(lab.tx(0).is_empty(), "{v}: nothing unsolicited inside");
+        let drops = lab.drops();
+        assert_eq!(
+            drops.get("filter_forward").copied(),
+            Some(2),
+            "{v}: the unsolicited datagram's two fragments, dropped as one: {drops:?}"
+        );
+        let ct = lab.w.host.ct.as_ref().unwrap();
+        assert_eq!(ct.nat.snat, 1, "{v}");
+        assert_eq!(
+            ct.stats.invalid[10], 0,
+            "{v}: no fragment tracked as invalid"
+        );
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}
+
+/// A UDP datagram over IPv6 with a valid checksum: `payload` from `s:sp` to `d:dp`.
+fn udp6(s: &str, sp: u16, d: &str, dp: u16, payload: &[u8]) -> Vec<u8> {
+    let ulen = (8 + payload.len()) as u16;
+    let mut p = vec![0x60, 0, 0, 0];
+    p.extend_from_slice(&ulen.to_be_bytes());
+    p.extend_from_slice(&[17, 64]);
+    p.extend_from_slice(&support::ip6(s).octets());
+    p.extend_from_slice(&support::ip6(d).octets());
+    let mut u = Vec::new();
+    u.extend_from_slice(&sp.to_be_bytes());
+    u.extend_from_slice(&dp.to_be_bytes());
+    u.extend_from_slice(&ulen.to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    let mut ph = p[8..40].to_vec();
+    ph.extend_from_slice(&[0, 0]);
+    ph.extend_from_slice(&ulen.to_be_bytes());
+    ph.extend_from_slice(&[0, 0, 0, 17]);
+    ph.extend_from_slice(&u);
+    let c = !ones_complement_sum(&ph);
+    u[6..8].copy_from_slice(&(if c == 0 { 0xffff } else { c }).to_be_bytes());
+    p.extend_from_slice(&u);
+    p
+}
+
+/// IPv6 packet `p` (no extension headers) cut into fragments of `sizes` data bytes (RFC
+/// 8200 4.5: the fixed header with next header 44, a Fragment header naming the
+/// original next header, offset, M, identification `id`).
+fn fragment6(p: &[u8], sizes: &[usize], id: u32) -> Vec<Vec<u8>> {
+    let data = &p[40..];
+    let mut off = 0;
+    let mut out = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let last = i + 1 == sizes.len();
+        let n = if last { data.len() - off } else { n };
+        let mut h = p[..40].to_vec();
+        h[4..6].copy_from_slice(&((8 + n) as u16).to_be_bytes());
+        h[6] = 44;
+        h.extend_from_slice(&[p[6], 0]);
+        h.extend_from_slice(&((off as u16) | u16::from(!last)).to_be_bytes());
+        h.extend_from_slice(&id.to_be_bytes());
+        h.extend_from_slice(&data[off..off + n]);
+        out.push(h);
+        off += n;
+    }
+    out
+}
+
+/// What a receiver reassembles from IPv6 fragments: the fixed header (next header from
+/// the Fragment header, the whole payload length) and the data in offset order.
+fn reassemble6(frags: &[Vec<u8>]) -> Vec<u8> {
+    let mut pieces: Vec<(usize, &[u8])> = frags
+        .iter()
+        .map(|f| {
+            assert_eq!(f[6], 44, "a Fragment header");
+            let w = u16::from_be_bytes([f[42], f[43]]);
+            (usize::from(w & 0xfff8), &f[48..])
+        })
+        .collect();
+    pieces.sort_by_key(|p| p.0);
+    let mut p = frags[0][..40].to_vec();
+    p[6] = frags[0][40];
+    for (off, d) in pieces {
+        assert_eq!(off, p.len() - 40, "contiguous");
+        p.extend_from_slice(d);
+    }
+    let plen = (p.len() - 40) as u16;
+    p[4..6].copy_from_slice(&plen.to_be_bytes());
+    p
+}
+
+/// Whether the UDP checksum of IPv6 datagram `p` is right.
+fn udp6_sum_ok(p: &[u8]) -> bool {
+    let mut ph = p[8..40].to_vec();
+    ph.extend_from_slice(&[0, 0]);
+    ph.extend_from_slice(&((p.len() - 40) as u16).to_be_bytes());
+    ph.extend_from_slice(&[0, 0, 0, 17]);
+    ph.extend_from_slice(&p[40..]);
+    ones_complement_sum(&ph) == 0xffff
+}
+
+/// IPv6: a fragmented UDP datagram out (new, accepted from inside), its fragmented
+/// answer in (established: the whole datagram tracked on its first fragment), an
+/// unsolicited fragmented one dropped whole; each leaves as the fragments it came as,
+/// hop limit decremented on every one, and reassembles to the datagram sent.
+#[test]
+fn fragmented_udp6_tracked_both_ways() {
+    let payload: Vec<u8> = (0..2500u32).map(|i| (i * 13) as u8).collect();
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let mut lab = Lab::new(&spec(defrag::Config::default()), mode, dispatch);
+        let out = udp6(INSIDE6, 40000, FAR6, 53, &payload);
+        let frags = fragment6(&out, &[1232, 0], 0x1234_5678);
+        lab.feed(0, frags.iter().rev().map(|f| eth(PEER.0, US.0, f)));
+        lab.run();
+        let got = sent(&mut lab, 1);
+        assert_eq!(got.len(), 2, "{v}: two fragments out");
+        for (g, f) in got.iter().zip(&frags) {
+            assert_eq!(g.len(), f.len(), "{v}: the size it came with");
+            assert_eq!(&g[40..48], &f[40..48], "{v}: the Fragment header kept");
+            assert_eq!(g[7], 63, "{v}: hop limit decremented on every fragment");
+        }
+        let d = reassemble6(&got);
+        assert!(udp6_sum_ok(&d), "{v}: UDP checksum");
+        assert_eq!(&d[48..], &payload[..], "{v}: the payload");
+
+        let back = udp6(FAR6, 53, INSIDE6, 40000, &payload[..1500]);
+        lab.feed(
+            1,
+            fragment6(&back, &[1232, 0], 7)
+                .iter()
+                .map(|f| eth(GW_MAC.0, US2.0, f)),
+        );
+        lab.run();
+        let got = sent(&mut lab, 0);
+        assert_eq!(got.len(), 2, "{v}: the answer's two fragments in");
+        assert!(udp6_sum_ok(&reassemble6(&got)), "{v}");
+
+        let x = udp6(FAR6, 53, INSIDE6, 40001, &payload[..1500]);
+        lab.feed(
+            1,
+            fragment6(&x, &[1232, 0], 8)
+                .iter()
+                .map(|f| eth(GW_MAC.0, US2.0, f)),
+        );
+        lab.run();
+        assert!(lab.tx(0).is_empty(), "{v}: nothing unsolicited inside");
+        assert_eq!(lab.drops().get("filter_forward").copied(), Some(2), "{v}");
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}
+
+/// A flood of first fragments from spoofed sources (never completed) fills the store to
+/// its bound and no further: every fragment is held or dropped as `defrag_store_full`,
+/// an established connection's packets keep passing, conservation is exact with the
+/// fragments held; 30 s later the forwarded partial datagrams are dropped silently
+/// (`defrag_timeout`, Linux's conntrack defragmentation sends no error for them), the
+/// store is empty and fragmented datagrams pass again.
+#[test]
+fn fragment_flood_leaves_the_store_at_its_bound() {
+    let payload: Vec<u8> = vec![0x55; 1600];
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let bound = defrag::Config {
+            max_buffers: 48,
+            max_datagrams: 32,
+            ..defrag::Config::default()
+        };
+        let mut lab = Lab::new(&spec(bound), mode, dispatch);
+        // An established connection first: a query out and its answer.
+        lab.feed(
+            0,
+            [support::frames::udp(
+                PEER, US, INSIDE, FAR, 5000, 53, 64, b"q",
+            )],
+        );
+        lab.run();
+        assert_eq!(lab.tx(1).len(), 1, "{v}");
+        lab.feed(
+            1,
+            [support::frames::udp(
+                GW_MAC, US2, FAR, OUTSIDE, 53, 5000, 64, b"a",
+            )],
+        );
+        lab.run();
+        assert_eq!(lab.tx(0).len(), 1, "{v}");
+
+        // 1000 first fragments, each from another spoofed source in 203.0.113.0/24 and
+        // 198.18.0.0/15, in batches.
+        let mut flood = 0u64;
+        for batch in 0..10u32 {
+            let frames: Vec<Vec<u8>> = (0..100u32)
+                .map(|i| {
+                    let n = batch * 100 + i;
+                    let src = format!("198.18.{}.{}", n / 250, n % 250 + 1);
+                    let p = udp4(&src, 1000, INSIDE, 9, n as u16, &payload);
+                    eth(GW_MAC.0, US2.0, &fragment4(&p, &[1480, 0])[0])
+                })
+                .collect();
+            flood += frames.len() as u64;
+            lab.feed(1, frames);
+            lab.run();
+        }
+        let held = lab.w.held();
+        assert_eq!(
+            held, 32,
+            "{v}: one fragment per datagram slot, at the bound"
+        );
+        assert_eq!(
+            lab.dropped(defrag::reason::STORE_FULL),
+            flood - held,
+            "{v}: every other fragment refused, counted"
+        );
+        lab.assert_conserved();
+        // The established connection still works through the flood.
+        lab.feed(
+            1,
+            [support::frames::udp(
+                GW_MAC, US2, FAR, OUTSIDE, 53, 5000, 64, b"a2",
+            )],
+        );
+        lab.run();
+        assert_eq!(lab.tx(0).len(), 1, "{v}: the established answer passes");
+        lab.tx(1);
+
+        // The flood's datagrams time out (30 s), silently: they were forwarded.
+        lab.advance(31 * S);
+        assert_eq!(lab.w.held(), 0, "{v}: the store empty");
+        assert_eq!(lab.dropped(defrag::reason::TIMEOUT), 32, "{v}");
+        assert!(
+            lab.tx(1).is_empty(),
+            "{v}: no error for forwarded datagrams"
+        );
+        lab.assert_conserved();
+        // And a fragmented datagram of the connection passes again.
+        let d = udp4(INSIDE, 5000, FAR, 53, 0x77, &payload);
+        lab.feed(
+            0,
+            fragment4(&d, &[1480, 0])
+                .iter()
+                .map(|f| eth(PEER.0, US.0, f)),
+        );
+        lab.run();
+        assert_eq!(sent(&mut lab, 1).len(), 2, "{v}");
+        lab.assert_conserved();
+        // Held at shutdown: the host frees the store's buffers.
+        let p = udp4(INSIDE, 5000, FAR, 53, 0x78, &payload);
+        lab.feed(0, [eth(PEER.0, US.0, &fragment4(&p, &[1480, 0])[0])]);
+        lab.run();
+        assert_eq!(lab.w.held(), 1, "{v}");
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}
+
+/// Timeouts answered as Linux answers them: an incomplete datagram for the router itself
+/// with its first fragment gets ICMP time exceeded, code 1, quoting that fragment (RFC
+/// 792; Linux's `ip_expire` answers local ones); an IPv6 one forwarded gets ICMPv6 Time
+/// Exceeded code 1 after 60 s (RFC 8200 4.5, `ip6frag_expire_frag_queue`), not at 59 s;
+/// one without its first fragment gets nothing. Held fragments count as `held` until
+/// then.
+#[test]
+fn timeouts_answer_as_linux_does() {
+    let payload: Vec<u8> = vec![0xaa; 2000];
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let mut lab = Lab::new(&spec(defrag::Config::default()), mode, dispatch);
+        // To the router's inside address, first fragment only.
+        let p = udp4(INSIDE, 7, "198.51.100.1", 7, 0x0101, &payload);
+        let f = fragment4(&p, &[1480, 0]);
+        lab.feed(0, [eth(PEER.0, US.0, &f[0])]);
+        // A later fragment alone (no first) of another datagram.
+        let q = udp4(INSIDE, 7, "198.51.100.1", 7, 0x0202, &payload);
+        lab.feed(0, [eth(PEER.0, US.0, &fragment4(&q, &[1480, 0])[1])]);
+        // IPv6, forwarded, first fragment only.
+        let p6 = udp6(INSIDE6, 40000, FAR6, 53, &payload);
+        let f6 = fragment6(&p6, &[1232, 0], 99);
+        lab.feed(0, [eth(PEER.0, US.0, &f6[0])]);
+        lab.run();
+        assert_eq!(lab.w.held(), 3, "{v}");
+        lab.assert_conserved();
+        lab.advance(29 * S);
+        assert!(lab.tx(0).is_empty(), "{v}: nothing before 30 s");
+        lab.advance(2 * S);
+        let got = sent(&mut lab, 0);
+        assert_eq!(got.len(), 1, "{v}: one ICMP error at 31 s");
+        let e = &got[0];
+        assert_eq!(
+            (e[9], e[20], e[21]),
+            (1, 11, 1),
+            "{v}: time exceeded, code 1"
+        );
+        assert_eq!(addr4(e, 16), INSIDE, "{v}: to the sender");
+        assert_eq!(&e[28..48], &f[0][..20], "{v}: quoting the first fragment");
+        assert_eq!(lab.w.held(), 1, "{v}: the IPv6 fragment still held");
+        lab.advance(28 * S);
+        assert!(lab.tx(0).is_empty(), "{v}: IPv6 not before 60 s");
+        lab.advance(2 * S);
+        let got = sent(&mut lab, 0);
+        assert_eq!(got.len(), 1, "{v}: one ICMPv6 error");
+        let e = &got[0];
+        assert_eq!(
+            (e[6], e[40], e[41]),
+            (58, 3, 1),
+            "{v}: Time Exceeded, code 1"
+        );
+        assert_eq!(&e[48..88], &f6[0][..40], "{v}: quoting the first fragment");
+        assert_eq!(lab.w.held(), 0, "{v}");
+        assert_eq!(
+            lab.dropped(defrag::reason::TIMEOUT),
+            1,
+            "{v}: the lone later fragment"
+        );
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}
+
+/// Fragments kept at their size that do not fit the egress MTU (eth1 at 1000 bytes) are
+/// fragmented again by `ip4-fragment` (Linux refragments to the egress MTU where the
+/// kept `frag_max_size` does not fit): 1500-byte fragments leave as 996 + 524, the last
+/// as it came; every piece translated, and the far end reassembles the datagram sent,
+/// its UDP checksum right.
+#[test]
+fn kept_fragments_too_large_for_the_egress_mtu_are_fragmented_again() {
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 3) as u8).collect();
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let mut s = spec(defrag::Config::default());
+        s.ports[1].mtu = 1000;
+        let mut lab = Lab::new(&s, mode, dispatch);
+        let out = udp4(INSIDE, 40000, FAR, 53, 0x5151, &payload);
+        let frags = fragment4(&out, &[1480, 1480, 0]);
+        lab.feed(0, frags.iter().map(|f| eth(PEER.0, US.0, f)));
+        lab.run();
+        let got = sent(&mut lab, 1);
+        // In any order: the buckets dispatch sends the small last fragment on before
+        // the pieces `ip4-fragment` made (fragments need no order).
+        let mut sizes: Vec<usize> = got.iter().map(Vec::len).collect();
+        sizes.sort_unstable();
+        assert_eq!(
+            sizes,
+            [68, 524, 524, 996, 996],
+            "{v}: 976 data bytes a piece"
+        );
+        assert!(got.iter().all(|g| addr4(g, 12) == OUTSIDE), "{v}");
+        let d = reassemble4(&got);
+        assert_eq!(port_at(&d, 20), 40000, "{v}");
+        assert!(udp4_sum_ok(&d), "{v}: UDP checksum");
+        assert_eq!(&d[28..], &payload[..], "{v}");
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}

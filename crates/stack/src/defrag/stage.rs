@@ -56,6 +56,18 @@ pub struct Defrag<F> {
     _f: core::marker::PhantomData<F>,
 }
 
+/// The stage of family `F` as the graph declares it: the `[conntrack.defrag]` settings
+/// (Linux's defaults without them).
+pub(crate) fn make<F: Family>(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
+    let cfg = m
+        .opts
+        .conntrack
+        .as_ref()
+        .map(|c| c.defrag)
+        .unwrap_or_default();
+    Box::new(Defrag::<F>::new(cfg))
+}
+
 impl<F: Family> Defrag<F> {
     /// The stage for `cfg` (its store is made on the first call, bounded by the pool).
     pub fn new(cfg: Config) -> Self {

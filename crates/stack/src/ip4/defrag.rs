@@ -9,13 +9,13 @@
 //! is answered with time exceeded, code 1 (RFC 792); a forwarded one is dropped silently,
 //! as Linux's conntrack defragmentation does (`frag_expire_skip_icmp`).
 
-use netbatch_engine::{Meta, Reason, Stage};
+use netbatch_engine::{Meta, Reason};
 
 use super::header;
 use super::icmp_error::{Cause, Request};
 use crate::assemble::{GraphOptions, node};
 use crate::declare::{Decl, Decode, To};
-use crate::defrag::stage::{Defrag, Family};
+use crate::defrag::stage::Family;
 use crate::defrag::{Config, Key, Piece, Store, reason};
 use crate::dissect::L4;
 use crate::host::Host;
@@ -96,16 +96,6 @@ pub(crate) fn present(o: &GraphOptions) -> bool {
     o.conntrack.is_some()
 }
 
-fn make(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
-    let cfg = m
-        .opts
-        .conntrack
-        .as_ref()
-        .map(|c| c.defrag)
-        .unwrap_or_default();
-    Box::new(Defrag::<V4>::new(cfg))
-}
-
 /// `ip4-defrag`: after `ip4-input`, before `ct-in`.
 pub const DECL: Decl = Decl {
     arcs: &[
@@ -117,5 +107,5 @@ pub const DECL: Decl = Decl {
     reads: Fields::of(&[Field::L3, Field::L4]),
     writes: Fields::of(&[Field::Gso, Field::Ask]),
     present,
-    ..Decl::new(node::IP4_DEFRAG, make)
+    ..Decl::new(node::IP4_DEFRAG, crate::defrag::stage::make::<V4>)
 };

@@ -8,13 +8,13 @@
 //! received is answered with Time Exceeded, code 1 (RFC 8200 4.5), as Linux's conntrack
 //! defragmentation does (`ip6frag_expire_frag_queue`).
 
-use netbatch_engine::{Meta, Reason, Stage};
+use netbatch_engine::{Meta, Reason};
 use netbatch_wire::ipv6::Ipv6Packet;
 
 use super::{Cause, header};
 use crate::assemble::node;
 use crate::declare::{Decl, Decode, To};
-use crate::defrag::stage::{Defrag, Family};
+use crate::defrag::stage::Family;
 use crate::defrag::{Config, Key, Piece, Store, reason};
 use crate::dissect::{self, L4};
 use crate::host::Host;
@@ -96,16 +96,6 @@ fn read6(m: &Meta, d: &[u8]) -> Result<Option<(Piece, u32)>, Reason> {
     )))
 }
 
-fn make(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
-    let cfg = m
-        .opts
-        .conntrack
-        .as_ref()
-        .map(|c| c.defrag)
-        .unwrap_or_default();
-    Box::new(Defrag::<V6>::new(cfg))
-}
-
 /// `ip6-defrag`: after `ip6-input`, before `ct-in`.
 pub const DECL: Decl = Decl {
     arcs: &[
@@ -117,5 +107,5 @@ pub const DECL: Decl = Decl {
     reads: Fields::of(&[Field::L3, Field::L4]),
     writes: Fields::of(&[Field::Gso, Field::Ask]),
     present,
-    ..Decl::new(node::IP6_DEFRAG, make)
+    ..Decl::new(node::IP6_DEFRAG, crate::defrag::stage::make::<V6>)
 };

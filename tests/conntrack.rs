@@ -11,32 +11,14 @@ use etherparse::PacketBuilder;
 use netbatch_engine::Mode;
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::{self as support, Gro, Lab, PEER, US, US2, VARIANTS, ip};
-use netbatch_stack::ct::{self, TcpState, state_bit};
-use netbatch_stack::filter::{Chain, CtMatch, HookPoint, Rule, Verdict};
+use netbatch_stack::ct::{self, TcpState};
+use netbatch_stack::filter::HookPoint;
 use netbatch_wire::ethernet::MacAddr;
 
 /// The next hop on eth1 (outside).
 const GW: MacAddr = MacAddr([2, 0, 0, 0, 2, 2]);
 const INSIDE: &str = "198.51.100.2";
 const FAR: &str = "203.0.113.7";
-
-fn stateful_forward() -> Chain {
-    let mut est = Rule::any(Verdict::Accept);
-    est.ct = Some(CtMatch {
-        state: state_bit::ESTABLISHED | state_bit::RELATED,
-        ..CtMatch::default()
-    });
-    let mut new_inside = Rule::any(Verdict::Accept);
-    new_inside.ct = Some(CtMatch {
-        state: state_bit::NEW,
-        ..CtMatch::default()
-    });
-    new_inside.in_if = Some(0);
-    Chain {
-        rules: vec![est, new_inside],
-        policy: Verdict::Drop,
-    }
-}
 
 fn lab(mode: Mode, dispatch: netbatch_engine::Dispatch) -> Lab {
     let mut spec = support::router(Gro::Off);
@@ -45,7 +27,7 @@ fn lab(mode: Mode, dispatch: netbatch_engine::Dispatch) -> Lab {
         ip: ip(INSIDE),
         mac: PEER,
     });
-    spec.graph.chains = vec![(HookPoint::Forward, stateful_forward())];
+    spec.graph.chains = vec![(HookPoint::Forward, support::stateful_forward())];
     spec.graph.conntrack = Some(ct::Config {
         max: 64,
         ..ct::Config::default()
@@ -244,7 +226,7 @@ fn syn_flood_keeps_the_table_bounded_and_the_established_working() {
         ip: ip(INSIDE),
         mac: PEER,
     });
-    spec.graph.chains = vec![(HookPoint::Forward, stateful_forward())];
+    spec.graph.chains = vec![(HookPoint::Forward, support::stateful_forward())];
     spec.graph.conntrack = Some(ct::Config {
         max: 1024,
         ..ct::Config::default()

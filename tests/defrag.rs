@@ -11,9 +11,9 @@
 
 use netbatch_runtime::setup::StaticNeighbour;
 use netbatch_scenarios::{self as support, GW_MAC, Gro, Lab, LabSpec, PEER, US, US2, VARIANTS, ip};
-use netbatch_stack::ct::{self, state_bit};
+use netbatch_stack::ct;
 use netbatch_stack::defrag;
-use netbatch_stack::filter::{Chain, CtMatch, HookPoint, Rule, Verdict};
+use netbatch_stack::filter::{HookPoint, Rule, Verdict};
 use netbatch_stack::nat::{self, Action, NatChain, NatRule};
 use netbatch_wire::checksum::reference::ones_complement_sum;
 
@@ -24,24 +24,6 @@ const INSIDE6: &str = "2001:db8:100::2";
 const FAR6: &str = "2001:db8:300::7";
 const S: u64 = 1_000_000_000;
 
-fn stateful_forward() -> Chain {
-    let mut est = Rule::any(Verdict::Accept);
-    est.ct = Some(CtMatch {
-        state: state_bit::ESTABLISHED | state_bit::RELATED,
-        ..CtMatch::default()
-    });
-    let mut new_inside = Rule::any(Verdict::Accept);
-    new_inside.ct = Some(CtMatch {
-        state: state_bit::NEW,
-        ..CtMatch::default()
-    });
-    new_inside.in_if = Some(0);
-    Chain {
-        rules: vec![est, new_inside],
-        policy: Verdict::Drop,
-    }
-}
-
 fn spec(d: defrag::Config) -> LabSpec {
     let mut spec = support::router6(Gro::Off);
     spec.neighbours.push(StaticNeighbour {
@@ -49,7 +31,7 @@ fn spec(d: defrag::Config) -> LabSpec {
         ip: ip(INSIDE),
         mac: PEER,
     });
-    spec.graph.chains = vec![(HookPoint::Forward, stateful_forward())];
+    spec.graph.chains = vec![(HookPoint::Forward, support::stateful_forward())];
     spec.graph.conntrack = Some(ct::Config {
         max: 64,
         defrag: d,

@@ -445,3 +445,26 @@ impl Team {
         assert_eq!(pool.free_in_pool(), total, "buffers leaked");
     }
 }
+
+/// The FORWARD chain of nftables' "simple stateful router" example: `ct state
+/// established,related accept; ct state new iif eth0 accept; drop` (interface 0 is the
+/// inside).
+pub fn stateful_forward() -> netbatch_stack::filter::Chain {
+    use netbatch_stack::ct::state_bit;
+    use netbatch_stack::filter::{Chain, CtMatch, Rule, Verdict};
+    let mut est = Rule::any(Verdict::Accept);
+    est.ct = Some(CtMatch {
+        state: state_bit::ESTABLISHED | state_bit::RELATED,
+        ..CtMatch::default()
+    });
+    let mut new_inside = Rule::any(Verdict::Accept);
+    new_inside.ct = Some(CtMatch {
+        state: state_bit::NEW,
+        ..CtMatch::default()
+    });
+    new_inside.in_if = Some(0);
+    Chain {
+        rules: vec![est, new_inside],
+        policy: Verdict::Drop,
+    }
+}

@@ -21,7 +21,7 @@ use crate::dissect::L4;
 use crate::host::Host;
 use crate::meta::{Field, Fields};
 
-/// The IPv4 side of [`Defrag`].
+/// The IPv4 side of [`Defrag`](crate::defrag::stage::Defrag).
 #[derive(Debug)]
 pub struct V4;
 

@@ -21,7 +21,7 @@ use crate::host::Host;
 use crate::ip4::defrag::{first_needs, present};
 use crate::meta::{Field, Fields, flag};
 
-/// The IPv6 side of [`Defrag`].
+/// The IPv6 side of [`Defrag`](crate::defrag::stage::Defrag).
 #[derive(Debug)]
 pub struct V6;
 

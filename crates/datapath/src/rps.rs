@@ -465,16 +465,17 @@ impl Steer {
         if hash == 0 || map.is_empty() {
             return self.me;
         }
+        // The map's pick, as `nat::steer::Home` computes it for a reply tuple.
+        let n = self.fabric.n;
+        let by_map = || {
+            usize::from(netbatch_stack::nat::steer::worker_of_hash(hash, map).unwrap_or(0))
+                .min(n - 1)
+        };
         if self.params.symmetric {
-            // Per-worker tables: the map alone decides (what `nat::steer::Home`
-            // computes for a reply tuple).
-            let i = ((u64::from(hash) * map.len() as u64) >> 32) as usize;
-            return usize::from(map[i]).min(self.fabric.n - 1);
+            // Per-worker tables: the map alone decides.
+            return by_map();
         }
-        let want = self.fabric.rfs_worker(hash).unwrap_or_else(|| {
-            let i = ((u64::from(hash) * map.len() as u64) >> 32) as usize;
-            usize::from(map[i]).min(self.fabric.n - 1)
-        });
+        let want = self.fabric.rfs_worker(hash).unwrap_or_else(by_map);
         let Some(table) = self.flows.get(port) else {
             return want;
         };

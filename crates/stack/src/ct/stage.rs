@@ -2,7 +2,7 @@
 //! (packets this host makes, before OUTPUT), `ct-confirm` (after POSTROUTING) and
 //! `ct-confirm-local` (after INPUT). See the module above for where and why.
 //!
-//! Per list: the table's collector passes two slots per packet, the previous
+//! Per list: the table's collector passes its share ([`super::Table::collect_paced`]), the previous
 //! call's unconfirmed entries whose packets never reached a confirm stage (dropped, or
 //! answered with an ICMP error in their buffer) are given back, and a run of packets of
 //! one flow reuses the first one's lookup. A super-packet is tracked once, as the one
@@ -32,8 +32,9 @@ netbatch_engine::arcs! {
     pub ACCEPT6 = "accept6";
 }
 
-/// Slots of the table the collector looks at per packet of a call (so that its work
-/// follows the traffic in list and per-packet mode alike).
+/// Slots of the table the collector looks at per packet of a call while free entries
+/// run low (so that its work follows a flood, in list and per-packet mode alike); else
+/// it sweeps by time ([`super::Table::collect_paced`]).
 const GC_PER_PACKET: usize = 2;
 
 /// The flag bits the stages write.
@@ -150,7 +151,7 @@ impl Stage<Host> for CtStage {
         for (idx, generation) in self.pending.drain(..) {
             ct.discard(idx, generation);
         }
-        ct.table.collect(now, GC_PER_PACKET * list.len());
+        ct.table.collect_paced(now, list.len(), GC_PER_PACKET);
         ct.begin_list();
         for mut p in list.drain(..) {
             let buf = p.index();

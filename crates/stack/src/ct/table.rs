@@ -10,7 +10,9 @@
 //! `early_drop`, `NF_CT_EVICTION_RANGE`); when there is none the new connection is
 //! refused. Expired entries go when a lookup meets them or the collector passes
 //! (a bounded number of slots per call, as Linux's `gc_worker` scans a share of the table
-//! per run). The hash has a fixed seed, so a table's layout is the same on every run.
+//! per run): [`Table::collect_paced`] walks the whole table once every [`SWEEP_NS`] of
+//! time, and as many slots as packets pass (two each) while free entries run low. The
+//! hash has a fixed seed, so a table's layout is the same on every run.
 
 use super::tcp::TcpConn;
 use super::tuple::Tuple;
@@ -88,6 +90,11 @@ pub struct TableStats {
 }
 
 const NIL: u32 = u32::MAX;
+/// The paced collector walks every slot once in this time (ns), whatever the traffic.
+pub const SWEEP_NS: u64 = 1_000_000_000;
+/// Slots one paced collection looks at, at most: a worker idle for long catches up over
+/// several calls instead of stalling one.
+const SWEEP_MAX_PER_CALL: usize = 4096;
 /// Buckets searched for an entry to evict (Linux's `NF_CT_EVICTION_RANGE`).
 const EVICTION_RANGE: usize = 8;
 
@@ -102,6 +109,8 @@ pub struct Table {
     seed: u64,
     count: usize,
     gc_at: usize,
+    /// When the paced collector last ran (ns); slots owed since are due.
+    gc_clock: u64,
     /// Counters.
     pub stats: TableStats,
 }
@@ -120,6 +129,7 @@ impl Table {
             seed,
             count: 0,
             gc_at: 0,
+            gc_clock: 0,
             stats: TableStats::default(),
         }
     }
@@ -303,7 +313,9 @@ impl Table {
         let len = self.entries.len();
         for _ in 0..budget.min(len) {
             let i = self.gc_at;
-            self.gc_at = (self.gc_at + 1) % len;
+            // A compare, not `%`: a division per slot (a serial dependency through
+            // `gc_at`) cost more than the rest of the tracking together.
+            self.gc_at = if i + 1 == len { 0 } else { i + 1 };
             if let Some(e) = self.entries.get(i)
                 && e.has(status::CONFIRMED)
                 && e.expires <= now
@@ -314,6 +326,39 @@ impl Table {
             }
         }
         gone
+    }
+
+    /// The collector as the tracking stage runs it for a call of `packets` packets: the
+    /// slots owed by a sweep of the whole table every [`SWEEP_NS`] (at most
+    /// `SWEEP_MAX_PER_CALL` a call), and while fewer than an eighth of the entries are
+    /// free, `per_packet` slots per packet at least, so that under a flood of new
+    /// connections the collector keeps pace with the traffic. Returns the entries
+    /// removed.
+    ///
+    /// Why not a share per packet always: looking at an entry is a cache miss (the
+    /// table is larger than the caches), which for an established flow cost more than
+    /// tracking its packet; a sweep per second costs a few slots per call.
+    pub fn collect_paced(&mut self, now: u64, packets: usize, per_packet: usize) -> usize {
+        let len = self.entries.len() as u64;
+        let elapsed = now.saturating_sub(self.gc_clock);
+        let owed = u128::from(len) * u128::from(elapsed) / u128::from(SWEEP_NS);
+        let mut budget = owed.min(SWEEP_MAX_PER_CALL as u128) as usize;
+        // The clock moves on by the time the slots looked at stand for: what a capped
+        // call leaves is owed to the next.
+        if budget > 0 {
+            self.gc_clock = if (budget as u128) < owed {
+                self.gc_clock + (budget as u64).saturating_mul(SWEEP_NS) / len.max(1)
+            } else {
+                now
+            };
+        }
+        if self.free.len() < self.entries.len() / 8 {
+            budget = budget.max(per_packet.saturating_mul(packets));
+        }
+        if budget == 0 {
+            return 0;
+        }
+        self.collect(now, budget)
     }
 
     /// Removes every confirmed entry (`conntrack flush`) matching `keep_if_false`;
@@ -416,6 +461,43 @@ mod tests {
         e.expires = 1_000;
         assert_eq!(tb.link(j, 0), Err(i));
         assert_eq!((tb.len(), tb.unconfirmed(), tb.stats.clash), (1, 0, 1));
+    }
+
+    /// The paced collector: a whole sweep per `SWEEP_NS` of time, nothing between two
+    /// calls at the same instant while entries are free; a share per packet while they
+    /// run low.
+    #[test]
+    fn paced_collector_sweeps_by_time_and_by_traffic_under_pressure() {
+        let mut tb = Table::new(64, 7);
+        for n in 0..4 {
+            add(&mut tb, t(n), true).unwrap();
+        }
+        // Expired at 1,000 ns, in slots 0-3 (the free list pops in order). Half a
+        // sweep's time owes half the slots: 0-31.
+        let half = SWEEP_NS / 2;
+        assert_eq!(tb.collect_paced(half, 64, 2), 4);
+        assert_eq!(tb.gc_at, 32);
+        for n in 0..4 {
+            add(&mut tb, t(n), true).unwrap();
+        }
+        assert_eq!(
+            tb.collect_paced(half, 64, 2),
+            0,
+            "no time passed: nothing owed"
+        );
+        assert_eq!(tb.gc_at, 32);
+        // A whole sweep later every slot has been looked at once, the four again.
+        assert_eq!(tb.collect_paced(SWEEP_NS + half, 64, 2), 4);
+        assert_eq!(tb.gc_at, 32);
+        assert!(tb.is_empty());
+        // Under pressure (fewer than an eighth free), traffic pays: 2 slots a packet.
+        let mut tb = Table::new(64, 7);
+        for n in 0..60 {
+            add(&mut tb, t(n), true).unwrap();
+        }
+        tb.gc_clock = 5_000;
+        assert_eq!(tb.collect_paced(5_000, 10, 2), 20);
+        assert_eq!(tb.len(), 40);
     }
 
     /// Removing entries from the middle of chains keeps the others findable: a

@@ -192,6 +192,27 @@ pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
     }
 }
 
+/// [`key_of`] for a chain that may not look at the headers (`headers` false: its rules
+/// match only interfaces, marks and connection state), which then reads none of them.
+#[inline(always)]
+fn key4_for(v: &PktRef<'_>, in_if: u16, out_if: u16, headers: bool) -> Key {
+    if headers {
+        return key_of(v, in_if, out_if);
+    }
+    Key {
+        proto: 0,
+        src: 0,
+        dst: 0,
+        ports: None,
+        in_if,
+        out_if,
+        mark: v.meta.mark,
+        ct_state: 0,
+        ct_status: 0,
+        ct_mark: 0,
+    }
+}
+
 /// The match key of IPv6 packet `v` (see [`key_of`]).
 #[inline]
 pub fn key6_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key6 {
@@ -252,7 +273,7 @@ impl HookStage {
         in_if: u16,
         out_if: u16,
     ) -> (Verdict, Option<usize>) {
-        let mut k = key_of(v, in_if, out_if);
+        let mut k = key4_for(v, in_if, out_if, self.chain4.reads_headers());
         k.ct_state = crate::ct::state_of(v.meta.flags);
         with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain4.eval_mut(k))
     }
@@ -338,6 +359,7 @@ impl HookStage {
         let in_ok = self.hook.has_in_if();
         let out_ok = self.hook.has_out_if();
         let policy_slot = self.chain.rules.len();
+        let headers = self.chain4.reads_headers();
         for p in list.drain(..) {
             let v = cx.pool.get(&p);
             let (in_if, out_if) = (
@@ -348,11 +370,12 @@ impl HookStage {
             let (verdict, rule) = if six {
                 self.eval6(st, p.index(), &v, in_if, out_if)
             } else if !CT {
-                self.chain4.first::<false>(&key_of(&v, in_if, out_if))
+                self.chain4
+                    .first::<false>(&key4_for(&v, in_if, out_if, headers))
             } else if self.entry {
                 self.eval4_entry(st, p.index(), &v, in_if, out_if)
             } else {
-                let mut k = key_of(&v, in_if, out_if);
+                let mut k = key4_for(&v, in_if, out_if, headers);
                 k.ct_state = crate::ct::state_of(v.meta.flags);
                 self.chain4.first::<true>(&k)
             };

@@ -357,9 +357,19 @@ impl CtMatch {
 pub struct Compiled<P> {
     rules: Vec<(usize, RuleOf<P>)>,
     policy: Verdict,
+    /// Whether a rule matches a header field (protocol, an address, a port): without,
+    /// the key's header fields are never looked at and need not be read.
+    headers: bool,
 }
 
 impl<P: FamilyPrefix> Compiled<P> {
+    /// Whether a rule looks at the packet's headers (protocol, addresses, ports), or
+    /// only at what its metadata holds (interfaces, mark, connection state).
+    #[inline]
+    pub fn reads_headers(&self) -> bool {
+        self.headers
+    }
+
     /// The verdict for `k` and the position in the chain of the rule that decided (None:
     /// the policy), for a chain without statements (`ct mark set`): a `continue` rule
     /// decides nothing.
@@ -469,9 +479,17 @@ impl Chain {
                 },
             ));
         }
+        let headers = rules.iter().any(|(_, r)| {
+            r.proto.is_some()
+                || r.src.is_some()
+                || r.dst.is_some()
+                || r.sport.is_some()
+                || r.dport.is_some()
+        });
         Compiled {
             rules,
             policy: self.policy,
+            headers,
         }
     }
 }

@@ -134,6 +134,7 @@ fn spec() -> LabSpec {
                         },
                     }],
                 },
+                udp: Default::default(),
             }),
         },
     }

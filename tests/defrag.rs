@@ -47,6 +47,7 @@ fn spec(d: defrag::Config) -> LabSpec {
                 action: Action::Masquerade { ports: None },
             }],
         },
+        udp: Default::default(),
     });
     spec
 }

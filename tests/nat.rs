@@ -83,6 +83,7 @@ fn ruleset() -> nat::Config {
                 },
             ],
         },
+        udp: Default::default(),
     }
 }
 
@@ -489,6 +490,108 @@ fn every_segment_of_a_gro_chain_is_translated() {
                     (OUTSIDE.into(), 43000, FAR.into(), 80),
                     "{v}: segment {i}"
                 );
+            }
+            lab.assert_conserved();
+            lab.stop_and_check_pool();
+        }
+    }
+}
+
+/// UDP's mapping and filtering (RFC 4787). Inside host 2 holds outside port 40000
+/// towards FAR; inside host 1 then sends from the same port 40000 to FAR and to a second
+/// remote end. Endpoint-dependent (Linux's, the default): the first leaves by another
+/// port, the second keeps 40000 (free towards that remote): one inside endpoint, two
+/// outside ones. Endpoint-independent mapping (REQ-1): both leave by the same port,
+/// which no other inside endpoint may have. Endpoint-independent filtering (REQ-8): a
+/// third remote end that was never sent to reaches the inside endpoint through it (and
+/// its answer leaves by it); without, it does not. The mapping goes with its last
+/// connection, after which the port is free again.
+#[test]
+fn udp_mapping_and_filtering_as_rfc_4787_says() {
+    const FAR2: &str = "203.0.113.8";
+    const FAR3: &str = "203.0.113.9";
+    for (mapping, filtering) in [(false, false), (true, false), (true, true)] {
+        for (mode, dispatch) in VARIANTS {
+            let v = format!("{mode:?}/{dispatch:?} mapping {mapping} filtering {filtering}");
+            let mut s = spec(Gro::Off);
+            if let Some(n) = s.graph.nat.as_mut() {
+                n.udp.independent_mapping = mapping;
+                n.udp.independent_filtering = filtering;
+            }
+            let mut lab = Lab::new(&s, mode, dispatch);
+            let send = |lab: &mut Lab, mac, from: &str, to: &str, dport: u16| {
+                lab.feed(
+                    0,
+                    [support::frames::udp(
+                        mac, US, from, to, 40000, dport, 64, b"q",
+                    )],
+                );
+                lab.run();
+                let (s, sp, d, dp) = ends(&one(lab, 1, &v));
+                assert_eq!((s.as_str(), d.as_str(), dp), (OUTSIDE, to, dport), "{v}");
+                sp
+            };
+            assert_eq!(send(&mut lab, INSIDE2_MAC, INSIDE2, FAR, 53), 40000, "{v}");
+            let first = send(&mut lab, PEER, INSIDE, FAR, 53);
+            assert_ne!(first, 40000, "{v}: 40000 is host 2's towards FAR");
+            let second = send(&mut lab, PEER, INSIDE, FAR2, 53);
+            if mapping {
+                assert_eq!(second, first, "{v}: one outside endpoint (REQ-1)");
+            } else {
+                assert_eq!(second, 40000, "{v}: Linux keeps the port where it is free");
+            }
+
+            // A remote end never sent to, to the first connection's outside endpoint.
+            lab.feed(
+                1,
+                [support::frames::udp(
+                    GW, US2, FAR3, OUTSIDE, 7777, first, 64, b"hello",
+                )],
+            );
+            lab.run();
+            let inside = lab.tx(0);
+            if filtering {
+                assert_eq!(inside.len(), 1, "{v}: let in (REQ-8)");
+                let p = verified(&inside[0].bytes);
+                assert_eq!(ends(&p), (FAR3.into(), 7777, INSIDE.into(), 40000), "{v}");
+                lab.feed(
+                    0,
+                    [support::frames::udp(
+                        PEER, US, INSIDE, FAR3, 40000, 7777, 64, b"hi",
+                    )],
+                );
+                lab.run();
+                assert_eq!(
+                    ends(&one(&mut lab, 1, &v)),
+                    (OUTSIDE.into(), first, FAR3.into(), 7777),
+                    "{v}: the answer leaves by the mapping"
+                );
+            } else {
+                assert!(inside.is_empty(), "{v}: filtered (no connection to FAR3)");
+                lab.tx(1);
+            }
+
+            let ct = lab.w.host.ct.as_ref().unwrap();
+            let held = ct.mappings.as_ref().map_or(0, |m| m.len());
+            assert_eq!(
+                held,
+                if mapping { 2 } else { 0 },
+                "{v}: one per inside endpoint"
+            );
+            if filtering {
+                assert_eq!(ct.mappings.as_ref().unwrap().stats.filtered_in, 1, "{v}");
+            }
+
+            // Every connection times out (UDP's unreplied timeout is 30 s); the next
+            // list gives their mappings back, and host 1 gets port 40000 again.
+            lab.advance(200 * 1_000_000_000);
+            assert_eq!(send(&mut lab, PEER, INSIDE, FAR, 53), 40000, "{v}");
+            let ct = lab.w.host.ct.as_ref().unwrap();
+            assert_eq!(ct.table.len(), 1, "{v}");
+            if mapping {
+                let m = ct.mappings.as_ref().unwrap();
+                assert_eq!(m.len(), 1, "{v}: the old ones went with their connections");
+                assert_eq!(m.stats.expired, 2, "{v}");
             }
             lab.assert_conserved();
             lab.stop_and_check_pool();

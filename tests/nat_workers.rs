@@ -103,6 +103,7 @@ fn ruleset() -> nat::Config {
                 },
             ],
         },
+        udp: Default::default(),
     }
 }
 

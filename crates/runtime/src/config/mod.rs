@@ -532,6 +532,18 @@ fn nat_workers(
             }
         }
     }
+    if n.udp.independent_mapping {
+        e.add(
+            "nat.udp_mapping",
+            format!(
+                "endpoint-independent mapping needs one worker: with {} workers a \
+                 connection's port is chosen so its replies steer to the worker that owns \
+                 it, and one inside endpoint's connections to different remote ends are \
+                 owned by different workers",
+                dp.workers
+            ),
+        );
+    }
     let (fw, bad) = netbatch_stack::nat::steer::forwards(n);
     for (i, why) in bad {
         e.add(format!("nat.prerouting.rule[{i}]"), why);

@@ -8,6 +8,12 @@
 //! address; `to = ":PORT-PORT"` optional); `accept` anywhere: no translation, no later
 //! rule. A chain's policy is accept (a NAT chain decides translations, not fates).
 //! NAT turns connection tracking on.
+//!
+//! `[nat] udp_mapping` and `udp_filtering`: UDP's behaviour (RFC 4787),
+//! `"endpoint-dependent"` (the default, Linux's) or `"endpoint-independent"` (REQ-1: one
+//! outside endpoint per inside endpoint whatever the remote; REQ-8: what any remote sends
+//! to it is let in, as destination NAT). Independent filtering needs independent
+//! mapping, and independent mapping one worker.
 
 use core::net::Ipv4Addr;
 
@@ -23,6 +29,26 @@ use super::ports::Names;
 pub(super) struct NatFile {
     prerouting: Option<ChainFile>,
     postrouting: Option<ChainFile>,
+    udp_mapping: Option<String>,
+    udp_filtering: Option<String>,
+}
+
+/// `endpoint-independent` (true) or `endpoint-dependent` (false) at `key`.
+fn behaviour(v: Option<&str>, key: &str, e: &mut Errs) -> bool {
+    match v {
+        None | Some("endpoint-dependent") => false,
+        Some("endpoint-independent") => true,
+        Some(other) => {
+            e.add(
+                key,
+                format!(
+                    "'{other}' is not a behaviour netbatch has: \"endpoint-independent\" (RFC \
+                     4787) or \"endpoint-dependent\" (Linux's)"
+                ),
+            );
+            false
+        }
+    }
 }
 
 /// `ADDR` or `ADDR-ADDR`.
@@ -167,6 +193,15 @@ fn action(
 pub(super) fn validate(raw: Option<&NatFile>, names: &Names, e: &mut Errs) -> Option<Config> {
     let raw = raw?;
     let mut cfg = Config::default();
+    cfg.udp.independent_mapping = behaviour(raw.udp_mapping.as_deref(), "nat.udp_mapping", e);
+    cfg.udp.independent_filtering = behaviour(raw.udp_filtering.as_deref(), "nat.udp_filtering", e);
+    if cfg.udp.independent_filtering && !cfg.udp.independent_mapping {
+        e.add(
+            "nat.udp_filtering",
+            "endpoint-independent filtering lets in what is sent to a mapping: it needs \
+             udp_mapping = \"endpoint-independent\"",
+        );
+    }
     for (hook, chain, slot) in [
         (HookPoint::Prerouting, &raw.prerouting, &mut cfg.prerouting),
         (
@@ -315,5 +350,39 @@ mod tests {
         );
         // The same ruleset with one worker: nothing to steer, accepted.
         assert!(parse(&chained.replace("workers = 2", "workers = 1")).is_ok());
+    }
+
+    /// UDP's behaviour: the two RFC 4787 words, endpoint-dependent by default; a word
+    /// netbatch does not have, filtering without mapping, and independent mapping with
+    /// two workers refused at their keys.
+    #[test]
+    fn udp_behaviour_is_read_and_its_conflicts_refused() {
+        let masq = "[[nat.postrouting.rule]]\nout = \"outside\"\naction = \"masquerade\"\n";
+        let c = parse(&format!("{PORTS}{masq}")).unwrap();
+        let udp = c.graph.nat.as_ref().unwrap().udp;
+        assert!(!udp.independent_mapping && !udp.independent_filtering);
+        let both = "[nat]\nudp_mapping = \"endpoint-independent\"\nudp_filtering = \"endpoint-independent\"\n";
+        let c = parse(&format!("{PORTS}{both}{masq}")).unwrap();
+        let udp = c.graph.nat.as_ref().unwrap().udp;
+        assert!(udp.independent_mapping && udp.independent_filtering);
+        let keys = |text: String| -> Vec<String> {
+            parse(&text)
+                .unwrap_err()
+                .errors
+                .into_iter()
+                .map(|x| x.key)
+                .collect()
+        };
+        let k = keys(format!(
+            "{PORTS}[nat]\nudp_mapping = \"address-dependent\"\n{masq}"
+        ));
+        assert_eq!(k, ["nat.udp_mapping"]);
+        let k = keys(format!(
+            "{PORTS}[nat]\nudp_filtering = \"endpoint-independent\"\n{masq}"
+        ));
+        assert_eq!(k, ["nat.udp_filtering"]);
+        let two = "[datapath]\nworkers = 2\nrps = \"deferred\"\n";
+        let k = keys(format!("{PORTS}{two}{both}{masq}"));
+        assert_eq!(k, ["nat.udp_mapping"]);
     }
 }

@@ -196,6 +196,19 @@ pub fn counters(ct: &netbatch_stack::ct::ConnTrack) -> Value {
     for (name, n) in ct.nat.named() {
         m.insert(format!("nat_{name}"), json!(n));
     }
+    // Endpoint-independent UDP mappings (RFC 4787), where configured.
+    if let Some(maps) = &ct.mappings {
+        let st = maps.stats;
+        for (k, v) in [
+            ("nat_mappings_len", maps.len() as u64),
+            ("nat_mappings_created", st.created),
+            ("nat_mappings_reused", st.reused),
+            ("nat_mappings_filtered_in", st.filtered_in),
+            ("nat_mappings_expired", st.expired),
+        ] {
+            m.insert(k.into(), json!(v));
+        }
+    }
     Value::Object(m)
 }
 

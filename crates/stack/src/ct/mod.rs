@@ -347,6 +347,9 @@ pub struct ConnTrack {
     pub stats: CtStats,
     /// NAT's counters ([`crate::nat`]: its stages work on this table).
     pub nat: crate::nat::NatStats,
+    /// Endpoint-independent UDP mappings ([`crate::nat::mapping`]), made by the NAT
+    /// stages when configured.
+    pub mappings: Option<crate::nat::mapping::Mappings>,
 }
 
 impl ConnTrack {
@@ -359,6 +362,7 @@ impl ConnTrack {
             hint: None,
             stats: CtStats::default(),
             nat: crate::nat::NatStats::default(),
+            mappings: None,
         }
     }
 
@@ -366,6 +370,14 @@ impl ConnTrack {
     #[inline]
     pub fn begin_list(&mut self) {
         self.hint = None;
+        // The mappings the entries gone since the last list held.
+        if !self.table.released.is_empty() {
+            for (t, s) in self.table.released.drain(..) {
+                if let Some(m) = self.mappings.as_mut() {
+                    m.release(&t, s);
+                }
+            }
+        }
     }
 
     /// The entry buffer `buf`'s packet is attached to, if it is still that entry.

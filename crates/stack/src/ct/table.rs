@@ -30,6 +30,10 @@ pub mod status {
     pub const SRC_NAT: u16 = 1 << 4;
     /// Destination NAT rewrites the reply tuple (set by NAT).
     pub const DST_NAT: u16 = 1 << 5;
+    /// The connection holds a UDP mapping of endpoint-independent NAT
+    /// ([`crate::nat::mapping`]); netbatch's own bit (Linux has no such NAT): its entry
+    /// is queued in [`super::Table::released`] when it goes.
+    pub const MAPPED: u16 = 1 << 15;
 }
 
 /// One connection.
@@ -111,6 +115,10 @@ pub struct Table {
     gc_at: usize,
     /// When the paced collector last ran (ns); slots owed since are due.
     gc_clock: u64,
+    /// The tuples and status of the entries removed or discarded since tracking last
+    /// drained this that held a NAT mapping ([`status::MAPPED`]): their references are
+    /// given back ([`crate::nat::mapping`]).
+    pub released: Vec<([Tuple; 2], u16)>,
     /// Counters.
     pub stats: TableStats,
 }
@@ -130,6 +138,7 @@ impl Table {
             count: 0,
             gc_at: 0,
             gc_clock: 0,
+            released: Vec::new(),
             stats: TableStats::default(),
         }
     }
@@ -223,6 +232,9 @@ impl Table {
         if let Some(e) = self.entries.get_mut(i as usize)
             && !e.has(status::CONFIRMED)
         {
+            if e.has(status::MAPPED) {
+                self.released.push((e.tuple, e.status));
+            }
             e.generation = e.generation.wrapping_add(1);
             e.status = 0;
             self.free.push(i);
@@ -272,6 +284,9 @@ impl Table {
         };
         if !e.has(status::CONFIRMED) {
             return;
+        }
+        if e.has(status::MAPPED) {
+            self.released.push((e.tuple, e.status));
         }
         for (d, t) in e.tuple.iter().enumerate() {
             let node = (i << 1) | d as u32;

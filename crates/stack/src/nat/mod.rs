@@ -28,9 +28,13 @@
 //! the worker deciding it, and destination NAT is foreseen by the steering: see
 //! [`steer`].
 //!
+//! UDP can be given endpoint-independent mapping and filtering instead (RFC 4787 REQ-1,
+//! REQ-8): [`mapping`].
+//!
 //! Only IPv4 is translated; IPv6 packets pass the stages untouched. The stages are in
 //! the graph only when NAT is configured.
 
+pub mod mapping;
 pub mod rewrite;
 pub mod stage;
 pub mod steer;
@@ -149,13 +153,16 @@ impl CompiledChain {
     }
 }
 
-/// NAT's settings: a chain per hook.
+/// NAT's settings: a chain per hook, and UDP's mapping and filtering behaviour.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Config {
     /// `type nat hook prerouting`: `dnat` (and `accept`).
     pub prerouting: NatChain,
     /// `type nat hook postrouting`: `snat`, `masquerade` (and `accept`).
     pub postrouting: NatChain,
+    /// UDP's mapping and filtering (RFC 4787): endpoint-dependent, as Linux, unless
+    /// set ([`mapping`]).
+    pub udp: mapping::UdpBehaviour,
 }
 
 impl Config {
@@ -266,6 +273,14 @@ fn mix(seed: u64, x: u64) -> u64 {
     (r as u64) ^ ((r >> 64) as u64)
 }
 
+/// The address of range `addrs` source NAT gives connection `orig`'s inside host: one
+/// per host, by a hash of its address (RFC 4787 REQ-2, "paired").
+pub fn source_address(orig: &Tuple, addrs: (u32, u32), seed: u64) -> u32 {
+    let (lo, hi) = (addrs.0.min(addrs.1), addrs.0.max(addrs.1));
+    let n = u64::from(hi - lo) + 1;
+    lo + (mix(seed, orig.src as u64) % n) as u32
+}
+
 /// Picks the source translation of a new connection whose tuples are `t` (the reply
 /// tuple with any destination NAT already in it) to `addrs` and `ports`: the reply
 /// tuple rewritten, or the refusal. `used` says whether a reply tuple is taken; `home`
@@ -284,10 +299,7 @@ pub fn pick_source(
     let is_home = |r: &Tuple| home.is_none_or(|h| h.is_home(r));
     let spread = home.map_or(1, steer::Home::spread);
     let orig = t[0];
-    let (lo, hi) = (addrs.0.min(addrs.1), addrs.0.max(addrs.1));
-    let n = u64::from(hi - lo) + 1;
-    // An inside host keeps one outside address (RFC 4787 REQ-2).
-    let addr = lo + (mix(seed, orig.src as u64) % n) as u32;
+    let addr = source_address(&orig, addrs, seed);
     let mut reply = t[1];
     reply.dst = u128::from(addr);
     if !has_ids(orig.proto) {

@@ -50,13 +50,13 @@ fn present(o: &GraphOptions) -> bool {
 fn make_pre(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
     let cfg = m.opts.nat.clone().unwrap_or_default();
     let seed = m.opts.conntrack.as_ref().map_or(0, |c| c.seed);
-    Box::new(NatStage::new(Manip::Dst, &cfg.prerouting, seed))
+    Box::new(NatStage::new(Manip::Dst, &cfg.prerouting, seed).with_udp(cfg.udp))
 }
 
 fn make_post(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
     let cfg = m.opts.nat.clone().unwrap_or_default();
     let seed = m.opts.conntrack.as_ref().map_or(0, |c| c.seed);
-    Box::new(NatStage::new(Manip::Src, &cfg.postrouting, seed))
+    Box::new(NatStage::new(Manip::Src, &cfg.postrouting, seed).with_udp(cfg.udp))
 }
 
 const READS: Fields = Fields::of(&[
@@ -107,6 +107,8 @@ pub struct NatStage {
     decided: Vec<(Tuple, Tuple, u16)>,
     /// Rule hits by position.
     hits: Vec<u64>,
+    /// UDP's mapping and filtering.
+    udp: super::mapping::UdpBehaviour,
 }
 
 impl NatStage {
@@ -118,7 +120,14 @@ impl NatStage {
             seed,
             decided: Vec::with_capacity(netbatch_engine::LIST_MAX),
             hits: vec![0; chain.rules.len()],
+            udp: super::mapping::UdpBehaviour::default(),
         }
+    }
+
+    /// The stage with UDP's mapping and filtering behaviour `udp`.
+    pub fn with_udp(mut self, udp: super::mapping::UdpBehaviour) -> Self {
+        self.udp = udp;
+        self
     }
 
     /// The status bit of the translation this hook makes for a new connection.
@@ -163,49 +172,134 @@ impl NatStage {
                 e.tuple[1] = reply;
                 e.status |= bits;
             }
+            // Its entry holds the mapping too, until the confirm stage joins it to
+            // the first's (and gives the reference back).
+            if bits & status::MAPPED != 0
+                && let Some(m) = ct.mappings.as_mut()
+            {
+                let (inside, outside) = super::mapping::ends(&[tuple[0], reply], bits);
+                m.hold(inside, outside);
+            }
             return Ok(());
         }
         let mut k = *k;
         k.ct_status = st;
+        // Endpoint-independent mapping and filtering (one worker: `home` is None) for
+        // UDP connections no destination NAT took.
+        let mapped = home.is_none()
+            && L4::of(tuple[0].proto) == L4::Udp
+            && st & status::DST_NAT == 0
+            && !tuple[0].v6;
         let Some((i, action)) = self.chain.eval(&k) else {
+            if mapped && self.manip == Manip::Dst && self.udp.independent_filtering {
+                self.filter_in(ct, idx, &tuple);
+            }
             return Ok(());
         };
         if let Some(h) = self.hits.get_mut(i) {
             *h += 1;
         }
-        let ConnTrack { table, nat, .. } = ct;
+        let mapped = mapped && self.udp.independent_mapping;
+        let ConnTrack {
+            table,
+            nat,
+            mappings,
+            ..
+        } = ct;
         let decided = &self.decided;
+        let maps = mappings.as_ref().filter(|_| mapped);
+        // A reply tuple is taken when a connection has it.
         let mut used =
             |r: &Tuple| decided.iter().any(|(_, d, _)| d == r) || table.lookup(r, now).is_some();
+        let source = |addrs: (u32, u32), ports, used: &mut dyn FnMut(&Tuple) -> bool, nat| {
+            let Some(m) = maps else {
+                return pick(&tuple, addrs, ports, self.seed, used, home, nat);
+            };
+            // The inside endpoint's mapping on this address, if it has one; else a port
+            // no mapping owns (an outside endpoint belongs to one inside endpoint).
+            let a = super::source_address(&tuple[0], addrs, self.seed);
+            if let Some(p) = m.outside_port(tuple[0].src as u32, tuple[0].sport, a) {
+                let mut r = tuple[1];
+                r.dst = u128::from(a);
+                r.dport = p;
+                return reuse(r, used, nat);
+            }
+            let mut free = |r: &Tuple| m.taken(r.dst as u32, r.dport) || used(r);
+            pick(&tuple, addrs, ports, self.seed, &mut free, home, nat)
+        };
         let (reply, bit) = match (self.manip, action) {
             (Manip::Dst, Action::Dnat { addr, port }) => {
                 nat.dnat += 1;
                 (super::dest(&tuple, addr, port), status::DST_NAT)
             }
-            (Manip::Src, Action::Snat { addrs, ports }) => (
-                pick(&tuple, addrs, ports, self.seed, &mut used, home, nat)?,
-                status::SRC_NAT,
-            ),
+            (Manip::Src, Action::Snat { addrs, ports }) => {
+                (source(addrs, ports, &mut used, nat)?, status::SRC_NAT)
+            }
             (Manip::Src, Action::Masquerade { ports }) => {
                 let Some(a) = masq else {
                     nat.no_address += 1;
                     return Err(Refusal::NoAddress);
                 };
-                (
-                    pick(&tuple, (a, a), ports, self.seed, &mut used, home, nat)?,
-                    status::SRC_NAT,
-                )
+                (source((a, a), ports, &mut used, nat)?, status::SRC_NAT)
             }
             // `accept`, or an action of the other hook (the configuration refuses it).
             _ => return Ok(()),
         };
+        let mut bits = bit;
+        if mapped && bit == status::SRC_NAT {
+            let m = mappings.get_or_insert_with(|| super::mapping::Mappings::new(table.max()));
+            let (inside, outside) = super::mapping::ends(&[tuple[0], reply], bit);
+            if m.outside_port(inside.0, inside.1, outside.0).is_some() {
+                m.stats.reused += 1;
+            }
+            m.hold(inside, outside);
+            bits |= status::MAPPED;
+        }
         if let Some(e) = table.get_mut(idx) {
             e.tuple[1] = reply;
-            e.status |= bit;
+            e.status |= bits;
         }
-        self.decided.push((tuple[0], reply, bit));
+        self.decided.push((tuple[0], reply, bits));
         Ok(())
     }
+
+    /// Endpoint-independent filtering (RFC 4787 REQ-8): a new UDP connection to an
+    /// outside endpoint a mapping owns is let in to its inside endpoint, as destination
+    /// NAT holding the mapping.
+    fn filter_in(&mut self, ct: &mut ConnTrack, idx: u32, tuple: &[Tuple; 2]) {
+        let Some(m) = ct.mappings.as_mut() else {
+            return;
+        };
+        let (out, port) = (tuple[0].dst as u32, tuple[0].dport);
+        let Some((a, p)) = m.inside_of(out, port) else {
+            return;
+        };
+        let reply = super::dest(tuple, a, Some(p));
+        let bits = status::DST_NAT | status::MAPPED;
+        m.hold((a, p), (out, port));
+        m.stats.filtered_in += 1;
+        ct.nat.dnat += 1;
+        if let Some(e) = ct.table.get_mut(idx) {
+            e.tuple[1] = reply;
+            e.status |= bits;
+        }
+        self.decided.push((tuple[0], reply, bits));
+    }
+}
+
+/// Source NAT through an existing mapping: reply tuple `r`, unless a connection has it
+/// (then refused: the outside endpoint is the mapping's, no other port will do).
+fn reuse(
+    r: Tuple,
+    used: &mut dyn FnMut(&Tuple) -> bool,
+    nat: &mut NatStats,
+) -> Result<Tuple, Refusal> {
+    if used(&r) {
+        nat.no_port += 1;
+        return Err(Refusal::NoPort);
+    }
+    nat.snat += 1;
+    Ok(r)
 }
 
 /// Source NAT's pick, counted.
@@ -214,7 +308,7 @@ fn pick(
     addrs: (u32, u32),
     ports: Option<crate::filter::PortRange>,
     seed: u64,
-    used: &mut impl FnMut(&Tuple) -> bool,
+    used: &mut dyn FnMut(&Tuple) -> bool,
     home: Option<&super::steer::Home>,
     nat: &mut NatStats,
 ) -> Result<Tuple, Refusal> {

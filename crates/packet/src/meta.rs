@@ -56,6 +56,12 @@ pub mod flag {
     /// behind it in offset order, each with its own IP header; `segs` counts them all,
     /// `total_len` is the datagram's length. The confirm stages split it again.
     pub const DEFRAG_CHAIN: u32 = 1 << 16;
+    /// The packet's connection is source-translated (its entry's `snat` status, as
+    /// tracking found it): the NAT stages skip by these two bits the packets their hook
+    /// does not change, without looking at the entry.
+    pub const CT_SNAT: u32 = 1 << 17;
+    /// The packet's connection is destination-translated (its entry's `dnat` status).
+    pub const CT_DNAT: u32 = 1 << 18;
     /// Connection tracking saw the packet (`ct-in` or `ct-out`): [`CT_STATE`] and
     /// [`CT_REPLY`] say what it found. Without it the packet is untracked.
     pub const CT_TRACKED: u32 = 1 << 23;
@@ -88,6 +94,8 @@ pub mod flag {
         | PAYLOAD_SUM
         | GRO_CHAIN
         | DEFRAG_CHAIN
+        | CT_SNAT
+        | CT_DNAT
         | CT_TRACKED
         | CT_REPLY
         | CT_STATE

@@ -391,13 +391,18 @@ impl ConnTrack {
             .map(|_| idx)
     }
 
-    /// Attaches buffer `buf`'s packet to entry `idx`.
+    /// Attaches buffer `buf`'s packet to entry `idx`; returns the NAT flag bits of the
+    /// entry's status ([`stage::nat_flags`]).
     #[inline]
-    pub fn attach(&mut self, buf: u32, idx: u32) {
-        let generation = self.table.get(idx).map_or(0, |e| e.generation);
+    pub fn attach(&mut self, buf: u32, idx: u32) -> u32 {
+        let (generation, s) = self
+            .table
+            .get(idx)
+            .map_or((0, 0), |e| (e.generation, e.status));
         if let Some(a) = self.attached.get_mut(buf as usize) {
             *a = u64::from(generation) << 32 | u64::from(idx);
         }
+        stage::nat_flags(s)
     }
 
     /// Tracks packet `s` at time `now` (ns).

@@ -9,7 +9,7 @@
 //! segment of its whole length it stands for, and counted in the wire packets it
 //! carries.
 
-use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
+use netbatch_engine::{Cx, Out, PktList, Reason, Stage, Verdict};
 
 use super::{Config, ConnTrack, CtState, Found, Seen};
 use crate::assemble::{GraphOptions, node};
@@ -38,7 +38,26 @@ netbatch_engine::arcs! {
 const GC_PER_PACKET: usize = 2;
 
 /// The flag bits the stages write.
-const CT_FLAGS: u32 = flag::CT_TRACKED | flag::CT_REPLY | flag::CT_STATE | flag::CT_UNCONFIRMED;
+const CT_FLAGS: u32 = flag::CT_TRACKED
+    | flag::CT_REPLY
+    | flag::CT_STATE
+    | flag::CT_UNCONFIRMED
+    | flag::CT_SNAT
+    | flag::CT_DNAT;
+
+/// The NAT flag bits of a connection with status `s`.
+#[inline(always)]
+pub fn nat_flags(s: u16) -> u32 {
+    (if s & super::status::SRC_NAT != 0 {
+        flag::CT_SNAT
+    } else {
+        0
+    }) | if s & super::status::DST_NAT != 0 {
+        flag::CT_DNAT
+    } else {
+        0
+    }
+}
 
 /// Whether the graph tracks connections.
 fn present(o: &GraphOptions) -> bool {
@@ -153,46 +172,69 @@ impl Stage<Host> for CtStage {
         }
         ct.table.collect_paced(now, list.len(), GC_PER_PACKET);
         ct.begin_list();
-        for mut p in list.drain(..) {
-            let buf = p.index();
-            let mut v = cx.pool.get_mut(&mut p);
-            let six = v.meta.l3_type == L3::Ipv6 as u8;
-            let found = {
-                let (m, d) = v.split();
-                ct.track(&Seen::read(m, d), now)
-            };
-            let mut f = v.meta.flags & !CT_FLAGS;
-            let state = |s: CtState| flag::CT_TRACKED | (s as u32) << flag::CT_STATE_SHIFT;
-            match found {
-                Found::New(idx) => {
-                    f |= state(CtState::New) | flag::CT_UNCONFIRMED;
-                    ct.attach(buf, idx);
-                    let generation = ct.table.get(idx).map_or(0, |e| e.generation);
-                    self.pending.push((idx, generation));
+        let pool = cx.pool;
+        let pending = &mut self.pending;
+        out.sort(
+            list,
+            #[inline(always)]
+            |p| {
+                let buf = p.index();
+                let mut v = pool.get_mut(p);
+                let six = v.meta.l3_type == L3::Ipv6 as u8;
+                let found = {
+                    let (m, d) = v.split();
+                    ct.track(&Seen::read(m, d), now)
+                };
+                let mut f = v.meta.flags & !CT_FLAGS;
+                let state = |s: CtState| flag::CT_TRACKED | (s as u32) << flag::CT_STATE_SHIFT;
+                match found {
+                    Found::New(idx) => {
+                        f |= state(CtState::New) | flag::CT_UNCONFIRMED;
+                        ct.attach(buf, idx);
+                        let generation = ct.table.get(idx).map_or(0, |e| e.generation);
+                        pending.push((idx, generation));
+                    }
+                    Found::Known { idx, dir, replied } => {
+                        let s = if dir == 1 || replied {
+                            CtState::Established
+                        } else {
+                            CtState::New
+                        };
+                        f |= state(s) | if dir == 1 { flag::CT_REPLY } else { 0 };
+                        f |= ct.attach(buf, idx);
+                    }
+                    Found::Related { idx, dir } => {
+                        f |= state(CtState::Related) | if dir == 1 { flag::CT_REPLY } else { 0 };
+                        f |= ct.attach(buf, idx);
+                    }
+                    Found::Invalid(_) => f |= state(CtState::Invalid),
+                    Found::Untracked => {}
+                    Found::Refused(_) => {
+                        v.meta.flags = f;
+                        return Verdict::Drop(reason::TABLE_FULL);
+                    }
                 }
-                Found::Known { idx, dir, replied } => {
-                    let s = if dir == 1 || replied {
-                        CtState::Established
-                    } else {
-                        CtState::New
-                    };
-                    f |= state(s) | if dir == 1 { flag::CT_REPLY } else { 0 };
-                    ct.attach(buf, idx);
-                }
-                Found::Related { idx, dir } => {
-                    f |= state(CtState::Related) | if dir == 1 { flag::CT_REPLY } else { 0 };
-                    ct.attach(buf, idx);
-                }
-                Found::Invalid(_) => f |= state(CtState::Invalid),
-                Found::Untracked => {}
-                Found::Refused(_) => {
-                    v.meta.flags = f;
-                    out.drop(p, reason::TABLE_FULL);
-                    continue;
-                }
-            }
-            v.meta.flags = f;
-            out.push(if six { ACCEPT6 } else { ACCEPT }, p);
+                v.meta.flags = f;
+                Verdict::To(if six { ACCEPT6 } else { ACCEPT })
+            },
+        );
+    }
+}
+
+/// Links the new connection of the packet in buffer `buf` (its metadata `m`) when it is
+/// unconfirmed (a clash joins it to the entry confirmed first).
+#[inline(always)]
+fn confirm_one(st: &mut Host, buf: u32, m: &mut netbatch_engine::Meta, now: u64) {
+    if m.flags & flag::CT_UNCONFIRMED == 0 {
+        return;
+    }
+    m.flags &= !flag::CT_UNCONFIRMED;
+    if let Some(ct) = st.ct.as_deref_mut()
+        && let Some(idx) = ct.attached(buf)
+    {
+        let kept = ct.confirm(idx, now);
+        if kept != idx {
+            ct.attach(buf, kept);
         }
     }
 }
@@ -214,20 +256,33 @@ impl Stage<Host> for Confirm {
 
     fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let now = cx.now_ns;
+        let pool = cx.pool;
+        // The common list holds no datagram gathered from fragments: each packet takes
+        // one arc, and a list that takes one is handed on whole.
+        if !list
+            .iter()
+            .any(|p| pool.get(p).meta.flags & flag::DEFRAG_CHAIN != 0)
+        {
+            out.sort(
+                list,
+                #[inline(always)]
+                |p| {
+                    let buf = p.index();
+                    let v = pool.get_mut(p);
+                    confirm_one(st, buf, v.meta, now);
+                    Verdict::To(if v.meta.l3_type == L3::Ipv6 as u8 {
+                        ACCEPT6
+                    } else {
+                        ACCEPT
+                    })
+                },
+            );
+            return;
+        }
         for mut p in list.drain(..) {
             let buf = p.index();
             let v = cx.pool.get_mut(&mut p);
-            if v.meta.flags & flag::CT_UNCONFIRMED != 0 {
-                v.meta.flags &= !flag::CT_UNCONFIRMED;
-                if let Some(ct) = st.ct.as_deref_mut()
-                    && let Some(idx) = ct.attached(buf)
-                {
-                    let kept = ct.confirm(idx, now);
-                    if kept != idx {
-                        ct.attach(buf, kept);
-                    }
-                }
-            }
+            confirm_one(st, buf, v.meta, now);
             let six = v.meta.l3_type == L3::Ipv6 as u8;
             let arc = if six { ACCEPT6 } else { ACCEPT };
             if v.meta.flags & flag::DEFRAG_CHAIN != 0 {

@@ -154,6 +154,13 @@ impl<F: Family> Stage<Host> for Defrag<F> {
             Box::new(Store::new(cfg, F::timeout(&cfg)))
         });
         self.expire(&mut store, host, cx, out);
+        // The common list holds no fragment: handed on whole, no push per packet.
+        if list.iter().all(|p| {
+            let v = cx.pool.get(p);
+            matches!(F::read(v.meta, v.data()), Ok(None))
+        }) {
+            out.push_list(OK, list);
+        }
         for p in list.drain(..) {
             let v = cx.pool.get(&p);
             let (pc, header) = match F::read(v.meta, v.data()) {

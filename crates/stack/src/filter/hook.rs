@@ -7,7 +7,7 @@
 //! worker's table of which entry each buffer belongs to (`Host::ct`), and writes a mark
 //! a rule set back to the entry (a new connection's entry keeps it when confirmed).
 
-use netbatch_engine::{Cx, Out, PktList, PktRef, Reason, Stage};
+use netbatch_engine::{Cx, Out, PktList, PktRef, Reason, Stage, Verdict as EngineVerdict};
 
 use super::{Chain, Compiled, HookPoint, Key, Key6, Verdict};
 use crate::assemble::{GraphOptions, node};
@@ -360,35 +360,40 @@ impl HookStage {
         let out_ok = self.hook.has_out_if();
         let policy_slot = self.chain.rules.len();
         let headers = self.chain4.reads_headers();
-        for p in list.drain(..) {
-            let v = cx.pool.get(&p);
-            let (in_if, out_if) = (
-                if in_ok { v.meta.in_if } else { u16::MAX },
-                if out_ok { v.meta.out_if } else { u16::MAX },
-            );
-            let six = v.meta.l3_type == L3::Ipv6 as u8;
-            let (verdict, rule) = if six {
-                self.eval6(st, p.index(), &v, in_if, out_if)
-            } else if !CT {
-                self.chain4
-                    .first::<false>(&key4_for(&v, in_if, out_if, headers))
-            } else if self.entry {
-                self.eval4_entry(st, p.index(), &v, in_if, out_if)
-            } else {
-                let mut k = key4_for(&v, in_if, out_if, headers);
-                k.ct_state = crate::ct::state_of(v.meta.flags);
-                self.chain4.first::<true>(&k)
-            };
-            // In wire packets, like the drop counters: a GRO super-packet is a hit for
-            // each datagram it stands for.
-            if let Some(hits) = self.hits.get_mut(rule.unwrap_or(policy_slot)) {
-                *hits += v.meta.wire_packets();
-            }
-            match verdict {
-                Verdict::Accept | Verdict::Continue if six => out.push(ACCEPT6, p),
-                Verdict::Accept | Verdict::Continue => out.push(ACCEPT, p),
-                Verdict::Drop => out.drop(p, self.reason[0]),
-            }
-        }
+        let pool = cx.pool;
+        out.sort(
+            list,
+            #[inline(always)]
+            |p| {
+                let v = pool.get(p);
+                let (in_if, out_if) = (
+                    if in_ok { v.meta.in_if } else { u16::MAX },
+                    if out_ok { v.meta.out_if } else { u16::MAX },
+                );
+                let six = v.meta.l3_type == L3::Ipv6 as u8;
+                let (verdict, rule) = if six {
+                    self.eval6(st, p.index(), &v, in_if, out_if)
+                } else if !CT {
+                    self.chain4
+                        .first::<false>(&key4_for(&v, in_if, out_if, headers))
+                } else if self.entry {
+                    self.eval4_entry(st, p.index(), &v, in_if, out_if)
+                } else {
+                    let mut k = key4_for(&v, in_if, out_if, headers);
+                    k.ct_state = crate::ct::state_of(v.meta.flags);
+                    self.chain4.first::<true>(&k)
+                };
+                // In wire packets, like the drop counters: a GRO super-packet is a hit for
+                // each datagram it stands for.
+                if let Some(hits) = self.hits.get_mut(rule.unwrap_or(policy_slot)) {
+                    *hits += v.meta.wire_packets();
+                }
+                match verdict {
+                    Verdict::Accept | Verdict::Continue if six => EngineVerdict::To(ACCEPT6),
+                    Verdict::Accept | Verdict::Continue => EngineVerdict::To(ACCEPT),
+                    Verdict::Drop => EngineVerdict::Drop(self.reason[0]),
+                }
+            },
+        );
     }
 }

@@ -151,14 +151,36 @@ pub struct Layout {
 /// for TCP, UDP and UDP-Lite, port `port` (for an ICMP query: its identifier, whichever
 /// end), updating the checksums. Other protocols get the address only.
 pub fn packet(ip: &mut [u8], lay: Layout, m: Manip, addr: u32, port: u16) -> Result<(), Short> {
-    let old_a = set_addr(ip, m.addr_at(), addr).ok_or(Short)?;
+    let at = m.addr_at();
+    let old_a = get32(ip, at).ok_or(Short)?;
+    // The address's change as RFC 1624 adds it (`~m + m'`, 16 bits at a time, not
+    // folded yet): the IPv4 header's checksum and the TCP/UDP pseudo-header's take the
+    // same, so it is summed once.
+    let da = change32(old_a, addr);
+    if old_a != addr {
+        put32(ip, at, addr).ok_or(Short)?;
+        let hc = read16(ip, 10).ok_or(Short)?;
+        write16(ip, 10, apply(hc, da)).ok_or(Short)?;
+    }
     let h = ip.get_mut(lay.l4..).ok_or(Short)?;
     match lay.proto {
         L4::Tcp | L4::Udp | L4::UdpLite => {
             let old_p = read16(h, m.port_at()).ok_or(Short)?;
             if let Some((at, zero_none)) = l4_sum_at(lay.proto) {
-                update_l4_sum(h, at, (old_a, addr), (old_p, port), zero_none, lay.partial)
-                    .ok_or(Short)?;
+                let cs = read16(h, at).ok_or(Short)?;
+                let new = if lay.partial {
+                    // A sum, not its complement: add the change the pseudo-header sees
+                    // (the ports are in the data the device sums).
+                    Some(!apply(!cs, da))
+                } else if zero_none && cs == 0 {
+                    None
+                } else {
+                    let s = apply(cs, da + u64::from(!old_p) + u64::from(port));
+                    Some(if zero_none && s == 0 { 0xffff } else { s })
+                };
+                if let Some(v) = new {
+                    write16(h, at, v).ok_or(Short)?;
+                }
             }
             write16(h, m.port_at(), port).ok_or(Short)?;
         }
@@ -174,6 +196,20 @@ pub fn packet(ip: &mut [u8], lay: Layout, m: Manip, addr: u32, port: u16) -> Res
         _ => {}
     }
     Ok(())
+}
+
+/// The ones' complement change of a 32-bit field from `old` to `new`, unfolded: `~m +
+/// m'` over its two 16-bit halves (RFC 1624 eqn. 3).
+#[inline(always)]
+fn change32(old: u32, new: u32) -> u64 {
+    let o = !old;
+    u64::from(o >> 16) + u64::from(o & 0xffff) + u64::from(new >> 16) + u64::from(new & 0xffff)
+}
+
+/// Checksum `hc` after changes whose unfolded sum is `d`: `~(~HC + d)`, folded.
+#[inline(always)]
+fn apply(hc: u16, d: u64) -> u16 {
+    checksum::finish(u64::from(!hc) + d)
 }
 
 /// Rewrites ICMP error `ip` (its ICMP header at `l4`) at a hook changing end `m`: the

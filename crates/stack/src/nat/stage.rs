@@ -13,7 +13,7 @@
 //! head's addresses and ports (and fraglist members have them copied with their
 //! checksums updated, `gso`), so every segment carries the translation.
 
-use netbatch_engine::{Cx, Out, PktList, Reason, Stage};
+use netbatch_engine::{Cx, Out, PktList, Reason, Stage, Verdict};
 
 use super::rewrite::{self, Layout, Manip};
 use super::{Action, CompiledChain, NatStats, Refusal};
@@ -287,6 +287,20 @@ impl NatStage {
     }
 }
 
+/// The NAT status bits a packet's flags carry ([`ct::stage::nat_flags`] back).
+#[inline(always)]
+fn flags_status(f: u32) -> u16 {
+    (if f & flag::CT_SNAT != 0 {
+        status::SRC_NAT
+    } else {
+        0
+    }) | if f & flag::CT_DNAT != 0 {
+        status::DST_NAT
+    } else {
+        0
+    }
+}
+
 /// Source NAT through an existing mapping: reply tuple `r`, unless a connection has it
 /// (then refused: the outside endpoint is the mapping's, no other port will do).
 fn reuse(
@@ -343,16 +357,25 @@ pub struct Rewrite {
 /// The rewrite at a hook changing `m` of a packet in direction `dir` of a connection
 /// whose tuples are `t` (`related`: an ICMP error about it). The packet leaves looking
 /// like `invert(t[dir ^ 1])`; an error's quote like `t[dir ^ 1]`.
+#[inline(always)]
 pub fn rewrite_for(t: &[Tuple; 2], dir: usize, m: Manip, related: bool) -> Rewrite {
-    let other = t.get(dir ^ 1).copied().unwrap_or_default();
-    let target = other.invert();
+    let Some(other) = t.get(dir ^ 1) else {
+        return Rewrite {
+            addr: 0,
+            port: 0,
+            inner: None,
+        };
+    };
     let icmp = L4::of(other.proto) == L4::Icmp;
+    // `invert(other)`'s source or destination, read off `other` without building the
+    // inverse: its source is `other`'s destination and the other way round; ports swap,
+    // an ICMP identifier stays where it is.
     let (addr, port) = match m {
-        Manip::Src => (target.src as u32, target.sport),
-        Manip::Dst => (
-            target.dst as u32,
-            if icmp { target.sport } else { target.dport },
+        Manip::Src => (
+            other.dst as u32,
+            if icmp { other.sport } else { other.dport },
         ),
+        Manip::Dst => (other.src as u32, other.sport),
     };
     let inner = related.then_some(match m {
         // The quote travelled the other way: the hook changing destinations changes
@@ -410,120 +433,141 @@ impl Stage<Host> for NatStage {
             }
             return;
         };
-        for mut p in list.drain(..) {
-            let buf = p.index();
-            let mut v = cx.pool.get_mut(&mut p);
-            let f = v.meta.flags;
-            if v.meta.l3_type != L3::Ipv4 as u8 {
-                out.push(ACCEPT6, p);
-                continue;
-            }
-            let state = ct::state_of(f);
-            if state & (state_bit::NEW | state_bit::ESTABLISHED | state_bit::RELATED) == 0 {
-                out.push(ACCEPT, p);
-                continue;
-            }
-            let Some(idx) = ct.attached(buf) else {
-                out.push(ACCEPT, p);
-                continue;
-            };
-            let dir = usize::from(f & flag::CT_REPLY != 0);
-            if f & flag::CT_UNCONFIRMED != 0 && dir == 0 && state == state_bit::NEW {
-                let (k, masq) = {
-                    let r = netbatch_engine::PktRef {
-                        meta: &*v.meta,
-                        buf: &*v.buf,
-                    };
-                    match self.manip {
-                        Manip::Dst => (key_of(&r, r.meta.in_if, u16::MAX), None),
-                        Manip::Src => {
-                            let o = r.meta.out_if;
-                            let a = ifaces
-                                .get(usize::from(o))
-                                .and_then(|i| i.primary())
-                                .map(u32::from);
-                            (key_of(&r, u16::MAX, o), a)
-                        }
-                    }
+        let pool = cx.pool;
+        out.sort(
+            list,
+            #[inline(always)]
+            |p| self.one(ct, ifaces, home, pool, p, now),
+        );
+    }
+}
+
+impl NatStage {
+    /// One packet's fate: looked at, its connection's translation decided if it is the
+    /// first packet, rewritten if this hook changes it.
+    #[inline(always)]
+    fn one(
+        &mut self,
+        ct: &mut ConnTrack,
+        ifaces: &[crate::iface::Iface],
+        home: Option<&super::steer::Home>,
+        pool: &netbatch_engine::Pool,
+        p: &mut netbatch_engine::Pkt,
+        now: u64,
+    ) -> Verdict {
+        let buf = p.index();
+        let mut v = pool.get_mut(p);
+        let f = v.meta.flags;
+        if v.meta.l3_type != L3::Ipv4 as u8 {
+            return Verdict::To(ACCEPT6);
+        }
+        let state = ct::state_of(f);
+        if state & (state_bit::NEW | state_bit::ESTABLISHED | state_bit::RELATED) == 0 {
+            return Verdict::To(ACCEPT);
+        }
+        let dir = usize::from(f & flag::CT_REPLY != 0);
+        let first = f & flag::CT_UNCONFIRMED != 0 && dir == 0 && state == state_bit::NEW;
+        // A packet of a connection decided before: its flags say whether this hook
+        // changes it (tracking copied the entry's status there), without the entry.
+        if !first && !self.applies(flags_status(f), dir) {
+            return Verdict::To(ACCEPT);
+        }
+        let Some(idx) = ct.attached(buf) else {
+            return Verdict::To(ACCEPT);
+        };
+        if first {
+            let (k, masq) = {
+                let r = netbatch_engine::PktRef {
+                    meta: &*v.meta,
+                    buf: &*v.buf,
                 };
-                let mut k = k;
-                k.ct_state = state;
-                let mut done = self.decide(ct, idx, &k, masq, home, now);
-                // The last NAT hook of a new forwarded connection: whatever was decided
-                // (a `dnat` at prerouting, this hook's own pick) must bring its replies
-                // to this worker (two or more workers: `steer`).
-                if let (Ok(()), Manip::Src, Some(h)) = (done, self.manip, home)
-                    && let Some(e) = ct.table.get(idx)
-                    && e.status & (status::SRC_NAT | status::DST_NAT) != 0
-                    && !h.is_home(&e.tuple[1])
-                {
-                    ct.nat.not_home += 1;
-                    done = Err(Refusal::NotHome);
+                match self.manip {
+                    Manip::Dst => (key_of(&r, r.meta.in_if, u16::MAX), None),
+                    Manip::Src => {
+                        let o = r.meta.out_if;
+                        let a = ifaces
+                            .get(usize::from(o))
+                            .and_then(|i| i.primary())
+                            .map(u32::from);
+                        (key_of(&r, u16::MAX, o), a)
+                    }
                 }
-                if let Err(why) = done {
-                    out.drop(
-                        p,
-                        match why {
-                            Refusal::NoPort => reason::NO_PORT,
-                            Refusal::NoAddress => reason::NO_ADDRESS,
-                            Refusal::NotHome => reason::NOT_HOME,
-                        },
-                    );
-                    continue;
-                }
-            }
-            let Some(e) = ct.table.get(idx) else {
-                out.push(ACCEPT, p);
-                continue;
             };
+            let mut k = k;
+            k.ct_state = state;
+            let mut done = self.decide(ct, idx, &k, masq, home, now);
+            // The last NAT hook of a new forwarded connection: whatever was decided
+            // (a `dnat` at prerouting, this hook's own pick) must bring its replies
+            // to this worker (two or more workers: `steer`).
+            if let (Ok(()), Manip::Src, Some(h)) = (done, self.manip, home)
+                && let Some(e) = ct.table.get(idx)
+                && e.status & (status::SRC_NAT | status::DST_NAT) != 0
+                && !h.is_home(&e.tuple[1])
+            {
+                ct.nat.not_home += 1;
+                done = Err(Refusal::NotHome);
+            }
+            if let Err(why) = done {
+                return Verdict::Drop(match why {
+                    Refusal::NoPort => reason::NO_PORT,
+                    Refusal::NoAddress => reason::NO_ADDRESS,
+                    Refusal::NotHome => reason::NOT_HOME,
+                });
+            }
+        }
+        let Some(e) = ct.table.get(idx) else {
+            return Verdict::To(ACCEPT);
+        };
+        if first {
+            // What was decided, for the hooks after this one.
+            v.meta.flags |= ct::stage::nat_flags(e.status);
             if !self.applies(e.status, dir) {
-                out.push(ACCEPT, p);
-                continue;
+                return Verdict::To(ACCEPT);
             }
-            let related = state == state_bit::RELATED;
-            let rw = rewrite_for(&e.tuple, dir, self.manip, related);
-            let wire = v.meta.wire_packets();
-            // The protocol is the connection's (no second parse of the headers the
-            // tracker read); the offsets are the dissector's.
-            let proto = L4::of(e.tuple[0].proto);
-            let (lay, l3) = {
-                let m = &*v.meta;
-                let l3 = usize::from(m.l3.wrapping_sub(m.data));
-                let l4 = usize::from(m.l4.wrapping_sub(m.l3));
-                let icmp_query = proto == L4::Icmp
-                    && !related
-                    && v.data()
-                        .get(l3 + l4)
-                        .is_some_and(|&t| ct::icmp::class(false, t) == ct::icmp::Class::Query);
-                let lay = Layout {
-                    l4,
-                    proto,
-                    icmp_query,
-                    partial: m.flags & flag::L4_CSUM_PARTIAL != 0,
-                };
-                (lay, l3)
+        }
+        let related = state == state_bit::RELATED;
+        let rw = rewrite_for(&e.tuple, dir, self.manip, related);
+        let wire = v.meta.wire_packets();
+        // The protocol is the connection's (no second parse of the headers the
+        // tracker read); the offsets are the dissector's.
+        let proto = L4::of(e.tuple[0].proto);
+        let (lay, l3) = {
+            let m = &*v.meta;
+            let l3 = usize::from(m.l3.wrapping_sub(m.data));
+            let l4 = usize::from(m.l4.wrapping_sub(m.l3));
+            let icmp_query = proto == L4::Icmp
+                && !related
+                && v.data()
+                    .get(l3 + l4)
+                    .is_some_and(|&t| ct::icmp::class(false, t) == ct::icmp::Class::Query);
+            let lay = Layout {
+                l4,
+                proto,
+                icmp_query,
+                partial: m.flags & flag::L4_CSUM_PARTIAL != 0,
             };
-            let done = match v.data_mut().get_mut(l3..) {
-                None => Err(rewrite::Short),
-                Some(ip) => match rw.inner {
-                    Some((ia, ipt)) => {
-                        rewrite::icmp_error(ip, lay.l4, self.manip, rw.addr, ia, ipt).map(|()| true)
-                    }
-                    None => rewrite::packet(ip, lay, self.manip, rw.addr, rw.port).map(|()| false),
-                },
-            };
-            match done {
-                Ok(error) => {
-                    ct.nat.translated += wire;
-                    if error {
-                        ct.nat.icmp_errors += wire;
-                    }
-                    out.push(ACCEPT, p);
+            (lay, l3)
+        };
+        let done = match v.data_mut().get_mut(l3..) {
+            None => Err(rewrite::Short),
+            Some(ip) => match rw.inner {
+                Some((ia, ipt)) => {
+                    rewrite::icmp_error(ip, lay.l4, self.manip, rw.addr, ia, ipt).map(|()| true)
                 }
-                Err(rewrite::Short) => {
-                    ct.nat.truncated += wire;
-                    out.drop(p, reason::TRUNCATED);
+                None => rewrite::packet(ip, lay, self.manip, rw.addr, rw.port).map(|()| false),
+            },
+        };
+        match done {
+            Ok(error) => {
+                ct.nat.translated += wire;
+                if error {
+                    ct.nat.icmp_errors += wire;
                 }
+                Verdict::To(ACCEPT)
+            }
+            Err(rewrite::Short) => {
+                ct.nat.truncated += wire;
+                Verdict::Drop(reason::TRUNCATED)
             }
         }
     }

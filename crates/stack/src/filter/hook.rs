@@ -177,33 +177,24 @@ impl HookStage {
 /// hook where its interfaces are `in_if` and `out_if`.
 #[inline(always)]
 pub fn key_of(v: &PktRef<'_>, in_if: u16, out_if: u16) -> Key {
-    let k = MatchKey::of(v.meta, v.data());
-    Key {
-        proto: k.proto,
-        src: u32::from(k.src),
-        dst: u32::from(k.dst),
-        ports: k.ports,
-        in_if,
-        out_if,
-        mark: v.meta.mark,
-        ct_state: 0,
-        ct_status: 0,
-        ct_mark: 0,
-    }
+    key4_for(v, in_if, out_if, true)
 }
 
 /// [`key_of`] for a chain that may not look at the headers (`headers` false: its rules
 /// match only interfaces, marks and connection state), which then reads none of them.
 #[inline(always)]
 fn key4_for(v: &PktRef<'_>, in_if: u16, out_if: u16, headers: bool) -> Key {
-    if headers {
-        return key_of(v, in_if, out_if);
-    }
+    let (proto, src, dst, ports) = if headers {
+        let k = MatchKey::of(v.meta, v.data());
+        (k.proto, u32::from(k.src), u32::from(k.dst), k.ports)
+    } else {
+        (0, 0, 0, None)
+    };
     Key {
-        proto: 0,
-        src: 0,
-        dst: 0,
-        ports: None,
+        proto,
+        src,
+        dst,
+        ports,
         in_if,
         out_if,
         mark: v.meta.mark,

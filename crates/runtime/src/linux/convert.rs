@@ -101,6 +101,12 @@ skips! {
     Malformed = "malformed": "message lacks a field it needs, or a field is inconsistent",
     /// A policy rule with a selector or action netbatch has not.
     RuleUnsupported = "rule_unsupported": "policy rule with a selector or action netbatch has not (oif, uidrange, l3mdev, tun_id, realms, suppress_ifgroup)",
+    /// A VRF device whose table or name netbatch cannot give a VRF.
+    VrfTable = "vrf_table": "VRF device on a table Linux keeps (0, default, main, local) or named main: its members stay in main",
+    /// Two VRF devices with netbatch members on one table.
+    VrfShared = "vrf_shared": "VRF device on the table of another VRF device with netbatch members: neither is followed",
+    /// A VRF followed whose table is not one of `[linux] tables`.
+    VrfUnmirrored = "vrf_table_not_mirrored": "VRF followed whose kernel table is not in [linux] tables: its routes are not mirrored",
     /// A policy rule whose `iif` is no netbatch interface.
     RuleInterface = "rule_interface": "policy rule whose iif has no netbatch interface of its name",
 }

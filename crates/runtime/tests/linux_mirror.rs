@@ -924,6 +924,18 @@ fn decided(r: &Running, dst: &str, iif: u16) -> Vec<String> {
         .expect("the workers answer")
 }
 
+/// The mirror's counters once `done` holds of them (they are published after what
+/// they count is applied).
+fn wait_for_stats(r: &Running, done: impl Fn(&linux::MirrorStats) -> bool) -> linux::MirrorStats {
+    wait_for(
+        "the mirror's counters",
+        WAIT,
+        || r.mirror().stats(),
+        |s| done(s),
+    );
+    r.mirror().stats()
+}
+
 /// `r.control`'s answer to the command `line`.
 fn command(r: &Running, line: &str) -> netbatch_runtime::control::Reply {
     let argv: Vec<String> = line.split_whitespace().map(str::to_string).collect();
@@ -937,7 +949,8 @@ fn command(r: &Running, line: &str) -> netbatch_runtime::control::Reply {
 /// not in `main`, and `r2` (main's) has neither. A reload of the file (which has no
 /// VRFs) keeps it. `nomaster` puts `r1` back in `main`; enslaved again, it is blue's
 /// again; `r2` joining blue builds blue's table again, and the route mirrored into it
-/// is back (the table's mirror resyncs); deleting the device ends the VRF. The oracle is the kernel's own VRF semantics (the routes it moves
+/// is back (the table's mirror resyncs), and so it is when the device is renamed
+/// (green, on the same table); deleting the device ends the VRF. The oracle is the kernel's own VRF semantics (the routes it moves
 /// between its tables on enslaving), which this kernel lacks without the vrf module:
 /// then the test is deferred to the kernel lab (`scripts/kernel-oracles`).
 #[test]
@@ -948,7 +961,17 @@ fn kernel_vrf_devices_become_netbatch_vrfs() {
     let ns = Netns::new("vrf");
     ns.ip("link set lo up");
     let probe = Command::new("ip")
-        .args(["-n", &ns.0, "link", "add", "nbvrfprobe", "type", "vrf", "table", "99"])
+        .args([
+            "-n",
+            &ns.0,
+            "link",
+            "add",
+            "nbvrfprobe",
+            "type",
+            "vrf",
+            "table",
+            "99",
+        ])
         .output()
         .expect("ip");
     if !netbatch_testkit::kernel_feature(
@@ -1033,8 +1056,9 @@ fn kernel_vrf_devices_become_netbatch_vrfs() {
         },
         |(t, m)| t.as_ref().map(|x| x.out_if) == Some(Some(0)) && m.is_none(),
     );
-    let s = r.mirror().stats();
-    assert_eq!((s.vrfs, s.errors), (1, 0), "{s:?}");
+    // The counters are published after the change is applied: wait for them too.
+    let s = wait_for_stats(&r, |s| s.vrfs == 1);
+    assert_eq!(s.errors, 0, "{s:?}");
 
     // The file has no VRFs; a reload keeps the kernel's.
     let reloaded = command(&r, "reload");
@@ -1076,17 +1100,41 @@ fn kernel_vrf_devices_become_netbatch_vrfs() {
         |(sub, route)| *sub == ["10 1 0.0.0.0"] && *route == via_blue,
     );
     assert_eq!(decided(&r, "198.18.5.5", 0), via_blue);
+    // Renamed (a VRF device is renamed down): the VRF green on table 10. Its members'
+    // links do not change, so only the VRF change's own resync of table 10's mirror
+    // brings back the route into the table built again for green.
+    ns.ip("link set blue down");
+    ns.ip("link set blue name green");
+    ns.ip("link set green up");
+    wait_for(
+        "blue renamed green",
+        WAIT,
+        || command(&r, "show routes vrf green"),
+        |g| g.ok,
+    );
+    wait_for(
+        "green's route",
+        WAIT,
+        || decided(&r, "198.18.5.5", 0),
+        |d| *d == via_blue,
+    );
+    let kernel = Command::new("ip")
+        .args(["-n", &ns.0, "route", "show", "vrf", "green"])
+        .output()
+        .expect("ip");
+    let kernel = String::from_utf8_lossy(&kernel.stdout).to_string();
+    assert!(kernel.contains("198.18.0.0/15 via 192.0.2.2"), "{kernel}");
+    assert!(!command(&r, "show routes vrf blue").ok, "no VRF blue");
     // The device deleted (the kernel releases its members first): main again.
-    ns.ip("link del blue");
+    ns.ip("link del green");
     wait_for(
         "r1 and r2 in main once blue is gone",
         WAIT,
         || (decided(&r, "192.0.2.7", 0), decided(&r, "198.51.100.7", 1)),
         |(a, b)| *a == main && *b == ["254 1 0.0.0.0"],
     );
-    let s = r.mirror().stats();
-    assert_eq!((s.vrfs, s.errors), (0, 0), "{s:?}");
-    assert!(s.vrf_changes >= 5, "{s:?}");
+    let s = wait_for_stats(&r, |s| s.vrfs == 0 && s.vrf_changes >= 6);
+    assert_eq!(s.errors, 0, "{s:?}");
     // Nothing left to change.
     let re = r.mirror().resync().expect("resync");
     assert_eq!(re.route_changes, 0, "{re:?}");

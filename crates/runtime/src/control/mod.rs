@@ -941,10 +941,21 @@ impl Control {
         let err = |e: netbatch_stack::route::RouteError, p: &dyn core::fmt::Display| {
             (false, format!("{name}: route {p}: {e}"))
         };
+        // A VRF's interface's routes are in the VRF's table, changed in its slot of the
+        // policy (the routes mirrored into it stay); `main`'s in `main`.
+        let vrf = st
+            .cfg
+            .iface_tables()
+            .get(usize::from(i))
+            .copied()
+            .filter(|&t| t != netbatch_stack::route::rule::TABLE_MAIN);
         let table = (new != old)
             .then(|| {
                 follow(
-                    Self::draft::<V4>(&mut st),
+                    match vrf {
+                        Some(t) => self.table_draft::<V4>(t),
+                        None => Self::draft::<V4>(&mut st),
+                    },
                     &routes_of(&old),
                     &routes_of(&new),
                 )
@@ -955,7 +966,10 @@ impl Control {
         let table6 = (new6 != old6)
             .then(|| {
                 follow(
-                    Self::draft::<V6>(&mut st),
+                    match vrf {
+                        Some(t) => self.table_draft::<V6>(t),
+                        None => Self::draft::<V6>(&mut st),
+                    },
                     &routes6_of(&old6),
                     &routes6_of(&new6),
                 )
@@ -963,8 +977,14 @@ impl Control {
             .transpose()
             .map_err(|(e, p)| err(e, &p))?
             .map(|d| (d.table, d.log));
-        let shared = table.as_ref().map(|(t, _)| t.clone());
-        let shared6 = table6.as_ref().map(|(t, _)| t.clone());
+        let shared = table
+            .as_ref()
+            .map(|(t, _)| t.clone())
+            .filter(|_| vrf.is_none());
+        let shared6 = table6
+            .as_ref()
+            .map(|(t, _)| t.clone())
+            .filter(|_| vrf.is_none());
         let (set, set6) = (new.clone(), new6.clone());
         let wire = st.cfg.ports[port].setup.pair;
         self.remote
@@ -987,11 +1007,25 @@ impl Control {
                 }
             })
             .map_err(|e| (false, e.to_string()))?;
-        if let Some((t, log)) = table {
-            Self::retire::<V4>(&mut st, t, log);
-        }
-        if let Some((t, log)) = table6 {
-            Self::retire::<V6>(&mut st, t, log);
+        match vrf {
+            Some(id) => {
+                if let Some((t, _)) = table {
+                    self.change_policy::<V4>(|p| p.with_table(id, t).map_err(|e| e.to_string()))
+                        .map_err(|e| (true, format!("{name}: vrf table {id}: {e}")))?;
+                }
+                if let Some((t, _)) = table6 {
+                    self.change_policy::<V6>(|p| p.with_table(id, t).map_err(|e| e.to_string()))
+                        .map_err(|e| (true, format!("{name}: vrf table {id}: {e}")))?;
+                }
+            }
+            None => {
+                if let Some((t, log)) = table {
+                    Self::retire::<V4>(&mut st, t, log);
+                }
+                if let Some((t, log)) = table6 {
+                    Self::retire::<V6>(&mut st, t, log);
+                }
+            }
         }
         if let Some((_, _, cur)) = st.cfg.iface_addrs_mut(i) {
             *cur = new;
@@ -1070,6 +1104,16 @@ impl Control {
         }
         Draft {
             table: Arc::new((**F::live(st)).clone()),
+            log: Vec::new(),
+            refused: false,
+        }
+    }
+
+    /// A draft of numbered table `id` of family `F` (a VRF's) as the workers route by it:
+    /// a copy, published by replacing the table in its slot of the policy.
+    fn table_draft<F: Published + vrf::Tabled>(&self, id: u32) -> Draft<F> {
+        Draft {
+            table: Arc::new((*self.live_table::<F>(id)).clone()),
             log: Vec::new(),
             refused: false,
         }

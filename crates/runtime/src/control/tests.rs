@@ -1676,7 +1676,8 @@ fn reload_moves_an_interface_between_vrfs() {
 /// (`plan_tables`/`apply_tables`): an interface put in a kernel VRF is routed by the
 /// VRF's table on every worker, with its connected subnet there and no longer in
 /// `main`; `route … vrf NAME` and `show routes vrf NAME` know the VRF; the same view
-/// again is no change; a view netbatch cannot have (two VRFs on one table, a reserved table, a
+/// again is no change; an address followed onto a VRF's interface puts its routes in
+/// the VRF's table; a view netbatch cannot have (two VRFs on one table, a reserved table, a
 /// member of no VRF) is refused and changes nothing; the empty view puts it back in
 /// `main`.
 #[test]
@@ -1726,6 +1727,17 @@ fn kernel_vrfs_change_through_the_reloads_path() {
         Ok(false),
         "the same view again"
     );
+    // An address the mirror follows onto eth1 (host interface pairs): its connected
+    // route lands in blue's table, which keeps the route added to it; not in main.
+    let addrs: Vec<netbatch_stack::prefix::IfAddr> = ["198.51.100.1/24", "198.18.0.1/15"]
+        .iter()
+        .map(|a| a.parse().expect("address"))
+        .collect();
+    assert_eq!(r.control.set_iface(1, &addrs, &[], None), Ok(true));
+    assert_eq!(route(&r, "198.18.0.7", 1), ["10 1 0.0.0.0"; 2]);
+    assert_eq!(route(&r, "198.18.0.7", 0), ["NoRoute"; 2]);
+    assert_eq!(route(&r, "203.0.113.5", 1), ["10 1 198.51.100.2"; 2]);
+    assert!(r.ok("show routes vrf blue").contains("198.18.0.0/15"));
     // Refused, nothing changed.
     let two = vec![
         blue()[0].clone(),

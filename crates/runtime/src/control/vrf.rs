@@ -263,7 +263,7 @@ impl Control {
 impl Control {
     /// Numbered table `id` of family `F` as the workers route by it (empty when the
     /// policy has none).
-    fn live_table<F: Tabled>(&self, id: u32) -> Arc<RoutesOf<F>> {
+    pub(super) fn live_table<F: Tabled>(&self, id: u32) -> Arc<RoutesOf<F>> {
         self.live_policy::<F>()
             .ok()
             .and_then(|p| p.tables().get(&id).cloned())

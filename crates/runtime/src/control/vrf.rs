@@ -328,7 +328,7 @@ impl Control {
     /// interface, VRF name) in them and every other interface in `main`: what the Linux
     /// mirror does when the namespace's VRF devices or their members change
     /// (`[linux] vrfs`). The change is planned and applied as a reload's VRF part is
-    /// ([`Control::plan_tables`]): an interface takes its connected and local routes
+    /// (`Control::plan_tables`): an interface takes its connected and local routes
     /// with it, every VRF's table, old and new, is built again in its slot (routes the
     /// mirror had put in it come back with that table's next resync). Refused whole,
     /// changing nothing: a VRF named `main` or twice, a table Linux keeps (0, `default`,

@@ -24,6 +24,11 @@
 //!   interface named as a netbatch interface are that interface's: a change marks the
 //!   interface, and its whole kernel state is handed over ([`State::iface_changes`]);
 //!   netbatch compares and changes only what differs.
+//! - Each link's controller and, for a VRF device, its table are kept as the kernel
+//!   last told them (a notification without a name is partial and changes neither);
+//!   the VRF view ([`State::vrf_view`]) is derived from the links alone, so a resync's
+//!   dump rebuilds it, and it is ordered (by name, by interface) so that equal kernel
+//!   states give equal views.
 
 use core::net::IpAddr;
 use std::sync::Arc;

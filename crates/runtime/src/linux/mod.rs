@@ -36,6 +36,12 @@
 //!   the mirror dumps links, routes and neighbours and applies the difference from what
 //!   it mirrored as one batch: a route that did not change is not touched.
 //! - Only the mirror's own routes and neighbours are removed (see `mirror.rs`).
+//! - With `[linux] vrfs`, netbatch's VRFs are the VRF devices controlling netbatch
+//!   interfaces' kernel twins (`mirror::State::vrf_view`), recomputed after any link
+//!   notification or dump and applied, when it differs from what was applied, through
+//!   [`Control::set_kernel_vrfs`], the reload's own way of changing VRFs. A change
+//!   builds VRF tables again under the table threads, so each is asked to resync
+//!   (`Request::Refresh`) and puts back the routes it mirrored there.
 
 pub mod convert;
 pub mod links;

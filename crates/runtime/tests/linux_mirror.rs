@@ -960,31 +960,9 @@ fn kernel_vrf_devices_become_netbatch_vrfs() {
     }
     let ns = Netns::new("vrf");
     ns.ip("link set lo up");
-    let probe = Command::new("ip")
-        .args([
-            "-n",
-            &ns.0,
-            "link",
-            "add",
-            "nbvrfprobe",
-            "type",
-            "vrf",
-            "table",
-            "99",
-        ])
-        .output()
-        .expect("ip");
-    if !netbatch_testkit::kernel_feature(
-        probe.status.success(),
-        "VRF devices",
-        format!(
-            "`ip link add … type vrf` is refused (no vrf module): {}",
-            String::from_utf8_lossy(&probe.stderr).trim()
-        ),
-    ) {
+    if !has_vrf(&ns) {
         return;
     }
-    ns.ip("link del nbvrfprobe");
     // Enslaving cycles the device down and up, which flushes its IPv6 addresses unless
     // they are kept (the VRF documentation's advice); netbatch would follow the flush.
     run(&[
@@ -1139,4 +1117,137 @@ fn kernel_vrf_devices_become_netbatch_vrfs() {
     let re = r.mirror().resync().expect("resync");
     assert_eq!(re.route_changes, 0, "{re:?}");
     assert_eq!(decided(&r, "192.0.2.7", 0), main);
+}
+
+/// BIRD (2, Debian's bird2), killed when dropped.
+struct Bird(std::process::Child);
+
+impl Drop for Bird {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether `ip link add … type vrf` works in `ns` (the vrf module); on a kernel without
+/// it the test is deferred to the kernel lab.
+fn has_vrf(ns: &Netns) -> bool {
+    let probe = Command::new("ip")
+        .args([
+            "-n",
+            &ns.0,
+            "link",
+            "add",
+            "nbvrfprobe",
+            "type",
+            "vrf",
+            "table",
+            "99",
+        ])
+        .output()
+        .expect("ip");
+    if !netbatch_testkit::kernel_feature(
+        probe.status.success(),
+        "VRF devices",
+        format!(
+            "`ip link add … type vrf` is refused (no vrf module): {}",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ),
+    ) {
+        return false;
+    }
+    ns.ip("link del nbvrfprobe");
+    true
+}
+
+/// BIRD per VRF, unmodified, drives netbatch's VRF through the kernel: in the control
+/// namespace `r1` is in the VRF device blue (table 10); BIRD's static protocol and kernel
+/// protocol are bound to blue (`vrf "blue"`: its static route's next hop is resolved on
+/// blue's interfaces only) and export to table 10; the route reaches netbatch's VRF blue
+/// through the mirror and decides for `r1`'s packets only, never in `main`; BIRD's
+/// withdrawal (its protocol disabled) removes it.
+#[test]
+fn bird_per_vrf_drives_a_kernel_vrf() {
+    if !can_run() || !netbatch_testkit::tools(&[("bird", "bird2"), ("birdc", "bird2")]) {
+        return;
+    }
+    let ns = Netns::new("bvrf");
+    ns.ip("link set lo up");
+    if !has_vrf(&ns) {
+        return;
+    }
+    ns.veth("r1");
+    ns.veth("r2");
+    let r = Running::start_with(
+        &ns,
+        Tuning::default(),
+        "pairs = true\nvrfs = true\ntables = [10]\n",
+    );
+    ns.ip("link add blue type vrf table 10");
+    ns.ip("link set blue up");
+    ns.ip("link set r1 master blue");
+    wait_for(
+        "r1 in VRF blue",
+        WAIT,
+        || decided(&r, "192.0.2.7", 0),
+        |d| *d == ["10 0 0.0.0.0"],
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (conf, sock) = (dir.path().join("bird.conf"), dir.path().join("bird.ctl"));
+    std::fs::write(
+        &conf,
+        "router id 192.0.2.1;\n\
+         ipv4 table blue4;\n\
+         protocol device { scan time 1; }\n\
+         protocol static sblue { vrf \"blue\"; ipv4 { table blue4; }; route 198.18.0.0/15 via 192.0.2.2; }\n\
+         protocol kernel kblue { vrf \"blue\"; kernel table 10; ipv4 { table blue4; import none; export all; }; }\n",
+    )
+    .expect("BIRD's configuration");
+    let bird = Bird(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.0, "bird", "-f", "-c"])
+            .arg(&conf)
+            .arg("-s")
+            .arg(&sock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("bird starts"),
+    );
+    let via_blue = vec!["10 0 192.0.2.2".to_string()];
+    wait_for(
+        "BIRD's route in netbatch's VRF blue",
+        Duration::from_secs(30),
+        || decided(&r, "198.18.5.5", 0),
+        |d| *d == via_blue,
+    );
+    assert_eq!(
+        decided(&r, "198.18.5.5", 1),
+        ["NoRoute"],
+        "not for main's r2"
+    );
+    assert_eq!(r.route("198.18.0.0/15"), None, "not in main");
+    let shown = command(&r, "show routes vrf blue");
+    assert!(
+        shown.text.contains("198.18.0.0/15 via 192.0.2.2 dev r1"),
+        "{}",
+        shown.text
+    );
+    // Withdrawn by BIRD: gone from the kernel's table 10, and from netbatch's blue.
+    let o = Command::new("birdc")
+        .arg("-s")
+        .arg(&sock)
+        .args(["disable", "sblue"])
+        .output()
+        .expect("birdc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_for(
+        "BIRD's withdrawal",
+        Duration::from_secs(10),
+        || decided(&r, "198.18.5.5", 0),
+        |d| *d == ["NoRoute"],
+    );
+    drop(bird);
+    let s = wait_for_stats(&r, |s| s.vrfs == 1);
+    assert_eq!(s.errors, 0, "{s:?}");
 }

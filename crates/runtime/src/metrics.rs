@@ -372,7 +372,9 @@ fn linux(out: &mut Families, l: &Map<String, Value>) {
             continue;
         }
         let Some(n) = v.as_u64() else { continue };
-        if matches!(key.as_str(), "routes" | "routes6" | "neighbours") || key.starts_with("last_") {
+        if matches!(key.as_str(), "routes" | "routes6" | "neighbours" | "vrfs")
+            || key.starts_with("last_")
+        {
             out.add(
                 &format!("linux_{key}"),
                 &format!("Kernel table mirror: {} (a level).", k.replace('_', " ")),

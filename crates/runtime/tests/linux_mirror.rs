@@ -893,3 +893,361 @@ fn ip_rule_and_numbered_tables_drive_the_policy() {
     assert_eq!(re.route_changes, 0);
     assert_eq!(shown_rules(&r), before);
 }
+
+/// How every worker routes a UDP packet to `dst` that came in by netbatch interface
+/// `iif` (0: r1, 1: r2): "TABLE OUT_IF GATEWAY", or the refusal.
+fn decided(r: &Running, dst: &str, iif: u16) -> Vec<String> {
+    use netbatch_stack::route::rule::{DecisionOf, Key};
+    let k = Key {
+        src: ip("203.0.113.200").into(),
+        dst: ip(dst).into(),
+        iif,
+        mark: 0,
+        proto: 17,
+        sport: 1000,
+        dport: 53,
+        tos: 0,
+    };
+    r.dp.as_ref()
+        .expect("running")
+        .remote()
+        .on_each(
+            move |_, w| match w.host.policy.decide(&w.host.routes, &k, || 0) {
+                DecisionOf::Route { table, hop, .. } => format!(
+                    "{table} {} {}",
+                    hop.out_if,
+                    core::net::Ipv4Addr::from(hop.gateway)
+                ),
+                other => format!("{other:?}"),
+            },
+        )
+        .expect("the workers answer")
+}
+
+/// The mirror's counters once `done` holds of them (they are published after what
+/// they count is applied).
+fn wait_for_stats(r: &Running, done: impl Fn(&linux::MirrorStats) -> bool) -> linux::MirrorStats {
+    wait_for(
+        "the mirror's counters",
+        WAIT,
+        || r.mirror().stats(),
+        |s| done(s),
+    );
+    r.mirror().stats()
+}
+
+/// `r.control`'s answer to the command `line`.
+fn command(r: &Running, line: &str) -> netbatch_runtime::control::Reply {
+    let argv: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+    r.control.handle(&argv)
+}
+
+/// `[linux] vrfs = true` with host interface pairs (the veths `r1` and `r2` stand for
+/// the taps): a VRF device of the control namespace that controls `r1` is netbatch's
+/// VRF of its name and table, `r1` in it: packets coming in by `r1` are routed by
+/// table 10, its connected subnet and a route `ip route add … vrf blue` are there and
+/// not in `main`, and `r2` (main's) has neither. A reload of the file (which has no
+/// VRFs) keeps it. `nomaster` puts `r1` back in `main`; enslaved again, it is blue's
+/// again; `r2` joining blue builds blue's table again, and the route mirrored into it
+/// is back (the table's mirror resyncs), and so it is when the device is renamed
+/// (green, on the same table); deleting the device ends the VRF. The oracle is the kernel's own VRF semantics (the routes it moves
+/// between its tables on enslaving), which this kernel lacks without the vrf module:
+/// then the test is deferred to the kernel lab (`scripts/kernel-oracles`).
+#[test]
+fn kernel_vrf_devices_become_netbatch_vrfs() {
+    if !can_run() {
+        return;
+    }
+    let ns = Netns::new("vrf");
+    ns.ip("link set lo up");
+    if !has_vrf(&ns) {
+        return;
+    }
+    // Enslaving cycles the device down and up, which flushes its IPv6 addresses unless
+    // they are kept (the VRF documentation's advice); netbatch would follow the flush.
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &ns.0,
+        "sh",
+        "-c",
+        "echo 1 > /proc/sys/net/ipv6/conf/all/keep_addr_on_down",
+    ]);
+    ns.veth("r1");
+    ns.veth("r2");
+    let r = Running::start_with(
+        &ns,
+        Tuning::default(),
+        "pairs = true\nvrfs = true\ntables = [10]\n",
+    );
+    let main = vec!["254 0 0.0.0.0".to_string(); 1];
+    assert_eq!(decided(&r, "192.0.2.7", 0), main, "r1 starts in main");
+    assert_eq!(r.mirror().stats().vrfs, 0);
+
+    ns.ip("link add blue type vrf table 10");
+    ns.ip("link set blue up");
+    ns.ip("link set r1 master blue");
+    let in_blue = vec!["10 0 0.0.0.0".to_string()];
+    wait_for(
+        "r1 in VRF blue",
+        WAIT,
+        || decided(&r, "192.0.2.7", 0),
+        |d| *d == in_blue,
+    );
+    ns.ip("route add 198.18.0.0/15 via 192.0.2.2 vrf blue");
+    let via_blue = vec!["10 0 192.0.2.2".to_string()];
+    wait_for(
+        "the route of vrf blue decides for r1's packets",
+        WAIT,
+        || decided(&r, "198.18.5.5", 0),
+        |d| *d == via_blue,
+    );
+    let none = vec!["NoRoute".to_string()];
+    assert_eq!(decided(&r, "198.18.5.5", 1), none, "not for r2's (main's)");
+    assert_eq!(decided(&r, "192.0.2.7", 1), none, "nor r1's subnet");
+    assert_eq!(r.route("198.18.0.0/15"), None, "not in main");
+    wait_for(
+        "r1's subnet gone from main",
+        WAIT,
+        || r.route("192.0.2.0/24"),
+        Option::is_none,
+    );
+    let shown = command(&r, "show routes vrf blue");
+    assert!(shown.ok, "{}", shown.text);
+    assert!(
+        shown.text.contains("198.18.0.0/15 via 192.0.2.2 dev r1")
+            && shown.text.contains("192.0.2.0/24"),
+        "{}",
+        shown.text
+    );
+    // IPv6 too: r1's on-link prefix is in blue's IPv6 table, not in main's.
+    let on_link6: Ipv6Prefix = "2001:db8:a::/64".parse().expect("prefix");
+    wait_for(
+        "r1's IPv6 subnet in blue",
+        WAIT,
+        || {
+            (
+                r.control.table_routes6(10).get(&on_link6).cloned(),
+                r.route6("2001:db8:a::/64"),
+            )
+        },
+        |(t, m)| t.as_ref().map(|x| x.out_if) == Some(Some(0)) && m.is_none(),
+    );
+    // The counters are published after the change is applied: wait for them too.
+    let s = wait_for_stats(&r, |s| s.vrfs == 1);
+    assert_eq!(s.errors, 0, "{s:?}");
+
+    // The file has no VRFs; a reload keeps the kernel's.
+    let reloaded = command(&r, "reload");
+    assert!(reloaded.ok, "{}", reloaded.text);
+    assert_eq!(decided(&r, "198.18.5.5", 0), via_blue, "after the reload");
+
+    // Released: main again. (Releasing cycles r1 down and up, and the kernel drops the
+    // routes through it: table 10 keeps nothing via r1.)
+    ns.ip("link set r1 nomaster");
+    wait_for(
+        "r1 back in main",
+        WAIT,
+        || decided(&r, "192.0.2.7", 0),
+        |d| *d == main,
+    );
+    assert_eq!(decided(&r, "198.18.5.5", 0), none);
+    assert!(!command(&r, "show routes vrf blue").ok, "no VRF blue");
+    ns.ip("link set r1 master blue");
+    wait_for(
+        "r1 in blue again",
+        WAIT,
+        || decided(&r, "192.0.2.7", 0),
+        |d| *d == in_blue,
+    );
+    ns.ip("route add 198.18.0.0/15 via 192.0.2.2 vrf blue");
+    wait_for(
+        "blue's route again",
+        WAIT,
+        || decided(&r, "198.18.5.5", 0),
+        |d| *d == via_blue,
+    );
+    // r2 joins blue: blue's table is built again for it (with r2's subnet), and the
+    // table's mirror puts the route it had there back.
+    ns.ip("link set r2 master blue");
+    wait_for(
+        "r2 in blue, blue's route kept",
+        WAIT,
+        || (decided(&r, "198.51.100.7", 1), decided(&r, "198.18.5.5", 1)),
+        |(sub, route)| *sub == ["10 1 0.0.0.0"] && *route == via_blue,
+    );
+    assert_eq!(decided(&r, "198.18.5.5", 0), via_blue);
+    // Renamed (a VRF device is renamed down): the VRF green on table 10. Its members'
+    // links do not change, so only the VRF change's own resync of table 10's mirror
+    // brings back the route into the table built again for green.
+    ns.ip("link set blue down");
+    ns.ip("link set blue name green");
+    ns.ip("link set green up");
+    wait_for(
+        "blue renamed green",
+        WAIT,
+        || command(&r, "show routes vrf green"),
+        |g| g.ok,
+    );
+    wait_for(
+        "green's route",
+        WAIT,
+        || decided(&r, "198.18.5.5", 0),
+        |d| *d == via_blue,
+    );
+    let kernel = Command::new("ip")
+        .args(["-n", &ns.0, "route", "show", "vrf", "green"])
+        .output()
+        .expect("ip");
+    let kernel = String::from_utf8_lossy(&kernel.stdout).to_string();
+    assert!(kernel.contains("198.18.0.0/15 via 192.0.2.2"), "{kernel}");
+    assert!(!command(&r, "show routes vrf blue").ok, "no VRF blue");
+    // The device deleted (the kernel releases its members first): main again.
+    ns.ip("link del green");
+    wait_for(
+        "r1 and r2 in main once blue is gone",
+        WAIT,
+        || (decided(&r, "192.0.2.7", 0), decided(&r, "198.51.100.7", 1)),
+        |(a, b)| *a == main && *b == ["254 1 0.0.0.0"],
+    );
+    let s = wait_for_stats(&r, |s| s.vrfs == 0 && s.vrf_changes >= 6);
+    assert_eq!(s.errors, 0, "{s:?}");
+    // Nothing left to change.
+    let re = r.mirror().resync().expect("resync");
+    assert_eq!(re.route_changes, 0, "{re:?}");
+    assert_eq!(decided(&r, "192.0.2.7", 0), main);
+}
+
+/// BIRD (2, Debian's bird2), killed when dropped.
+struct Bird(std::process::Child);
+
+impl Drop for Bird {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether `ip link add … type vrf` works in `ns` (the vrf module); on a kernel without
+/// it the test is deferred to the kernel lab.
+fn has_vrf(ns: &Netns) -> bool {
+    let probe = Command::new("ip")
+        .args([
+            "-n",
+            &ns.0,
+            "link",
+            "add",
+            "nbvrfprobe",
+            "type",
+            "vrf",
+            "table",
+            "99",
+        ])
+        .output()
+        .expect("ip");
+    if !netbatch_testkit::kernel_feature(
+        probe.status.success(),
+        "VRF devices",
+        format!(
+            "`ip link add … type vrf` is refused (no vrf module): {}",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ),
+    ) {
+        return false;
+    }
+    ns.ip("link del nbvrfprobe");
+    true
+}
+
+/// BIRD per VRF, unmodified, drives netbatch's VRF through the kernel: in the control
+/// namespace `r1` is in the VRF device blue (table 10); BIRD's static protocol and kernel
+/// protocol are bound to blue (`vrf "blue"`: its static route's next hop is resolved on
+/// blue's interfaces only) and export to table 10; the route reaches netbatch's VRF blue
+/// through the mirror and decides for `r1`'s packets only, never in `main`; BIRD's
+/// withdrawal (its protocol disabled) removes it.
+#[test]
+fn bird_per_vrf_drives_a_kernel_vrf() {
+    if !can_run() || !netbatch_testkit::tools(&[("bird", "bird2"), ("birdc", "bird2")]) {
+        return;
+    }
+    let ns = Netns::new("bvrf");
+    ns.ip("link set lo up");
+    if !has_vrf(&ns) {
+        return;
+    }
+    ns.veth("r1");
+    ns.veth("r2");
+    let r = Running::start_with(
+        &ns,
+        Tuning::default(),
+        "pairs = true\nvrfs = true\ntables = [10]\n",
+    );
+    ns.ip("link add blue type vrf table 10");
+    ns.ip("link set blue up");
+    ns.ip("link set r1 master blue");
+    wait_for(
+        "r1 in VRF blue",
+        WAIT,
+        || decided(&r, "192.0.2.7", 0),
+        |d| *d == ["10 0 0.0.0.0"],
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (conf, sock) = (dir.path().join("bird.conf"), dir.path().join("bird.ctl"));
+    std::fs::write(
+        &conf,
+        "router id 192.0.2.1;\n\
+         ipv4 table blue4;\n\
+         protocol device { scan time 1; }\n\
+         protocol static sblue { vrf \"blue\"; ipv4 { table blue4; }; route 198.18.0.0/15 via 192.0.2.2; }\n\
+         protocol kernel kblue { vrf \"blue\"; kernel table 10; ipv4 { table blue4; import none; export all; }; }\n",
+    )
+    .expect("BIRD's configuration");
+    let bird = Bird(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.0, "bird", "-f", "-c"])
+            .arg(&conf)
+            .arg("-s")
+            .arg(&sock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("bird starts"),
+    );
+    let via_blue = vec!["10 0 192.0.2.2".to_string()];
+    wait_for(
+        "BIRD's route in netbatch's VRF blue",
+        Duration::from_secs(30),
+        || decided(&r, "198.18.5.5", 0),
+        |d| *d == via_blue,
+    );
+    assert_eq!(
+        decided(&r, "198.18.5.5", 1),
+        ["NoRoute"],
+        "not for main's r2"
+    );
+    assert_eq!(r.route("198.18.0.0/15"), None, "not in main");
+    let shown = command(&r, "show routes vrf blue");
+    assert!(
+        shown.text.contains("198.18.0.0/15 via 192.0.2.2 dev r1"),
+        "{}",
+        shown.text
+    );
+    // Withdrawn by BIRD: gone from the kernel's table 10, and from netbatch's blue.
+    let o = Command::new("birdc")
+        .arg("-s")
+        .arg(&sock)
+        .args(["disable", "sblue"])
+        .output()
+        .expect("birdc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_for(
+        "BIRD's withdrawal",
+        Duration::from_secs(10),
+        || decided(&r, "198.18.5.5", 0),
+        |d| *d == ["NoRoute"],
+    );
+    drop(bird);
+    let s = wait_for_stats(&r, |s| s.vrfs == 1);
+    assert_eq!(s.errors, 0, "{s:?}");
+}

@@ -16,6 +16,14 @@
 //! flows over every queue). Refused: a port name that cannot be a kernel interface name
 //! (longer than 15 bytes), a port already named `host-<port>`.
 //!
+//! `vrfs = true` makes netbatch's VRFs follow the namespace's VRF devices: a VRF device
+//! that is the controller (`ip link set DEV master VRF`) of the kernel interface named
+//! as a netbatch interface (a pair's tap, or an interface of that name) is a netbatch
+//! VRF of the device's name and table, with that interface in it; enslaving, releasing
+//! and deleting change netbatch's VRFs live. The VRFs then have one source: `[[vrf]]`
+//! and an interface's `vrf` are refused beside it, at their keys. The VRF's routes are
+//! its kernel table's, mirrored when the table is one of `tables`.
+//!
 //! Refused: a namespace name that is not a file name of `/run/netns` (empty, with a
 //! `/`, `.` or `..`, longer than a Linux file name), and tables 0 (`unspec`, which no
 //! route is in) and 255 (`local`, which holds only local and broadcast routes, never
@@ -41,6 +49,7 @@ pub(super) struct LinuxFile {
     table: Option<i64>,
     tables: Option<Vec<i64>>,
     pairs: Option<bool>,
+    vrfs: Option<bool>,
 }
 
 /// What the mirror follows.
@@ -55,6 +64,10 @@ pub struct LinuxConfig {
     pub tables: Vec<u32>,
     /// Ports are paired with taps in the namespace.
     pub pairs: bool,
+    /// netbatch's VRFs are the namespace's VRF devices (`ip link add NAME type vrf
+    /// table N`) that are the controllers of netbatch interfaces' kernel twins; the
+    /// file then defines none ([`crate::linux`]).
+    pub vrfs: bool,
 }
 
 impl LinuxConfig {
@@ -65,6 +78,7 @@ impl LinuxConfig {
             table: TABLE_MAIN,
             tables: Vec::new(),
             pairs: false,
+            vrfs: false,
         }
     }
 
@@ -171,6 +185,7 @@ pub(super) fn validate(f: Option<&LinuxFile>, e: &mut Errs) -> Option<LinuxConfi
         table,
         tables,
         pairs: f.pairs.unwrap_or(false),
+        vrfs: f.vrfs.unwrap_or(false),
     })
 }
 
@@ -353,6 +368,45 @@ mod tests {
             crate::config::Config::parse(&off, std::path::Path::new("."), "t.toml").expect("valid");
         assert_eq!(c.ports.len(), 2);
         assert!(!c.graph.host_pairs);
+    }
+
+    /// `vrfs = true` takes the VRFs from the namespace's VRF devices: off by default;
+    /// beside it a `[[vrf]]` and an interface's `vrf` (untagged or VLAN) are refused,
+    /// each at its key with the reason; a file without them is valid and has no VRFs.
+    #[test]
+    fn kernel_vrfs_are_the_only_vrfs() {
+        let c = check("[linux]\nnamespace = \"cp\"")
+            .expect("valid")
+            .expect("on");
+        assert!(!c.vrfs);
+        let base = "[[port]]\nname = \"r1\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"192.0.2.1/24\"]\n\
+            [[port]]\nname = \"r2\"\nmac = \"02:00:00:00:00:02\"\nvlan = [{ id = 5, addresses = [\"198.51.100.1/24\"] }]\n\
+            [linux]\nnamespace = \"cp\"\nvrfs = true\ntables = [10]\n";
+        let parse = |t: &str| crate::config::Config::parse(t, std::path::Path::new("."), "t.toml");
+        let c = parse(base).expect("valid");
+        let l = c.linux.as_ref().expect("linux");
+        assert!(l.vrfs && c.vrfs.is_empty() && c.iface_vrfs.is_empty());
+        let with =
+            base.replace(
+                "addresses = [\"192.0.2.1/24\"]\n",
+                "addresses = [\"192.0.2.1/24\"]\nvrf = \"blue\"\n",
+            )
+            .replace(
+                "addresses = [\"198.51.100.1/24\"] }",
+                "addresses = [\"198.51.100.1/24\"], vrf = \"blue\" }",
+            ) + "[[vrf]]\nname = \"blue\"\ntable = 10\n";
+        let e = parse(&with).expect_err("both sources");
+        let keys: Vec<&str> = e
+            .errors
+            .iter()
+            .filter(|e| e.reason.contains("linux.vrfs = true"))
+            .map(|e| e.key.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            ["vrf[0]", "port[0].vrf", "port[1].vlan[0].vrf"],
+            "{e}"
+        );
     }
 
     /// Each mistake is refused at its key with the reason, all of them at once.

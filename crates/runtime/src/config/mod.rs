@@ -603,6 +603,19 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
     let apps = apps::validate(&raw.apps, dp.workers, pool.buffers, &names, e);
     let control = control::validate(&raw.control, &raw.metrics, e);
     let linux = linux::validate(raw.linux.as_ref(), e);
+    if linux.as_ref().is_some_and(|l| l.vrfs) {
+        // One source of VRFs: the kernel's devices, not the file.
+        let why = "VRFs come from the control namespace's VRF devices here (`linux.vrfs = true`): \
+            make it with `ip link add NAME type vrf table N` and `ip link set DEV master NAME` there";
+        for i in 0..raw.vrfs.len() {
+            e.add(format!("vrf[{i}]"), why);
+        }
+        for (v, key) in names.vrfs() {
+            if !v.is_empty() {
+                e.add(key.clone(), why);
+            }
+        }
+    }
     let mut ports = ports;
     let mut graph = graph;
     if let Some(l) = &linux {

@@ -42,6 +42,7 @@ use netbatch_datapath::threads::Remote;
 use netbatch_datapath::worker::Worker;
 use netbatch_stack::filter::{Chain, HookPoint};
 use netbatch_stack::route::file::{AnyRoute, LineFamily};
+use netbatch_stack::route::rule::PolicyOf;
 use netbatch_stack::route::{Family, RouteOf, Routes, Routes6, RoutesOf, V4, V6};
 use netbatch_wire::ethernet::MacAddr;
 use serde_json::{Value, json};
@@ -940,10 +941,21 @@ impl Control {
         let err = |e: netbatch_stack::route::RouteError, p: &dyn core::fmt::Display| {
             (false, format!("{name}: route {p}: {e}"))
         };
+        // A VRF's interface's routes are in the VRF's table, changed in its slot of the
+        // policy (the routes mirrored into it stay); `main`'s in `main`.
+        let vrf = st
+            .cfg
+            .iface_tables()
+            .get(usize::from(i))
+            .copied()
+            .filter(|&t| t != netbatch_stack::route::rule::TABLE_MAIN);
         let table = (new != old)
             .then(|| {
                 follow(
-                    Self::draft::<V4>(&mut st),
+                    match vrf {
+                        Some(t) => self.table_draft::<V4>(t),
+                        None => Self::draft::<V4>(&mut st),
+                    },
                     &routes_of(&old),
                     &routes_of(&new),
                 )
@@ -954,7 +966,10 @@ impl Control {
         let table6 = (new6 != old6)
             .then(|| {
                 follow(
-                    Self::draft::<V6>(&mut st),
+                    match vrf {
+                        Some(t) => self.table_draft::<V6>(t),
+                        None => Self::draft::<V6>(&mut st),
+                    },
                     &routes6_of(&old6),
                     &routes6_of(&new6),
                 )
@@ -962,8 +977,14 @@ impl Control {
             .transpose()
             .map_err(|(e, p)| err(e, &p))?
             .map(|d| (d.table, d.log));
-        let shared = table.as_ref().map(|(t, _)| t.clone());
-        let shared6 = table6.as_ref().map(|(t, _)| t.clone());
+        let shared = table
+            .as_ref()
+            .map(|(t, _)| t.clone())
+            .filter(|_| vrf.is_none());
+        let shared6 = table6
+            .as_ref()
+            .map(|(t, _)| t.clone())
+            .filter(|_| vrf.is_none());
         let (set, set6) = (new.clone(), new6.clone());
         let wire = st.cfg.ports[port].setup.pair;
         self.remote
@@ -986,11 +1007,25 @@ impl Control {
                 }
             })
             .map_err(|e| (false, e.to_string()))?;
-        if let Some((t, log)) = table {
-            Self::retire::<V4>(&mut st, t, log);
-        }
-        if let Some((t, log)) = table6 {
-            Self::retire::<V6>(&mut st, t, log);
+        match vrf {
+            Some(id) => {
+                if let Some((t, _)) = table {
+                    self.change_policy::<V4>(|p| p.with_table(id, t).map_err(|e| e.to_string()))
+                        .map_err(|e| (true, format!("{name}: vrf table {id}: {e}")))?;
+                }
+                if let Some((t, _)) = table6 {
+                    self.change_policy::<V6>(|p| p.with_table(id, t).map_err(|e| e.to_string()))
+                        .map_err(|e| (true, format!("{name}: vrf table {id}: {e}")))?;
+                }
+            }
+            None => {
+                if let Some((t, log)) = table {
+                    Self::retire::<V4>(&mut st, t, log);
+                }
+                if let Some((t, log)) = table6 {
+                    Self::retire::<V6>(&mut st, t, log);
+                }
+            }
         }
         if let Some((_, _, cur)) = st.cfg.iface_addrs_mut(i) {
             *cur = new;
@@ -1069,6 +1104,16 @@ impl Control {
         }
         Draft {
             table: Arc::new((**F::live(st)).clone()),
+            log: Vec::new(),
+            refused: false,
+        }
+    }
+
+    /// A draft of numbered table `id` of family `F` (a VRF's) as the workers route by it:
+    /// a copy, published by replacing the table in its slot of the policy.
+    fn table_draft<F: Published + vrf::Tabled>(&self, id: u32) -> Draft<F> {
+        Draft {
+            table: Arc::new((*self.live_table::<F>(id)).clone()),
             log: Vec::new(),
             refused: false,
         }
@@ -1384,27 +1429,16 @@ impl Control {
             };
             return refuse(format!("reload refused, nothing changed: {e}"));
         }
-        // Routes: what the file (and live commands since) gave is compared with what the
-        // new file gives, and only the difference changes the live table; routes from
-        // elsewhere (a routing daemon's, mirrored) are left alone. Each family apart.
-        let (next, route_changes) = match route_diff::<V4>(&mut st, &new) {
-            Ok(d) => d,
-            Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
-        };
-        let (next6, route6_changes) = match route_diff::<V6>(&mut st, &new) {
-            Ok(d) => d,
-            Err(e) => {
-                Self::give_back::<V4>(&mut st, next);
-                return refuse(format!("reload refused, nothing changed: {e}"));
-            }
-        };
+        // With `[linux] vrfs`, the VRFs are the kernel's (the file has none): they stay.
+        if new.linux.as_ref().is_some_and(|l| l.vrfs) {
+            new.vrfs.clone_from(&st.cfg.vrfs);
+            new.iface_vrfs.clone_from(&st.cfg.iface_vrfs);
+        }
         let graph_changed = new.graph.chains != st.cfg.graph.chains
             || new.graph.classifier.as_ref().map(|c| c.filters())
                 != st.cfg.graph.classifier.as_ref().map(|c| c.filters())
             || new.graph.tcp_to != st.cfg.graph.tcp_to;
         if graph_changed && let Err(e) = Builder::new(&new).graph() {
-            Self::give_back::<V4>(&mut st, next);
-            Self::give_back::<V6>(&mut st, next6);
             return refuse(format!("reload refused, nothing changed: {e}"));
         }
         let apps_changed = new.apps != st.cfg.apps;
@@ -1413,22 +1447,15 @@ impl Control {
             let fabric = self.remote.fabric().clone();
             for i in 0..self.remote.workers() {
                 if let Err(e) = crate::build::apps_for(&new, &scratch, i, Some(&fabric)) {
-                    Self::give_back::<V4>(&mut st, next);
-                    Self::give_back::<V6>(&mut st, next6);
                     return refuse(format!("reload refused, nothing changed: app: {e}"));
                 }
             }
         }
-        // Policy rules and numbered tables: each family's next policy, built here.
-        let policy = self.reload_policy::<V4>(&mut st, &mut new);
-        let policy6 = self.reload_policy::<V6>(&mut st, &mut new);
-        let (policy, policy6) = match (policy, policy6) {
-            (Ok(p), Ok(p6)) => (p, p6),
-            (Err(e), _) | (_, Err(e)) => {
-                Self::give_back::<V4>(&mut st, next);
-                Self::give_back::<V6>(&mut st, next6);
-                return refuse(format!("reload refused, nothing changed: {e}"));
-            }
+        // Routes, rules, numbered tables and VRFs, planned last of the checks (a plan
+        // holds drafts of the tables).
+        let tables = match self.plan_tables(&mut st, &mut new) {
+            Ok(t) => t,
+            Err(e) => return refuse(format!("reload refused, nothing changed: {e}")),
         };
         // Apply.
         let mut done = Vec::new();
@@ -1441,24 +1468,9 @@ impl Control {
             tracing::warn!(target: "netbatch::control", "{text}");
             Reply::err(text)
         };
-        if route_changes > 0 {
-            if let Err(e) = self.publish_routes::<V4>(&mut st, next) {
-                return failed(&done, e);
-            }
-            done.push(format!("{route_changes} route change(s)"));
-        } else {
-            Self::give_back::<V4>(&mut st, next);
+        if let Err(e) = self.apply_tables(&mut st, tables, &new, &mut done) {
+            return failed(&done, e);
         }
-        st.cfg.routes = new.routes.clone();
-        if route6_changes > 0 {
-            if let Err(e) = self.publish_routes::<V6>(&mut st, next6) {
-                return failed(&done, e);
-            }
-            done.push(format!("{route6_changes} IPv6 route change(s)"));
-        } else {
-            Self::give_back::<V6>(&mut st, next6);
-        }
-        st.cfg.routes6 = new.routes6.clone();
         let (gone, set) = neigh_diff(&st.cfg.neighbours, &new.neighbours, |n| (n.iface, n.ip));
         let (gone6, set6) = neigh_diff(&st.cfg.neighbours6, &new.neighbours6, |n| (n.iface, n.ip));
         let changes = gone.len() + set.len() + gone6.len() + set6.len();
@@ -1503,23 +1515,6 @@ impl Control {
             done.push("ICMP and forwarding settings".into());
             st.cfg.host = new.host;
         }
-        let policy_changed = policy.is_some() || policy6.is_some();
-        if let Some(p) = policy
-            && let Err(e) = self.install_policy::<V4>(p)
-        {
-            return failed(&done, e);
-        }
-        if let Some(p) = policy6
-            && let Err(e) = self.install_policy::<V6>(p)
-        {
-            return failed(&done, e);
-        }
-        if policy_changed {
-            done.push("policy rules and numbered tables".into());
-        }
-        if new.vrfs != st.cfg.vrfs || new.iface_vrfs != st.cfg.iface_vrfs {
-            done.push("VRFs".into());
-        }
         if graph_changed {
             if let Err(e) = self.swap_graphs(&mut st, new.clone()) {
                 return failed(&done, e);
@@ -1540,6 +1535,109 @@ impl Control {
         };
         tracing::info!(target: "netbatch::control", "{text}");
         Reply::ok(text, json!({ "reloaded": done }))
+    }
+}
+
+/// What a change of the configuration's routes, rules, numbered tables and VRFs does to
+/// the workers' tables, planned and checked whole before anything is applied
+/// ([`Control::plan_tables`]); [`Control::apply_tables`] applies it.
+struct TablesChange {
+    /// `main` (IPv4) with the change, and how many routes changed.
+    next: Draft<V4>,
+    route_changes: usize,
+    next6: Draft<V6>,
+    route6_changes: usize,
+    /// Each family's next policy, when its rules, numbered tables or VRFs change.
+    policy: Option<PolicyOf<V4>>,
+    policy6: Option<PolicyOf<V6>>,
+    /// The VRFs or the interfaces' VRFs change.
+    vrfs: bool,
+}
+
+impl Control {
+    /// Plans the change from the live configuration's routes, policy rules, numbered
+    /// tables and VRFs to `new`'s: the one way VRFs change, whether a reload reads them
+    /// from the file or the Linux mirror from the kernel's VRF devices
+    /// ([`Control::set_kernel_vrfs`]). Routes: what the file (and live commands since)
+    /// gave is compared with what `new` gives, and only the difference changes `main`
+    /// (an interface moved into or out of a VRF takes its connected and local routes
+    /// with it); routes from elsewhere (a routing daemon's, mirrored) are left alone.
+    /// The policy: each numbered table whose routes changed, and every VRF's table old
+    /// and new when the VRFs change, built again in its slot, the interfaces' map of
+    /// VRFs replaced. Nothing is applied: a refusal changes nothing.
+    fn plan_tables(&self, st: &mut State, new: &mut Config) -> Result<TablesChange, String> {
+        let (next, route_changes) = route_diff::<V4>(st, new)?;
+        let (next6, route6_changes) = match route_diff::<V6>(st, new) {
+            Ok(d) => d,
+            Err(e) => {
+                Self::give_back::<V4>(st, next);
+                return Err(e);
+            }
+        };
+        let policy = self.reload_policy::<V4>(st, new);
+        let policy6 = self.reload_policy::<V6>(st, new);
+        match (policy, policy6) {
+            (Ok(policy), Ok(policy6)) => Ok(TablesChange {
+                next,
+                route_changes,
+                next6,
+                route6_changes,
+                policy,
+                policy6,
+                vrfs: new.vrfs != st.cfg.vrfs || new.iface_vrfs != st.cfg.iface_vrfs,
+            }),
+            (Err(e), _) | (_, Err(e)) => {
+                Self::give_back::<V4>(st, next);
+                Self::give_back::<V6>(st, next6);
+                Err(e)
+            }
+        }
+    }
+
+    /// Applies a [`Control::plan_tables`] plan to `new`: `main`'s routes of each family,
+    /// then the policies; what was done is added to `done` as it lands, and the live
+    /// configuration's routes, rules, tables and VRFs become `new`'s.
+    fn apply_tables(
+        &self,
+        st: &mut State,
+        t: TablesChange,
+        new: &Config,
+        done: &mut Vec<String>,
+    ) -> Result<(), String> {
+        if t.route_changes > 0 {
+            self.publish_routes::<V4>(st, t.next)?;
+            done.push(format!("{} route change(s)", t.route_changes));
+        } else {
+            Self::give_back::<V4>(st, t.next);
+        }
+        st.cfg.routes.clone_from(&new.routes);
+        if t.route6_changes > 0 {
+            self.publish_routes::<V6>(st, t.next6)?;
+            done.push(format!("{} IPv6 route change(s)", t.route6_changes));
+        } else {
+            Self::give_back::<V6>(st, t.next6);
+        }
+        st.cfg.routes6.clone_from(&new.routes6);
+        let policy_changed = t.policy.is_some() || t.policy6.is_some();
+        if let Some(p) = t.policy {
+            self.install_policy::<V4>(p)?;
+        }
+        if let Some(p) = t.policy6 {
+            self.install_policy::<V6>(p)?;
+        }
+        if policy_changed {
+            done.push("policy rules and numbered tables".into());
+        }
+        st.cfg.rules.clone_from(&new.rules);
+        st.cfg.rules6.clone_from(&new.rules6);
+        st.cfg.tables.clone_from(&new.tables);
+        st.cfg.tables6.clone_from(&new.tables6);
+        if t.vrfs {
+            done.push("VRFs".into());
+        }
+        st.cfg.vrfs.clone_from(&new.vrfs);
+        st.cfg.iface_vrfs.clone_from(&new.iface_vrfs);
+        Ok(())
     }
 }
 

@@ -701,6 +701,14 @@ pub fn linux(l: &Value) -> Reply {
         n("overruns"),
         n("errors")
     );
+    if n("vrfs") > 0 || n("vrf_changes") > 0 {
+        let _ = writeln!(
+            text,
+            "VRFs from the kernel's VRF devices: {} (changed {} time(s))",
+            n("vrfs"),
+            n("vrf_changes")
+        );
+    }
     if let Some(e) = l.get("last_error").and_then(Value::as_str) {
         let _ = writeln!(text, "last error: {e}");
     }

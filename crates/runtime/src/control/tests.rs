@@ -1672,6 +1672,104 @@ fn reload_moves_an_interface_between_vrfs() {
     assert_eq!(route(&r, "203.0.113.5", 1), ["NoRoute"; 2]);
 }
 
+/// The Linux mirror's VRFs (`[linux] vrfs`) change through the reload's own path
+/// (`plan_tables`/`apply_tables`): an interface put in a kernel VRF is routed by the
+/// VRF's table on every worker, with its connected subnet there and no longer in
+/// `main`; `route … vrf NAME` and `show routes vrf NAME` know the VRF; the same view
+/// again is no change; an address followed onto a VRF's interface puts its routes in
+/// the VRF's table; a view netbatch cannot have (two VRFs on one table, a reserved table, a
+/// member of no VRF) is refused and changes nothing; the empty view puts it back in
+/// `main`.
+#[test]
+fn kernel_vrfs_change_through_the_reloads_path() {
+    use crate::config::VrfConfig;
+    use netbatch_stack::route::rule::DecisionOf;
+    // (A reload keeping them needs the control namespace `[linux]` names:
+    // `linux_mirror`'s `kernel_vrf_devices_become_netbatch_vrfs` checks it.)
+    let r = Running::with(FILE, "", "");
+    let route = |r: &Running, dst: &str, iif: u16| -> Vec<String> {
+        let k = key_in("198.51.100.9", dst, iif);
+        r.control
+            .remote
+            .on_each(
+                move |_, w| match w.host.policy.decide(&w.host.routes, &k, || 0) {
+                    DecisionOf::Route { table, hop, .. } => format!(
+                        "{table} {} {}",
+                        hop.out_if,
+                        core::net::Ipv4Addr::from(hop.gateway)
+                    ),
+                    other => format!("{other:?}"),
+                },
+            )
+            .expect("answers")
+    };
+    let blue = || {
+        vec![VrfConfig {
+            name: "blue".into(),
+            table: 10,
+        }]
+    };
+    assert_eq!(route(&r, "198.51.100.7", 0), ["254 1 0.0.0.0"; 2]);
+    assert_eq!(
+        r.control.set_kernel_vrfs(blue(), &[(1, "blue".into())]),
+        Ok(true)
+    );
+    assert_eq!(route(&r, "198.51.100.7", 1), ["10 1 0.0.0.0"; 2]);
+    assert_eq!(route(&r, "198.51.100.7", 0), ["NoRoute"; 2]);
+    assert_eq!(route(&r, "192.0.2.7", 0), ["254 0 0.0.0.0"; 2]);
+    r.ok("route add 203.0.113.0/24 via 198.51.100.2 vrf blue");
+    assert_eq!(route(&r, "203.0.113.5", 1), ["10 1 198.51.100.2"; 2]);
+    let shown = r.ok("show routes vrf blue");
+    assert!(shown.contains("198.51.100.0/24"), "{shown}");
+    assert!(!r.ok("show routes").contains("198.51.100.0/24"));
+    assert_eq!(
+        r.control.set_kernel_vrfs(blue(), &[(1, "blue".into())]),
+        Ok(false),
+        "the same view again"
+    );
+    // An address the mirror follows onto eth1 (host interface pairs): its connected
+    // route lands in blue's table, which keeps the route added to it; not in main.
+    let addrs: Vec<netbatch_stack::prefix::IfAddr> = ["198.51.100.1/24", "198.18.0.1/15"]
+        .iter()
+        .map(|a| a.parse().expect("address"))
+        .collect();
+    assert_eq!(r.control.set_iface(1, &addrs, &[], None), Ok(true));
+    assert_eq!(route(&r, "198.18.0.7", 1), ["10 1 0.0.0.0"; 2]);
+    assert_eq!(route(&r, "198.18.0.7", 0), ["NoRoute"; 2]);
+    assert_eq!(route(&r, "203.0.113.5", 1), ["10 1 198.51.100.2"; 2]);
+    assert!(r.ok("show routes vrf blue").contains("198.18.0.0/15"));
+    // Refused, nothing changed.
+    let two = vec![
+        blue()[0].clone(),
+        VrfConfig {
+            name: "red".into(),
+            table: 10,
+        },
+    ];
+    for (vrfs, members) in [
+        (two, vec![(0, "red".to_string()), (1, "blue".to_string())]),
+        (
+            vec![VrfConfig {
+                name: "blue".into(),
+                table: 254,
+            }],
+            vec![(1, "blue".to_string())],
+        ),
+        (blue(), vec![(0, "green".to_string())]),
+        (blue(), vec![(9, "blue".to_string())]),
+    ] {
+        let e = r.control.set_kernel_vrfs(vrfs.clone(), &members);
+        assert!(e.is_err(), "{vrfs:?} {members:?}");
+        assert_eq!(route(&r, "198.51.100.7", 1), ["10 1 0.0.0.0"; 2]);
+        assert_eq!(route(&r, "192.0.2.7", 0), ["254 0 0.0.0.0"; 2]);
+    }
+    // No VRF: main again, for both.
+    assert_eq!(r.control.set_kernel_vrfs(Vec::new(), &[]), Ok(true));
+    assert_eq!(route(&r, "198.51.100.7", 0), ["254 1 0.0.0.0"; 2]);
+    assert_eq!(route(&r, "198.51.100.7", 1), ["254 1 0.0.0.0"; 2]);
+    assert!(!r.cmd("show routes vrf blue").ok);
+}
+
 /// With NAT and two workers, a reload changing a dnat rule's port (what RPS steers by)
 /// needs a restart, named under `nat.prerouting` and not as an RPS change; a reload
 /// changing only the postrouting rules does not.

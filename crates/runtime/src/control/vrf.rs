@@ -18,7 +18,7 @@ use netbatch_stack::route::{Family, RouteOf, RoutesOf, V4, V6};
 use serde_json::json;
 
 use super::{Control, Reply, show};
-use crate::config::Config;
+use crate::config::{Config, VrfConfig};
 
 /// Whether the words of a route command name a table other than `main` (`vrf NAME`, or
 /// `table N` with N not main).
@@ -263,7 +263,7 @@ impl Control {
 impl Control {
     /// Numbered table `id` of family `F` as the workers route by it (empty when the
     /// policy has none).
-    fn live_table<F: Tabled>(&self, id: u32) -> Arc<RoutesOf<F>> {
+    pub(super) fn live_table<F: Tabled>(&self, id: u32) -> Arc<RoutesOf<F>> {
         self.live_policy::<F>()
             .ok()
             .and_then(|p| p.tables().get(&id).cloned())
@@ -320,5 +320,93 @@ impl Control {
         changes: &[crate::control::RouteChange6],
     ) -> Result<(usize, usize), String> {
         self.apply_to_table::<V6>(id, changes)
+    }
+}
+
+impl Control {
+    /// Makes netbatch's VRFs `vrfs`, with the interfaces of `members` (netbatch
+    /// interface, VRF name) in them and every other interface in `main`: what the Linux
+    /// mirror does when the namespace's VRF devices or their members change
+    /// (`[linux] vrfs`). The change is planned and applied as a reload's VRF part is
+    /// (`Control::plan_tables`): an interface takes its connected and local routes
+    /// with it, every VRF's table, old and new, is built again in its slot (routes the
+    /// mirror had put in it come back with that table's next resync). Refused whole,
+    /// changing nothing: a VRF named `main` or twice, a table Linux keeps (0, `default`,
+    /// `main`, `local`) or two VRFs on one table, a member naming no VRF or an interface
+    /// netbatch has not. Returns whether anything changed.
+    pub fn set_kernel_vrfs(
+        &self,
+        vrfs: Vec<VrfConfig>,
+        members: &[(u16, String)],
+    ) -> Result<bool, String> {
+        use netbatch_stack::route::rule::TABLE_DEFAULT;
+        let mut st = self.state();
+        let n = st.cfg.iface_names().len();
+        for (i, v) in vrfs.iter().enumerate() {
+            if v.name.is_empty() || v.name == "main" {
+                return Err(format!("VRF '{}': not a usable VRF name", v.name));
+            }
+            if matches!(v.table, 0 | TABLE_DEFAULT | TABLE_MAIN | TABLE_LOCAL) {
+                return Err(format!(
+                    "VRF '{}': table {} is Linux's own",
+                    v.name, v.table
+                ));
+            }
+            if let Some(o) = vrfs[..i]
+                .iter()
+                .find(|o| o.name == v.name || o.table == v.table)
+            {
+                return Err(format!(
+                    "VRFs '{}' and '{}' have the same name or table ({})",
+                    o.name, v.name, v.table
+                ));
+            }
+        }
+        let mut iface_vrfs = vec![String::new(); n];
+        for (i, name) in members {
+            if !vrfs.iter().any(|v| &v.name == name) {
+                return Err(format!("interface {i}: no VRF named '{name}'"));
+            }
+            let slot = iface_vrfs
+                .get_mut(usize::from(*i))
+                .ok_or_else(|| format!("no interface {i}"))?;
+            slot.clone_from(name);
+        }
+        // Empty when every interface is main's, as the configuration has it.
+        if iface_vrfs.iter().all(String::is_empty) {
+            iface_vrfs.clear();
+        }
+        if st.cfg.vrfs == vrfs && st.cfg.iface_vrfs == iface_vrfs {
+            return Ok(false);
+        }
+        let mut new = st.cfg.clone();
+        new.vrfs = vrfs;
+        new.iface_vrfs = iface_vrfs;
+        let plan = self.plan_tables(&mut st, &mut new)?;
+        let mut done = Vec::new();
+        self.apply_tables(&mut st, plan, &new, &mut done)
+            .map_err(|e| format!("stopped after {}: {e}", done.join(", ")))?;
+        let names = new.iface_names();
+        let what: Vec<String> = new
+            .vrfs
+            .iter()
+            .map(|v| {
+                let of: Vec<&str> = new
+                    .iface_vrfs
+                    .iter()
+                    .zip(&names)
+                    .filter(|(m, _)| **m == v.name)
+                    .map(|(_, n)| n.as_str())
+                    .collect();
+                format!("{} (table {}: {})", v.name, v.table, of.join(" "))
+            })
+            .collect();
+        tracing::info!(
+            target: "netbatch::control",
+            "VRFs from the kernel: {} ({})",
+            if what.is_empty() { "none".to_string() } else { what.join(", ") },
+            done.join(", ")
+        );
+        Ok(true)
     }
 }

@@ -101,6 +101,12 @@ skips! {
     Malformed = "malformed": "message lacks a field it needs, or a field is inconsistent",
     /// A policy rule with a selector or action netbatch has not.
     RuleUnsupported = "rule_unsupported": "policy rule with a selector or action netbatch has not (oif, uidrange, l3mdev, tun_id, realms, suppress_ifgroup)",
+    /// A VRF device whose table or name netbatch cannot give a VRF.
+    VrfTable = "vrf_table": "VRF device on a table Linux keeps (0, default, main, local) or named main: its members stay in main",
+    /// Two VRF devices with netbatch members on one table.
+    VrfShared = "vrf_shared": "VRF device on the table of another VRF device with netbatch members: neither is followed",
+    /// A VRF followed whose table is not one of `[linux] tables`.
+    VrfUnmirrored = "vrf_table_not_mirrored": "VRF followed whose kernel table is not in [linux] tables: its routes are not mirrored",
     /// A policy rule whose `iif` is no netbatch interface.
     RuleInterface = "rule_interface": "policy rule whose iif has no netbatch interface of its name",
 }
@@ -125,6 +131,12 @@ pub struct LinkInfo {
     pub up: bool,
     /// Its MTU (absent in some notifications).
     pub mtu: Option<u32>,
+    /// The index of its controller (`IFLA_MASTER`: the VRF or bridge it is enslaved
+    /// to), if it has one.
+    pub controller: Option<u32>,
+    /// For a VRF device (`IFLA_INFO_KIND` `vrf`): its routing table
+    /// (`IFLA_VRF_TABLE`, nested in `IFLA_INFO_DATA`). `None` for every other kind.
+    pub vrf_table: Option<u32>,
 }
 
 /// A kernel route of the mirrored table: its key and what netbatch makes of it (a route,
@@ -446,9 +458,37 @@ pub fn neighbour_of(
     }
 }
 
-/// The interface a link message describes.
+/// The interface a link message describes. The kernel puts `IFLA_MASTER` in every
+/// `RTM_NEWLINK` of an enslaved interface (`rtnl_fill_ifinfo`), so its absence means
+/// no controller. A VRF device's table is read only when `IFLA_INFO_KIND` says `vrf`
+/// (another kind's `IFLA_INFO_DATA` attribute 1 means something else); a VRF device
+/// whose message lacks the table (`IFLA_VRF_TABLE`) is not taken for one.
 pub fn link_of(msg: &LinkMessage) -> LinkInfo {
+    use netlink_packet_route::link::{InfoData, InfoKind, InfoVrf, LinkInfo as Nested};
+    let nested = msg
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            LinkAttribute::LinkInfo(v) => Some(v.as_slice()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let is_vrf = nested
+        .iter()
+        .any(|i| matches!(i, Nested::Kind(InfoKind::Vrf)));
+    let vrf_table = nested.iter().filter(|_| is_vrf).find_map(|i| match i {
+        Nested::Data(InfoData::Vrf(v)) => v.iter().find_map(|x| match x {
+            InfoVrf::TableId(t) => Some(*t),
+            _ => None,
+        }),
+        _ => None,
+    });
     LinkInfo {
+        controller: msg.attributes.iter().find_map(|a| match a {
+            LinkAttribute::Controller(m) if *m != 0 => Some(*m),
+            _ => None,
+        }),
+        vrf_table,
         index: msg.header.index,
         name: msg.attributes.iter().find_map(|a| match a {
             LinkAttribute::IfName(n) => Some(n.clone()),

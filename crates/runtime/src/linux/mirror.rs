@@ -24,6 +24,11 @@
 //!   interface named as a netbatch interface are that interface's: a change marks the
 //!   interface, and its whole kernel state is handed over ([`State::iface_changes`]);
 //!   netbatch compares and changes only what differs.
+//! - Each link's controller and, for a VRF device, its table are kept as the kernel
+//!   last told them (a notification without a name is partial and changes neither);
+//!   the VRF view ([`State::vrf_view`]) is derived from the links alone, so a resync's
+//!   dump rebuilds it, and it is ordered (by name, by interface) so that equal kernel
+//!   states give equal views.
 
 use core::net::IpAddr;
 use std::sync::Arc;
@@ -156,6 +161,21 @@ struct Link {
     iface: Option<u16>,
     up: bool,
     mtu: Option<u32>,
+    /// Its controller's kernel index (a VRF device, a bridge), if any.
+    controller: Option<u32>,
+    /// Its table, when it is a VRF device.
+    vrf_table: Option<u32>,
+}
+
+/// netbatch's VRFs as the kernel's VRF devices make them ([`State::vrf_view`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct VrfView {
+    /// The VRF devices controlling a netbatch interface's kernel twin, by name.
+    pub(crate) vrfs: Vec<crate::config::VrfConfig>,
+    /// (netbatch interface, VRF name), by interface.
+    pub(crate) members: Vec<(u16, String)>,
+    /// VRF devices left out, with why (their members stay in `main`).
+    pub(crate) refused: Vec<(String, Skip)>,
 }
 
 /// Why a message asks for a full resync.
@@ -399,6 +419,8 @@ impl Kernel {
             RouteNetlinkMessage::NewLink(m) => {
                 let info = convert::link_of(m);
                 let prev = self.links.get(&info.index).cloned();
+                // A message without a name is partial: what it lacks is as it was.
+                let whole = info.name.is_some();
                 let Some(name) = info.name.or_else(|| prev.as_ref().map(|p| p.name.clone())) else {
                     stats.skip(Skip::Malformed);
                     return Touched::Nothing;
@@ -408,6 +430,16 @@ impl Kernel {
                     name,
                     up: info.up,
                     mtu: info.mtu.or_else(|| prev.as_ref().and_then(|p| p.mtu)),
+                    controller: if whole {
+                        info.controller
+                    } else {
+                        prev.as_ref().and_then(|p| p.controller)
+                    },
+                    vrf_table: if whole {
+                        info.vrf_table
+                    } else {
+                        prev.as_ref().and_then(|p| p.vrf_table)
+                    },
                 };
                 self.links.insert(info.index, link.clone());
                 match prev {
@@ -573,6 +605,9 @@ pub(crate) struct State {
     /// Interfaces' addresses and MTUs are followed (host interface pairs).
     follow_ifaces: bool,
     iface_dirty: HashSet<u16>,
+    /// A link was notified, deleted or dumped since the last [`State::take_links_seen`]:
+    /// the VRF view may have changed.
+    links_seen: bool,
     pub(crate) stats: MirrorStats,
 }
 
@@ -585,6 +620,7 @@ impl State {
             names,
             follow_ifaces,
             iface_dirty: HashSet::new(),
+            links_seen: false,
             kernel: Kernel::default(),
             sides: Sides::default(),
             neighbours: HashMap::new(),
@@ -598,6 +634,10 @@ impl State {
     /// Takes in a notification (`flags`: its netlink header's).
     pub(crate) fn notified(&mut self, msg: &RouteNetlinkMessage, flags: u16) {
         self.stats.notifications += 1;
+        self.links_seen |= matches!(
+            msg,
+            RouteNetlinkMessage::NewLink(_) | RouteNetlinkMessage::DelLink(_)
+        );
         let t = self.kernel.apply(
             msg,
             flags,
@@ -686,6 +726,62 @@ impl State {
                 .extend(fresh.links.values().filter_map(|l| l.iface));
         }
         self.kernel = fresh;
+        self.links_seen = true;
+    }
+
+    /// Whether links changed since the last call (which takes the mark).
+    pub(crate) fn take_links_seen(&mut self) -> bool {
+        core::mem::take(&mut self.links_seen)
+    }
+
+    /// netbatch's VRFs as the kernel's links have them: each VRF device that controls
+    /// the kernel interface of a netbatch interface (found by name) is a VRF of the
+    /// device's name and table, with that interface in it. A VRF device on a table
+    /// netbatch cannot give a VRF (0, `default`, `main`, `local`), named `main`, or on
+    /// the table of another VRF device with members, is refused with its members (they
+    /// stay in `main`): netbatch would route them by another table than the kernel
+    /// does. A VRF device without a netbatch member is no VRF of netbatch's (its table's
+    /// routes are still mirrored as a numbered table's when listed in `tables`).
+    pub(crate) fn vrf_view(&self) -> VrfView {
+        use netbatch_stack::route::rule::{TABLE_DEFAULT, TABLE_LOCAL};
+        let links = &self.kernel.links;
+        let mut found: Vec<(u16, &str, u32)> = links
+            .values()
+            .filter_map(|l| {
+                let dev = links.get(&l.controller?)?;
+                Some((l.iface?, dev.name.as_str(), dev.vrf_table?))
+            })
+            .collect();
+        found.sort_unstable();
+        let mut view = VrfView::default();
+        let mut devices: Vec<(&str, u32)> = found.iter().map(|&(_, n, t)| (n, t)).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        for &(name, table) in &devices {
+            let shared = devices.iter().any(|&(n, t)| t == table && n != name);
+            let why = if matches!(table, 0 | TABLE_DEFAULT | TABLE_MAIN | TABLE_LOCAL)
+                || name == "main"
+            {
+                Some(Skip::VrfTable)
+            } else if shared {
+                Some(Skip::VrfShared)
+            } else {
+                None
+            };
+            match why {
+                Some(s) => view.refused.push((name.to_string(), s)),
+                None => view.vrfs.push(crate::config::VrfConfig {
+                    name: name.to_string(),
+                    table,
+                }),
+            }
+        }
+        view.members = found
+            .iter()
+            .filter(|(_, n, _)| view.vrfs.iter().any(|v| v.name == *n))
+            .map(|&(i, n, _)| (i, n.to_string()))
+            .collect();
+        view
     }
 
     /// For each netbatch interface whose kernel interface changed since the last call:

@@ -36,6 +36,12 @@
 //!   the mirror dumps links, routes and neighbours and applies the difference from what
 //!   it mirrored as one batch: a route that did not change is not touched.
 //! - Only the mirror's own routes and neighbours are removed (see `mirror.rs`).
+//! - With `[linux] vrfs`, netbatch's VRFs are the VRF devices controlling netbatch
+//!   interfaces' kernel twins (`mirror::State::vrf_view`), recomputed after any link
+//!   notification or dump and applied, when it differs from what was applied, through
+//!   [`Control::set_kernel_vrfs`], the reload's own way of changing VRFs. A change
+//!   builds VRF tables again under the table threads, so each is asked to resync
+//!   (`Request::Refresh`) and puts back the routes it mirrored there.
 
 pub mod convert;
 pub mod links;
@@ -137,6 +143,10 @@ pub struct MirrorStats {
     pub neighbours: u64,
     /// Kernel policy rules (both families, Linux's defaults aside) netbatch follows.
     pub rules: u64,
+    /// VRFs netbatch has from the kernel's VRF devices now (`[linux] vrfs`).
+    pub vrfs: u64,
+    /// Changes of netbatch's VRFs made to follow the kernel's.
+    pub vrf_changes: u64,
 }
 
 impl MirrorStats {
@@ -216,6 +226,8 @@ impl MirrorStats {
             "routes6": self.routes6,
             "neighbours": self.neighbours,
             "rules": self.rules,
+            "vrfs": self.vrfs,
+            "vrf_changes": self.vrf_changes,
         })
     }
 }
@@ -235,6 +247,17 @@ pub struct Resynced {
 
 enum Request {
     Resync(mpsc::Sender<Result<Resynced, String>>),
+    /// A resync nobody waits for: netbatch's table was built again under the mirror
+    /// (the VRFs changed), the routes it owned there must be put back.
+    Refresh,
+}
+
+/// How one mirror thread reaches another: the table threads, for the one that follows
+/// the VRF devices.
+#[derive(Clone)]
+struct Peer {
+    requests: mpsc::Sender<Request>,
+    wake: Arc<EventFd>,
 }
 
 /// A running mirror; its thread stops when it is dropped.
@@ -286,21 +309,39 @@ pub fn start_tuned(
     cfg: &LinuxConfig,
     tuning: Tuning,
 ) -> Result<Mirror, String> {
-    let mut main = spawn(control.clone(), cfg, tuning, cfg.table, TABLE_MAIN)?;
+    let peers = Arc::new(Mutex::new(Vec::new()));
+    let mut main = spawn(
+        control.clone(),
+        cfg,
+        tuning,
+        cfg.table,
+        TABLE_MAIN,
+        peers.clone(),
+    )?;
     for &t in &cfg.tables {
-        main.extra.push(spawn(control.clone(), cfg, tuning, t, t)?);
+        let m = spawn(control.clone(), cfg, tuning, t, t, Arc::default())?;
+        peers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Peer {
+                requests: m.requests.clone(),
+                wake: m.wake.clone(),
+            });
+        main.extra.push(m);
     }
     Ok(main)
 }
 
 /// One mirror thread: kernel table `table` into netbatch's table `into` (`main`: with
-/// the neighbours, interfaces and pairs; another: its routes only).
+/// the neighbours, interfaces, pairs and VRF devices; another: its routes only).
+/// `peers`: the table threads, which the first refreshes when the VRFs change.
 fn spawn(
     control: Arc<Control>,
     cfg: &LinuxConfig,
     tuning: Tuning,
     table: u32,
     into: u32,
+    peers: Arc<Mutex<Vec<Peer>>>,
 ) -> Result<Mirror, String> {
     let routes_only = into != TABLE_MAIN;
     let path = cfg.netns_path();
@@ -312,6 +353,8 @@ fn spawn(
     let (ready_tx, ready_rx) = mpsc::channel::<Result<Resynced, String>>();
     let (t_wake, t_stop, t_stats) = (wake.clone(), stop.clone(), stats.clone());
     let pairs = cfg.pairs && !routes_only;
+    let follow_vrfs = cfg.vrfs && !routes_only;
+    let mirrored_tables = cfg.tables.clone();
     let t_what = what.clone();
     let thread = std::thread::Builder::new()
         .name("netbatch-linux".into())
@@ -358,6 +401,10 @@ fn spawn(
                 into,
                 routes_only,
                 rules_dirty: !routes_only,
+                follow_vrfs,
+                vrfs_applied: None,
+                mirrored_tables,
+                peers,
             };
             let first = t.resync("start");
             t.publish();
@@ -467,6 +514,14 @@ struct Thread {
     /// A rule changed (or a resync began): the rules are dumped and handed over whole
     /// at the next flush (a namespace has a few rules, not a table's worth).
     rules_dirty: bool,
+    /// netbatch's VRFs follow the kernel's VRF devices (`[linux] vrfs`).
+    follow_vrfs: bool,
+    /// The VRF view netbatch has (none applied yet: `None`).
+    vrfs_applied: Option<mirror::VrfView>,
+    /// The kernel tables mirrored beside `main` (`[linux] tables`).
+    mirrored_tables: Vec<u32>,
+    /// Their threads.
+    peers: Arc<Mutex<Vec<Peer>>>,
 }
 
 impl Thread {
@@ -474,12 +529,19 @@ impl Thread {
         while !stop.load(Ordering::Acquire) {
             wait_readable(&[self.listen.fd(), wake.fd()], 1000);
             wake.clear();
-            while let Ok(Request::Resync(reply)) = requests.try_recv() {
+            while let Ok(req) = requests.try_recv() {
                 self.drain();
-                let r = self.resync("asked");
-                // The counters include it when the answer arrives.
-                self.publish();
-                let _ = reply.send(r);
+                match req {
+                    Request::Resync(reply) => {
+                        let r = self.resync("asked");
+                        // The counters include it when the answer arrives.
+                        self.publish();
+                        let _ = reply.send(r);
+                    }
+                    Request::Refresh => {
+                        let _ = self.resync("VRFs changed");
+                    }
+                }
             }
             self.drain();
             if let Some(why) = self.state.take_resync() {
@@ -568,6 +630,11 @@ impl Thread {
                 self.state.stats.error(format!("interface: {e}"));
             }
         }
+        // VRFs before routes: an interface's connected routes move with it, and a route
+        // of `main` via its subnet follows.
+        if self.follow_vrfs && self.state.take_links_seen() {
+            self.flush_vrfs();
+        }
         // Rules before routes: a route for a table a new rule looks up lands in it.
         if self.rules_dirty {
             self.rules_dirty = false;
@@ -595,6 +662,51 @@ impl Thread {
             }
         }
         (routes, neighbours)
+    }
+
+    /// Makes netbatch's VRFs the kernel's VRF devices' ([`mirror::State::vrf_view`]),
+    /// when they differ from what was applied, through the control plane's one way of
+    /// changing VRFs ([`Control::set_kernel_vrfs`]); then the table threads resync, so
+    /// that the routes they mirrored into a table built again are back. A refusal is
+    /// counted and tried again at the next link change or resync.
+    fn flush_vrfs(&mut self) {
+        let view = self.state.vrf_view();
+        if self.vrfs_applied.as_ref() == Some(&view) {
+            return;
+        }
+        for (name, why) in &view.refused {
+            self.state.stats.skip(*why);
+            tracing::warn!(target: "netbatch::linux", "VRF device {name} not followed: {}", why.description());
+        }
+        for v in &view.vrfs {
+            if !self.mirrored_tables.contains(&v.table) {
+                self.state.stats.skip(Skip::VrfUnmirrored);
+                tracing::warn!(target: "netbatch::linux", "VRF {} (table {}): its kernel table is not in [linux] tables, its routes are not mirrored", v.name, v.table);
+            }
+        }
+        match self
+            .control
+            .set_kernel_vrfs(view.vrfs.clone(), &view.members)
+        {
+            Ok(changed) => {
+                self.state.stats.vrfs = view.vrfs.len() as u64;
+                self.vrfs_applied = Some(view);
+                if changed {
+                    self.state.stats.vrf_changes += 1;
+                    let peers = self
+                        .peers
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone();
+                    for p in peers {
+                        if p.requests.send(Request::Refresh).is_ok() {
+                            p.wake.wake();
+                        }
+                    }
+                }
+            }
+            Err(e) => self.state.stats.error(format!("VRFs: {e}")),
+        }
     }
 
     /// Dumps the namespace's rules and hands those netbatch can follow to the control

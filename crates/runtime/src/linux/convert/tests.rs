@@ -478,7 +478,127 @@ fn links_give_name_and_state() {
             name: Some("r1".into()),
             up: true,
             mtu: Some(1400),
+            controller: None,
+            vrf_table: None,
         }
+    );
+}
+
+/// The bytes the kernel sends for `ip link add blue type vrf table 10` (ifindex 5, up),
+/// written field by field: nlmsghdr, ifinfomsg {family, pad, type, index, flags,
+/// change}, IFLA_IFNAME, then IFLA_LINKINFO (18) nesting IFLA_INFO_KIND (1) "vrf" and
+/// IFLA_INFO_DATA (2), which nests IFLA_VRF_TABLE (1) (`linux/if_link.h`; the kernel
+/// nests without NLA_F_NESTED here, `rtnl_link_info_fill`). It is a VRF device of table
+/// 10 with no controller of its own.
+#[test]
+fn the_kernels_own_bytes_for_a_vrf_device_convert() {
+    #[rustfmt::skip]
+    let bytes: [u8; 68] = [
+        // nlmsghdr: length 68, RTM_NEWLINK (16), flags 0, seq 0, pid 0
+        68, 0, 0, 0,  16, 0,  0, 0,  0, 0, 0, 0,  0, 0, 0, 0,
+        // ifinfomsg: AF_UNSPEC, ARPHRD_ETHER (1), index 5,
+        // IFF_UP|IFF_RUNNING|IFF_NOARP|IFF_MASTER|IFF_LOWER_UP, change 0
+        0, 0,  1, 0,  5, 0, 0, 0,  0xc1, 0x04, 0x01, 0,  0, 0, 0, 0,
+        // IFLA_IFNAME (3) = "blue\0", padded to 12
+        9, 0, 3, 0,  b'b', b'l', b'u', b'e',  0, 0, 0, 0,
+        // IFLA_LINKINFO (18), 24 bytes
+        24, 0, 18, 0,
+        //   IFLA_INFO_KIND (1) = "vrf\0"
+        8, 0, 1, 0,  b'v', b'r', b'f', 0,
+        //   IFLA_INFO_DATA (2), 12 bytes: IFLA_VRF_TABLE (1) = 10
+        12, 0, 2, 0,  8, 0, 1, 0,  10, 0, 0, 0,
+    ];
+    let RouteNetlinkMessage::NewLink(m) = inner(&bytes) else {
+        panic!("RTM_NEWLINK parses as a link");
+    };
+    assert_eq!(
+        link_of(&m),
+        LinkInfo {
+            index: 5,
+            name: Some("blue".into()),
+            up: true,
+            mtu: None,
+            controller: None,
+            vrf_table: Some(10),
+        }
+    );
+}
+
+/// The bytes the kernel sends for `r1` (ifindex 2) after `ip link set r1 master blue`:
+/// IFLA_MASTER (10) names the VRF device's index, and IFLA_LINKINFO carries
+/// IFLA_INFO_SLAVE_KIND (4) "vrf", which does not make `r1` a VRF device itself.
+#[test]
+fn the_kernels_own_bytes_for_an_enslaved_link_convert() {
+    #[rustfmt::skip]
+    let bytes: [u8; 60] = [
+        // nlmsghdr: length 60, RTM_NEWLINK (16)
+        60, 0, 0, 0,  16, 0,  0, 0,  0, 0, 0, 0,  0, 0, 0, 0,
+        // ifinfomsg: AF_UNSPEC, ARPHRD_ETHER, index 2,
+        // IFF_UP|IFF_BROADCAST|IFF_RUNNING|IFF_SLAVE|IFF_MULTICAST|IFF_LOWER_UP
+        0, 0,  1, 0,  2, 0, 0, 0,  0x43, 0x18, 0x01, 0,  0, 0, 0, 0,
+        // IFLA_IFNAME (3) = "r1\0", padded to 8
+        7, 0, 3, 0,  b'r', b'1', 0, 0,
+        // IFLA_MASTER (10) = 5
+        8, 0, 10, 0,  5, 0, 0, 0,
+        // IFLA_LINKINFO (18), 12 bytes: IFLA_INFO_SLAVE_KIND (4) = "vrf\0"
+        12, 0, 18, 0,  8, 0, 4, 0,  b'v', b'r', b'f', 0,
+    ];
+    let RouteNetlinkMessage::NewLink(m) = inner(&bytes) else {
+        panic!("RTM_NEWLINK parses as a link");
+    };
+    let l = link_of(&m);
+    assert_eq!(
+        (l.index, l.name.as_deref(), l.up, l.controller, l.vrf_table),
+        (2, Some("r1"), true, Some(5), None)
+    );
+    // The same link released (`ip link set r1 nomaster`): the kernel sends no
+    // IFLA_MASTER at all, nor the slave kind.
+    let mut free = bytes;
+    free[0] = 40;
+    let RouteNetlinkMessage::NewLink(m) = inner(&free[..40]) else {
+        panic!("a link");
+    };
+    assert_eq!(link_of(&m).controller, None);
+}
+
+/// Only a device of kind `vrf` has a VRF table: a bridge (enslaving its ports as a VRF
+/// does) has none, and a VRF device whose message lacks `IFLA_VRF_TABLE` is not taken
+/// for a VRF. A controller index of 0 is none.
+#[test]
+fn only_vrf_devices_have_a_vrf_table() {
+    use netlink_packet_route::link::{InfoData, InfoKind, InfoVrf, LinkInfo as Nested};
+    let link = |info: Vec<Nested>, master: Option<u32>| {
+        let mut m = LinkMessage::default();
+        m.header.index = 9;
+        m.attributes.push(LinkAttribute::IfName("x".into()));
+        if let Some(c) = master {
+            m.attributes.push(LinkAttribute::Controller(c));
+        }
+        m.attributes.push(LinkAttribute::LinkInfo(info));
+        let RouteNetlinkMessage::NewLink(m) = roundtrip(RouteNetlinkMessage::NewLink(m)) else {
+            panic!("a link");
+        };
+        let l = link_of(&m);
+        (l.controller, l.vrf_table)
+    };
+    assert_eq!(
+        link(
+            vec![
+                Nested::Kind(InfoKind::Vrf),
+                Nested::Data(InfoData::Vrf(vec![InfoVrf::TableId(4_000_000_000)]))
+            ],
+            None
+        ),
+        (None, Some(4_000_000_000))
+    );
+    assert_eq!(link(vec![Nested::Kind(InfoKind::Vrf)], None), (None, None));
+    assert_eq!(
+        link(vec![Nested::Kind(InfoKind::Bridge)], Some(3)),
+        (Some(3), None)
+    );
+    assert_eq!(
+        link(vec![Nested::Kind(InfoKind::Dummy)], Some(0)),
+        (None, None)
     );
 }
 

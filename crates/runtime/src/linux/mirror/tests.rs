@@ -761,3 +761,129 @@ fn ipv6_neighbours_are_set_and_deleted() {
         vec![NeighChange::Delete(1, ip6("fe80::9").into())]
     );
 }
+
+/// A VRF device's link notification: `ip link add NAME type vrf table TABLE` (up).
+fn vrf_device(index: u32, name: &str, table: u32) -> RouteNetlinkMessage {
+    use netlink_packet_route::link::{InfoData, InfoKind, InfoVrf, LinkInfo as Nested};
+    let RouteNetlinkMessage::NewLink(mut m) = link(index, name, true) else {
+        unreachable!("a link");
+    };
+    m.attributes.push(LinkAttribute::LinkInfo(vec![
+        Nested::Kind(InfoKind::Vrf),
+        Nested::Data(InfoData::Vrf(vec![InfoVrf::TableId(table)])),
+    ]));
+    RouteNetlinkMessage::NewLink(m)
+}
+
+/// A link's notification with its controller (`ip link set NAME master …`) or without
+/// (`nomaster`).
+fn enslaved(index: u32, name: &str, master: Option<u32>) -> RouteNetlinkMessage {
+    let RouteNetlinkMessage::NewLink(mut m) = link(index, name, true) else {
+        unreachable!("a link");
+    };
+    if let Some(c) = master {
+        m.attributes.push(LinkAttribute::Controller(c));
+    }
+    RouteNetlinkMessage::NewLink(m)
+}
+
+fn vrf(name: &str, table: u32) -> crate::config::VrfConfig {
+    crate::config::VrfConfig {
+        name: name.into(),
+        table,
+    }
+}
+
+/// The VRF view follows the links as Linux's VRF devices make them: a VRF device is
+/// netbatch's VRF once it controls a netbatch interface's kernel twin (by name), and
+/// only then; releasing (`nomaster`) and deleting the device put the interface back in
+/// main; a device controlling an interface netbatch has not (mgmt0) is no VRF; two
+/// devices on one table, or one on `main`, are refused with their members; a resync's
+/// dump rebuilds the view.
+#[test]
+fn vrf_devices_controlling_netbatch_interfaces_are_the_vrfs() {
+    let mut s = state();
+    assert!(s.take_links_seen(), "the links were notified");
+    assert_eq!(s.vrf_view(), VrfView::default());
+    s.notified(&vrf_device(10, "blue", 10), 0);
+    s.notified(&vrf_device(11, "red", 20), 0);
+    assert!(s.take_links_seen());
+    assert_eq!(s.vrf_view(), VrfView::default(), "no members yet");
+    assert!(!s.take_links_seen(), "taken");
+    s.notified(&enslaved(2, "r1", Some(10)), 0);
+    s.notified(&enslaved(4, "mgmt0", Some(11)), 0);
+    assert!(s.take_links_seen());
+    let blue = VrfView {
+        vrfs: vec![vrf("blue", 10)],
+        members: vec![(0, "blue".into())],
+        refused: vec![],
+    };
+    assert_eq!(s.vrf_view(), blue);
+    // r2 into red: two VRFs.
+    s.notified(&enslaved(3, "r2", Some(11)), 0);
+    assert_eq!(
+        s.vrf_view(),
+        VrfView {
+            vrfs: vec![vrf("blue", 10), vrf("red", 20)],
+            members: vec![(0, "blue".into()), (1, "red".into())],
+            refused: vec![],
+        }
+    );
+    // A notification without a name is partial: r2 stays red's.
+    let RouteNetlinkMessage::NewLink(mut m) = link(3, "r2", true) else {
+        unreachable!("a link");
+    };
+    m.attributes.clear();
+    s.notified(&RouteNetlinkMessage::NewLink(m), 0);
+    assert_eq!(
+        s.vrf_view().members,
+        [(0, "blue".into()), (1, "red".into())]
+    );
+    // red moved onto blue's table: both refused, both interfaces in main.
+    s.notified(&vrf_device(11, "red", 10), 0);
+    let v = s.vrf_view();
+    assert_eq!((v.vrfs.len(), v.members.len()), (0, 0), "{v:?}");
+    assert_eq!(
+        v.refused,
+        [
+            ("blue".to_string(), Skip::VrfShared),
+            ("red".to_string(), Skip::VrfShared)
+        ]
+    );
+    // On main's table: refused alone.
+    s.notified(&vrf_device(11, "red", 254), 0);
+    let v = s.vrf_view();
+    assert_eq!(v.vrfs, [vrf("blue", 10)]);
+    assert_eq!(v.refused, [("red".to_string(), Skip::VrfTable)]);
+    // r2 released, red deleted, r1 released: main again.
+    s.notified(&enslaved(3, "r2", None), 0);
+    let mut d = LinkMessage::default();
+    d.header.index = 11;
+    s.notified(&RouteNetlinkMessage::DelLink(d), 0);
+    assert_eq!(s.vrf_view(), blue);
+    s.notified(&enslaved(2, "r1", None), 0);
+    assert_eq!(s.vrf_view(), VrfView::default());
+    // A dump rebuilds the view.
+    s.notified(&enslaved(2, "r1", Some(10)), 0);
+    let _ = s.take_links_seen();
+    s.begin_resync();
+    for m in [
+        link(3, "r2", true),
+        vrf_device(10, "blue", 10),
+        enslaved(2, "r1", None),
+        vrf_device(12, "green", 30),
+        enslaved(3, "r2", Some(12)),
+    ] {
+        s.dumped(&m, 0);
+    }
+    s.end_resync();
+    assert!(s.take_links_seen(), "a resync marks the links");
+    assert_eq!(
+        s.vrf_view(),
+        VrfView {
+            vrfs: vec![vrf("green", 30)],
+            members: vec![(1, "green".into())],
+            refused: vec![],
+        }
+    );
+}

@@ -66,7 +66,11 @@
 //!
 //! # Memory bound
 //!
-//! The first stage is fixed: 2¹⁶ × 9 bytes = 576 KiB. A route longer than /16 adds one
+//! The first stage is 2¹⁶ × 9 bytes = 576 KiB of zeroed memory, committed by the pages
+//! routes write. A VRF's table ([`Fib6::sparse`]: on 4 KiB pages, its routes of /8 or
+//! shorter kept in a side table of one entry per /8, not spread over the first stage)
+//! commits a page per 512 slots its routes write: a default route and a few /64s cost a
+//! few pages, not the whole stage. A route longer than /16 adds one
 //! 4-byte value and at most one 24-byte node per level it reaches, `⌊(l − 16)/6⌋ + 1 <=
 //! 19`; the node limit ([`Fib6::with_max_nodes`], [`DEFAULT_MAX_NODES`] = 8 Mi nodes,
 //! 192 MiB) refuses growth beyond it with [`Fib6Error::NodesExhausted`]. A bulk build

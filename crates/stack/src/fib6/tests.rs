@@ -474,6 +474,63 @@ fn assert_matches(fib: &Fib6, model: &BTreeMap<Ipv6Prefix, u32>, addrs: &[u128])
     }
 }
 
+/// [`matches_linear_scan`]'s case on a table (`sparse`: a VRF's, [`Fib6::sparse`]), its
+/// copy, and the same routes loaded in bulk.
+fn linear_scan_case(
+    sparse: bool,
+    ops: &[Op],
+    extra: &[u128],
+    picks: &[(usize, u128)],
+) -> Result<(), TestCaseError> {
+    let new = || if sparse { Fib6::sparse() } else { Fib6::new() };
+    let mut fib = new();
+    let mut model = BTreeMap::new();
+    let mut inserted = Vec::new();
+    for (step, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Insert(p, v) => {
+                prop_assert_eq!(fib.insert(p, v).unwrap(), model.insert(p, v));
+                inserted.push(p);
+            }
+            Op::Remove(i) if !inserted.is_empty() => {
+                let p = inserted[i % inserted.len()];
+                prop_assert_eq!(fib.remove(p), model.remove(&p));
+            }
+            Op::Remove(_) => {}
+        }
+        if step % 100 == 99 {
+            let routes: Vec<Ipv6Prefix> = model.keys().copied().collect();
+            assert_matches(&fib, &model, &probes(&routes, &picks[..20], &extra[..20]));
+        }
+    }
+    for (p, v) in &model {
+        prop_assert_eq!(fib.get(*p), Some(*v));
+    }
+    let routes: Vec<Ipv6Prefix> = inserted.clone();
+    let addrs = probes(&routes, picks, extra);
+    assert_matches(&fib, &model, &addrs);
+    fib.check_invariants();
+    let listed: Vec<(Ipv6Prefix, u32)> = model.iter().map(|(p, v)| (*p, *v)).collect();
+    prop_assert_eq!(fib.routes(), listed.clone());
+
+    let mut bulk = new();
+    bulk.bulk_load(listed.iter().copied()).unwrap();
+    assert_matches(&fib.clone(), &model, &addrs);
+    bulk.check_invariants();
+    assert_matches(&bulk, &model, &addrs);
+    prop_assert_eq!(bulk.stats().nodes, fib.stats().nodes);
+    prop_assert_eq!(bulk.stats().results, fib.stats().results);
+
+    for p in &inserted {
+        prop_assert_eq!(fib.remove(*p), model.remove(p));
+    }
+    prop_assert!(fib.is_empty());
+    prop_assert_eq!(fib.stats().nodes, 0);
+    fib.check_invariants();
+    assert_matches(&fib, &model, &addrs[..50.min(addrs.len())]);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -482,49 +539,9 @@ proptest! {
     /// shape; removing everything frees every node.
     #[test]
     fn matches_linear_scan((ops, extra, picks) in arb_case()) {
-        let mut fib = Fib6::new();
-        let mut model = BTreeMap::new();
-        let mut inserted = Vec::new();
-        for (step, op) in ops.iter().enumerate() {
-            match *op {
-                Op::Insert(p, v) => {
-                    prop_assert_eq!(fib.insert(p, v).unwrap(), model.insert(p, v));
-                    inserted.push(p);
-                }
-                Op::Remove(i) if !inserted.is_empty() => {
-                    let p = inserted[i % inserted.len()];
-                    prop_assert_eq!(fib.remove(p), model.remove(&p));
-                }
-                Op::Remove(_) => {}
-            }
-            if step % 100 == 99 {
-                let routes: Vec<Ipv6Prefix> = model.keys().copied().collect();
-                assert_matches(&fib, &model, &probes(&routes, &picks[..20], &extra[..20]));
-            }
+        for sparse in [false, true] {
+            linear_scan_case(sparse, &ops, &extra, &picks)?;
         }
-        for (p, v) in &model {
-            prop_assert_eq!(fib.get(*p), Some(*v));
-        }
-        let routes: Vec<Ipv6Prefix> = inserted.clone();
-        let addrs = probes(&routes, &picks, &extra);
-        assert_matches(&fib, &model, &addrs);
-        fib.check_invariants();
-        let listed: Vec<(Ipv6Prefix, u32)> = model.iter().map(|(p, v)| (*p, *v)).collect();
-        prop_assert_eq!(fib.routes(), listed.clone());
-
-        let bulk = Fib6::from_routes(listed.iter().copied()).unwrap();
-        bulk.check_invariants();
-        assert_matches(&bulk, &model, &addrs);
-        prop_assert_eq!(bulk.stats().nodes, fib.stats().nodes);
-        prop_assert_eq!(bulk.stats().results, fib.stats().results);
-
-        for p in &inserted {
-            prop_assert_eq!(fib.remove(*p), model.remove(p));
-        }
-        prop_assert!(fib.is_empty());
-        prop_assert_eq!(fib.stats().nodes, 0);
-        fib.check_invariants();
-        assert_matches(&fib, &model, &addrs[..50.min(addrs.len())]);
     }
 
     /// Bulk loading a list with repeated prefixes keeps the last value of each, as

@@ -10,6 +10,7 @@
 //! values contiguous in `results` from `result_base`, both in bit order: the `i`-th set
 //! bit's entry is at `base + i`.
 
+use netbatch_engine::ZeroedArray;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -65,6 +66,35 @@ const EMPTY_SLOT: Slot = Slot {
     node: 0,
     value: NONE,
 };
+
+impl Slot {
+    /// The slot a first-stage word holds: the node in the low 32 bits, the value in the
+    /// high ones stored as `value ^ NONE`, so that a zero word is [`EMPTY_SLOT`] (the
+    /// first stage is zeroed memory, committed only where a route writes).
+    #[inline(always)]
+    fn of(w: u64) -> Self {
+        Self {
+            node: w as u32,
+            value: (w >> 32) as u32 ^ NONE,
+        }
+    }
+
+    /// The first-stage word of this slot ([`Slot::of`] back).
+    #[inline(always)]
+    fn word(self) -> u64 {
+        u64::from(self.node) | u64::from(self.value ^ NONE) << 32
+    }
+}
+
+/// First-stage words per 4 KiB page, and depth bytes per page (a copy copies only the
+/// pages that hold something).
+const PAGE_WORDS: usize = 4096 / size_of::<u64>();
+const PAGE_BYTES: usize = 4096;
+
+/// The longest routes a sparse table ([`Fib6::sparse`]) keeps out of the first stage, in
+/// a side table of one entry per /8: a default route or a /3 would otherwise write 512
+/// KiB or 64 KiB of it.
+const WIDE_MAX: u32 = 8;
 
 /// For each six-bit chunk `c`, the internal positions of the prefixes of relative
 /// length 0 to 5 that contain it: `(1 << rl) | (c >> (6 - rl))`.
@@ -161,11 +191,18 @@ pub struct Fib6Stats {
 /// IPv6 longest-prefix-match table from prefixes to `u32` values (next-hop or
 /// adjacency indices), with bulk build, incremental updates and allocation-free
 /// lookups.
-#[derive(Clone)]
 pub struct Fib6 {
-    direct: Box<[Slot]>,
+    /// The first stage, one word per slot ([`Slot::of`]); zeroed memory, so that a table
+    /// of few routes (a VRF's) commits only the pages its routes write.
+    direct: ZeroedArray<u64, DIRECT_LEN>,
     /// Length of the route that owns each first-stage value (meaningless without one).
-    depth: Box<[u8]>,
+    depth: ZeroedArray<u8, DIRECT_LEN>,
+    /// On 4 KiB pages, never huge ones (a VRF's table: [`Fib6::sparse`]).
+    small: bool,
+    /// A sparse table's routes of at most [`WIDE_MAX`] bits, one entry per /8: the
+    /// longest covering it (value or [`NONE`], and its length); empty in a table that is
+    /// not sparse. A first-stage slot without a value of its own answers from here.
+    wide: Vec<(u32, u8)>,
     /// Routes of length `l <= DIRECT_BITS` by length, keyed by their first-stage index.
     short: Vec<HashMap<u32, u32>>,
     /// Node arena; slot 0 is reserved (0 means "no node").
@@ -188,6 +225,56 @@ impl Default for Fib6 {
     }
 }
 
+/// Zeroed first-stage arrays, on 4 KiB pages when `small`.
+fn first_stage(small: bool) -> (ZeroedArray<u64, DIRECT_LEN>, ZeroedArray<u8, DIRECT_LEN>) {
+    if small {
+        (ZeroedArray::new_small(), ZeroedArray::new_small())
+    } else {
+        (ZeroedArray::new(), ZeroedArray::new())
+    }
+}
+
+impl Clone for Fib6 {
+    /// A copy as sparse as the original: its first stage starts zeroed and only the
+    /// pages that hold something are copied (a copy of every page would commit them all).
+    fn clone(&self) -> Self {
+        let (mut direct, mut depth) = first_stage(self.small);
+        for (to, from) in direct
+            .chunks_exact_mut(PAGE_WORDS)
+            .zip(self.direct.chunks_exact(PAGE_WORDS))
+        {
+            if from.iter().any(|&w| w != 0) {
+                to.copy_from_slice(from);
+            }
+        }
+        for (to, from) in depth
+            .chunks_exact_mut(PAGE_BYTES)
+            .zip(self.depth.chunks_exact(PAGE_BYTES))
+        {
+            if from.iter().any(|&b| b != 0) {
+                to.copy_from_slice(from);
+            }
+        }
+        Self {
+            direct,
+            depth,
+            small: self.small,
+            wide: self.wide.clone(),
+            short: self.short.clone(),
+            nodes: self.nodes.clone(),
+            results: self.results.clone(),
+            free_nodes: self.free_nodes.clone(),
+            free_results: self.free_results.clone(),
+            free_node_slots: self.free_node_slots,
+            free_result_slots: self.free_result_slots,
+            live_nodes: self.live_nodes,
+            short_routes: self.short_routes,
+            routes: self.routes,
+            max_nodes: self.max_nodes,
+        }
+    }
+}
+
 impl fmt::Debug for Fib6 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fib6")
@@ -206,9 +293,28 @@ impl Fib6 {
     /// An empty table with at most `max_nodes` trie nodes (clamped to
     /// [`MAX_NODES_LIMIT`]).
     pub fn with_max_nodes(max_nodes: u32) -> Self {
+        Self::sized(max_nodes, false)
+    }
+
+    /// An empty table for a VRF, of which there may be a thousand: its first stage on
+    /// 4 KiB pages, never advised to huge ones, so that it commits only the pages its
+    /// routes write (a route of at most /16 writes its range of slots, a longer one one
+    /// slot: a few pages for a few routes, not the whole 576 KiB).
+    pub fn sparse() -> Self {
+        Self::sized(DEFAULT_MAX_NODES, true)
+    }
+
+    fn sized(max_nodes: u32, small: bool) -> Self {
+        let (direct, depth) = first_stage(small);
         Self {
-            direct: vec![EMPTY_SLOT; DIRECT_LEN].into_boxed_slice(),
-            depth: vec![0; DIRECT_LEN].into_boxed_slice(),
+            direct,
+            depth,
+            small,
+            wide: if small {
+                vec![(NONE, 0); 1 << WIDE_MAX]
+            } else {
+                Vec::new()
+            },
             short: (0..=DIRECT_BITS).map(|_| HashMap::new()).collect(),
             nodes: vec![Node::default()],
             results: Vec::new(),
@@ -231,7 +337,7 @@ impl Fib6 {
     where
         I: IntoIterator<Item = (Ipv6Prefix, u32)>,
     {
-        Self::build(DEFAULT_MAX_NODES, routes)
+        Self::build(DEFAULT_MAX_NODES, false, routes)
     }
 
     /// Replaces every route with `routes`, built in bulk as [`Fib6::from_routes`],
@@ -240,11 +346,11 @@ impl Fib6 {
     where
         I: IntoIterator<Item = (Ipv6Prefix, u32)>,
     {
-        *self = Self::build(self.max_nodes, routes)?;
+        *self = Self::build(self.max_nodes, self.small, routes)?;
         Ok(())
     }
 
-    fn build<I>(max_nodes: u32, routes: I) -> Result<Self, Fib6Error>
+    fn build<I>(max_nodes: u32, small: bool, routes: I) -> Result<Self, Fib6Error>
     where
         I: IntoIterator<Item = (Ipv6Prefix, u32)>,
     {
@@ -263,7 +369,7 @@ impl Fib6 {
             same
         });
 
-        let mut fib = Self::with_max_nodes(max_nodes);
+        let mut fib = Self::sized(max_nodes, small);
         let (short, long): (Vec<_>, Vec<_>) = list
             .into_iter()
             .partition(|&(_, l, _)| u32::from(l) <= DIRECT_BITS);
@@ -279,12 +385,7 @@ impl Fib6 {
             fib.take_nodes(1)?;
             let root = fib.alloc_nodes(1);
             fib.build_node(group, DIRECT_BITS, root)?;
-            #[expect(
-                clippy::indexing_slicing,
-                reason = "`slot_index` is below DIRECT_LEN, the first stage's length"
-            )]
-            let slot = &mut fib.direct[s];
-            slot.node = root;
+            fib.set_node(s, root);
         }
         fib.routes = fib.short_routes + long.len();
         fib.nodes.shrink_to_fit();
@@ -390,11 +491,7 @@ impl Fib6 {
     pub fn lookup_len(&self, addr: u128) -> Option<(u32, u8)> {
         let slot = self.slot(addr);
         let mut best = slot.value;
-        let mut len = self
-            .depth
-            .get(slot_index(addr))
-            .copied()
-            .map_or(0, u32::from);
+        let mut len = u32::from(self.first_len(addr));
         let mut n = slot.node;
         let mut d = DIRECT_BITS;
         while n != 0 && d < 128 {
@@ -424,10 +521,50 @@ impl Fib6 {
     /// The first-stage entry of `addr`.
     #[inline(always)]
     fn slot(&self, addr: u128) -> Slot {
-        self.direct
+        let mut slot = self
+            .direct
             .get(slot_index(addr))
+            .map_or(EMPTY_SLOT, |&w| Slot::of(w));
+        if slot.value == NONE && !self.wide.is_empty() {
+            slot.value = self.wide(addr).0;
+        }
+        slot
+    }
+
+    /// A sparse table's widest routes' answer for `addr`: value ([`NONE`]: none) and
+    /// length.
+    #[inline]
+    fn wide(&self, addr: u128) -> (u32, u8) {
+        self.wide
+            .get((addr >> (128 - WIDE_MAX)) as usize)
             .copied()
-            .unwrap_or(EMPTY_SLOT)
+            .unwrap_or((NONE, 0))
+    }
+
+    /// The length of the route a lookup's first stage answered `addr` with: the slot's
+    /// own, or in a sparse table the side table's when the slot has none.
+    fn first_len(&self, addr: u128) -> u8 {
+        let s = slot_index(addr);
+        match self.direct.get(s) {
+            Some(&w) if Slot::of(w).value != NONE => self.depth.get(s).copied().unwrap_or(0),
+            _ => self.wide(addr).1,
+        }
+    }
+
+    /// The root node below first-stage slot `s` (0: none).
+    #[inline(always)]
+    fn node_at(&self, s: usize) -> u32 {
+        self.direct.get(s).map_or(0, |&w| Slot::of(w).node)
+    }
+
+    /// Sets the root node below first-stage slot `s`.
+    #[inline(always)]
+    fn set_node(&mut self, s: usize, n: u32) {
+        if let Some(w) = self.direct.get_mut(s) {
+            let mut slot = Slot::of(*w);
+            slot.node = n;
+            *w = slot.word();
+        }
     }
 
     /// One node of a lookup: records the node's longest match of the next six bits of
@@ -540,11 +677,8 @@ impl Fib6 {
 
     /// Longest-prefix match returning the route itself (control-plane speed).
     pub fn longest_match(&self, addr: u128) -> Option<(Ipv6Prefix, u32)> {
-        let s = slot_index(addr);
         let slot = self.slot(addr);
-        let mut best = decode(slot.value)
-            .zip(self.depth.get(s))
-            .map(|(v, &depth)| (u32::from(depth), v));
+        let mut best = decode(slot.value).map(|v| (u32::from(self.first_len(addr)), v));
         let mut n = slot.node;
         let mut d = DIRECT_BITS;
         while n != 0 {
@@ -594,12 +728,12 @@ impl Fib6 {
                 max_nodes: self.max_nodes,
             });
         }
-        let mut n = self.direct[s].node;
+        let mut n = self.node_at(s);
         if n == 0 {
             n = self.alloc_nodes(1);
             self.nodes[n as usize] = Node::default();
             self.live_nodes += 1;
-            self.direct[s].node = n;
+            self.set_node(s, n);
         }
         let mut d = DIRECT_BITS;
         while d < target {
@@ -621,7 +755,7 @@ impl Fib6 {
     )]
     fn missing_nodes(&self, p: u128, target: u32) -> usize {
         let levels = ((target - DIRECT_BITS) / STRIDE + 1) as usize;
-        let mut n = self.direct[slot_index(p)].node;
+        let mut n = self.node_at(slot_index(p));
         if n == 0 {
             return levels;
         }
@@ -655,7 +789,7 @@ impl Fib6 {
         let target = node_depth(l);
         let mut path = [(0u32, 0u32); MAX_LEVELS];
         let mut depth = 0;
-        let mut n = self.direct[s].node;
+        let mut n = self.node_at(s);
         if n == 0 {
             return None;
         }
@@ -688,7 +822,7 @@ impl Fib6 {
                 None => {
                     self.free_node_block(cur, 1);
                     self.live_nodes -= 1;
-                    self.direct[s].node = 0;
+                    self.set_node(s, 0);
                     break;
                 }
                 Some(up) => {
@@ -757,7 +891,7 @@ impl Fib6 {
                 out.extend(Ipv6Prefix::from_bits(bits, len).ok().map(|p| (p, v)));
             }
         }
-        for (s, slot) in self.direct.iter().enumerate() {
+        for (s, slot) in self.direct.iter().map(|&w| Slot::of(w)).enumerate() {
             if slot.node != 0 {
                 let bits = (s as u128) << (128 - DIRECT_BITS);
                 self.collect(slot.node, bits, DIRECT_BITS, &mut out);
@@ -813,7 +947,7 @@ impl Fib6 {
             .map(|m| m.capacity() * (size_of::<(u32, u32)>() + 1) + size_of::<HashMap<u32, u32>>())
             .sum();
         size_of::<Self>()
-            + self.direct.len() * size_of::<Slot>()
+            + self.direct.len() * size_of::<u64>()
             + self.depth.len()
             + self.nodes.capacity() * size_of::<Node>()
             + self.results.capacity() * 4
@@ -849,17 +983,43 @@ impl Fib6 {
             self.short_routes += 1;
             self.routes += 1;
         }
+        if !self.wide.is_empty() && l <= WIDE_MAX {
+            self.set_wide(key, l);
+            return old;
+        }
         let range = key..key + (1 << (DIRECT_BITS - l));
-        for (slot, depth) in self.direct[range.clone()]
+        for (w, depth) in self.direct[range.clone()]
             .iter_mut()
             .zip(&mut self.depth[range])
         {
+            let mut slot = Slot::of(*w);
             if slot.value == NONE || u32::from(*depth) <= l {
                 slot.value = v;
                 *depth = l as u8;
+                *w = slot.word();
             }
         }
         old
+    }
+
+    /// Sets a sparse table's side entries in the range of the route of length `l` at
+    /// first-stage index `key` (added or removed) to the longest route of at most
+    /// [`WIDE_MAX`] bits covering each.
+    fn set_wide(&mut self, key: usize, l: u32) {
+        let first = key >> (DIRECT_BITS - WIDE_MAX);
+        for i in first..first + (1 << (WIDE_MAX - l)) {
+            let k = (i << (DIRECT_BITS - WIDE_MAX)) as u32;
+            let best = (0..=WIDE_MAX).rev().find_map(|cl| {
+                let ck = k & !((1u32 << (DIRECT_BITS - cl)) - 1);
+                self.short
+                    .get(cl as usize)?
+                    .get(&ck)
+                    .map(|&v| (v, cl as u8))
+            });
+            if let Some(e) = self.wide.get_mut(i) {
+                *e = best.unwrap_or((NONE, 0));
+            }
+        }
     }
 
     /// Removes a short route: the entries it owns (its length in its range) fall back
@@ -873,15 +1033,27 @@ impl Fib6 {
         let old = self.short[l as usize].remove(&(key as u32))?;
         self.short_routes -= 1;
         self.routes -= 1;
-        let cover = (0..l).rev().find_map(|cl| {
+        if !self.wide.is_empty() && l <= WIDE_MAX {
+            self.set_wide(key, l);
+            return Some(old);
+        }
+        // A sparse table's routes of at most WIDE_MAX bits answer from the side table,
+        // never from the slots.
+        let lowest = if self.wide.is_empty() {
+            0
+        } else {
+            WIDE_MAX + 1
+        };
+        let cover = (lowest..l).rev().find_map(|cl| {
             let k = (key as u32) & !((1u32 << (DIRECT_BITS - cl)) - 1);
             self.short[cl as usize].get(&k).map(|&v| (cl, v))
         });
         let range = key..key + (1 << (DIRECT_BITS - l));
-        for (slot, depth) in self.direct[range.clone()]
+        for (w, depth) in self.direct[range.clone()]
             .iter_mut()
             .zip(&mut self.depth[range])
         {
+            let mut slot = Slot::of(*w);
             if slot.value != NONE && u32::from(*depth) == l {
                 match cover {
                     Some((cl, v)) => {
@@ -890,6 +1062,7 @@ impl Fib6 {
                     }
                     None => slot.value = NONE,
                 }
+                *w = slot.word();
             }
         }
         Some(old)
@@ -1078,12 +1251,12 @@ impl Fib6 {
         nodes.push(Node::default());
         let mut results = Vec::with_capacity(self.routes - self.short_routes);
         for s in 0..DIRECT_LEN {
-            let root = self.direct[s].node;
+            let root = self.node_at(s);
             if root != 0 {
                 let at = nodes.len();
                 nodes.push(self.nodes[root as usize]);
                 self.copy_subtree(&mut nodes, &mut results, at);
-                self.direct[s].node = at as u32;
+                self.set_node(s, at as u32);
             }
         }
         self.nodes = nodes;
@@ -1149,7 +1322,7 @@ impl Fib6 {
         assert_eq!(node_use[0], 0, "slot 0 is reserved");
         let mut long_routes = 0;
         let mut stack = Vec::new();
-        for slot in self.direct.iter() {
+        for slot in self.direct.iter().map(|&w| Slot::of(w)) {
             if slot.node != 0 {
                 assert_eq!(node_use[slot.node as usize], 0, "root shared or free");
                 node_use[slot.node as usize] = 1;
@@ -1196,8 +1369,21 @@ impl Fib6 {
         assert_eq!(short, self.short_routes);
         assert_eq!(self.routes, short + long_routes);
         // The first stage holds the longest short route of each slot.
-        for (s, slot) in self.direct.iter().enumerate() {
-            let want = (0..=DIRECT_BITS).rev().find_map(|l| {
+        let lowest = if self.wide.is_empty() {
+            0
+        } else {
+            WIDE_MAX + 1
+        };
+        for (i, &(v, l)) in self.wide.iter().enumerate() {
+            let k = (i << (DIRECT_BITS - WIDE_MAX)) as u32;
+            let want = (0..=WIDE_MAX).rev().find_map(|cl| {
+                let ck = k & !((1u32 << (DIRECT_BITS - cl)) - 1);
+                self.short[cl as usize].get(&ck).map(|&v| (v, cl as u8))
+            });
+            assert_eq!(decode(v).map(|v| (v, l)), want, "side entry {i:#x}");
+        }
+        for (s, slot) in self.direct.iter().map(|&w| Slot::of(w)).enumerate() {
+            let want = (lowest..=DIRECT_BITS).rev().find_map(|l| {
                 let k = (s as u32) & !((1u32 << (DIRECT_BITS - l)) - 1);
                 self.short[l as usize].get(&k).map(|&v| (l as u8, v))
             });

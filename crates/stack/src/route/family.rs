@@ -202,7 +202,7 @@ impl Family for V6 {
         Fib6::new()
     }
     fn fib_compact() -> Fib6 {
-        Fib6::new()
+        Fib6::sparse()
     }
     fn fib_insert(f: &mut Fib6, p: &Ipv6Prefix, v: u32) -> Result<(), String> {
         f.insert(*p, v).map(|_| ()).map_err(|e| e.to_string())

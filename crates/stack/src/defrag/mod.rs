@@ -437,5 +437,52 @@ pub fn split(pool: &Pool, mut p: Pkt, out: &mut Vec<Pkt>) {
     }
 }
 
+/// Where the data of fragment `d` (from its IP header) starts: after the IPv4 header,
+/// or after the IPv6 Fragment header the extension header walk finds. `None` for a
+/// packet laid out as no fragment is (the store holds none such).
+pub fn data_at(d: &[u8]) -> Option<usize> {
+    let first = *d.first()?;
+    if first >> 4 == 6 {
+        let ip = netbatch_wire::ipv6::Ipv6Packet::new_checked(d).ok()?;
+        let f = crate::dissect::ip6_walk(&ip).ok()?.fragment?;
+        Some(f.at + netbatch_wire::ipv6ext::FRAGMENT_HEADER_LEN).filter(|&n| n <= d.len())
+    } else {
+        Some(usize::from(first & 0x0f) * 4).filter(|&n| n >= 20 && n <= d.len())
+    }
+}
+
+/// The data of the later fragments of the defrag chain whose head is `p`, in offset
+/// order (their IP headers, and IPv6 Fragment headers, left out; nothing copied). The
+/// head's own data is the caller's (it knows where its transport header starts).
+pub fn later_data<'a>(pool: &'a Pool, p: &'a Pkt) -> impl Iterator<Item = &'a [u8]> + 'a {
+    let mut next = pool.get(p).meta.chain.as_ref();
+    core::iter::from_fn(move || {
+        let v = pool.get(next?);
+        next = v.meta.chain.as_ref();
+        let d = v.data();
+        Some(data_at(d).and_then(|at| d.get(at..)).unwrap_or_default())
+    })
+}
+
+/// Turns the defrag chain `p` into the form a socket reads, as a GRO super-datagram's
+/// continuation buffers are: each later fragment's headers pulled so that its buffer
+/// holds only its data; the head keeps its headers and `total_len` (the datagram's
+/// length). Once gathered the chain can no longer be split. `false` (nothing changed
+/// past the failing buffer) for a later fragment laid out as none the store holds.
+pub fn gather(pool: &Pool, p: &mut Pkt) -> bool {
+    let mut next = pool.get_mut(p).meta.chain.as_mut();
+    while let Some(q) = next {
+        let mut w = pool.get_mut(q);
+        let Some(at) = data_at(w.data()) else {
+            return false;
+        };
+        if !w.pull(at) {
+            return false;
+        }
+        next = w.meta.chain.as_mut();
+    }
+    true
+}
+
 #[cfg(test)]
 mod tests;

@@ -34,9 +34,9 @@ fn spec(d: defrag::Config) -> LabSpec {
     spec.graph.chains = vec![(HookPoint::Forward, support::stateful_forward())];
     spec.graph.conntrack = Some(ct::Config {
         max: 64,
-        defrag: d,
         ..ct::Config::default()
     });
+    spec.graph.defrag = d;
     let mut out = Rule::any(Verdict::Accept);
     out.out_if = Some(1);
     spec.graph.nat = Some(nat::Config {

@@ -226,6 +226,10 @@ pub struct GraphOptions {
     /// NAT's chains (the `[nat]` section): the `nat-*` stages are in the graph (with
     /// connection tracking). `None` leaves them out.
     pub nat: Option<nat::Config>,
+    /// The bounds and timeouts of the fragment stores (the `[defrag]` section; Linux's
+    /// defaults without it), one per family and worker, which reassembly for local
+    /// delivery and defragmentation before tracking share.
+    pub defrag: crate::defrag::Config,
 }
 
 impl GraphOptions {
@@ -530,6 +534,7 @@ mod tests {
                 },
                 ..Default::default()
             }),
+            defrag: crate::defrag::Config::default(),
         }
     }
 

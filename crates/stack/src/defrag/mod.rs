@@ -54,7 +54,9 @@ netbatch_engine::reasons! {
     }
 }
 
-/// Settings (`[conntrack.defrag]`).
+/// Settings (`[defrag]`): the bounds of one family's store in each worker, shared by
+/// reassembly for local delivery and defragmentation before tracking, as Linux's
+/// `ipfrag_*` sysctls bound both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
     /// Fragments (buffers, wire packets) one family's store holds per worker (at most an

@@ -56,16 +56,9 @@ pub struct Defrag<F> {
     _f: core::marker::PhantomData<F>,
 }
 
-/// The stage of family `F` as the graph declares it: the `[conntrack.defrag]` settings
-/// (Linux's defaults without them).
+/// The stage of family `F` as the graph declares it, with the `[defrag]` settings.
 pub(crate) fn make<F: Family>(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
-    let cfg = m
-        .opts
-        .conntrack
-        .as_ref()
-        .map(|c| c.defrag)
-        .unwrap_or_default();
-    Box::new(Defrag::<F>::new(cfg))
+    Box::new(Defrag::<F>::new(m.opts.defrag))
 }
 
 impl<F: Family> Defrag<F> {

@@ -638,7 +638,8 @@ fn read_all(lab: &mut Lab, s: netbatch_stack::udp::socket::SocketId) -> Vec<(u16
 /// tracking, in all four variants: the socket gets the datagram whole, its payload the
 /// bytes sent, standing for the fragments it came as; one with a wrong checksum (a byte
 /// of its last fragment flipped) and one whose fragments overlap are refused with their
-/// reasons; conservation exact and the store empty.
+/// reasons; one to a port without a socket is answered port unreachable; conservation
+/// exact and the store empty.
 #[test]
 fn fragmented_udp_reaches_a_local_socket_whole() {
     let payload: Vec<u8> = (0..3000u32).map(|i| (i * 11 + i / 256) as u8).collect();
@@ -679,7 +680,23 @@ fn fragmented_udp_reaches_a_local_socket_whole() {
                 fragment4(&o, &[1000, 0])[1].clone(),
             ];
             lab.feed(0, over.iter().map(|f| eth(PEER.0, US.0, f)));
+            // No socket on port 6000: port unreachable, quoting the first fragment.
+            let n = udp4(INSIDE, 40003, "198.51.100.1", 6000, 0x3434, &payload);
+            let none = fragment4(&n, &[1480, 1480, 0]);
+            lab.feed(0, none.iter().map(|f| eth(PEER.0, US.0, f)));
             lab.run();
+            let errs = sent(&mut lab, 0);
+            assert_eq!(errs.len(), 1, "{v}: one ICMP error");
+            assert_eq!(
+                (errs[0][9], errs[0][20], errs[0][21]),
+                (1, 3, 3),
+                "{v}: port unreachable"
+            );
+            assert_eq!(
+                &errs[0][28..48],
+                &none[0][..20],
+                "{v}: quoting the first fragment"
+            );
 
             let got = read_all(&mut lab, s4);
             assert_eq!(got.len(), 1, "{v}: one IPv4 datagram");

@@ -2,7 +2,9 @@
 //! `nf_defrag_ipv4`/`nf_defrag_ipv6` do for conntrack: the fragments of one datagram
 //! are gathered before `ct-in`, so that the datagram is tracked, filtered and
 //! translated as one (its L4 header is in the first fragment), and it leaves as the
-//! fragments it came as.
+//! fragments it came as; and reassembly for local delivery, as Linux's `ip_local_deliver`
+//! does tracked or not (`ip4-reassemble`/`ip6-reassemble`, the same stage over the same
+//! store, behind `ip4-local`/`ip6-local`).
 //!
 //! Representation (no payload is copied): when the last missing fragment arrives, the
 //! datagram goes on as one packet, a *defrag chain*: the first fragment's buffer (offset
@@ -18,7 +20,10 @@
 //! the head's may have had changed (TOS/traffic class, TTL/hop limit, addresses), so
 //! that each leaves as it came, sized as it came (Linux's `frag_max_size`): where one
 //! does not fit the egress MTU, `ip4-fragment` fragments it again (a DF-marked one gets
-//! fragmentation needed), and an IPv6 one gets Packet Too Big, as Linux does.
+//! fragmentation needed), and an IPv6 one gets Packet Too Big, as Linux does. Local
+//! delivery takes the chain whole: the transport stages read the datagram's data over
+//! it ([`later_data`]), a socket gets it with the later fragments' headers pulled
+//! ([`gather`]), an echo reply leaves split as the request came.
 //!
 //! The store ([`Store`], one per family in each worker's stage): datagrams keyed as RFC
 //! 791 says for IPv4 (source, destination, protocol, identification) and RFC 8200 4.5

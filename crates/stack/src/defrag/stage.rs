@@ -1,6 +1,7 @@
 //! The defragmentation stage, one per family (`ip4-defrag` in [`crate::ip4::defrag`],
 //! `ip6-defrag` in [`crate::ip6::defrag`]): between IP input and `ct-in`, in the graph
-//! only when connection tracking is. A packet that is not a fragment passes at the cost
+//! only when connection tracking is; and the same stage for local delivery
+//! (`ip4-reassemble`, `ip6-reassemble`), fed only with fragments for this host. A packet that is not a fragment passes at the cost
 //! of one look at its header (IPv4: the fragment word; IPv6: the dissector's flag). A
 //! fragment goes to the family's [`Store`]; a datagram made whole goes on as a defrag
 //! chain ([`super::chain`]); a datagram timed out is dropped, its first fragment, when

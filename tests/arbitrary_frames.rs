@@ -114,6 +114,12 @@ fn spec() -> LabSpec {
                 max: 16,
                 ..Default::default()
             }),
+            // A fragment store small enough that arbitrary fragments fill it.
+            defrag: netbatch_stack::defrag::Config {
+                max_buffers: 8,
+                max_datagrams: 4,
+                ..Default::default()
+            },
             // NAT on both hooks: arbitrary frames through the translation (masquerade
             // out of every port, a port forward to the peer), ICMP errors included.
             nat: Some(netbatch_stack::nat::Config {

@@ -34,9 +34,9 @@ fn spec(d: defrag::Config) -> LabSpec {
     spec.graph.chains = vec![(HookPoint::Forward, support::stateful_forward())];
     spec.graph.conntrack = Some(ct::Config {
         max: 64,
-        defrag: d,
         ..ct::Config::default()
     });
+    spec.graph.defrag = d;
     let mut out = Rule::any(Verdict::Accept);
     out.out_if = Some(1);
     spec.graph.nat = Some(nat::Config {
@@ -584,6 +584,296 @@ fn kept_fragments_too_large_for_the_egress_mtu_are_fragmented_again() {
         assert_eq!(port_at(&d, 20), 40000, "{v}");
         assert!(udp4_sum_ok(&d), "{v}: UDP checksum");
         assert_eq!(&d[28..], &payload[..], "{v}");
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}
+
+/// The router without tracking (local delivery reassembles all the same), or with it
+/// (`spec`'s stateful router: `ip4-defrag`/`ip6-defrag` gather, `ct-confirm-local` hands
+/// the datagram on whole).
+fn local_spec(tracked: bool) -> LabSpec {
+    if tracked {
+        return spec(defrag::Config::default());
+    }
+    let mut spec = support::router6(Gro::Off);
+    spec.neighbours.push(StaticNeighbour {
+        iface: 0,
+        ip: ip(INSIDE),
+        mac: PEER,
+    });
+    spec
+}
+
+/// Reads every datagram of socket `s` as the application does: per datagram its source
+/// port, the wire packets it stands for and its payload gathered over its parts; counted
+/// delivered.
+fn read_all(lab: &mut Lab, s: netbatch_stack::udp::socket::SocketId) -> Vec<(u16, u16, Vec<u8>)> {
+    let mut got = Vec::new();
+    lab.w
+        .host
+        .sockets
+        .get(s)
+        .unwrap()
+        .recv_batch(&mut got, usize::MAX);
+    let pool = lab.w.pool().clone();
+    let out = got
+        .iter()
+        .map(|p| {
+            let d = netbatch_stack::udp::datagram(&pool.get(p)).expect("a datagram");
+            let bytes: Vec<u8> = d.payload_parts(&pool).flatten().copied().collect();
+            assert_eq!(bytes.len(), d.payload_len(&pool));
+            (d.src_port, d.segments, bytes)
+        })
+        .collect();
+    lab.w.acct.delivered += got
+        .iter()
+        .map(|p| pool.get(p).meta.wire_packets())
+        .sum::<u64>();
+    pool.cache().free_all(&mut got);
+    out
+}
+
+/// A fragmented UDP datagram to a local socket, IPv4 (3000 bytes in 1480-byte
+/// fragments, fed in reverse) and IPv6 (2500 bytes in 1232-byte ones), with and without
+/// tracking, in all four variants: the socket gets the datagram whole, its payload the
+/// bytes sent, standing for the fragments it came as; one with a wrong checksum (a byte
+/// of its last fragment flipped) and one whose fragments overlap are refused with their
+/// reasons; one to a port without a socket is answered port unreachable; conservation
+/// exact and the store empty.
+#[test]
+fn fragmented_udp_reaches_a_local_socket_whole() {
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 11 + i / 256) as u8).collect();
+    for tracked in [false, true] {
+        for (mode, dispatch) in VARIANTS {
+            let v = format!("tracked {tracked} {mode:?}/{dispatch:?}");
+            let mut lab = Lab::new(&local_spec(tracked), mode, dispatch);
+            let s4 = lab.w.host.sockets.bind(ip("0.0.0.0"), 5001, 16).unwrap();
+            let s6 = lab
+                .w
+                .host
+                .sockets
+                .bind(support::ip6("::"), 5001, 16)
+                .unwrap();
+            let p = udp4(INSIDE, 40000, "198.51.100.1", 5001, 0x3131, &payload);
+            let frags = fragment4(&p, &[1480, 1480, 0]);
+            lab.feed(0, frags.iter().rev().map(|f| eth(PEER.0, US.0, f)));
+            let p6 = udp6(INSIDE6, 40000, support::US6, 5001, &payload[..2500]);
+            let frags6 = fragment6(&p6, &[1232, 0], 0x0102_0304);
+            lab.feed(0, frags6.iter().map(|f| eth(PEER.0, US.0, f)));
+            // A wrong checksum: the last fragment's last byte changed.
+            let q = udp4(INSIDE, 40001, "198.51.100.1", 5001, 0x3232, &payload);
+            let mut bad = fragment4(&q, &[1480, 1480, 0]);
+            *bad[2].last_mut().unwrap() ^= 0x5a;
+            lab.feed(0, bad.iter().map(|f| eth(PEER.0, US.0, f)));
+            // Overlapping fragments (RFC 5722 drops the datagram; Linux drops IPv4's).
+            let o = udp4(
+                INSIDE,
+                40002,
+                "198.51.100.1",
+                5001,
+                0x3333,
+                &payload[..2000],
+            );
+            // Its first 1480 bytes, then a last fragment from byte 1000.
+            let over = [
+                fragment4(&o, &[1480, 0])[0].clone(),
+                fragment4(&o, &[1000, 0])[1].clone(),
+            ];
+            lab.feed(0, over.iter().map(|f| eth(PEER.0, US.0, f)));
+            // No socket on port 6000: port unreachable, quoting the first fragment.
+            let n = udp4(INSIDE, 40003, "198.51.100.1", 6000, 0x3434, &payload);
+            let none = fragment4(&n, &[1480, 1480, 0]);
+            lab.feed(0, none.iter().map(|f| eth(PEER.0, US.0, f)));
+            lab.run();
+            let errs = sent(&mut lab, 0);
+            assert_eq!(errs.len(), 1, "{v}: one ICMP error");
+            assert_eq!(
+                (errs[0][9], errs[0][20], errs[0][21]),
+                (1, 3, 3),
+                "{v}: port unreachable"
+            );
+            assert_eq!(
+                &errs[0][28..48],
+                &none[0][..20],
+                "{v}: quoting the first fragment"
+            );
+
+            let got = read_all(&mut lab, s4);
+            assert_eq!(got.len(), 1, "{v}: one IPv4 datagram");
+            assert_eq!(got[0].0, 40000, "{v}");
+            assert_eq!(got[0].1, 3, "{v}: standing for its three fragments");
+            assert!(got[0].2 == payload, "{v}: the payload sent, byte for byte");
+            let got6 = read_all(&mut lab, s6);
+            assert_eq!(got6.len(), 1, "{v}: one IPv6 datagram");
+            assert_eq!(got6[0].1, 2, "{v}");
+            assert!(got6[0].2 == payload[..2500], "{v}: the IPv6 payload");
+            let drops = lab.drops();
+            assert_eq!(
+                drops.get("udp_checksum").copied(),
+                Some(3),
+                "{v}: the bad datagram's three fragments: {drops:?}"
+            );
+            assert_eq!(
+                lab.dropped(defrag::reason::OVERLAP),
+                2,
+                "{v}: the overlapping datagram, all of it: {drops:?}"
+            );
+            assert_eq!(lab.w.held(), 0, "{v}: nothing left in the store");
+            lab.assert_conserved();
+            lab.stop_and_check_pool();
+        }
+    }
+}
+
+/// Whether the ICMPv6 checksum of IPv6 packet `p` (no extension headers) is right.
+fn icmp6_sum_ok(p: &[u8]) -> bool {
+    let mut ph = p[8..40].to_vec();
+    ph.extend_from_slice(&[0, 0]);
+    ph.extend_from_slice(&((p.len() - 40) as u16).to_be_bytes());
+    ph.extend_from_slice(&[0, 0, 0, 58]);
+    ph.extend_from_slice(&p[40..]);
+    ones_complement_sum(&ph) == 0xffff
+}
+
+/// A 3000-byte ICMP echo request (etherparse's) in three fragments, and a 2500-byte
+/// ICMPv6 one in two, to the router, with and without tracking, in all four variants:
+/// each is answered with as many fragments, each the size its request fragment was,
+/// which reassemble (as the far end does, by hand here) to the echo reply: type 0 or
+/// 129, addresses swapped, identifier, sequence and payload echoed, checksum right over
+/// the whole message.
+#[test]
+fn a_fragmented_echo_request_is_answered() {
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 5 + 1) as u8).collect();
+    for tracked in [false, true] {
+        for (mode, dispatch) in VARIANTS {
+            let v = format!("tracked {tracked} {mode:?}/{dispatch:?}");
+            let mut lab = Lab::new(&local_spec(tracked), mode, dispatch);
+            let mut req = support::frames::echo_request(
+                PEER,
+                US,
+                INSIDE,
+                "198.51.100.1",
+                0x77,
+                5,
+                64,
+                &payload,
+            )[14..]
+                .to_vec();
+            req[4..6].copy_from_slice(&0x5151u16.to_be_bytes());
+            let frags = fragment4(&req, &[1480, 1480, 0]);
+            lab.feed(0, frags.iter().map(|f| eth(PEER.0, US.0, f)));
+            let req6 = support::frames::echo_request6(
+                PEER,
+                US,
+                INSIDE6,
+                support::US6,
+                0x78,
+                6,
+                64,
+                &payload[..2500],
+            )[14..]
+                .to_vec();
+            let frags6 = fragment6(&req6, &[1232, 0], 0xabcd);
+            lab.feed(0, frags6.iter().rev().map(|f| eth(PEER.0, US.0, f)));
+            lab.run();
+            let got = sent(&mut lab, 0);
+            let (r4, r6): (Vec<_>, Vec<_>) = got.into_iter().partition(|g| g[0] >> 4 == 4);
+            assert_eq!(r4.len(), 3, "{v}: three reply fragments");
+            for (g, f) in r4.iter().zip(&frags) {
+                assert_eq!(g.len(), f.len(), "{v}: each the size it came as");
+                assert_eq!(
+                    (addr4(g, 12), addr4(g, 16)),
+                    ("198.51.100.1".into(), INSIDE.into()),
+                    "{v}"
+                );
+            }
+            let d = reassemble4(&r4);
+            assert_eq!(d.len(), req.len(), "{v}");
+            assert_eq!(d[20], 0, "{v}: an echo reply");
+            assert_eq!(ones_complement_sum(&d[20..]), 0xffff, "{v}: its checksum");
+            assert_eq!(&d[24..], &req[24..], "{v}: identifier, sequence, payload");
+
+            assert_eq!(r6.len(), 2, "{v}: two IPv6 reply fragments");
+            let mut by_off = r6.clone();
+            by_off.sort_by_key(|g| u16::from_be_bytes([g[42], g[43]]) & 0xfff8);
+            for (g, f) in by_off.iter().zip(&frags6) {
+                assert_eq!(g.len(), f.len(), "{v}: each the size it came as");
+            }
+            let d6 = reassemble6(&r6);
+            assert_eq!(
+                (&d6[8..24], &d6[24..40]),
+                (&req6[24..40], &req6[8..24]),
+                "{v}: addresses swapped"
+            );
+            assert_eq!(d6[40], 129, "{v}: an echo reply");
+            assert!(
+                icmp6_sum_ok(&d6),
+                "{v}: its checksum over the whole message"
+            );
+            assert_eq!(&d6[44..], &req6[44..], "{v}: identifier, sequence, payload");
+            assert_eq!(lab.w.host.stats.icmp_echo_replies, 1, "{v}");
+            assert_eq!(lab.w.host.stats.icmp6_echo_replies, 1, "{v}");
+            lab.assert_conserved();
+            lab.stop_and_check_pool();
+        }
+    }
+}
+
+/// Without tracking, local delivery's reassembly times out as Linux's does: an IPv4
+/// datagram to the router missing its last fragment is answered after 30 s (not 29)
+/// with time exceeded code 1 quoting its first fragment (`ip_expire`); an IPv6 one after
+/// 60 s with Time Exceeded code 1 (RFC 8200 4.5); one whose first fragment never came
+/// is dropped silently. The fragments count as held until then.
+#[test]
+fn local_reassembly_times_out_as_linux_does() {
+    let payload: Vec<u8> = vec![0x3c; 2000];
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let mut lab = Lab::new(&local_spec(false), mode, dispatch);
+        let p = udp4(INSIDE, 7, "198.51.100.1", 7, 0x0101, &payload);
+        let f = fragment4(&p, &[1480, 0]);
+        lab.feed(0, [eth(PEER.0, US.0, &f[0])]);
+        let q = udp4(INSIDE, 7, "198.51.100.1", 7, 0x0202, &payload);
+        lab.feed(0, [eth(PEER.0, US.0, &fragment4(&q, &[1480, 0])[1])]);
+        let p6 = udp6(INSIDE6, 7, support::US6, 7, &payload);
+        let f6 = fragment6(&p6, &[1232, 0], 99);
+        lab.feed(0, [eth(PEER.0, US.0, &f6[0])]);
+        lab.run();
+        assert_eq!(lab.w.held(), 3, "{v}: three fragments held");
+        lab.assert_conserved();
+        lab.advance(29 * S);
+        assert!(lab.tx(0).is_empty(), "{v}: nothing before 30 s");
+        lab.advance(2 * S);
+        let got = sent(&mut lab, 0);
+        assert_eq!(got.len(), 1, "{v}: one ICMP error at 31 s");
+        let e = &got[0];
+        assert_eq!(
+            (e[9], e[20], e[21]),
+            (1, 11, 1),
+            "{v}: time exceeded, code 1"
+        );
+        assert_eq!(addr4(e, 16), INSIDE, "{v}: to the sender");
+        assert_eq!(&e[28..48], &f[0][..20], "{v}: quoting the first fragment");
+        assert_eq!(lab.w.held(), 1, "{v}");
+        lab.advance(28 * S);
+        assert!(lab.tx(0).is_empty(), "{v}: IPv6 not before 60 s");
+        lab.advance(2 * S);
+        let got = sent(&mut lab, 0);
+        assert_eq!(got.len(), 1, "{v}: one ICMPv6 error");
+        let e = &got[0];
+        assert_eq!(
+            (e[6], e[40], e[41]),
+            (58, 3, 1),
+            "{v}: Time Exceeded, code 1"
+        );
+        assert_eq!(&e[48..88], &f6[0][..40], "{v}: quoting the first fragment");
+        assert_eq!(lab.w.held(), 0, "{v}");
+        assert_eq!(
+            lab.dropped(defrag::reason::TIMEOUT),
+            1,
+            "{v}: the lone later fragment"
+        );
         lab.assert_conserved();
         lab.stop_and_check_pool();
     }

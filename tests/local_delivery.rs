@@ -135,7 +135,7 @@ fn traffic() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
     let mut f = good(9, 5001, 0);
     f[20] = 0x20; // more fragments
     frames::refresh_ip_checksum(&mut f);
-    bad.push((f, Some(netbatch_stack::ip4::local::reason::FRAG_REASSEMBLY)));
+    bad.push((f, Some(netbatch_stack::defrag::reason::BAD_LENGTH)));
     let mut f = good(9, 5001, 0);
     f[23] = 47; // GRE: no handler, answered with protocol unreachable
     frames::refresh_ip_checksum(&mut f);

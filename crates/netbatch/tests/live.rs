@@ -435,6 +435,9 @@ fn scenario(
 
     // Ping netbatch itself, then through it: ARP resolved both ways on the way.
     t.must("h1", "ping -c 3 -i 0.2 -W 2 192.0.2.1");
+    // 3000 bytes of payload: the kernel sends three fragments, netbatch reassembles the
+    // request and answers with fragments the kernel reassembles (ping checks the data).
+    t.must("h1", "ping -c 3 -i 0.2 -W 2 -s 3000 192.0.2.1");
     t.must("h1", "ping -c 3 -i 0.2 -W 2 198.51.100.2");
     let r1_mac = t.must("r", &format!("cat /sys/class/net/nb{s}r1/address"));
     let r2_mac = t.must("r", &format!("cat /sys/class/net/nb{s}r2/address"));
@@ -652,6 +655,8 @@ fn scenario(
 fn ipv6_through_netbatch(t: &Topo) {
     let s = &t.tag;
     t.must("h1", "ping -6 -c 3 -i 0.2 -W 2 2001:db8:1::1");
+    // Fragmented both ways, as over IPv4.
+    t.must("h1", "ping -6 -c 3 -i 0.2 -W 2 -s 3000 2001:db8:1::1");
     let r1_mac: netbatch_wire::ethernet::MacAddr = t
         .must("r", &format!("cat /sys/class/net/nb{s}r1/address"))
         .trim()

@@ -41,6 +41,8 @@ pub const STAGES: &[Decl] = &[
     ct::stage::CONFIRM_LOCAL,
     ip4::local::DECL,
     ip6::local::DECL,
+    ip4::defrag::LOCAL_DECL,
+    ip6::defrag::LOCAL_DECL,
     udp::input::DECL,
     udp::input::DECL6,
     icmp::input::DECL,
@@ -115,6 +117,10 @@ pub mod node {
     pub const IP4_DEFRAG: &str = "ip4-defrag";
     /// IPv6 defragmentation before tracking, when tracking is configured.
     pub const IP6_DEFRAG: &str = "ip6-defrag";
+    /// IPv4 reassembly of fragments for this host (after `ip4-local`, back to it).
+    pub const IP4_REASSEMBLE: &str = "ip4-reassemble";
+    /// IPv6 reassembly of fragments for this host (after `ip6-local`, back to it).
+    pub const IP6_REASSEMBLE: &str = "ip6-reassemble";
     /// Connection tracking of received packets (before PREROUTING), when configured.
     pub const CT_IN: &str = "ct-in";
     /// Connection tracking of packets this host makes (before OUTPUT).
@@ -220,6 +226,10 @@ pub struct GraphOptions {
     /// NAT's chains (the `[nat]` section): the `nat-*` stages are in the graph (with
     /// connection tracking). `None` leaves them out.
     pub nat: Option<nat::Config>,
+    /// The bounds and timeouts of the fragment stores (the `[defrag]` section; Linux's
+    /// defaults without it), one per family and worker, which reassembly for local
+    /// delivery and defragmentation before tracking share.
+    pub defrag: crate::defrag::Config,
 }
 
 impl GraphOptions {
@@ -524,6 +534,7 @@ mod tests {
                 },
                 ..Default::default()
             }),
+            defrag: crate::defrag::Config::default(),
         }
     }
 
@@ -570,6 +581,8 @@ mod tests {
                 "ip6-route",
                 "ip4-local",
                 "ip6-local",
+                "ip4-reassemble",
+                "ip6-reassemble",
                 "udp-input",
                 "udp6-input",
                 "icmp-input",

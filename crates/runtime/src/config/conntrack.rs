@@ -24,79 +24,8 @@ pub(super) struct ConntrackFile {
     tcp_max_retrans: Option<u64>,
     #[serde(default)]
     timeouts: BTreeMap<String, toml::Value>,
-    defrag: Option<DefragFile>,
-}
-
-/// `[conntrack.defrag]`: the bounds of defragmentation before tracking (per family and
-/// worker), and its timeouts as Linux's `ipfrag_time` and `ip6frag_time`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DefragFile {
-    max_buffers: Option<i64>,
-    max_datagrams: Option<i64>,
-    max_fragments: Option<i64>,
-    timeout: Option<i64>,
-    timeout6: Option<i64>,
-}
-
-/// The largest `max_buffers` (a worker's pool has at most this many buffers to spare).
-const MAX_DEFRAG_BUFFERS: i64 = 1 << 20;
-/// The largest `max_datagrams`.
-const MAX_DEFRAG_DATAGRAMS: i64 = 1 << 16;
-/// The most fragments of one datagram (a 65,535-byte datagram in 8-byte pieces).
-const MAX_DEFRAG_FRAGMENTS: i64 = 8192;
-/// The largest defragmentation timeout, seconds (Linux takes any; an hour is plenty).
-const MAX_DEFRAG_TIMEOUT: i64 = 3600;
-
-/// The defragmentation settings of `raw`, each bad value refused at its key.
-fn defrag(raw: &DefragFile, e: &mut Errs) -> netbatch_stack::defrag::Config {
-    let mut c = netbatch_stack::defrag::Config::default();
-    let mut take = |key: &str, v: Option<i64>, lo: i64, hi: i64, what: &str| -> Option<u64> {
-        let v = v?;
-        if (lo..=hi).contains(&v) {
-            Some(v as u64)
-        } else {
-            e.add(
-                format!("conntrack.defrag.{key}"),
-                format!("{v} {what}: from {lo} to {hi}"),
-            );
-            None
-        }
-    };
-    if let Some(v) = take(
-        "max_buffers",
-        raw.max_buffers,
-        1,
-        MAX_DEFRAG_BUFFERS,
-        "buffers",
-    ) {
-        c.max_buffers = v as usize;
-    }
-    if let Some(v) = take(
-        "max_datagrams",
-        raw.max_datagrams,
-        1,
-        MAX_DEFRAG_DATAGRAMS,
-        "datagrams",
-    ) {
-        c.max_datagrams = v as usize;
-    }
-    if let Some(v) = take(
-        "max_fragments",
-        raw.max_fragments,
-        2,
-        MAX_DEFRAG_FRAGMENTS,
-        "fragments",
-    ) {
-        c.max_fragments = v as usize;
-    }
-    if let Some(v) = take("timeout", raw.timeout, 1, MAX_DEFRAG_TIMEOUT, "seconds") {
-        c.timeout4 = v as u32;
-    }
-    if let Some(v) = take("timeout6", raw.timeout6, 1, MAX_DEFRAG_TIMEOUT, "seconds") {
-        c.timeout6 = v as u32;
-    }
-    c
+    /// `[conntrack.defrag]`, which became `[defrag]`: refused, naming the section.
+    defrag: Option<toml::Value>,
 }
 
 /// The tracking settings of `[conntrack]` (none without the section), for `workers`
@@ -150,8 +79,12 @@ pub(super) fn validate(
         }
     }
     c.timeouts = t;
-    if let Some(d) = &raw.defrag {
-        c.defrag = defrag(d, e);
+    if raw.defrag.is_some() {
+        e.add(
+            "conntrack.defrag",
+            "the fragment store's bounds are the [defrag] section's (local delivery reassembles too)"
+                .to_string(),
+        );
     }
     Some(c)
 }
@@ -167,7 +100,7 @@ mod tests {
     fn mistakes_are_refused_with_their_keys() {
         let bad = format!(
             "{PORT}[conntrack]\nmax = 0\ntcp_max_retrans = 300\n[conntrack.timeouts]\ntcp_listen = 5\nudp = 0\n\
-             [conntrack.defrag]\nmax_buffers = 0\nmax_fragments = 1\ntimeout = 0\ntimeout6 = 99999\nmax_datagrams = -3\n\
+             [conntrack.defrag]\nmax_buffers = 10\n\
              [filter.forward]\npolicy = \"continue\"\n[[filter.forward.rule]]\nct_state = \"new,bogus\"\nct_status = \"confirmed\"\nct_mark = \"x\"\naction = \"continue\"\n"
         );
         let e = parse(&bad).unwrap_err();
@@ -177,11 +110,7 @@ mod tests {
             "conntrack.tcp_max_retrans",
             "conntrack.timeouts.tcp_listen",
             "conntrack.timeouts.udp",
-            "conntrack.defrag.max_buffers",
-            "conntrack.defrag.max_datagrams",
-            "conntrack.defrag.max_fragments",
-            "conntrack.defrag.timeout",
-            "conntrack.defrag.timeout6",
+            "conntrack.defrag",
             "filter.forward.policy",
             "filter.forward.rule[0].ct_state",
             "filter.forward.rule[0].ct_status",
@@ -197,23 +126,13 @@ mod tests {
     #[test]
     fn values_and_defaults() {
         let good = format!(
-            "{PORT}[conntrack]\nmax = 1001\ntcp_be_liberal = true\n[conntrack.timeouts]\nudp_stream = 180\n\
-             [conntrack.defrag]\nmax_buffers = 300\ntimeout = 5\n"
+            "{PORT}[conntrack]\nmax = 1001\ntcp_be_liberal = true\n[conntrack.timeouts]\nudp_stream = 180\n"
         );
         let c = parse(&good).unwrap();
         let ct = c.graph.conntrack.as_ref().unwrap();
         assert_eq!(ct.max, 501, "1001 over two workers, rounded up");
         assert!(ct.tcp.be_liberal && ct.tcp.loose);
         assert_eq!((ct.timeouts.udp_stream, ct.timeouts.udp), (180, 30));
-        assert_eq!(
-            (
-                ct.defrag.max_buffers,
-                ct.defrag.timeout4,
-                ct.defrag.timeout6
-            ),
-            (300, 5, 60),
-            "set values and Linux's 60 s for IPv6"
-        );
         assert!(c.rps.as_ref().unwrap().symmetric);
         let rule = format!(
             "{PORT}[filter.input]\n[[filter.input.rule]]\nct_state = \"invalid\"\naction = \"drop\"\n"

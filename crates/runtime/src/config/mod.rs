@@ -41,6 +41,7 @@ mod classifier;
 mod conntrack;
 mod control;
 mod datapath;
+mod defrag;
 mod filter;
 mod icmp;
 mod linux;
@@ -160,6 +161,7 @@ struct File {
     #[serde(default)]
     filter: filter::FilterFile,
     conntrack: Option<conntrack::ConntrackFile>,
+    defrag: Option<defrag::DefragFile>,
     nat: Option<nat::NatFile>,
     #[serde(default)]
     classifier: classifier::ClassifierFile,
@@ -579,6 +581,7 @@ fn validate(raw: &File, dir: &Path, e: &mut Errs) -> Option<Config> {
         chains: filter::validate(&raw.filter, &names, e),
         classifier: classifier::validate(&raw.classifier, &port_names, e),
         conntrack: conntrack::validate(raw.conntrack.as_ref(), dp.workers, e),
+        defrag: defrag::validate(raw.defrag.as_ref(), e),
         nat: nat::validate(raw.nat.as_ref(), &names, e),
         ..GraphOptions::default()
     };
@@ -931,6 +934,7 @@ mod tests {
             ("`[filter]`", "[filter]\n"),
             ("`[filter.HOOK]`", "[filter.forward]\n"),
             ("`[[filter.HOOK.rule]]`", "[[filter.forward.rule]]\n"),
+            ("`[defrag]`", "[defrag]\n"),
             ("`[nat]`", "[nat]\n"),
             ("`[nat.HOOK]`", "[nat.postrouting]\n"),
             (

@@ -1908,6 +1908,13 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<(String, String)> {
     );
     differ(
         &mut v,
+        "defrag",
+        format!("{:?}", old.graph.defrag),
+        format!("{:?}", new.graph.defrag),
+        "the fragment stores' bounds (made once per worker)",
+    );
+    differ(
+        &mut v,
         "pool",
         format!("{:?}", old.pool),
         format!("{:?}", new.pool),

@@ -145,8 +145,6 @@ pub struct Config {
     pub tcp: TcpConfig,
     /// Hash seed (fixed: tables are laid out the same on every run).
     pub seed: u64,
-    /// Defragmentation before tracking (`[conntrack.defrag]`).
-    pub defrag: crate::defrag::Config,
 }
 
 impl Default for Config {
@@ -156,7 +154,6 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             tcp: TcpConfig::default(),
             seed: 0x6e62_6374_2d73_6565,
-            defrag: crate::defrag::Config::default(),
         }
     }
 }

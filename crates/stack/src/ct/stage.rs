@@ -72,6 +72,13 @@ fn make_confirm(_: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
     Box::new(Confirm::default())
 }
 
+fn make_confirm_local(_: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
+    Box::new(Confirm {
+        local: true,
+        ..Confirm::default()
+    })
+}
+
 const TRACK_READS: Fields = Fields::of(&[Field::L3, Field::L4, Field::Gso]);
 
 /// `ct-in`: received packets, after the IP input checks, before PREROUTING.
@@ -125,7 +132,7 @@ pub const CONFIRM_LOCAL: Decl = Decl {
     reads: Fields::of(&[Field::Ct, Field::Gso]),
     writes: Fields::of(&[Field::Ct, Field::Gso]),
     present,
-    ..Decl::new(node::CT_CONFIRM_LOCAL, make_confirm)
+    ..Decl::new(node::CT_CONFIRM_LOCAL, make_confirm_local)
 };
 
 /// `ct-in` or `ct-out`.
@@ -240,13 +247,16 @@ fn confirm_one(st: &mut Host, buf: u32, m: &mut netbatch_engine::Meta, now: u64)
 }
 
 /// `ct-confirm` and `ct-confirm-local`: links a new connection's entry when its packet
-/// gets here, and splits a datagram `ip4-defrag`/`ip6-defrag` made whole back into the
-/// fragments it came as ([`crate::defrag::split`]), the last stage of the tracked path
-/// before the neighbour stages (which fragment again what does not fit the egress MTU)
-/// and local delivery.
+/// gets here. `ct-confirm` splits a datagram `ip4-defrag`/`ip6-defrag` made whole back
+/// into the fragments it came as ([`crate::defrag::split`]), the last stage of the
+/// tracked path before the neighbour stages (which fragment again what does not fit the
+/// egress MTU); `ct-confirm-local` hands it on whole, since local delivery takes the
+/// datagram reassembled (Linux's `ip_local_deliver`).
 #[derive(Debug, Default)]
 pub struct Confirm {
     frags: Vec<netbatch_engine::Pkt>,
+    /// Before local delivery: defrag chains go on whole.
+    local: bool,
 }
 
 impl Stage<Host> for Confirm {
@@ -285,7 +295,7 @@ impl Stage<Host> for Confirm {
             confirm_one(st, buf, v.meta, now);
             let six = v.meta.l3_type == L3::Ipv6 as u8;
             let arc = if six { ACCEPT6 } else { ACCEPT };
-            if v.meta.flags & flag::DEFRAG_CHAIN != 0 {
+            if v.meta.flags & flag::DEFRAG_CHAIN != 0 && !self.local {
                 crate::defrag::split(cx.pool, p, &mut self.frags);
                 for q in self.frags.drain(..) {
                     out.push(arc, q);

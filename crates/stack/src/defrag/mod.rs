@@ -2,7 +2,9 @@
 //! `nf_defrag_ipv4`/`nf_defrag_ipv6` do for conntrack: the fragments of one datagram
 //! are gathered before `ct-in`, so that the datagram is tracked, filtered and
 //! translated as one (its L4 header is in the first fragment), and it leaves as the
-//! fragments it came as.
+//! fragments it came as; and reassembly for local delivery, as Linux's `ip_local_deliver`
+//! does tracked or not (`ip4-reassemble`/`ip6-reassemble`, the same stage over the same
+//! store, behind `ip4-local`/`ip6-local`).
 //!
 //! Representation (no payload is copied): when the last missing fragment arrives, the
 //! datagram goes on as one packet, a *defrag chain*: the first fragment's buffer (offset
@@ -18,7 +20,10 @@
 //! the head's may have had changed (TOS/traffic class, TTL/hop limit, addresses), so
 //! that each leaves as it came, sized as it came (Linux's `frag_max_size`): where one
 //! does not fit the egress MTU, `ip4-fragment` fragments it again (a DF-marked one gets
-//! fragmentation needed), and an IPv6 one gets Packet Too Big, as Linux does.
+//! fragmentation needed), and an IPv6 one gets Packet Too Big, as Linux does. Local
+//! delivery takes the chain whole: the transport stages read the datagram's data over
+//! it ([`later_data`]), a socket gets it with the later fragments' headers pulled
+//! ([`gather`]), an echo reply leaves split as the request came.
 //!
 //! The store ([`Store`], one per family in each worker's stage): datagrams keyed as RFC
 //! 791 says for IPv4 (source, destination, protocol, identification) and RFC 8200 4.5
@@ -54,7 +59,9 @@ netbatch_engine::reasons! {
     }
 }
 
-/// Settings (`[conntrack.defrag]`).
+/// Settings (`[defrag]`): the bounds of one family's store in each worker, shared by
+/// reassembly for local delivery and defragmentation before tracking, as Linux's
+/// `ipfrag_*` sysctls bound both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
     /// Fragments (buffers, wire packets) one family's store holds per worker (at most an
@@ -435,6 +442,53 @@ pub fn split(pool: &Pool, mut p: Pkt, out: &mut Vec<Pkt>) {
         }
         out.push(q);
     }
+}
+
+/// Where the data of fragment `d` (from its IP header) starts: after the IPv4 header,
+/// or after the IPv6 Fragment header the extension header walk finds. `None` for a
+/// packet laid out as no fragment is (the store holds none such).
+pub fn data_at(d: &[u8]) -> Option<usize> {
+    let first = *d.first()?;
+    if first >> 4 == 6 {
+        let ip = netbatch_wire::ipv6::Ipv6Packet::new_checked(d).ok()?;
+        let f = crate::dissect::ip6_walk(&ip).ok()?.fragment?;
+        Some(f.at + netbatch_wire::ipv6ext::FRAGMENT_HEADER_LEN).filter(|&n| n <= d.len())
+    } else {
+        Some(usize::from(first & 0x0f) * 4).filter(|&n| n >= 20 && n <= d.len())
+    }
+}
+
+/// The data of the later fragments of the defrag chain whose head is `p`, in offset
+/// order (their IP headers, and IPv6 Fragment headers, left out; nothing copied). The
+/// head's own data is the caller's (it knows where its transport header starts).
+pub fn later_data<'a>(pool: &'a Pool, p: &'a Pkt) -> impl Iterator<Item = &'a [u8]> + 'a {
+    let mut next = pool.get(p).meta.chain.as_ref();
+    core::iter::from_fn(move || {
+        let v = pool.get(next?);
+        next = v.meta.chain.as_ref();
+        let d = v.data();
+        Some(data_at(d).and_then(|at| d.get(at..)).unwrap_or_default())
+    })
+}
+
+/// Turns the defrag chain `p` into the form a socket reads, as a GRO super-datagram's
+/// continuation buffers are: each later fragment's headers pulled so that its buffer
+/// holds only its data; the head keeps its headers and `total_len` (the datagram's
+/// length). Once gathered the chain can no longer be split. `false` (nothing changed
+/// past the failing buffer) for a later fragment laid out as none the store holds.
+pub fn gather(pool: &Pool, p: &mut Pkt) -> bool {
+    let mut next = pool.get_mut(p).meta.chain.as_mut();
+    while let Some(q) = next {
+        let mut w = pool.get_mut(q);
+        let Some(at) = data_at(w.data()) else {
+            return false;
+        };
+        if !w.pull(at) {
+            return false;
+        }
+        next = w.meta.chain.as_mut();
+    }
+    true
 }
 
 #[cfg(test)]

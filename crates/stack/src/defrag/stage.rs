@@ -1,6 +1,7 @@
 //! The defragmentation stage, one per family (`ip4-defrag` in [`crate::ip4::defrag`],
 //! `ip6-defrag` in [`crate::ip6::defrag`]): between IP input and `ct-in`, in the graph
-//! only when connection tracking is. A packet that is not a fragment passes at the cost
+//! only when connection tracking is; and the same stage for local delivery
+//! (`ip4-reassemble`, `ip6-reassemble`), fed only with fragments for this host. A packet that is not a fragment passes at the cost
 //! of one look at its header (IPv4: the fragment word; IPv6: the dissector's flag). A
 //! fragment goes to the family's [`Store`]; a datagram made whole goes on as a defrag
 //! chain ([`super::chain`]); a datagram timed out is dropped, its first fragment, when
@@ -56,16 +57,9 @@ pub struct Defrag<F> {
     _f: core::marker::PhantomData<F>,
 }
 
-/// The stage of family `F` as the graph declares it: the `[conntrack.defrag]` settings
-/// (Linux's defaults without them).
+/// The stage of family `F` as the graph declares it, with the `[defrag]` settings.
 pub(crate) fn make<F: Family>(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
-    let cfg = m
-        .opts
-        .conntrack
-        .as_ref()
-        .map(|c| c.defrag)
-        .unwrap_or_default();
-    Box::new(Defrag::<F>::new(cfg))
+    Box::new(Defrag::<F>::new(m.opts.defrag))
 }
 
 impl<F: Family> Defrag<F> {

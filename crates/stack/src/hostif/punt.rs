@@ -4,7 +4,9 @@
 //! The link header `eth-input` pulled is still in front of the packet (stages before this
 //! one change nothing there): it is put back, so the kernel sees the frame with its
 //! destination MAC (the port's, which the tap carries), VLAN tags and all. A super-packet
-//! (GRO) is segmented first: the tap is opened without offloads.
+//! (GRO) is segmented first: the tap is opened without offloads. A datagram reassembled
+//! for local delivery (a defrag chain) goes as the fragments it came as
+//! ([`crate::defrag::split`]): the kernel reassembles them itself.
 
 use netbatch_engine::{Cx, Out, Pkt, PktList, Reason, Stage};
 
@@ -20,6 +22,8 @@ use crate::tx::{port_arc, with_port_arcs};
 pub struct HostPunt {
     arcs: Vec<&'static str>,
     segs: Vec<Pkt>,
+    /// The fragments of a defrag chain being handed over.
+    frags: Vec<Pkt>,
     /// Wire packets handed to the kernel.
     punted: u64,
     /// Super-packets segmented on the way.
@@ -32,6 +36,7 @@ impl HostPunt {
         Self {
             arcs: with_port_arcs(&[], ports),
             segs: Vec::new(),
+            frags: Vec::new(),
             punted: 0,
             segmented: 0,
         }
@@ -78,29 +83,45 @@ impl Stage<Host> for HostPunt {
     }
 
     fn process(&mut self, host: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
-        for mut p in list.drain(..) {
-            let mut v = cx.pool.get_mut(&mut p);
-            let arc = punt_port(host, v.meta.in_port).and_then(|t| port_arc(&self.arcs, 0, t));
-            let Some(arc) = arc.filter(|_| restore_link_header(&mut v)) else {
-                out.drop(p, reason::NO_PAIR);
+        for p in list.drain(..) {
+            if cx.pool.get(&p).meta.flags & flag::DEFRAG_CHAIN == 0 {
+                self.one(host, cx, p, out);
                 continue;
-            };
-            let wire = v.meta.wire_packets();
-            if v.meta.gso_type == gso::NONE {
+            }
+            let mut frags = core::mem::take(&mut self.frags);
+            crate::defrag::split(cx.pool, p, &mut frags);
+            for q in frags.drain(..) {
+                self.one(host, cx, q, out);
+            }
+            self.frags = frags;
+        }
+    }
+}
+
+impl HostPunt {
+    /// Hands `p` to the kernel of its port's pair.
+    fn one(&mut self, host: &Host, cx: &mut Cx<'_>, mut p: Pkt, out: &mut Out) {
+        let mut v = cx.pool.get_mut(&mut p);
+        let arc = punt_port(host, v.meta.in_port).and_then(|t| port_arc(&self.arcs, 0, t));
+        let Some(arc) = arc.filter(|_| restore_link_header(&mut v)) else {
+            out.drop(p, reason::NO_PAIR);
+            return;
+        };
+        let wire = v.meta.wire_packets();
+        if v.meta.gso_type == gso::NONE {
+            self.punted += wire;
+            out.push(arc, p);
+            return;
+        }
+        match crate::gso::segment(cx.pool, cx.cache, p, &mut self.segs) {
+            Ok(()) => {
                 self.punted += wire;
-                out.push(arc, p);
-                continue;
-            }
-            match crate::gso::segment(cx.pool, cx.cache, p, &mut self.segs) {
-                Ok(()) => {
-                    self.punted += wire;
-                    self.segmented += 1;
-                    for q in self.segs.drain(..) {
-                        out.push(arc, q);
-                    }
+                self.segmented += 1;
+                for q in self.segs.drain(..) {
+                    out.push(arc, q);
                 }
-                Err((p, r)) => out.drop(p, r),
             }
+            Err((p, r)) => out.drop(p, r),
         }
     }
 }

@@ -8,6 +8,13 @@
 //! fragment). A datagram for this host that times out with its first fragment received
 //! is answered with time exceeded, code 1 (RFC 792); a forwarded one is dropped silently,
 //! as Linux's conntrack defragmentation does (`frag_expire_skip_icmp`).
+//!
+//! `ip4-reassemble` is the same stage on the local delivery path, Linux's `ip_defrag` in
+//! `ip_local_deliver`: always in the graph, it sees only the fragments `ip4-local` sends
+//! it (a fragment for this host that no defragmentation before tracking gathered), and
+//! sends the datagram it makes whole back to `ip4-local`. It shares the host's store with
+//! `ip4-defrag` (with tracking every fragment is gathered there first, and none comes
+//! here), so it is one reassembler with one bound; the forwarding path never meets it.
 
 use netbatch_engine::{Meta, Reason};
 
@@ -108,4 +115,17 @@ pub const DECL: Decl = Decl {
     writes: Fields::of(&[Field::Gso, Field::Ask]),
     present,
     ..Decl::new(node::IP4_DEFRAG, crate::defrag::stage::make::<V4>)
+};
+
+/// `ip4-reassemble`: fragments for this host, from `ip4-local` and back to it whole.
+pub const LOCAL_DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Node(node::IP4_LOCAL)),
+        ("error", To::Node(node::IP4_ICMP_ERROR)),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::L3, Field::L4]),
+    writes: Fields::of(&[Field::Gso, Field::Ask]),
+    ..Decl::new(node::IP4_REASSEMBLE, crate::defrag::stage::make::<V4>)
 };

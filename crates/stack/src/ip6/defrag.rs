@@ -7,6 +7,11 @@
 //! (RFC 7112; what tracking reads). A datagram that times out with its first fragment
 //! received is answered with Time Exceeded, code 1 (RFC 8200 4.5), as Linux's conntrack
 //! defragmentation does (`ip6frag_expire_frag_queue`).
+//!
+//! `ip6-reassemble` is the same stage on the local delivery path (Linux reassembles in
+//! the Fragment header's handler, `ipv6_frag_rcv`, on the way to the upper layer): always
+//! in the graph, fed only by `ip6-local` with fragments for this host, sending what it
+//! makes whole back there, over the host's one IPv6 store.
 
 use netbatch_engine::{Meta, Reason};
 use netbatch_wire::ipv6::Ipv6Packet;
@@ -108,4 +113,17 @@ pub const DECL: Decl = Decl {
     writes: Fields::of(&[Field::Gso, Field::Ask]),
     present,
     ..Decl::new(node::IP6_DEFRAG, crate::defrag::stage::make::<V6>)
+};
+
+/// `ip6-reassemble`: fragments for this host, from `ip6-local` and back to it whole.
+pub const LOCAL_DECL: Decl = Decl {
+    arcs: &[
+        ("ok", To::Node(node::IP6_LOCAL)),
+        ("error", To::Node(node::IP6_ICMP_ERROR)),
+    ],
+    reasons: &[reason::ALL],
+    decode: Decode::Ip,
+    reads: Fields::of(&[Field::L3, Field::L4]),
+    writes: Fields::of(&[Field::Gso, Field::Ask]),
+    ..Decl::new(node::IP6_REASSEMBLE, crate::defrag::stage::make::<V6>)
 };

@@ -1,9 +1,12 @@
 //! `ip6-local`: the extension headers of a packet for us (RFC 8200 4), then the demux by
 //! upper-layer protocol.
 //!
-//! A fragment (a Fragment header that is not atomic) is dropped (`ip6_frag_reassembly`:
-//! netbatch does not reassemble) or, on a port paired with a host interface, handed to
-//! the kernel, which does. Then each extension header in order:
+//! A fragment (a Fragment header that is not atomic) goes to `ip6-reassemble`
+//! ([`crate::ip6::defrag`]), which sends its datagram back here once whole, as a defrag
+//! chain (`flag::DEFRAG_CHAIN`; with tracking `ip6-defrag` made it already); on a port
+//! paired with a host interface a fragment is handed to the kernel instead, which
+//! reassembles. A chain's head is walked like a whole packet: its Fragment header is
+//! crossed as an atomic fragment's is. Then each extension header in order:
 //! - Hop-by-Hop and Destination Options: every option that is not padding nor Router
 //!   Alert (RFC 2711) is one this node does not recognize, and its type's two high bits
 //!   say what to do (RFC 8200 4.2): skip it; discard the packet (`ip6_unknown_option`);
@@ -38,7 +41,6 @@ use crate::meta::{Field, Fields, flag};
 netbatch_engine::reasons! {
     /// Why `ip6-local` does not deliver a packet.
     pub mod reason {
-        FRAG_REASSEMBLY = "ip6_frag_reassembly": "IPv6 fragment for local delivery (no reassembly)",
         UNKNOWN_NEXT_HEADER = "ip6_unknown_next_header": "no handler for the IPv6 upper-layer protocol",
         UNKNOWN_OPTION = "ip6_unknown_option": "IPv6 option not recognized, its type says discard",
         ROUTING_HEADER = "ip6_routing_header": "IPv6 routing header with segments left, of a type netbatch does not follow",
@@ -52,6 +54,8 @@ netbatch_engine::arcs! {
     pub ERROR = "error";
     /// Arc to the host kernel ([`crate::hostif`]).
     pub HOST = "host";
+    /// Arc to `ip6-reassemble` (fragments).
+    pub REASSEMBLE = "reassemble";
 }
 
 /// `ip6-local`, the IPv6 local protocol demux: after its own arcs, one to each stage
@@ -60,6 +64,7 @@ pub const DECL: Decl = Decl {
     arcs: &[
         ("error", To::Node(node::IP6_ICMP_ERROR)),
         ("host", crate::hostif::TO_HOST),
+        ("reassemble", To::Node(node::IP6_REASSEMBLE)),
     ],
     demux: Some(Family::V6),
     reasons: &[
@@ -179,11 +184,11 @@ impl Stage<Host> for Ip6Local {
         for mut p in list.drain(..) {
             let v = cx.pool.get_mut(&mut p);
             let paired = punt_port(host, v.meta.in_port).is_some();
-            if v.meta.flags & flag::FRAG6 != 0 {
+            if v.meta.flags & (flag::FRAG6 | flag::DEFRAG_CHAIN) == flag::FRAG6 {
                 if paired {
                     out.push(HOST, p);
                 } else {
-                    out.drop(p, reason::FRAG_REASSEMBLY);
+                    out.push(REASSEMBLE, p);
                 }
                 continue;
             }

@@ -16,6 +16,14 @@
 //! segmented here and each datagram queued on its own (the kernel's
 //! `udp_unexpected_gso`). A super-datagram whose checksum nobody verified is segmented
 //! before the checks.
+//!
+//! A datagram reassembled from fragments (a defrag chain, [`crate::defrag`]) is checked
+//! whole: its UDP length against the reassembled length, its checksum over every
+//! fragment's data; then it is queued whole (counted as its fragments, the wire packets
+//! it came as), its later fragments' headers pulled so that the socket reads the payload
+//! over the chain as it reads a super-datagram's ([`super::Datagram::payload_parts`]).
+//! Refused, it keeps its fragments' headers: the ICMP error quotes the head, the host
+//! kernel of a paired port gets the fragments.
 
 use core::marker::PhantomData;
 
@@ -259,7 +267,8 @@ impl<F: UdpIp> UdpInputOf<F> {
         out: &mut Out,
     ) {
         let mut v = cx.pool.get_mut(&mut p);
-        if SUPER && v.meta.flags & flag::L4_CSUM_OK == 0 {
+        let defragged = SUPER && v.meta.flags & flag::DEFRAG_CHAIN != 0;
+        if SUPER && v.meta.flags & flag::L4_CSUM_OK == 0 && !defragged {
             self.unverified(host, cx, p, b, out);
             return;
         }
@@ -350,6 +359,14 @@ impl<F: UdpIp> UdpInputOf<F> {
             out.drop(p, reason::NO_SOCKET);
             return;
         };
+        if defragged {
+            if !crate::defrag::gather(cx.pool, &mut p) {
+                out.drop(p, reason::TRUNCATED);
+            } else if let Err(p) = s.enqueue(p, wire) {
+                out.drop(p, reason::QUEUE_FULL);
+            }
+            return;
+        }
         if whole && s.gro() {
             if let Err(p) = s.enqueue(p, wire) {
                 out.drop(p, reason::QUEUE_FULL);
@@ -386,6 +403,26 @@ impl<F: UdpIp> UdpInputOf<F> {
         self.one::<true>(host, cx, p, b, out);
     }
 
+    /// A datagram reassembled from fragments: its checksum verified over the chain (no
+    /// device verifies a fragment's), then checked and queued as a super-datagram is.
+    #[cold]
+    #[inline(never)]
+    fn defragged(
+        &mut self,
+        host: &mut Host,
+        cx: &mut Cx<'_>,
+        mut p: Pkt,
+        b: &mut Batch<'_, F::Bits>,
+        out: &mut Out,
+    ) {
+        if chain_sum_ok::<F>(cx.pool, &p) == Some(false) {
+            out.drop(p, reason::CHECKSUM);
+            return;
+        }
+        cx.pool.get_mut(&mut p).meta.flags |= flag::L4_CSUM_OK;
+        self.one::<true>(host, cx, p, b, out);
+    }
+
     /// A super-datagram whose checksum nobody verified: each datagram is checked on its
     /// own.
     #[cold]
@@ -412,6 +449,29 @@ impl<F: UdpIp> UdpInputOf<F> {
     }
 }
 
+/// Whether the UDP checksum of the defrag chain `p` is right, summed over the head's
+/// UDP header and data and every later fragment's data (RFC 768: over the whole
+/// datagram). `None` when there is nothing to verify here: no checksum (zero), or a
+/// header or length the checks that follow refuse.
+fn chain_sum_ok<F: UdpIp>(pool: &netbatch_engine::Pool, p: &Pkt) -> Option<bool> {
+    let v = pool.get(p);
+    let d = v.data();
+    let ihl = crate::dissect::ihl(v.meta)?;
+    let ip = F::header(d)?;
+    let u = d.get(ihl..)?;
+    let uh = UdpPacket::new_unchecked(u.first_chunk::<{ udp::HEADER_LEN }>()?);
+    let ulen = usize::from(uh.len());
+    if uh.checksum() == 0 || ulen + ihl != v.meta.total_len as usize {
+        return None;
+    }
+    // Every part but the last is a whole number of 8-byte units: the sums add up.
+    let mut acc = checksum::sum(u, F::pseudo(&ip, ulen));
+    for part in crate::defrag::later_data(pool, p) {
+        acc = checksum::sum(part, acc);
+    }
+    Some(checksum::verifies(acc))
+}
+
 impl<F: UdpIp> Stage<Host> for UdpInputOf<F> {
     fn arcs(&self) -> &[&'static str] {
         ARCS
@@ -436,8 +496,11 @@ impl<F: UdpIp> Stage<Host> for UdpInputOf<F> {
             writer: None,
         };
         for p in list.drain(..) {
-            if cx.pool.get(&p).meta.gso_type == gso::NONE {
+            let m = cx.pool.get(&p).meta;
+            if m.gso_type == gso::NONE && m.flags & flag::DEFRAG_CHAIN == 0 {
                 self.one::<false>(host, cx, p, &mut b, out);
+            } else if m.gso_type == gso::NONE {
+                self.defragged(host, cx, p, &mut b, out);
             } else {
                 self.super_datagram(host, cx, p, &mut b, out);
             }

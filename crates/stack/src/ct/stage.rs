@@ -45,6 +45,20 @@ const CT_FLAGS: u32 = flag::CT_TRACKED
     | flag::CT_SNAT
     | flag::CT_DNAT;
 
+/// The NAT status bits a packet's flags carry ([`nat_flags`] back).
+#[inline(always)]
+pub fn nat_status(f: u32) -> u16 {
+    (if f & flag::CT_SNAT != 0 {
+        super::status::SRC_NAT
+    } else {
+        0
+    }) | if f & flag::CT_DNAT != 0 {
+        super::status::DST_NAT
+    } else {
+        0
+    }
+}
+
 /// The NAT flag bits of a connection with status `s`.
 #[inline(always)]
 pub fn nat_flags(s: u16) -> u32 {

@@ -152,19 +152,9 @@ impl Stage<Host> for Icmp6Input {
                 continue;
             }
             let in_if = v.meta.in_if;
-            // From the address it was sent to; for a group or a Subnet-Router anycast
-            // address, from ours toward the sender (Linux's `icmpv6_echo_reply`, with
-            // `anycast_src_echo_reply` off, its default).
-            let reply_src = if dst.is_multicast() || host.is_anycast6(dst, in_if) {
-                match host.ifaces.get(usize::from(in_if)) {
-                    Some(i) => i.source6_for(src),
-                    None => {
-                        out.drop(p, netbatch_engine::reason::PORT_DOWN);
-                        continue;
-                    }
-                }
-            } else {
-                dst
+            let Some(reply_src) = echo_reply_src(host, src, dst, in_if) else {
+                out.drop(p, netbatch_engine::reason::PORT_DOWN);
+                continue;
             };
             let msg_len = msg.len();
             // Extension headers are not echoed: the fresh header goes right before the
@@ -249,16 +239,9 @@ impl Icmp6Input {
             return;
         };
         let (src, dst, in_if) = (ip.src(), ip.dst(), v.meta.in_if);
-        let reply_src = if dst.is_multicast() || host.is_anycast6(dst, in_if) {
-            match host.ifaces.get(usize::from(in_if)) {
-                Some(i) => i.source6_for(src),
-                None => {
-                    out.drop(p, netbatch_engine::reason::PORT_DOWN);
-                    return;
-                }
-            }
-        } else {
-            dst
+        let Some(reply_src) = echo_reply_src(host, src, dst, in_if) else {
+            out.drop(p, netbatch_engine::reason::PORT_DOWN);
+            return;
         };
         // The head's fixed header becomes the reply's; its payload length (the head's
         // own) and its extension headers up to the Fragment header stay.
@@ -339,4 +322,23 @@ fn chain_sum(
         acc = checksum::sum(part, acc);
     }
     Some((at, *m.first()?, acc))
+}
+
+/// The source of the echo reply to a request from `src` to `dst` received on `in_if`:
+/// the address it was sent to; for a group or a Subnet-Router anycast address, ours
+/// toward the sender (Linux's `icmpv6_echo_reply`, with `anycast_src_echo_reply` off, its
+/// default). `None` when the interface is gone.
+fn echo_reply_src(
+    host: &Host,
+    src: core::net::Ipv6Addr,
+    dst: core::net::Ipv6Addr,
+    in_if: u16,
+) -> Option<core::net::Ipv6Addr> {
+    if dst.is_multicast() || host.is_anycast6(dst, in_if) {
+        host.ifaces
+            .get(usize::from(in_if))
+            .map(|i| i.source6_for(src))
+    } else {
+        Some(dst)
+    }
 }

@@ -287,20 +287,6 @@ impl NatStage {
     }
 }
 
-/// The NAT status bits a packet's flags carry ([`ct::stage::nat_flags`] back).
-#[inline(always)]
-fn flags_status(f: u32) -> u16 {
-    (if f & flag::CT_SNAT != 0 {
-        status::SRC_NAT
-    } else {
-        0
-    }) | if f & flag::CT_DNAT != 0 {
-        status::DST_NAT
-    } else {
-        0
-    }
-}
-
 /// Source NAT through an existing mapping: reply tuple `r`, unless a connection has it
 /// (then refused: the outside endpoint is the mapping's, no other port will do).
 fn reuse(
@@ -469,7 +455,7 @@ impl NatStage {
         let first = f & flag::CT_UNCONFIRMED != 0 && dir == 0 && state == state_bit::NEW;
         // A packet of a connection decided before: its flags say whether this hook
         // changes it (tracking copied the entry's status there), without the entry.
-        if !first && !self.applies(flags_status(f), dir) {
+        if !first && !self.applies(ct::stage::nat_status(f), dir) {
             return Verdict::To(ACCEPT);
         }
         let Some(idx) = ct.attached(buf) else {

@@ -233,6 +233,11 @@ pub struct GraphOptions {
 }
 
 impl GraphOptions {
+    /// Whether a FORWARD rule offloads flows ([`crate::ct::offload`]).
+    pub fn offloads(&self) -> bool {
+        self.conntrack.is_some() && self.chain(HookPoint::Forward).is_some_and(Chain::offloads)
+    }
+
     /// The chain of hook `h`, when it can drop something (the last one given for it).
     pub fn chain(&self, h: HookPoint) -> Option<&Chain> {
         self.chains

@@ -371,7 +371,7 @@ pub(crate) fn build_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
 /// connection is established before the run (its first datagram and a reply tracked, as
 /// after a first exchange), so every packet is a lookup, a state update and the rule.
 pub(crate) fn build_ct_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
-    build_tracked_forward(v, c, false)
+    build_tracked_forward(v, c, false, false)
 }
 
 /// `nat44-forward`: `ct-forward` with source NAT: a POSTROUTING NAT chain `snat to
@@ -380,10 +380,23 @@ pub(crate) fn build_ct_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dy
 /// else) before the run, so every packet is the lookup, the rule and the rewrite of its
 /// source address and port with their checksums.
 pub(crate) fn build_nat44_forward(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
-    build_tracked_forward(v, c, true)
+    build_tracked_forward(v, c, true, false)
 }
 
-fn build_tracked_forward(v: &Variant, c: &Common, snat: bool) -> anyhow::Result<Box<dyn Bench>> {
+/// `nat44-offload`: `nat44-forward` whose FORWARD rule offloads what it accepts
+/// (`offload = true`, nftables' `flow add @ft`): each flow's first packet in the run
+/// takes the whole path and records its direction, the next ones are forwarded by
+/// `ct-in` (tracked, translated, TTL, on to the neighbour stage).
+pub(crate) fn build_nat44_offload(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn Bench>> {
+    build_tracked_forward(v, c, true, true)
+}
+
+fn build_tracked_forward(
+    v: &Variant,
+    c: &Common,
+    snat: bool,
+    offload: bool,
+) -> anyhow::Result<Box<dyn Bench>> {
     use netbatch_stack::ct::{self, ConnTrack, Found, Kind, Seen, Tuple};
     use netbatch_stack::filter::{Chain, CtMatch, HookPoint, Rule, Verdict};
     use netbatch_stack::nat;
@@ -403,6 +416,7 @@ fn build_tracked_forward(v: &Variant, c: &Common, snat: bool) -> anyhow::Result<
         state: ct::state_bit::ESTABLISHED,
         ..CtMatch::default()
     });
+    est.offload = offload;
     cfg.graph.chains.push((
         HookPoint::Forward,
         Chain {

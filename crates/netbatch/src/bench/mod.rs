@@ -53,6 +53,9 @@ cost (the null row), as a NIC's DMA and driver loop are part of the kernel's fig
                        flow's translation made before the run; ct-forward and
                        nat44-forward take --workers N: N threads, each its own receive
                        queue of its share of the flows, established in its own table
+  nat44-offload        nat44-forward with the FORWARD rule offloading what it accepts
+                       (offload = true, nftables' flow add @ft): after each flow's first
+                       packet, ct-in forwards it (NAT, TTL, neighbour), skipping the hooks
   ct-setup             new connections: 65,536 UDP flows through a 4,096-entry table and a
                        FORWARD chain accepting ct state new (each packet a new connection)
                        that matches none of the streams: the cost of a hook and a rule

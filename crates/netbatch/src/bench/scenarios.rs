@@ -32,6 +32,7 @@ pub(crate) const NAMES: &[&str] = &[
     "ct-forward",
     "ct-setup",
     "nat44-forward",
+    "nat44-offload",
     "udp-forward-1460",
     "tcp-forward-1460",
     "rps",
@@ -562,7 +563,8 @@ pub(crate) fn variants(name: &str, ax: &Axes<'_>) -> anyhow::Result<Vec<Variant>
     match name {
         "null" => v.extend(ax.modes.iter().map(|&m| mk(Some(m), None))),
         "smoltcp-udp-1b" => v.push(mk(None, None)),
-        "udp-local-1b" | "ip4-forward" | "ip4-forward-rules" | "ct-forward" | "nat44-forward" => {
+        "udp-local-1b" | "ip4-forward" | "ip4-forward-rules" | "ct-forward" | "nat44-forward"
+        | "nat44-offload" => {
             for &w in ax.workers {
                 for &d in ax.dispatch {
                     for &m in ax.modes {
@@ -659,6 +661,7 @@ pub(crate) fn build_variant(v: &Variant, c: &Common) -> anyhow::Result<Box<dyn B
         "ct-forward" => super::forward::build_ct_forward(v, c),
         "ct-setup" => super::forward::build_ct_setup(v, c),
         "nat44-forward" => super::forward::build_nat44_forward(v, c),
+        "nat44-offload" => super::forward::build_nat44_offload(v, c),
         "udp-forward-1460" => super::gro::build_gro_forward(v, c, false, false),
         "tcp-forward-1460" => super::gro::build_gro_forward(v, c, true, false),
         "ip6-forward" => super::forward6::build_forward6(v, c),

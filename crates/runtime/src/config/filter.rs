@@ -5,6 +5,8 @@
 //! `ct_status = "assured"` (snat, dnat, assured, seen-reply: any of them),
 //! `ct_mark = "V"` or `"V/MASK"`, `ct_mark_set = "V"` or `"mark"` (the packet's mark,
 //! as the classifier set it), and `action = "continue"` for a rule that only sets.
+//! `offload = true` on an accepting FORWARD rule offloads the established flows it
+//! accepts (nftables' `flow add @ft`: `netbatch_stack::ct::offload`).
 
 use netbatch_stack::filter::{Chain, CtMatch, HookPoint, MarkSet, PortRange, Rule, Verdict};
 use netbatch_stack::route::file::Resolve;
@@ -72,6 +74,8 @@ pub(super) struct RuleFile {
     /// `ct mark set`: `V` or `mark`.
     ct_mark_set: Option<String>,
     pub(super) action: String,
+    /// Flow offload (FORWARD, accept): nftables' `flow add @ft`.
+    pub(super) offload: Option<bool>,
     /// A NAT rule's target (`[nat.*]` only): `ADDR[-ADDR][:PORT[-PORT]]`.
     pub(super) to: Option<String>,
 }
@@ -207,8 +211,9 @@ pub(super) fn rule_from_words(
     for kv in pairs.chunks(2) {
         let (k, v) = (&kv[0], &kv[1]);
         let numeric = matches!(k.as_str(), "proto" | "sport" | "dport");
-        let value = match v.parse::<i64>() {
-            Ok(n) if numeric => toml::Value::Integer(n),
+        let value = match (v.parse::<i64>(), v.parse::<bool>()) {
+            (Ok(n), _) if numeric => toml::Value::Integer(n),
+            (_, Ok(b)) if k == "offload" => toml::Value::Boolean(b),
             _ => toml::Value::String(v.clone()),
         };
         if t.insert(k.clone(), value).is_some() {
@@ -238,7 +243,23 @@ fn rule(r: &RuleFile, hook: HookPoint, rkey: &str, names: &Names, e: &mut Errs) 
         );
     }
     let v = verdict(&r.action, &format!("{rkey}.action"), e).unwrap_or(Verdict::Accept);
-    matches_of(r, v, hook, rkey, names, e)
+    let mut rule = matches_of(r, v, hook, rkey, names, e);
+    if r.offload == Some(true) {
+        if hook != HookPoint::Forward {
+            e.add(
+                format!("{rkey}.offload"),
+                format!("flow offload is a forward rule's statement (nftables' `flow add` in a forward chain), not {hook}'s"),
+            );
+        } else if v != Verdict::Accept {
+            e.add(
+                format!("{rkey}.offload"),
+                "flow offload needs action = \"accept\": it forwards what the rule accepts",
+            );
+        } else {
+            rule.offload = true;
+        }
+    }
+    rule
 }
 
 /// The matches of rule `r` at `hook` under `rkey`, with verdict `v` (a NAT rule's
@@ -345,5 +366,47 @@ fn port_range(p: &PortSpec, key: &str, e: &mut Errs) -> Option<PortRange> {
                 None
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_test as parse;
+    use netbatch_stack::filter::HookPoint;
+
+    const PORTS: &str =
+        "[[port]]\nname = \"eth0\"\nmac = \"02:00:00:00:00:01\"\naddresses = [\"192.0.2.1/24\"]\n";
+
+    /// `offload = true` is a FORWARD rule's that accepts, as nftables' `flow add` is a
+    /// forward chain's statement: elsewhere, on a drop, or in a NAT rule it is refused
+    /// at its key. Accepted, it turns tracking on (offloading needs connections), and
+    /// a command-line rule takes it too.
+    #[test]
+    fn offload_is_an_accepting_forward_rules() {
+        let bad = format!(
+            "{PORTS}[filter.input]\n[[filter.input.rule]]\noffload = true\naction = \"accept\"\n\
+             [filter.forward]\n[[filter.forward.rule]]\noffload = true\naction = \"drop\"\n\
+             [nat.postrouting]\n[[nat.postrouting.rule]]\noffload = true\naction = \"masquerade\"\n"
+        );
+        let e = parse(&bad).unwrap_err();
+        let keys: Vec<&str> = e.errors.iter().map(|x| x.key.as_str()).collect();
+        for k in [
+            "filter.input.rule[0].offload",
+            "filter.forward.rule[0].offload",
+            "nat.postrouting.rule[0].offload",
+        ] {
+            assert!(keys.contains(&k), "{k} missing from {keys:?}");
+        }
+        let good = format!(
+            "{PORTS}[filter.forward]\npolicy = \"drop\"\n[[filter.forward.rule]]\nct_state = \"established\"\noffload = true\naction = \"accept\"\n"
+        );
+        let c = parse(&good).unwrap();
+        assert!(c.graph.offloads() && c.graph.conntrack.is_some());
+        let words: Vec<String> = "forward proto udp offload true action accept"
+            .split(' ')
+            .map(String::from)
+            .collect();
+        let (hook, rule) = c.parse_rule(&words).unwrap();
+        assert!(hook == HookPoint::Forward && rule.offload);
     }
 }

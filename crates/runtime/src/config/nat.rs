@@ -228,6 +228,12 @@ pub(super) fn validate(raw: Option<&NatFile>, names: &Names, e: &mut Errs) -> Op
                     "a NAT rule translates; set marks in a [filter] chain",
                 );
             }
+            if r.offload.is_some() {
+                e.add(
+                    format!("{rkey}.offload"),
+                    "a NAT rule translates; offload flows in a [filter.forward] rule",
+                );
+            }
             if let Some(a) = action(&r.action, r.to.as_deref(), m.proto, hook, &rkey, e) {
                 rules.push(NatRule {
                     matches: m,

@@ -196,6 +196,10 @@ pub fn counters(ct: &netbatch_stack::ct::ConnTrack) -> Value {
     for (name, n) in ct.nat.named() {
         m.insert(format!("nat_{name}"), json!(n));
     }
+    // Flow offload's (a FORWARD rule's `offload`).
+    for (name, n) in ct.offload.stats.named() {
+        m.insert(name.into(), json!(n));
+    }
     // Endpoint-independent UDP mappings (RFC 4787), where configured.
     if let Some(maps) = &ct.mappings {
         let st = maps.stats;

@@ -575,6 +575,9 @@ pub fn rule_text(r: &Rule, names: &[String]) -> String {
         }
         None => {}
     }
+    if r.offload {
+        let _ = write!(s, "offload true ");
+    }
     let _ = write!(s, "action {}", verdict(r.verdict));
     s
 }

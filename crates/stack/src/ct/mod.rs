@@ -22,6 +22,7 @@
 //! (for `ct state invalid` rules), each counted under its reason ([`Invalid`]).
 
 pub mod icmp;
+pub mod offload;
 pub mod stage;
 pub mod table;
 pub mod tcp;
@@ -347,6 +348,8 @@ pub struct ConnTrack {
     /// Endpoint-independent UDP mappings ([`crate::nat::mapping`]), made by the NAT
     /// stages when configured.
     pub mappings: Option<crate::nat::mapping::Mappings>,
+    /// Flow offload's epoch and counters ([`offload`]).
+    pub offload: offload::Offload,
 }
 
 impl ConnTrack {
@@ -360,6 +363,7 @@ impl ConnTrack {
             stats: CtStats::default(),
             nat: crate::nat::NatStats::default(),
             mappings: None,
+            offload: offload::Offload::default(),
         }
     }
 

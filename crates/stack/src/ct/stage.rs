@@ -7,11 +7,13 @@
 //! answered with an ICMP error in their buffer) are given back, and a run of packets of
 //! one flow reuses the first one's lookup. A super-packet is tracked once, as the one
 //! segment of its whole length it stands for, and counted in the wire packets it
-//! carries.
+//! carries. An established IPv4 packet whose direction a FORWARD rule offloaded is
+//! forwarded from here ([`super::offload`]): it leaves by the `offload` arc, to the
+//! neighbour stage.
 
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage, Verdict};
 
-use super::{Config, ConnTrack, CtState, Found, Seen};
+use super::{Config, ConnTrack, CtState, Found, Kind, Seen};
 use crate::assemble::{GraphOptions, node};
 use crate::declare::{Decl, Decode, To};
 use crate::dissect::L3;
@@ -30,12 +32,18 @@ netbatch_engine::arcs! {
     pub ACCEPT = "accept";
     /// IPv6 packets, tracked.
     pub ACCEPT6 = "accept6";
+    /// IPv4 packets forwarded by flow offload, to the neighbour stage.
+    pub OFFLOAD = "offload";
 }
 
 /// Slots of the table the collector looks at per packet of a call while free entries
 /// run low (so that its work follows a flood, in list and per-packet mode alike); else
 /// it sweeps by time ([`super::Table::collect_paced`]).
 const GC_PER_PACKET: usize = 2;
+
+/// The confirm stages' arcs: the tracking stages' but `offload`.
+const CONFIRM_ARCS: &[&str] = &["accept", "accept6"];
+const _: () = assert!(ACCEPT.0 == 0 && ACCEPT6.0 == 1);
 
 /// The flag bits the stages write.
 const CT_FLAGS: u32 = flag::CT_TRACKED
@@ -79,6 +87,12 @@ fn present(o: &GraphOptions) -> bool {
 }
 
 fn make_track(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
+    let mut s = CtStage::new(m.opts.conntrack.clone().unwrap_or_default());
+    s.offload = m.opts.offloads();
+    Box::new(s)
+}
+
+fn make_track_out(m: &crate::declare::Make<'_>) -> Box<dyn Stage<Host>> {
     Box::new(CtStage::new(m.opts.conntrack.clone().unwrap_or_default()))
 }
 
@@ -100,11 +114,19 @@ pub const IN: Decl = Decl {
     arcs: &[
         ("accept", To::Via(node::NAT_PREROUTING, "accept")),
         ("accept6", To::Via(node::NAT_PREROUTING, "accept6")),
+        ("offload", To::Node(node::NEIGHBOUR)),
     ],
     reasons: &[reason::ALL],
     decode: Decode::Ip,
-    reads: TRACK_READS,
-    writes: Fields::of(&[Field::Ct]),
+    reads: Fields::of(&[
+        Field::L3,
+        Field::L4,
+        Field::Gso,
+        Field::InIf,
+        Field::Mark,
+        Field::L2Class,
+    ]),
+    writes: Fields::of(&[Field::Ct, Field::OutIf, Field::Adj, Field::Origin]),
     present,
     ..Decl::new(node::CT_IN, make_track)
 };
@@ -114,13 +136,15 @@ pub const OUT: Decl = Decl {
     arcs: &[
         ("accept", To::Via(node::HOOK_OUTPUT, "accept")),
         ("accept6", To::Via(node::HOOK_OUTPUT, "accept6")),
+        // Never taken: what this host sends is not offloaded.
+        ("offload", To::Node(node::NEIGHBOUR)),
     ],
     reasons: &[reason::ALL],
     decode: Decode::Ip,
     reads: TRACK_READS,
     writes: Fields::of(&[Field::Ct]),
     present,
-    ..Decl::new(node::CT_OUT, make_track)
+    ..Decl::new(node::CT_OUT, make_track_out)
 };
 
 /// `ct-confirm`: after POSTROUTING, before the neighbour stages.
@@ -155,6 +179,12 @@ pub struct CtStage {
     cfg: Config,
     /// The new entries this stage allocated in its last call, with their generations.
     pending: Vec<(u32, u32)>,
+    /// A FORWARD rule offloads flows ([`super::offload`]): established packets are
+    /// looked at for it (`ct-in` only).
+    offload: bool,
+    /// Not run yet: the stage is part of a new graph, whose rules the offload records
+    /// of the previous one do not stand for.
+    fresh: bool,
 }
 
 impl CtStage {
@@ -163,14 +193,10 @@ impl CtStage {
         Self {
             cfg,
             pending: Vec::with_capacity(netbatch_engine::LIST_MAX),
+            offload: false,
+            fresh: true,
         }
     }
-}
-
-/// The worker's tracking, made on first use for a pool of `buffers` buffers.
-fn tracking<'a>(st: &'a mut Host, cfg: &Config, buffers: usize) -> &'a mut ConnTrack {
-    st.ct
-        .get_or_insert_with(|| Box::new(ConnTrack::new(cfg, buffers)))
 }
 
 impl Stage<Host> for CtStage {
@@ -184,7 +210,16 @@ impl Stage<Host> for CtStage {
 
     fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {
         let now = cx.now_ns;
-        let ct = tracking(st, &self.cfg, cx.pool.config().buffers as usize);
+        let fresh = core::mem::take(&mut self.fresh);
+        let offload = self.offload;
+        let buffers = cx.pool.config().buffers as usize;
+        let Host {
+            ct, routes, policy, ..
+        } = st;
+        let ct = &mut **ct.get_or_insert_with(|| Box::new(ConnTrack::new(&self.cfg, buffers)));
+        if offload {
+            ct.offload.begin_list(fresh, ct.table.max(), routes, policy);
+        }
         // Every packet of the previous call has left the graph (the dispatch runs a
         // stage's output to its end before the stage runs again): an entry still
         // unconfirmed belonged to a packet that never reached a confirm stage.
@@ -202,10 +237,11 @@ impl Stage<Host> for CtStage {
                 let buf = p.index();
                 let mut v = pool.get_mut(p);
                 let six = v.meta.l3_type == L3::Ipv6 as u8;
-                let found = {
+                let seen = {
                     let (m, d) = v.split();
-                    ct.track(&Seen::read(m, d), now)
+                    Seen::read(m, d)
                 };
+                let found = ct.track(&seen, now);
                 let mut f = v.meta.flags & !CT_FLAGS;
                 let state = |s: CtState| flag::CT_TRACKED | (s as u32) << flag::CT_STATE_SHIFT;
                 match found {
@@ -223,6 +259,20 @@ impl Stage<Host> for CtStage {
                         };
                         f |= state(s) | if dir == 1 { flag::CT_REPLY } else { 0 };
                         f |= ct.attach(buf, idx);
+                        if offload && s == CtState::Established && !six {
+                            let tcp = match seen.kind {
+                                Kind::Tcp(seg) => Some(Some(seg.flags)),
+                                Kind::Datagram => Some(None),
+                                _ => None,
+                            };
+                            v.meta.flags = f;
+                            if let Some(tcp) = tcp
+                                && super::offload::forward(ct, idx, dir, tcp, &mut v)
+                                    == super::offload::Outcome::Forwarded
+                            {
+                                return Verdict::To(OFFLOAD);
+                            }
+                        }
                     }
                     Found::Related { idx, dir } => {
                         f |= state(CtState::Related) | if dir == 1 { flag::CT_REPLY } else { 0 };
@@ -275,7 +325,7 @@ pub struct Confirm {
 
 impl Stage<Host> for Confirm {
     fn arcs(&self) -> &[&'static str] {
-        ARCS
+        CONFIRM_ARCS
     }
 
     fn process(&mut self, st: &mut Host, cx: &mut Cx<'_>, list: &mut PktList, out: &mut Out) {

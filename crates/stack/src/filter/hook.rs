@@ -147,6 +147,8 @@ pub struct HookStage {
     entry: bool,
     /// A rule asks about connection tracking (`ct state` is read).
     ct: bool,
+    /// A rule offloads flows (FORWARD only: [`crate::ct::offload`]).
+    offload: bool,
 }
 
 impl HookStage {
@@ -163,6 +165,7 @@ impl HookStage {
         Self {
             entry: chain.reads_entry(),
             ct: chain.uses_ct(),
+            offload: hook == HookPoint::Forward && chain.offloads(),
             hook,
             chain4: chain.compile(),
             chain6: chain.compile(),
@@ -267,6 +270,18 @@ impl HookStage {
         let mut k = key4_for(v, in_if, out_if, self.chain4.reads_headers());
         k.ct_state = crate::ct::state_of(v.meta.flags);
         with_entry(st, buf, v.meta.flags, &mut k, |k| self.chain4.eval_mut(k))
+    }
+}
+
+/// A rule with `offload` accepted IPv4 packet `v` in buffer `buf`: its connection's
+/// direction is recorded for the offload ([`crate::ct::offload::record`]).
+#[inline(never)]
+fn offload(st: &mut Host, buf: u32, v: &PktRef<'_>) {
+    let Some(idx) = entry_of(st, buf, v.meta.flags) else {
+        return;
+    };
+    if let Some(ct) = st.ct.as_deref_mut() {
+        crate::ct::offload::record(ct, idx, v.meta, v.data());
     }
 }
 
@@ -378,6 +393,14 @@ impl HookStage {
                 // each datagram it stands for.
                 if let Some(hits) = self.hits.get_mut(rule.unwrap_or(policy_slot)) {
                     *hits += v.meta.wire_packets();
+                }
+                if CT
+                    && self.offload
+                    && !six
+                    && verdict == Verdict::Accept
+                    && rule.is_some_and(|i| self.chain.rules.get(i).is_some_and(|r| r.offload))
+                {
+                    offload(st, p.index(), &v);
                 }
                 match verdict {
                     Verdict::Accept | Verdict::Continue if six => EngineVerdict::To(ACCEPT6),

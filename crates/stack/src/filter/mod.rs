@@ -186,6 +186,7 @@ impl Rule {
             mark: None,
             ct: None,
             ct_mark_set: None,
+            offload: false,
             verdict,
         }
     }
@@ -286,6 +287,10 @@ pub struct RuleOf<P> {
     pub ct: Option<CtMatch>,
     /// `ct mark set`, done when the rule matches.
     pub ct_mark_set: Option<MarkSet>,
+    /// Flow offload (nftables' `flow add @ft`, FORWARD only): an established IPv4
+    /// connection's direction this rule accepts is forwarded by `ct-in` from its next
+    /// packet on ([`crate::ct::offload`]).
+    pub offload: bool,
     /// What to do on a match.
     pub verdict: Verdict,
 }
@@ -434,15 +439,22 @@ impl Chain {
     pub fn is_noop(&self) -> bool {
         self.policy == Verdict::Accept
             && self.rules.iter().all(|r| {
-                matches!(r.verdict, Verdict::Accept | Verdict::Continue) && r.ct_mark_set.is_none()
+                matches!(r.verdict, Verdict::Accept | Verdict::Continue)
+                    && r.ct_mark_set.is_none()
+                    && !r.offload
             })
     }
 
     /// Whether a rule asks about connection tracking (the graph then tracks).
     pub fn uses_ct(&self) -> bool {
-        self.rules
-            .iter()
-            .any(|r| r.ct.is_some() || r.ct_mark_set.is_some() || r.verdict == Verdict::Continue)
+        self.rules.iter().any(|r| {
+            r.ct.is_some() || r.ct_mark_set.is_some() || r.offload || r.verdict == Verdict::Continue
+        })
+    }
+
+    /// Whether a rule offloads flows ([`crate::ct::offload`]).
+    pub fn offloads(&self) -> bool {
+        self.rules.iter().any(|r| r.offload)
     }
 
     /// Whether a rule reads or writes the connection's entry (its status or mark), not
@@ -475,6 +487,7 @@ impl Chain {
                     mark: r.mark,
                     ct: r.ct,
                     ct_mark_set: r.ct_mark_set,
+                    offload: r.offload,
                     verdict: r.verdict,
                 },
             ));

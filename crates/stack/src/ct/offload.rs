@@ -1,0 +1,357 @@
+//! Flow offload, as Linux's flowtable (`nf_flow_table`; nftables' `flow add @ft`): the
+//! established flows a FORWARD rule asks for are forwarded by `ct-in` itself.
+//!
+//! A FORWARD rule with `offload` that accepts an IPv4 TCP or UDP packet of an
+//! established connection ([`record`]) writes a record for the packet's direction of
+//! the connection: where routing sent it (adjacency and output interface), what that
+//! was decided on besides the addresses and ports (input interface, packet mark, TOS),
+//! and the rewrite the direction's packets get, worked out once from the connection's
+//! tuples: the addresses and ports NAT gives them and the change to each checksum
+//! (RFC 1624 eqn. 3, the TTL's decrement included). The records sit beside the table
+//! (one pair per entry, allocated when a graph first offloads), each with the
+//! generation of the entry it is for. The next packets of that direction ([`forward`])
+//! are tracked as every packet is (the TCP window, timeouts, counters, the entry's
+//! state: an offloaded connection is tracked exactly, where Linux's flowtable stops
+//! tracking), rewritten by the record (RFC 1812 5.3.1: TTL decremented), and handed to
+//! the neighbour stage (the MTU check and the link header are its, as for every
+//! packet). Linux's flowtable offloads TCP and UDP only; so does this. They skip
+//! `nat-prerouting`, the PREROUTING, FORWARD and POSTROUTING chains (their rule
+//! counters too), routing, `ip4-forward` and `ct-confirm`, as an offloaded flow skips
+//! the netfilter hooks in Linux: the rule says that its verdict stands for the flow.
+//!
+//! A record holds while (else the packet takes the whole path, which may write it
+//! again):
+//! - the table's epoch is the one it was written in: a new graph (a reload, any rule
+//!   change) and a new route table or policy (any route, rule or VRF change) start a
+//!   new epoch ([`Offload::begin_list`]), so no record outlives the state it stood for;
+//! - the packet arrives on the interface, with the mark and the TOS, it was written for;
+//! - the packet is one the whole path would forward changed only by NAT and TTL:
+//!   IPv4 without options, TTL above 1 (else time exceeded), received for our MAC, not
+//!   a super-packet nor a reassembled datagram, its L4 checksum not left to the device,
+//!   a TCP segment without SYN, FIN or RST (Linux's flowtable hands those back too),
+//!   long enough for the headers it rewrites;
+//! - it does not leave by the interface it came in on (a redirect may be due).
+
+use std::sync::Arc;
+
+use netbatch_engine::PktMut;
+use netbatch_wire::checksum;
+use netbatch_wire::ipv4::Ipv4Packet;
+use netbatch_wire::tcp::TcpFlags;
+
+use super::{ConnTrack, Tuple};
+use crate::dissect::L4;
+use crate::meta::{flag, gso};
+use crate::route::Routes;
+use crate::route::rule::Policy;
+
+/// What a FORWARD rule's `offload` recorded for one direction of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Record {
+    /// The epoch it was written in; 0: none.
+    pub epoch: u32,
+    /// The generation of the entry it is for.
+    pub generation: u32,
+    /// Routing's adjacency (`Meta::adj`).
+    pub adj: u32,
+    /// The packet mark it was decided with.
+    pub mark: u32,
+    /// The addresses the packet leaves with (source, destination).
+    pub addrs: [u32; 2],
+    /// The ports it leaves with (source, destination).
+    pub ports: [u16; 2],
+    /// The IPv4 header checksum's change (addresses and TTL), `~m + m'` folded.
+    pub ip_delta: u16,
+    /// The TCP/UDP checksum's change (pseudo-header addresses and ports), folded.
+    pub l4_delta: u16,
+    /// Input interface.
+    pub in_if: u16,
+    /// Output interface.
+    pub out_if: u16,
+    /// The TOS octet it was decided with (policy routing may match it).
+    pub tos: u8,
+    /// UDP: a zero checksum (none sent) stays zero.
+    pub udp: bool,
+    /// The translations it makes (NAT's `translated` counts each: 0, 1 or 2).
+    pub nat: u8,
+}
+
+/// Counters of the offload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OffloadStats {
+    /// Packets (wire) forwarded by the offload.
+    pub forwarded: u64,
+    /// Records written by a FORWARD rule.
+    pub recorded: u64,
+    /// Epochs begun (graphs, route tables, policies changed).
+    pub epochs: u64,
+}
+
+impl OffloadStats {
+    /// Counters by name, for `show` and `/metrics`.
+    pub fn named(&self) -> [(&'static str, u64); 3] {
+        [
+            ("offload_forwarded", self.forwarded),
+            ("offload_recorded", self.recorded),
+            ("offload_epochs", self.epochs),
+        ]
+    }
+}
+
+/// The worker's offload state: the current epoch, what it stands for, the records.
+#[derive(Debug, Clone, Default)]
+pub struct Offload {
+    /// The current epoch (never 0 once begun).
+    pub epoch: u32,
+    /// The route table and policy of the current epoch, held so that a new one is told
+    /// apart by address (a held one cannot be freed and its address reused).
+    tables: Option<(Arc<Routes>, Arc<Policy>)>,
+    /// A pair of records (one per direction) per entry of the table; empty until a graph
+    /// offloads.
+    records: Vec<[Record; 2]>,
+    /// Counters.
+    pub stats: OffloadStats,
+}
+
+impl Offload {
+    /// At the start of a list of a graph that offloads, for a table of `max` entries: a
+    /// new epoch when `fresh` (the stage was just made: a new graph) or when the route
+    /// table or policy is not the epoch's.
+    #[inline]
+    pub fn begin_list(
+        &mut self,
+        fresh: bool,
+        max: usize,
+        routes: &Arc<Routes>,
+        policy: &Arc<Policy>,
+    ) {
+        let same = self
+            .tables
+            .as_ref()
+            .is_some_and(|(r, p)| Arc::ptr_eq(r, routes) && Arc::ptr_eq(p, policy));
+        if fresh || !same {
+            self.new_epoch(max, routes, policy);
+        }
+    }
+
+    #[cold]
+    fn new_epoch(&mut self, max: usize, routes: &Arc<Routes>, policy: &Arc<Policy>) {
+        if self.records.len() != max {
+            self.records = vec![[Record::default(); 2]; max];
+        }
+        self.epoch = self.epoch.wrapping_add(1).max(1);
+        self.tables = Some((routes.clone(), policy.clone()));
+        self.stats.epochs += 1;
+    }
+}
+
+/// Whether packet metadata `m` is a single frame for our MAC (no super-packet, no chain,
+/// no checksum left to the device).
+#[inline(always)]
+fn single_for_us(m: &netbatch_engine::Meta) -> bool {
+    let no = flag::DEFRAG_CHAIN | flag::GRO_CHAIN | flag::L4_CSUM_PARTIAL;
+    m.flags & (flag::L2_HOST | no) == flag::L2_HOST && m.gso_type == gso::NONE && m.chain.is_none()
+}
+
+/// `~old + new` over the two 16-bit halves of a 32-bit field (RFC 1624 eqn. 3, unfolded).
+fn change32(old: u32, new: u32) -> u32 {
+    let o = !old;
+    (o >> 16) + (o & 0xffff) + (new >> 16) + (new & 0xffff)
+}
+
+/// `~old + new` of a 16-bit field.
+fn change16(old: u16, new: u16) -> u32 {
+    u32::from(!old) + u32::from(new)
+}
+
+/// `~m + m'` of the TTL/protocol word when TTL goes down by one (TTL ≥ 2): `m' = m -
+/// 0x0100`, so the sum is `0xffff - 0x0100`.
+const TTL_DELTA: u32 = 0xfeff;
+
+/// The record's rewrite for a packet arriving as tuple `t_in` and leaving as the
+/// inverse of `t_other` (the other direction's tuple as the wire has it): Linux's
+/// `nf_nat_packet` gives the original direction each translation and the reply
+/// direction their inverse, which is what leaving as `invert(t_other)` is.
+fn rewrite_of(r: &mut Record, t_in: &Tuple, t_other: &Tuple) {
+    let (src, dst) = (t_in.src as u32, t_in.dst as u32);
+    let (nsrc, ndst) = (t_other.dst as u32, t_other.src as u32);
+    let (nsport, ndport) = (t_other.dport, t_other.sport);
+    let addrs = change32(src, nsrc) + change32(dst, ndst);
+    r.addrs = [nsrc, ndst];
+    r.ports = [nsport, ndport];
+    r.ip_delta = checksum::fold(u64::from(addrs + TTL_DELTA));
+    r.l4_delta = checksum::fold(u64::from(
+        addrs + change16(t_in.sport, nsport) + change16(t_in.dport, ndport),
+    ));
+}
+
+/// Records, for the direction of packet `m` (the metadata of IPv4 packet `d`, attached to
+/// entry `idx` in `ct`), where the FORWARD hook saw it go and how it is rewritten:
+/// called when a rule with `offload` accepted it.
+pub fn record(ct: &mut ConnTrack, idx: u32, m: &netbatch_engine::Meta, d: &[u8]) {
+    if super::state_of(m.flags) != super::state_bit::ESTABLISHED
+        || !single_for_us(m)
+        || m.in_if == m.out_if
+    {
+        return;
+    }
+    let l3 = usize::from(m.l3.wrapping_sub(m.data));
+    let Some(h) = d.get(l3..).and_then(<[u8]>::first_chunk::<20>) else {
+        return;
+    };
+    let h = Ipv4Packet::new_unchecked(h);
+    let tos = h.dscp_ecn();
+    if h.header_len() != 20 {
+        return;
+    }
+    let Some(e) = ct.table.get(idx) else { return };
+    let udp = match L4::of(e.tuple[0].proto) {
+        L4::Udp => true,
+        L4::Tcp => false,
+        _ => return,
+    };
+    let dir = usize::from(m.flags & flag::CT_REPLY != 0);
+    let (Some(t_in), Some(t_other)) = (e.tuple.get(dir), e.tuple.get(dir ^ 1)) else {
+        return;
+    };
+    let mut new = Record {
+        epoch: ct.offload.epoch,
+        generation: e.generation,
+        adj: m.adj,
+        mark: m.mark,
+        in_if: m.in_if,
+        out_if: m.out_if,
+        tos,
+        udp,
+        nat: (e.status & super::status::SRC_NAT != 0) as u8
+            + (e.status & super::status::DST_NAT != 0) as u8,
+        ..Record::default()
+    };
+    rewrite_of(&mut new, t_in, t_other);
+    let Some(r) = ct
+        .offload
+        .records
+        .get_mut(idx as usize)
+        .and_then(|p| p.get_mut(dir))
+    else {
+        return;
+    };
+    if *r != new {
+        *r = new;
+        ct.offload.stats.recorded += 1;
+    }
+}
+
+/// What [`forward`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Not offloaded: the packet takes the whole path, untouched.
+    Path,
+    /// Forwarded: rewritten, on to the neighbour stage.
+    Forwarded,
+}
+
+/// Forwards IPv4 packet `v` in direction `dir` of established entry `idx` (`tcp`: a
+/// TCP segment's flags; `None`: a datagram), by the direction's record if it holds (see
+/// the module): its addresses, ports and checksums rewritten, TTL decremented, the
+/// record's adjacency and output interface.
+#[inline]
+pub fn forward(
+    ct: &mut ConnTrack,
+    idx: u32,
+    dir: usize,
+    tcp: Option<u16>,
+    v: &mut PktMut<'_>,
+) -> Outcome {
+    const ENDS: u16 = TcpFlags::SYN.bits() | TcpFlags::FIN.bits() | TcpFlags::RST.bits();
+    let Some(&r) = ct
+        .offload
+        .records
+        .get(idx as usize)
+        .and_then(|p| p.get(dir))
+    else {
+        return Outcome::Path;
+    };
+    let m = &*v.meta;
+    if r.epoch != ct.offload.epoch
+        || r.in_if != m.in_if
+        || r.mark != m.mark
+        || !single_for_us(m)
+        || ct
+            .table
+            .get(idx)
+            .is_none_or(|e| e.generation != r.generation)
+    {
+        return Outcome::Path;
+    }
+    // The L4 checksum's offset: TCP's or UDP's, as the record was made for.
+    let at = match tcp {
+        Some(f) if !r.udp && f & ENDS == 0 => 16,
+        None if r.udp => 6,
+        _ => return Outcome::Path,
+    };
+    let l3 = usize::from(m.l3.wrapping_sub(m.data));
+    let l4 = usize::from(m.l4.wrapping_sub(m.data));
+    let Some((front, back)) = v.data_mut().split_at_mut_checked(l4) else {
+        return Outcome::Path;
+    };
+    let (Some(ip), Some(th)) = (
+        front.get_mut(l3..).and_then(|h| h.first_chunk_mut::<20>()),
+        back.get_mut(..at + 2),
+    ) else {
+        return Outcome::Path;
+    };
+    // No options, TTL above 1 (RFC 1812 5.3.1: else time exceeded, on the whole
+    // path), the TOS the record was made with.
+    let h = Ipv4Packet::new_unchecked(&*ip);
+    let (ttl, tos) = (h.ttl(), h.dscp_ecn());
+    if h.header_len() != 20 || ttl < 2 || tos != r.tos {
+        return Outcome::Path;
+    }
+    rewrite(ip, ttl - 1, th, at, &r);
+    ct.nat.translated += u64::from(r.nat);
+    ct.offload.stats.forwarded += 1;
+    v.meta.out_if = r.out_if;
+    v.meta.adj = r.adj;
+    v.meta.flags |= flag::FORWARDED;
+    Outcome::Forwarded
+}
+
+/// Checksum `hc` after a change whose folded `~m + m'` is `d` (RFC 1624 eqn. 3).
+#[inline(always)]
+fn apply(hc: u16, d: u16) -> u16 {
+    let s = u32::from(!hc) + u32::from(d);
+    let s = (s & 0xffff) + (s >> 16);
+    !(s as u16)
+}
+
+/// Rewrites IPv4 header `ip` (20 bytes: TTL to `ttl`, one less than it was) and its
+/// TCP/UDP header `th` (through its checksum at `at`) by record `r`.
+#[inline(always)]
+fn rewrite(ip: &mut [u8; 20], ttl: u8, th: &mut [u8], at: usize, r: &Record) {
+    let mut h = Ipv4Packet::new_unchecked(&mut *ip);
+    h.set_ttl(ttl);
+    let hc = apply(h.checksum(), r.ip_delta);
+    h.set_checksum(hc);
+    if let Some(a) = ip.last_chunk_mut::<8>() {
+        *a = (u64::from(r.addrs[0]) << 32 | u64::from(r.addrs[1])).to_be_bytes();
+    }
+    if let Some(p) = th.first_chunk_mut::<4>() {
+        *p = (u32::from(r.ports[0]) << 16 | u32::from(r.ports[1])).to_be_bytes();
+    }
+    if let Some(c) = th
+        .get_mut(at..at + 2)
+        .and_then(|c| c.first_chunk_mut::<2>())
+    {
+        let cs = u16::from_be_bytes(*c);
+        // RFC 768: a UDP checksum of zero is none, and stays; one that comes out zero
+        // is sent as all ones.
+        if !(r.udp && cs == 0) {
+            let mut n = apply(cs, r.l4_delta);
+            if r.udp && n == 0 {
+                n = 0xffff;
+            }
+            *c = n.to_be_bytes();
+        }
+    }
+}

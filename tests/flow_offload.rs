@@ -1,0 +1,345 @@
+//! Flow offload (a FORWARD rule's `offload`, nftables' `flow add @ft`) through the whole
+//! graph, in all four variants, checked against the whole path: two routers alike but
+//! for the `offload` statement are fed the same frames one at a time, and every frame
+//! either sends must be the other's, byte for byte: addresses, ports, TTL and every
+//! checksum of what the offload rewrites by its records are what the stages it skips
+//! would have written. The router masquerades out eth1 and forwards 192.0.2.1:8080 to
+//! an inside server (nftables: `oifname "eth1" masquerade`, `iifname "eth1" tcp dport
+//! 8080 dnat to 198.51.100.2:80`), its FORWARD chain `ct state established accept` (with
+//! `flow add @ft` in one of the two), `iifname "eth0" accept`, `iifname "eth1" ct status
+//! dnat accept`, policy drop.
+
+use std::sync::Arc;
+
+use netbatch_runtime::setup::StaticNeighbour;
+use netbatch_scenarios::{self as support, Gro, Lab, LabSpec, PEER, US, US2, VARIANTS, ip};
+use netbatch_stack::ct;
+use netbatch_stack::filter::{Chain, CtMatch, HookPoint, PortRange, Rule, Verdict};
+use netbatch_stack::nat::{self, Action, NatChain, NatRule};
+use netbatch_stack::route::{Route, RouteKind};
+use netbatch_wire::ethernet::MacAddr;
+
+const GW: MacAddr = MacAddr([2, 0, 0, 0, 2, 2]);
+const GW2: MacAddr = MacAddr([2, 0, 0, 0, 2, 3]);
+const INSIDE: &str = "198.51.100.2";
+const OUTSIDE: &str = "192.0.2.1";
+const FAR: &str = "203.0.113.7";
+
+fn spec(offload: bool) -> LabSpec {
+    let mut spec = support::router(Gro::Off);
+    spec.neighbours.push(StaticNeighbour {
+        iface: 0,
+        ip: ip(INSIDE),
+        mac: PEER,
+    });
+    spec.neighbours.push(StaticNeighbour {
+        iface: 1,
+        ip: ip("192.0.2.253"),
+        mac: GW2,
+    });
+    spec.graph.conntrack = Some(ct::Config {
+        max: 64,
+        ..ct::Config::default()
+    });
+    let mut fwd = Rule::any(Verdict::Accept);
+    fwd.in_if = Some(1);
+    fwd.proto = Some(6);
+    fwd.dport = Some(PortRange { lo: 8080, hi: 8080 });
+    let mut out = Rule::any(Verdict::Accept);
+    out.out_if = Some(1);
+    spec.graph.nat = Some(nat::Config {
+        prerouting: NatChain {
+            rules: vec![NatRule {
+                matches: fwd,
+                action: Action::Dnat {
+                    addr: u32::from(ip(INSIDE)),
+                    port: Some(80),
+                },
+            }],
+        },
+        postrouting: NatChain {
+            rules: vec![NatRule {
+                matches: out,
+                action: Action::Masquerade { ports: None },
+            }],
+        },
+        udp: Default::default(),
+    });
+    let mut est = Rule::any(Verdict::Accept);
+    est.ct = Some(CtMatch {
+        state: ct::state_bit::ESTABLISHED,
+        ..CtMatch::default()
+    });
+    est.offload = offload;
+    let mut inside = Rule::any(Verdict::Accept);
+    inside.in_if = Some(0);
+    let mut forwarded = Rule::any(Verdict::Accept);
+    forwarded.in_if = Some(1);
+    forwarded.ct = Some(CtMatch {
+        status: ct::status::DST_NAT,
+        ..CtMatch::default()
+    });
+    spec.graph.chains.push((
+        HookPoint::Forward,
+        Chain {
+            rules: vec![est, inside, forwarded],
+            policy: Verdict::Drop,
+        },
+    ));
+    spec
+}
+
+/// A TCP segment with `flags` (`S`, `A`, `F`, `R`) from `(s, sp)` to `(d, dp)`, from
+/// outside (by eth1) or inside (by eth0).
+fn tcp(
+    from_outside: bool,
+    (s, sp): (&str, u16),
+    (d, dp): (&str, u16),
+    flags: &str,
+    (seq, ack): (u32, u32),
+    data: &[u8],
+) -> Vec<u8> {
+    let (sm, dm) = if from_outside { (GW, US2) } else { (PEER, US) };
+    let mut b = etherparse::PacketBuilder::ethernet2(sm.0, dm.0)
+        .ipv4(ip(s).octets(), ip(d).octets(), 64)
+        .tcp(sp, dp, seq, 64240);
+    if flags.contains('S') {
+        b = b.syn();
+    }
+    if flags.contains('A') {
+        b = b.ack(ack);
+    }
+    if flags.contains('F') {
+        b = b.fin();
+    }
+    if flags.contains('R') {
+        b = b.rst();
+    }
+    let mut v = Vec::new();
+    b.write(&mut v, data).unwrap();
+    v
+}
+
+/// UDP from inside to the far host (eth0) or back to the outside address (eth1).
+fn udp(from_outside: bool, sport: u16, dport: u16, ttl: u8, data: &[u8]) -> Vec<u8> {
+    if from_outside {
+        support::frames::udp(GW, US2, FAR, OUTSIDE, sport, dport, ttl, data)
+    } else {
+        support::frames::udp(PEER, US, INSIDE, FAR, sport, dport, ttl, data)
+    }
+}
+
+/// The frame with its IPv4 TOS octet set to `tos` (header checksum made again).
+fn with_tos(mut f: Vec<u8>, tos: u8) -> Vec<u8> {
+    f[15] = tos;
+    support::frames::refresh_ip_checksum(&mut f);
+    f
+}
+
+/// The frame with its UDP checksum zeroed (none sent, RFC 768).
+fn no_udp_sum(mut f: Vec<u8>) -> Vec<u8> {
+    f[40] = 0;
+    f[41] = 0;
+    f
+}
+
+/// The steps: the port a frame comes in by, the frame, and whether the offloading
+/// router forwards it from `ct-in` (the expectation the module states: a direction is
+/// recorded by its first established packet through the FORWARD rule, and a record
+/// holds only for the packets it stands for).
+fn steps() -> Vec<(usize, Vec<u8>, bool)> {
+    let s = (INSIDE, 40000);
+    let d = (FAR, 443);
+    let (fo, fi) = ((FAR, 5555), (OUTSIDE, 8080));
+    vec![
+        // UDP masqueraded: new, its reply (records the reply direction), the second
+        // datagram out (records the original one), then offloaded both ways.
+        (0, udp(false, 40000, 53, 64, b"q1"), false),
+        (1, udp(true, 53, 40000, 64, b"a1"), false),
+        (0, udp(false, 40000, 53, 64, b"q2"), false),
+        (0, udp(false, 40000, 53, 64, b"q3"), true),
+        (1, udp(true, 53, 40000, 64, b"a2"), true),
+        (0, no_udp_sum(udp(false, 40000, 53, 64, b"q4")), true),
+        (0, udp(false, 40000, 53, 2, b"ttl two"), true),
+        // TTL 1: the whole path answers time exceeded (RFC 1812 5.3.1).
+        (0, udp(false, 40000, 53, 1, b"ttl one"), false),
+        // Another TOS: not what the record was routed with (the whole path records it
+        // anew), and then the first TOS again.
+        (0, with_tos(udp(false, 40000, 53, 64, b"tos"), 0xb8), false),
+        (0, with_tos(udp(false, 40000, 53, 64, b"tos2"), 0xb8), true),
+        (0, udp(false, 40000, 53, 64, b"q5"), false),
+        // TCP out through masquerade: the handshake on the whole path (the SYN-ACK,
+        // established, records the reply direction), data offloaded, FIN and RST
+        // never.
+        (0, tcp(false, s, d, "S", (1000, 0), b""), false),
+        (
+            1,
+            tcp(true, (FAR, 443), (OUTSIDE, 40000), "SA", (5000, 1001), b""),
+            false,
+        ),
+        (0, tcp(false, s, d, "A", (1001, 5001), b""), false),
+        (0, tcp(false, s, d, "A", (1001, 5001), b"GET /"), true),
+        (
+            1,
+            tcp(
+                true,
+                (FAR, 443),
+                (OUTSIDE, 40000),
+                "A",
+                (5001, 1006),
+                b"200 OK",
+            ),
+            true,
+        ),
+        (
+            1,
+            tcp(
+                true,
+                (FAR, 443),
+                (OUTSIDE, 40000),
+                "A",
+                (5007, 1006),
+                b"body",
+            ),
+            true,
+        ),
+        (0, tcp(false, s, d, "FA", (1006, 5011), b""), false),
+        // Port forwarding: the outside client's connection to the inside server.
+        (1, tcp(true, fo, fi, "S", (7000, 0), b""), false),
+        (
+            0,
+            tcp(false, (INSIDE, 80), (FAR, 5555), "SA", (9000, 7001), b""),
+            false,
+        ),
+        (1, tcp(true, fo, fi, "A", (7001, 9001), b""), false),
+        (1, tcp(true, fo, fi, "A", (7001, 9001), b"hello"), true),
+        (
+            0,
+            tcp(
+                false,
+                (INSIDE, 80),
+                (FAR, 5555),
+                "A",
+                (9001, 7006),
+                b"world",
+            ),
+            true,
+        ),
+        (
+            0,
+            tcp(
+                false,
+                (INSIDE, 80),
+                (FAR, 5555),
+                "A",
+                (9006, 7006),
+                b"again",
+            ),
+            true,
+        ),
+        (1, tcp(true, fo, fi, "R", (7006, 0), b""), false),
+    ]
+}
+
+/// What a lab sent on each port for one step.
+fn sent(lab: &mut Lab) -> [Vec<Vec<u8>>; 2] {
+    [0, 1].map(|p| lab.tx(p).into_iter().map(|f| f.bytes).collect())
+}
+
+/// Every step: the same frames out of both routers; the offloading one forwards from
+/// `ct-in` exactly the packets the module says it does, and counts them.
+#[test]
+fn offloaded_packets_leave_as_the_whole_path_sends_them() {
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let mut whole = Lab::new(&spec(false), mode, dispatch);
+        let mut fast = Lab::new(&spec(true), mode, dispatch);
+        let mut expected = 0;
+        for (i, (port, frame, offloaded)) in steps().into_iter().enumerate() {
+            let before = fast
+                .w
+                .host
+                .ct
+                .as_ref()
+                .map_or(0, |c| c.offload.stats.forwarded);
+            for lab in [&mut whole, &mut fast] {
+                lab.feed(port, [frame.clone()]);
+                lab.run();
+            }
+            let (a, b) = (sent(&mut whole), sent(&mut fast));
+            assert_eq!(
+                a, b,
+                "{v}: step {i}: the offload sends what the whole path sends"
+            );
+            assert_eq!(
+                a.iter().map(Vec::len).sum::<usize>(),
+                1,
+                "{v}: step {i}: one frame out"
+            );
+            let after = fast.w.host.ct.as_ref().unwrap().offload.stats.forwarded;
+            assert_eq!(
+                after - before,
+                u64::from(offloaded),
+                "{v}: step {i}: offloaded?"
+            );
+            expected += u64::from(offloaded);
+        }
+        let ct = fast.w.host.ct.as_ref().unwrap();
+        assert_eq!(ct.offload.stats.forwarded, expected, "{v}");
+        // NAT counts what the offload translated as its stages would have.
+        let slow = whole.w.host.ct.as_ref().unwrap();
+        assert_eq!(ct.nat.translated, slow.nat.translated, "{v}");
+        // Tracking saw every packet alike: the same states counted.
+        assert_eq!(ct.stats.by_state, slow.stats.by_state, "{v}");
+        for lab in [whole, fast] {
+            lab.assert_conserved();
+            lab.stop_and_check_pool();
+        }
+    }
+}
+
+/// A new route table (here: the far network via another gateway) ends every record:
+/// the next packet takes the whole path and leaves by the new route, and the one
+/// after is offloaded again, by the new route.
+#[test]
+fn a_route_change_ends_the_records() {
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let s = spec(true);
+        let mut lab = Lab::new(&s, mode, dispatch);
+        let go = |lab: &mut Lab, port: usize, f: Vec<u8>| -> Vec<u8> {
+            lab.feed(port, [f]);
+            lab.run();
+            let mut out = lab.tx(1 - port);
+            assert_eq!(out.len(), 1, "{v}: one frame out");
+            out.remove(0).bytes
+        };
+        go(&mut lab, 0, udp(false, 40000, 53, 64, b"q1"));
+        go(&mut lab, 1, udp(true, 53, 40000, 64, b"a1"));
+        go(&mut lab, 0, udp(false, 40000, 53, 64, b"q2"));
+        let f = go(&mut lab, 0, udp(false, 40000, 53, 64, b"q3"));
+        assert_eq!(f[..6], GW.0, "{v}: to the first gateway");
+        let offloaded = |lab: &Lab| lab.w.host.ct.as_ref().unwrap().offload.stats;
+        assert_eq!(offloaded(&lab).forwarded, 1, "{v}");
+        let epochs = offloaded(&lab).epochs;
+
+        let mut cfg = s.config(mode, dispatch, 4096);
+        cfg.routes = vec![Route {
+            prefix: "203.0.113.0/24".parse().unwrap(),
+            kind: RouteKind::Unicast,
+            out_if: Some(1),
+            gateway: Some(ip("192.0.2.253")),
+            multipath: None,
+        }];
+        lab.w.host.routes = Arc::new(netbatch_runtime::build::route_table(&cfg).unwrap());
+        let f = go(&mut lab, 0, udp(false, 40000, 53, 64, b"q4"));
+        assert_eq!(f[..6], GW2.0, "{v}: by the new route");
+        assert_eq!(offloaded(&lab).forwarded, 1, "{v}: on the whole path");
+        assert_eq!(offloaded(&lab).epochs, epochs + 1, "{v}: a new epoch");
+        let f = go(&mut lab, 0, udp(false, 40000, 53, 64, b"q5"));
+        assert_eq!(f[..6], GW2.0, "{v}: offloaded by the new route");
+        assert_eq!(offloaded(&lab).forwarded, 2, "{v}");
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}

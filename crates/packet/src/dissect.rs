@@ -676,6 +676,44 @@ pub fn ip_fields(r: &Dissected, d: &[u8]) -> Option<IpFields> {
     }
 }
 
+/// The flow of an IPv4 packet that is not a fragment and whose protocol has ports (TCP,
+/// UDP, UDP-Lite, SCTP): what connection tracking looks up, for the common case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow4 {
+    /// Source address.
+    pub src: u32,
+    /// Destination address.
+    pub dst: u32,
+    /// The protocol.
+    pub proto: u8,
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+}
+
+/// [`Flow4`] of the packet dissected as `r` in `d`, read without [`ip_fields`]' walk of
+/// either family; `None` for anything else (IPv6, a fragment, a protocol without ports,
+/// an upper layer not located).
+#[inline(always)]
+pub fn flow4(r: &Dissected, d: &[u8]) -> Option<Flow4> {
+    if r.l4 == 0 || !matches!(L4::of(r.l4_type), L4::Tcp | L4::Udp | L4::UdpLite | L4::Sctp) {
+        return None;
+    }
+    let ip = ip4_header(r, d)?;
+    if ip.is_fragment() {
+        return None;
+    }
+    let p = d.get(usize::from(r.l4)..)?.first_chunk::<4>()?;
+    Some(Flow4 {
+        src: u32::from(ip.src()),
+        dst: u32::from(ip.dst()),
+        proto: r.l4_type,
+        sport: get_u16(p, 0),
+        dport: get_u16(p, 2),
+    })
+}
+
 /// The traffic class and the fixed header's next header of an IPv6 packet dissected as
 /// `r` in `d`, whether or not the dissector located its upper layer: what a stage reads
 /// when [`ip_fields`] has none to give (a chain the dissector did not walk, which a router

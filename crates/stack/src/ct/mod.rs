@@ -198,6 +198,24 @@ impl Seen {
         let r = Dissected::load(m);
         let wire = m.wire_packets();
         let bytes = m.packet_len() as u64;
+        // The common datagram: an IPv4 flow with ports, not a fragment.
+        if let Some(f) = dissect::flow4(&r, d)
+            && L4::of(f.proto) != L4::Tcp
+        {
+            return Self {
+                tuple: Tuple {
+                    src: u128::from(f.src),
+                    dst: u128::from(f.dst),
+                    sport: f.sport,
+                    dport: f.dport,
+                    proto: f.proto,
+                    v6: false,
+                },
+                kind: Kind::Datagram,
+                wire,
+                bytes,
+            };
+        }
         let mut seen = Self {
             tuple: Tuple::default(),
             kind: Kind::Untracked,

@@ -697,7 +697,12 @@ pub struct Flow4 {
 /// an upper layer not located).
 #[inline(always)]
 pub fn flow4(r: &Dissected, d: &[u8]) -> Option<Flow4> {
-    if r.l4 == 0 || !matches!(L4::of(r.l4_type), L4::Tcp | L4::Udp | L4::UdpLite | L4::Sctp) {
+    if r.l4 == 0
+        || !matches!(
+            L4::of(r.l4_type),
+            L4::Tcp | L4::Udp | L4::UdpLite | L4::Sctp
+        )
+    {
         return None;
     }
     let ip = ip4_header(r, d)?;

@@ -290,15 +290,20 @@ pub fn forward(
         None if r.udp => 6,
         _ => return Outcome::Path,
     };
+    // The IPv4 header (without options: the L4 header right after it) and the L4
+    // header through its checksum.
     let l3 = usize::from(m.l3.wrapping_sub(m.data));
-    let l4 = usize::from(m.l4.wrapping_sub(m.data));
-    let Some((front, back)) = v.data_mut().split_at_mut_checked(l4) else {
+    if m.l4.wrapping_sub(m.l3) != 20 {
+        return Outcome::Path;
+    }
+    let Some((ip, th)) = v
+        .data_mut()
+        .get_mut(l3..)
+        .and_then(<[u8]>::split_first_chunk_mut::<20>)
+    else {
         return Outcome::Path;
     };
-    let (Some(ip), Some(th)) = (
-        front.get_mut(l3..).and_then(|h| h.first_chunk_mut::<20>()),
-        back.get_mut(..at + 2),
-    ) else {
+    let Some(th) = th.get_mut(..at + 2) else {
         return Outcome::Path;
     };
     // No options, TTL above 1 (RFC 1812 5.3.1: else time exceeded, on the whole

@@ -531,27 +531,30 @@ impl ConnTrack {
 
     /// Packet `s` of entry `idx` in direction `dir`.
     fn update(&mut self, idx: u32, dir: usize, s: &Seen, now: u64) -> Result<Found, Reopen> {
-        let (tcfg, t) = (self.cfg.tcp, self.cfg.timeouts);
-        let Some(e) = self.table.get_mut(idx) else {
+        let Self {
+            table, cfg, stats, ..
+        } = self;
+        let (tcfg, t) = (&cfg.tcp, &cfg.timeouts);
+        let Some(e) = table.get_mut(idx) else {
             return Ok(Found::Untracked);
         };
         let timeout = match s.kind {
-            Kind::Tcp(seg) => match e.tcp.packet(dir, &seg, &tcfg) {
+            Kind::Tcp(seg) => match e.tcp.packet(dir, &seg, tcfg) {
                 tcp::Verdict::Accept { assured } => {
                     if assured {
                         e.status |= status::ASSURED;
                     }
-                    Some(e.tcp.timeout(&t, &tcfg))
+                    Some(e.tcp.timeout(t, tcfg))
                 }
                 tcp::Verdict::Ignore => {
-                    self.stats.tcp_ignored += s.wire;
+                    stats.tcp_ignored += s.wire;
                     None
                 }
                 tcp::Verdict::Invalid(why) => return Ok(Found::Invalid(Invalid::Tcp(why))),
                 tcp::Verdict::Reopen => return Err(Reopen),
             },
             Kind::Datagram => {
-                let (to, assured) = udp::timeout(&t, dir == 1 || e.has(status::SEEN_REPLY));
+                let (to, assured) = udp::timeout(t, dir == 1 || e.has(status::SEEN_REPLY));
                 if assured {
                     e.status |= status::ASSURED;
                 }

@@ -14,10 +14,11 @@
 //! state: an offloaded connection is tracked exactly, where Linux's flowtable stops
 //! tracking), rewritten by the record (RFC 1812 5.3.1: TTL decremented), and handed to
 //! the neighbour stage (the MTU check and the link header are its, as for every
-//! packet). Linux's flowtable offloads TCP and UDP only; so does this. They skip
-//! `nat-prerouting`, the PREROUTING, FORWARD and POSTROUTING chains (their rule
-//! counters too), routing, `ip4-forward` and `ct-confirm`, as an offloaded flow skips
-//! the netfilter hooks in Linux: the rule says that its verdict stands for the flow.
+//! packet). They skip `nat-prerouting`, the PREROUTING, FORWARD and POSTROUTING chains
+//! (their rule counters and `ct mark set` statements too), routing, `ip4-forward` and
+//! `ct-confirm`, as an offloaded flow skips the netfilter hooks in Linux: the rule says
+//! that its verdict stands for the flow. Linux's flowtable offloads TCP and UDP only;
+//! so does this.
 //!
 //! A record holds while (else the packet takes the whole path, which may write it
 //! again):

@@ -181,6 +181,9 @@ impl<'a> Builder<'a> {
                     // NAT picks ports whose replies this steering brings back here.
                     w.host.nat_home = steer.nat_home(0);
                 }
+                // A datagram made whole on a worker that does not own its connection
+                // goes to the one that does (symmetric steering, two or more workers).
+                w.host.defrag_handoff = steer.defrag_handoff(cfg.ports.len()).map(Box::new);
                 w.steer = Some(steer);
             }
             workers.push(w);

@@ -31,9 +31,9 @@ use netbatch_wire::toeplitz::{MS_KEY, Toeplitz};
 const INSIDE: &str = "198.51.100.2";
 const OUTSIDE: &str = "192.0.2.1";
 
-/// Two workers, each receiving both ports, RPS spreading both over both; backlogs and
-/// hand-off rings of `max_backlog` wire packets.
-fn team(mode: Mode, max_backlog: usize) -> Team {
+/// Two workers, each receiving both ports, RPS spreading both over both with `policy`;
+/// backlogs and hand-off rings of `max_backlog` wire packets.
+fn team(mode: Mode, policy: RpsPolicy, max_backlog: usize) -> Team {
     let mut spec = support::router6(Gro::Off);
     spec.neighbours.push(StaticNeighbour {
         iface: 0,
@@ -60,7 +60,7 @@ fn team(mode: Mode, max_backlog: usize) -> Team {
     spec.params.send_redirects = false;
     // What the configuration sets under tracking with two workers.
     let rps = RpsParams {
-        policy: RpsPolicy::Deferred,
+        policy,
         rfs_log: 0,
         symmetric: true,
         max_backlog,
@@ -149,7 +149,8 @@ impl Rng {
     }
 }
 
-/// Masquerade of fragmented UDP with two workers, list and per-packet mode. Per flow
+/// Masquerade of fragmented UDP with two workers, in list and per-packet mode and under
+/// each RPS policy for the own share. Per flow
 /// from the seed: half start with an unfragmented datagram (fed to a worker drawn from
 /// the seed), then a datagram of three fragments goes out, fed to the worker that does
 /// not own the connection; it leaves as its three fragments, translated to the same
@@ -161,15 +162,21 @@ impl Rng {
 #[test]
 fn fragmented_masquerade_reaches_the_owner() {
     let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-    for mode in [Mode::List, Mode::Packet] {
-        let mut team = team(mode, 1000);
+    for (mode, policy) in [
+        (Mode::List, RpsPolicy::Deferred),
+        (Mode::Packet, RpsPolicy::Deferred),
+        (Mode::List, RpsPolicy::Backlog),
+        (Mode::List, RpsPolicy::Direct),
+    ] {
+        let mode_s = format!("{mode:?}/{policy:?}");
+        let mut team = team(mode, policy, 1000);
         let mut rng = Rng(0x6672_6167_0001);
         let (mut want_handed, mut away_out, mut away_back) = (0u64, 0, 0);
         for i in 0..40u16 {
             let far = format!("203.0.113.{}", 1 + rng.below(200));
             let sp = 1024 + rng.below(60_000) as u16;
             let dp = 1 + rng.below(60_000) as u16;
-            let what = format!("{mode:?} flow {i} ({INSIDE}:{sp} to {far}:{dp})");
+            let what = format!("{mode_s} flow {i} ({INSIDE}:{sp} to {far}:{dp})");
             let orig = Tuple::v4(ip(INSIDE), ip(&far), 17, sp, dp);
             let owner = pick(hash4((INSIDE, sp), (&far, dp)));
             let gathers = pick(hash4((INSIDE, 0), (&far, 0)));
@@ -245,7 +252,7 @@ fn fragmented_masquerade_reaches_the_owner() {
         }
         assert!(
             away_out > 5 && away_back > 5,
-            "{mode:?}: the seed gives datagrams gathered away from their owner both ways: \
+            "{mode_s}: the seed gives datagrams gathered away from their owner both ways: \
              {away_out} out, {away_back} back"
         );
         assert_eq!(
@@ -267,7 +274,7 @@ fn fragmented_masquerade_reaches_the_owner() {
 #[test]
 fn fragmented_udp6_reaches_the_owner() {
     let payload: Vec<u8> = (0..2500u32).map(|i| (i * 13) as u8).collect();
-    let mut team = team(Mode::List, 1000);
+    let mut team = team(Mode::List, RpsPolicy::Deferred, 1000);
     let mut rng = Rng(0x6672_6167_0006);
     let (mut want_handed, mut away) = (0u64, 0);
     for i in 0..30u32 {
@@ -332,7 +339,7 @@ fn fragmented_udp6_reaches_the_owner() {
 #[test]
 fn a_full_handoff_ring_is_a_counted_drop() {
     let payload = vec![0x5a; 3000];
-    let mut team = team(Mode::List, 4);
+    let mut team = team(Mode::List, RpsPolicy::Deferred, 4);
     // A flow gathered on one worker and owned by the other, found from a fixed start.
     let far = "203.0.113.77";
     let gathers = pick(hash4((INSIDE, 0), (far, 0)));
@@ -365,6 +372,48 @@ fn a_full_handoff_ring_is_a_counted_drop() {
     );
     assert!(got.iter().all(|g| addr4(g, 12) == OUTSIDE));
     assert_eq!(handed(&team), 3, "three queued for the owner");
+    team.assert_conserved();
+    team.stop_and_check_pool();
+}
+
+/// Order within a flow: eight fragmented datagrams of one flow gathered away from its
+/// owner, fed in one batch (each datagram's fragments reversed) to the worker that
+/// gathers them, then eight more fed to the owner's queue (RPS takes them to the
+/// gathering worker, the hand-off back): they leave, each as its fragments, in the
+/// order they were sent (told by their identification, which the router keeps).
+#[test]
+fn a_flows_fragmented_datagrams_keep_their_order() {
+    let payload = vec![0x3c; 2000];
+    let mut team = team(Mode::List, RpsPolicy::Deferred, 1000);
+    let far = "203.0.113.91";
+    let gathers = pick(hash4((INSIDE, 0), (far, 0)));
+    let sp = (30000..)
+        .find(|&sp| pick(hash4((INSIDE, sp), (far, 5353))) != gathers)
+        .unwrap();
+    for (feed_to, ids) in [(gathers, 100..108u16), (1 - gathers, 200..208)] {
+        let frames: Vec<Vec<u8>> = ids
+            .clone()
+            .flat_map(|id| {
+                let f = fragment4(&udp4(INSIDE, sp, far, 5353, id, &payload), &[1480, 0]);
+                f.iter()
+                    .rev()
+                    .map(|f| eth(PEER.0, US.0, f))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        team.feed(feed_to, 0, frames);
+        team.settle();
+        let got = sent(&mut team, 1);
+        assert_eq!(got.len(), 16, "every fragment out");
+        let mut order: Vec<u16> = got.iter().map(|g| port_at(g, 4)).collect();
+        order.dedup();
+        assert_eq!(
+            order,
+            ids.collect::<Vec<_>>(),
+            "the datagrams in the order sent"
+        );
+    }
+    assert_eq!(handed(&team), 16);
     team.assert_conserved();
     team.stop_and_check_pool();
 }

@@ -766,14 +766,22 @@ impl Steer {
     }
 
     /// The hand-off of whole datagrams to the worker owning their connection, for
-    /// `ip4-defrag`/`ip6-defrag` (`Host::defrag_handoff`): RPS's view of each of `ports`
-    /// receiving ports (the same map, hasher and forwards it steers by); `None` without
-    /// hand-off rings (one worker, or steering that is not symmetric).
-    pub fn defrag_handoff(&self, ports: usize) -> Option<netbatch_stack::defrag::handoff::HandOff> {
+    /// `ip4-defrag`/`ip6-defrag` (`Host::defrag_handoff`): RPS's view of each receiving
+    /// port whose frames it steers (`steered[port]`; a host pair's tap is not: its
+    /// frames stay where they came in), the same map, hasher and forwards it steers by;
+    /// `None` without hand-off rings (one worker, or steering that is not symmetric).
+    pub fn defrag_handoff(
+        &self,
+        steered: &[bool],
+    ) -> Option<netbatch_stack::defrag::handoff::HandOff> {
         if self.ho_to.is_empty() {
             return None;
         }
-        let homes = (0..ports).map(|p| self.nat_home(p)).collect();
+        let homes = steered
+            .iter()
+            .enumerate()
+            .map(|(p, &s)| self.nat_home(p).filter(|_| s))
+            .collect();
         netbatch_stack::defrag::handoff::HandOff::new(self.me as u16, homes)
     }
 
@@ -1059,7 +1067,7 @@ mod tests {
         let (_f, mut steers) = fabric(2, &params, vec![vec![0, 1]], 1);
         let handoffs: Vec<_> = steers
             .iter()
-            .map(|s| s.defrag_handoff(1).expect("two workers, symmetric"))
+            .map(|s| s.defrag_handoff(&[true]).expect("two workers, symmetric"))
             .collect();
         let mut away = 0;
         for n in 0..64u16 {

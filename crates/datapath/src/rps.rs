@@ -34,6 +34,14 @@
 //! With connection tracking (`RpsParams::symmetric`) the hash is symmetric: both
 //! directions of a connection, and the ICMP errors about it, reach the worker whose
 //! table holds it.
+//!
+//! A fragment hashes by its addresses alone (a later fragment has no ports), so under
+//! tracking with two or more workers a datagram is made whole on the worker its
+//! addresses pick; a second set of rings, one per (from, to) pair and bounded by
+//! `max_backlog` wire packets too, carries a whole datagram from there to the worker
+//! owning its connection (`netbatch_stack::defrag::handoff`: [`Steer::defrag_handoff`],
+//! [`Steer::hand_off`], [`Steer::take_handed`]). A flow's whole datagrams are made on
+//! one worker and take one ring, in order.
 
 use core::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

@@ -17,6 +17,7 @@ use netbatch_stack::host::HostParams;
 use netbatch_stack::route::{Route, Route6, RouteKind};
 use netbatch_wire::ethernet::MacAddr;
 
+pub mod fragments;
 pub mod frames;
 pub mod replay;
 

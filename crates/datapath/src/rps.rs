@@ -34,6 +34,14 @@
 //! With connection tracking (`RpsParams::symmetric`) the hash is symmetric: both
 //! directions of a connection, and the ICMP errors about it, reach the worker whose
 //! table holds it.
+//!
+//! A fragment hashes by its addresses alone (a later fragment has no ports), so under
+//! tracking with two or more workers a datagram is made whole on the worker its
+//! addresses pick; a second set of rings, one per (from, to) pair and bounded by
+//! `max_backlog` wire packets too, carries a whole datagram from there to the worker
+//! owning its connection (`netbatch_stack::defrag::handoff`: [`Steer::defrag_handoff`],
+//! [`Steer::hand_off`], [`Steer::take_handed`]). A flow's whole datagrams are made on
+//! one worker and take one ring, in order.
 
 use core::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -48,6 +56,8 @@ netbatch_engine::reasons! {
     /// Why steering drops a packet.
     pub mod reason {
         BACKLOG_FULL = "backlog_full": "RPS backlog of the target worker full",
+        HANDOFF_FULL = "defrag_handoff_full": "ring of whole datagrams to the worker owning their connection full",
+        HANDOFF_UNTRACKED = "defrag_handoff_untracked": "whole datagram handed over after a reload took tracking out of the graph",
     }
 }
 
@@ -132,6 +142,10 @@ pub struct Fabric {
     pushed: Vec<AtomicU64>,
     /// `taken[from * n + to]`: wire packets `to` took from the (from, to) ring.
     taken: Vec<AtomicU64>,
+    /// As `pushed` and `taken`, for the rings of whole datagrams handed to the worker
+    /// owning their connection (empty without them).
+    ho_pushed: Vec<AtomicU64>,
+    ho_taken: Vec<AtomicU64>,
     /// RFS: (hash with the worker bits cleared) | worker; `EMPTY` when unset.
     rfs: Box<[AtomicU32]>,
     /// RPS maps per port, replaced as a whole.
@@ -304,6 +318,14 @@ pub struct Steer {
     to: Vec<Option<rtrb::Producer<Pkt>>>,
     /// Rings from each worker.
     from: Vec<Option<rtrb::Consumer<Pkt>>>,
+    /// Rings of whole datagrams to the worker owning their connection (with two or more
+    /// workers under symmetric steering; empty otherwise): `ip4-defrag`/`ip6-defrag`
+    /// gathered them here and another worker owns their connection.
+    ho_to: Vec<Option<rtrb::Producer<Pkt>>>,
+    /// The same rings from each worker.
+    ho_from: Vec<Option<rtrb::Consumer<Pkt>>>,
+    /// Wire packets this worker put in its hand-off ring to each worker.
+    ho_pushed: Vec<u64>,
     /// Own backlog (`backlog` policy), with the wire packets each carries.
     own: std::collections::VecDeque<(Pkt, u32)>,
     /// Wire packets in `own`.
@@ -358,12 +380,17 @@ pub fn fabric(
     } else {
         1usize << params.rfs_log
     };
+    // Whole datagrams go to their connection's owner only where connections have one.
+    let handoff = params.symmetric && n > 1;
+    let pairs = if handoff { n * n } else { 0 };
     let fabric = Arc::new(Fabric {
         n,
         slots: (0..n).map(|_| Slot::default()).collect(),
         heads: (0..n * n).map(|_| AtomicU64::new(0)).collect(),
         pushed: (0..n * n).map(|_| AtomicU64::new(0)).collect(),
         taken: (0..n * n).map(|_| AtomicU64::new(0)).collect(),
+        ho_pushed: (0..pairs).map(|_| AtomicU64::new(0)).collect(),
+        ho_taken: (0..pairs).map(|_| AtomicU64::new(0)).collect(),
         rfs: (0..rfs_len).map(|_| AtomicU32::new(EMPTY)).collect(),
         maps: RwLock::new(Arc::new(maps)),
         maps_gen: AtomicU64::new(0),
@@ -383,18 +410,37 @@ pub fn fabric(
             }
         }
     }
+    let mut ho_to: Vec<Vec<Option<rtrb::Producer<Pkt>>>> = (0..n).map(|_| Vec::new()).collect();
+    let mut ho_from: Vec<Vec<Option<rtrb::Consumer<Pkt>>>> = (0..n).map(|_| Vec::new()).collect();
+    if handoff {
+        ho_to = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        ho_from = (0..n).map(|_| (0..n).map(|_| None).collect()).collect();
+        for a in 0..n {
+            for b in 0..n {
+                if a != b {
+                    let (p, c) = rtrb::RingBuffer::new(params.max_backlog.max(1));
+                    ho_to[a][b] = Some(p);
+                    ho_from[b][a] = Some(c);
+                }
+            }
+        }
+    }
     let maps = fabric.maps();
     let steers = to
         .into_iter()
         .zip(from)
+        .zip(ho_to.into_iter().zip(ho_from))
         .enumerate()
-        .map(|(me, (to, from))| Steer {
+        .map(|(me, ((to, from), (ho_to, ho_from)))| Steer {
             me,
             fabric: fabric.clone(),
             params: params.clone(),
             toeplitz: toeplitz.clone(),
             to,
             from,
+            ho_pushed: vec![0; ho_to.len()],
+            ho_to,
+            ho_from,
             own: std::collections::VecDeque::with_capacity(params.max_backlog.min(65_536)),
             own_wire: 0,
             deferred_wire: 0,
@@ -686,7 +732,17 @@ impl Steer {
                     .saturating_sub(taken)
             })
             .sum();
-        rings + self.own_wire
+        let handed: u64 = (0..self.ho_from.len())
+            .filter(|&f| f != self.me)
+            .map(|f| {
+                let pair = f * n + self.me;
+                let taken = self.fabric.ho_taken[pair].load(Ordering::Relaxed);
+                self.fabric.ho_pushed[pair]
+                    .load(Ordering::Acquire)
+                    .saturating_sub(taken)
+            })
+            .sum();
+        rings + handed + self.own_wire
     }
 
     /// Wire packets this worker received and has not processed yet (own backlog,
@@ -704,7 +760,7 @@ impl Steer {
 
     /// Frees everything in the rings to this worker and its own queues (at stop).
     pub fn drain(&mut self, cache: &mut netbatch_engine::BufCache) {
-        for c in self.from.iter_mut().flatten() {
+        for c in self.from.iter_mut().chain(&mut self.ho_from).flatten() {
             while let Ok(p) = c.pop() {
                 cache.free(p);
             }
@@ -715,6 +771,78 @@ impl Steer {
         self.own_wire = 0;
         self.deferred_wire = 0;
         cache.free_all(&mut self.deferred);
+    }
+
+    /// The hand-off of whole datagrams to the worker owning their connection, for
+    /// `ip4-defrag`/`ip6-defrag` (`Host::defrag_handoff`): RPS's view of each receiving
+    /// port whose frames it steers (`steered[port]`; a host pair's tap is not: its
+    /// frames stay where they came in), the same map, hasher and forwards it steers by;
+    /// `None` without hand-off rings (one worker, or steering that is not symmetric).
+    pub fn defrag_handoff(
+        &self,
+        steered: &[bool],
+    ) -> Option<netbatch_stack::defrag::handoff::HandOff> {
+        if self.ho_to.is_empty() {
+            return None;
+        }
+        let homes = steered
+            .iter()
+            .enumerate()
+            .map(|(p, &s)| self.nat_home(p).filter(|_| s))
+            .collect();
+        netbatch_stack::defrag::handoff::HandOff::new(self.me as u16, homes)
+    }
+
+    /// Puts the whole datagram `p` (a defrag chain) in the hand-off ring to worker `to`;
+    /// back if the ring has no room for its wire packets (the caller drops and counts
+    /// it: `defrag_handoff_full`). Counted handed off, as RPS's packets are (in flight
+    /// until taken over).
+    pub fn hand_off(&mut self, pool: &Pool, to: usize, p: Pkt) -> Result<(), Pkt> {
+        let n = self.fabric.n;
+        let Some(ring) = self.ho_to.get_mut(to).and_then(Option::as_mut) else {
+            return Err(p);
+        };
+        let wire = pool.get(&p).meta.wire_packets();
+        let pair = self.me * n + to;
+        let taken = self.fabric.ho_taken[pair].load(Ordering::Acquire);
+        if self.ho_pushed[to] - taken + wire > self.params.max_backlog as u64 {
+            return Err(p);
+        }
+        ring.push(p).map_err(|rtrb::PushError::Full(p)| p)?;
+        self.ho_pushed[to] += wire;
+        self.fabric.ho_pushed[pair].store(self.ho_pushed[to], Ordering::Release);
+        self.stats.handed_off += wire;
+        self.sent[to] = true;
+        Ok(())
+    }
+
+    /// Up to `max` whole datagrams handed over by worker `from` into `out` (in the order
+    /// they were handed over); returns how many (their wire packets counted taken over).
+    pub fn take_handed(
+        &mut self,
+        pool: &Pool,
+        from: usize,
+        out: &mut PktList,
+        max: usize,
+    ) -> usize {
+        let Some(c) = self.ho_from.get_mut(from).and_then(Option::as_mut) else {
+            return 0;
+        };
+        let n = max.min(c.slots());
+        if n == 0 {
+            return 0;
+        }
+        let start = out.len();
+        if let Ok(chunk) = c.read_chunk(n) {
+            out.extend(chunk);
+        }
+        let wire: u64 = out[start..]
+            .iter()
+            .map(|p| pool.get(p).meta.wire_packets())
+            .sum();
+        self.fabric.ho_taken[from * self.fabric.n + self.me].fetch_add(wire, Ordering::Release);
+        self.stats.taken_over += wire;
+        n
     }
 
     /// What NAT needs to know of this steering to pick ports whose replies come back to
@@ -919,5 +1047,92 @@ mod tests {
             "the plain hash parted {parted} flows' directions"
         );
         assert_eq!(seen, [true; 4], "the flows spread over every worker");
+    }
+
+    /// The seam of the hand-off of whole datagrams: for 64 UDP flows over two workers,
+    /// a first fragment steers by its addresses alone (a later fragment has no ports),
+    /// and the datagram made whole from it (its head marked a defrag chain) is owned by
+    /// the worker RPS steers the flow's unfragmented packets to, as the hand-off the
+    /// steering gives the defragmentation stage computes it; some flows' fragments are
+    /// gathered away from their owner (what the hand-off is for). The ring counts wire
+    /// packets: a chain of 3 fits a ring of 4, a second does not (the caller drops it,
+    /// counted); it is in the owner's backlog, in flight, until taken over.
+    #[test]
+    fn whole_datagrams_go_where_their_unfragmented_packets_go() {
+        let pool = Pool::new(PoolConfig {
+            buffers: 16,
+            cache_size: 4,
+            ..Default::default()
+        })
+        .unwrap();
+        let params = RpsParams {
+            policy: RpsPolicy::Direct,
+            rfs_log: 0,
+            symmetric: true,
+            max_backlog: 4,
+            ..RpsParams::default()
+        };
+        let (_f, mut steers) = fabric(2, &params, vec![vec![0, 1]], 1);
+        let handoffs: Vec<_> = steers
+            .iter()
+            .map(|s| s.defrag_handoff(&[true]).expect("two workers, symmetric"))
+            .collect();
+        let mut away = 0;
+        for n in 0..64u16 {
+            let (a, b) = ([198, 51, 100, 7], [203, 0, 113, 1 + n as u8]);
+            let sp = 20000 + n * 13;
+            let whole = ip_frame(a, b, 17, ports(sp, 53), &[]);
+            let mut first = whole.clone();
+            first[14 + 6] = 0x20; // MF, offset 0
+            let owner = worker_of(&mut steers[0], &pool, &whole, None);
+            let gathers = worker_of(&mut steers[0], &pool, &first, None);
+            let other = ip_frame(a, b, 17, ports(sp + 1, 80), &[]);
+            let mut other_first = other.clone();
+            other_first[14 + 6] = 0x20;
+            assert_eq!(
+                worker_of(&mut steers[0], &pool, &other_first, None),
+                gathers,
+                "flow {n}: a fragment steers by its addresses"
+            );
+            away += usize::from(gathers != owner);
+            let mut c = pool.cache();
+            let mut p = c.alloc().unwrap();
+            {
+                let mut v = pool.get_mut(&mut p);
+                assert!(v.set_data(64, &first));
+                v.meta.flags |= netbatch_stack::meta::flag::DEFRAG_CHAIN;
+                for (me, h) in handoffs.iter().enumerate() {
+                    let want = (owner != me).then_some(owner as u16);
+                    assert_eq!(h.owner_elsewhere(&mut v), want, "flow {n} on worker {me}");
+                }
+            }
+            c.free(p);
+        }
+        assert!(
+            away > 10,
+            "fragments gathered away from their owner: {away}"
+        );
+
+        let mut c = pool.cache();
+        let mut chain = || {
+            let mut p = c.alloc().unwrap();
+            pool.get_mut(&mut p).meta.segs = 3;
+            p
+        };
+        let (a, b) = (chain(), chain());
+        let (s0, rest) = steers.split_at_mut(1);
+        let (s0, s1) = (&mut s0[0], &mut rest[0]);
+        assert!(s0.hand_off(&pool, 1, a).is_ok());
+        let b = s0
+            .hand_off(&pool, 1, b)
+            .expect_err("3 + 3 > 4 wire packets");
+        assert_eq!((s0.stats.handed_off, s1.backlog_len()), (3, 3));
+        let mut got = Vec::new();
+        assert_eq!(s1.take(&pool, 0, &mut got, 8), 0, "not in RPS's ring");
+        assert_eq!(s1.take_handed(&pool, 0, &mut got, 8), 1);
+        assert_eq!((s1.stats.taken_over, s1.backlog_len()), (3, 0));
+        got.push(b);
+        let mut c = pool.cache();
+        c.free_all(&mut got);
     }
 }

@@ -501,6 +501,37 @@ impl Worker {
         let mut cx = stage_cx!(self, now_ns);
         let one_by_one = self.params.mode == Mode::Packet;
         self.graph.flush_held(&mut self.host, &mut cx, one_by_one);
+        if self
+            .host
+            .defrag_handoff
+            .as_ref()
+            .is_some_and(|h| !h.is_empty())
+        {
+            self.hand_off_whole();
+        }
+    }
+
+    /// Hands the datagrams the defragmentation stages made whole for another worker
+    /// (`Host::defrag_handoff`) to their rings, in the order they were made whole, and
+    /// kicks their workers; a ring without room for a datagram's fragments drops it,
+    /// counted in wire packets (`defrag_handoff_full`, on the `rps` pseudo-stage).
+    fn hand_off_whole(&mut self) {
+        let (Some(h), Some(st)) = (self.host.defrag_handoff.as_mut(), self.steer.as_mut()) else {
+            return;
+        };
+        for (to, p) in h.drain() {
+            if let Err(p) = st.hand_off(&self.pool, usize::from(to), p) {
+                let wire = self.pool.get(&p).meta.wire_packets();
+                st.stats.dropped += wire;
+                self.acct.dropped += wire;
+                self.outside[RPS]
+                    .1
+                    .add(crate::rps::reason::HANDOFF_FULL, wire);
+                self.cache.free(p);
+            }
+        }
+        self.acct.handed_off = st.stats.handed_off;
+        st.kick();
     }
 
     /// With RPS, after the receive queues: kicks the workers sent to (once each), then
@@ -568,6 +599,7 @@ impl Worker {
                 round.units += 1;
             }
             self.list = l;
+            round.taken += self.take_whole(src, quota, now_ns);
         }
         if !cut {
             self.backlog_next = 0;
@@ -576,6 +608,60 @@ impl Worker {
             st.stats.backlog_len = st.backlog_len();
         }
         cut
+    }
+
+    /// Whole datagrams worker `src` handed over (their connection is this worker's), up
+    /// to `quota`: each family's enter at its defragmentation stage, which passes them on
+    /// whole, in the order they were handed over. Returns how many.
+    fn take_whole(&mut self, src: usize, quota: usize, now_ns: u64) -> usize {
+        let mut l = core::mem::take(&mut self.list);
+        let got = self
+            .steer
+            .as_mut()
+            .map_or(0, |st| st.take_handed(&self.pool, src, &mut l, quota));
+        if got > 0 {
+            self.stats.processed += got as u64;
+            self.acct.taken_over = self.steer.as_ref().map_or(0, |st| st.stats.taken_over);
+            // A flow is of one family: splitting the list by family keeps every flow's
+            // order. Mostly the list is of one family and runs as it is.
+            let six = |p: &netbatch_engine::Pkt| {
+                self.pool.get(p).meta.l3_type == netbatch_stack::dissect::L3::Ipv6 as u8
+            };
+            let first = l.first().is_some_and(six);
+            let mut other: PktList = if l.iter().all(|p| six(p) == first) {
+                Vec::new()
+            } else {
+                let (a, b) = l.drain(..).partition(|p| six(p) == first);
+                l = a;
+                b
+            };
+            for (fam, list) in [
+                (usize::from(first), &mut l),
+                (usize::from(!first), &mut other),
+            ] {
+                if list.is_empty() {
+                    continue;
+                }
+                match self.entries.handed[fam] {
+                    Some(node) => self.run_at(node, list, now_ns),
+                    // Tracking was turned off by a reload meanwhile: no stage to enter.
+                    None => {
+                        let wire: u64 = list
+                            .iter()
+                            .map(|p| self.pool.get(p).meta.wire_packets())
+                            .sum();
+                        self.acct.dropped += wire;
+                        self.outside[RPS]
+                            .1
+                            .add(crate::rps::reason::HANDOFF_UNTRACKED, wire);
+                        self.cache.free_all(list);
+                    }
+                }
+            }
+            self.end_of_poll(now_ns);
+        }
+        self.list = l;
+        got
     }
 
     fn run_apps(&mut self, now_ns: u64) {
@@ -861,6 +947,9 @@ impl Worker {
         let n = st.fabric().workers();
         for src in 0..n {
             while st.take(&self.pool, src, &mut l, LIST_MAX) > 0 {
+                self.cache.free_all(&mut l);
+            }
+            while st.take_handed(&self.pool, src, &mut l, LIST_MAX) > 0 {
                 self.cache.free_all(&mut l);
             }
         }

@@ -318,6 +318,39 @@ fn finish(mut c: Child) -> String {
     out
 }
 
+/// The worker of two that RPS's symmetric steering picks for endpoints `a` and `b`
+/// (address, port; ports 0: a fragment, steered by its addresses alone): the Toeplitz
+/// hash (Microsoft's key) of the lower endpoint then the higher, scaled to the map
+/// `[0, 1]` as the kernel's `reciprocal_scale` does (docs/conntrack.md, Workers).
+fn steered(a: ([u8; 4], u16), b: ([u8; 4], u16)) -> usize {
+    let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+    let ports = (lo.1 != 0 || hi.1 != 0).then_some((lo.1, hi.1));
+    let h = netbatch_wire::toeplitz::Toeplitz::new(&netbatch_wire::toeplitz::MS_KEY)
+        .ipv4(lo.0, hi.0, ports)
+        .max(1);
+    ((u64::from(h) * 2) >> 32) as usize
+}
+
+/// The fragmented case's client port, and how many of its two datagrams netbatch with
+/// two workers gathers on the worker that does not own the connection (the hand-offs
+/// expected): the connection 192.0.2.2:port → 203.0.113.2:5006 is owned by the worker
+/// its endpoints pick; its fragments out are gathered where 192.0.2.2 and 203.0.113.2
+/// pick, the reply's where 203.0.113.2 and the outside address 198.51.100.1 pick. A
+/// port for which both are handed over, if there is one, else one for the datagram out.
+fn frag_sport() -> (u16, u64) {
+    let (h1, h2, out) = ([192, 0, 2, 2], [203, 0, 113, 2], [198, 51, 100, 1]);
+    let away = |sp: u16| {
+        let owner = steered((h1, sp), (h2, 5006));
+        u64::from(steered((h1, 0), (h2, 0)) != owner)
+            + u64::from(steered((h2, 0), (out, 0)) != owner)
+    };
+    let sp = (40000..40100)
+        .find(|&sp| away(sp) == 2)
+        .or_else(|| (40000..40100).find(|&sp| away(sp) == 1))
+        .expect("a port steering away from the fragments' worker");
+    (sp, away(sp))
+}
+
 /// The outcome of every case through the router of `t`, as text (what the hosts saw).
 fn cases(t: &Topo) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
@@ -412,10 +445,15 @@ fn cases(t: &Topo) -> Vec<(&'static str, String)> {
         "socat UDP-RECVFROM:5006,fork SYSTEM:'echo $SOCAT_PEERADDR; head -c 3000 /dev/zero'",
     );
     t.listening("h2", "udp", 5006);
+    // From a source port chosen so that, with two workers, the datagrams are gathered
+    // on a worker that does not own their connection ([`frag_sport`]).
     let (_, text) = t.exec(
         "h1",
-        "f=/tmp/nbfrag$$; head -c 3000 /dev/zero | timeout 8 socat -T 3 -b 8192 - \
-         UDP:203.0.113.2:5006 > $f; tr -d '\\000' < $f; wc -c < $f; rm -f $f",
+        &format!(
+            "f=/tmp/nbfrag$$; head -c 3000 /dev/zero | timeout 8 socat -T 3 -b 8192 - \
+             UDP:203.0.113.2:5006,sourceport={} > $f; tr -d '\\000' < $f; wc -c < $f; rm -f $f",
+            frag_sport().0
+        ),
     );
     finish(server);
     out.push((
@@ -534,17 +572,25 @@ fn nat44_agrees_with_nftables() {
             t.netbatch(workers);
             let c = cases(&t);
             let shown = t.ctl("show", "conntrack proto udp");
+            if workers > 1 {
+                // The fragmented datagrams gathered away from their connection's owner
+                // were handed to it: the case's agreement below is the hand-off's.
+                let stats: serde_json::Value =
+                    serde_json::from_str(&t.ctl("show", "--json counters")).unwrap();
+                let handed: u64 = stats["workers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|w| w["stages"].as_array().into_iter().flatten())
+                    .filter(|s| s["name"] == "ip4-defrag")
+                    .map(|s| s["events"]["handed_off"].as_u64().unwrap_or(0))
+                    .sum();
+                assert_eq!(handed, frag_sport().1, "datagrams handed over: {stats}");
+            }
             reload_keeps_the_connection(&t);
             (c, shown)
         };
         for (((case, k), (_, n)), want) in kernel.iter().zip(&ours).zip(intent) {
-            // With two workers RPS steers a fragment by its addresses (a later fragment
-            // has no ports), so a fragmented reply may reach a worker that does not own
-            // its connection: not yet handled (docs/nat.md, Workers), compared with one
-            // worker only.
-            if workers > 1 && case.starts_with("fragmented") {
-                continue;
-            }
             assert_eq!(
                 k, n,
                 "{case}: kernel '{k}', netbatch ({workers} workers) '{n}'"

@@ -181,6 +181,17 @@ impl<'a> Builder<'a> {
                     // NAT picks ports whose replies this steering brings back here.
                     w.host.nat_home = steer.nat_home(0);
                 }
+                // A datagram made whole on a worker that does not own its connection
+                // goes to the one that does (symmetric steering, two or more workers).
+                // A host pair's tap is not steered: what comes in on it stays there.
+                let steered: Vec<bool> = (0..cfg.ports.len())
+                    .map(|p| {
+                        !w.host.ports.get(p).is_some_and(|p| {
+                            matches!(p.pair, netbatch_stack::iface::Pair::Inject(_))
+                        })
+                    })
+                    .collect();
+                w.host.defrag_handoff = steer.defrag_handoff(&steered).map(Box::new);
                 w.steer = Some(steer);
             }
             workers.push(w);

@@ -174,6 +174,9 @@ pub struct Entries {
     /// Where frames received on the tap of a host interface pair enter (graphs built
     /// with [`GraphOptions::host_pairs`]).
     pub host_inject: Option<NodeId>,
+    /// Where an IPv4 and an IPv6 datagram another worker made whole enters (the
+    /// defragmentation stage, which passes a defrag chain on whole; graphs that track).
+    pub handed: [Option<NodeId>; 2],
 }
 
 impl Entries {
@@ -201,6 +204,7 @@ pub fn entries(g: &Graph<Host>) -> Result<Entries, GraphError> {
         receive,
         injected,
         host_inject: g.node(node::HOST_INJECT),
+        handed: [g.node(node::IP4_DEFRAG), g.node(node::IP6_DEFRAG)],
     })
 }
 

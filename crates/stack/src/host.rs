@@ -315,6 +315,10 @@ pub struct Host {
     pub defrag4: Option<Box<crate::defrag::Store>>,
     /// The IPv6 fragments held before tracking (`ip6-defrag`).
     pub defrag6: Option<Box<crate::defrag::Store>>,
+    /// With two or more workers under tracking and RPS: datagrams made whole here whose
+    /// connection another worker owns, for the datapath to hand over
+    /// ([`crate::defrag::handoff`]); `None` otherwise.
+    pub defrag_handoff: Option<Box<crate::defrag::handoff::HandOff>>,
 }
 
 impl Host {
@@ -401,6 +405,7 @@ impl Host {
             clock_to_utc_ns: 0,
             ct: None,
             nat_home: None,
+            defrag_handoff: None,
             defrag4: None,
             defrag6: None,
         }
@@ -524,6 +529,7 @@ impl Host {
                 .filter_map(|s| s.as_deref())
                 .map(|s| s.held() as u64)
                 .sum::<u64>()
+            + self.defrag_handoff.as_ref().map_or(0, |h| h.held())
     }
 
     /// Frees everything the host holds (at shutdown).
@@ -538,6 +544,10 @@ impl Host {
         let mut frags = Vec::new();
         for s in [&mut self.defrag4, &mut self.defrag6].into_iter().flatten() {
             s.drain(&mut frags);
+            cache.free_all(&mut frags);
+        }
+        if let Some(h) = self.defrag_handoff.as_mut() {
+            frags.extend(h.drain().map(|(_, p)| p));
             cache.free_all(&mut frags);
         }
     }

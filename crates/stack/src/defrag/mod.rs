@@ -36,6 +36,7 @@
 //! alone (RFC 8200 4.5 allows it, Linux does it). Nothing is allocated per packet: the
 //! slots and their fragment lists are made at start.
 
+pub mod handoff;
 pub mod stage;
 
 use std::collections::HashMap;

@@ -8,7 +8,10 @@
 //! it was received, answered with time exceeded (code 1) where the family says so
 //! ([`Family::answer_timeout`]). Timeouts are looked at on every call and at the end of
 //! every poll while the store holds something (the stage declares that it holds
-//! packets, so the graph calls [`Stage::flush`] then). The store is the host's
+//! packets, so the graph calls [`Stage::flush`] then). With two or more workers a
+//! datagram made whole whose connection another worker owns is queued for it instead
+//! ([`super::handoff`]); a defrag chain handed over enters here on the owner and passes
+//! on whole, as a packet that is not a fragment does. The store is the host's
 //! (`Host::defrag4`, `Host::defrag6`): it outlives a graph rebuilt on reload, the host
 //! counts what it holds (`held` in the conservation law) and frees it at shutdown.
 
@@ -52,6 +55,8 @@ pub struct Defrag<F> {
     pending: bool,
     /// ICMP errors asked for (timed-out datagrams).
     answered: u64,
+    /// Datagrams made whole here and handed to the worker owning their connection.
+    handed_off: u64,
     /// The store's counters, fragments held and datagrams in flight after the last call.
     seen: (super::Stats, usize, usize),
     _f: core::marker::PhantomData<F>,
@@ -70,6 +75,7 @@ impl<F: Family> Defrag<F> {
             pending: true,
             scratch: Vec::with_capacity(cfg.max_fragments),
             answered: 0,
+            handed_off: 0,
             seen: Default::default(),
             _f: core::marker::PhantomData,
         }
@@ -113,6 +119,7 @@ impl<F: Family> Stage<Host> for Defrag<F> {
             ("timed_out", st.timed_out),
             ("discarded", st.discarded),
             ("timeout_errors", self.answered),
+            ("handed_off", self.handed_off),
             ("held", held as u64),
             ("datagrams", datagrams as u64),
         ]
@@ -180,8 +187,19 @@ impl<F: Family> Stage<Host> for Defrag<F> {
                             F::read(w.meta, w.data()).ok().flatten()
                         })
                         .map_or(header, |(_, h)| h);
-                    if let Some(head) = super::chain(cx.pool, &mut self.scratch, first_header + end)
+                    if let Some(mut head) =
+                        super::chain(cx.pool, &mut self.scratch, first_header + end)
                     {
+                        // With two or more workers: to the worker owning its connection.
+                        if let Some(h) = host.defrag_handoff.as_deref_mut() {
+                            let mut v = cx.pool.get_mut(&mut head);
+                            if let Some(w) = h.owner_elsewhere(&mut v) {
+                                let wire = v.meta.wire_packets();
+                                h.push(w, head, wire);
+                                self.handed_off += 1;
+                                continue;
+                            }
+                        }
                         out.push(OK, head);
                     }
                 }

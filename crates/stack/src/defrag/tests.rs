@@ -175,7 +175,10 @@ fn gather(pool: &Pool, head: &Pkt, six: bool) -> Vec<u8> {
     let d = v.data();
     let (mut out, mut next);
     if six {
-        let at = V6::read(v.meta, d).unwrap().unwrap().1 as usize;
+        // The head reads as a fragment to the family's reader alone: the stage passes a
+        // chain on whole.
+        assert!(matches!(V6::read(v.meta, d), Ok(None)));
+        let at = crate::ip6::defrag::read6(v.meta, d).unwrap().unwrap().1 as usize;
         // Fixed header with the Fragment header's next header in place of 44.
         out = d[..40].to_vec();
         out[6] = d[40];
@@ -190,6 +193,10 @@ fn gather(pool: &Pool, head: &Pkt, six: bool) -> Vec<u8> {
         let plen = (out.len() - 40) as u16;
         out[4..6].copy_from_slice(&plen.to_be_bytes());
     } else {
+        assert!(
+            matches!(V4::read(v.meta, d), Ok(None)),
+            "a chain passes whole"
+        );
         out = d.to_vec();
         next = v.meta.chain.as_ref();
         while let Some(q) = next {

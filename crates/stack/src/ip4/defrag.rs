@@ -26,7 +26,7 @@ use crate::defrag::stage::Family;
 use crate::defrag::{Config, Key, Piece, Store, reason};
 use crate::dissect::L4;
 use crate::host::Host;
-use crate::meta::{Field, Fields};
+use crate::meta::{Field, Fields, flag};
 
 /// The IPv4 side of [`Defrag`](crate::defrag::stage::Defrag).
 #[derive(Debug)]
@@ -57,7 +57,9 @@ impl Family for V4 {
         let Some(ip) = header(d) else {
             return Ok(None);
         };
-        if !ip.is_fragment() {
+        // A datagram made whole already (handed over by the worker that gathered it)
+        // goes on as it is.
+        if !ip.is_fragment() || m.flags & flag::DEFRAG_CHAIN != 0 {
             return Ok(None);
         }
         let ihl = ip.header_len() as u32;

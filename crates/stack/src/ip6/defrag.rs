@@ -41,7 +41,9 @@ impl Family for V6 {
 
     #[inline(always)]
     fn read(m: &Meta, d: &[u8]) -> Result<Option<(Piece, u32)>, Reason> {
-        if m.flags & flag::FRAG6 == 0 {
+        // Not a fragment, or a datagram made whole already (handed over by the worker
+        // that gathered it): on as it is.
+        if m.flags & (flag::FRAG6 | flag::DEFRAG_CHAIN) != flag::FRAG6 {
             return Ok(None);
         }
         read6(m, d)
@@ -55,7 +57,7 @@ impl Family for V6 {
 
 /// [`V6::read`] of a fragment. Out of line: whole packets do not carry it.
 #[inline(never)]
-fn read6(m: &Meta, d: &[u8]) -> Result<Option<(Piece, u32)>, Reason> {
+pub(crate) fn read6(m: &Meta, d: &[u8]) -> Result<Option<(Piece, u32)>, Reason> {
     let Some(ip) = header(d) else {
         return Ok(None);
     };

@@ -234,6 +234,19 @@ impl Home {
         worker_of_hash(tuple_hash(t, &self.toeplitz, &self.forwards), &self.map).unwrap_or(self.me)
     }
 
+    /// The worker RPS steers packet `v` to (dissected here if it was not): RPS's own
+    /// hash ([`crate::ct::steer_hash_with`], with the forwards) and its own pick
+    /// ([`worker_of_hash`]) over this map; this worker for a packet without an IP flow,
+    /// which RPS keeps where it is. A defrag chain's head hashes with its ports, as the
+    /// datagram would have come unfragmented ([`crate::defrag::handoff`]).
+    #[inline]
+    pub fn worker_of_packet(&self, v: &mut netbatch_engine::PktMut<'_>) -> u16 {
+        match crate::ct::steer_hash_with(v, &self.toeplitz, &self.forwards) {
+            0 => self.me,
+            h => worker_of_hash(h, &self.map).unwrap_or(self.me),
+        }
+    }
+
     /// Whether a packet with tuple `t` reaches this worker.
     #[inline]
     pub fn is_home(&self, t: &Tuple) -> bool {

@@ -687,18 +687,10 @@ impl Steer {
         let Some(c) = self.from[from].as_mut() else {
             return 0;
         };
-        let n = max.min(c.slots());
+        let (n, wire) = read_ring(c, pool, out, max);
         if n == 0 {
             return 0;
         }
-        let start = out.len();
-        if let Ok(chunk) = c.read_chunk(n) {
-            out.extend(chunk);
-        }
-        let wire: u64 = out[start..]
-            .iter()
-            .map(|p| pool.get(p).meta.wire_packets())
-            .sum();
         self.fabric.taken[from * self.fabric.n + self.me].fetch_add(wire, Ordering::Release);
         self.stats.taken_over += wire;
         n
@@ -828,18 +820,10 @@ impl Steer {
         let Some(c) = self.ho_from.get_mut(from).and_then(Option::as_mut) else {
             return 0;
         };
-        let n = max.min(c.slots());
+        let (n, wire) = read_ring(c, pool, out, max);
         if n == 0 {
             return 0;
         }
-        let start = out.len();
-        if let Ok(chunk) = c.read_chunk(n) {
-            out.extend(chunk);
-        }
-        let wire: u64 = out[start..]
-            .iter()
-            .map(|p| pool.get(p).meta.wire_packets())
-            .sum();
         self.fabric.ho_taken[from * self.fabric.n + self.me].fetch_add(wire, Ordering::Release);
         self.stats.taken_over += wire;
         n
@@ -868,6 +852,31 @@ impl Steer {
     pub fn hash_of(&self, src: Ipv4Addr, dst: Ipv4Addr, ports: Option<(u16, u16)>) -> u32 {
         self.toeplitz.ipv4(src.octets(), dst.octets(), ports)
     }
+}
+
+/// Up to `max` packets of ring `c` onto `out`, in ring order: how many, and the wire
+/// packets they stand for.
+fn read_ring(
+    c: &mut rtrb::Consumer<Pkt>,
+    pool: &Pool,
+    out: &mut PktList,
+    max: usize,
+) -> (usize, u64) {
+    let n = max.min(c.slots());
+    if n == 0 {
+        return (0, 0);
+    }
+    let start = out.len();
+    if let Ok(chunk) = c.read_chunk(n) {
+        out.extend(chunk);
+    }
+    let wire = out
+        .get(start..)
+        .unwrap_or_default()
+        .iter()
+        .map(|p| pool.get(p).meta.wire_packets())
+        .sum();
+    (n, wire)
 }
 
 #[cfg(test)]

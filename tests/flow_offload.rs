@@ -93,31 +93,14 @@ fn spec(offload: bool) -> LabSpec {
 /// outside (by eth1) or inside (by eth0).
 fn tcp(
     from_outside: bool,
-    (s, sp): (&str, u16),
-    (d, dp): (&str, u16),
+    s: (&str, u16),
+    d: (&str, u16),
     flags: &str,
     (seq, ack): (u32, u32),
     data: &[u8],
 ) -> Vec<u8> {
-    let (sm, dm) = if from_outside { (GW, US2) } else { (PEER, US) };
-    let mut b = etherparse::PacketBuilder::ethernet2(sm.0, dm.0)
-        .ipv4(ip(s).octets(), ip(d).octets(), 64)
-        .tcp(sp, dp, seq, 64240);
-    if flags.contains('S') {
-        b = b.syn();
-    }
-    if flags.contains('A') {
-        b = b.ack(ack);
-    }
-    if flags.contains('F') {
-        b = b.fin();
-    }
-    if flags.contains('R') {
-        b = b.rst();
-    }
-    let mut v = Vec::new();
-    b.write(&mut v, data).unwrap();
-    v
+    let macs = if from_outside { (GW, US2) } else { (PEER, US) };
+    support::frames::tcp_flags(macs, s, d, flags, seq, ack, data)
 }
 
 /// UDP from inside to the far host (eth0) or back to the outside address (eth1).

@@ -18,6 +18,7 @@
 
 use etherparse::PacketBuilder;
 use netbatch_runtime::setup::StaticNeighbour;
+use netbatch_scenarios::frames::tcp_flags as tcp;
 use netbatch_scenarios::{self as support, Gro, Lab, LabSpec, PEER, US, US2, VARIANTS, ip};
 use netbatch_stack::ct;
 use netbatch_stack::filter::{CtMatch, PortRange, Rule, Verdict};
@@ -161,29 +162,6 @@ fn one(lab: &mut Lab, port: usize, what: &str) -> Vec<u8> {
     let got = lab.tx(port);
     assert_eq!(got.len(), 1, "{what}: one frame on port {port}");
     verified(&got[0].bytes)
-}
-
-fn tcp(
-    (sm, dm): (MacAddr, MacAddr),
-    (s, sp): (&str, u16),
-    (d, dp): (&str, u16),
-    flags: &str,
-    seq: u32,
-    ack: u32,
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut b = PacketBuilder::ethernet2(sm.0, dm.0)
-        .ipv4(ip(s).octets(), ip(d).octets(), 64)
-        .tcp(sp, dp, seq, 64240);
-    if flags.contains('S') {
-        b = b.syn();
-    }
-    if flags.contains('A') {
-        b = b.ack(ack);
-    }
-    let mut v = Vec::new();
-    b.write(&mut v, payload).unwrap();
-    v
 }
 
 /// UDP and ICMP through masquerade, both ways: the far side sees the router's outside

@@ -69,6 +69,38 @@ pub fn tcp(
     v
 }
 
+/// A TCP segment in an Ethernet frame, from `(s, sp)` to `(d, dp)` (TTL 64, window
+/// 64240) with the control bits `flags` names (`S`, `A`, `F`, `R`); `ack` is sent with
+/// `A`.
+pub fn tcp_flags(
+    (sm, dm): (MacAddr, MacAddr),
+    (s, sp): (&str, u16),
+    (d, dp): (&str, u16),
+    flags: &str,
+    seq: u32,
+    ack: u32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut b = PacketBuilder::ethernet2(sm.0, dm.0)
+        .ipv4(ip(s).octets(), ip(d).octets(), 64)
+        .tcp(sp, dp, seq, 64240);
+    if flags.contains('S') {
+        b = b.syn();
+    }
+    if flags.contains('A') {
+        b = b.ack(ack);
+    }
+    if flags.contains('F') {
+        b = b.fin();
+    }
+    if flags.contains('R') {
+        b = b.rst();
+    }
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut v, payload).expect("tcp frame");
+    v
+}
+
 /// An ICMP echo request in an Ethernet frame.
 #[allow(clippy::too_many_arguments)]
 pub fn echo_request(

@@ -120,7 +120,6 @@ impl Stage<Host> for Icmp6Input {
                 continue;
             }
             let ty = Icmpv6Type(ty);
-            let paired = crate::hostif::punt_port(host, v.meta.in_port).is_some();
             match ty {
                 Icmpv6Type::NEIGHBOR_SOLICIT | Icmpv6Type::NEIGHBOR_ADVERT => {
                     out.push(ND, p);
@@ -129,13 +128,7 @@ impl Stage<Host> for Icmp6Input {
                 Icmpv6Type::ECHO_REQUEST => {}
                 // Echo replies, errors, router and MLD messages (RFC 4443, 4861, 3810).
                 Icmpv6Type(1..=4 | 129..=134 | 137 | 143) | Icmpv6Type(0..=127) => {
-                    if paired {
-                        out.push(HOST, p);
-                    } else {
-                        host.stats.icmp6_in_other += 1;
-                        cx.deliver(v.meta.wire_packets());
-                        cx.cache.free(p);
-                    }
+                    not_answered(host, cx, p, out);
                     continue;
                 }
                 _ => {
@@ -196,6 +189,20 @@ impl Stage<Host> for Icmp6Input {
     }
 }
 
+/// A message netbatch does not answer (echo replies, errors, router and MLD messages:
+/// RFC 4443, 4861, 3810): to the kernel on a port paired with a host interface, else
+/// counted (`icmp6_in_other`) and consumed as delivered.
+fn not_answered(host: &mut Host, cx: &mut Cx<'_>, p: Pkt, out: &mut Out) {
+    let m = cx.pool.get(&p).meta;
+    if crate::hostif::punt_port(host, m.in_port).is_some() {
+        out.push(HOST, p);
+    } else {
+        host.stats.icmp6_in_other += 1;
+        cx.deliver(m.wire_packets());
+        cx.cache.free(p);
+    }
+}
+
 impl Icmp6Input {
     /// A message reassembled from fragments.
     #[cold]
@@ -210,19 +217,12 @@ impl Icmp6Input {
             out.drop(p, reason::CHECKSUM);
             return;
         }
-        let paired = crate::hostif::punt_port(host, v.meta.in_port).is_some();
         match Icmpv6Type(ty) {
             Icmpv6Type::ECHO_REQUEST => {}
             // Neighbour discovery is never fragmented (RFC 6980): an unknown
             // informational message here, as below.
             Icmpv6Type(0..=127 | 129..=134 | 137 | 143) => {
-                if paired {
-                    out.push(HOST, p);
-                } else {
-                    host.stats.icmp6_in_other += 1;
-                    cx.deliver(v.meta.wire_packets());
-                    cx.cache.free(p);
-                }
+                not_answered(host, cx, p, out);
                 return;
             }
             _ => {

@@ -692,28 +692,35 @@ pub struct Flow4 {
     pub dport: u16,
 }
 
-/// [`Flow4`] of the packet dissected as `r` in `d`, read without [`ip_fields`]' walk of
-/// either family; `None` for anything else (IPv6, a fragment, a protocol without ports,
-/// an upper layer not located).
+/// [`Flow4`] of the packet whose metadata is `m` and data `d` (as [`Dissected::load`]
+/// would give it), read from the metadata directly, without [`ip_fields`]' walk of either
+/// family: connection tracking reads this per packet. `None` for anything else (IPv6, a
+/// fragment, a protocol without ports, an upper layer not located).
 #[inline(always)]
-pub fn flow4(r: &Dissected, d: &[u8]) -> Option<Flow4> {
-    if r.l4 == 0
+pub fn flow4_of(m: &Meta, d: &[u8]) -> Option<Flow4> {
+    if m.l3_type != L3::Ipv4 as u8
+        || m.l4 == 0
         || !matches!(
-            L4::of(r.l4_type),
+            L4::of(m.l4_type),
             L4::Tcp | L4::Udp | L4::UdpLite | L4::Sctp
         )
     {
         return None;
     }
-    let ip = ip4_header(r, d)?;
+    let ip = d
+        .get(usize::from(m.l3.wrapping_sub(m.data))..)
+        .and_then(<[u8]>::first_chunk::<20>)
+        .map(Ipv4Packet::new_unchecked)?;
     if ip.is_fragment() {
         return None;
     }
-    let p = d.get(usize::from(r.l4)..)?.first_chunk::<4>()?;
+    let p = d
+        .get(usize::from(m.l4.wrapping_sub(m.data))..)?
+        .first_chunk::<4>()?;
     Some(Flow4 {
         src: u32::from(ip.src()),
         dst: u32::from(ip.dst()),
-        proto: r.l4_type,
+        proto: m.l4_type,
         sport: get_u16(p, 0),
         dport: get_u16(p, 2),
     })

@@ -194,12 +194,10 @@ pub struct Seen {
 impl Seen {
     /// Reads the IP packet whose metadata is `m` and data `d` (from its IP header, as
     /// after `eth-input`, or a packet this host made).
+    #[inline(always)]
     pub fn read(m: &netbatch_engine::Meta, d: &[u8]) -> Self {
-        let r = Dissected::load(m);
-        let wire = m.wire_packets();
-        let bytes = m.packet_len() as u64;
         // The common datagram: an IPv4 flow with ports, not a fragment.
-        if let Some(f) = dissect::flow4(&r, d)
+        if let Some(f) = dissect::flow4_of(m, d)
             && L4::of(f.proto) != L4::Tcp
         {
             return Self {
@@ -212,10 +210,20 @@ impl Seen {
                     v6: false,
                 },
                 kind: Kind::Datagram,
-                wire,
-                bytes,
+                wire: m.wire_packets(),
+                bytes: m.packet_len() as u64,
             };
         }
+        Self::read_any(m, d)
+    }
+
+    /// [`Seen::read`] of any packet: out of line, so that the common datagram's read
+    /// stays small where it is inlined.
+    #[inline(never)]
+    fn read_any(m: &netbatch_engine::Meta, d: &[u8]) -> Self {
+        let r = Dissected::load(m);
+        let wire = m.wire_packets();
+        let bytes = m.packet_len() as u64;
         let mut seen = Self {
             tuple: Tuple::default(),
             kind: Kind::Untracked,
@@ -425,7 +433,30 @@ impl ConnTrack {
     }
 
     /// Tracks packet `s` at time `now` (ns).
+    #[inline(always)]
     pub fn track(&mut self, s: &Seen, now: u64) -> Found {
+        // The common packet, inline: a datagram of the flow the previous packet of the
+        // list belonged to (a run), its entry still live.
+        if let Kind::Datagram = s.kind
+            && let Some((t, idx, dir)) = self.hint
+            && t == s.tuple
+            && let Some(e) = self.table.get_mut(idx)
+            && e.has(status::CONFIRMED)
+            && e.expires > now
+        {
+            let replied = datagram(e, dir, s, now, &self.cfg.timeouts);
+            self.stats.run_hits += s.wire;
+            if let Some(c) = self.stats.by_state.get_mut(usize::from(replied)) {
+                *c += s.wire;
+            }
+            return Found::Known { idx, dir, replied };
+        }
+        self.track_any(s, now)
+    }
+
+    /// [`ConnTrack::track`] of any packet.
+    #[inline(never)]
+    fn track_any(&mut self, s: &Seen, now: u64) -> Found {
         let found = self.track_inner(s, now);
         let slot = match found {
             Found::New(_) => 0,
@@ -445,6 +476,7 @@ impl ConnTrack {
         found
     }
 
+    #[inline(always)]
     fn track_inner(&mut self, s: &Seen, now: u64) -> Found {
         match s.kind {
             Kind::Untracked => return Found::Untracked,
@@ -490,6 +522,7 @@ impl ConnTrack {
 
     /// A new connection for `s`: checked by its tracker, then an entry allocated (not
     /// linked: [`ConnTrack::confirm`]).
+    #[inline(never)]
     fn new_connection(&mut self, s: &Seen, now: u64) -> Found {
         let mut conn = tcp::TcpConn::default();
         let timeout = match s.kind {
@@ -554,11 +587,8 @@ impl ConnTrack {
                 tcp::Verdict::Reopen => return Err(Reopen),
             },
             Kind::Datagram => {
-                let (to, assured) = udp::timeout(t, dir == 1 || e.has(status::SEEN_REPLY));
-                if assured {
-                    e.status |= status::ASSURED;
-                }
-                Some(to)
+                let replied = datagram(e, dir, s, now, t);
+                return Ok(Found::Known { idx, dir, replied });
             }
             Kind::IcmpQuery => Some(t.icmp),
             _ => Some(t.generic),
@@ -602,6 +632,27 @@ impl ConnTrack {
             self.table.discard(idx);
         }
     }
+}
+
+/// Datagram `s` of entry `e` in direction `dir` at time `now`: the entry's timeout (by
+/// `t`), assurance, reply bit and counters updated. Returns whether the connection has
+/// seen a reply.
+#[inline(always)]
+fn datagram(e: &mut Entry, dir: usize, s: &Seen, now: u64, t: &Timeouts) -> bool {
+    let replied = dir == 1 || e.has(status::SEEN_REPLY);
+    let (to, assured) = udp::timeout(t, replied);
+    if assured {
+        e.status |= status::ASSURED;
+    }
+    if dir == 1 {
+        e.status |= status::SEEN_REPLY;
+    }
+    e.expires = now + timeouts::ns(to);
+    if let (Some(p), Some(b)) = (e.packets.get_mut(dir), e.bytes.get_mut(dir)) {
+        *p += s.wire;
+        *b += s.bytes;
+    }
+    replied
 }
 
 /// A TCP SYN reopening a closed connection.

@@ -256,7 +256,7 @@ pub enum Outcome {
 /// TCP segment's flags; `None`: a datagram), by the direction's record if it holds (see
 /// the module): its addresses, ports and checksums rewritten, TTL decremented, the
 /// record's adjacency and output interface.
-#[inline]
+#[inline(always)]
 pub fn forward(
     ct: &mut ConnTrack,
     idx: u32,
@@ -265,23 +265,21 @@ pub fn forward(
     v: &mut PktMut<'_>,
 ) -> Outcome {
     const ENDS: u16 = TcpFlags::SYN.bits() | TcpFlags::FIN.bits() | TcpFlags::RST.bits();
-    let Some(&r) = ct
-        .offload
-        .records
-        .get(idx as usize)
-        .and_then(|p| p.get(dir))
-    else {
+    let ConnTrack {
+        offload,
+        table,
+        nat,
+        ..
+    } = ct;
+    let Some(r) = offload.records.get(idx as usize).and_then(|p| p.get(dir)) else {
         return Outcome::Path;
     };
     let m = &*v.meta;
-    if r.epoch != ct.offload.epoch
+    if r.epoch != offload.epoch
         || r.in_if != m.in_if
         || r.mark != m.mark
         || !single_for_us(m)
-        || ct
-            .table
-            .get(idx)
-            .is_none_or(|e| e.generation != r.generation)
+        || table.get(idx).is_none_or(|e| e.generation != r.generation)
     {
         return Outcome::Path;
     }
@@ -297,6 +295,7 @@ pub fn forward(
     if m.l4.wrapping_sub(m.l3) != 20 {
         return Outcome::Path;
     }
+    let (out_if, adj) = (r.out_if, r.adj);
     let Some((ip, th)) = v
         .data_mut()
         .get_mut(l3..)
@@ -314,11 +313,11 @@ pub fn forward(
     if h.header_len() != 20 || ttl < 2 || tos != r.tos {
         return Outcome::Path;
     }
-    rewrite(ip, ttl - 1, th, at, &r);
-    ct.nat.translated += u64::from(r.nat);
-    ct.offload.stats.forwarded += 1;
-    v.meta.out_if = r.out_if;
-    v.meta.adj = r.adj;
+    rewrite(ip, ttl - 1, th, at, r);
+    nat.translated += u64::from(r.nat);
+    offload.stats.forwarded += 1;
+    v.meta.out_if = out_if;
+    v.meta.adj = adj;
     v.meta.flags |= flag::FORWARDED;
     Outcome::Forwarded
 }

@@ -307,3 +307,63 @@ fn reads_a_syn_from_its_bytes() {
         (0x02, 7, 1000, 0, Some(7))
     );
 }
+
+/// The inline read of the common datagram ([`Seen::read`]) gives what the general read
+/// gives, for any bytes and any dissection the metadata can record.
+#[test]
+fn the_datagram_read_agrees_with_the_general_read() {
+    use proptest::prelude::*;
+    let frames = (
+        proptest::collection::vec(any::<u8>(), 0..64),
+        0u8..4,
+        0u16..24,
+        0u16..48,
+        prop_oneof![
+            Just(6u8),
+            Just(17),
+            Just(136),
+            Just(132),
+            Just(1),
+            any::<u8>()
+        ],
+        any::<bool>(),
+    );
+    proptest!(|((mut d, l3_type, l3, l4, proto, ihl5) in frames)| {
+        if ihl5 && let Some(b) = d.get_mut(usize::from(l3)) {
+            *b = 0x45;
+        }
+        let mut m = netbatch_engine::Meta::new(0);
+        m.len = d.len() as u16;
+        m.total_len = m.len.into();
+        m.l3_type = l3_type;
+        m.l3 = l3;
+        m.l4 = if l4 < 8 { 0 } else { l4 };
+        m.l4_type = proto;
+        prop_assert_eq!(Seen::read(&m, &d), Seen::read_any(&m, &d));
+    });
+}
+
+/// A run of datagrams of one flow (tracked inline, by the previous packet's entry) ends
+/// with the entry, the answers and the counters a lookup per packet gives.
+#[test]
+fn a_run_is_tracked_as_packets_looked_up_one_by_one() {
+    let q = udp("192.0.2.1", "198.51.100.1", 40000, 53);
+    let r = udp("198.51.100.1", "192.0.2.1", 53, 40000);
+    let steps = [&q, &q, &r, &r, &r, &q, &q, &r];
+    let (mut runs, mut each) = (ct(16), ct(16));
+    for (n, s) in steps.iter().enumerate() {
+        let now = n as u64 * SEC;
+        each.begin_list();
+        assert_eq!(pass(&mut runs, s, now), pass(&mut each, s, now), "step {n}");
+    }
+    let (a, b) = (runs.table.get(0).unwrap(), each.table.get(0).unwrap());
+    assert_eq!(
+        (a.status, a.expires, a.packets, a.bytes),
+        (b.status, b.expires, b.packets, b.bytes)
+    );
+    assert_eq!(a.packets, [4, 4]);
+    assert_eq!(runs.stats.by_state, each.stats.by_state);
+    // Runs: q q | r r r | q q | r, each after its first packet by the previous one's
+    // entry, but the second q: confirming the new connection forgot the first's.
+    assert_eq!((runs.stats.run_hits, each.stats.run_hits), (3, 0));
+}

@@ -9,7 +9,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::dissect::L4;
 
 /// One direction of a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, Eq, Default)]
 pub struct Tuple {
     /// Source address (IPv4 in the low 32 bits).
     pub src: u128,
@@ -23,6 +23,31 @@ pub struct Tuple {
     pub proto: u8,
     /// IPv6.
     pub v6: bool,
+}
+
+/// Field by field, as the derived comparison would, but without a branch per field:
+/// connection tracking compares a packet's tuple with the previous packet's per packet.
+impl PartialEq for Tuple {
+    #[inline(always)]
+    fn eq(&self, o: &Self) -> bool {
+        ((self.src ^ o.src) | (self.dst ^ o.dst)) == 0
+            && (self.sport == o.sport)
+                & (self.dport == o.dport)
+                & (self.proto == o.proto)
+                & (self.v6 == o.v6)
+    }
+}
+
+/// Over the fields [`PartialEq`] compares, as the derived hash would be.
+impl core::hash::Hash for Tuple {
+    fn hash<H: core::hash::Hasher>(&self, h: &mut H) {
+        self.src.hash(h);
+        self.dst.hash(h);
+        self.sport.hash(h);
+        self.dport.hash(h);
+        self.proto.hash(h);
+        self.v6.hash(h);
+    }
 }
 
 /// ICMP query types and their answers (RFC 792: echo, timestamp, information, RFC 950
@@ -209,6 +234,42 @@ mod tests {
             e.to_string(),
             "src=192.0.2.1 dst=198.51.100.2 type=8 code=0 id=4660"
         );
+    }
+
+    /// Tuples are equal exactly when every field is (the comparison is written out).
+    #[test]
+    fn equal_exactly_when_every_field_is() {
+        let t = Tuple::v6(
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::2".parse().unwrap(),
+            17,
+            1,
+            2,
+        );
+        let others = [
+            Tuple {
+                src: t.src ^ 1 << 100,
+                ..t
+            },
+            Tuple {
+                src: t.src ^ 1,
+                ..t
+            },
+            Tuple {
+                dst: t.dst ^ 1 << 127,
+                ..t
+            },
+            Tuple { sport: 3, ..t },
+            Tuple { dport: 3, ..t },
+            Tuple { proto: 6, ..t },
+            Tuple { v6: false, ..t },
+        ];
+        for o in others {
+            assert_ne!(t, o);
+            assert_ne!(o, t);
+            assert_eq!(o, Tuple { ..o });
+        }
+        assert_eq!(t, Tuple { ..t });
     }
 
     /// The hash is a function of the tuple and the seed only (the same on every run), and

@@ -10,6 +10,14 @@ The router in namespace r is, in turn:
   af_packet  netbatch with two af_packet ports (worker pinned to CPU 1)
   kernel     the kernel's own IPv4 forwarding
 
+and, with --kinds naming them, the same with source NAT on r2 (each frame tracked and
+translated: the flood is one-way, so every connection stays unreplied and no flow is
+offloaded), so that NAT's cost is measured against forwarding on both sides:
+
+  kernel_nat   the kernel with nftables `oifname r2 masquerade` (nf_conntrack, nf_nat)
+  af_xdp_nat   netbatch's af_xdp with `[[nat.postrouting.rule]] out = "r2"
+               action = "masquerade"` (connection tracking, nat stages)
+
 and, with --kinds naming them, DPDK 22.11's l3fwd (LPM; Debian's example built by
 bench/dpdk/build-l3fwd with a frame counter) on the same veth ends, on CPU 1, as shipped
 (it polls without pause), its routes the two subnets and the hosts' MACs its next hops:
@@ -99,12 +107,25 @@ REPO = Path(__file__).resolve().parent.parent
 BINARY = REPO / "target" / "release" / "netbatch"
 # Where bench/dpdk/build-l3fwd puts DPDK's l3fwd (built when a run asks for an l3fwd kind).
 L3FWD = REPO / "target" / "dpdk-l3fwd" / "l3fwd" / "build" / "l3fwd"
-KINDS = ["af_xdp", "af_packet", "kernel", "l3fwd_af_xdp", "l3fwd_af_packet", "vhost_user",
-         "l3fwd_vhost"]
+KINDS = ["af_xdp", "af_packet", "kernel", "kernel_nat", "af_xdp_nat", "l3fwd_af_xdp",
+         "l3fwd_af_packet", "vhost_user", "l3fwd_vhost"]
 # What --kinds runs by default; the DPDK peers (bench/dpdk/build-l3fwd) on request.
 DEFAULT_KINDS = ["af_xdp", "af_packet", "kernel"]
 # netbatch's kinds (its port kinds), DPDK l3fwd's (its poll-mode driver on the same veth).
-NETBATCH_KINDS = ("af_xdp", "af_packet")
+NETBATCH_KINDS = ("af_xdp", "af_packet", "af_xdp_nat")
+# Kinds that translate on r2, and the kind each is measured against (the same router
+# without NAT): the ratio of the two is NAT's cost.
+NAT_KINDS = {"kernel_nat": "kernel", "af_xdp_nat": "af_xdp"}
+# The kernel's routers (its own forwarding, no process of ours).
+KERNEL_KINDS = ("kernel", "kernel_nat")
+# nftables' source NAT on r2 for kernel_nat (nft -f): Linux's nf_nat, the yardstick.
+NFT_MASQUERADE = """table ip nbf_nat {{
+  chain post {{
+    type nat hook postrouting priority srcnat; policy accept;
+    oifname "{r2}" masquerade
+  }}
+}}
+"""
 L3FWD_PMD = {"l3fwd_af_xdp": "net_af_xdp", "l3fwd_af_packet": "net_af_packet"}
 # Routers between two vhost-user sockets (no veth, no namespace): netbatch's vhost_user
 # ports, or l3fwd's net_vhost ports, with DPDK testpmd (net_virtio_user) as source and sink.
@@ -342,10 +363,14 @@ class Topology:
         # GRO turns veth's NAPI on (for af_xdp the XDP program would too; the same
         # switch for every kind).
         self.ex("r", f"ethtool -K {d['r1']} gro on >/dev/null")
-        if self.kind == "kernel":
+        if self.kind in KERNEL_KINDS:
             self.ex("r", f"ip addr add {R1_ADDR}/24 dev {d['r1']}; "
                          f"ip addr add {R2_ADDR}/24 dev {d['r2']}; "
                          f"sysctl -qw net.ipv4.ip_forward=1")
+            if self.kind == "kernel_nat":
+                rules = self.dir / "nat.nft"
+                rules.write_text(NFT_MASQUERADE.format(r2=d["r2"]))
+                self.ex("r", f"nft -f {rules}")
         elif self.kind in L3FWD_PMD:
             self.start_l3fwd()
         else:
@@ -394,11 +419,14 @@ class Topology:
     def config(self):
         """The netbatch configuration: two ports of this kind, the worker on ROUTER_CPU."""
         ports = ""
+        kind = NAT_KINDS.get(self.kind, self.kind)
         for name, addr in (("r1", R1_ADDR), ("r2", R2_ADDR)):
             ports += (
-                f'\n[[port]]\nname = "{name}"\nkind = "{self.kind}"\n'
+                f'\n[[port]]\nname = "{name}"\nkind = "{kind}"\n'
                 f'interface = "{self.dev[name]}"\naddresses = ["{addr}/24"]\n'
             )
+        if self.kind in NAT_KINDS:
+            ports += '\n[[nat.postrouting.rule]]\nout = "r2"\naction = "masquerade"\n'
         return (
             '[datapath]\nmode = "list"\nworkers = 1\n'
             f"cores = [{ROUTER_CPU}]\nidle_spin_us = {self.idle_spin_us}\n" + ports
@@ -938,7 +966,7 @@ def one_run(kind, repeat, attempt, args, workdir):
         result.update(flood(topo, args))
         if kind in L3FWD_PMD:
             result["l3fwd"] = topo.stop_l3fwd()
-        elif kind != "kernel":
+        elif kind not in KERNEL_KINDS:
             result["netbatch"] = netbatch_summary(topo.stop_netbatch())
             # What netbatch said: the ports' modes (native or generic XDP, copy or
             # zero-copy, ring sizes) and its counters at stop.
@@ -1054,6 +1082,18 @@ def print_table(summary, args, busy_machine):
     for kind in [k for k in KINDS if k != "kernel"]:
         r = summary[kind].get("vs_kernel")
         print(f"{kind}/kernel = {'-' if r is None else f'{r:.3f}'}")
+    # NAT's cost: each translating router against itself without NAT, in this run.
+    for nat, plain in NAT_KINDS.items():
+        a, b = summary.get(nat), summary.get(plain)
+        if not a or not b:
+            continue
+        ns = (a["router_ns_per_frame"] / b["router_ns_per_frame"]
+              if a["router_ns_per_frame"] and b["router_ns_per_frame"] else None)
+        rate = (a["forwarded_pps"] / b["forwarded_pps"]
+                if a["forwarded_pps"] and b["forwarded_pps"] else None)
+        print(f"NAT's cost, {nat} against {plain}: "
+              f"{'-' if ns is None else f'{ns:.2f}x'} the CPU per frame, "
+              f"{'-' if rate is None else f'{rate:.2f}x'} the rate")
     for kind in KINDS:
         if summary[kind]["disturbed_runs_left_out"]:
             print(f"{kind}: {summary[kind]['disturbed_runs_left_out']} run(s) disturbed "
@@ -1117,6 +1157,8 @@ def main():
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
         sys.exit(f"live-forward: --kinds takes {', '.join(KINDS)} (got {args.kinds!r})")
+    if "kernel_nat" in kinds and shutil.which("nft") is None:
+        sys.exit("live-forward: kernel_nat needs nft (nftables; scripts/setup installs it)")
     # Report the kinds run (and the kernel, the baseline, even when not run).
     KINDS[:] = [k for k in KINDS if k in kinds or k == "kernel"]
 

@@ -45,6 +45,7 @@
 
 mod backend;
 pub mod chain;
+pub mod driver;
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;

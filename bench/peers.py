@@ -18,7 +18,7 @@ addresses from a per-port table, and parses packet types in software (`--parse-p
 these ports set none). Each source copies every frame into a buffer of the router's
 pool (netbatch's generator, the pcap driver's infinite receive).
 
-Needs root (huge pages, hugetlbfs), DPDK from Debian (scripts/setup installs `dpdk`,
+Needs root (huge pages, hugetlbfs), DPDK from Debian (scripts/setup installs `dpdk`, `dpdk-dev`,
 `libdpdk-dev`, `dpdk-doc`, `pkg-config`). DPDK is always started with `--no-pci`, so it
 never touches this machine's devices.
 

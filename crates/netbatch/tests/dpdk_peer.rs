@@ -15,7 +15,7 @@ use std::process::Command;
 fn l3fwd_forwards_the_bench_frames_by_the_bench_routes_beside_netbatch() {
     if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
         || !netbatch_testkit::tools(&[
-            ("dpdk-testpmd", "dpdk"),
+            ("dpdk-testpmd", "dpdk-dev"),
             ("pkg-config", "pkg-config"),
             ("make", "make"),
         ])

@@ -198,7 +198,7 @@ fn scratch(tag: &str) -> Dir {
 #[test]
 fn testpmd_frames_are_routed_between_two_vhost_user_ports_and_counted_on_both_sides() {
     if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk")])
+        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
     {
         return;
     }
@@ -344,7 +344,7 @@ via = "198.51.100.2"
 #[test]
 fn a_lab_guest_with_a_vhost_user_nic_pings_through_netbatch() {
     if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk")])
+        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
     {
         return;
     }
@@ -452,7 +452,7 @@ dev = "b"
 #[test]
 fn a_client_port_reconnects_to_a_peer_that_comes_back() {
     if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk")])
+        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
     {
         return;
     }
@@ -534,7 +534,7 @@ addresses = ["192.0.2.1/24"]
 #[test]
 fn two_workers_serve_a_queue_pair_each() {
     if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk")])
+        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
     {
         return;
     }

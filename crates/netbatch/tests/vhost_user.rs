@@ -195,17 +195,11 @@ fn scratch(tag: &str) -> Dir {
     d
 }
 
-#[test]
-fn testpmd_frames_are_routed_between_two_vhost_user_ports_and_counted_on_both_sides() {
-    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
-    {
-        return;
-    }
-    let dir = scratch("pmd");
-    let d = &dir.0;
-    let (a, b) = (d.join("a.sock"), d.join("b.sock"));
-    let cfg = format!(
+/// The router of the two-socket tests: ports `a` (192.0.2.1/24) and `b`
+/// (198.51.100.1/24) on vhost-user sockets `a` and `b`, 198.18.0.0/24 routed via
+/// 198.51.100.2 (a static neighbour) out of `b`, its control socket in `d`.
+fn two_ports(d: &Path, a: &Path, b: &Path) -> String {
+    format!(
         r#"
 [datapath]
 mode = "list"
@@ -243,7 +237,20 @@ via = "198.51.100.2"
         ctl = d.join("ctl.sock").display(),
         a = a.display(),
         b = b.display(),
-    );
+    )
+}
+
+#[test]
+fn testpmd_frames_are_routed_between_two_vhost_user_ports_and_counted_on_both_sides() {
+    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
+        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
+    {
+        return;
+    }
+    let dir = scratch("pmd");
+    let d = &dir.0;
+    let (a, b) = (d.join("a.sock"), d.join("b.sock"));
+    let cfg = two_ports(d, &a, &b);
     let mut nb = netbatch(d, &cfg, &[&a, &b]);
 
     // The receiver lives through both senders; it prints its counters once they are done.
@@ -668,43 +675,7 @@ fn the_flood_driver_sends_through_two_vhost_user_ports_and_counts_both_ends() {
     let dir = scratch("drv");
     let d = &dir.0;
     let (a, b) = (d.join("a.sock"), d.join("b.sock"));
-    let cfg = format!(
-        r#"
-[datapath]
-mode = "list"
-idle_spin_us = 20
-workers = 1
-
-[control]
-socket = "{ctl}"
-
-[[port]]
-name = "a"
-kind = "vhost_user"
-socket = "{a}"
-mac = "02:00:00:00:00:0a"
-addresses = ["192.0.2.1/24"]
-
-[[port]]
-name = "b"
-kind = "vhost_user"
-socket = "{b}"
-mac = "02:00:00:00:00:0b"
-addresses = ["198.51.100.1/24"]
-
-[[neighbour.static]]
-ip = "198.51.100.2"
-mac = "02:00:00:00:02:02"
-dev = "b"
-
-[[route]]
-prefix = "198.18.0.0/24"
-via = "198.51.100.2"
-"#,
-        ctl = d.join("ctl.sock").display(),
-        a = a.display(),
-        b = b.display(),
-    );
+    let cfg = two_ports(d, &a, &b);
     let mut nb = netbatch(d, &cfg, &[&a, &b]);
     let out = Command::new(env!("CARGO_BIN_EXE_netbatch"))
         .args(["flood", "--via", "vhost_user", "--socket"])

@@ -26,15 +26,16 @@ bench/dpdk/build-l3fwd with a frame counter) on the same veth ends, on CPU 1, as
   l3fwd_af_packet  with the af_packet poll-mode driver
 
 and, between two vhost-user sockets instead of veth (no namespace, no kernel in the
-path), with DPDK testpmd's net_virtio_user ports as source (txonly, 64 B UDP from
-192.0.2.2 to 198.18.0.2) and sink (rxonly), both on CPU 0, the router the sockets'
-server on CPU 1:
+path), with `netbatch flood --via vhost_user` as source and sink (a virtio-net driver on
+both sockets, one thread on CPU 0: 64 flows of UDP from 192.0.2.2 to 198.18.0.2 sent on
+one, the other drained), the router the sockets' server on CPU 1:
 
   vhost_user   netbatch with two vhost_user ports (its worker pinned to CPU 1)
   l3fwd_vhost  l3fwd with two net_vhost ports on the same sockets, CPU 1
 
-There offered is the source's TX-packets, forwarded the sink's RX-packets, each over
---seconds, and ns/fr the router process's CPU time per frame forwarded.
+There offered is what the router took off the source's transmit queue, forwarded what
+the sink's receive queue got, each over --seconds, and ns/fr the router process's CPU
+time per frame forwarded.
 
 Where the work lands. On veth a frame's receive work runs where it is scheduled: by
 default inline on the sending CPU (veth hands it to the peer's backlog or NAPI on the
@@ -128,13 +129,13 @@ NFT_MASQUERADE = """table ip nbf_nat {{
 """
 L3FWD_PMD = {"l3fwd_af_xdp": "net_af_xdp", "l3fwd_af_packet": "net_af_packet"}
 # Routers between two vhost-user sockets (no veth, no namespace): netbatch's vhost_user
-# ports, or l3fwd's net_vhost ports, with DPDK testpmd (net_virtio_user) as source and sink.
+# ports, or l3fwd's net_vhost ports, with netbatch's virtio-net driver as source and sink.
 VHOST_KINDS = ("vhost_user", "l3fwd_vhost")
 # The vhost-user peers' MACs: the sink's is the route's next hop; the source sends to the
 # router's port (l3fwd takes any: it runs promiscuous).
 VHOST_SINK_MAC, VHOST_SOURCE_MAC, VHOST_ROUTER_MAC = (
     "02:00:00:00:02:02", "02:00:00:00:01:01", "02:00:00:00:00:0a")
-# The source's flow: testpmd txonly's UDP, from h1's subnet to a benchmark address
+# The source's flows: UDP from h1's subnet to a benchmark address
 # (RFC 2544's 198.18.0.0/15) routed out of the sink's port.
 VHOST_DST = "198.18.0.2"
 H1_ADDR, R1_ADDR = "192.0.2.2", "192.0.2.1"
@@ -779,61 +780,15 @@ def netbatch_summary(stats):
     }
 
 
-class TestPmd:
-    """DPDK testpmd on one net_virtio_user port (the vhost-user driver side), told what
-    to do line by line through its prompt; its output goes to `tag`.out."""
-
-    def __init__(self, run_dir, tag, sock, mac, cpu, extra=()):
-        self.out = run_dir / f"{tag}.out"
-        with open(self.out, "w") as log:
-            self.p = subprocess.Popen(
-                ["dpdk-testpmd", f"--lcores=0@{cpu},1@{cpu}", "--no-pci", "--no-huge",
-                 "-m", "512", f"--file-prefix=nbvhb{os.getpid()}{tag}",
-                 "--log-level=lib.eal:error",
-                 f"--vdev=net_virtio_user0,path={sock},queues=1,queue_size=1024,mac={mac}",
-                 "--", "-i", "--nb-cores=1", "--total-num-mbufs=16384", "--rxd=1024",
-                 "--txd=1024", *extra],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 30
-        while "testpmd>" not in self.out.read_text():
-            if self.p.poll() is not None or time.monotonic() > deadline:
-                raise Failure(f"testpmd {tag} did not start:\n{self.out.read_text()[-2000:]}")
-            time.sleep(0.05)
-
-    def say(self, *lines):
-        for line in lines:
-            self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-
-    def quit(self):
-        """Prints the port's counters, quits; returns (rx packets, tx packets)."""
-        self.say("stop", "show port stats all", "quit")
-        try:
-            self.p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        text = self.out.read_text()
-        rx = re.findall(r"RX-packets:\s+(\d+)", text)
-        tx = re.findall(r"TX-packets:\s+(\d+)", text)
-        if not rx or not tx:
-            raise Failure(f"testpmd printed no counters:\n{text[-2000:]}")
-        return int(rx[-1]), int(tx[-1])
-
-    def close(self):
-        stop_process(self.p, grace=5)
-
-
 def vhost_run(kind, tag, run_dir, args):
-    """One run of a router between two vhost-user sockets: the sink's testpmd (rxonly) on
-    socket b, the router (netbatch's two vhost_user ports, or l3fwd's two net_vhost ports,
-    the socket servers, on ROUTER_CPU), the source's testpmd (txonly, 64 B UDP to
-    198.18.0.2) on socket a. Source and sink share SENDER_CPU. Measured over the source's
-    --seconds: offered (the source's TX-packets), forwarded (the sink's RX-packets), the
-    router's CPU seconds (its process) per frame forwarded."""
+    """One run of a router between two vhost-user sockets: the router (netbatch's two
+    vhost_user ports, or l3fwd's two net_vhost ports, the socket servers, on ROUTER_CPU),
+    and `netbatch flood --via vhost_user` on SENDER_CPU sending on socket a and draining
+    socket b. Measured over the flood's --seconds: offered (what the router took off the
+    source's queue), forwarded (what the sink got), the router's CPU seconds (its
+    process) per frame forwarded."""
     a, b = run_dir / "a.sock", run_dir / "b.sock"
     router = log_path = stats_path = None
-    peers = []
     try:
         log_path = run_dir / "router.log"
         if kind == "vhost_user":
@@ -876,31 +831,30 @@ def vhost_run(kind, tag, run_dir, args):
                 raise Failure(f"{kind}: the router did not start (exited):\n"
                               f"{log_path.read_text().strip()[-3000:]}")
             time.sleep(0.05)
-        sink = TestPmd(run_dir, "sink", b, VHOST_SINK_MAC, SENDER_CPU)
-        peers.append(sink)
-        sink.say("set fwd rxonly", "start")
-        source = TestPmd(run_dir, "source", a, VHOST_SOURCE_MAC, SENDER_CPU,
-                         [f"--tx-ip={H1_ADDR},{VHOST_DST}"])
-        peers.append(source)
-        source.say("set fwd txonly", f"set eth-peer 0 {VHOST_ROUTER_MAC}",
-                   f"set txpkts {max(args.size - 4, 60)}")
-        time.sleep(1.0)
-        ours = {os.getpid(), router.pid, sink.p.pid, source.p.pid}
+        # Source and sink: netbatch's virtio-net driver on both sockets, in one thread on
+        # SENDER_CPU (two busy-polling peers sharing that CPU would take turns by the
+        # scheduler's slices, and the router's transmit ring to the one not running
+        # would overflow: that measured the scheduler, not the router).
+        ours = {os.getpid(), router.pid}
         procs0, cpu0 = all_cpu_seconds(), cpu_times()
-        r0, s0 = process_cpu_seconds(router.pid), process_cpu_seconds(source.p.pid)
+        r0 = process_cpu_seconds(router.pid)
         t0 = time.monotonic()
-        source.say("start")
-        time.sleep(args.seconds)
-        source.say("stop")
+        source = subprocess.run(
+            ["taskset", "-c", str(SENDER_CPU), str(BINARY), "flood", "--via", "vhost_user",
+             "--socket", str(a), "--sink", str(b), "--src-mac", VHOST_SOURCE_MAC,
+             "--dst-mac", VHOST_ROUTER_MAC, "--src", H1_ADDR, "--dst", VHOST_DST,
+             "--flows", "64", "--size", str(args.size), "--seconds", str(args.seconds),
+             "--json"],
+            capture_output=True, text=True, timeout=args.seconds + 60)
         elapsed = time.monotonic() - t0
-        r1, s1 = process_cpu_seconds(router.pid), process_cpu_seconds(source.p.pid)
+        if source.returncode != 0:
+            raise Failure(f"{kind}: the vhost-user source failed:\n{source.stderr[-3000:]}")
+        r1 = process_cpu_seconds(router.pid)
         cpu1 = cpu_times()
         foreign, foreign_top = foreign_cpu(procs0, all_cpu_seconds(), ours)
-        # What is still in the rings drains into the counters before they are read.
-        time.sleep(1.0)
-        _, offered = source.quit()
-        time.sleep(0.5)
-        forwarded, _ = sink.quit()
+        flood_out = json.loads(source.stdout)
+        offered, forwarded = flood_out["sent"], flood_out["received"]
+        source_s = flood_out["cpu_user_seconds"] + flood_out["cpu_system_seconds"]
         if kind == "vhost_user":
             stop_process(router)
             stats = json.loads(stats_path.read_text())
@@ -916,7 +870,6 @@ def vhost_run(kind, tag, run_dir, args):
                                          text)}
             detail = {"l3fwd": {"ports": ports}}
         router_s = (r1["user"] + r1["system"] - r0["user"] - r0["system"]) if r0 and r1 else 0
-        source_s = (s1["user"] + s1["system"] - s0["user"] - s0["system"]) if s0 and s1 else 0
         share = lambda sec: round(100.0 * sec / elapsed, 1)
         use = cpu_use(cpu0, cpu1)
         secs = args.seconds
@@ -945,8 +898,6 @@ def vhost_run(kind, tag, run_dir, args):
             "foreign_top": foreign_top,
         }
     finally:
-        for peer in peers:
-            peer.close()
         stop_process(router, grace=5)
 
 
@@ -1178,8 +1129,6 @@ def main():
             sys.exit("live-forward: the build failed")
     if not BINARY.exists():
         sys.exit(f"live-forward: no binary at {BINARY}")
-    if any(k in VHOST_KINDS for k in kinds) and shutil.which("dpdk-testpmd") is None:
-        sys.exit("live-forward: the vhost-user kinds need dpdk-testpmd (scripts/setup)")
     if any(k in L3FWD_PMD or k == "l3fwd_vhost" for k in kinds) and (not args.no_build or not L3FWD.exists()):
         print("building: bench/dpdk/build-l3fwd", flush=True)
         b = subprocess.run([str(REPO / "bench" / "dpdk" / "build-l3fwd")], cwd=REPO,

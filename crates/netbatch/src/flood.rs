@@ -12,6 +12,14 @@
 //! the link and `sent + not_sent` what the flood tried to send: on a veth whose peer
 //! queues frames for another CPU, refusals are mostly back-pressure (`EAGAIN`, a full
 //! ring), not frames lost on the link.
+//!
+//! `--via vhost_user` drives vhost-user backends instead of an interface, as a guest's
+//! virtio-net driver would ([`netbatch_ports::vhost_user::driver`]): the frames go on
+//! the transmit queue of the device at `--socket`, and, with `--sink`, the device at that
+//! second socket has its receive queue drained and counted, in the same thread, turn
+//! about. One thread for both ends keeps a router between them measured by what it
+//! forwards, not by how two busy-polling peers share a CPU. `sent` is then what the
+//! backend took off the transmit queue, and `received` what the sink's queue got.
 
 use core::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -42,8 +50,18 @@ const PACE_NS: u64 = 100_000;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// The interface to send on (its own MAC is the source address).
-    #[arg(long)]
-    interface: String,
+    #[arg(long, required_unless_present = "socket")]
+    interface: Option<String>,
+    /// `--via vhost_user`: the backend socket whose device sends the frames.
+    #[arg(long, requires = "via")]
+    socket: Option<std::path::PathBuf>,
+    /// `--via vhost_user`: a second backend socket whose device's received frames are
+    /// counted (a router's other port).
+    #[arg(long, requires = "socket")]
+    sink: Option<std::path::PathBuf>,
+    /// `--via vhost_user`: the Ethernet source address of the frames.
+    #[arg(long, default_value = "02:00:00:00:01:01")]
+    src_mac: MacAddr,
     /// Ethernet destination: the next hop's MAC, `aa:bb:cc:dd:ee:ff`.
     #[arg(long)]
     dst_mac: MacAddr,
@@ -86,6 +104,9 @@ enum Via {
     /// interface (`BPF_PROG_TEST_RUN`, as xdp-trafficgen does; UDP checksum 0).
     #[value(name = "xdp")]
     Xdp,
+    /// vhost-user backends (`--socket`, `--sink`), driven as a guest's virtio-net driver.
+    #[value(name = "vhost_user")]
+    VhostUser,
 }
 
 /// What one flood did.
@@ -97,6 +118,10 @@ struct Outcome {
     not_sent: u64,
     /// Seconds from the first burst to the end of the last.
     seconds: f64,
+    /// Frames the sink received (`--sink`), counted until it stayed idle after the end.
+    received: Option<u64>,
+    /// Frames sent before the timed flood to find the path ready (counted in `sent`).
+    probes: u64,
 }
 
 impl Outcome {
@@ -142,7 +167,18 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
     if !(a.seconds.is_finite() && a.seconds > 0.0) {
         bail!("--seconds must be a positive number of seconds");
     }
-    let iface = Interface::lookup("flood", &a.interface)?;
+    if a.via == Via::VhostUser {
+        let out = flood_vhost(a)?;
+        report(a, &out, "vhost-user driver, 1024-entry queues, polled");
+        return Ok(());
+    }
+    if a.socket.is_some() {
+        bail!("--socket and --sink go with --via vhost_user");
+    }
+    let Some(ifname) = a.interface.as_deref() else {
+        bail!("--interface is needed with --via af_packet, af_xdp or xdp");
+    };
+    let iface = Interface::lookup("flood", ifname)?;
     let max_frame = iface.mtu as usize + 14 + FCS;
     if a.size < MIN_FRAME || a.size > max_frame {
         bail!(
@@ -158,8 +194,8 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         ..PoolConfig::default()
     };
     let layout = match a.via {
-        Via::AfXdp => af_xdp::pool_layout([a.interface.as_str()]).0,
-        Via::AfPacket | Via::Xdp => netbatch_engine::Layout::Padded,
+        Via::AfXdp => af_xdp::pool_layout([ifname]).0,
+        Via::AfPacket | Via::Xdp | Via::VhostUser => netbatch_engine::Layout::Padded,
     };
     let pool = Pool::with_layout(pool_cfg, layout).context("packet pool")?;
     let room = pool.config().room();
@@ -184,17 +220,19 @@ pub(crate) fn main(a: &Args) -> anyhow::Result<()> {
         worker: 0,
         index: 0,
         name: "flood".into(),
-        interface: a.interface.clone(),
+        interface: ifname.to_owned(),
         features: Default::default(),
         room,
     };
     let mut queues = match a.via {
         Via::AfPacket => af_packet::open(&[spec])?,
         Via::AfXdp => af_xdp::open(&[spec], &pool)?,
-        Via::Xdp => unreachable!("the XDP source has no queue (handled above)"),
+        Via::Xdp | Via::VhostUser => {
+            unreachable!("the XDP and vhost-user sources have no queue (handled above)")
+        }
     };
     let Some(port) = queues.first_mut() else {
-        bail!("no transmit queue opened on {}", a.interface);
+        bail!("no transmit queue opened on {ifname}");
     };
     let how = port.describe();
     let out = flood_through(a, &pool, &mut source, port.as_mut());
@@ -231,9 +269,15 @@ fn report(a: &Args, out: &Outcome, how: &str) {
         out.pps(),
         out.not_sent
     );
+    let line = match out.received {
+        Some(r) => format!("{line}; the sink received {r}"),
+        None => line,
+    };
     if a.json {
         eprintln!("{line}");
         let j = serde_json::json!({
+            "received": out.received,
+            "probes": out.probes,
             "sent": out.sent,
             "seconds": out.seconds,
             "pps": out.pps(),
@@ -245,6 +289,7 @@ fn report(a: &Args, out: &Outcome, how: &str) {
                 Via::AfPacket => "af_packet",
                 Via::AfXdp => "af_xdp",
                 Via::Xdp => "xdp",
+                Via::VhostUser => "vhost_user",
             },
             "queue": how,
         });
@@ -252,6 +297,116 @@ fn report(a: &Args, out: &Outcome, how: &str) {
     } else {
         println!("{line}");
     }
+}
+
+/// How long a vhost-user flood waits for its first frame to reach the sink.
+const PROBE_FOR: Duration = Duration::from_secs(2);
+
+/// How long the sink is drained after the flood: until it has received nothing for
+/// this long.
+const SINK_IDLE: Duration = Duration::from_millis(100);
+
+/// The flood through vhost-user backends: the generator's frames (one per flow, made
+/// once) put on the `--socket` device's transmit queue as it has room, and the `--sink`
+/// device's receive queue drained, turn about, until the time is up (paced to
+/// `a.rate`); then the sink is drained until idle.
+fn flood_vhost(a: &Args) -> anyhow::Result<Outcome> {
+    use netbatch_ports::vhost_user::driver::Driver;
+    let Some(socket) = a.socket.as_deref() else {
+        bail!("--via vhost_user needs --socket (the backend's socket to send on)");
+    };
+    let max_frame = 1514 + FCS;
+    if a.size < MIN_FRAME || a.size > max_frame {
+        bail!(
+            "--size {}: a frame is {MIN_FRAME} to {max_frame} bytes",
+            a.size
+        );
+    }
+    // The frames, one per flow, from the generator.
+    let pool = Pool::new(PoolConfig {
+        buffers: 1024,
+        ..PoolConfig::default()
+    })
+    .context("packet pool")?;
+    let cfg = GenConfig::new(
+        flows(a, a.src_mac, a.size - FCS - HEADERS),
+        FlowOrder::Interleaved,
+    );
+    let mut source = GenPort::new("flood", 0, &cfg, pool.config().room())?;
+    let mut cache = pool.cache();
+    let mut frames = Vec::with_capacity(usize::from(a.flows));
+    while frames.len() < usize::from(a.flows) {
+        let mut l = PktList::new();
+        let mut cx = PortCx {
+            pool: &pool,
+            cache: &mut cache,
+            now_ns: time::mono_ns(),
+        };
+        if source.rx(&mut cx, &mut l, 1) == 0 {
+            bail!("the generator made no frame");
+        }
+        frames.extend(l.iter().map(|p| netbatch_ports::frame_bytes(&pool, p)));
+        cache.free_all(&mut l);
+    }
+    frames.truncate(usize::from(a.flows));
+    let connect = |path: &std::path::Path| {
+        Driver::connect(path, 1024, &frames)
+            .with_context(|| format!("vhost-user backend at {}", path.display()))
+    };
+    let mut sink = a.sink.as_deref().map(connect).transpose()?;
+    let mut tx = connect(socket)?;
+    let (mut received, mut put) = (0u64, 0u64);
+    // With a sink, the path is ready when a frame gets through: the backends take their
+    // queues into use after the handshake, in their own time. One frame every 10 ms for
+    // up to 2 s; the probes are counted as the flood's frames are.
+    if let Some(s) = sink.as_mut() {
+        let deadline = Instant::now() + PROBE_FOR;
+        while received == 0 {
+            if Instant::now() > deadline {
+                bail!("no frame reached the sink within {PROBE_FOR:?}");
+            }
+            put += tx.send(1)? as u64;
+            std::thread::sleep(Duration::from_millis(10));
+            received += s.receive()?.frames;
+        }
+    }
+    let probes = put;
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(a.seconds);
+    let mut now = start;
+    while now < end {
+        let mut want = BURST;
+        if a.rate > 0 {
+            let due = (now - start).as_nanos() * u128::from(a.rate) / 1_000_000_000;
+            want = usize::try_from(due.saturating_sub(u128::from(put - probes)))
+                .unwrap_or(BURST)
+                .min(BURST);
+        }
+        put += tx.send(want)? as u64;
+        if let Some(s) = sink.as_mut() {
+            received += s.receive()?.frames;
+        }
+        now = Instant::now();
+    }
+    let seconds = (now - start).as_secs_f64();
+    if let Some(s) = sink.as_mut() {
+        let mut idle_since = Instant::now();
+        while idle_since.elapsed() < SINK_IDLE {
+            let got = s.receive()?.frames;
+            if got > 0 {
+                received += got;
+                idle_since = Instant::now();
+            }
+        }
+    }
+    tx.send(0)?;
+    Ok(Outcome {
+        sent: tx.taken,
+        not_sent: put - tx.taken,
+        seconds,
+        received: sink.map(|_| received),
+        probes,
+    })
 }
 
 /// Frames of the first live XDP run (then sized by how long runs take).
@@ -323,6 +478,8 @@ fn flood_xdp(
         sent,
         not_sent: 0,
         seconds: (now - start).as_secs_f64(),
+        received: None,
+        probes: 0,
     })
 }
 
@@ -404,6 +561,8 @@ fn flood(
         sent,
         not_sent,
         seconds: (now - start).as_secs_f64(),
+        received: None,
+        probes: 0,
     })
 }
 

@@ -23,7 +23,8 @@
 //!   unsendable;
 //! - notifications (virtio 1.2 §2.7.7, §2.7.10): while a burst finds work the driver's
 //!   kicks are off (`VRING_USED_F_NO_NOTIFY`, or the EVENT_IDX avail event); an empty
-//!   poll turns them back on; the driver is signalled after a burst only when it asked
+//!   poll turns them back on; kicks for receive buffers given back are off once a frame
+//!   was written (the worker looks at that queue at each transmit and never waits on it); the driver is signalled after a burst only when it asked
 //!   (EVENT_IDX's used event, or no `VRING_AVAIL_F_NO_INTERRUPT` without EVENT_IDX);
 //! - a peer that goes away takes the link down (frames given to `tx` are freed and
 //!   counted `link_down`); the next connection (a server socket accepts again, a client
@@ -45,6 +46,7 @@
 
 mod backend;
 pub mod chain;
+pub mod driver;
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
@@ -662,6 +664,10 @@ impl VhostQueue {
             cx.cache.free(p);
         }
         if any {
+            // The driver need not kick for the buffers it gives back: the worker looks
+            // at this queue at each transmit and never waits for room (a full ring is a
+            // counted drop), so each kick would only wake the backend's thread.
+            let _ = st.get_queue_mut().disable_notification(m);
             signal(&mut st, m);
         }
         self.stats.tx_refused += pkts.len() as u64;

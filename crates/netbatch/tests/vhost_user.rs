@@ -195,6 +195,12 @@ fn scratch(tag: &str) -> Dir {
     d
 }
 
+/// Whether DPDK's testpmd can run here (root, the tool); the testkit says why not.
+fn testpmd_can_run() -> bool {
+    netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
+        && netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
+}
+
 /// The router of the two-socket tests: ports `a` (192.0.2.1/24) and `b`
 /// (198.51.100.1/24) on vhost-user sockets `a` and `b`, 198.18.0.0/24 routed via
 /// 198.51.100.2 (a static neighbour) out of `b`, its control socket in `d`.
@@ -242,9 +248,7 @@ via = "198.51.100.2"
 
 #[test]
 fn testpmd_frames_are_routed_between_two_vhost_user_ports_and_counted_on_both_sides() {
-    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
-    {
+    if !testpmd_can_run() {
         return;
     }
     let dir = scratch("pmd");
@@ -350,9 +354,7 @@ fn testpmd_frames_are_routed_between_two_vhost_user_ports_and_counted_on_both_si
 /// back (testpmd's own counters against netbatch's).
 #[test]
 fn a_lab_guest_with_a_vhost_user_nic_pings_through_netbatch() {
-    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
-    {
+    if !testpmd_can_run() {
         return;
     }
     // scripts/kernel-lab sets itself up on first use (QEMU from apt, a kernel into its
@@ -458,9 +460,7 @@ dev = "b"
 /// connections are two rounds of link changes.
 #[test]
 fn a_client_port_reconnects_to_a_peer_that_comes_back() {
-    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
-    {
+    if !testpmd_can_run() {
         return;
     }
     let dir = scratch("cli");
@@ -540,9 +540,7 @@ addresses = ["192.0.2.1/24"]
 /// pair of port b. Every frame sent is received, and each worker took a share.
 #[test]
 fn two_workers_serve_a_queue_pair_each() {
-    if !netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
-        || !netbatch_testkit::tools(&[("dpdk-testpmd", "dpdk-dev")])
-    {
+    if !testpmd_can_run() {
         return;
     }
     let dir = scratch("mq");

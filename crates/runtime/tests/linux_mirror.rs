@@ -873,7 +873,8 @@ fn ip_rule_and_numbered_tables_drive_the_policy() {
         |t| *t == Some(via("203.0.113.0/24", "198.51.100.2", 1)),
     );
     assert_eq!(r.route("203.0.113.0/24"), None, "not in main");
-    let linux = r.mirror().stats();
+    // The counters are published after the tables: waited for, as the rules were.
+    let linux = wait_for_stats(&r, |s| s.rules == 4);
     assert_eq!(linux.rules, 4, "{linux:?}");
     assert!(
         linux.skipped.get("rule_unsupported") >= Some(&1),

@@ -195,6 +195,23 @@ fn scratch(tag: &str) -> Dir {
     d
 }
 
+/// Each side against the other's counters: every frame the source's queue gave up
+/// (`sent`) netbatch received on `a`, none refused as malformed, and every frame it sent
+/// on `b` is one the sink counted (`received`).
+fn both_ends_agree(stats: &serde_json::Value, sent: u64, received: u64, context: &str) {
+    assert_eq!(
+        port(stats, "a", "rx_packets"),
+        sent,
+        "every frame the source put on the ring, received: {stats:#}\n{context}"
+    );
+    assert_eq!(port(stats, "a", "rx_dropped"), 0, "no malformed chain");
+    assert_eq!(
+        port(stats, "b", "tx_packets"),
+        received,
+        "every frame sent on b reached the sink: {stats:#}\n{context}"
+    );
+}
+
 /// Whether DPDK's testpmd can run here (root, the tool); the testkit says why not.
 fn testpmd_can_run() -> bool {
     netbatch_testkit::root("DPDK's EAL needs root to start, even with --no-huge")
@@ -306,17 +323,7 @@ fn testpmd_frames_are_routed_between_two_vhost_user_ports_and_counted_on_both_si
 
     let (stats, log) = stop(&mut nb, d);
 
-    assert_eq!(
-        port(&stats, "a", "rx_packets"),
-        sent,
-        "every frame the senders put on the ring, received: {stats:#}\n{log}"
-    );
-    assert_eq!(port(&stats, "a", "rx_dropped"), 0, "no malformed chain");
-    assert_eq!(
-        port(&stats, "b", "tx_packets"),
-        received,
-        "every frame sent on b reached the receiver: {stats:#}\n{rx_out}"
-    );
+    both_ends_agree(&stats, sent, received, &format!("{log}\n{rx_out}"));
     assert!(received > 0, "some frames were routed through: {stats:#}");
     assert_eq!(
         total(&stats, "rx_packets") + total(&stats, "originated_packets"),
@@ -709,17 +716,7 @@ fn the_flood_driver_sends_through_two_vhost_user_ports_and_counts_both_ends() {
     );
     let (stats, log) = stop(&mut nb, d);
     assert!(sent > 100_000, "a paced second of frames went out: {flood}");
-    assert_eq!(
-        port(&stats, "a", "rx_packets"),
-        sent,
-        "every frame the driver's queue gave up, received: {stats:#}\n{log}"
-    );
-    assert_eq!(port(&stats, "a", "rx_dropped"), 0, "no malformed chain");
-    assert_eq!(
-        port(&stats, "b", "tx_packets"),
-        received,
-        "every frame sent on b, counted by the sink: {stats:#}\n{flood}"
-    );
+    both_ends_agree(&stats, sent, received, &format!("{log}\n{flood}"));
     // What netbatch could not put on port b's queue is counted, by that reason only:
     // the sink's queue was full while the flood's thread was not running (a loaded
     // machine deschedules it for longer than 1024 frames take at this rate).

@@ -92,6 +92,8 @@ pub(crate) struct Shared {
     pub(crate) disconnects: AtomicU64,
     /// Chains refused, by [`super::chain::Malformed`] reason.
     pub(crate) malformed: [AtomicU64; 7],
+    /// Queue pairs with a ring not in one region (see `VhostQueue::open`).
+    pub(crate) rings_unmapped: AtomicU64,
     /// Whether EVENT_IDX was negotiated.
     pub(crate) event_idx: AtomicBool,
     done: Mutex<bool>,
@@ -134,6 +136,7 @@ impl Shared {
             connections: AtomicU64::new(0),
             disconnects: AtomicU64::new(0),
             malformed: Default::default(),
+            rings_unmapped: AtomicU64::new(0),
             event_idx: AtomicBool::new(false),
             done: Mutex::new(false),
         })

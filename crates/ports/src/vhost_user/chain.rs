@@ -2,10 +2,10 @@
 //!
 //! Invariants:
 //! - a chain is accepted only when it is whole: at least one descriptor, its last one
-//!   without `VIRTQ_DESC_F_NEXT` (virtio 1.2 §2.7.5; the crate's iterator ends the same
-//!   way, silently, at a bad `next` index, an unreadable descriptor, a loop longer than
-//!   the queue or a nested indirect table, so a chain whose last yielded descriptor still
-//!   says "next" is broken, not short);
+//!   without `VIRTQ_DESC_F_NEXT` (virtio 1.2 §2.7.5); a bad `next` index, an unreadable
+//!   descriptor, a chain longer than its table (a loop) or an indirect descriptor inside
+//!   an indirect table or a chain (§2.7.5.3.1) make it broken, or empty when nothing
+//!   came before;
 //! - every descriptor points where the driver said it would write or read: a transmit
 //!   (guest → netbatch) chain has no write-only descriptor, a receive chain only
 //!   write-only ones (§2.7.4.2: "device-readable before device-writable");
@@ -15,11 +15,14 @@
 //!   chain);
 //! - any failure names its reason ([`Malformed`]), for the caller to count.
 
-use virtio_queue::DescriptorChain;
-use vm_memory::{
-    Address, Bytes, GuestAddress, GuestMemory, GuestMemoryBackend, GuestMemoryMmap,
-    GuestMemoryRegion, Permissions,
-};
+use vm_memory::{Bytes, GuestAddress, Permissions};
+
+use super::ring::{DESC_LEN, Desc, Memory, Ring, Slice, read_desc};
+
+/// `VIRTQ_DESC_F_NEXT`, `VIRTQ_DESC_F_WRITE`, `VIRTQ_DESC_F_INDIRECT` (§2.7.5).
+const F_NEXT: u16 = 1;
+const F_WRITE: u16 = 2;
+const F_INDIRECT: u16 = 4;
 
 /// Descriptors a chain may have (Linux's virtio-net uses at most 19 for a 64 KiB
 /// super-frame: a header and 17 pages, or a header and one linear buffer for small ones).
@@ -125,53 +128,102 @@ impl Segments {
             .map(|&(a, l)| (GuestAddress(a), l as usize))
     }
 
-    /// Walks `chain` (of the queue whose memory is `mem`) into `self`; `writable`: the
-    /// device writes into it (the guest's receive queue).
+    /// Walks the chain whose head is `head` (popped from `ring`, whose memory is `mem`)
+    /// into `self`; `writable`: the device writes into it (the guest's receive queue).
     pub fn walk(
         &mut self,
-        chain: DescriptorChain<&GuestMemoryMmap>,
-        mem: &GuestMemoryMmap,
+        ring: &Ring<'_>,
+        head: u16,
+        mem: &mut Memory<'_>,
         writable: bool,
     ) -> Result<(), Malformed> {
         self.n = 0;
         self.total = 0;
-        let mut last_next = false;
-        for d in chain {
+        if head >= ring.size() {
+            return Err(Malformed::Empty);
+        }
+        let d = read_desc(ring.table(), head).ok_or(Malformed::Empty)?;
+        if d.flags & F_INDIRECT == 0 {
+            return self.follow(ring.table(), ring.size(), head, Some(d), mem, writable);
+        }
+        // §2.7.5.3.1: an indirect descriptor is the chain's only one in the ring, and its
+        // table a whole number of descriptors.
+        if d.flags & F_NEXT != 0 {
+            return Err(Malformed::Broken);
+        }
+        let len = d.len as usize;
+        if len == 0 || !len.is_multiple_of(DESC_LEN) || len / DESC_LEN > usize::from(u16::MAX) {
+            return Err(Malformed::Empty);
+        }
+        let table = mem.slice(d.addr, len).ok_or(Malformed::Empty)?;
+        self.follow(&table, (len / DESC_LEN) as u16, 0, None, mem, writable)
+    }
+
+    /// Follows a chain through `table` (of `count` descriptors) from `i` (`first`: its
+    /// descriptor, already read). A chain longer than the table loops: broken. An
+    /// indirect descriptor inside it is refused (§2.7.5.3.1: not in an indirect table,
+    /// nor chained): with nothing before it the chain is empty, else broken.
+    fn follow(
+        &mut self,
+        table: &Slice<'_>,
+        count: u16,
+        mut i: u16,
+        mut first: Option<Desc>,
+        mem: &mut Memory<'_>,
+        writable: bool,
+    ) -> Result<(), Malformed> {
+        for _ in 0..count {
+            let d = match first.take() {
+                Some(d) => d,
+                None => read_desc(table, i).ok_or(if self.n == 0 {
+                    Malformed::Empty
+                } else {
+                    Malformed::Broken
+                })?,
+            };
+            if d.flags & F_INDIRECT != 0 {
+                return Err(if self.n == 0 {
+                    Malformed::Empty
+                } else {
+                    Malformed::Broken
+                });
+            }
             if self.n == MAX_DESCS {
                 return Err(Malformed::TooMany);
             }
-            if d.is_write_only() != writable {
+            if (d.flags & F_WRITE != 0) != writable {
                 return Err(Malformed::Direction);
             }
-            let len = d.len();
             let access = if writable {
                 Permissions::Write
             } else {
                 Permissions::Read
             };
-            if !mapped(mem, d.addr(), len as usize, access) {
+            if !mem.mapped(d.addr, d.len as usize, access) {
                 return Err(Malformed::Memory);
             }
-            self.seg[self.n] = (d.addr().0, len);
+            self.seg[self.n] = (d.addr, d.len);
             self.n += 1;
-            self.total += len as usize;
-            last_next = d.has_next();
+            self.total += d.len as usize;
+            if d.flags & F_NEXT == 0 {
+                return Ok(());
+            }
+            if d.next >= count {
+                return Err(Malformed::Broken);
+            }
+            i = d.next;
         }
-        if self.n == 0 {
-            return Err(Malformed::Empty);
-        }
-        if last_next {
-            return Err(Malformed::Broken);
-        }
-        Ok(())
+        Err(Malformed::Broken)
     }
 
     /// Copies the chain's bytes from offset `at` into `out` (as many as fit and exist);
     /// returns how many. The ranges were checked by [`Segments::walk`], so a failure here
     /// means the memory table changed under the copy: `None`.
-    pub fn read(&self, mem: &GuestMemoryMmap, mut at: usize, out: &mut [u8]) -> Option<usize> {
+    #[inline]
+    pub fn read(&self, mem: &mut Memory<'_>, mut at: usize, out: &mut [u8]) -> Option<usize> {
         let mut o = 0;
-        for (addr, len) in self.iter() {
+        for &(addr, len) in &self.seg[..self.n] {
+            let len = len as usize;
             if o == out.len() {
                 break;
             }
@@ -183,27 +235,15 @@ impl Segments {
             let from = addr.checked_add(at as u64)?;
             let to = &mut out[o..o + k];
             // One region (the common case) in one copy; across regions, piece by piece.
-            match GuestMemoryBackend::get_slice(mem, from, k) {
-                Ok(v) if v.copy_to(to) == k => {}
-                _ => mem.read_slice(to, from).ok()?,
+            match mem.slice(from, k) {
+                Some(v) if v.copy_to(to) == k => {}
+                _ => mem.map().read_slice(to, GuestAddress(from)).ok()?,
             }
             o += k;
             at = 0;
         }
         Some(o)
     }
-}
-
-/// Whether `[addr, addr + len)` is the peer's memory: inside the region holding `addr`
-/// (one lookup, the common case), or else mapped piece by piece across regions.
-fn mapped(mem: &GuestMemoryMmap, addr: GuestAddress, len: usize, access: Permissions) -> bool {
-    if let Some(r) = GuestMemoryBackend::find_region(mem, addr) {
-        let off = u128::from(addr.0 - r.start_addr().0);
-        if off + len as u128 <= u128::from(r.len()) {
-            return true;
-        }
-    }
-    GuestMemory::check_range(mem, addr, len, access)
 }
 
 /// A cursor writing into a receive chain's buffers in order.
@@ -254,7 +294,7 @@ impl<'a> Writer<'a> {
 
     /// Writes as much of `b` as fits; returns how much (`None`: the memory table changed
     /// under the copy).
-    pub fn write(&mut self, mem: &GuestMemoryMmap, mut b: &[u8]) -> Option<usize> {
+    pub fn write(&mut self, mem: &mut Memory<'_>, mut b: &[u8]) -> Option<usize> {
         let mut n = 0;
         while !b.is_empty() && self.i < self.segs.n {
             let (addr, len) = self.segs.seg[self.i];
@@ -265,10 +305,10 @@ impl<'a> Writer<'a> {
                 continue;
             }
             let k = (len - self.off).min(b.len());
-            let to = GuestAddress(addr).checked_add(self.off as u64)?;
-            match GuestMemoryBackend::get_slice(mem, to, k) {
-                Ok(v) => v.copy_from(&b[..k]),
-                Err(_) => mem.write_slice(&b[..k], to).ok()?,
+            let to = addr.checked_add(self.off as u64)?;
+            match mem.slice(to, k) {
+                Some(v) => v.copy_from(&b[..k]),
+                None => mem.map().write_slice(&b[..k], GuestAddress(to)).ok()?,
             }
             self.off += k;
             self.written += k;
@@ -285,9 +325,9 @@ pub(crate) mod tests {
     use virtio_bindings::bindings::virtio_ring::{
         VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
     };
+    use virtio_queue::Queue;
     use virtio_queue::desc::{RawDescriptor, split::Descriptor as SplitDescriptor};
     use virtio_queue::mock::MockSplitQueue;
-    use virtio_queue::{Queue, QueueOwnedT};
     use vm_memory::GuestMemoryMmap;
 
     /// 1 MiB of guest memory at 0 (rings at 0, buffers from 0x1_0000); nothing above.
@@ -309,10 +349,21 @@ pub(crate) mod tests {
         }
         vq.avail().ring().ref_at(0).unwrap().store(0);
         vq.avail().idx().store(1);
-        let mut q: Queue = vq.create_queue().unwrap();
-        let chain = q.iter(&m).unwrap().next().expect("one chain available");
+        walk_first(&m, &vq, writable)
+    }
+
+    /// Pops the first available chain of `vq` and walks it.
+    fn walk_first(
+        m: &GuestMemoryMmap,
+        vq: &MockSplitQueue<'_, GuestMemoryMmap>,
+        writable: bool,
+    ) -> Result<Segments, Malformed> {
+        let q: Queue = vq.create_queue().unwrap();
+        let mut mem = Memory::new(m);
+        let mut ring = Ring::open(&q, &mut mem).expect("the rings are mapped");
+        let head = ring.pop().expect("one chain available");
         let mut s = Segments::default();
-        s.walk(chain, &m, writable).map(|()| s)
+        s.walk(&ring, head, &mut mem, writable).map(|()| s)
     }
 
     const N: u32 = VRING_DESC_F_NEXT;
@@ -372,11 +423,7 @@ pub(crate) mod tests {
         let vq = MockSplitQueue::new(&m, 16);
         vq.avail().ring().ref_at(0).unwrap().store(99);
         vq.avail().idx().store(1);
-        let mut q: Queue = vq.create_queue().unwrap();
-        let chain = q.iter(&m).unwrap().next().unwrap();
-        assert_eq!(chain.head_index(), 99);
-        let mut s = Segments::default();
-        assert_eq!(s.walk(chain, &m, false).unwrap_err(), Malformed::Empty);
+        assert_eq!(walk_first(&m, &vq, false).unwrap_err(), Malformed::Empty);
     }
 
     #[test]
@@ -394,10 +441,7 @@ pub(crate) mod tests {
             .unwrap();
         vq.avail().ring().ref_at(0).unwrap().store(0);
         vq.avail().idx().store(1);
-        let mut q: Queue = vq.create_queue().unwrap();
-        let chain = q.iter(&m).unwrap().next().unwrap();
-        let mut s = Segments::default();
-        assert_eq!(s.walk(chain, &m, false).unwrap_err(), Malformed::Empty);
+        assert_eq!(walk_first(&m, &vq, false).unwrap_err(), Malformed::Empty);
         // A table whose length is not a whole number of descriptors.
         let e = walk(&[desc(0x8_0000, 20, VRING_DESC_F_INDIRECT, 0)], false);
         assert_eq!(e.unwrap_err(), Malformed::Empty);
@@ -416,10 +460,7 @@ pub(crate) mod tests {
             .unwrap();
         vq.avail().ring().ref_at(0).unwrap().store(0);
         vq.avail().idx().store(1);
-        let mut q: Queue = vq.create_queue().unwrap();
-        let chain = q.iter(&m).unwrap().next().unwrap();
-        let mut s = Segments::default();
-        s.walk(chain, &m, false).unwrap();
+        let s = walk_first(&m, &vq, false).unwrap();
         assert_eq!(s.total(), 62);
     }
 
@@ -442,10 +483,7 @@ pub(crate) mod tests {
             .unwrap();
         vq.avail().ring().ref_at(0).unwrap().store(0);
         vq.avail().idx().store(1);
-        let mut q: Queue = vq.create_queue().unwrap();
-        let chain = q.iter(&m).unwrap().next().unwrap();
-        let mut s = Segments::default();
-        assert_eq!(s.walk(chain, &m, false).unwrap_err(), Malformed::TooMany);
+        assert_eq!(walk_first(&m, &vq, false).unwrap_err(), Malformed::TooMany);
     }
 
     #[test]
@@ -459,15 +497,16 @@ pub(crate) mod tests {
             vq.desc_table().store(1, desc(0x2_0000, 5, W, 0)).unwrap();
             vq.avail().ring().ref_at(0).unwrap().store(0);
             vq.avail().idx().store(1);
-            let mut q: Queue = vq.create_queue().unwrap();
-            let chain = q.iter(&m).unwrap().next().unwrap();
-            let mut s = Segments::default();
-            s.walk(chain, &m, true).unwrap();
-            s
+            walk_first(&m, &vq, true).unwrap()
         };
+        let mut mem = Memory::new(&m);
         let mut w = Writer::new(&s);
-        assert_eq!(w.write(&m, b"abcd").unwrap(), 4);
-        assert_eq!(w.write(&m, b"efghij").unwrap(), 4, "8 bytes of room in all");
+        assert_eq!(w.write(&mut mem, b"abcd").unwrap(), 4);
+        assert_eq!(
+            w.write(&mut mem, b"efghij").unwrap(),
+            4,
+            "8 bytes of room in all"
+        );
         assert_eq!((w.written(), w.room()), (8, 0));
         let mut a = [0u8; 3];
         m.read_slice(&mut a, GuestAddress(0x1_0000)).unwrap();
@@ -476,9 +515,9 @@ pub(crate) mod tests {
         m.read_slice(&mut b, GuestAddress(0x2_0000)).unwrap();
         assert_eq!(&b, b"defgh");
         let mut out = [0u8; 6];
-        assert_eq!(s.read(&m, 1, &mut out), Some(6));
+        assert_eq!(s.read(&mut mem, 1, &mut out), Some(6));
         assert_eq!(&out, b"bcdefg");
         let mut big = [0u8; 20];
-        assert_eq!(s.read(&m, 0, &mut big), Some(8));
+        assert_eq!(s.read(&mut mem, 0, &mut big), Some(8));
     }
 }

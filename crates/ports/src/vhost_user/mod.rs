@@ -1,8 +1,11 @@
 //! `vhost_user`: frames exchanged with a virtual machine (QEMU) or a DPDK `virtio_user`
 //! peer over shared-memory virtio rings; netbatch is the vhost-user *backend* (the
 //! device), the peer the driver. The protocol is the rust-vmm crates' (`vhost`,
-//! `vhost-user-backend`), the rings `virtio-queue`'s, the peer's memory `vm-memory`'s
-//! (bounds-checked volatile copies): this module has no `unsafe`.
+//! `vhost-user-backend`), the queues' state `virtio-queue`'s, the peer's memory
+//! `vm-memory`'s (bounds-checked volatile accesses); a burst reads and writes the rings
+//! through those slices itself ([`ring`]: one available-index read and one used-index
+//! store per burst, where the crate's per-chain calls did both for every chain): this
+//! module has no `unsafe`.
 //!
 //! Invariants:
 //! - queue pair N (receiveq 2N, transmitq 2N + 1) belongs to worker N: a port offers
@@ -10,10 +13,12 @@
 //!   a queue nobody read would strand its flows); a worker whose pair the driver did not
 //!   enable transmits on pair 0, under the vring's lock;
 //! - a worker pops, checks and returns every chain of a burst under the vring's write
-//!   lock ([`chain`]): a malformed chain (empty, broken, wrong direction, outside the
-//!   peer's memory, too many descriptors, too short or long) is returned to the driver
-//!   (`add_used` with length 0), counted by reason and as `rx_dropped`; nothing of it is
-//!   read; a frame with no free buffer stays in the ring (`rx_nobuf`);
+//!   lock ([`ring`], [`chain`]): a malformed chain (empty, broken, wrong direction,
+//!   outside the peer's memory, too many descriptors, too short or long) is returned to
+//!   the driver (a used entry of length 0), counted by reason and as `rx_dropped`;
+//!   nothing of it is read; a frame with no free buffer stays in the ring (`rx_nobuf`);
+//!   a queue whose rings are not each in one region of the peer's memory is not served
+//!   (counted, as DPDK's vhost library refuses such a ring);
 //! - the driver's virtio-net header (10 bytes, 12 with VERSION_1 or MRG_RXBUF) maps to
 //!   netbatch's offloads as for tap ([`crate::vnet`]): partial checksums completed and
 //!   marked verified, TCP super-frames (HOST_TSO4/6) imported as GSO super-packets; on
@@ -24,8 +29,10 @@
 //! - notifications (virtio 1.2 §2.7.7, §2.7.10): while a burst finds work the driver's
 //!   kicks are off (`VRING_USED_F_NO_NOTIFY`, or the EVENT_IDX avail event); an empty
 //!   poll turns them back on; kicks for receive buffers given back are off once a frame
-//!   was written (the worker looks at that queue at each transmit and never waits on it); the driver is signalled after a burst only when it asked
-//!   (EVENT_IDX's used event, or no `VRING_AVAIL_F_NO_INTERRUPT` without EVENT_IDX);
+//!   was written (the worker looks at that queue at each transmit and never waits on
+//!   it); the driver is signalled after a burst only when it asked (EVENT_IDX's used
+//!   event crossed by the burst's entries, or no `VRING_AVAIL_F_NO_INTERRUPT` without
+//!   EVENT_IDX);
 //! - a peer that goes away takes the link down (frames given to `tx` are freed and
 //!   counted `link_down`); the next connection (a server socket accepts again, a client
 //!   socket reconnects with backoff) brings it back, counted in `connections`.
@@ -47,6 +54,7 @@
 mod backend;
 pub mod chain;
 pub mod driver;
+pub mod ring;
 
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
@@ -55,18 +63,19 @@ use std::sync::atomic::Ordering;
 
 use netbatch_engine::{Pkt, PktList};
 use netbatch_packet::meta::gso;
-use vhost_user_backend::{VringState, VringT};
+use vhost_user_backend::VringT;
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_net::{
     VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_GUEST_TSO4, VIRTIO_NET_F_GUEST_TSO6,
     VIRTIO_NET_F_MRG_RXBUF,
 };
-use virtio_queue::{QueueOwnedT, QueueT};
-use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryMmap};
+use virtio_queue::QueueT;
+use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
 
 pub use backend::Mode;
 use backend::{Conn, Shared};
 use chain::{Malformed, Segments, Writer};
+use ring::{Memory, Ring};
 
 use crate::sys::PortError;
 use crate::vnet::{self, ImportError, RxInfo, VnetHdr};
@@ -85,8 +94,6 @@ pub const CARRIES: Carries = Carries {
 const FRAME_MAX: usize = 65_535 + 22;
 /// Chains one frame may fill on the guest's receive queue (MRG_RXBUF).
 const MAX_BUFFERS: usize = 32;
-/// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks not to be signalled.
-const AVAIL_F_NO_INTERRUPT: u16 = 1;
 
 /// Where and how a port's socket is opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +117,9 @@ pub struct Status {
     pub acked: u64,
     /// Chains refused, by reason ([`Malformed::name`], [`Malformed::ALL`] order).
     pub malformed: Vec<(&'static str, u64)>,
+    /// Queue pairs not served because a ring was not in one region of the peer's memory
+    /// (once per connection and pair).
+    pub rings_unmapped: u64,
 }
 
 /// Stops the socket thread when the last queue of the port goes.
@@ -140,6 +150,8 @@ pub struct VhostQueue {
     rx_bad: [u64; RX_REASONS],
     link_down: u64,
     unsendable: u64,
+    /// A ring not in one region was reported for this connection.
+    unmapped_said: bool,
 }
 
 /// Receive drop reasons of a queue: each [`Malformed`], and a refused offload.
@@ -220,6 +232,7 @@ impl VhostQueue {
             rx_bad: [0; RX_REASONS],
             link_down: 0,
             unsendable: 0,
+            unmapped_said: false,
         }
     }
 
@@ -231,6 +244,7 @@ impl VhostQueue {
             return;
         }
         self.generation = g;
+        self.unmapped_said = false;
         self.conn = self
             .shared
             .slot
@@ -244,6 +258,18 @@ impl VhostQueue {
         } else {
             vnet::LEN
         };
+    }
+
+    /// The rings of `q` for a burst; a queue whose rings are not each in one region of
+    /// the peer's memory is not served (counted once per connection and queue pair, in
+    /// [`Status::rings_unmapped`]).
+    fn open<'m>(&mut self, q: &virtio_queue::Queue, mem: &mut Memory<'m>) -> Option<Ring<'m>> {
+        let r = Ring::open(q, mem);
+        if r.is_none() && !self.unmapped_said {
+            self.unmapped_said = true;
+            self.shared.rings_unmapped.fetch_add(1, Ordering::Relaxed);
+        }
+        r
     }
 
     fn acked(&self, bit: u32) -> bool {
@@ -269,6 +295,7 @@ impl VhostQueue {
                     )
                 })
                 .collect(),
+            rings_unmapped: self.shared.rings_unmapped.load(Ordering::Relaxed),
         }
     }
 
@@ -284,7 +311,7 @@ impl VhostQueue {
     }
 
     /// Takes the checked transmit chain in `self.segs` into a packet.
-    fn take(&mut self, cx: &mut PortCx<'_>, m: &GuestMemoryMmap) -> Took {
+    fn take(&mut self, cx: &mut PortCx<'_>, m: &mut Memory<'_>) -> Took {
         let (hl, total) = (self.hdr_len, self.segs.total());
         if total < hl + netbatch_wire::ethernet::HEADER_LEN {
             return Took::Bad(Malformed::Short);
@@ -351,21 +378,6 @@ enum Took {
     /// Offloads netbatch does not take (UFO, a GSO kind not the frame's family, offsets
     /// outside the frame), as for tap.
     Refused,
-}
-
-/// Signals the driver after a burst when it asked to be (`q`: the vring's state).
-fn signal(st: &mut VringState, m: &GuestMemoryMmap) {
-    let q = st.get_queue_mut();
-    let wanted = if q.event_idx_enabled() {
-        q.needs_notification(m).unwrap_or(true)
-    } else {
-        // The crate does not read the avail flags (virtio 1.2 §2.7.7.2).
-        m.read_obj::<u16>(GuestAddress(q.avail_ring()))
-            .map_or(true, |f| u16::from_le(f) & AVAIL_F_NO_INTERRUPT == 0)
-    };
-    if wanted {
-        let _ = st.signal_used_queue();
-    }
 }
 
 impl Port for VhostQueue {
@@ -474,14 +486,17 @@ impl VhostQueue {
         if !(st.get_queue().ready() && st.is_enabled()) {
             return 0;
         }
-        let (mut n, mut got, mut returned) = (0, 0u64, 0usize);
+        let mut mem = Memory::new(m);
+        let Some(mut ring) = self.open(st.get_queue(), &mut mem) else {
+            return 0;
+        };
+        let (mut n, mut got) = (0, 0u64);
         while n < max {
-            let Some(chain) = st.get_queue_mut().pop_descriptor_chain(m) else {
+            let Some(head) = ring.pop() else {
                 break;
             };
-            let head = chain.head_index();
-            let took = match self.segs.walk(chain, m, false) {
-                Ok(()) => self.take(cx, m),
+            let took = match self.segs.walk(&ring, head, &mut mem, false) {
+                Ok(()) => self.take(cx, &mut mem),
                 Err(why) => Took::Bad(why),
             };
             match took {
@@ -494,7 +509,7 @@ impl VhostQueue {
                 }
                 Took::NoBuffer => {
                     // The frame waits in the ring for a buffer.
-                    st.get_queue_mut().go_to_previous_position();
+                    ring.unpop();
                     self.stats.rx_nobuf += 1;
                     break;
                 }
@@ -508,13 +523,14 @@ impl VhostQueue {
                     self.stats.rx_dropped += 1;
                 }
             }
-            // A head past the table has nothing to return (the crate refuses it).
-            let _ = st.get_queue_mut().add_used(m, head, 0);
-            returned += 1;
+            ring.put_used(head, 0);
         }
-        if returned > 0 {
+        let returned = ring.took_any();
+        if ring.close(st.get_queue_mut()) {
+            let _ = st.signal_used_queue();
+        }
+        if returned {
             let _ = st.get_queue_mut().disable_notification(m);
-            signal(&mut st, m);
         } else {
             // Idle: ask for kicks again (the worker may sleep on them).
             let _ = st.get_queue_mut().enable_notification(m);
@@ -541,6 +557,11 @@ impl VhostQueue {
         let guard = conn.mem.memory();
         let m: &GuestMemoryMmap = &guard;
         let mut st = conn.vrings[qi].get_mut();
+        let mut mem = Memory::new(m);
+        let Some(mut ring) = self.open(st.get_queue(), &mut mem) else {
+            self.drop_all(cx, pkts);
+            return 0;
+        };
         let mrg = self.acked(VIRTIO_NET_F_MRG_RXBUF);
         let csum = self.acked(VIRTIO_NET_F_GUEST_CSUM);
         let (tso4, tso6) = (
@@ -549,7 +570,7 @@ impl VhostQueue {
         );
         let hl = self.hdr_len;
         // Frames before `taken` were sent or dropped (counted): freed at the end.
-        let (mut taken, mut wire, mut any) = (0, 0u64, false);
+        let (mut taken, mut wire) = (0, 0u64);
         'frames: while taken < pkts.len() {
             let segs = cx.pool.get(&pkts[taken]).meta.wire_packets();
             // What the driver cannot take is dropped here, counted.
@@ -602,46 +623,43 @@ impl VhostQueue {
                 if self.used.len() == MAX_BUFFERS || (!mrg && !self.used.is_empty()) {
                     // The driver's buffers are too small for this frame.
                     for _ in 0..self.used.len() {
-                        st.get_queue_mut().go_to_previous_position();
+                        ring.unpop();
                     }
                     self.unsendable += segs;
                     taken += 1;
                     continue 'frames;
                 }
-                let Some(chain) = st.get_queue_mut().pop_descriptor_chain(m) else {
+                let Some(head) = ring.pop() else {
                     // Ring full: what was popped goes back, the frame stays with the caller.
                     for _ in 0..self.used.len() {
-                        st.get_queue_mut().go_to_previous_position();
+                        ring.unpop();
                     }
                     break 'frames;
                 };
-                let head = chain.head_index();
                 if self.used.len() == 1 {
                     self.first = self.segs.clone();
                 }
-                if let Err(why) = self.segs.walk(chain, m, true) {
+                if let Err(why) = self.segs.walk(&ring, head, &mut mem, true) {
                     // Returned unused with every buffer popped for this frame, which
                     // stays with the caller.
                     self.count(why);
-                    let _ = st.get_queue_mut().add_used(m, head, 0);
+                    ring.put_used(head, 0);
                     for &(h, _) in &self.used {
-                        let _ = st.get_queue_mut().add_used(m, h, 0);
+                        ring.put_used(h, 0);
                     }
-                    any = true;
                     break 'frames;
                 }
                 let mut w = Writer::new(&self.segs);
                 let start = piece;
-                let ok = write_frame(&mut w, m, &hb[..hl], cx.pool, &pkts[taken], piece);
+                let ok = write_frame(&mut w, &mut mem, &hb[..hl], cx.pool, &pkts[taken], piece);
                 piece += w.written();
                 let Some(()) = ok else {
                     // The memory table changed under the copy.
                     self.count(Malformed::Memory);
-                    let _ = st.get_queue_mut().add_used(m, head, 0);
+                    ring.put_used(head, 0);
                     for &(h, _) in &self.used {
-                        let _ = st.get_queue_mut().add_used(m, h, 0);
+                        ring.put_used(h, 0);
                     }
-                    any = true;
                     break 'frames;
                 };
                 self.used.push((head, (piece - start) as u32));
@@ -649,12 +667,11 @@ impl VhostQueue {
             if self.used.len() > 1 {
                 let n = (self.used.len() as u16).to_le_bytes();
                 let mut w = Writer::new(&self.first);
-                let _ = w.skip(vnet::LEN).and_then(|()| w.write(m, &n));
+                let _ = w.skip(vnet::LEN).and_then(|()| w.write(&mut mem, &n));
             }
             for &(h, len) in &self.used {
-                let _ = st.get_queue_mut().add_used(m, h, len);
+                ring.put_used(h, len);
             }
-            any = true;
             self.stats.tx_packets += segs;
             self.stats.tx_bytes += flen as u64;
             wire += segs;
@@ -663,12 +680,15 @@ impl VhostQueue {
         for p in pkts.drain(..taken) {
             cx.cache.free(p);
         }
+        let any = ring.took_any();
+        if ring.close(st.get_queue_mut()) {
+            let _ = st.signal_used_queue();
+        }
         if any {
             // The driver need not kick for the buffers it gives back: the worker looks
             // at this queue at each transmit and never waits for room (a full ring is a
             // counted drop), so each kick would only wake the backend's thread.
             let _ = st.get_queue_mut().disable_notification(m);
-            signal(&mut st, m);
         }
         self.stats.tx_refused += pkts.len() as u64;
         wire
@@ -679,7 +699,7 @@ impl VhostQueue {
 /// as far as the writer's buffers reach (`None`: the memory table changed under the copy).
 fn write_frame(
     w: &mut Writer<'_>,
-    m: &GuestMemoryMmap,
+    m: &mut Memory<'_>,
     hdr: &[u8],
     pool: &netbatch_engine::Pool,
     p: &Pkt,

@@ -9,7 +9,7 @@ use vhost_user_backend::VringRwLock;
 use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
 use virtio_queue::desc::RawDescriptor;
 use virtio_queue::mock::MockSplitQueue;
-use vm_memory::GuestMemoryAtomic;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic};
 
 const N: u32 = VRING_DESC_F_NEXT;
 const W: u32 = VRING_DESC_F_WRITE;

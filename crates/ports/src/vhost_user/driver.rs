@@ -41,8 +41,12 @@ const DESC_WRITE: u16 = 2;
 const AVAIL_NO_INTERRUPT: u16 = 1;
 /// Used ring flag: the device polls, no kick needed (§2.7.10).
 const USED_NO_NOTIFY: u16 = 1;
-/// Bytes of each buffer.
-const BUF: u64 = 2048;
+/// Bytes of each buffer, one cache line more than 2 KiB: buffers 2 KiB apart put their
+/// first lines in the same few cache sets, and the device (netbatch or DPDK's vhost
+/// library alike) then misses on every header it reads (measured: 5.8 → 7.0 Mpps
+/// through netbatch, 8.8 → 9.6 through `l3fwd`). A guest's buffers are not laid out
+/// in such lockstep.
+const BUF: u64 = 2048 + 64;
 /// Bytes of one queue's ring area (descriptors, avail ring, used ring) for the largest
 /// queue: 16 × 1024 + 6 + 2 × 1024, then the used ring 4096-aligned, 6 + 8 × 1024.
 const RING_AREA: u64 = 64 << 10;

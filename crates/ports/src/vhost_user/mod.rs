@@ -38,15 +38,15 @@
 //!   socket reconnects with backoff) brings it back, counted in `connections`.
 //!
 //! Where bytes are copied, and why:
-//! - guest → netbatch: once, from the driver's buffers into a pool buffer, for a frame
-//!   without offload that fits one buffer (the common case); a frame with a partial
-//!   checksum or a super-frame is first gathered into the queue's scratch buffer and then
-//!   imported by [`crate::vnet::import`] (two copies), which reads its headers from that
-//!   private copy. The frame cannot stay in guest memory: netbatch's packets are pool
+//! - guest → netbatch: once, from the driver's buffers into a pool buffer, header and
+//!   frame together (the header lands in the buffer's headroom), for a frame without
+//!   offload that fits one buffer (the common case); a frame with a partial checksum or
+//!   a super-frame is gathered into the queue's scratch buffer (a small one after that
+//!   first copy was found to carry offloads) and then imported by
+//!   [`crate::vnet::import`], which reads its headers from that private copy. The frame cannot stay in guest memory: netbatch's packets are pool
 //!   buffers that outlive the burst, the driver reuses a buffer once it is returned, and
 //!   holding descriptors until a frame leaves would tie the guest's ring to netbatch's
-//!   queues and break the per-burst rule a stop relies on. Only the virtio-net header
-//!   is read in place (once);
+//!   queues and break the per-burst rule a stop relies on;
 //! - netbatch → guest: once, from the pool buffers into the driver's receive buffers
 //!   (which the guest owns). This is what DPDK's vhost library does by default too.
 #![deny(unsafe_code)]
@@ -320,35 +320,44 @@ impl VhostQueue {
         if flen > FRAME_MAX {
             return Took::Bad(Malformed::Long);
         }
-        let mut h = [0u8; vnet::LEN + 2];
-        if self.segs.read(m, 0, &mut h[..hl]) != Some(hl) {
-            return Took::Bad(Malformed::Memory);
-        }
-        let Some(h10) = h.first_chunk::<{ vnet::LEN }>() else {
-            unreachable!("the header array is longer")
-        };
-        let hdr = VnetHdr::parse(h10);
         let room = self.spec.room;
-        if hdr.flags & vnet::F_NEEDS_CSUM == 0 && hdr.gso_type == vnet::GSO_NONE && flen <= room {
-            // One copy, straight into the pool buffer.
+        let hdr = if flen <= room {
+            // Header and frame in one copy into a pool buffer, the header into its
+            // headroom; a frame without offloads stays there.
             let Some(mut p) = cx.cache.alloc() else {
                 return Took::NoBuffer;
             };
             let mut v = cx.pool.get_mut(&mut p);
-            let Some(b) = v.append(flen) else {
-                unreachable!("room is the buffer's data room")
-            };
-            if self.segs.read(m, hl, b) != Some(flen) {
+            if v.push(hl).is_none() || v.append(flen).is_none() {
+                unreachable!("room is the buffer's data room, the headroom holds a header")
+            }
+            let b = v.data_mut();
+            if self.segs.read(m, 0, b) != Some(total) {
                 cx.cache.free(p);
                 return Took::Bad(Malformed::Memory);
             }
-            v.meta.in_port = self.spec.index;
-            v.meta.total_len = flen as u32;
-            if hdr.flags & vnet::F_DATA_VALID != 0 {
-                v.meta.flags |= netbatch_packet::meta::flag::L4_CSUM_OK;
+            let Some(h10) = b.first_chunk::<{ vnet::LEN }>() else {
+                unreachable!("the data holds the header")
+            };
+            let hdr = VnetHdr::parse(h10);
+            if hdr.flags & vnet::F_NEEDS_CSUM == 0 && hdr.gso_type == vnet::GSO_NONE {
+                v.pull(hl);
+                v.meta.in_port = self.spec.index;
+                v.meta.total_len = flen as u32;
+                if hdr.flags & vnet::F_DATA_VALID != 0 {
+                    v.meta.flags |= netbatch_packet::meta::flag::L4_CSUM_OK;
+                }
+                return Took::Frame(p, 1, flen);
             }
-            return Took::Frame(p, 1, flen);
-        }
+            cx.cache.free(p);
+            hdr
+        } else {
+            let mut h = [0u8; vnet::LEN];
+            if self.segs.read(m, 0, &mut h) != Some(vnet::LEN) {
+                return Took::Bad(Malformed::Memory);
+            }
+            VnetHdr::parse(&h)
+        };
         // Offloads: gathered, then imported from the private copy.
         if self.segs.read(m, hl, &mut self.scratch[..flen]) != Some(flen) {
             return Took::Bad(Malformed::Memory);

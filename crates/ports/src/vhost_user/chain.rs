@@ -17,12 +17,7 @@
 
 use vm_memory::{Bytes, GuestAddress, Permissions};
 
-use super::ring::{DESC_LEN, Desc, Memory, Ring, Slice, read_desc};
-
-/// `VIRTQ_DESC_F_NEXT`, `VIRTQ_DESC_F_WRITE`, `VIRTQ_DESC_F_INDIRECT` (§2.7.5).
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
-const F_INDIRECT: u16 = 4;
+use super::ring::{DESC_LEN, Desc, F_INDIRECT, F_NEXT, F_WRITE, Memory, Ring, Slice, read_desc};
 
 /// Descriptors a chain may have (Linux's virtio-net uses at most 19 for a 64 KiB
 /// super-frame: a header and 17 pages, or a header and one linear buffer for small ones).
@@ -243,6 +238,40 @@ impl Segments {
             at = 0;
         }
         Some(o)
+    }
+}
+
+/// A checked transmit chain's bytes: one buffer already translated (a chain of one
+/// descriptor, the common case, checked by [`Ring::single`]), or the buffers of a
+/// walked chain.
+pub enum Source<'s, 'm> {
+    /// One buffer.
+    One(Slice<'m>),
+    /// A walked chain.
+    Chain(&'s Segments),
+}
+
+impl Source<'_, '_> {
+    /// Bytes in all.
+    #[inline]
+    pub fn total(&self) -> usize {
+        match self {
+            Self::One(b) => b.len(),
+            Self::Chain(s) => s.total(),
+        }
+    }
+
+    /// Copies the bytes from offset `at` into `out` (as many as fit and exist); returns
+    /// how many (`None`: the memory table changed under the copy).
+    #[inline]
+    pub fn read(&self, mem: &mut Memory<'_>, at: usize, out: &mut [u8]) -> Option<usize> {
+        match self {
+            Self::One(b) => {
+                let k = b.len().saturating_sub(at).min(out.len());
+                Some(b.subslice(at, k).ok()?.copy_to(&mut out[..k]))
+            }
+            Self::Chain(s) => s.read(mem, at, out),
+        }
     }
 }
 

@@ -74,7 +74,7 @@ use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
 
 pub use backend::Mode;
 use backend::{Conn, Shared};
-use chain::{Malformed, Segments, Writer};
+use chain::{Malformed, Segments, Source, Writer};
 use ring::{Memory, Ring};
 
 use crate::sys::PortError;
@@ -309,70 +309,78 @@ impl VhostQueue {
             let _ = w.consumer.consume();
         }
     }
+}
 
-    /// Takes the checked transmit chain in `self.segs` into a packet.
-    fn take(&mut self, cx: &mut PortCx<'_>, m: &mut Memory<'_>) -> Took {
-        let (hl, total) = (self.hdr_len, self.segs.total());
-        if total < hl + netbatch_wire::ethernet::HEADER_LEN {
-            return Took::Bad(Malformed::Short);
-        }
-        let flen = total - hl;
-        if flen > FRAME_MAX {
-            return Took::Bad(Malformed::Long);
-        }
-        let room = self.spec.room;
-        let hdr = if flen <= room {
-            // Header and frame in one copy into a pool buffer, the header into its
-            // headroom; a frame without offloads stays there.
-            let Some(mut p) = cx.cache.alloc() else {
-                return Took::NoBuffer;
-            };
-            let mut v = cx.pool.get_mut(&mut p);
-            if v.push(hl).is_none() || v.append(flen).is_none() {
-                unreachable!("room is the buffer's data room, the headroom holds a header")
-            }
-            let b = v.data_mut();
-            if self.segs.read(m, 0, b) != Some(total) {
-                cx.cache.free(p);
-                return Took::Bad(Malformed::Memory);
-            }
-            let Some(h10) = b.first_chunk::<{ vnet::LEN }>() else {
-                unreachable!("the data holds the header")
-            };
-            let hdr = VnetHdr::parse(h10);
-            if hdr.flags & vnet::F_NEEDS_CSUM == 0 && hdr.gso_type == vnet::GSO_NONE {
-                v.pull(hl);
-                v.meta.in_port = self.spec.index;
-                v.meta.total_len = flen as u32;
-                if hdr.flags & vnet::F_DATA_VALID != 0 {
-                    v.meta.flags |= netbatch_packet::meta::flag::L4_CSUM_OK;
-                }
-                return Took::Frame(p, 1, flen);
-            }
-            cx.cache.free(p);
-            hdr
-        } else {
-            let mut h = [0u8; vnet::LEN];
-            if self.segs.read(m, 0, &mut h) != Some(vnet::LEN) {
-                return Took::Bad(Malformed::Memory);
-            }
-            VnetHdr::parse(&h)
+/// Takes the checked transmit chain `src` into a packet (`hl`: the virtio-net
+/// header's length).
+fn take(
+    cx: &mut PortCx<'_>,
+    m: &mut Memory<'_>,
+    src: &Source<'_, '_>,
+    hl: usize,
+    spec: &QueueSpec,
+    scratch: &mut [u8],
+) -> Took {
+    let total = src.total();
+    if total < hl + netbatch_wire::ethernet::HEADER_LEN {
+        return Took::Bad(Malformed::Short);
+    }
+    let flen = total - hl;
+    if flen > FRAME_MAX {
+        return Took::Bad(Malformed::Long);
+    }
+    let room = spec.room;
+    let hdr = if flen <= room {
+        // Header and frame in one copy into a pool buffer, the header into its
+        // headroom; a frame without offloads stays there.
+        let Some(mut p) = cx.cache.alloc() else {
+            return Took::NoBuffer;
         };
-        // Offloads: gathered, then imported from the private copy.
-        if self.segs.read(m, hl, &mut self.scratch[..flen]) != Some(flen) {
+        let mut v = cx.pool.get_mut(&mut p);
+        if v.push(hl).is_none() || v.append(flen).is_none() {
+            unreachable!("room is the buffer's data room, the headroom holds a header")
+        }
+        let b = v.data_mut();
+        if src.read(m, 0, b) != Some(total) {
+            cx.cache.free(p);
             return Took::Bad(Malformed::Memory);
         }
-        let rx = RxInfo {
-            in_port: self.spec.index,
-            room,
-            tag: None,
-            hash: 0,
+        let Some(h10) = b.first_chunk::<{ vnet::LEN }>() else {
+            unreachable!("the data holds the header")
         };
-        match vnet::import(cx, &self.scratch[..flen], &hdr, &rx) {
-            Ok((p, wire)) => Took::Frame(p, wire, flen),
-            Err(ImportError::NoBuffer) => Took::NoBuffer,
-            Err(ImportError::Refused) => Took::Refused,
+        let hdr = VnetHdr::parse(h10);
+        if hdr.flags & vnet::F_NEEDS_CSUM == 0 && hdr.gso_type == vnet::GSO_NONE {
+            v.pull(hl);
+            v.meta.in_port = spec.index;
+            v.meta.total_len = flen as u32;
+            if hdr.flags & vnet::F_DATA_VALID != 0 {
+                v.meta.flags |= netbatch_packet::meta::flag::L4_CSUM_OK;
+            }
+            return Took::Frame(p, 1, flen);
         }
+        cx.cache.free(p);
+        hdr
+    } else {
+        let mut h = [0u8; vnet::LEN];
+        if src.read(m, 0, &mut h) != Some(vnet::LEN) {
+            return Took::Bad(Malformed::Memory);
+        }
+        VnetHdr::parse(&h)
+    };
+    // Offloads: gathered, then imported from the private copy.
+    if src.read(m, hl, &mut scratch[..flen]) != Some(flen) {
+        return Took::Bad(Malformed::Memory);
+    }
+    let rx = RxInfo {
+        in_port: spec.index,
+        room,
+        tag: None,
+        hash: 0,
+    };
+    match vnet::import(cx, &scratch[..flen], &hdr, &rx) {
+        Ok((p, wire)) => Took::Frame(p, wire, flen),
+        Err(ImportError::NoBuffer) => Took::NoBuffer,
+        Err(ImportError::Refused) => Took::Refused,
     }
 }
 
@@ -504,9 +512,14 @@ impl VhostQueue {
             let Some(head) = ring.pop() else {
                 break;
             };
-            let took = match self.segs.walk(&ring, head, &mut mem, false) {
-                Ok(()) => self.take(cx, &mut mem),
-                Err(why) => Took::Bad(why),
+            let (hl, spec, scratch) = (self.hdr_len, &self.spec, &mut self.scratch);
+            let took = if let Some(b) = ring.single(head, false, &mut mem) {
+                take(cx, &mut mem, &Source::One(b), hl, spec, scratch)
+            } else {
+                match self.segs.walk(&ring, head, &mut mem, false) {
+                    Ok(()) => take(cx, &mut mem, &Source::Chain(&self.segs), hl, spec, scratch),
+                    Err(why) => Took::Bad(why),
+                }
             };
             match took {
                 Took::Frame(p, wire, bytes) => {
@@ -626,6 +639,22 @@ impl VhostQueue {
                 len
             };
             let need = hl + flen;
+            // The common case: one buffer of the driver holds it all.
+            if let Some(head) = ring.pop() {
+                if let Some(b) = ring.single(head, true, &mut mem)
+                    && b.len() >= need
+                    && write_one(&b, &hb[..hl], cx.pool, &pkts[taken], flen).is_some()
+                {
+                    ring.put_used(head, need as u32);
+                    self.stats.tx_packets += segs;
+                    self.stats.tx_bytes += flen as u64;
+                    wire += segs;
+                    taken += 1;
+                    continue;
+                }
+                // Anything else is walked below (popped again).
+                ring.unpop();
+            }
             self.used.clear();
             let mut piece: usize = 0; // bytes of the frame (header included) written
             while piece < need {
@@ -702,6 +731,28 @@ impl VhostQueue {
         self.stats.tx_refused += pkts.len() as u64;
         wire
     }
+}
+
+/// Writes the header `hdr` and the frame `p` (`flen` bytes over its chain of pool
+/// buffers) into the driver's buffer `b`, which holds both (`None`: it does not).
+fn write_one(
+    b: &ring::Slice<'_>,
+    hdr: &[u8],
+    pool: &netbatch_engine::Pool,
+    p: &Pkt,
+    flen: usize,
+) -> Option<()> {
+    b.subslice(0, hdr.len()).ok()?.copy_from(hdr);
+    let mut at = hdr.len();
+    let mut cur = Some(p);
+    while let Some(q) = cur {
+        let v = pool.get(q);
+        let d = v.data();
+        b.subslice(at, d.len()).ok()?.copy_from(d);
+        at += d.len();
+        cur = v.meta.chain.as_ref();
+    }
+    (at == hdr.len() + flen).then_some(())
 }
 
 /// Writes the frame `p` (after its virtio-net header `hdr`) from byte `at` of the two on,

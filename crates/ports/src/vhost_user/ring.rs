@@ -38,6 +38,10 @@ use vm_memory::{
 /// Bytes of guest memory, bounds-checked.
 pub type Slice<'m> = VolatileSlice<'m, ()>;
 
+/// `VIRTQ_DESC_F_NEXT`, `VIRTQ_DESC_F_WRITE`, `VIRTQ_DESC_F_INDIRECT` (§2.7.5).
+pub(crate) const F_NEXT: u16 = 1;
+pub(crate) const F_WRITE: u16 = 2;
+pub(crate) const F_INDIRECT: u16 = 4;
 /// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks not to be signalled.
 const AVAIL_F_NO_INTERRUPT: u16 = 1;
 /// A split descriptor's size.
@@ -207,6 +211,23 @@ impl<'m> Ring<'m> {
     /// Whether the burst kept a chain it popped (returned or not).
     pub fn took_any(&self) -> bool {
         self.next_avail != self.first_avail
+    }
+
+    /// The buffer of chain `head` when the chain is one direct descriptor of the
+    /// direction asked (`writable`: the device writes) in one region of the peer's
+    /// memory: the common case, taken without a walk. `None`: anything else, for
+    /// [`super::chain::Segments::walk`] to follow or refuse with its reason.
+    #[inline]
+    pub fn single(&self, head: u16, writable: bool, mem: &mut Memory<'m>) -> Option<Slice<'m>> {
+        if head >= self.size {
+            return None;
+        }
+        let d = read_desc(&self.desc, head)?;
+        let want = if writable { F_WRITE } else { 0 };
+        if d.flags & (F_NEXT | F_INDIRECT | F_WRITE) != want {
+            return None;
+        }
+        mem.slice(d.addr, d.len as usize)
     }
 
     /// Gives the last popped chain back (it is popped again next).

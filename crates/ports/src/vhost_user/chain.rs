@@ -243,35 +243,38 @@ impl Segments {
 
 /// A checked transmit chain's bytes: one buffer already translated (a chain of one
 /// descriptor, the common case, checked by [`Ring::single`]), or the buffers of a
-/// walked chain.
-pub enum Source<'s, 'm> {
-    /// One buffer.
-    One(Slice<'m>),
-    /// A walked chain.
-    Chain(&'s Segments),
-}
-
-impl Source<'_, '_> {
+/// walked chain ([`Segments`]).
+pub trait ChainBytes {
     /// Bytes in all.
-    #[inline]
-    pub fn total(&self) -> usize {
-        match self {
-            Self::One(b) => b.len(),
-            Self::Chain(s) => s.total(),
-        }
-    }
+    fn total(&self) -> usize;
 
     /// Copies the bytes from offset `at` into `out` (as many as fit and exist); returns
     /// how many (`None`: the memory table changed under the copy).
-    #[inline]
-    pub fn read(&self, mem: &mut Memory<'_>, at: usize, out: &mut [u8]) -> Option<usize> {
-        match self {
-            Self::One(b) => {
-                let k = b.len().saturating_sub(at).min(out.len());
-                Some(b.subslice(at, k).ok()?.copy_to(&mut out[..k]))
-            }
-            Self::Chain(s) => s.read(mem, at, out),
-        }
+    fn read(&self, mem: &mut Memory<'_>, at: usize, out: &mut [u8]) -> Option<usize>;
+}
+
+impl ChainBytes for Slice<'_> {
+    #[inline(always)]
+    fn total(&self) -> usize {
+        self.len()
+    }
+
+    #[inline(always)]
+    fn read(&self, _mem: &mut Memory<'_>, at: usize, out: &mut [u8]) -> Option<usize> {
+        let k = self.len().saturating_sub(at).min(out.len());
+        Some(self.subslice(at, k).ok()?.copy_to(&mut out[..k]))
+    }
+}
+
+impl ChainBytes for Segments {
+    #[inline(always)]
+    fn total(&self) -> usize {
+        self.total
+    }
+
+    #[inline(always)]
+    fn read(&self, mem: &mut Memory<'_>, at: usize, out: &mut [u8]) -> Option<usize> {
+        Segments::read(self, mem, at, out)
     }
 }
 

@@ -74,7 +74,7 @@ use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
 
 pub use backend::Mode;
 use backend::{Conn, Shared};
-use chain::{Malformed, Segments, Source, Writer};
+use chain::{ChainBytes, Malformed, Segments, Writer};
 use ring::{Memory, Ring};
 
 use crate::sys::PortError;
@@ -313,10 +313,11 @@ impl VhostQueue {
 
 /// Takes the checked transmit chain `src` into a packet (`hl`: the virtio-net
 /// header's length).
+#[inline]
 fn take(
     cx: &mut PortCx<'_>,
     m: &mut Memory<'_>,
-    src: &Source<'_, '_>,
+    src: &impl ChainBytes,
     hl: usize,
     spec: &QueueSpec,
     scratch: &mut [u8],
@@ -514,10 +515,10 @@ impl VhostQueue {
             };
             let (hl, spec, scratch) = (self.hdr_len, &self.spec, &mut self.scratch);
             let took = if let Some(b) = ring.single(head, false, &mut mem) {
-                take(cx, &mut mem, &Source::One(b), hl, spec, scratch)
+                take(cx, &mut mem, &b, hl, spec, scratch)
             } else {
                 match self.segs.walk(&ring, head, &mut mem, false) {
-                    Ok(()) => take(cx, &mut mem, &Source::Chain(&self.segs), hl, spec, scratch),
+                    Ok(()) => take(cx, &mut mem, &self.segs, hl, spec, scratch),
                     Err(why) => Took::Bad(why),
                 }
             };

@@ -66,7 +66,7 @@ impl<'m> Memory<'m> {
     }
 
     /// The `len` bytes at `addr` when they lie in one region.
-    #[inline]
+    #[inline(always)]
     pub fn slice(&mut self, addr: u64, len: usize) -> Option<Slice<'m>> {
         if let Some((start, whole)) = self.hit
             && let Some(off) = addr.checked_sub(start)
@@ -217,7 +217,7 @@ impl<'m> Ring<'m> {
     /// direction asked (`writable`: the device writes) in one region of the peer's
     /// memory: the common case, taken without a walk. `None`: anything else, for
     /// [`super::chain::Segments::walk`] to follow or refuse with its reason.
-    #[inline]
+    #[inline(always)]
     pub fn single(&self, head: u16, writable: bool, mem: &mut Memory<'m>) -> Option<Slice<'m>> {
         if head >= self.size {
             return None;

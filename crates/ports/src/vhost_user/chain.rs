@@ -274,7 +274,7 @@ impl ChainBytes for Segments {
 
     #[inline(always)]
     fn read(&self, mem: &mut Memory<'_>, at: usize, out: &mut [u8]) -> Option<usize> {
-        Segments::read(self, mem, at, out)
+        Self::read(self, mem, at, out)
     }
 }
 

@@ -70,7 +70,7 @@ use virtio_bindings::bindings::virtio_net::{
     VIRTIO_NET_F_MRG_RXBUF,
 };
 use virtio_queue::QueueT;
-use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
+use vm_memory::{GuestAddressSpace, GuestMemoryMmap, VolatileMemory};
 
 pub use backend::Mode;
 use backend::{Conn, Shared};
@@ -743,7 +743,14 @@ fn write_one(
     p: &Pkt,
     flen: usize,
 ) -> Option<()> {
-    b.subslice(0, hdr.len()).ok()?.copy_from(hdr);
+    // The header as one fixed-size store (a copy of a length known only at run time
+    // reloads the header just built on the stack in pieces, and stalls).
+    if let Ok(a) = <[u8; vnet::LEN + 2]>::try_from(hdr) {
+        b.get_ref::<[u8; vnet::LEN + 2]>(0).ok()?.store(a);
+    } else {
+        let a = <[u8; vnet::LEN]>::try_from(hdr).ok()?;
+        b.get_ref::<[u8; vnet::LEN]>(0).ok()?.store(a);
+    }
     let mut at = hdr.len();
     let mut cur = Some(p);
     while let Some(q) = cur {

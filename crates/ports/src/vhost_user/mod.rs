@@ -625,9 +625,7 @@ impl VhostQueue {
             if !csum {
                 hdr.flags = 0;
             }
-            let mut hb = [0u8; vnet::LEN + 2];
-            hb[..vnet::LEN].copy_from_slice(&hdr.bytes());
-            hb[vnet::LEN..].copy_from_slice(&1u16.to_le_bytes());
+            let hb = hdr.with_count(1);
             // The frame's pieces: the header, then each buffer of the chain.
             let flen = {
                 let mut len = 0;
@@ -644,7 +642,7 @@ impl VhostQueue {
             if let Some(head) = ring.pop() {
                 if let Some(b) = ring.single(head, true, &mut mem)
                     && b.len() >= need
-                    && write_one(&b, &hb[..hl], cx.pool, &pkts[taken], flen).is_some()
+                    && write_one(&b, &hb, hl, cx.pool, &pkts[taken], flen).is_some()
                 {
                     ring.put_used(head, need as u32);
                     self.stats.tx_packets += segs;
@@ -734,24 +732,27 @@ impl VhostQueue {
     }
 }
 
-/// Writes the header `hdr` and the frame `p` (`flen` bytes over its chain of pool
-/// buffers) into the driver's buffer `b`, which holds both (`None`: it does not).
+/// Writes the header `hb` (its first `hl` bytes) and the frame `p` (`flen` bytes over
+/// its chain of pool buffers) into the driver's buffer `b`, which holds both (`None`:
+/// it does not).
 fn write_one(
     b: &ring::Slice<'_>,
-    hdr: &[u8],
+    hb: &[u8; vnet::LEN + 2],
+    hl: usize,
     pool: &netbatch_engine::Pool,
     p: &Pkt,
     flen: usize,
 ) -> Option<()> {
-    // The header as one fixed-size store (a copy of a length known only at run time
-    // reloads the header just built on the stack in pieces, and stalls).
-    if let Ok(a) = <[u8; vnet::LEN + 2]>::try_from(hdr) {
-        b.get_ref::<[u8; vnet::LEN + 2]>(0).ok()?.store(a);
+    // The header as one fixed-size store.
+    if hl == vnet::LEN + 2 {
+        b.get_ref::<[u8; vnet::LEN + 2]>(0).ok()?.store(*hb);
     } else {
-        let a = <[u8; vnet::LEN]>::try_from(hdr).ok()?;
-        b.get_ref::<[u8; vnet::LEN]>(0).ok()?.store(a);
+        let Some(h) = hb.first_chunk::<{ vnet::LEN }>() else {
+            unreachable!("12 bytes hold 10")
+        };
+        b.get_ref::<[u8; vnet::LEN]>(0).ok()?.store(*h);
     }
-    let mut at = hdr.len();
+    let mut at = hl;
     let mut cur = Some(p);
     while let Some(q) = cur {
         let v = pool.get(q);
@@ -760,7 +761,7 @@ fn write_one(
         at += d.len();
         cur = v.meta.chain.as_ref();
     }
-    (at == hdr.len() + flen).then_some(())
+    (at == hl + flen).then_some(())
 }
 
 /// Writes the frame `p` (after its virtio-net header `hdr`) from byte `at` of the two on,

@@ -609,9 +609,24 @@ impl Thread {
         self.flush();
     }
 
+    /// Applies what is pending and publishes the counters with it: the counters' lock
+    /// is held while the tables change, so whoever sees a change in the tables and then
+    /// asks [`Mirror::stats`] gets counters that include it. Returns (route changes,
+    /// neighbour changes) applied.
+    fn flush(&mut self) -> (u64, u64) {
+        let shared = self.shared.clone();
+        let mut published = shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let applied = self.apply_pending();
+        self.count_owned();
+        published.clone_from(&self.state.stats);
+        applied
+    }
+
     /// Applies what is pending: the route changes as one publication, then the
     /// neighbours. Returns (route changes, neighbour changes) applied.
-    fn flush(&mut self) -> (u64, u64) {
+    fn apply_pending(&mut self) -> (u64, u64) {
         // Interfaces first: a new address's connected subnet is what later routes'
         // gateways are on.
         if self.routes_only {
@@ -901,12 +916,17 @@ impl Thread {
         Ok(n)
     }
 
-    /// Makes the counters visible to [`Mirror::stats`].
-    fn publish(&mut self) {
+    /// Counts the routes and neighbours the mirror owns.
+    fn count_owned(&mut self) {
         let (r, r6, n) = self.state.owned();
         self.state.stats.routes = r as u64;
         self.state.stats.routes6 = r6 as u64;
         self.state.stats.neighbours = n as u64;
+    }
+
+    /// Makes the counters visible to [`Mirror::stats`].
+    fn publish(&mut self) {
+        self.count_owned();
         let mut s = self
             .shared
             .lock()

@@ -159,6 +159,13 @@ impl Shared {
         self.done.lock().unwrap()
     }
 
+    /// Wakes worker `w` as a kick of one of its queues would.
+    pub(crate) fn wake_worker(&self, w: usize) {
+        if let Some(wk) = self.wake.get(w) {
+            wk.post();
+        }
+    }
+
     fn bump(&self) {
         self.generation.fetch_add(1, Ordering::Release);
         for w in &self.wake {
@@ -281,10 +288,7 @@ impl VhostUserBackendMut for NetBackend {
             return Ok(());
         }
         // A kick (or a queue enabled): wake the worker whose queue it is.
-        let w = usize::from(device_event / 2);
-        if let Some(wk) = self.shared.wake.get(w) {
-            wk.post();
-        }
+        self.shared.wake_worker(usize::from(device_event / 2));
         Ok(())
     }
 }

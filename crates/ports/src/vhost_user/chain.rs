@@ -10,7 +10,8 @@
 //!   (guest → netbatch) chain has no write-only descriptor, a receive chain only
 //!   write-only ones (§2.7.4.2: "device-readable before device-writable");
 //! - every `(address, length)` lies inside the peer's memory table
-//!   (`GuestMemory::check_range`), so no later copy can touch anything else;
+//!   (`GuestMemory::check_range`), so no later copy can touch anything else; an
+//!   indirect table must lie in one region of it (as a ring must, [`super::ring`]);
 //! - at most [`MAX_DESCS`] descriptors are kept, in a fixed array (no allocation per
 //!   chain);
 //! - any failure names its reason ([`Malformed`]), for the caller to count.

@@ -27,8 +27,10 @@
 //!   acked GUEST_TSO4/6 (offered only with `tx-tcp-segmentation`), else it is counted
 //!   unsendable;
 //! - notifications (virtio 1.2 §2.7.7, §2.7.10): while a burst finds work the driver's
-//!   kicks are off (`VRING_USED_F_NO_NOTIFY`, or the EVENT_IDX avail event); an empty
-//!   poll turns them back on; kicks for receive buffers given back are off once a frame
+//!   kicks are off (`VRING_USED_F_NO_NOTIFY`; with EVENT_IDX the avail event is left
+//!   where the last empty poll put it, so the driver kicks once on passing it); an empty
+//!   poll turns them back on, and wakes its own worker when a chain came in before the
+//!   driver could see that (no kick would come for it); kicks for receive buffers given back are off once a frame
 //!   was written (the worker looks at that queue at each transmit and never waits on
 //!   it); the driver is signalled after a burst only when it asked (EVENT_IDX's used
 //!   event crossed by the burst's entries, or no `VRING_AVAIL_F_NO_INTERRUPT` without
@@ -554,9 +556,11 @@ impl VhostQueue {
         }
         if returned {
             let _ = st.get_queue_mut().disable_notification(m);
-        } else {
-            // Idle: ask for kicks again (the worker may sleep on them).
-            let _ = st.get_queue_mut().enable_notification(m);
+        } else if st.get_queue_mut().enable_notification(m).unwrap_or(true) {
+            // Idle: kicks are asked for again (the worker may sleep on them); a chain
+            // made available before the driver could see that gets no kick, so the
+            // worker is woken as a kick would.
+            self.shared.wake_worker(self.spec.worker);
         }
         got
     }
@@ -580,6 +584,12 @@ impl VhostQueue {
         let guard = conn.mem.memory();
         let m: &GuestMemoryMmap = &guard;
         let mut st = conn.vrings[qi].get_mut();
+        // Asked again under the write lock: the front-end may have stopped the ring
+        // (GET_VRING_BASE) since `usable` looked.
+        if !(st.get_queue().ready() && st.is_enabled()) {
+            self.drop_all(cx, pkts);
+            return 0;
+        }
         let mut mem = Memory::new(m);
         let Some(mut ring) = self.open(st.get_queue(), &mut mem) else {
             self.drop_all(cx, pkts);

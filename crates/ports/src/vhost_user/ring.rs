@@ -16,7 +16,9 @@
 //! - the available index is read with `Acquire` when the burst starts and again only when
 //!   the burst has caught up with it; the entries and descriptors it covers are read
 //!   after it (§2.7.13.2: the driver publishes the index after the ring entry);
-//! - a driver that claims more chains than the ring holds is not read at all;
+//! - a driver that claims more chains than the ring holds is not read at all, and a
+//!   burst takes at most one ring's worth of chains (its used entries never lap the
+//!   ring, and a driver republishing chains cannot keep the worker in one burst);
 //! - used entries are written as chains finish, the used index is stored once, with
 //!   `Release`, when the burst ends ([`Ring::close`]), after every entry and every byte
 //!   written into the driver's buffers (§2.7.14);
@@ -193,6 +195,12 @@ impl<'m> Ring<'m> {
     /// caller's [`super::chain::Malformed::Empty`]).
     #[inline]
     pub fn pop(&mut self) -> Option<u16> {
+        // A burst takes at most a ring's worth: no used index is published before it
+        // ends, so a driver cannot rightly offer more, and a lying one cannot hold the
+        // worker here or make the burst's used entries lap the ring.
+        if (self.next_avail - self.first_avail).0 >= self.size {
+            return None;
+        }
         if self.next_avail == self.avail_idx {
             self.avail_idx = self.read_avail_idx();
             if self.next_avail == self.avail_idx {
@@ -371,6 +379,28 @@ mod tests {
         m.write_obj((heads.len() as u16).to_le(), GuestAddress(0x1002))
             .unwrap();
         q
+    }
+
+    #[test]
+    fn a_burst_takes_at_most_a_rings_worth() {
+        let m = memory();
+        let heads: Vec<u16> = (0..16).collect();
+        let mut q = by_hand(&m, &heads);
+        let mut mem = Memory::new(&m);
+        let mut r = Ring::open(&q, &mut mem).unwrap();
+        for h in 0..16 {
+            assert_eq!(r.pop(), Some(h));
+            r.put_used(h, 0);
+        }
+        // A driver that goes on offering within the burst (it cannot have seen any
+        // chain returned) is not read on.
+        m.write_obj(32u16.to_le(), GuestAddress(0x1002)).unwrap();
+        assert_eq!(r.pop(), None);
+        assert!(r.close(&mut q));
+        assert_eq!((q.next_avail(), q.next_used()), (16, 16));
+        // The next burst goes on.
+        let mut r = Ring::open(&q, &mut mem).unwrap();
+        assert_eq!(r.pop(), Some(0));
     }
 
     #[test]

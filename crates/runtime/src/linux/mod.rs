@@ -524,6 +524,12 @@ struct Thread {
     peers: Arc<Mutex<Vec<Peer>>>,
 }
 
+/// The kernel's rules netbatch follows, IPv4 and IPv6, as one dump found them.
+type MirroredRules = (
+    Vec<netbatch_stack::route::rule::RuleOf<V4>>,
+    Vec<netbatch_stack::route::rule::RuleOf<V6>>,
+);
+
 impl Thread {
     fn serve(&mut self, stop: &AtomicBool, wake: &EventFd, requests: &mpsc::Receiver<Request>) {
         while !stop.load(Ordering::Acquire) {
@@ -613,12 +619,20 @@ impl Thread {
     /// is held while the tables change, so whoever sees a change in the tables and then
     /// asks [`Mirror::stats`] gets counters that include it. Returns (route changes,
     /// neighbour changes) applied.
+    /// The one slow read, the kernel's rules (a netlink dump), is done before the lock
+    /// is taken; under it are only netbatch's own publications.
     fn flush(&mut self) -> (u64, u64) {
+        let rules = if !self.routes_only && self.rules_dirty {
+            self.rules_dirty = false;
+            self.dump_rules()
+        } else {
+            None
+        };
         let shared = self.shared.clone();
         let mut published = shared
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let applied = self.apply_pending();
+        let applied = self.apply_pending(rules);
         self.count_owned();
         published.clone_from(&self.state.stats);
         applied
@@ -626,7 +640,7 @@ impl Thread {
 
     /// Applies what is pending: the route changes as one publication, then the
     /// neighbours. Returns (route changes, neighbour changes) applied.
-    fn apply_pending(&mut self) -> (u64, u64) {
+    fn apply_pending(&mut self, rules: Option<MirroredRules>) -> (u64, u64) {
         // Interfaces first: a new address's connected subnet is what later routes'
         // gateways are on.
         if self.routes_only {
@@ -651,9 +665,12 @@ impl Thread {
             self.flush_vrfs();
         }
         // Rules before routes: a route for a table a new rule looks up lands in it.
-        if self.rules_dirty {
-            self.rules_dirty = false;
-            self.flush_rules();
+        if let Some((v4, v6)) = rules {
+            let n = (v4.len() + v6.len()) as u64;
+            match self.control.set_mirrored_rules(v4, v6) {
+                Ok(()) => self.state.stats.rules = n,
+                Err(e) => self.state.stats.error(format!("rules: {e}")),
+            }
         }
         let routes = self.flush_routes::<V4>() + self.flush_routes::<V6>();
         let mut neighbours = 0;
@@ -724,9 +741,10 @@ impl Thread {
         }
     }
 
-    /// Dumps the namespace's rules and hands those netbatch can follow to the control
-    /// plane (the rest counted by reason); a failed dump asks for a resync.
-    fn flush_rules(&mut self) {
+    /// Dumps the namespace's rules: those netbatch can follow (the rest counted by
+    /// reason), for [`Thread::apply_pending`] to hand to the control plane; a failed
+    /// dump asks for a resync (`None`).
+    fn dump_rules(&mut self) -> Option<MirroredRules> {
         let mut v4 = Vec::new();
         let mut v6 = Vec::new();
         let names = self.control.clone();
@@ -758,14 +776,10 @@ impl Thread {
                 };
                 self.state.stats.error(format!("rule dump: {e}"));
                 self.rules_dirty = true;
-                return;
+                return None;
             }
         }
-        let n = (v4.len() + v6.len()) as u64;
-        match self.control.set_mirrored_rules(v4, v6) {
-            Ok(()) => self.state.stats.rules = n,
-            Err(e) => self.state.stats.error(format!("rules: {e}")),
-        }
+        Some((v4, v6))
     }
 
     /// Applies the pending route changes of family `F` as one publication; how many.

@@ -31,16 +31,12 @@ use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EFD_NONBLOCK, EventFd};
 
+use super::ring;
+
 /// `VIRTIO_F_VERSION_1` (virtio 1.2 §6).
 const VERSION_1: u64 = 1 << 32;
 /// `VHOST_USER_F_PROTOCOL_FEATURES`.
 const PROTOCOL_FEATURES: u64 = 1 << 30;
-/// Descriptor flag: the device writes the buffer (§2.7.5).
-const DESC_WRITE: u16 = 2;
-/// Avail ring flag: no interrupt wanted (§2.7.7).
-const AVAIL_NO_INTERRUPT: u16 = 1;
-/// Used ring flag: the device polls, no kick needed (§2.7.10).
-const USED_NO_NOTIFY: u16 = 1;
 /// Bytes of each buffer, one cache line more than 2 KiB: buffers 2 KiB apart put their
 /// first lines in the same few cache sets, and the device (netbatch or DPDK's vhost
 /// library alike) then misses on every header it reads (measured: 5.8 → 7.0 Mpps
@@ -244,11 +240,11 @@ impl Driver {
         let hdr = self.hdr;
         for q in [RX, TX] {
             let r = self.rings[q];
-            self.put(r.avail, AVAIL_NO_INTERRUPT)?;
+            self.put(r.avail, ring::AVAIL_F_NO_INTERRUPT)?;
             for i in 0..size {
                 let buf = Ring::buffer(q, size, i);
                 let (len, flags) = if q == RX {
-                    (BUF as u32, DESC_WRITE)
+                    (BUF as u32, ring::F_WRITE)
                 } else {
                     let f = &frames[usize::from(i) % frames.len()];
                     if f.len() + hdr > BUF as usize {
@@ -298,7 +294,7 @@ impl Driver {
             .map_err(|e| err("shared memory", e))?;
         fence(Ordering::SeqCst);
         let flags: u16 = self.get(r.used)?;
-        if flags & USED_NO_NOTIFY == 0 {
+        if flags & ring::USED_F_NO_NOTIFY == 0 {
             // A full counter only delays the kick to the backend's next poll.
             let _ = self.kicks[q].write(1);
         }

@@ -30,9 +30,9 @@
 //!   kicks are off (`VRING_USED_F_NO_NOTIFY`; with EVENT_IDX the avail event is left
 //!   where the last empty poll put it, so the driver kicks once on passing it); an empty
 //!   poll turns them back on, and wakes its own worker when a chain came in before the
-//!   driver could see that (no kick would come for it); kicks for receive buffers given back are off once a frame
-//!   was written (the worker looks at that queue at each transmit and never waits on
-//!   it); the driver is signalled after a burst only when it asked (EVENT_IDX's used
+//!   driver could see that (no kick would come for it); kicks for receive buffers given
+//!   back are off once a frame was written (the worker looks at that queue at each
+//!   transmit and never waits on it); the driver is signalled after a burst only when it asked (EVENT_IDX's used
 //!   event crossed by the burst's entries, or no `VRING_AVAIL_F_NO_INTERRUPT` without
 //!   EVENT_IDX);
 //! - a peer that goes away takes the link down (frames given to `tx` are freed and
@@ -45,8 +45,9 @@
 //!   offload that fits one buffer (the common case); a frame with a partial checksum or
 //!   a super-frame is gathered into the queue's scratch buffer (a small one after that
 //!   first copy was found to carry offloads) and then imported by
-//!   [`crate::vnet::import`], which reads its headers from that private copy. The frame cannot stay in guest memory: netbatch's packets are pool
-//!   buffers that outlive the burst, the driver reuses a buffer once it is returned, and
+//!   [`crate::vnet::import`], which reads its headers from that private copy. The
+//!   frame cannot stay in guest memory: netbatch's packets are pool buffers that
+//!   outlive the burst, the driver reuses a buffer once it is returned, and
 //!   holding descriptors until a frame leaves would tie the guest's ring to netbatch's
 //!   queues and break the per-burst rule a stop relies on;
 //! - netbatch → guest: once, from the pool buffers into the driver's receive buffers
@@ -387,6 +388,11 @@ fn take(
     }
 }
 
+/// Whether a vring runs: set up by the driver (ready) and enabled.
+fn running(st: &vhost_user_backend::VringState) -> bool {
+    st.get_queue().ready() && st.is_enabled()
+}
+
 /// What became of a transmit chain.
 enum Took {
     /// A packet, the wire packets it stands for, its bytes.
@@ -503,7 +509,7 @@ impl VhostQueue {
         let guard = conn.mem.memory();
         let m: &GuestMemoryMmap = &guard;
         let mut st = vring.get_mut();
-        if !(st.get_queue().ready() && st.is_enabled()) {
+        if !running(&st) {
             return 0;
         }
         let mut mem = Memory::new(m);
@@ -556,7 +562,7 @@ impl VhostQueue {
         }
         if returned {
             let _ = st.get_queue_mut().disable_notification(m);
-        } else if st.get_queue_mut().enable_notification(m).unwrap_or(true) {
+        } else if st.get_queue_mut().enable_notification(m).unwrap_or(false) {
             // Idle: kicks are asked for again (the worker may sleep on them); a chain
             // made available before the driver could see that gets no kick, so the
             // worker is woken as a kick would.
@@ -567,12 +573,7 @@ impl VhostQueue {
 
     fn tx_to(&mut self, cx: &mut PortCx<'_>, conn: &Conn, pkts: &mut PktList) -> u64 {
         let own = 2 * self.spec.worker;
-        let usable = |i: usize| {
-            conn.vrings.get(i).is_some_and(|v| {
-                let s = v.get_ref();
-                s.get_queue().ready() && s.is_enabled()
-            })
-        };
+        let usable = |i: usize| conn.vrings.get(i).is_some_and(|v| running(&v.get_ref()));
         let qi = if usable(own) {
             own
         } else if usable(0) {
@@ -586,7 +587,7 @@ impl VhostQueue {
         let mut st = conn.vrings[qi].get_mut();
         // Asked again under the write lock: the front-end may have stopped the ring
         // (GET_VRING_BASE) since `usable` looked.
-        if !(st.get_queue().ready() && st.is_enabled()) {
+        if !running(&st) {
             self.drop_all(cx, pkts);
             return 0;
         }
@@ -649,21 +650,23 @@ impl VhostQueue {
             };
             let need = hl + flen;
             // The common case: one buffer of the driver holds it all.
-            if let Some(head) = ring.pop() {
-                if let Some(b) = ring.single(head, true, &mut mem)
-                    && b.len() >= need
-                    && write_one(&b, &hb, hl, cx.pool, &pkts[taken], flen).is_some()
-                {
-                    ring.put_used(head, need as u32);
-                    self.stats.tx_packets += segs;
-                    self.stats.tx_bytes += flen as u64;
-                    wire += segs;
-                    taken += 1;
-                    continue;
-                }
-                // Anything else is walked below (popped again).
-                ring.unpop();
+            let Some(head) = ring.pop() else {
+                // Ring full: the frame stays with the caller.
+                break;
+            };
+            if let Some(b) = ring.single(head, true, &mut mem)
+                && b.len() >= need
+                && write_one(&b, &hb, hl, cx.pool, &pkts[taken], flen).is_some()
+            {
+                ring.put_used(head, need as u32);
+                self.stats.tx_packets += segs;
+                self.stats.tx_bytes += flen as u64;
+                wire += segs;
+                taken += 1;
+                continue;
             }
+            // Anything else is walked below (popped again).
+            ring.unpop();
             self.used.clear();
             let mut piece: usize = 0; // bytes of the frame (header included) written
             while piece < need {

@@ -31,6 +31,10 @@
 use std::num::Wrapping;
 use std::sync::atomic::{Ordering, fence};
 
+use virtio_bindings::bindings::virtio_ring::{
+    VRING_AVAIL_F_NO_INTERRUPT, VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
+    VRING_USED_F_NO_NOTIFY,
+};
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{
     Bytes, GuestAddress, GuestMemory, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion,
@@ -40,12 +44,14 @@ use vm_memory::{
 /// Bytes of guest memory, bounds-checked.
 pub type Slice<'m> = VolatileSlice<'m, ()>;
 
-/// `VIRTQ_DESC_F_NEXT`, `VIRTQ_DESC_F_WRITE`, `VIRTQ_DESC_F_INDIRECT` (§2.7.5).
-pub(crate) const F_NEXT: u16 = 1;
-pub(crate) const F_WRITE: u16 = 2;
-pub(crate) const F_INDIRECT: u16 = 4;
-/// `VRING_AVAIL_F_NO_INTERRUPT`: the driver asks not to be signalled.
-const AVAIL_F_NO_INTERRUPT: u16 = 1;
+/// The ring flags (§2.7.5, §2.7.7, §2.7.10), as the rings store them (16 bits), from
+/// `virtio-bindings`: descriptor chained on, written by the device, an indirect table;
+/// the driver asks not to be signalled; the device asks not to be kicked.
+pub(crate) const F_NEXT: u16 = VRING_DESC_F_NEXT as u16;
+pub(crate) const F_WRITE: u16 = VRING_DESC_F_WRITE as u16;
+pub(crate) const F_INDIRECT: u16 = VRING_DESC_F_INDIRECT as u16;
+pub(crate) const AVAIL_F_NO_INTERRUPT: u16 = VRING_AVAIL_F_NO_INTERRUPT as u16;
+pub(crate) const USED_F_NO_NOTIFY: u16 = VRING_USED_F_NO_NOTIFY as u16;
 /// A split descriptor's size.
 pub(crate) const DESC_LEN: usize = 16;
 

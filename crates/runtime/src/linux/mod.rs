@@ -619,6 +619,7 @@ impl Thread {
     /// is held while the tables change, so whoever sees a change in the tables and then
     /// asks [`Mirror::stats`] gets counters that include it. Returns (route changes,
     /// neighbour changes) applied.
+    ///
     /// The one slow read, the kernel's rules (a netlink dump), is done before the lock
     /// is taken; under it are only netbatch's own publications.
     fn flush(&mut self) -> (u64, u64) {

@@ -65,7 +65,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use netbatch_engine::{Pkt, PktList};
-use netbatch_packet::meta::gso;
+use netbatch_packet::meta::{flag, gso};
 use vhost_user_backend::VringT;
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_net::{
@@ -155,6 +155,10 @@ pub struct VhostQueue {
     unsendable: u64,
     /// A ring not in one region was reported for this connection.
     unmapped_said: bool,
+    /// The receive ring (its available ring's address) and the index its last poll
+    /// found nothing at and asked to be kicked for: polls that find the ring so leave
+    /// the request as it is instead of making it again.
+    rx_armed: Option<(u64, u16)>,
 }
 
 /// Receive drop reasons of a queue: each [`Malformed`], and a refused offload.
@@ -236,6 +240,7 @@ impl VhostQueue {
             link_down: 0,
             unsendable: 0,
             unmapped_said: false,
+            rx_armed: None,
         }
     }
 
@@ -248,6 +253,7 @@ impl VhostQueue {
         }
         self.generation = g;
         self.unmapped_said = false;
+        self.rx_armed = None;
         self.conn = self
             .shared
             .slot
@@ -358,7 +364,7 @@ fn take(
             v.meta.in_port = spec.index;
             v.meta.total_len = flen as u32;
             if hdr.flags & vnet::F_DATA_VALID != 0 {
-                v.meta.flags |= netbatch_packet::meta::flag::L4_CSUM_OK;
+                v.meta.flags |= flag::L4_CSUM_OK;
             }
             return Took::Frame(p, 1, flen);
         }
@@ -516,6 +522,11 @@ impl VhostQueue {
         let Some(mut ring) = self.open(st.get_queue(), &mut mem) else {
             return 0;
         };
+        let here = (st.get_queue().avail_ring(), ring.next_avail());
+        if ring.is_empty() && self.rx_armed == Some(here) {
+            // Idle since the last poll asked for a kick: nothing to take, nothing to ask.
+            return 0;
+        }
         let (mut n, mut got) = (0, 0u64);
         while n < max {
             let Some(head) = ring.pop() else {
@@ -560,37 +571,40 @@ impl VhostQueue {
         if ring.close(st.get_queue_mut()) {
             let _ = st.signal_used_queue();
         }
+        self.rx_armed = None;
         if returned {
             let _ = st.get_queue_mut().disable_notification(m);
-        } else if st.get_queue_mut().enable_notification(m).unwrap_or(false) {
-            // Idle: kicks are asked for again (the worker may sleep on them); a chain
-            // made available before the driver could see that gets no kick, so the
-            // worker is woken as a kick would.
-            self.shared.wake_worker(self.spec.worker);
+        } else {
+            // Idle: kicks are asked for again (the worker may sleep on them).
+            let q = st.get_queue_mut();
+            match q.enable_notification(m) {
+                // A chain made available before the driver could see that gets no
+                // kick, so the worker is woken as a kick would.
+                Ok(true) => self.shared.wake_worker(self.spec.worker),
+                Ok(false) => self.rx_armed = Some((q.avail_ring(), q.next_avail())),
+                Err(_) => {}
+            }
         }
         got
     }
 
     fn tx_to(&mut self, cx: &mut PortCx<'_>, conn: &Conn, pkts: &mut PktList) -> u64 {
+        // This worker's receive queue of the driver's, or the first when the driver set
+        // up fewer; whether it runs is asked under its write lock (the front-end may stop
+        // a ring with GET_VRING_BASE at any time).
         let own = 2 * self.spec.worker;
-        let usable = |i: usize| conn.vrings.get(i).is_some_and(|v| running(&v.get_ref()));
-        let qi = if usable(own) {
-            own
-        } else if usable(0) {
-            0
-        } else {
+        let lock = |i: usize| {
+            conn.vrings
+                .get(i)
+                .map(|v| v.get_mut())
+                .filter(|st| running(st))
+        };
+        let Some(mut st) = lock(own).or_else(|| lock(0)) else {
             self.drop_all(cx, pkts);
             return 0;
         };
         let guard = conn.mem.memory();
         let m: &GuestMemoryMmap = &guard;
-        let mut st = conn.vrings[qi].get_mut();
-        // Asked again under the write lock: the front-end may have stopped the ring
-        // (GET_VRING_BASE) since `usable` looked.
-        if !running(&st) {
-            self.drop_all(cx, pkts);
-            return 0;
-        }
         let mut mem = Memory::new(m);
         let Some(mut ring) = self.open(st.get_queue(), &mut mem) else {
             self.drop_all(cx, pkts);
@@ -603,9 +617,38 @@ impl VhostQueue {
             self.acked(VIRTIO_NET_F_GUEST_TSO6),
         );
         let hl = self.hdr_len;
+        // The header of a frame with nothing to offload, in one buffer.
+        let plain_hb = VnetHdr::default().with_count(1);
         // Frames before `taken` were sent or dropped (counted): freed at the end.
         let (mut taken, mut wire) = (0, 0u64);
         'frames: while taken < pkts.len() {
+            // The common case first: a frame in one pool buffer, no segmentation, no
+            // checksum left to complete (its header is all zeros, whatever was acked),
+            // into a chain of one buffer of the driver's.
+            let plain = {
+                let v = cx.pool.get(&pkts[taken]);
+                let m = v.meta;
+                (m.chain.is_none() && m.segs <= 1 && m.flags & flag::L4_CSUM_PARTIAL == 0)
+                    .then(|| v.data())
+            };
+            if let Some(d) = plain {
+                let Some(head) = ring.pop() else {
+                    // Ring full: the frame stays with the caller.
+                    break;
+                };
+                if let Some(b) = ring.single(head, true, &mut mem)
+                    && write_plain(&b, &plain_hb, hl, d).is_some()
+                {
+                    ring.put_used(head, (hl + d.len()) as u32);
+                    self.stats.tx_packets += 1;
+                    self.stats.tx_bytes += d.len() as u64;
+                    wire += 1;
+                    taken += 1;
+                    continue;
+                }
+                // Anything else takes the general path below (popped again).
+                ring.unpop();
+            }
             let segs = cx.pool.get(&pkts[taken]).meta.wire_packets();
             // What the driver cannot take is dropped here, counted.
             let (kind, super_packet) = {
@@ -756,15 +799,7 @@ fn write_one(
     p: &Pkt,
     flen: usize,
 ) -> Option<()> {
-    // The header as one fixed-size store.
-    if hl == vnet::LEN + 2 {
-        b.get_ref::<[u8; vnet::LEN + 2]>(0).ok()?.store(*hb);
-    } else {
-        let Some(h) = hb.first_chunk::<{ vnet::LEN }>() else {
-            unreachable!("12 bytes hold 10")
-        };
-        b.get_ref::<[u8; vnet::LEN]>(0).ok()?.store(*h);
-    }
+    store_header(b, hb, hl)?;
     let mut at = hl;
     let mut cur = Some(p);
     while let Some(q) = cur {
@@ -775,6 +810,33 @@ fn write_one(
         cur = v.meta.chain.as_ref();
     }
     (at == hl + flen).then_some(())
+}
+
+/// Writes the header `hb` (its first `hl` bytes) and the frame `d` into the driver's
+/// buffer `b` (`None`: `b` cannot hold both).
+#[inline(always)]
+fn write_plain(b: &ring::Slice<'_>, hb: &[u8; vnet::LEN + 2], hl: usize, d: &[u8]) -> Option<()> {
+    if b.len() < hl + d.len() {
+        return None;
+    }
+    store_header(b, hb, hl)?;
+    b.subslice(hl, d.len()).ok()?.copy_from(d);
+    Some(())
+}
+
+/// Stores the first `hl` bytes of `hb` (the header with or without its buffer count) at
+/// the start of `b` as one fixed-size store.
+#[inline(always)]
+fn store_header(b: &ring::Slice<'_>, hb: &[u8; vnet::LEN + 2], hl: usize) -> Option<()> {
+    if hl == vnet::LEN + 2 {
+        b.get_ref::<[u8; vnet::LEN + 2]>(0).ok()?.store(*hb);
+    } else {
+        let Some(h) = hb.first_chunk::<{ vnet::LEN }>() else {
+            unreachable!("12 bytes hold 10")
+        };
+        b.get_ref::<[u8; vnet::LEN]>(0).ok()?.store(*h);
+    }
+    Some(())
 }
 
 /// Writes the frame `p` (after its virtio-net header `hdr`) from byte `at` of the two on,

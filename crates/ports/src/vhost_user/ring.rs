@@ -222,6 +222,16 @@ impl<'m> Ring<'m> {
         Some(u16::from_le(head))
     }
 
+    /// Whether no chain is available (as far as the burst has read the driver's index).
+    pub fn is_empty(&self) -> bool {
+        self.next_avail == self.avail_idx
+    }
+
+    /// The next available index the burst will pop at.
+    pub fn next_avail(&self) -> u16 {
+        self.next_avail.0
+    }
+
     /// Whether the burst kept a chain it popped (returned or not).
     pub fn took_any(&self) -> bool {
         self.next_avail != self.first_avail

@@ -91,11 +91,20 @@ struct Rig {
 }
 
 fn rig(acked: u64) -> Rig {
+    rig_with(acked, false)
+}
+
+/// A rig whose queues have EVENT_IDX on (`event_idx`) or off.
+fn rig_with(acked: u64, event_idx: bool) -> Rig {
     let m = memory();
     let rxq = MockSplitQueue::create(&m, GuestAddress(RXQ_AT), QSIZE);
     let txq = MockSplitQueue::create(&m, GuestAddress(TXQ_AT), QSIZE);
+    let vrings = vec![vring(&m, &rxq), vring(&m, &txq)];
+    for v in &vrings {
+        v.set_queue_event_idx(event_idx);
+    }
     let conn = Conn {
-        vrings: vec![vring(&m, &rxq), vring(&m, &txq)],
+        vrings,
         mem: GuestMemoryAtomic::new(m.clone()),
     };
     let shared = Arc::new(Shared::detached("vm", 1, acked, conn));
@@ -397,4 +406,84 @@ fn open_refuses_what_it_cannot_serve() {
     .unwrap()
     .to_string();
     assert!(e.contains("listening on /nonexistent-dir/x.sock"), "{e}");
+}
+
+#[test]
+fn a_plain_frame_is_written_whole_into_one_buffer_after_an_empty_header() {
+    // Modern (12-byte header with its buffer count) and legacy (10 bytes).
+    for (acked, hl) in [(acked_modern(), 12usize), (0, 10)] {
+        let Rig { m, mut q, pool } = rig(acked);
+        let rxq = MockSplitQueue::create(&m, GuestAddress(RXQ_AT), QSIZE);
+        // Stale bytes in the buffer: every byte of the header must be written.
+        m.write_slice(&[0xee; 128], GuestAddress(0x5_0000)).unwrap();
+        offer(&m, &rxq, &[desc(0x5_0000, 128, W, 0)], &[0]);
+        let mut cache = pool.cache();
+        let mut p = cache.alloc().unwrap();
+        pool.get_mut(&mut p)
+            .append(60)
+            .unwrap()
+            .copy_from_slice(&frame());
+        let mut l = vec![p];
+        let mut cx = PortCx {
+            pool: &pool,
+            cache: &mut cache,
+            now_ns: 0,
+        };
+        assert_eq!(q.tx(&mut cx, &mut l), 1);
+        assert!(l.is_empty());
+        assert_eq!(used(&m, &rxq), [(0, (hl + 60) as u32)]);
+        let mut b = [0u8; 128];
+        m.read_slice(&mut b, GuestAddress(0x5_0000)).unwrap();
+        // virtio 1.2 5.1.6: no flags, GSO_NONE, and (modern) num_buffers 1.
+        let mut want = vec![0u8; 10];
+        if hl == 12 {
+            want.extend_from_slice(&1u16.to_le_bytes());
+        }
+        want.extend_from_slice(&frame());
+        assert_eq!(&b[..hl + 60], &want[..]);
+        assert_eq!(b[hl + 60], 0xee, "nothing written past the frame");
+        assert_eq!((q.stats().tx_packets, q.stats().tx_bytes), (1, 60));
+    }
+}
+
+#[test]
+fn an_idle_receive_ring_asks_for_a_kick_at_the_index_it_stopped_at() {
+    use virtio_bindings::bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
+    let Rig { m, mut q, pool } = rig_with(acked_modern() | 1 << VIRTIO_RING_F_EVENT_IDX, true);
+    let txq = MockSplitQueue::create(&m, GuestAddress(TXQ_AT), QSIZE);
+    // The used ring's last field (virtio 1.2 2.7.8): where the device asks to be kicked.
+    let avail_event = txq.used_addr().0 + 4 + 8 * u64::from(QSIZE);
+    let event = || m.read_obj::<u16>(GuestAddress(avail_event)).unwrap();
+    m.write_obj(0x7777u16, GuestAddress(avail_event)).unwrap();
+    let mut cache = pool.cache();
+    let mut out = PktList::new();
+    let mut cx = PortCx {
+        pool: &pool,
+        cache: &mut cache,
+        now_ns: 0,
+    };
+    assert_eq!(q.rx(&mut cx, &mut out, 64), 0);
+    assert_eq!(event(), 0, "asked at index 0");
+    assert_eq!(q.rx(&mut cx, &mut out, 64), 0, "still idle");
+    // Two frames; the next poll takes both, the one after asks at index 2.
+    let mut f = vec![0u8; 12];
+    f.extend_from_slice(&frame());
+    m.write_slice(&f, GuestAddress(0x1_0000)).unwrap();
+    offer(
+        &m,
+        &txq,
+        &[desc(0x1_0000, 72, 0, 0), desc(0x1_0000, 72, 0, 0)],
+        &[0, 1],
+    );
+    assert_eq!(
+        q.rx(&mut cx, &mut out, 64),
+        2,
+        "an armed ring is still read"
+    );
+    assert_eq!(q.rx(&mut cx, &mut out, 64), 0);
+    assert_eq!(event(), 2, "asked again where the poll stopped");
+    assert_eq!(used(&m, &txq), [(0, 0), (1, 0)]);
+    for p in out {
+        cache.free(p);
+    }
 }

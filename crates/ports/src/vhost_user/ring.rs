@@ -146,10 +146,12 @@ pub struct Ring<'m> {
 
 impl<'m> Ring<'m> {
     /// The rings of `q` in `mem` (`None`: one of them is not in one region, or the
-    /// queue has no size).
+    /// queue has no size or one not a power of 2).
     pub fn open(q: &Queue, mem: &mut Memory<'m>) -> Option<Self> {
         let size = q.size();
-        if size == 0 {
+        // §2.7: a split queue's size is a power of 2 (`Queue` refuses any other), so a
+        // slot is an index masked, not divided.
+        if !size.is_power_of_two() {
             return None;
         }
         let n = usize::from(size);
@@ -213,7 +215,7 @@ impl<'m> Ring<'m> {
                 return None;
             }
         }
-        let slot = usize::from(self.next_avail.0 % self.size);
+        let slot = usize::from(self.next_avail.0 & (self.size - 1));
         let head = self
             .avail
             .load::<u16>(4 + 2 * slot, Ordering::Relaxed)
@@ -267,7 +269,7 @@ impl<'m> Ring<'m> {
         if head >= self.size {
             return;
         }
-        let at = 4 + 8 * usize::from(self.next_used.0 % self.size);
+        let at = 4 + 8 * usize::from(self.next_used.0 & (self.size - 1));
         let ok = self
             .used
             .store(u32::from(head).to_le(), at, Ordering::Relaxed)

@@ -53,6 +53,7 @@ const TX: usize = 1;
 /// One split virtqueue in the shared memory, as the driver keeps it.
 #[derive(Debug, Clone, Copy)]
 struct Ring {
+    /// Entries: a power of two (checked at connect), so a slot is an index masked.
     size: u16,
     desc: u64,
     avail: u64,
@@ -319,7 +320,7 @@ impl Driver {
         let k = n.min(room);
         let (avail, size, start) = (r.avail, r.size, r.next_avail);
         for j in 0..k as u16 {
-            let slot = start.wrapping_add(j) % size;
+            let slot = start.wrapping_add(j) & (size - 1);
             self.put(avail + 4 + 2 * u64::from(slot), slot)?;
         }
         if k > 0 {
@@ -340,12 +341,12 @@ impl Driver {
         }
         let mut got = Received::default();
         for j in 0..new {
-            let slot = r.seen_used.wrapping_add(j) % r.size;
+            let slot = r.seen_used.wrapping_add(j) & (r.size - 1);
             let e = r.used + 4 + 8 * u64::from(slot);
             let (id, len): (u32, u32) = (self.get(e)?, self.get(e + 4)?);
             got.frames += 1;
             got.bytes += u64::from(len).saturating_sub(self.hdr as u64);
-            let at = r.next_avail.wrapping_add(j) % r.size;
+            let at = r.next_avail.wrapping_add(j) & (r.size - 1);
             self.put(r.avail + 4 + 2 * u64::from(at), id as u16)?;
         }
         let r = &mut self.rings[RX];

@@ -80,6 +80,45 @@ fn frame() -> Vec<u8> {
     (0..60u8).collect()
 }
 
+/// Transmits one packet holding [`frame`] through `q`: what `tx` returned, and how many
+/// packets it left with the caller (then freed).
+fn transmit_frame(q: &mut VhostQueue, pool: &Pool) -> (u64, usize) {
+    let mut cache = pool.cache();
+    let mut p = cache.alloc().unwrap();
+    pool.get_mut(&mut p)
+        .append(60)
+        .unwrap()
+        .copy_from_slice(&frame());
+    let mut l = vec![p];
+    let mut cx = PortCx {
+        pool,
+        cache: &mut cache,
+        now_ns: 0,
+    };
+    let sent = q.tx(&mut cx, &mut l);
+    let left = l.len();
+    for p in l {
+        cache.free(p);
+    }
+    (sent, left)
+}
+
+/// Receives what `q` takes in one poll (of at most 64): how many frames (then freed).
+fn receive(q: &mut VhostQueue, pool: &Pool) -> u64 {
+    let mut cache = pool.cache();
+    let mut out = PktList::new();
+    let mut cx = PortCx {
+        pool,
+        cache: &mut cache,
+        now_ns: 0,
+    };
+    let got = q.rx(&mut cx, &mut out, 64);
+    for p in out {
+        cache.free(p);
+    }
+    got
+}
+
 fn acked_modern() -> u64 {
     1 << VIRTIO_F_VERSION_1 | 1 << VIRTIO_NET_F_MRG_RXBUF | 1 << VIRTIO_NET_F_GUEST_CSUM
 }
@@ -261,20 +300,7 @@ fn a_frame_spans_merged_receive_buffers_with_its_count_in_the_header() {
         &[desc(0x5_0000, 40, W, 0), desc(0x5_1000, 40, W, 0)],
         &[0, 1],
     );
-    let mut cache = pool.cache();
-    let mut p = cache.alloc().unwrap();
-    pool.get_mut(&mut p)
-        .append(60)
-        .unwrap()
-        .copy_from_slice(&frame());
-    let mut l = vec![p];
-    let mut cx = PortCx {
-        pool: &pool,
-        cache: &mut cache,
-        now_ns: 0,
-    };
-    assert_eq!(q.tx(&mut cx, &mut l), 1);
-    assert!(l.is_empty());
+    assert_eq!(transmit_frame(&mut q, &pool), (1, 0));
     // 12 + 60 bytes: 40 in the first buffer, 32 in the second.
     assert_eq!(used(&m, &rxq), [(0, 40), (1, 32)]);
     let mut a = [0u8; 40];
@@ -294,20 +320,7 @@ fn without_merged_buffers_a_frame_too_big_for_a_buffer_is_unsendable() {
     let Rig { m, mut q, pool } = rig(0);
     let rxq = MockSplitQueue::create(&m, GuestAddress(RXQ_AT), QSIZE);
     offer(&m, &rxq, &[desc(0x5_0000, 40, W, 0)], &[0]);
-    let mut cache = pool.cache();
-    let mut p = cache.alloc().unwrap();
-    pool.get_mut(&mut p)
-        .append(60)
-        .unwrap()
-        .copy_from_slice(&frame());
-    let mut l = vec![p];
-    let mut cx = PortCx {
-        pool: &pool,
-        cache: &mut cache,
-        now_ns: 0,
-    };
-    assert_eq!(q.tx(&mut cx, &mut l), 0);
-    assert!(l.is_empty(), "freed");
+    assert_eq!(transmit_frame(&mut q, &pool), (0, 0));
     assert_eq!(q.take_unsendable(), 1);
     assert!(used(&m, &rxq).is_empty(), "the buffer stays the driver's");
     // A read-only buffer where the device writes: returned unused, counted, and the
@@ -315,25 +328,9 @@ fn without_merged_buffers_a_frame_too_big_for_a_buffer_is_unsendable() {
     let Rig { m, mut q, pool } = rig(acked_modern());
     let rxq = MockSplitQueue::create(&m, GuestAddress(RXQ_AT), QSIZE);
     offer(&m, &rxq, &[desc(0x5_0000, 1500, 0, 0)], &[0]);
-    let mut cache = pool.cache();
-    let mut p = cache.alloc().unwrap();
-    pool.get_mut(&mut p)
-        .append(60)
-        .unwrap()
-        .copy_from_slice(&frame());
-    let mut l = vec![p];
-    let mut cx = PortCx {
-        pool: &pool,
-        cache: &mut cache,
-        now_ns: 0,
-    };
-    assert_eq!(q.tx(&mut cx, &mut l), 0);
-    assert_eq!(l.len(), 1);
+    assert_eq!(transmit_frame(&mut q, &pool), (0, 1));
     assert_eq!(used(&m, &rxq), [(0, 0)]);
     assert_eq!(q.status().malformed[Malformed::Direction.index()].1, 1);
-    for p in l {
-        cache.free(p);
-    }
 }
 
 #[test]
@@ -417,20 +414,7 @@ fn a_plain_frame_is_written_whole_into_one_buffer_after_an_empty_header() {
         // Stale bytes in the buffer: every byte of the header must be written.
         m.write_slice(&[0xee; 128], GuestAddress(0x5_0000)).unwrap();
         offer(&m, &rxq, &[desc(0x5_0000, 128, W, 0)], &[0]);
-        let mut cache = pool.cache();
-        let mut p = cache.alloc().unwrap();
-        pool.get_mut(&mut p)
-            .append(60)
-            .unwrap()
-            .copy_from_slice(&frame());
-        let mut l = vec![p];
-        let mut cx = PortCx {
-            pool: &pool,
-            cache: &mut cache,
-            now_ns: 0,
-        };
-        assert_eq!(q.tx(&mut cx, &mut l), 1);
-        assert!(l.is_empty());
+        assert_eq!(transmit_frame(&mut q, &pool), (1, 0));
         assert_eq!(used(&m, &rxq), [(0, (hl + 60) as u32)]);
         let mut b = [0u8; 128];
         m.read_slice(&mut b, GuestAddress(0x5_0000)).unwrap();
@@ -455,16 +439,9 @@ fn an_idle_receive_ring_asks_for_a_kick_at_the_index_it_stopped_at() {
     let avail_event = txq.used_addr().0 + 4 + 8 * u64::from(QSIZE);
     let event = || m.read_obj::<u16>(GuestAddress(avail_event)).unwrap();
     m.write_obj(0x7777u16, GuestAddress(avail_event)).unwrap();
-    let mut cache = pool.cache();
-    let mut out = PktList::new();
-    let mut cx = PortCx {
-        pool: &pool,
-        cache: &mut cache,
-        now_ns: 0,
-    };
-    assert_eq!(q.rx(&mut cx, &mut out, 64), 0);
+    assert_eq!(receive(&mut q, &pool), 0);
     assert_eq!(event(), 0, "asked at index 0");
-    assert_eq!(q.rx(&mut cx, &mut out, 64), 0, "still idle");
+    assert_eq!(receive(&mut q, &pool), 0, "still idle");
     // Two frames; the next poll takes both, the one after asks at index 2.
     let mut f = vec![0u8; 12];
     f.extend_from_slice(&frame());
@@ -475,15 +452,8 @@ fn an_idle_receive_ring_asks_for_a_kick_at_the_index_it_stopped_at() {
         &[desc(0x1_0000, 72, 0, 0), desc(0x1_0000, 72, 0, 0)],
         &[0, 1],
     );
-    assert_eq!(
-        q.rx(&mut cx, &mut out, 64),
-        2,
-        "an armed ring is still read"
-    );
-    assert_eq!(q.rx(&mut cx, &mut out, 64), 0);
+    assert_eq!(receive(&mut q, &pool), 2, "an armed ring is still read");
+    assert_eq!(receive(&mut q, &pool), 0);
     assert_eq!(event(), 2, "asked again where the poll stopped");
     assert_eq!(used(&m, &txq), [(0, 0), (1, 0)]);
-    for p in out {
-        cache.free(p);
-    }
 }

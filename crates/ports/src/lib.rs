@@ -268,6 +268,24 @@ pub fn frame_bytes(pool: &Pool, p: &netbatch_engine::Pkt) -> Vec<u8> {
     out
 }
 
+/// A packet of `cache`'s pool holding `frame`, marked as the stack leaves a frame whose
+/// L4 checksum a device is to complete: `flag::L4_CSUM_PARTIAL`, headers located.
+#[cfg(test)]
+pub(crate) fn partial_packet(
+    pool: &Pool,
+    cache: &mut BufCache,
+    frame: &[u8],
+) -> netbatch_engine::Pkt {
+    let mut p = cache.alloc().expect("a free buffer");
+    let mut v = pool.get_mut(&mut p);
+    v.append(frame.len())
+        .expect("room for the frame")
+        .copy_from_slice(frame);
+    v.meta.flags |= netbatch_packet::meta::flag::L4_CSUM_PARTIAL;
+    netbatch_packet::dissect::frame(&mut v);
+    p
+}
+
 /// Completes the partial L4 checksum of a frame the stack marked so
 /// (`flag::L4_CSUM_PARTIAL`), as a device's checksum offload does on transmit; `frame`
 /// holds the packet's bytes from its first (`Meta::data`) on. Other frames are left alone.

@@ -407,7 +407,6 @@ mod tests {
     use super::*;
     use crate::testnet::{is_root, serial};
     use netbatch_engine::{Pool, PoolConfig};
-    use netbatch_packet::meta::flag;
     use netbatch_wire::checksum;
     use std::process::Command;
     use std::time::{Duration, Instant};
@@ -517,18 +516,7 @@ mod tests {
                 21,
             ));
             frame[40..42].copy_from_slice(&ps.to_be_bytes());
-            let mut p = cache.alloc().unwrap();
-            {
-                let v = pool.get_mut(&mut p);
-                v.meta.flags |= flag::L4_CSUM_PARTIAL;
-            }
-            {
-                let mut v = pool.get_mut(&mut p);
-                v.append(frame.len()).unwrap().copy_from_slice(&frame);
-                // Located as the stack leaves what it sends.
-                netbatch_packet::dissect::frame(&mut v);
-            }
-            let mut l = vec![p];
+            let mut l = vec![crate::partial_packet(&pool, &mut cache, &frame)];
             let mut cx = PortCx {
                 pool: &pool,
                 cache: &mut cache,

@@ -155,10 +155,33 @@ pub struct VhostQueue {
     unsendable: u64,
     /// A ring not in one region was reported for this connection.
     unmapped_said: bool,
-    /// The receive ring (its available ring's address) and the index its last poll
-    /// found nothing at and asked to be kicked for: polls that find the ring so leave
-    /// the request as it is instead of making it again.
-    rx_armed: Option<(u64, u16)>,
+    /// Where the receive ring's last poll found nothing and asked to be kicked (see
+    /// [`Armed`]): polls that find the ring so leave the request as it is instead of
+    /// making it again.
+    rx_armed: Option<Armed>,
+}
+
+/// An idle receive ring's request for a kick, as made: where it is (the used ring, whose
+/// `avail_event` or flags hold it, and the ring's size, which places `avail_event`), how
+/// (EVENT_IDX or the flag), and at which index. A ring set up again differently in any
+/// of these is asked again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Armed {
+    used_ring: u64,
+    size: u16,
+    event_idx: bool,
+    next_avail: u16,
+}
+
+impl Armed {
+    fn of(q: &virtio_queue::Queue) -> Self {
+        Self {
+            used_ring: q.used_ring(),
+            size: q.size(),
+            event_idx: q.event_idx_enabled(),
+            next_avail: q.next_avail(),
+        }
+    }
 }
 
 /// Receive drop reasons of a queue: each [`Malformed`], and a refused offload.
@@ -516,14 +539,14 @@ impl VhostQueue {
         let m: &GuestMemoryMmap = &guard;
         let mut st = vring.get_mut();
         if !running(&st) {
+            self.rx_armed = None;
             return 0;
         }
         let mut mem = Memory::new(m);
         let Some(mut ring) = self.open(st.get_queue(), &mut mem) else {
             return 0;
         };
-        let here = (st.get_queue().avail_ring(), ring.next_avail());
-        if ring.is_empty() && self.rx_armed == Some(here) {
+        if ring.is_empty() && self.rx_armed == Some(Armed::of(st.get_queue())) {
             // Idle since the last poll asked for a kick: nothing to take, nothing to ask.
             return 0;
         }
@@ -581,7 +604,7 @@ impl VhostQueue {
                 // A chain made available before the driver could see that gets no
                 // kick, so the worker is woken as a kick would.
                 Ok(true) => self.shared.wake_worker(self.spec.worker),
-                Ok(false) => self.rx_armed = Some((q.avail_ring(), q.next_avail())),
+                Ok(false) => self.rx_armed = Some(Armed::of(q)),
                 Err(_) => {}
             }
         }
@@ -627,8 +650,8 @@ impl VhostQueue {
             // into a chain of one buffer of the driver's.
             let plain = {
                 let v = cx.pool.get(&pkts[taken]);
-                let m = v.meta;
-                (m.chain.is_none() && m.segs <= 1 && m.flags & flag::L4_CSUM_PARTIAL == 0)
+                let meta = v.meta;
+                (meta.chain.is_none() && meta.segs <= 1 && meta.flags & flag::L4_CSUM_PARTIAL == 0)
                     .then(|| v.data())
             };
             if let Some(d) = plain {

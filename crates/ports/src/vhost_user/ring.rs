@@ -229,11 +229,6 @@ impl<'m> Ring<'m> {
         self.next_avail == self.avail_idx
     }
 
-    /// The next available index the burst will pop at.
-    pub fn next_avail(&self) -> u16 {
-        self.next_avail.0
-    }
-
     /// Whether the burst kept a chain it popped (returned or not).
     pub fn took_any(&self) -> bool {
         self.next_avail != self.first_avail

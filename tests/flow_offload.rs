@@ -7,12 +7,15 @@
 //! an inside server (nftables: `oifname "eth1" masquerade`, `iifname "eth1" tcp dport
 //! 8080 dnat to 198.51.100.2:80`), its FORWARD chain `ct state established accept` (with
 //! `flow add @ft` in one of the two), `iifname "eth0" accept`, `iifname "eth1" ct status
-//! dnat accept`, policy drop.
+//! dnat accept`, policy drop. The IPv6 router (no NAT: nftables' flowtable offloads
+//! IPv6 as it does IPv4) has the same FORWARD chain but the `ct status dnat` rule.
 
 use std::sync::Arc;
 
 use netbatch_runtime::setup::StaticNeighbour;
-use netbatch_scenarios::{self as support, Gro, Lab, LabSpec, PEER, US, US2, VARIANTS, ip};
+use netbatch_scenarios::{
+    self as support, GW_MAC, Gro, Lab, LabSpec, PEER, PEER6, US, US2, VARIANTS, ip,
+};
 use netbatch_stack::ct;
 use netbatch_stack::filter::{Chain, CtMatch, HookPoint, PortRange, Rule, Verdict};
 use netbatch_stack::nat::{self, Action, NatChain, NatRule};
@@ -87,6 +90,117 @@ fn spec(offload: bool) -> LabSpec {
         },
     ));
     spec
+}
+
+/// The IPv6 router: [`support::router6`] with connection tracking and the FORWARD
+/// chain `ct state established accept` (with `flow add @ft` when `offload`),
+/// `iifname "eth0" accept`, policy drop.
+fn spec6(offload: bool) -> LabSpec {
+    let mut spec = support::router6(Gro::Off);
+    spec.graph.conntrack = Some(ct::Config {
+        max: 64,
+        ..ct::Config::default()
+    });
+    let mut est = Rule::any(Verdict::Accept);
+    est.ct = Some(CtMatch {
+        state: ct::state_bit::ESTABLISHED,
+        ..CtMatch::default()
+    });
+    est.offload = offload;
+    let mut inside = Rule::any(Verdict::Accept);
+    inside.in_if = Some(0);
+    spec.graph.chains.push((
+        HookPoint::Forward,
+        Chain {
+            rules: vec![est, inside],
+            policy: Verdict::Drop,
+        },
+    ));
+    spec
+}
+
+/// A host beyond the IPv6 router's next hop on eth1.
+const FAR6: &str = "2001:db8:300::7";
+
+/// UDP over IPv6 from the inside peer to the far host (eth0) or back (eth1), with hop
+/// limit `hl`.
+fn udp6(from_outside: bool, sport: u16, dport: u16, hl: u8, data: &[u8]) -> Vec<u8> {
+    if from_outside {
+        support::frames::udp6(GW_MAC, US2, FAR6, PEER6, sport, dport, hl, data)
+    } else {
+        support::frames::udp6(PEER, US, PEER6, FAR6, sport, dport, hl, data)
+    }
+}
+
+/// The IPv6 frame with its traffic class set to `tc`.
+fn with_tclass(mut f: Vec<u8>, tc: u8) -> Vec<u8> {
+    f[14] = (f[14] & 0xf0) | tc >> 4;
+    f[15] = (f[15] & 0x0f) | tc << 4;
+    f
+}
+
+/// The IPv6 frame with an empty hop-by-hop options header (one PadN option) between
+/// the fixed header and the upper-layer one (RFC 8200 4.3); the upper layer's checksum
+/// is unchanged (its pseudo-header's length is the upper layer's).
+fn with_hop_by_hop(f: Vec<u8>) -> Vec<u8> {
+    let (head, rest) = f.split_at(54);
+    let mut out = head.to_vec();
+    let next = out[20];
+    out[20] = 0;
+    let len = u16::from_be_bytes([out[18], out[19]]) + 8;
+    out[18..20].copy_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&[next, 0, 1, 4, 0, 0, 0, 0]);
+    out.extend_from_slice(rest);
+    out
+}
+
+/// The IPv6 steps, as [`steps`]: UDP recorded both ways then offloaded, hop limits 2
+/// and 1, another traffic class, a hop-by-hop header; a TCP exchange, its handshake and
+/// FIN on the whole path.
+fn steps6() -> Vec<(usize, Vec<u8>, bool)> {
+    let t = |from_outside: bool, flags: &str, seq_ack: (u32, u32), data: &[u8]| {
+        let (s, d) = ((PEER6, 40000), (FAR6, 443));
+        let (macs, s, d) = if from_outside {
+            ((GW_MAC, US2), d, s)
+        } else {
+            ((PEER, US), s, d)
+        };
+        support::frames::tcp_flags(macs, s, d, flags, seq_ack.0, seq_ack.1, data)
+    };
+    vec![
+        (0, udp6(false, 40000, 53, 64, b"q1"), false),
+        (1, udp6(true, 53, 40000, 64, b"a1"), false),
+        (0, udp6(false, 40000, 53, 64, b"q2"), false),
+        (0, udp6(false, 40000, 53, 64, b"q3"), true),
+        (1, udp6(true, 53, 40000, 64, b"a2"), true),
+        (0, udp6(false, 40000, 53, 2, b"hop limit two"), true),
+        // Hop limit 1: the whole path answers time exceeded (RFC 4443 3.3).
+        (0, udp6(false, 40000, 53, 1, b"hop limit one"), false),
+        (
+            0,
+            with_tclass(udp6(false, 40000, 53, 64, b"tc"), 0xb8),
+            false,
+        ),
+        (
+            0,
+            with_tclass(udp6(false, 40000, 53, 64, b"tc2"), 0xb8),
+            true,
+        ),
+        (0, udp6(false, 40000, 53, 64, b"q4"), false),
+        (0, udp6(false, 40000, 53, 64, b"q5"), true),
+        // An extension header: the whole path, which forwards it all the same.
+        (
+            0,
+            with_hop_by_hop(udp6(false, 40000, 53, 64, b"hbh")),
+            false,
+        ),
+        (0, t(false, "S", (1000, 0), b""), false),
+        (1, t(true, "SA", (5000, 1001), b""), false),
+        (0, t(false, "A", (1001, 5001), b""), false),
+        (0, t(false, "A", (1001, 5001), b"GET /"), true),
+        (1, t(true, "A", (5001, 1006), b"200 OK"), true),
+        (0, t(false, "FA", (1006, 5007), b""), false),
+    ]
 }
 
 /// A TCP segment with `flags` (`S`, `A`, `F`, `R`) from `(s, sp)` to `(d, dp)`, from
@@ -233,12 +347,31 @@ fn sent(lab: &mut Lab) -> [Vec<Vec<u8>>; 2] {
 /// `ct-in` exactly the packets the module says it does, and counts them.
 #[test]
 fn offloaded_packets_leave_as_the_whole_path_sends_them() {
+    same_frames_out(spec, steps());
+}
+
+/// [`offloaded_packets_leave_as_the_whole_path_sends_them`] for IPv6.
+#[test]
+fn offloaded_ipv6_packets_leave_as_the_whole_path_sends_them() {
+    let steps = steps6();
+    // The hop-by-hop frame is what it says: its upper layer unchanged, the header 8
+    // bytes longer, and the whole path forwards it.
+    let plain = udp6(false, 40000, 53, 64, b"hbh");
+    let hbh = &steps[11].1;
+    assert_eq!((hbh.len(), hbh[20], hbh[54]), (plain.len() + 8, 0, 17));
+    assert_eq!(hbh[62..], plain[54..]);
+    same_frames_out(spec6, steps);
+}
+
+/// Feeds `steps` one frame at a time to a router made by `spec` with and without the
+/// `offload` statement, in every variant: see the tests above.
+fn same_frames_out(spec: fn(bool) -> LabSpec, steps: Vec<(usize, Vec<u8>, bool)>) {
     for (mode, dispatch) in VARIANTS {
         let v = format!("{mode:?}/{dispatch:?}");
         let mut whole = Lab::new(&spec(false), mode, dispatch);
         let mut fast = Lab::new(&spec(true), mode, dispatch);
         let mut expected = 0;
-        for (i, (port, frame, offloaded)) in steps().into_iter().enumerate() {
+        for (i, (port, frame, offloaded)) in steps.iter().cloned().enumerate() {
             let before = fast
                 .w
                 .host

@@ -69,9 +69,9 @@ pub fn tcp(
     v
 }
 
-/// A TCP segment in an Ethernet frame, from `(s, sp)` to `(d, dp)` (TTL 64, window
-/// 64240) with the control bits `flags` names (`S`, `A`, `F`, `R`); `ack` is sent with
-/// `A`.
+/// A TCP segment in an Ethernet frame, from `(s, sp)` to `(d, dp)` (IPv4 or IPv6 as the
+/// addresses are; TTL or hop limit 64, window 64240) with the control bits `flags`
+/// names (`S`, `A`, `F`, `R`); `ack` is sent with `A`.
 pub fn tcp_flags(
     (sm, dm): (MacAddr, MacAddr),
     (s, sp): (&str, u16),
@@ -81,9 +81,13 @@ pub fn tcp_flags(
     ack: u32,
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut b = PacketBuilder::ethernet2(sm.0, dm.0)
-        .ipv4(ip(s).octets(), ip(d).octets(), 64)
-        .tcp(sp, dp, seq, 64240);
+    let eth = PacketBuilder::ethernet2(sm.0, dm.0);
+    let l3 = if s.contains(':') {
+        eth.ipv6(ip6(s).octets(), ip6(d).octets(), 64)
+    } else {
+        eth.ipv4(ip(s).octets(), ip(d).octets(), 64)
+    };
+    let mut b = l3.tcp(sp, dp, seq, 64240);
     if flags.contains('S') {
         b = b.syn();
     }

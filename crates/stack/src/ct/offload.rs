@@ -1,24 +1,26 @@
 //! Flow offload, as Linux's flowtable (`nf_flow_table`; nftables' `flow add @ft`): the
 //! established flows a FORWARD rule asks for are forwarded by `ct-in` itself.
 //!
-//! A FORWARD rule with `offload` that accepts an IPv4 TCP or UDP packet of an
-//! established connection ([`record`]) writes a record for the packet's direction of
+//! A FORWARD rule with `offload` that accepts a TCP or UDP packet of an established
+//! connection, IPv4 or IPv6 ([`record`]), writes a record for the packet's direction of
 //! the connection: where routing sent it (adjacency and output interface), what that
-//! was decided on besides the addresses and ports (input interface, packet mark, TOS),
-//! and the rewrite the direction's packets get, worked out once from the connection's
-//! tuples: the addresses and ports NAT gives them and the change to each checksum
-//! (RFC 1624 eqn. 3, the TTL's decrement included). The records sit beside the table
+//! was decided on besides the addresses and ports (input interface, packet mark, TOS or
+//! traffic class), and, for IPv4, the rewrite the direction's packets get, worked out
+//! once from the connection's tuples: the addresses and ports NAT gives them and the
+//! change to each checksum (RFC 1624 eqn. 3, the TTL's decrement included). IPv6 is not
+//! translated and has no header checksum: its packets only lose a hop (RFC 8200 3). The records sit beside the table
 //! (one pair per entry, allocated when a graph first offloads), each with the
 //! generation of the entry it is for. The next packets of that direction ([`forward`])
 //! are tracked as every packet is (the TCP window, timeouts, counters, the entry's
 //! state: an offloaded connection is tracked exactly, where Linux's flowtable stops
-//! tracking), rewritten by the record (RFC 1812 5.3.1: TTL decremented), and handed to
-//! the neighbour stage (the MTU check and the link header are its, as for every
-//! packet). They skip `nat-prerouting`, the PREROUTING, FORWARD and POSTROUTING chains
-//! (their rule counters and `ct mark set` statements too), routing, `ip4-forward` and
-//! `ct-confirm`, as an offloaded flow skips the netfilter hooks in Linux: the rule says
-//! that its verdict stands for the flow. Linux's flowtable offloads TCP and UDP only;
-//! so does this.
+//! tracking), rewritten by the record (RFC 1812 5.3.1: TTL decremented; [`forward6`]:
+//! the hop limit), and handed to the family's neighbour stage (the MTU check and the
+//! link header are its, as for every packet). They skip `nat-prerouting`, the
+//! PREROUTING, FORWARD and POSTROUTING chains (their rule counters and `ct mark set`
+//! statements too), routing, `ip4-forward`/`ip6-forward` and `ct-confirm`, as an
+//! offloaded flow skips the netfilter hooks in Linux: the rule says that its verdict
+//! stands for the flow. Linux's flowtable offloads TCP and UDP over both families
+//! only; so does this.
 //!
 //! A record holds while (else the packet takes the whole path, which may write it
 //! again):
@@ -27,10 +29,11 @@
 //!   new epoch ([`Offload::begin_list`]), so no record outlives the state it stood for;
 //! - the packet arrives on the interface, with the mark and the TOS, it was written for;
 //! - the packet is one the whole path would forward changed only by NAT and TTL:
-//!   IPv4 without options, TTL above 1 (else time exceeded), received for our MAC, not
-//!   a super-packet nor a reassembled datagram, its L4 checksum not left to the device,
-//!   a TCP segment without SYN, FIN or RST (Linux's flowtable hands those back too),
-//!   long enough for the headers it rewrites;
+//!   of the record's family, IPv4 without options or IPv6 without extension headers
+//!   (the L4 header right after the fixed one), TTL or hop limit above 1 (else time
+//!   exceeded), received for our MAC, not a super-packet nor a reassembled datagram, its
+//!   L4 checksum not left to the device, a TCP segment without SYN, FIN or RST (Linux's
+//!   flowtable hands those back too), long enough for the headers it rewrites;
 //! - it does not leave by the interface it came in on (a redirect may be due).
 
 use std::sync::Arc;
@@ -38,10 +41,11 @@ use std::sync::Arc;
 use netbatch_engine::PktMut;
 use netbatch_wire::checksum;
 use netbatch_wire::ipv4::Ipv4Packet;
+use netbatch_wire::ipv6::{self, Ipv6Packet};
 use netbatch_wire::tcp::TcpFlags;
 
 use super::{ConnTrack, Tuple};
-use crate::dissect::L4;
+use crate::dissect::{L3, L4};
 use crate::meta::{flag, gso};
 use crate::route::Routes;
 use crate::route::rule::Policy;
@@ -69,10 +73,13 @@ pub struct Record {
     pub in_if: u16,
     /// Output interface.
     pub out_if: u16,
-    /// The TOS octet it was decided with (policy routing may match it).
+    /// The TOS octet (IPv6: the traffic class) it was decided with (policy routing may
+    /// match it).
     pub tos: u8,
     /// UDP: a zero checksum (none sent) stays zero.
     pub udp: bool,
+    /// For IPv6 packets ([`forward6`]; the address, port and checksum fields unused).
+    pub six: bool,
     /// The translations it makes (NAT's `translated` counts each: 0, 1 or 2).
     pub nat: u8,
 }
@@ -186,9 +193,9 @@ fn rewrite_of(r: &mut Record, t_in: &Tuple, t_other: &Tuple) {
     ));
 }
 
-/// Records, for the direction of packet `m` (the metadata of IPv4 packet `d`, attached to
-/// entry `idx` in `ct`), where the FORWARD hook saw it go and how it is rewritten:
-/// called when a rule with `offload` accepted it.
+/// Records, for the direction of packet `m` (the metadata of IPv4 or IPv6 packet `d`,
+/// attached to entry `idx` in `ct`), where the FORWARD hook saw it go and how it is
+/// rewritten: called when a rule with `offload` accepted it.
 pub fn record(ct: &mut ConnTrack, idx: u32, m: &netbatch_engine::Meta, d: &[u8]) {
     if super::state_of(m.flags) != super::state_bit::ESTABLISHED
         || !single_for_us(m)
@@ -196,15 +203,28 @@ pub fn record(ct: &mut ConnTrack, idx: u32, m: &netbatch_engine::Meta, d: &[u8])
     {
         return;
     }
+    let six = m.l3_type == L3::Ipv6 as u8;
     let l3 = usize::from(m.l3.wrapping_sub(m.data));
-    let Some(h) = d.get(l3..).and_then(<[u8]>::first_chunk::<20>) else {
-        return;
+    // The fixed header, with the L4 header right after it (no IPv4 options, no IPv6
+    // extension header), and the TOS or traffic class routing saw.
+    let tos = if six {
+        match d
+            .get(l3..)
+            .and_then(<[u8]>::first_chunk::<{ ipv6::HEADER_LEN }>)
+        {
+            Some(h) if usize::from(m.l4.wrapping_sub(m.l3)) == ipv6::HEADER_LEN => {
+                Ipv6Packet::new_unchecked(h).traffic_class()
+            }
+            _ => return,
+        }
+    } else {
+        match d.get(l3..).and_then(<[u8]>::first_chunk::<20>) {
+            Some(h) if Ipv4Packet::new_unchecked(h).header_len() == 20 => {
+                Ipv4Packet::new_unchecked(h).dscp_ecn()
+            }
+            _ => return,
+        }
     };
-    let h = Ipv4Packet::new_unchecked(h);
-    let tos = h.dscp_ecn();
-    if h.header_len() != 20 {
-        return;
-    }
     let Some(e) = ct.table.get(idx) else { return };
     let udp = match L4::of(e.tuple[0].proto) {
         L4::Udp => true,
@@ -224,11 +244,14 @@ pub fn record(ct: &mut ConnTrack, idx: u32, m: &netbatch_engine::Meta, d: &[u8])
         out_if: m.out_if,
         tos,
         udp,
+        six,
         nat: (e.status & super::status::SRC_NAT != 0) as u8
             + (e.status & super::status::DST_NAT != 0) as u8,
         ..Record::default()
     };
-    rewrite_of(&mut new, t_in, t_other);
+    if !six {
+        rewrite_of(&mut new, t_in, t_other);
+    }
     let Some(r) = ct
         .offload
         .records
@@ -264,30 +287,18 @@ pub fn forward(
     tcp: Option<u16>,
     v: &mut PktMut<'_>,
 ) -> Outcome {
-    const ENDS: u16 = TcpFlags::SYN.bits() | TcpFlags::FIN.bits() | TcpFlags::RST.bits();
     let ConnTrack {
         offload,
         table,
         nat,
         ..
     } = ct;
-    let Some(r) = offload.records.get(idx as usize).and_then(|p| p.get(dir)) else {
+    let Some(r) = holding(offload, table, idx, dir, v.meta, false) else {
         return Outcome::Path;
     };
     let m = &*v.meta;
-    if r.epoch != offload.epoch
-        || r.in_if != m.in_if
-        || r.mark != m.mark
-        || !single_for_us(m)
-        || table.get(idx).is_none_or(|e| e.generation != r.generation)
-    {
+    let Some(at) = l4_checksum_at(r, tcp) else {
         return Outcome::Path;
-    }
-    // The L4 checksum's offset: TCP's or UDP's, as the record was made for.
-    let at = match tcp {
-        Some(f) if !r.udp && f & ENDS == 0 => 16,
-        None if r.udp => 6,
-        _ => return Outcome::Path,
     };
     // The IPv4 header (without options: the L4 header right after it) and the L4
     // header through its checksum.
@@ -315,6 +326,92 @@ pub fn forward(
     }
     rewrite(ip, ttl - 1, th, at, r);
     nat.translated += u64::from(r.nat);
+    offload.stats.forwarded += 1;
+    v.meta.out_if = out_if;
+    v.meta.adj = adj;
+    v.meta.flags |= flag::FORWARDED;
+    Outcome::Forwarded
+}
+
+/// The record of direction `dir` of entry `idx` if it holds for a packet of the family
+/// (`six`) with metadata `m`: of this epoch and this entry generation, made for the
+/// interface and mark the packet came with, the packet a single frame for us.
+#[inline(always)]
+fn holding<'a>(
+    offload: &'a Offload,
+    table: &super::Table,
+    idx: u32,
+    dir: usize,
+    m: &netbatch_engine::Meta,
+    six: bool,
+) -> Option<&'a Record> {
+    let r = offload.records.get(idx as usize)?.get(dir)?;
+    let holds = r.epoch == offload.epoch
+        && r.six == six
+        && r.in_if == m.in_if
+        && r.mark == m.mark
+        && single_for_us(m)
+        && table.get(idx).is_some_and(|e| e.generation == r.generation);
+    holds.then_some(r)
+}
+
+/// The offset of the L4 checksum in the header of the protocol record `r` was made for
+/// (TCP's, UDP's), if the packet is of it (`tcp`: a TCP segment's flags; `None`: a
+/// datagram) and, TCP, has none of SYN, FIN and RST.
+#[inline(always)]
+fn l4_checksum_at(r: &Record, tcp: Option<u16>) -> Option<usize> {
+    const ENDS: u16 = TcpFlags::SYN.bits() | TcpFlags::FIN.bits() | TcpFlags::RST.bits();
+    match tcp {
+        Some(f) if !r.udp && f & ENDS == 0 => Some(16),
+        None if r.udp => Some(6),
+        _ => None,
+    }
+}
+
+/// [`forward`] for IPv6 packet `v`: by the direction's record if it holds, the hop
+/// limit decremented (RFC 8200 3; nothing else changes: no header checksum, no
+/// translation), the record's adjacency and output interface. Out of line: the IPv4
+/// offload's loop in `ct-in` stays as tight as without it.
+#[inline(never)]
+pub fn forward6(
+    ct: &mut ConnTrack,
+    idx: u32,
+    dir: usize,
+    tcp: Option<u16>,
+    v: &mut PktMut<'_>,
+) -> Outcome {
+    let ConnTrack { offload, table, .. } = ct;
+    let Some(r) = holding(offload, table, idx, dir, v.meta, true) else {
+        return Outcome::Path;
+    };
+    let m = &*v.meta;
+    let l3 = usize::from(m.l3.wrapping_sub(m.data));
+    // No extension header: the L4 header, through its checksum, right after.
+    let Some(at) = l4_checksum_at(r, tcp) else {
+        return Outcome::Path;
+    };
+    if usize::from(m.l4.wrapping_sub(m.l3)) != ipv6::HEADER_LEN {
+        return Outcome::Path;
+    }
+    let (out_if, adj, tclass) = (r.out_if, r.adj, r.tos);
+    let Some((ip, th)) = v
+        .data_mut()
+        .get_mut(l3..)
+        .and_then(<[u8]>::split_first_chunk_mut::<{ ipv6::HEADER_LEN }>)
+    else {
+        return Outcome::Path;
+    };
+    if th.len() < at + 2 {
+        return Outcome::Path;
+    }
+    // Hop limit above 1 (RFC 4443 3.3: else time exceeded, on the whole path), the
+    // traffic class the record was made with.
+    let mut h = Ipv6Packet::new_unchecked(ip);
+    let hl = h.hop_limit();
+    if hl < 2 || h.traffic_class() != tclass {
+        return Outcome::Path;
+    }
+    h.set_hop_limit(hl - 1);
     offload.stats.forwarded += 1;
     v.meta.out_if = out_if;
     v.meta.adj = adj;

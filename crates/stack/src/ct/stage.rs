@@ -7,9 +7,9 @@
 //! answered with an ICMP error in their buffer) are given back, and a run of packets of
 //! one flow reuses the first one's lookup. A super-packet is tracked once, as the one
 //! segment of its whole length it stands for, and counted in the wire packets it
-//! carries. An established IPv4 packet whose direction a FORWARD rule offloaded is
-//! forwarded from here ([`super::offload`]): it leaves by the `offload` arc, to the
-//! neighbour stage.
+//! carries. An established packet whose direction a FORWARD rule offloaded is forwarded
+//! from here ([`super::offload`]): it leaves by the `offload` arc to the neighbour stage
+//! (IPv4) or by `offload6` to `ip6-neighbour`.
 
 use netbatch_engine::{Cx, Out, PktList, Reason, Stage, Verdict};
 
@@ -34,6 +34,8 @@ netbatch_engine::arcs! {
     pub ACCEPT6 = "accept6";
     /// IPv4 packets forwarded by flow offload, to the neighbour stage.
     pub OFFLOAD = "offload";
+    /// IPv6 packets forwarded by flow offload, to `ip6-neighbour`.
+    pub OFFLOAD6 = "offload6";
 }
 
 /// Slots of the table the collector looks at per packet of a call while free entries
@@ -41,7 +43,7 @@ netbatch_engine::arcs! {
 /// it sweeps by time ([`super::Table::collect_paced`]).
 const GC_PER_PACKET: usize = 2;
 
-/// The confirm stages' arcs: the tracking stages' but `offload`.
+/// The confirm stages' arcs: the tracking stages' but the offload's.
 const CONFIRM_ARCS: &[&str] = &["accept", "accept6"];
 const _: () = assert!(ACCEPT.0 == 0 && ACCEPT6.0 == 1);
 
@@ -115,6 +117,7 @@ pub const IN: Decl = Decl {
         ("accept", To::Via(node::NAT_PREROUTING, "accept")),
         ("accept6", To::Via(node::NAT_PREROUTING, "accept6")),
         ("offload", To::Node(node::NEIGHBOUR)),
+        ("offload6", To::Node(node::IP6_NEIGHBOUR)),
     ],
     reasons: &[reason::ALL],
     decode: Decode::Ip,
@@ -138,6 +141,7 @@ pub const OUT: Decl = Decl {
         ("accept6", To::Via(node::HOOK_OUTPUT, "accept6")),
         // Never taken: what this host sends is not offloaded.
         ("offload", To::Node(node::NEIGHBOUR)),
+        ("offload6", To::Node(node::IP6_NEIGHBOUR)),
     ],
     reasons: &[reason::ALL],
     decode: Decode::Ip,
@@ -259,18 +263,22 @@ impl Stage<Host> for CtStage {
                         };
                         f |= state(s) | if dir == 1 { flag::CT_REPLY } else { 0 };
                         f |= ct.attach(buf, idx);
-                        if offload && s == CtState::Established && !six {
+                        if offload && s == CtState::Established {
                             let tcp = match seen.kind {
                                 Kind::Tcp(seg) => Some(Some(seg.flags)),
                                 Kind::Datagram => Some(None),
                                 _ => None,
                             };
                             v.meta.flags = f;
-                            if let Some(tcp) = tcp
-                                && super::offload::forward(ct, idx, dir, tcp, &mut v)
-                                    == super::offload::Outcome::Forwarded
-                            {
-                                return Verdict::To(OFFLOAD);
+                            if let Some(tcp) = tcp {
+                                use super::offload::{Outcome, forward, forward6};
+                                if six {
+                                    if forward6(ct, idx, dir, tcp, &mut v) == Outcome::Forwarded {
+                                        return Verdict::To(OFFLOAD6);
+                                    }
+                                } else if forward(ct, idx, dir, tcp, &mut v) == Outcome::Forwarded {
+                                    return Verdict::To(OFFLOAD);
+                                }
                             }
                         }
                     }

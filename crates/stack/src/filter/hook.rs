@@ -273,8 +273,8 @@ impl HookStage {
     }
 }
 
-/// A rule with `offload` accepted IPv4 packet `v` in buffer `buf`: its connection's
-/// direction is recorded for the offload ([`crate::ct::offload::record`]).
+/// A rule with `offload` accepted packet `v` (IPv4 or IPv6) in buffer `buf`: its
+/// connection's direction is recorded for the offload ([`crate::ct::offload::record`]).
 #[inline(never)]
 fn offload(st: &mut Host, buf: u32, v: &PktRef<'_>) {
     let Some(idx) = entry_of(st, buf, v.meta.flags) else {
@@ -396,7 +396,6 @@ impl HookStage {
                 }
                 if CT
                     && self.offload
-                    && !six
                     && verdict == Verdict::Accept
                     && rule.is_some_and(|i| self.chain.rules.get(i).is_some_and(|r| r.offload))
                 {

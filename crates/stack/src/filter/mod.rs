@@ -287,9 +287,9 @@ pub struct RuleOf<P> {
     pub ct: Option<CtMatch>,
     /// `ct mark set`, done when the rule matches.
     pub ct_mark_set: Option<MarkSet>,
-    /// Flow offload (nftables' `flow add @ft`, FORWARD only): an established IPv4
-    /// connection's direction this rule accepts is forwarded by `ct-in` from its next
-    /// packet on ([`crate::ct::offload`]).
+    /// Flow offload (nftables' `flow add @ft`, FORWARD only): an established TCP or UDP
+    /// connection's direction (IPv4 or IPv6) this rule accepts is forwarded by `ct-in`
+    /// from its next packet on ([`crate::ct::offload`]).
     pub offload: bool,
     /// What to do on a match.
     pub verdict: Verdict,

@@ -1,0 +1,193 @@
+//! Flow offload on real interfaces, both families: the second witness beside
+//! `tests/flow_offload.rs` (which checks the offloaded frames byte for byte, one at a
+//! time). `netbatch lab up` builds its router namespace; netbatch runs there with the
+//! lab's configuration plus one FORWARD rule in front, `ct_state = "established"`,
+//! `offload = true` (nftables' `ct state established flow add @ft`), and iperf3 sends TCP
+//! from h1 to h2 through it for two seconds over IPv6, then over IPv4. Each transfer
+//! must complete and raise `offload_forwarded` (`show --json counters`): its ACKs and
+//! any segment that arrives unmerged are forwarded by `ct-in` from the record, where
+//! the super-packets of the kernel's TCP segmentation take the whole path (docs/
+//! conntrack.md: never offloaded). The lab is taken down whatever happens.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_netbatch");
+
+/// The lab and the router started in it; taken down when dropped.
+struct Lab {
+    name: String,
+    router: Option<Child>,
+    log: Arc<Mutex<Vec<String>>>,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.router.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new(BIN)
+            .args(["lab", "down", "--name", &self.name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Lab {
+    fn ns(&self, n: &str) -> String {
+        format!("{}-{n}", self.name)
+    }
+
+    /// `cmd` with its arguments in namespace `n`; its status and output.
+    fn exec(&self, n: &str, cmd: &[&str]) -> (bool, String) {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &self.ns(n)])
+            .args(cmd)
+            .output()
+            .expect("ip netns exec runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.success(), text)
+    }
+
+    /// The router's `offload_forwarded`, summed over its workers (0 where a worker has
+    /// not published its tracking counters yet, as just after the start).
+    fn offloaded(&self) -> u64 {
+        let o = Command::new(BIN)
+            .args(["show", "--json", "counters", "--name", &self.name])
+            .output()
+            .expect("netbatch show runs");
+        assert!(
+            o.status.success(),
+            "show counters: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON counters");
+        v["workers"]
+            .as_array()
+            .expect("workers")
+            .iter()
+            .map(|w| w["conntrack"]["offload_forwarded"].as_u64().unwrap_or(0))
+            .sum()
+    }
+
+    /// Two seconds of TCP from h1 to h2's `addr` (`-4` or `-6`), bounded; the bytes h2
+    /// received.
+    fn iperf(&self, family: &str, addr: &str) -> u64 {
+        let (ok, t) = self.exec("h2", &["iperf3", "-s", "-1", "-D"]);
+        assert!(ok, "iperf3 server: {t}");
+        assert!(
+            netbatch_testkit::wait_listening(&self.ns("h2"), "tcp", 5201, Duration::from_secs(10)),
+            "no iperf3 server after 10 s"
+        );
+        let (ok, t) = self.exec(
+            "h1",
+            &[
+                "timeout", "30", "iperf3", family, "-c", addr, "-t", "2", "-J",
+            ],
+        );
+        assert!(ok, "iperf3 {family} to {addr}: {t}");
+        let v: serde_json::Value = serde_json::from_str(&t).expect("iperf3 JSON");
+        v["end"]["sum_received"]["bytes"].as_u64().expect("bytes")
+    }
+}
+
+/// The lab's configuration with the offloading rule first in its FORWARD chain.
+fn with_offload(cfg: &str) -> String {
+    let chain = "[filter.forward]\npolicy = \"accept\"\n";
+    assert!(cfg.contains(chain), "the lab's FORWARD chain:\n{cfg}");
+    cfg.replacen(
+        chain,
+        &format!(
+            "{chain}[[filter.forward.rule]]\nct_state = \"established\"\noffload = true\naction = \"accept\"\n"
+        ),
+        1,
+    )
+}
+
+#[test]
+fn tcp_through_the_lab_is_offloaded_over_both_families() {
+    if !netbatch_testkit::root("the lab is made of network namespaces")
+        || !netbatch_testkit::tools(&[("ip", "iproute2"), ("iperf3", "iperf3"), ("ss", "iproute2")])
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut lab = Lab {
+        name: format!("nbo{}", std::process::id() % 100_000),
+        router: None,
+        log: Arc::default(),
+        dir,
+    };
+    let up = Command::new(BIN)
+        .args(["lab", "up", "--name", &lab.name])
+        .output()
+        .expect("lab up runs");
+    assert!(
+        up.status.success(),
+        "lab up: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let cfg = PathBuf::from(format!("/run/netbatch-lab/{}.toml", lab.name));
+    let text = std::fs::read_to_string(&cfg).expect("the lab's configuration");
+    // Named as the lab: the router's control socket is named after its configuration
+    // file (/run/netbatch/NAME.sock), which `show --name` finds.
+    let path = lab.dir.path().join(format!("{}.toml", lab.name));
+    std::fs::write(&path, with_offload(&text)).expect("writes the configuration");
+
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("r"), BIN, "run"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("netbatch starts");
+    for stream in [
+        Box::new(child.stderr.take().expect("stderr")) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stdout.take().expect("stdout")),
+    ] {
+        let log = lab.log.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stream).lines().map_while(Result::ok) {
+                if let Ok(mut v) = log.lock() {
+                    v.push(l);
+                }
+            }
+        });
+    }
+    lab.router = Some(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = lab.log.lock().map(|l| l.join("\n")).unwrap_or_default();
+        if text.contains("port lan up") && text.contains("port wan up") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "netbatch did not start:\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let before = lab.offloaded();
+    let bytes = lab.iperf("-6", "2001:db8:2::2");
+    let after6 = lab.offloaded();
+    assert!(bytes > 0, "IPv6: nothing received");
+    assert!(
+        after6 > before,
+        "IPv6: no packet offloaded ({before} before, {after6} after)"
+    );
+    let bytes = lab.iperf("-4", "198.51.100.2");
+    let after4 = lab.offloaded();
+    assert!(bytes > 0, "IPv4: nothing received");
+    assert!(
+        after4 > after6,
+        "IPv4: no packet offloaded ({after6} before, {after4} after)"
+    );
+}

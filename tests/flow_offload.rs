@@ -40,10 +40,6 @@ fn spec(offload: bool) -> LabSpec {
         ip: ip("192.0.2.253"),
         mac: GW2,
     });
-    spec.graph.conntrack = Some(ct::Config {
-        max: 64,
-        ..ct::Config::default()
-    });
     let mut fwd = Rule::any(Verdict::Accept);
     fwd.in_if = Some(1);
     fwd.proto = Some(6);
@@ -68,35 +64,20 @@ fn spec(offload: bool) -> LabSpec {
         },
         udp: Default::default(),
     });
-    let mut est = Rule::any(Verdict::Accept);
-    est.ct = Some(CtMatch {
-        state: ct::state_bit::ESTABLISHED,
-        ..CtMatch::default()
-    });
-    est.offload = offload;
-    let mut inside = Rule::any(Verdict::Accept);
-    inside.in_if = Some(0);
     let mut forwarded = Rule::any(Verdict::Accept);
     forwarded.in_if = Some(1);
     forwarded.ct = Some(CtMatch {
         status: ct::status::DST_NAT,
         ..CtMatch::default()
     });
-    spec.graph.chains.push((
-        HookPoint::Forward,
-        Chain {
-            rules: vec![est, inside, forwarded],
-            policy: Verdict::Drop,
-        },
-    ));
+    track_and_filter(&mut spec, offload, vec![forwarded]);
     spec
 }
 
-/// The IPv6 router: [`support::router6`] with connection tracking and the FORWARD
-/// chain `ct state established accept` (with `flow add @ft` when `offload`),
-/// `iifname "eth0" accept`, policy drop.
-fn spec6(offload: bool) -> LabSpec {
-    let mut spec = support::router6(Gro::Off);
+/// Connection tracking (64 entries) and the FORWARD chain `ct state established accept`
+/// (with `flow add @ft` when `offload`), `iifname "eth0" accept`, then `more`, policy
+/// drop.
+fn track_and_filter(spec: &mut LabSpec, offload: bool, more: Vec<Rule>) {
     spec.graph.conntrack = Some(ct::Config {
         max: 64,
         ..ct::Config::default()
@@ -109,13 +90,23 @@ fn spec6(offload: bool) -> LabSpec {
     est.offload = offload;
     let mut inside = Rule::any(Verdict::Accept);
     inside.in_if = Some(0);
+    let mut rules = vec![est, inside];
+    rules.extend(more);
     spec.graph.chains.push((
         HookPoint::Forward,
         Chain {
-            rules: vec![est, inside],
+            rules,
             policy: Verdict::Drop,
         },
     ));
+}
+
+/// The IPv6 router: [`support::router6`] with connection tracking and the FORWARD
+/// chain `ct state established accept` (with `flow add @ft` when `offload`),
+/// `iifname "eth0" accept`, policy drop.
+fn spec6(offload: bool) -> LabSpec {
+    let mut spec = support::router6(Gro::Off);
+    track_and_filter(&mut spec, offload, Vec::new());
     spec
 }
 

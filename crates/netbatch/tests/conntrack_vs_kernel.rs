@@ -20,10 +20,9 @@
 //! Namespaces and veths carry the process id; root and `nft`, `socat`, `python3`, `ping`
 //! are needed (scripts/setup installs them), skipped through the testkit otherwise.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 fn sh(cmd: &str) -> (bool, String) {
     let o = Command::new("sh")
@@ -83,8 +82,7 @@ struct Topo {
     tag: String,
     dir: PathBuf,
     _tmp: tempfile::TempDir,
-    child: Option<Child>,
-    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    router: Option<netbatch_testkit::Logged>,
 }
 
 impl Topo {
@@ -126,8 +124,7 @@ impl Topo {
             tag,
             dir: tmp.path().to_path_buf(),
             _tmp: tmp,
-            child: None,
-            log: Default::default(),
+            router: None,
         };
         t.remove();
         for n in ["h1", "h2", "r"] {
@@ -201,44 +198,14 @@ impl Topo {
         );
         let path = self.dir.join("router.toml");
         std::fs::write(&path, cfg).unwrap();
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns("r"),
-                env!("CARGO_BIN_EXE_netbatch"),
-                "run",
-            ])
+        let mut run = netbatch_testkit::in_netns(&self.ns("r"), env!("CARGO_BIN_EXE_netbatch"));
+        run.arg("run")
             .arg(&path)
             .arg("--stats-json")
-            .arg(self.dir.join("stats.json"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("netbatch starts");
-        for stream in [
-            Box::new(child.stderr.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stdout.take().unwrap()),
-        ] {
-            let log = self.log.clone();
-            std::thread::spawn(move || {
-                for l in BufReader::new(stream).lines().map_while(Result::ok) {
-                    if let Ok(mut v) = log.lock() {
-                        v.push(l);
-                    }
-                }
-            });
-        }
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let text = self.log.lock().map(|l| l.join("\n")).unwrap_or_default();
-            if text.contains("port r1 up") && text.contains("port r2 up") {
-                return;
-            }
-            assert!(Instant::now() < deadline, "netbatch did not start:\n{text}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .arg(self.dir.join("stats.json"));
+        let mut router = netbatch_testkit::Logged::spawn(run);
+        router.wait_for(&["port r1 up", "port r2 up"], Duration::from_secs(10));
+        self.router = Some(router);
     }
 
     /// `netbatch CMD --socket S REST` (the socket option belongs to the command).
@@ -272,10 +239,8 @@ impl Topo {
 
 impl Drop for Topo {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // The router first (killed and reaped), then its namespaces.
+        self.router = None;
         self.remove();
     }
 }

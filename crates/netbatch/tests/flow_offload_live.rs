@@ -9,28 +9,22 @@
 //! the super-packets of the kernel's TCP segmentation take the whole path (docs/
 //! conntrack.md: never offloaded). The lab is taken down whatever happens.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_netbatch");
 
 /// The lab and the router started in it; taken down when dropped.
 struct Lab {
     name: String,
-    router: Option<Child>,
-    log: Arc<Mutex<Vec<String>>>,
+    router: Option<netbatch_testkit::Logged>,
     dir: tempfile::TempDir,
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if let Some(mut c) = self.router.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.router = None;
         let _ = Command::new(BIN)
             .args(["lab", "down", "--name", &self.name])
             .stdout(Stdio::null())
@@ -46,9 +40,9 @@ impl Lab {
 
     /// `cmd` with its arguments in namespace `n`; its status and output.
     fn exec(&self, n: &str, cmd: &[&str]) -> (bool, String) {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &self.ns(n)])
-            .args(cmd)
+        let (program, args) = cmd.split_first().expect("a command");
+        let o = netbatch_testkit::in_netns(&self.ns(n), program)
+            .args(args)
             .output()
             .expect("ip netns exec runs");
         let text = format!(
@@ -125,7 +119,6 @@ fn tcp_through_the_lab_is_offloaded_over_both_families() {
     let mut lab = Lab {
         name: format!("nbo{}", std::process::id() % 100_000),
         router: None,
-        log: Arc::default(),
         dir,
     };
     let up = Command::new(BIN)
@@ -144,36 +137,11 @@ fn tcp_through_the_lab_is_offloaded_over_both_families() {
     let path = lab.dir.path().join(format!("{}.toml", lab.name));
     std::fs::write(&path, with_offload(&text)).expect("writes the configuration");
 
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &lab.ns("r"), BIN, "run"])
-        .arg(&path)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("netbatch starts");
-    for stream in [
-        Box::new(child.stderr.take().expect("stderr")) as Box<dyn std::io::Read + Send>,
-        Box::new(child.stdout.take().expect("stdout")),
-    ] {
-        let log = lab.log.clone();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stream).lines().map_while(Result::ok) {
-                if let Ok(mut v) = log.lock() {
-                    v.push(l);
-                }
-            }
-        });
-    }
-    lab.router = Some(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = lab.log.lock().map(|l| l.join("\n")).unwrap_or_default();
-        if text.contains("port lan up") && text.contains("port wan up") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "netbatch did not start:\n{text}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut run = netbatch_testkit::in_netns(&lab.ns("r"), BIN);
+    run.arg("run").arg(&path);
+    let mut router = netbatch_testkit::Logged::spawn(run);
+    router.wait_for(&["port lan up", "port wan up"], Duration::from_secs(10));
+    lab.router = Some(router);
 
     let before = lab.offloaded();
     let bytes = lab.iperf("-6", "2001:db8:2::2");

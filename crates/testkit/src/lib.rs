@@ -179,9 +179,132 @@ pub fn wait_listening(netns: &str, proto: &str, port: u16, within: std::time::Du
     }
 }
 
+/// `program` run in network namespace `netns` (`ip netns exec`, which replaces itself
+/// with it: killing the child kills the program), its arguments still to add.
+pub fn in_netns(netns: &str, program: &str) -> std::process::Command {
+    let mut c = std::process::Command::new("ip");
+    c.args(["netns", "exec", netns, program]);
+    c
+}
+
+/// A process whose output (stdout and stderr, line by line) is collected while it runs,
+/// to wait for what it says it did (a router's `port NAME up`) and to show it all when
+/// a test fails; killed and reaped when dropped, also on a panic.
+pub struct Logged {
+    child: std::process::Child,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The threads reading its outputs (each ends when its pipe closes).
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Logged {
+    /// Starts `cmd` with both outputs piped into the log.
+    ///
+    /// # Panics
+    /// When the process cannot be started.
+    pub fn spawn(mut cmd: std::process::Command) -> Self {
+        use std::io::BufRead;
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{cmd:?} does not start: {e}"));
+        let log = std::sync::Arc::<std::sync::Mutex<Vec<String>>>::default();
+        let streams: [Option<Box<dyn std::io::Read + Send>>; 2] = [
+            child.stderr.take().map(|s| Box::new(s) as _),
+            child.stdout.take().map(|s| Box::new(s) as _),
+        ];
+        let mut readers = Vec::new();
+        for stream in streams.into_iter().flatten() {
+            let log = log.clone();
+            readers.push(std::thread::spawn(move || {
+                for l in std::io::BufReader::new(stream)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    if let Ok(mut v) = log.lock() {
+                        v.push(l);
+                    }
+                }
+            }));
+        }
+        Self {
+            child,
+            log,
+            readers,
+        }
+    }
+
+    /// Everything it printed so far, one line each.
+    pub fn text(&self) -> String {
+        self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// Waits (at most `within`) until it has printed each of `lines` somewhere.
+    ///
+    /// # Panics
+    /// When it has not by then, or has exited, with what it printed.
+    pub fn wait_for(&mut self, lines: &[&str], within: std::time::Duration) {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let text = self.text();
+            if lines.iter().all(|l| text.contains(l)) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // What it printed last may still be in a pipe: read to the end first
+                // (bounded: a process it left behind may hold the pipe open).
+                let drained = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                while !self
+                    .readers
+                    .iter()
+                    .all(std::thread::JoinHandle::is_finished)
+                    && std::time::Instant::now() < drained
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                let text = self.text();
+                if lines.iter().all(|l| text.contains(l)) {
+                    return;
+                }
+                panic!("exited ({status}) before printing {lines:?}:\n{text}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not printed within {within:?}: {lines:?}:\n{text}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a process prints on either output is collected, and waited for.
+    #[test]
+    fn a_logged_process_output_is_collected_and_waited_for() {
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", "echo one; echo two >&2; exec sleep 10"]);
+        let mut p = Logged::spawn(c);
+        p.wait_for(&["one", "two"], std::time::Duration::from_secs(10));
+        let exited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", "echo bye"]);
+            Logged::spawn(c).wait_for(&["never"], std::time::Duration::from_secs(10));
+        }));
+        let msg = exited.expect_err("an exited process fails the wait");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("exited") && msg.contains("bye"), "{msg}");
+    }
 
     #[test]
     fn the_effective_uid_is_read() {

@@ -296,25 +296,10 @@ pub fn forward(
     let Some(r) = holding(offload, table, idx, dir, v.meta, false) else {
         return Outcome::Path;
     };
-    let m = &*v.meta;
     let Some(at) = l4_checksum_at(r, tcp) else {
         return Outcome::Path;
     };
-    // The IPv4 header (without options: the L4 header right after it) and the L4
-    // header through its checksum.
-    let l3 = usize::from(m.l3.wrapping_sub(m.data));
-    if m.l4.wrapping_sub(m.l3) != 20 {
-        return Outcome::Path;
-    }
-    let (out_if, adj) = (r.out_if, r.adj);
-    let Some((ip, th)) = v
-        .data_mut()
-        .get_mut(l3..)
-        .and_then(<[u8]>::split_first_chunk_mut::<20>)
-    else {
-        return Outcome::Path;
-    };
-    let Some(th) = th.get_mut(..at + 2) else {
+    let Some((ip, th)) = fixed_and_l4::<20>(v, at) else {
         return Outcome::Path;
     };
     // No options, TTL above 1 (RFC 1812 5.3.1: else time exceeded, on the whole
@@ -326,7 +311,31 @@ pub fn forward(
     }
     rewrite(ip, ttl - 1, th, at, r);
     nat.translated += u64::from(r.nat);
-    offload.stats.forwarded += 1;
+    hand_on(v, (r.out_if, r.adj), &mut offload.stats)
+}
+
+/// The fixed IP header (`N` bytes) of packet `v` and its L4 header through the checksum
+/// at `at`, when the L4 header follows the fixed one directly (no IPv4 options, no IPv6
+/// extension header) and the packet holds both.
+#[inline(always)]
+fn fixed_and_l4<'a, const N: usize>(
+    v: &'a mut PktMut<'_>,
+    at: usize,
+) -> Option<(&'a mut [u8; N], &'a mut [u8])> {
+    let m = &*v.meta;
+    if usize::from(m.l4.wrapping_sub(m.l3)) != N {
+        return None;
+    }
+    let l3 = usize::from(m.l3.wrapping_sub(m.data));
+    let (ip, th) = v.data_mut().get_mut(l3..)?.split_first_chunk_mut::<N>()?;
+    Some((ip, th.get_mut(..at + 2)?))
+}
+
+/// Sends packet `v`, rewritten, where its record says: `(output interface, adjacency)`,
+/// on to the neighbour stage; counted.
+#[inline(always)]
+fn hand_on(v: &mut PktMut<'_>, (out_if, adj): (u16, u32), stats: &mut OffloadStats) -> Outcome {
+    stats.forwarded += 1;
     v.meta.out_if = out_if;
     v.meta.adj = adj;
     v.meta.flags |= flag::FORWARDED;
@@ -384,39 +393,22 @@ pub fn forward6(
     let Some(r) = holding(offload, table, idx, dir, v.meta, true) else {
         return Outcome::Path;
     };
-    let m = &*v.meta;
-    let l3 = usize::from(m.l3.wrapping_sub(m.data));
     // No extension header: the L4 header, through its checksum, right after.
     let Some(at) = l4_checksum_at(r, tcp) else {
         return Outcome::Path;
     };
-    if usize::from(m.l4.wrapping_sub(m.l3)) != ipv6::HEADER_LEN {
-        return Outcome::Path;
-    }
-    let (out_if, adj, tclass) = (r.out_if, r.adj, r.tos);
-    let Some((ip, th)) = v
-        .data_mut()
-        .get_mut(l3..)
-        .and_then(<[u8]>::split_first_chunk_mut::<{ ipv6::HEADER_LEN }>)
-    else {
+    let Some((ip, _)) = fixed_and_l4::<{ ipv6::HEADER_LEN }>(v, at) else {
         return Outcome::Path;
     };
-    if th.len() < at + 2 {
-        return Outcome::Path;
-    }
     // Hop limit above 1 (RFC 4443 3.3: else time exceeded, on the whole path), the
     // traffic class the record was made with.
     let mut h = Ipv6Packet::new_unchecked(ip);
     let hl = h.hop_limit();
-    if hl < 2 || h.traffic_class() != tclass {
+    if hl < 2 || h.traffic_class() != r.tos {
         return Outcome::Path;
     }
     h.set_hop_limit(hl - 1);
-    offload.stats.forwarded += 1;
-    v.meta.out_if = out_if;
-    v.meta.adj = adj;
-    v.meta.flags |= flag::FORWARDED;
-    Outcome::Forwarded
+    hand_on(v, (r.out_if, r.adj), &mut offload.stats)
 }
 
 /// Checksum `hc` after a change whose folded `~m + m'` is `d` (RFC 1624 eqn. 3).

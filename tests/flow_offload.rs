@@ -450,3 +450,102 @@ fn a_route_change_ends_the_records() {
         lab.stop_and_check_pool();
     }
 }
+
+/// IPv6 super-packets are offloaded whole: GRO (standard and fraglist) merges a burst of
+/// one connection's TCP segments or UDP datagrams from inside, the offloading router
+/// forwards the super-packet from `ct-in` (its hop limit, which GSO gives every segment
+/// from the head), and both routers send the same frames; the offload counts the wire
+/// packets the super-packet carried.
+#[test]
+fn ipv6_super_packets_are_offloaded_whole() {
+    let tcp = |from_outside: bool, flags: &str, (seq, ack): (u32, u32), data: &[u8]| {
+        let (s, d) = ((PEER6, 40000), (FAR6, 443));
+        let (macs, s, d) = if from_outside {
+            ((GW_MAC, US2), d, s)
+        } else {
+            ((PEER, US), s, d)
+        };
+        support::frames::tcp_flags(macs, s, d, flags, seq, ack, data)
+    };
+    let burst = 4u32;
+    let tcp_burst: Vec<_> = (0..burst)
+        .map(|i| tcp(false, "A", (1001 + 100 * i, 5001), &[i as u8; 100]))
+        .collect();
+    let udp_burst: Vec<_> = (0..burst)
+        .map(|i| udp6(false, 40000, 53, 64, &[i as u8; 100]))
+        .collect();
+    let cases = [
+        (
+            "tcp",
+            vec![
+                (0, tcp(false, "S", (1000, 0), b"")),
+                (1, tcp(true, "SA", (5000, 1001), b"")),
+                (0, tcp(false, "A", (1001, 5001), b"")),
+            ],
+            tcp_burst,
+        ),
+        (
+            "udp",
+            vec![
+                (0, udp6(false, 40000, 53, 64, b"q1")),
+                (1, udp6(true, 53, 40000, 64, b"a1")),
+                (0, udp6(false, 40000, 53, 64, b"q2")),
+            ],
+            udp_burst,
+        ),
+    ];
+    for gro in [Gro::Standard, Gro::Fraglist] {
+        let spec = |offload| {
+            let mut s = support::router6(gro);
+            track_and_filter(&mut s, offload, Vec::new());
+            s
+        };
+        for (what, warm, burst_frames) in &cases {
+            for (mode, dispatch) in VARIANTS {
+                let v = format!("{gro:?} {what} {mode:?}/{dispatch:?}");
+                let mut whole = Lab::new(&spec(false), mode, dispatch);
+                let mut fast = Lab::new(&spec(true), mode, dispatch);
+                for lab in [&mut whole, &mut fast] {
+                    // The connection's directions recorded, one frame at a time.
+                    for (port, f) in warm {
+                        lab.feed(*port, [f.clone()]);
+                        lab.run();
+                    }
+                }
+                let (a, b) = (sent(&mut whole), sent(&mut fast));
+                assert_eq!(a, b, "{v}: the exchange before");
+                let offloaded = |lab: &Lab| lab.w.host.ct.as_ref().unwrap().offload.stats.forwarded;
+                let merged = |lab: &Lab| {
+                    let snap = lab.w.snapshot();
+                    let g = snap.iter().find(|s| s.name == "gro").expect("a gro stage");
+                    g.events
+                        .iter()
+                        .find(|(n, _)| *n == "merged")
+                        .map_or(0, |e| e.1)
+                };
+                let (before, merged_before) = (offloaded(&fast), merged(&fast));
+                for lab in [&mut whole, &mut fast] {
+                    lab.feed(0, burst_frames.iter().cloned());
+                    lab.run();
+                }
+                let (a, b) = (sent(&mut whole), sent(&mut fast));
+                assert_eq!(a, b, "{v}: the offload sends what the whole path sends");
+                assert_eq!(a[1].len(), burst as usize, "{v}: every segment out");
+                assert_eq!(
+                    merged(&fast) - merged_before,
+                    u64::from(burst - 1),
+                    "{v}: one super-packet"
+                );
+                assert_eq!(
+                    offloaded(&fast) - before,
+                    u64::from(burst),
+                    "{v}: offloaded whole, counted in wire packets"
+                );
+                for lab in [whole, fast] {
+                    lab.assert_conserved();
+                    lab.stop_and_check_pool();
+                }
+            }
+        }
+    }
+}

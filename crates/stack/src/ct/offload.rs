@@ -31,9 +31,11 @@
 //! - the packet is one the whole path would forward changed only by NAT and TTL:
 //!   of the record's family, IPv4 without options or IPv6 without extension headers
 //!   (the L4 header right after the fixed one), TTL or hop limit above 1 (else time
-//!   exceeded), received for our MAC, not a super-packet nor a reassembled datagram, its
-//!   L4 checksum not left to the device, a TCP segment without SYN, FIN or RST (Linux's
-//!   flowtable hands those back too), long enough for the headers it rewrites;
+//!   exceeded), received for our MAC, not a reassembled datagram, a TCP segment without
+//!   SYN, FIN or RST (Linux's flowtable hands those back too), long enough for the
+//!   headers it rewrites; IPv4 also not a super-packet, its L4 checksum not left to the
+//!   device (IPv6 super-packets go, their hop limit reaching every segment by GSO as on
+//!   the whole path: [`fits`]);
 //! - it does not leave by the interface it came in on (a redirect may be due).
 
 use std::sync::Arc;
@@ -153,10 +155,16 @@ impl Offload {
     }
 }
 
-/// Whether packet metadata `m` is a single frame for our MAC (no super-packet, no chain,
-/// no checksum left to the device).
+/// Whether the offload may take packet `m` of family `six`: received for our MAC, not a
+/// reassembled datagram; IPv4, whose rewrite changes its checksums, also a single frame
+/// (no super-packet, no chain) whose L4 checksum is not left to the device. An IPv6
+/// packet only loses a hop, which no checksum covers and which GSO gives every segment
+/// of a super-packet or chain from its head ([`crate::gso`]), as on the whole path.
 #[inline(always)]
-fn single_for_us(m: &netbatch_engine::Meta) -> bool {
+fn fits(m: &netbatch_engine::Meta, six: bool) -> bool {
+    if six {
+        return m.flags & (flag::L2_HOST | flag::DEFRAG_CHAIN) == flag::L2_HOST;
+    }
     let no = flag::DEFRAG_CHAIN | flag::GRO_CHAIN | flag::L4_CSUM_PARTIAL;
     m.flags & (flag::L2_HOST | no) == flag::L2_HOST && m.gso_type == gso::NONE && m.chain.is_none()
 }
@@ -197,13 +205,13 @@ fn rewrite_of(r: &mut Record, t_in: &Tuple, t_other: &Tuple) {
 /// attached to entry `idx` in `ct`), where the FORWARD hook saw it go and how it is
 /// rewritten: called when a rule with `offload` accepted it.
 pub fn record(ct: &mut ConnTrack, idx: u32, m: &netbatch_engine::Meta, d: &[u8]) {
+    let six = m.l3_type == L3::Ipv6 as u8;
     if super::state_of(m.flags) != super::state_bit::ESTABLISHED
-        || !single_for_us(m)
+        || !fits(m, six)
         || m.in_if == m.out_if
     {
         return;
     }
-    let six = m.l3_type == L3::Ipv6 as u8;
     let l3 = usize::from(m.l3.wrapping_sub(m.data));
     // The fixed header, with the L4 header right after it (no IPv4 options, no IPv6
     // extension header), and the TOS or traffic class routing saw.
@@ -332,10 +340,10 @@ fn fixed_and_l4<'a, const N: usize>(
 }
 
 /// Sends packet `v`, rewritten, where its record says: `(output interface, adjacency)`,
-/// on to the neighbour stage; counted.
+/// on to the neighbour stage; counted in the wire packets it carries.
 #[inline(always)]
 fn hand_on(v: &mut PktMut<'_>, (out_if, adj): (u16, u32), stats: &mut OffloadStats) -> Outcome {
-    stats.forwarded += 1;
+    stats.forwarded += v.meta.wire_packets();
     v.meta.out_if = out_if;
     v.meta.adj = adj;
     v.meta.flags |= flag::FORWARDED;
@@ -344,7 +352,7 @@ fn hand_on(v: &mut PktMut<'_>, (out_if, adj): (u16, u32), stats: &mut OffloadSta
 
 /// The record of direction `dir` of entry `idx` if it holds for a packet of the family
 /// (`six`) with metadata `m`: of this epoch and this entry generation, made for the
-/// interface and mark the packet came with, the packet a single frame for us.
+/// interface and mark the packet came with, the packet one it may take ([`fits`]).
 #[inline(always)]
 fn holding<'a>(
     offload: &'a Offload,
@@ -359,7 +367,7 @@ fn holding<'a>(
         && r.six == six
         && r.in_if == m.in_if
         && r.mark == m.mark
-        && single_for_us(m)
+        && fits(m, six)
         && table.get(idx).is_some_and(|e| e.generation == r.generation);
     holds.then_some(r)
 }

@@ -29,7 +29,12 @@ const OUTSIDE: &str = "192.0.2.1";
 const FAR: &str = "203.0.113.7";
 
 fn spec(offload: bool) -> LabSpec {
-    let mut spec = support::router(Gro::Off);
+    spec_with(Gro::Off, offload)
+}
+
+/// [`spec`] with `gro` on the inside port.
+fn spec_with(gro: Gro, offload: bool) -> LabSpec {
+    let mut spec = support::router(gro);
     spec.neighbours.push(StaticNeighbour {
         iface: 0,
         ip: ip(INSIDE),
@@ -451,99 +456,161 @@ fn a_route_change_ends_the_records() {
     }
 }
 
-/// IPv6 super-packets are offloaded whole: GRO (standard and fraglist) merges a burst of
-/// one connection's TCP segments or UDP datagrams from inside, the offloading router
-/// forwards the super-packet from `ct-in` (its hop limit, which GSO gives every segment
-/// from the head), and both routers send the same frames; the offload counts the wire
-/// packets the super-packet carried.
-#[test]
-fn ipv6_super_packets_are_offloaded_whole() {
-    let tcp = |from_outside: bool, flags: &str, (seq, ack): (u32, u32), data: &[u8]| {
-        let (s, d) = ((PEER6, 40000), (FAR6, 443));
-        let (macs, s, d) = if from_outside {
-            ((GW_MAC, US2), d, s)
+/// A connection's frames for [`super_packets_that_only_lose_a_hop_are_offloaded_whole`]:
+/// from `inside` to `far` (a `(MAC, address)` pair of each side's sender and our port),
+/// TCP with `flags`, or UDP when `flags` is empty.
+struct Ends {
+    inside: (MacAddr, MacAddr, &'static str),
+    far: (MacAddr, MacAddr, &'static str),
+    /// The address the far side answers (the inside one, or NAT's outside one).
+    answer_to: &'static str,
+}
+
+impl Ends {
+    fn tcp(&self, out: bool, flags: &str, (seq, ack): (u32, u32), data: &[u8]) -> Vec<u8> {
+        let (s, d) = ((self.inside.2, 40000), (self.far.2, 443));
+        let (macs, s, d) = if out {
+            ((self.inside.0, self.inside.1), s, d)
         } else {
-            ((PEER, US), s, d)
+            ((self.far.0, self.far.1), d, (self.answer_to, 40000))
         };
         support::frames::tcp_flags(macs, s, d, flags, seq, ack, data)
-    };
-    let burst = 4u32;
-    let tcp_burst: Vec<_> = (0..burst)
-        .map(|i| tcp(false, "A", (1001 + 100 * i, 5001), &[i as u8; 100]))
-        .collect();
-    let udp_burst: Vec<_> = (0..burst)
-        .map(|i| udp6(false, 40000, 53, 64, &[i as u8; 100]))
-        .collect();
-    let cases = [
-        (
-            "tcp",
-            vec![
-                (0, tcp(false, "S", (1000, 0), b"")),
-                (1, tcp(true, "SA", (5000, 1001), b"")),
-                (0, tcp(false, "A", (1001, 5001), b"")),
-            ],
-            tcp_burst,
-        ),
-        (
-            "udp",
-            vec![
-                (0, udp6(false, 40000, 53, 64, b"q1")),
-                (1, udp6(true, 53, 40000, 64, b"a1")),
-                (0, udp6(false, 40000, 53, 64, b"q2")),
-            ],
-            udp_burst,
-        ),
-    ];
-    for gro in [Gro::Standard, Gro::Fraglist] {
-        let spec = |offload| {
-            let mut s = support::router6(gro);
-            track_and_filter(&mut s, offload, Vec::new());
-            s
+    }
+
+    fn udp(&self, out: bool, data: &[u8]) -> Vec<u8> {
+        let six = self.inside.2.contains(':');
+        let ((sm, dm, src), dst, (sp, dp)) = if out {
+            (self.inside, self.far.2, (40000, 53))
+        } else {
+            (self.far, self.answer_to, (53, 40000))
         };
-        for (what, warm, burst_frames) in &cases {
-            for (mode, dispatch) in VARIANTS {
-                let v = format!("{gro:?} {what} {mode:?}/{dispatch:?}");
-                let mut whole = Lab::new(&spec(false), mode, dispatch);
-                let mut fast = Lab::new(&spec(true), mode, dispatch);
-                for lab in [&mut whole, &mut fast] {
-                    // The connection's directions recorded, one frame at a time.
-                    for (port, f) in warm {
-                        lab.feed(*port, [f.clone()]);
+        if six {
+            support::frames::udp6(sm, dm, src, dst, sp, dp, 64, data)
+        } else {
+            support::frames::udp(sm, dm, src, dst, sp, dp, 64, data)
+        }
+    }
+}
+
+/// Super-packets of connections whose packets only lose a hop (IPv6; IPv4 untranslated)
+/// are offloaded whole: GRO (standard and fraglist) merges a burst of one connection's
+/// TCP segments or UDP datagrams from inside, the offloading router forwards the
+/// super-packet from `ct-in` (its TTL or hop limit, which GSO gives every segment from
+/// the head), and both routers send the same frames; the offload counts the wire
+/// packets the super-packet carried. A masqueraded connection's super-packets take the
+/// whole path (NAT's rewrite of a partial or merged checksum is the NAT stages').
+#[test]
+fn super_packets_that_only_lose_a_hop_are_offloaded_whole() {
+    let burst = 4u32;
+    let six = Ends {
+        inside: (PEER, US, PEER6),
+        far: (GW_MAC, US2, FAR6),
+        answer_to: PEER6,
+    };
+    let four = Ends {
+        inside: (PEER, US, INSIDE),
+        far: (GW, US2, FAR),
+        answer_to: INSIDE,
+    };
+    let masqueraded = Ends {
+        answer_to: OUTSIDE,
+        ..four
+    };
+    let plain6 = |gro, offload| {
+        let mut s = support::router6(gro);
+        track_and_filter(&mut s, offload, Vec::new());
+        s
+    };
+    let plain4 = |gro, offload| {
+        let mut s = support::router(gro);
+        s.neighbours.push(StaticNeighbour {
+            iface: 0,
+            ip: ip(INSIDE),
+            mac: PEER,
+        });
+        track_and_filter(&mut s, offload, Vec::new());
+        s
+    };
+    let nat4 = spec_with;
+    type Spec<'a> = &'a dyn Fn(Gro, bool) -> LabSpec;
+    let families: [(&str, Spec<'_>, &Ends, bool); 3] = [
+        ("IPv6", &plain6, &six, true),
+        ("IPv4", &plain4, &four, true),
+        ("IPv4 masqueraded", &nat4, &masqueraded, false),
+    ];
+    for (family, spec, ends, whole) in families {
+        let cases = [
+            (
+                "tcp",
+                vec![
+                    (0, ends.tcp(true, "S", (1000, 0), b"")),
+                    (1, ends.tcp(false, "SA", (5000, 1001), b"")),
+                    (0, ends.tcp(true, "A", (1001, 5001), b"")),
+                ],
+                (0..burst)
+                    .map(|i| ends.tcp(true, "A", (1001 + 100 * i, 5001), &[i as u8; 100]))
+                    .collect::<Vec<_>>(),
+            ),
+            (
+                "udp",
+                vec![
+                    (0, ends.udp(true, b"q1")),
+                    (1, ends.udp(false, b"a1")),
+                    (0, ends.udp(true, b"q2")),
+                ],
+                (0..burst)
+                    .map(|i| ends.udp(true, &[i as u8; 100]))
+                    .collect(),
+            ),
+        ];
+        for gro in [Gro::Standard, Gro::Fraglist] {
+            for (what, warm, burst_frames) in &cases {
+                for (mode, dispatch) in VARIANTS {
+                    let v = format!("{family} {gro:?} {what} {mode:?}/{dispatch:?}");
+                    let mut slow = Lab::new(&spec(gro, false), mode, dispatch);
+                    let mut fast = Lab::new(&spec(gro, true), mode, dispatch);
+                    for lab in [&mut slow, &mut fast] {
+                        // The connection's directions recorded, one frame at a time.
+                        for (port, f) in warm {
+                            lab.feed(*port, [f.clone()]);
+                            lab.run();
+                        }
+                    }
+                    let (a, b) = (sent(&mut slow), sent(&mut fast));
+                    assert_eq!(a, b, "{v}: the exchange before");
+                    assert_eq!(a.iter().map(Vec::len).sum::<usize>(), 3, "{v}: forwarded");
+                    let offloaded =
+                        |lab: &Lab| lab.w.host.ct.as_ref().unwrap().offload.stats.forwarded;
+                    let merged = |lab: &Lab| {
+                        let snap = lab.w.snapshot();
+                        let g = snap.iter().find(|s| s.name == "gro").expect("a gro stage");
+                        g.events
+                            .iter()
+                            .find(|(n, _)| *n == "merged")
+                            .map_or(0, |e| e.1)
+                    };
+                    let (before, merged_before) = (offloaded(&fast), merged(&fast));
+                    for lab in [&mut slow, &mut fast] {
+                        lab.feed(0, burst_frames.iter().cloned());
                         lab.run();
                     }
-                }
-                let (a, b) = (sent(&mut whole), sent(&mut fast));
-                assert_eq!(a, b, "{v}: the exchange before");
-                let offloaded = |lab: &Lab| lab.w.host.ct.as_ref().unwrap().offload.stats.forwarded;
-                let merged = |lab: &Lab| {
-                    let snap = lab.w.snapshot();
-                    let g = snap.iter().find(|s| s.name == "gro").expect("a gro stage");
-                    g.events
-                        .iter()
-                        .find(|(n, _)| *n == "merged")
-                        .map_or(0, |e| e.1)
-                };
-                let (before, merged_before) = (offloaded(&fast), merged(&fast));
-                for lab in [&mut whole, &mut fast] {
-                    lab.feed(0, burst_frames.iter().cloned());
-                    lab.run();
-                }
-                let (a, b) = (sent(&mut whole), sent(&mut fast));
-                assert_eq!(a, b, "{v}: the offload sends what the whole path sends");
-                assert_eq!(a[1].len(), burst as usize, "{v}: every segment out");
-                assert_eq!(
-                    merged(&fast) - merged_before,
-                    u64::from(burst - 1),
-                    "{v}: one super-packet"
-                );
-                assert_eq!(
-                    offloaded(&fast) - before,
-                    u64::from(burst),
-                    "{v}: offloaded whole, counted in wire packets"
-                );
-                for lab in [whole, fast] {
-                    lab.assert_conserved();
-                    lab.stop_and_check_pool();
+                    let (a, b) = (sent(&mut slow), sent(&mut fast));
+                    assert_eq!(a, b, "{v}: the offload sends what the whole path sends");
+                    assert_eq!(a[1].len(), burst as usize, "{v}: every segment out");
+                    assert_eq!(
+                        merged(&fast) - merged_before,
+                        u64::from(burst - 1),
+                        "{v}: one super-packet"
+                    );
+                    assert_eq!(
+                        offloaded(&fast) - before,
+                        if whole { u64::from(burst) } else { 0 },
+                        "{v}: offloaded whole (counted in wire packets), or not at all"
+                    );
+                    for lab in [slow, fast] {
+                        lab.assert_conserved();
+                        lab.stop_and_check_pool();
+                    }
                 }
             }
         }

@@ -33,9 +33,10 @@
 //!   (the L4 header right after the fixed one), TTL or hop limit above 1 (else time
 //!   exceeded), received for our MAC, not a reassembled datagram, a TCP segment without
 //!   SYN, FIN or RST (Linux's flowtable hands those back too), long enough for the
-//!   headers it rewrites; IPv4 also not a super-packet, its L4 checksum not left to the
-//!   device (IPv6 super-packets go, their hop limit reaching every segment by GSO as on
-//!   the whole path: [`fits`]);
+//!   headers it rewrites; when translated, also not a super-packet, its L4 checksum not
+//!   left to the device (what only loses a hop, IPv6 or untranslated IPv4, goes as it
+//!   is, super-packets included: GSO gives every segment the head's TTL or hop limit,
+//!   as on the whole path: [`fits`]);
 //! - it does not leave by the interface it came in on (a redirect may be due).
 
 use std::sync::Arc;
@@ -155,14 +156,16 @@ impl Offload {
     }
 }
 
-/// Whether the offload may take packet `m` of family `six`: received for our MAC, not a
-/// reassembled datagram; IPv4, whose rewrite changes its checksums, also a single frame
-/// (no super-packet, no chain) whose L4 checksum is not left to the device. An IPv6
-/// packet only loses a hop, which no checksum covers and which GSO gives every segment
-/// of a super-packet or chain from its head ([`crate::gso`]), as on the whole path.
+/// Whether the offload may take packet `m`: received for our MAC, not a reassembled
+/// datagram; when it is translated (`!hop_only`: NAT rewrites its addresses or ports and
+/// their checksums), also a single frame (no super-packet, no chain) whose L4 checksum is
+/// not left to the device. A packet that only loses a hop (IPv6, or IPv4 without NAT,
+/// whose header checksum is always whole) goes as it is: the change touches no L4
+/// checksum, and GSO gives every segment of a super-packet or chain the head's TTL or
+/// hop limit ([`crate::gso`]), as on the whole path.
 #[inline(always)]
-fn fits(m: &netbatch_engine::Meta, six: bool) -> bool {
-    if six {
+fn fits(m: &netbatch_engine::Meta, hop_only: bool) -> bool {
+    if hop_only {
         return m.flags & (flag::L2_HOST | flag::DEFRAG_CHAIN) == flag::L2_HOST;
     }
     let no = flag::DEFRAG_CHAIN | flag::GRO_CHAIN | flag::L4_CSUM_PARTIAL;
@@ -206,10 +209,7 @@ fn rewrite_of(r: &mut Record, t_in: &Tuple, t_other: &Tuple) {
 /// rewritten: called when a rule with `offload` accepted it.
 pub fn record(ct: &mut ConnTrack, idx: u32, m: &netbatch_engine::Meta, d: &[u8]) {
     let six = m.l3_type == L3::Ipv6 as u8;
-    if super::state_of(m.flags) != super::state_bit::ESTABLISHED
-        || !fits(m, six)
-        || m.in_if == m.out_if
-    {
+    if super::state_of(m.flags) != super::state_bit::ESTABLISHED || m.in_if == m.out_if {
         return;
     }
     let l3 = usize::from(m.l3.wrapping_sub(m.data));
@@ -234,6 +234,11 @@ pub fn record(ct: &mut ConnTrack, idx: u32, m: &netbatch_engine::Meta, d: &[u8])
         }
     };
     let Some(e) = ct.table.get(idx) else { return };
+    let nat = (e.status & super::status::SRC_NAT != 0) as u8
+        + (e.status & super::status::DST_NAT != 0) as u8;
+    if !fits(m, six || nat == 0) {
+        return;
+    }
     let udp = match L4::of(e.tuple[0].proto) {
         L4::Udp => true,
         L4::Tcp => false,
@@ -253,8 +258,7 @@ pub fn record(ct: &mut ConnTrack, idx: u32, m: &netbatch_engine::Meta, d: &[u8])
         tos,
         udp,
         six,
-        nat: (e.status & super::status::SRC_NAT != 0) as u8
-            + (e.status & super::status::DST_NAT != 0) as u8,
+        nat,
         ..Record::default()
     };
     if !six {
@@ -367,7 +371,7 @@ fn holding<'a>(
         && r.six == six
         && r.in_if == m.in_if
         && r.mark == m.mark
-        && fits(m, six)
+        && fits(m, six || r.nat == 0)
         && table.get(idx).is_some_and(|e| e.generation == r.generation);
     holds.then_some(r)
 }
@@ -428,13 +432,18 @@ fn apply(hc: u16, d: u16) -> u16 {
 }
 
 /// Rewrites IPv4 header `ip` (20 bytes: TTL to `ttl`, one less than it was) and its
-/// TCP/UDP header `th` (through its checksum at `at`) by record `r`.
+/// TCP/UDP header `th` (through its checksum at `at`) by record `r`. Untranslated, only
+/// the TTL and the header checksum change, as on the whole path: the L4 header is left
+/// as it came (its checksum may be a partial one the device completes).
 #[inline(always)]
 fn rewrite(ip: &mut [u8; 20], ttl: u8, th: &mut [u8], at: usize, r: &Record) {
     let mut h = Ipv4Packet::new_unchecked(&mut *ip);
     h.set_ttl(ttl);
     let hc = apply(h.checksum(), r.ip_delta);
     h.set_checksum(hc);
+    if r.nat == 0 {
+        return;
+    }
     if let Some(a) = ip.last_chunk_mut::<8>() {
         *a = (u64::from(r.addrs[0]) << 32 | u64::from(r.addrs[1])).to_be_bytes();
     }

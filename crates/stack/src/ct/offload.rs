@@ -36,7 +36,7 @@
 //!   headers it rewrites; when translated, also not a super-packet, its L4 checksum not
 //!   left to the device (what only loses a hop, IPv6 or untranslated IPv4, goes as it
 //!   is, super-packets included: GSO gives every segment the head's TTL or hop limit,
-//!   as on the whole path: [`fits`]);
+//!   as on the whole path);
 //! - it does not leave by the interface it came in on (a redirect may be due).
 
 use std::sync::Arc;

@@ -165,11 +165,12 @@ impl Offload {
 /// hop limit ([`crate::gso`]), as on the whole path.
 #[inline(always)]
 fn fits(m: &netbatch_engine::Meta, hop_only: bool) -> bool {
-    if hop_only {
-        return m.flags & (flag::L2_HOST | flag::DEFRAG_CHAIN) == flag::L2_HOST;
-    }
+    // The single frame first: the common case, and all a translated packet may be.
     let no = flag::DEFRAG_CHAIN | flag::GRO_CHAIN | flag::L4_CSUM_PARTIAL;
-    m.flags & (flag::L2_HOST | no) == flag::L2_HOST && m.gso_type == gso::NONE && m.chain.is_none()
+    let single = m.flags & (flag::L2_HOST | no) == flag::L2_HOST
+        && m.gso_type == gso::NONE
+        && m.chain.is_none();
+    single || hop_only && m.flags & (flag::L2_HOST | flag::DEFRAG_CHAIN) == flag::L2_HOST
 }
 
 /// `~old + new` over the two 16-bit halves of a 32-bit field (RFC 1624 eqn. 3, unfolded).

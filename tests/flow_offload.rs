@@ -12,14 +12,14 @@
 
 use std::sync::Arc;
 
-use netbatch_runtime::setup::StaticNeighbour;
+use netbatch_runtime::setup::{StaticNeighbour, StaticNeighbour6};
 use netbatch_scenarios::{
     self as support, GW_MAC, Gro, Lab, LabSpec, PEER, PEER6, US, US2, VARIANTS, ip,
 };
 use netbatch_stack::ct;
 use netbatch_stack::filter::{Chain, CtMatch, HookPoint, PortRange, Rule, Verdict};
 use netbatch_stack::nat::{self, Action, NatChain, NatRule};
-use netbatch_stack::route::{Route, RouteKind};
+use netbatch_stack::route::{Route, Route6, RouteKind};
 use netbatch_wire::ethernet::MacAddr;
 
 const GW: MacAddr = MacAddr([2, 0, 0, 0, 2, 2]);
@@ -449,6 +449,61 @@ fn a_route_change_ends_the_records() {
         assert_eq!(offloaded(&lab).forwarded, 1, "{v}: on the whole path");
         assert_eq!(offloaded(&lab).epochs, epochs + 1, "{v}: a new epoch");
         let f = go(&mut lab, 0, udp(false, 40000, 53, 64, b"q5"));
+        assert_eq!(f[..6], GW2.0, "{v}: offloaded by the new route");
+        assert_eq!(offloaded(&lab).forwarded, 2, "{v}");
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}
+
+/// [`a_route_change_ends_the_records`] for IPv6: a new IPv6 route table (the far network
+/// now on eth1's link, its host's MAC configured) ends the records too (a record's
+/// adjacency indexes the table it was chosen in): the next packet leaves by the new
+/// route on the whole path, and the one after is offloaded by it.
+#[test]
+fn an_ipv6_route_change_ends_the_records() {
+    for (mode, dispatch) in VARIANTS {
+        let v = format!("{mode:?}/{dispatch:?}");
+        let mut s = spec6(true);
+        s.neighbours6.push(StaticNeighbour6 {
+            iface: 1,
+            ip: support::ip6(FAR6),
+            mac: GW2,
+        });
+        let mut lab = Lab::new(&s, mode, dispatch);
+        let go = |lab: &mut Lab, port: usize, f: Vec<u8>| -> Vec<u8> {
+            lab.feed(port, [f]);
+            lab.run();
+            let mut out = lab.tx(1 - port);
+            assert_eq!(out.len(), 1, "{v}: one frame out");
+            out.remove(0).bytes
+        };
+        go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q1"));
+        go(&mut lab, 1, udp6(true, 53, 40000, 64, b"a1"));
+        go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q2"));
+        let f = go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q3"));
+        assert_eq!(f[..6], GW_MAC.0, "{v}: to the gateway");
+        let offloaded = |lab: &Lab| lab.w.host.ct.as_ref().unwrap().offload.stats;
+        assert_eq!(offloaded(&lab).forwarded, 1, "{v}");
+        let epochs = offloaded(&lab).epochs;
+
+        let mut cfg = s.config(mode, dispatch, 4096);
+        cfg.routes6 = vec![Route6::new(
+            "2001:db8:300::/48".parse().unwrap(),
+            RouteKind::Unicast,
+            Some(1),
+            None,
+        )];
+        lab.w.host.routes6 = Arc::new(netbatch_runtime::build::route_table6(&cfg).unwrap());
+        let f = go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q4"));
+        assert_eq!(
+            f[..6],
+            GW2.0,
+            "{v}: by the new route, to the host on the link"
+        );
+        assert_eq!(offloaded(&lab).forwarded, 1, "{v}: on the whole path");
+        assert_eq!(offloaded(&lab).epochs, epochs + 1, "{v}: a new epoch");
+        let f = go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q5"));
         assert_eq!(f[..6], GW2.0, "{v}: offloaded by the new route");
         assert_eq!(offloaded(&lab).forwarded, 2, "{v}");
         lab.assert_conserved();

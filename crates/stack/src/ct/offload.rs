@@ -25,8 +25,9 @@
 //! A record holds while (else the packet takes the whole path, which may write it
 //! again):
 //! - the table's epoch is the one it was written in: a new graph (a reload, any rule
-//!   change) and a new route table or policy (any route, rule or VRF change) start a
-//!   new epoch ([`Offload::begin_list`]), so no record outlives the state it stood for;
+//!   change) and a new route table or policy of either family (any route, rule or VRF
+//!   change) start a new epoch ([`Offload::begin_list`]), so no record outlives the
+//!   state it stood for (its adjacency indexes the table it was chosen in);
 //! - the packet arrives on the interface, with the mark and the TOS, it was written for;
 //! - the packet is one the whole path would forward changed only by NAT and TTL:
 //!   of the record's family, IPv4 without options or IPv6 without extension headers
@@ -50,8 +51,8 @@ use netbatch_wire::tcp::TcpFlags;
 use super::{ConnTrack, Tuple};
 use crate::dissect::{L3, L4};
 use crate::meta::{flag, gso};
-use crate::route::Routes;
-use crate::route::rule::Policy;
+use crate::route::rule::{Policy, Policy6};
+use crate::route::{Routes, Routes6};
 
 /// What a FORWARD rule's `offload` recorded for one direction of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -114,9 +115,9 @@ impl OffloadStats {
 pub struct Offload {
     /// The current epoch (never 0 once begun).
     pub epoch: u32,
-    /// The route table and policy of the current epoch, held so that a new one is told
+    /// The route tables and policies of the current epoch, held so that a new one is told
     /// apart by address (a held one cannot be freed and its address reused).
-    tables: Option<(Arc<Routes>, Arc<Policy>)>,
+    tables: Option<Held>,
     /// A pair of records (one per direction) per entry of the table; empty until a graph
     /// offloads.
     records: Vec<[Record; 2]>,
@@ -124,34 +125,53 @@ pub struct Offload {
     pub stats: OffloadStats,
 }
 
+/// What records' routes and next hops are chosen by: both families' route tables and
+/// policies (a record's adjacency indexes its family's table), as the worker's host
+/// holds them.
+#[derive(Debug, Clone, Copy)]
+pub struct Tables<'a> {
+    /// IPv4 routes.
+    pub routes: &'a Arc<Routes>,
+    /// IPv4 policy rules.
+    pub policy: &'a Arc<Policy>,
+    /// IPv6 routes.
+    pub routes6: &'a Arc<Routes6>,
+    /// IPv6 policy rules.
+    pub policy6: &'a Arc<Policy6>,
+}
+
+/// [`Tables`] held (an epoch's).
+type Held = (Arc<Routes>, Arc<Policy>, Arc<Routes6>, Arc<Policy6>);
+
 impl Offload {
     /// At the start of a list of a graph that offloads, for a table of `max` entries: a
-    /// new epoch when `fresh` (the stage was just made: a new graph) or when the route
-    /// table or policy is not the epoch's.
+    /// new epoch when `fresh` (the stage was just made: a new graph) or when a route
+    /// table or policy of either family is not the epoch's.
     #[inline]
-    pub fn begin_list(
-        &mut self,
-        fresh: bool,
-        max: usize,
-        routes: &Arc<Routes>,
-        policy: &Arc<Policy>,
-    ) {
-        let same = self
-            .tables
-            .as_ref()
-            .is_some_and(|(r, p)| Arc::ptr_eq(r, routes) && Arc::ptr_eq(p, policy));
+    pub fn begin_list(&mut self, fresh: bool, max: usize, now: Tables<'_>) {
+        let same = self.tables.as_ref().is_some_and(|(r, p, r6, p6)| {
+            Arc::ptr_eq(r, now.routes)
+                && Arc::ptr_eq(p, now.policy)
+                && Arc::ptr_eq(r6, now.routes6)
+                && Arc::ptr_eq(p6, now.policy6)
+        });
         if fresh || !same {
-            self.new_epoch(max, routes, policy);
+            self.new_epoch(max, now);
         }
     }
 
     #[cold]
-    fn new_epoch(&mut self, max: usize, routes: &Arc<Routes>, policy: &Arc<Policy>) {
+    fn new_epoch(&mut self, max: usize, now: Tables<'_>) {
         if self.records.len() != max {
             self.records = vec![[Record::default(); 2]; max];
         }
         self.epoch = self.epoch.wrapping_add(1).max(1);
-        self.tables = Some((routes.clone(), policy.clone()));
+        self.tables = Some((
+            now.routes.clone(),
+            now.policy.clone(),
+            now.routes6.clone(),
+            now.policy6.clone(),
+        ));
         self.stats.epochs += 1;
     }
 }

@@ -218,11 +218,22 @@ impl Stage<Host> for CtStage {
         let offload = self.offload;
         let buffers = cx.pool.config().buffers as usize;
         let Host {
-            ct, routes, policy, ..
+            ct,
+            routes,
+            policy,
+            routes6,
+            policy6,
+            ..
         } = st;
         let ct = &mut **ct.get_or_insert_with(|| Box::new(ConnTrack::new(&self.cfg, buffers)));
         if offload {
-            ct.offload.begin_list(fresh, ct.table.max(), routes, policy);
+            let now = super::offload::Tables {
+                routes,
+                policy,
+                routes6,
+                policy6,
+            };
+            ct.offload.begin_list(fresh, ct.table.max(), now);
         }
         // Every packet of the previous call has left the graph (the dispatch runs a
         // stage's output to its end before the stage runs again): an entry still

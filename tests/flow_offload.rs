@@ -410,15 +410,23 @@ fn same_frames_out(spec: fn(bool) -> LabSpec, steps: Vec<(usize, Vec<u8>, bool)>
     }
 }
 
-/// A new route table (here: the far network via another gateway) ends every record:
-/// the next packet takes the whole path and leaves by the new route, and the one
-/// after is offloaded again, by the new route.
-#[test]
-fn a_route_change_ends_the_records() {
+/// A UDP datagram from inside (`false`) or back (`true`), with its ports, TTL or hop
+/// limit and payload: [`udp`] or [`udp6`].
+type Udp = fn(bool, u16, u16, u8, &[u8]) -> Vec<u8>;
+
+/// In `spec`'s router, in every variant: a UDP flow's directions recorded and its next
+/// datagram offloaded to `first`; then `change` installs a new route table, after which
+/// the next datagram leaves on the whole path to `then`, in a new epoch, and the one
+/// after is offloaded to `then` too.
+fn a_route_change_ends_the_records_in(
+    spec: &LabSpec,
+    udp: Udp,
+    (first, then): (MacAddr, MacAddr),
+    change: impl Fn(&mut Lab, netbatch_runtime::config::Config),
+) {
     for (mode, dispatch) in VARIANTS {
         let v = format!("{mode:?}/{dispatch:?}");
-        let s = spec(true);
-        let mut lab = Lab::new(&s, mode, dispatch);
+        let mut lab = Lab::new(spec, mode, dispatch);
         let go = |lab: &mut Lab, port: usize, f: Vec<u8>| -> Vec<u8> {
             lab.feed(port, [f]);
             lab.run();
@@ -430,12 +438,30 @@ fn a_route_change_ends_the_records() {
         go(&mut lab, 1, udp(true, 53, 40000, 64, b"a1"));
         go(&mut lab, 0, udp(false, 40000, 53, 64, b"q2"));
         let f = go(&mut lab, 0, udp(false, 40000, 53, 64, b"q3"));
-        assert_eq!(f[..6], GW.0, "{v}: to the first gateway");
+        assert_eq!(f[..6], first.0, "{v}: by the first route");
         let offloaded = |lab: &Lab| lab.w.host.ct.as_ref().unwrap().offload.stats;
         assert_eq!(offloaded(&lab).forwarded, 1, "{v}");
         let epochs = offloaded(&lab).epochs;
 
-        let mut cfg = s.config(mode, dispatch, 4096);
+        change(&mut lab, spec.config(mode, dispatch, 4096));
+        let f = go(&mut lab, 0, udp(false, 40000, 53, 64, b"q4"));
+        assert_eq!(f[..6], then.0, "{v}: by the new route");
+        assert_eq!(offloaded(&lab).forwarded, 1, "{v}: on the whole path");
+        assert_eq!(offloaded(&lab).epochs, epochs + 1, "{v}: a new epoch");
+        let f = go(&mut lab, 0, udp(false, 40000, 53, 64, b"q5"));
+        assert_eq!(f[..6], then.0, "{v}: offloaded by the new route");
+        assert_eq!(offloaded(&lab).forwarded, 2, "{v}");
+        lab.assert_conserved();
+        lab.stop_and_check_pool();
+    }
+}
+
+/// A new route table (here: the far network via another gateway) ends every record:
+/// the next packet takes the whole path and leaves by the new route, and the one
+/// after is offloaded again, by the new route.
+#[test]
+fn a_route_change_ends_the_records() {
+    a_route_change_ends_the_records_in(&spec(true), udp, (GW, GW2), |lab, mut cfg| {
         cfg.routes = vec![Route {
             prefix: "203.0.113.0/24".parse().unwrap(),
             kind: RouteKind::Unicast,
@@ -444,50 +470,20 @@ fn a_route_change_ends_the_records() {
             multipath: None,
         }];
         lab.w.host.routes = Arc::new(netbatch_runtime::build::route_table(&cfg).unwrap());
-        let f = go(&mut lab, 0, udp(false, 40000, 53, 64, b"q4"));
-        assert_eq!(f[..6], GW2.0, "{v}: by the new route");
-        assert_eq!(offloaded(&lab).forwarded, 1, "{v}: on the whole path");
-        assert_eq!(offloaded(&lab).epochs, epochs + 1, "{v}: a new epoch");
-        let f = go(&mut lab, 0, udp(false, 40000, 53, 64, b"q5"));
-        assert_eq!(f[..6], GW2.0, "{v}: offloaded by the new route");
-        assert_eq!(offloaded(&lab).forwarded, 2, "{v}");
-        lab.assert_conserved();
-        lab.stop_and_check_pool();
-    }
+    });
 }
 
-/// [`a_route_change_ends_the_records`] for IPv6: a new IPv6 route table (the far network
-/// now on eth1's link, its host's MAC configured) ends the records too (a record's
-/// adjacency indexes the table it was chosen in): the next packet leaves by the new
-/// route on the whole path, and the one after is offloaded by it.
+/// The same for IPv6 (a record's adjacency indexes the table it was chosen in): the far
+/// network now on eth1's link, its host's MAC configured.
 #[test]
 fn an_ipv6_route_change_ends_the_records() {
-    for (mode, dispatch) in VARIANTS {
-        let v = format!("{mode:?}/{dispatch:?}");
-        let mut s = spec6(true);
-        s.neighbours6.push(StaticNeighbour6 {
-            iface: 1,
-            ip: support::ip6(FAR6),
-            mac: GW2,
-        });
-        let mut lab = Lab::new(&s, mode, dispatch);
-        let go = |lab: &mut Lab, port: usize, f: Vec<u8>| -> Vec<u8> {
-            lab.feed(port, [f]);
-            lab.run();
-            let mut out = lab.tx(1 - port);
-            assert_eq!(out.len(), 1, "{v}: one frame out");
-            out.remove(0).bytes
-        };
-        go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q1"));
-        go(&mut lab, 1, udp6(true, 53, 40000, 64, b"a1"));
-        go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q2"));
-        let f = go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q3"));
-        assert_eq!(f[..6], GW_MAC.0, "{v}: to the gateway");
-        let offloaded = |lab: &Lab| lab.w.host.ct.as_ref().unwrap().offload.stats;
-        assert_eq!(offloaded(&lab).forwarded, 1, "{v}");
-        let epochs = offloaded(&lab).epochs;
-
-        let mut cfg = s.config(mode, dispatch, 4096);
+    let mut s = spec6(true);
+    s.neighbours6.push(StaticNeighbour6 {
+        iface: 1,
+        ip: support::ip6(FAR6),
+        mac: GW2,
+    });
+    a_route_change_ends_the_records_in(&s, udp6, (GW_MAC, GW2), |lab, mut cfg| {
         cfg.routes6 = vec![Route6::new(
             "2001:db8:300::/48".parse().unwrap(),
             RouteKind::Unicast,
@@ -495,20 +491,7 @@ fn an_ipv6_route_change_ends_the_records() {
             None,
         )];
         lab.w.host.routes6 = Arc::new(netbatch_runtime::build::route_table6(&cfg).unwrap());
-        let f = go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q4"));
-        assert_eq!(
-            f[..6],
-            GW2.0,
-            "{v}: by the new route, to the host on the link"
-        );
-        assert_eq!(offloaded(&lab).forwarded, 1, "{v}: on the whole path");
-        assert_eq!(offloaded(&lab).epochs, epochs + 1, "{v}: a new epoch");
-        let f = go(&mut lab, 0, udp6(false, 40000, 53, 64, b"q5"));
-        assert_eq!(f[..6], GW2.0, "{v}: offloaded by the new route");
-        assert_eq!(offloaded(&lab).forwarded, 2, "{v}");
-        lab.assert_conserved();
-        lab.stop_and_check_pool();
-    }
+    });
 }
 
 /// A connection's frames for [`super_packets_that_only_lose_a_hop_are_offloaded_whole`]:

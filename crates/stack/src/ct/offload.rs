@@ -233,26 +233,25 @@ pub fn record(ct: &mut ConnTrack, idx: u32, m: &netbatch_engine::Meta, d: &[u8])
     if super::state_of(m.flags) != super::state_bit::ESTABLISHED || m.in_if == m.out_if {
         return;
     }
-    let l3 = usize::from(m.l3.wrapping_sub(m.data));
-    // The fixed header, with the L4 header right after it (no IPv4 options, no IPv6
-    // extension header), and the TOS or traffic class routing saw.
+    // The L4 header right after the fixed one (no IPv4 options, no IPv6 extension
+    // header), as the dissector located it, and the TOS or traffic class routing saw.
+    let fixed = if six { ipv6::HEADER_LEN } else { 20 };
+    if usize::from(m.l4.wrapping_sub(m.l3)) != fixed {
+        return;
+    }
+    let h = d
+        .get(usize::from(m.l3.wrapping_sub(m.data))..)
+        .unwrap_or_default();
     let tos = if six {
-        match d
-            .get(l3..)
-            .and_then(<[u8]>::first_chunk::<{ ipv6::HEADER_LEN }>)
-        {
-            Some(h) if usize::from(m.l4.wrapping_sub(m.l3)) == ipv6::HEADER_LEN => {
-                Ipv6Packet::new_unchecked(h).traffic_class()
-            }
-            _ => return,
-        }
+        let Some(h) = h.first_chunk::<{ ipv6::HEADER_LEN }>() else {
+            return;
+        };
+        Ipv6Packet::new_unchecked(h).traffic_class()
     } else {
-        match d.get(l3..).and_then(<[u8]>::first_chunk::<20>) {
-            Some(h) if Ipv4Packet::new_unchecked(h).header_len() == 20 => {
-                Ipv4Packet::new_unchecked(h).dscp_ecn()
-            }
-            _ => return,
-        }
+        let Some(h) = h.first_chunk::<20>() else {
+            return;
+        };
+        Ipv4Packet::new_unchecked(h).dscp_ecn()
     };
     let Some(e) = ct.table.get(idx) else { return };
     let nat = (e.status & super::status::SRC_NAT != 0) as u8
@@ -335,11 +334,11 @@ pub fn forward(
     let Some((ip, th)) = fixed_and_l4::<20>(v, at) else {
         return Outcome::Path;
     };
-    // No options, TTL above 1 (RFC 1812 5.3.1: else time exceeded, on the whole
-    // path), the TOS the record was made with.
+    // TTL above 1 (RFC 1812 5.3.1: else time exceeded, on the whole path), the TOS the
+    // record was made with (no options: `fixed_and_l4` found the L4 header at 20 bytes).
     let h = Ipv4Packet::new_unchecked(&*ip);
     let (ttl, tos) = (h.ttl(), h.dscp_ecn());
-    if h.header_len() != 20 || ttl < 2 || tos != r.tos {
+    if ttl < 2 || tos != r.tos {
         return Outcome::Path;
     }
     rewrite(ip, ttl - 1, th, at, r);

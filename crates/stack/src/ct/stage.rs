@@ -283,12 +283,13 @@ impl Stage<Host> for CtStage {
                             v.meta.flags = f;
                             if let Some(tcp) = tcp {
                                 use super::offload::{Outcome, forward, forward6};
-                                if six {
-                                    if forward6(ct, idx, dir, tcp, &mut v) == Outcome::Forwarded {
-                                        return Verdict::To(OFFLOAD6);
-                                    }
-                                } else if forward(ct, idx, dir, tcp, &mut v) == Outcome::Forwarded {
-                                    return Verdict::To(OFFLOAD);
+                                let (done, arc) = if six {
+                                    (forward6(ct, idx, dir, tcp, &mut v), OFFLOAD6)
+                                } else {
+                                    (forward(ct, idx, dir, tcp, &mut v), OFFLOAD)
+                                };
+                                if done == Outcome::Forwarded {
+                                    return Verdict::To(arc);
                                 }
                             }
                         }

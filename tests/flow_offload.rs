@@ -154,14 +154,8 @@ fn with_hop_by_hop(f: Vec<u8>) -> Vec<u8> {
 /// and 1, another traffic class, a hop-by-hop header; a TCP exchange, its handshake and
 /// FIN on the whole path.
 fn steps6() -> Vec<(usize, Vec<u8>, bool)> {
-    let t = |from_outside: bool, flags: &str, seq_ack: (u32, u32), data: &[u8]| {
-        let (s, d) = ((PEER6, 40000), (FAR6, 443));
-        let (macs, s, d) = if from_outside {
-            ((GW_MAC, US2), d, s)
-        } else {
-            ((PEER, US), s, d)
-        };
-        support::frames::tcp_flags(macs, s, d, flags, seq_ack.0, seq_ack.1, data)
+    let t = |from_outside: bool, flags: &str, seq_ack, data: &[u8]| {
+        SIX.tcp(!from_outside, flags, seq_ack, data)
     };
     vec![
         (0, udp6(false, 40000, 53, 64, b"q1"), false),
@@ -504,6 +498,13 @@ struct Ends {
     answer_to: &'static str,
 }
 
+/// The IPv6 router's connection: the inside peer to the far host beyond the next hop.
+const SIX: Ends = Ends {
+    inside: (PEER, US, PEER6),
+    far: (GW_MAC, US2, FAR6),
+    answer_to: PEER6,
+};
+
 impl Ends {
     fn tcp(&self, out: bool, flags: &str, (seq, ack): (u32, u32), data: &[u8]) -> Vec<u8> {
         let (s, d) = ((self.inside.2, 40000), (self.far.2, 443));
@@ -540,11 +541,6 @@ impl Ends {
 #[test]
 fn super_packets_that_only_lose_a_hop_are_offloaded_whole() {
     let burst = 4u32;
-    let six = Ends {
-        inside: (PEER, US, PEER6),
-        far: (GW_MAC, US2, FAR6),
-        answer_to: PEER6,
-    };
     let four = Ends {
         inside: (PEER, US, INSIDE),
         far: (GW, US2, FAR),
@@ -572,7 +568,7 @@ fn super_packets_that_only_lose_a_hop_are_offloaded_whole() {
     let nat4 = spec_with;
     type Spec<'a> = &'a dyn Fn(Gro, bool) -> LabSpec;
     let families: [(&str, Spec<'_>, &Ends, bool); 3] = [
-        ("IPv6", &plain6, &six, true),
+        ("IPv6", &plain6, &SIX, true),
         ("IPv4", &plain4, &four, true),
         ("IPv4 masqueraded", &nat4, &masqueraded, false),
     ];
@@ -619,14 +615,7 @@ fn super_packets_that_only_lose_a_hop_are_offloaded_whole() {
                     assert_eq!(a.iter().map(Vec::len).sum::<usize>(), 3, "{v}: forwarded");
                     let offloaded =
                         |lab: &Lab| lab.w.host.ct.as_ref().unwrap().offload.stats.forwarded;
-                    let merged = |lab: &Lab| {
-                        let snap = lab.w.snapshot();
-                        let g = snap.iter().find(|s| s.name == "gro").expect("a gro stage");
-                        g.events
-                            .iter()
-                            .find(|(n, _)| *n == "merged")
-                            .map_or(0, |e| e.1)
-                    };
+                    let merged = |lab: &Lab| lab.event("gro", "merged");
                     let (before, merged_before) = (offloaded(&fast), merged(&fast));
                     for lab in [&mut slow, &mut fast] {
                         lab.feed(0, burst_frames.iter().cloned());

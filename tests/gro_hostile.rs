@@ -74,15 +74,6 @@ fn udp(sport: u16, id: u16, len: usize) -> Vec<u8> {
     v
 }
 
-/// An event counter of the `gro` stage.
-fn gro_event(l: &Lab, name: &str) -> u64 {
-    l.w.snapshot()
-        .iter()
-        .find(|s| s.name == "gro")
-        .and_then(|s| s.events.iter().find(|(n, _)| *n == name))
-        .map_or(0, |e| e.1)
-}
-
 /// Feeds a flood of `input` (two packets each of many distinct flows, every poll window
 /// holding far more than 64 flows) and checks: the table held at most 64 flows, the
 /// overflow completed old flows early, nothing is held after the polls, every wire
@@ -107,9 +98,9 @@ fn flood_one(what: &str, (gro, mode, rx_csum, v6): (Gro, Mode, bool, bool), inpu
     let mut l = lab_in(gro, mode, rx_csum, v6);
     l.feed(0, input);
     l.run();
-    assert!(gro_event(&l, "peak_flows") <= 64, "{what}: table bounded");
+    assert!(l.event("gro", "peak_flows") <= 64, "{what}: table bounded");
     assert!(
-        gro_event(&l, "evicted") > 0,
+        l.event("gro", "evicted") > 0,
         "{what}: overflow completes old flows"
     );
     assert_eq!(l.w.held(), 0, "{what}: nothing held after a poll");
@@ -159,9 +150,9 @@ fn forward_in(gro: Gro, mode: Mode, rx_csum: bool, input: &[Vec<u8>], v6: bool) 
     l.run();
     l.assert_conserved();
     assert_eq!(l.w.acct.rx, input.len() as u64);
-    assert!(gro_event(&l, "peak_flows") <= 64, "table bounded");
+    assert!(l.event("gro", "peak_flows") <= 64, "table bounded");
     assert_eq!(l.w.held(), 0, "nothing held after a poll");
-    let merged = gro_event(&l, "merged");
+    let merged = l.event("gro", "merged");
     let frames = l.tx(1).into_iter().map(|f| f.bytes).collect();
     let drops = l.drops().into_iter().collect();
     l.stop_and_check_pool();
@@ -540,7 +531,7 @@ fn ipv6_super_packets_never_leave_above_the_mtu() {
             assert!(out.is_empty(), "{what}: {} frames left on eth1", out.len());
             // GRO merged (the test is not vacuous).
             if gro != Gro::Off {
-                assert!(gro_event(&l, "merged") > 0, "{what}");
+                assert!(l.event("gro", "merged") > 0, "{what}");
             }
             l.assert_conserved();
             l.stop_and_check_pool();

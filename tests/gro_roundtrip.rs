@@ -211,9 +211,8 @@ fn the_generator_makes_trains_gro_merges() {
         let mut lab = Lab::new(&spec(gro, rx_checksum), Mode::List, Dispatch::Buckets);
         lab.feed(0, input.iter().cloned());
         lab.run();
+        let ev = |k: &str| lab.event("gro", k);
         let snap = lab.w.snapshot();
-        let g = snap.iter().find(|s| s.name == "gro").expect("a gro stage");
-        let ev = |k: &str| g.events.iter().find(|(n, _)| *n == k).map_or(0, |e| e.1);
         assert_eq!((ev("coalesced"), ev("merged")), (1, 9), "{gro:?}");
         // With device-verified checksums the train takes the fast path after its head.
         assert_eq!(
@@ -448,9 +447,8 @@ fn the_generator_makes_ipv6_trains_gro_merges() {
             let mut lab = Lab::new(&spec, Mode::List, Dispatch::Buckets);
             lab.feed(0, input.iter().cloned());
             lab.run();
+            let ev = |k: &str| lab.event("gro", k);
             let snap = lab.w.snapshot();
-            let g = snap.iter().find(|s| s.name == "gro").expect("a gro stage");
-            let ev = |k: &str| g.events.iter().find(|(n, _)| *n == k).map_or(0, |e| e.1);
             let what = format!("{gro:?} tcp {tcp} rx-checksum {rx_checksum}");
             assert_eq!((ev("coalesced"), ev("merged")), (1, 9), "{what}");
             assert_eq!(ev("merged_fast"), if rx_checksum { 9 } else { 0 }, "{what}");

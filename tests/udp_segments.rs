@@ -341,15 +341,7 @@ fn deliver(
     lab.w.host.sockets.get(s).unwrap().set_gro(sock_gro);
     lab.feed(0, frames);
     lab.run();
-    let event = |name: &str| {
-        lab.w
-            .snapshot()
-            .iter()
-            .find(|n| n.name == "gro")
-            .and_then(|n| n.events.iter().find(|(k, _)| *k == name))
-            .map_or(0, |e| e.1)
-    };
-    let (merged, coalesced) = (event("merged"), event("coalesced"));
+    let (merged, coalesced) = (lab.event("gro", "merged"), lab.event("gro", "coalesced"));
     let reads = read(&mut lab, s);
     let drops = lab.drops();
     lab.assert_conserved();
@@ -502,15 +494,7 @@ fn deliver6(
             lab.run();
         }
     }
-    let event = |name: &str| {
-        lab.w
-            .snapshot()
-            .iter()
-            .find(|n| n.name == "gro")
-            .and_then(|n| n.events.iter().find(|(k, _)| *k == name))
-            .map_or(0, |e| e.1)
-    };
-    let (merged, coalesced) = (event("merged"), event("coalesced"));
+    let (merged, coalesced) = (lab.event("gro", "merged"), lab.event("gro", "coalesced"));
     let reads = read(&mut lab, s);
     let drops = lab.drops();
     lab.assert_conserved();

@@ -266,6 +266,16 @@ impl Lab {
         self.port(i).take_tx()
     }
 
+    /// Stage `stage`'s event counter `name` (0 when it has none by that name).
+    pub fn event(&self, stage: &str, name: &str) -> u64 {
+        self.w
+            .snapshot()
+            .iter()
+            .find(|n| n.name == stage)
+            .and_then(|n| n.events.iter().find(|(k, _)| *k == name))
+            .map_or(0, |e| e.1)
+    }
+
     /// Drops by reason name, over every stage.
     pub fn drops(&self) -> BTreeMap<&'static str, u64> {
         let mut m = BTreeMap::new();

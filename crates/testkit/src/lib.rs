@@ -247,11 +247,8 @@ impl Logged {
     pub fn wait_for(&mut self, lines: &[&str], within: std::time::Duration) {
         let deadline = std::time::Instant::now() + within;
         loop {
-            let text = self.text();
-            if lines.iter().all(|l| text.contains(l)) {
-                return;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
+            let exited = self.child.try_wait().ok().flatten();
+            if exited.is_some() {
                 // What it printed last may still be in a pipe: read to the end first
                 // (bounded: a process it left behind may hold the pipe open).
                 let drained = std::time::Instant::now() + std::time::Duration::from_secs(2);
@@ -263,10 +260,12 @@ impl Logged {
                 {
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
-                let text = self.text();
-                if lines.iter().all(|l| text.contains(l)) {
-                    return;
-                }
+            }
+            let text = self.text();
+            if lines.iter().all(|l| text.contains(l)) {
+                return;
+            }
+            if let Some(status) = exited {
                 panic!("exited ({status}) before printing {lines:?}:\n{text}");
             }
             assert!(
